@@ -1,0 +1,55 @@
+//! The annotation keys of DESIGN.md "Names", all under one configurable namespace so that a
+//! Tumblr deployment keeps `injector.tumblr.com/...` in every manifest.
+
+pub const DEFAULT_ANNOTATION_NAMESPACE: &str = "injector";
+
+/// The value of the status annotation on an injected pod.
+pub const STATUS_INJECTED: &str = "injected";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationKeys {
+    pub request: String,
+    pub status: String,
+    pub revision: String,
+    pub rollout: String,
+    pub rollout_revision: String,
+    pub rollout_reason: String,
+    pub rolled_at: String,
+}
+
+impl AnnotationKeys {
+    pub fn new(namespace: &str) -> Self {
+        let key = |suffix: &str| format!("{namespace}/{suffix}");
+        Self {
+            request: key("request"),
+            status: key("status"),
+            revision: key("revision"),
+            rollout: key("rollout"),
+            rollout_revision: key("rollout-revision"),
+            rollout_reason: key("rollout-reason"),
+            rolled_at: key("rolled-at"),
+        }
+    }
+}
+
+impl Default for AnnotationKeys {
+    fn default() -> Self {
+        Self::new(DEFAULT_ANNOTATION_NAMESPACE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_namespace() {
+        let tumblr = AnnotationKeys::new("injector.tumblr.com");
+        assert_eq!(tumblr.request, "injector.tumblr.com/request");
+        assert_eq!(
+            tumblr.rollout_revision,
+            "injector.tumblr.com/rollout-revision"
+        );
+        assert_eq!(AnnotationKeys::default().status, "injector/status");
+    }
+}

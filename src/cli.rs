@@ -1,0 +1,276 @@
+//! The command line: argument definitions (clap derive) and the offline commands' I/O shell.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::annotations::{AnnotationKeys, DEFAULT_ANNOTATION_NAMESPACE};
+use crate::config::{LoadReport, load_directory};
+use crate::config_directory::{is_config_file_name, load_config_directory, read_config_directory};
+use crate::injection::{
+    DEFAULT_IGNORED_NAMESPACES, Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sidecar-injector",
+    version,
+    about = "Inject sidecars by pod annotation, and keep them current"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what the webhook would do to each document (Pod, or the pod template of a workload),
+    /// offline. Prints the result as YAML; a denial goes to stderr with exit status 1.
+    Inject(InjectArgs),
+    /// Check sidecar configs and print each with its revision; exit status 1 on any error.
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigDirectoryArgs {
+    /// Directory of sidecar configs (*.yaml, *.yml).
+    #[arg(long, env = "CONFIG_DIR", default_value = "config/")]
+    pub config_directory: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    /// Namespaces whose pods are never injected; repeat the flag for several.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    /// What to do when a requested sidecar does not exist.
+    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
+    pub on_missing_sidecar: MissingSidecarPolicy,
+    /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
+    #[arg(short = 'f', long = "filename")]
+    pub file: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Config files or directories to check; the config directory when none is given.
+    pub paths: Vec<PathBuf>,
+}
+
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Inject(args) => inject(&args),
+        Command::Validate(args) => validate(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_config_problems(report: &LoadReport) {
+    for warning in &report.warnings {
+        eprintln!("{warning}");
+    }
+    for error in &report.errors {
+        eprintln!("error: {error}");
+    }
+}
+
+/// Where the pod template sits in each kind `inject` understands.
+fn pod_template_pointer(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Pod" => Some(""),
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "Job"
+        | "ReplicationController" => Some("/spec/template"),
+        "CronJob" => Some("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }
+}
+
+fn inject(args: &InjectArgs) -> anyhow::Result<ExitCode> {
+    let dir = &args.configs.config_directory;
+    let report = load_config_directory(dir)
+        .with_context(|| format!("cannot read config directory {}", dir.display()))?;
+    print_config_problems(&report);
+    let sidecars = report.sidecar_set();
+    let settings = InjectionSettings {
+        keys: AnnotationKeys::new(&args.annotation_namespace),
+        ignored_namespaces: args
+            .ignore_namespaces
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        on_missing_sidecar: args.on_missing_sidecar,
+    };
+
+    let text = read_input(&args.file)?;
+    let mut denied = false;
+    let mut out = String::new();
+    for (position, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let mut document = Value::deserialize(document).with_context(|| {
+            format!("{}: document {} is not valid YAML", args.file, position + 1)
+        })?;
+        if document.is_null() {
+            continue;
+        }
+        let label = document_label(&document);
+        let kind = document
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let namespace = document
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let template = pod_template_pointer(kind).and_then(|p| document.pointer_mut(p));
+        if let Some(template) = template {
+            let decision = match PodView::deserialize(&*template) {
+                Ok(pod) => decide(&pod, &namespace, &sidecars, &settings),
+                Err(err) => bail!("{}: {label}: cannot read the pod: {err}", args.file),
+            };
+            match decision {
+                Decision::Inject(injection) => {
+                    json_patch::patch(template, &injection.patch)
+                        .with_context(|| format!("{label}: the patch does not apply"))?;
+                    for name in &injection.missing {
+                        eprintln!(
+                            "{label}: warning: sidecar {name:?} not found; injected the rest"
+                        );
+                    }
+                }
+                Decision::Skip(_) => {}
+                Decision::Deny(denial) => {
+                    eprintln!("{label}: denied: {denial}");
+                    denied = true;
+                }
+            }
+        }
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&document).context("cannot print YAML")?);
+    }
+    io::stdout().write_all(out.as_bytes())?;
+    Ok(if denied {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn read_input(file: &str) -> anyhow::Result<String> {
+    if file == "-" {
+        let mut text = String::new();
+        io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read standard input")?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))
+    }
+}
+
+fn document_label(document: &Value) -> String {
+    let kind = document
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("object");
+    let meta = document.get("metadata");
+    let name = meta
+        .and_then(|m| m.get("name").or_else(|| m.get("generateName")))
+        .and_then(Value::as_str)
+        .unwrap_or("(unnamed)");
+    format!("{kind}/{name}")
+}
+
+fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let targets: Vec<PathBuf> = if args.paths.is_empty() {
+        vec![args.configs.config_directory.clone()]
+    } else {
+        args.paths.clone()
+    };
+    let mut failed = false;
+    let mut stdout = io::stdout().lock();
+    for target in &targets {
+        let report = if target.is_dir() {
+            load_config_directory(target)
+                .with_context(|| format!("cannot read directory {}", target.display()))?
+        } else {
+            load_single_file(target)?
+        };
+        for sidecar in &report.sidecars {
+            let policy = match sidecar.config.rollout_mode() {
+                crate::config::RolloutMode::Auto => "",
+                crate::config::RolloutMode::Manual => "  (rollout: manual)",
+            };
+            writeln!(
+                stdout,
+                "ok  {:<24} {}  {}{policy}",
+                sidecar.config.name.to_string(),
+                sidecar.revision,
+                sidecar.origin
+            )?;
+        }
+        for warning in &report.warnings {
+            writeln!(stdout, "{warning}")?;
+        }
+        for error in &report.errors {
+            eprintln!("error: {error}");
+            failed = true;
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A single file is checked in the company of its directory, since `inherits` and duplicate
+/// names depend on its neighbours; only what concerns the file itself is reported.
+fn load_single_file(file: &Path) -> anyhow::Result<LoadReport> {
+    let dir = match file.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = file
+        .file_name()
+        .with_context(|| format!("{} is not a file", file.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let mut files = read_config_directory(&dir)
+        .with_context(|| format!("cannot read directory {}", dir.display()))?;
+    if !is_config_file_name(&file_name) || !files.contains_key(&file_name) {
+        files.insert(
+            file_name.clone(),
+            std::fs::read_to_string(file).map_err(|e| e.to_string()),
+        );
+    }
+    let dir_label = dir.display().to_string();
+    let mut report = load_directory(&dir_label, &files);
+    let origin = format!("{}/{}", dir_label.trim_end_matches('/'), file_name);
+    report.sidecars.retain(|s| s.origin == origin);
+    report.errors.retain(|e| e.origin == origin);
+    report.warnings.retain(|w| w.origin == origin);
+    Ok(report)
+}

@@ -1,0 +1,14 @@
+//! sidecar-injector: a mutating admission webhook that injects sidecars requested by a pod
+//! annotation and stamps each with the content revision it was injected from.
+//!
+//! The modules here are the pure core: values in, values out, no I/O. The binary's shell
+//! (`cli`) reads files and prints.
+#![forbid(unsafe_code)]
+
+pub mod annotations;
+pub mod cli;
+pub mod config;
+pub mod config_directory;
+pub mod injection;
+pub mod name;
+pub mod revision;
