@@ -109,3 +109,152 @@ fn is_empty(value: &Value) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_config;
+
+    fn revision(text: &str) -> String {
+        let parsed = parse_config("test.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+        Revision::of(&parsed.config).to_string()
+    }
+
+    const LOGGER: &str = r#"
+name: logger:v1
+containers:
+  - name: log-shipper
+    image: fluent/fluent-bit:2.2.0
+    args: ["--config", "/etc/fluent-bit.conf"]
+volumes:
+  - name: app-logs
+    emptyDir: {}
+  - name: shipper-config
+    configMap: {name: log-shipper, defaultMode: 0644}
+env:
+  - name: LOG_SHIPPER_ENDPOINT
+    value: http://collector:2020
+volumeMounts:
+  - name: app-logs
+    mountPath: /var/log/app
+"#;
+
+    /// Pinned values: if one of these changes, every injected pod in every cluster would be
+    /// marked stale by an upgrade. Change them only with a new `rev` prefix, deliberately.
+    /// The values were computed independently (Python: json.dumps(sort_keys=True, compact) of
+    /// the pruned content, which equals RFC 8785 for these ASCII, integer-only documents).
+    #[test]
+    fn golden_revisions() {
+        assert_eq!(revision("name: empty"), "b057bf13e4b5");
+        assert_eq!(revision(LOGGER), "b23c1e375260");
+        assert_eq!(
+            revision(
+                "name: x\nhostNetwork: true\nserviceAccountName: agent\nhostAliases: [{ip: 10.0.0.1, hostnames: [a]}]\n"
+            ),
+            "b695b521005f"
+        );
+    }
+
+    #[test]
+    fn the_hash_input_is_versioned_canonical_json() {
+        // Recompute by hand: prefix + RFC 8785 JSON of the pruned content.
+        let canonical = r#"{"containers":[{"image":"a:1","name":"a"}]}"#;
+        let mut hasher = Sha256::new();
+        hasher.update(b"sidecar-injector/rev1\n");
+        hasher.update(canonical.as_bytes());
+        let expected: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            revision("name: a\ncontainers: [{name: a, image: 'a:1'}]"),
+            expected[..12]
+        );
+    }
+
+    #[test]
+    fn presentation_does_not_change_the_revision() {
+        let restyled = r#"
+# a comment, keys reordered, flow style, other quoting, decimal mode
+volumeMounts: [{mountPath: "/var/log/app", name: 'app-logs'}]
+env: [{value: "http://collector:2020", name: LOG_SHIPPER_ENDPOINT}]   # trailing comment
+volumes:
+  - {emptyDir: {}, name: app-logs}
+  - name: "shipper-config"
+    configMap:
+      defaultMode: 420
+      name: log-shipper
+containers:
+  - image: "fluent/fluent-bit:2.2.0"
+    name: log-shipper
+    args:
+      - --config
+      - /etc/fluent-bit.conf
+name: LOGGER:V1
+"#;
+        assert_eq!(revision(LOGGER), revision(restyled));
+    }
+
+    #[test]
+    fn name_inherits_and_rollout_policy_do_not_change_the_revision() {
+        let base = revision(LOGGER);
+        assert_eq!(revision(&LOGGER.replace("logger:v1", "logger:v2")), base);
+        assert_eq!(
+            revision(&format!("{LOGGER}rollout: {{policy: manual}}\n")),
+            base
+        );
+        assert_eq!(
+            revision(&format!("{LOGGER}rollout: {{policy: auto}}\n")),
+            base
+        );
+    }
+
+    #[test]
+    fn absent_null_false_and_empty_are_alike() {
+        let base = revision("name: a\ncontainers: [{name: a, image: 'a:1'}]\n");
+        for same in [
+            "name: a\ncontainers: [{name: a, image: 'a:1'}]\nhostNetwork: false\nhostPID: false\n",
+            "name: a\ncontainers: [{name: a, image: 'a:1', env: [], command: null}]\nenv: []\nvolumes: null\n",
+            "name: a\ncontainers: [{name: a, image: 'a:1', workingDir: '', resources: {}}]\nserviceAccountName: ''\n",
+            "name: a\ncontainers: [{name: a, image: 'a:1', stdin: false}]\n",
+        ] {
+            assert_eq!(revision(same), base, "{same}");
+        }
+    }
+
+    #[test]
+    fn any_change_to_what_is_injected_moves_the_revision() {
+        let base = revision(LOGGER);
+        for changed in [
+            LOGGER.replace("fluent-bit:2.2.0", "fluent-bit:2.2.1"),
+            LOGGER.replace("0644", "0600"),
+            LOGGER.replace("/var/log/app", "/var/log/other"),
+            LOGGER.replace("collector:2020", "collector:2021"),
+            format!("{LOGGER}hostPID: true\n"),
+            format!("{LOGGER}serviceAccountName: shipper\n"),
+            // Order inside a list is meaningful (args, container order).
+            LOGGER.replace(
+                r#"args: ["--config", "/etc/fluent-bit.conf"]"#,
+                r#"args: ["/etc/fluent-bit.conf", "--config"]"#,
+            ),
+            // An empty string inside a list is data, not absence.
+            LOGGER.replace(
+                r#"args: ["--config", "/etc/fluent-bit.conf"]"#,
+                r#"args: ["--config", "/etc/fluent-bit.conf", ""]"#,
+            ),
+        ] {
+            assert_ne!(revision(&changed), base, "{changed}");
+        }
+    }
+
+    #[test]
+    fn parse_accepts_only_our_format() {
+        assert_eq!(
+            Revision::parse("9E4CB7BA2C8C").unwrap().as_str(),
+            "9e4cb7ba2c8c"
+        );
+        assert!(Revision::parse("9e4cb7ba2c8").is_none());
+        assert!(Revision::parse("9e4cb7ba2c8g").is_none());
+    }
+}

@@ -1,1 +1,469 @@
+use std::collections::BTreeMap;
 
+use super::*;
+
+fn parse(text: &str) -> SidecarConfig {
+    parse_config("test.yaml", text)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .config
+}
+
+fn parse_err(text: &str) -> ConfigError {
+    parse_config("test.yaml", text).expect_err("the config should be rejected")
+}
+
+fn load(files: &[(&str, &str)]) -> LoadReport {
+    let files: BTreeMap<String, Result<String, String>> = files
+        .iter()
+        .map(|(name, text)| ((*name).to_owned(), Ok((*text).to_owned())))
+        .collect();
+    load_directory("config", &files)
+}
+
+fn loaded<'r>(report: &'r LoadReport, name: &str) -> &'r LoadedSidecar {
+    let name = SidecarName::parse(name).unwrap();
+    report
+        .sidecars
+        .iter()
+        .find(|s| s.config.name == name)
+        .unwrap_or_else(|| panic!("{name} not loaded; errors: {:?}", report.errors))
+}
+
+fn error_for<'r>(report: &'r LoadReport, origin: &str) -> &'r ConfigError {
+    report
+        .errors
+        .iter()
+        .find(|e| e.origin == origin)
+        .unwrap_or_else(|| panic!("no error for {origin}; errors: {:?}", report.errors))
+}
+
+#[test]
+fn parses_every_key_of_the_format() {
+    let config = parse(
+        r#"
+name: Logger:V1
+containers: [{name: shipper, image: shipper:1}]
+prependContainers: [{name: first, image: first:1}]
+initContainers: [{name: setup, image: setup:1}]
+volumes: [{name: logs, emptyDir: {}}]
+env: [{name: A, value: "1"}]
+volumeMounts: [{name: logs, mountPath: /logs}]
+hostAliases: [{ip: 10.0.0.1, hostnames: [a.internal]}]
+hostNetwork: true
+hostPID: true
+serviceAccountName: shipper
+rollout: {policy: manual}
+"#,
+    );
+    assert_eq!(config.name.to_string(), "logger:v1");
+    assert_eq!(config.containers[0].image.as_deref(), Some("shipper:1"));
+    assert_eq!(config.prepend_containers[0].name, "first");
+    assert_eq!(config.init_containers[0].name, "setup");
+    assert_eq!(config.volumes[0].name, "logs");
+    assert_eq!(config.env[0].value.as_deref(), Some("1"));
+    assert_eq!(config.volume_mounts[0].mount_path, "/logs");
+    assert_eq!(config.host_aliases[0].ip, "10.0.0.1");
+    assert!(config.host_network && config.host_pid);
+    assert_eq!(config.service_account_name.as_deref(), Some("shipper"));
+    assert_eq!(config.rollout_mode(), RolloutMode::Manual);
+}
+
+#[test]
+fn a_bare_name_means_latest() {
+    assert_eq!(parse("name: logger").name.to_string(), "logger:latest");
+    assert_eq!(parse("name: logger").rollout_mode(), RolloutMode::Auto);
+}
+
+#[test]
+fn unknown_top_level_key_is_an_error_naming_key_and_line() {
+    let err = parse_err("name: logger:v1\ncontainers: []\nvolumeMount:\n  - name: x\n");
+    assert_eq!(err.line, Some(3));
+    assert!(matches!(&err.kind, ConfigErrorKind::UnknownKey { key, .. } if key == "volumeMount"));
+    assert!(
+        err.to_string()
+            .starts_with("test.yaml:3: unknown top-level key \"volumeMount\"")
+    );
+}
+
+#[test]
+fn name_errors() {
+    assert_eq!(
+        parse_err("containers: []").kind,
+        ConfigErrorKind::MissingName
+    );
+    assert_eq!(parse_err("name: null").kind, ConfigErrorKind::MissingName);
+    let err = parse_err("env: []\nname: a:b:c\n");
+    assert_eq!(err.line, Some(2));
+    assert_eq!(
+        err.kind,
+        ConfigErrorKind::InvalidName(NameError::TooManyColons("a:b:c".into()))
+    );
+    assert_eq!(
+        parse_err("name: [a]").kind,
+        ConfigErrorKind::NameNotAString("a list")
+    );
+}
+
+#[test]
+fn empty_and_non_mapping_documents_are_errors() {
+    assert_eq!(parse_err("").kind, ConfigErrorKind::Empty);
+    assert_eq!(parse_err("# only a comment\n").kind, ConfigErrorKind::Empty);
+    assert_eq!(
+        parse_err("- a\n- b\n").kind,
+        ConfigErrorKind::NotAMapping("a list")
+    );
+}
+
+#[test]
+fn syntax_errors_carry_the_line() {
+    let err = parse_err("name: logger:v1\ncontainers:\n  - name: [unclosed\n");
+    assert!(matches!(err.kind, ConfigErrorKind::Syntax(_)), "{err}");
+    assert!(err.line.is_some(), "{err}");
+}
+
+#[test]
+fn several_documents_in_one_file_are_an_error() {
+    let err = parse_err("name: a\n---\nname: b\n");
+    assert!(matches!(err.kind, ConfigErrorKind::Syntax(_)), "{err}");
+}
+
+#[test]
+fn yaml_1_1_octal_modes_load_as_kubernetes_reads_them() {
+    let config = parse(
+        "name: x\nvolumes:\n  - name: c\n    configMap:\n      name: c\n      defaultMode: 0644\n      items: [{key: k, path: p, mode: 0600}]\n",
+    );
+    let config_map = config.volumes[0].config_map.as_ref().unwrap();
+    assert_eq!(config_map.default_mode, Some(420));
+    assert_eq!(config_map.items.as_ref().unwrap()[0].mode, Some(384));
+}
+
+#[test]
+fn yaml_1_1_booleans_load_where_kubernetes_wants_a_boolean() {
+    let config = parse(
+        "name: x\nhostNetwork: yes\nvolumeMounts: [{name: a, mountPath: /a, readOnly: on}]\n",
+    );
+    assert!(config.host_network);
+    assert_eq!(config.volume_mounts[0].read_only, Some(true));
+}
+
+#[test]
+fn strings_that_look_octal_or_boolean_stay_strings_where_a_string_is_wanted() {
+    let config = parse("name: x\nenv: [{name: MODE, value: '0644'}, {name: ON, value: 'yes'}]\n");
+    assert_eq!(config.env[0].value.as_deref(), Some("0644"));
+    assert_eq!(config.env[1].value.as_deref(), Some("yes"));
+}
+
+#[test]
+fn a_wrongly_typed_nested_field_is_an_error_naming_its_path() {
+    let err = parse_err("name: x\ncontainers:\n  - name: a\n    ports: [{containerPort: http}]\n");
+    match &err.kind {
+        ConfigErrorKind::InvalidField { path, message } => {
+            assert_eq!(path, "containers[0].ports[0].containerPort");
+            assert!(message.contains("http"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(err.line, Some(2));
+}
+
+#[test]
+fn nested_fields_unknown_to_kubernetes_are_warnings_with_their_path() {
+    let parsed = parse_config(
+        "test.yaml",
+        "name: x\ncontainers:\n  - name: a\n    image: a:1\n    imagePullPolcy: Always\nvolumes: [{name: v, emptyDir: {sizeLimt: 1Gi}}]\n",
+    )
+    .unwrap();
+    let messages: Vec<String> = parsed.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages[0].contains("`containers[0].imagePullPolcy`"),
+        "{messages:?}"
+    );
+    assert!(
+        messages[1].contains("`volumes[0].emptyDir.sizeLimt`"),
+        "{messages:?}"
+    );
+    assert!(messages[0].starts_with("test.yaml: warning:"));
+}
+
+#[test]
+fn known_fields_give_no_warning() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/logger-v1.yaml"
+    ))
+    .unwrap();
+    assert_eq!(parse_config("logger-v1.yaml", &text).unwrap().warnings, []);
+}
+
+#[test]
+fn injected_containers_need_distinct_names() {
+    let err = parse_err("name: x\ncontainers: [{image: a}]\n");
+    assert!(
+        matches!(&err.kind, ConfigErrorKind::InvalidField { path, .. } if path == "containers[0].name")
+    );
+    let err = parse_err("name: x\ncontainers: [{name: a}]\nprependContainers: [{name: a}]\n");
+    assert!(
+        err.to_string().contains("\"a\" appears more than once"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rollout_policy_is_checked() {
+    assert!(matches!(
+        parse_err("name: x\nrollout: {policy: sometimes}\n").kind,
+        ConfigErrorKind::InvalidField { .. }
+    ));
+    assert!(matches!(
+        parse_err("name: x\nrollout: {polcy: manual}\n").kind,
+        ConfigErrorKind::InvalidField { .. }
+    ));
+}
+
+const GRANDPARENT: &str = r#"
+name: base:v1
+containers:
+  - {name: shipper, image: shipper:1}
+  - {name: helper, image: helper:1}
+env:
+  - {name: A, value: grandparent}
+  - {name: B, value: grandparent}
+volumeMounts:
+  - {name: logs, mountPath: /logs}
+hostAliases:
+  - {ip: 10.0.0.1, hostnames: [one.internal]}
+hostNetwork: true
+serviceAccountName: base
+rollout: {policy: manual}
+"#;
+
+const PARENT: &str = r#"
+name: middle:v1
+inherits: base.yaml
+containers:
+  - {name: shipper, image: shipper:2}
+env:
+  - {name: B, value: parent}
+  - {name: C, value: parent}
+hostAliases:
+  - {ip: 10.0.0.2, hostnames: [two.internal]}
+"#;
+
+const CHILD: &str = r#"
+name: child:v1
+inherits: ./middle.yaml
+containers:
+  - {name: extra, image: extra:1}
+env:
+  - {name: A, value: child}
+volumeMounts:
+  - {name: logs, mountPath: /var/log}
+serviceAccountName: child
+hostPID: true
+"#;
+
+#[test]
+fn two_level_inheritance_merges_lists_by_name_and_child_wins() {
+    let report = load(&[
+        ("base.yaml", GRANDPARENT),
+        ("middle.yaml", PARENT),
+        ("child.yaml", CHILD),
+    ]);
+    assert_eq!(report.errors, []);
+    let child = &loaded(&report, "child:v1").config;
+    let containers: Vec<(&str, &str)> = child
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.image.as_deref().unwrap()))
+        .collect();
+    // Replaced in place, then new items appended.
+    assert_eq!(
+        containers,
+        [
+            ("shipper", "shipper:2"),
+            ("helper", "helper:1"),
+            ("extra", "extra:1")
+        ]
+    );
+    let env: Vec<(&str, &str)> = child
+        .env
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
+        .collect();
+    assert_eq!(env, [("A", "child"), ("B", "parent"), ("C", "parent")]);
+    assert_eq!(child.volume_mounts.len(), 1);
+    assert_eq!(child.volume_mounts[0].mount_path, "/var/log");
+    let aliases: Vec<&str> = child.host_aliases.iter().map(|a| a.ip.as_str()).collect();
+    assert_eq!(
+        aliases,
+        ["10.0.0.1", "10.0.0.2"],
+        "hostAliases are concatenated"
+    );
+    assert!(child.host_network, "a parent's hostNetwork: true is kept");
+    assert!(child.host_pid, "a child's hostPID: true wins");
+    assert_eq!(child.service_account_name.as_deref(), Some("child"));
+    assert_eq!(
+        child.rollout_mode(),
+        RolloutMode::Manual,
+        "policy is inherited"
+    );
+    assert_eq!(
+        loaded(&report, "middle:v1")
+            .config
+            .service_account_name
+            .as_deref(),
+        Some("base")
+    );
+}
+
+#[test]
+fn an_inherited_config_has_the_revision_of_its_flattened_form() {
+    let report = load(&[("base.yaml", GRANDPARENT), ("middle.yaml", PARENT)]);
+    let flat = r#"
+name: flat:v1
+containers:
+  - {name: shipper, image: shipper:2}
+  - {name: helper, image: helper:1}
+env:
+  - {name: A, value: grandparent}
+  - {name: B, value: parent}
+  - {name: C, value: parent}
+volumeMounts: [{name: logs, mountPath: /logs}]
+hostAliases:
+  - {ip: 10.0.0.1, hostnames: [one.internal]}
+  - {ip: 10.0.0.2, hostnames: [two.internal]}
+hostNetwork: true
+serviceAccountName: base
+"#;
+    assert_eq!(
+        loaded(&report, "middle:v1").revision,
+        Revision::of(&parse(flat))
+    );
+}
+
+#[test]
+fn inherits_may_not_leave_the_directory() {
+    for parent in ["../base.yaml", "/etc/base.yaml", "sub/base.yaml", ".."] {
+        let child = format!("name: child\ninherits: {parent}\n");
+        let report = load(&[("base.yaml", GRANDPARENT), ("child.yaml", &child)]);
+        let err = error_for(&report, "config/child.yaml");
+        assert_eq!(
+            err.kind,
+            ConfigErrorKind::InheritsOutsideDirectory(parent.into())
+        );
+        assert_eq!(err.line, Some(2));
+    }
+}
+
+#[test]
+fn a_missing_parent_is_an_error() {
+    let report = load(&[("child.yaml", "name: child\ninherits: nowhere.yaml\n")]);
+    assert_eq!(
+        error_for(&report, "config/child.yaml").kind,
+        ConfigErrorKind::MissingParent("nowhere.yaml".into())
+    );
+    assert!(report.sidecars.is_empty());
+}
+
+#[test]
+fn an_inheritance_cycle_is_an_error_showing_the_cycle() {
+    let report = load(&[
+        ("a.yaml", "name: a\ninherits: b.yaml\n"),
+        ("b.yaml", "name: b\ninherits: a.yaml\n"),
+        ("self.yaml", "name: self\ninherits: self.yaml\n"),
+        ("ok.yaml", "name: ok\n"),
+    ]);
+    assert_eq!(
+        error_for(&report, "config/a.yaml").kind,
+        ConfigErrorKind::InheritanceCycle("config/a.yaml -> config/b.yaml -> config/a.yaml".into())
+    );
+    assert!(matches!(
+        error_for(&report, "config/self.yaml").kind,
+        ConfigErrorKind::InheritanceCycle(_)
+    ));
+    assert_eq!(report.sidecars.len(), 1, "the good config still loads");
+}
+
+#[test]
+fn a_broken_parent_breaks_its_children_but_nothing_else() {
+    let report = load(&[
+        ("base.yaml", "name: base\nbogus: 1\n"),
+        ("child.yaml", "name: child\ninherits: base.yaml\n"),
+        ("other.yaml", "name: other\n"),
+    ]);
+    assert!(matches!(
+        error_for(&report, "config/child.yaml").kind,
+        ConfigErrorKind::InvalidParent { .. }
+    ));
+    assert!(matches!(
+        error_for(&report, "config/base.yaml").kind,
+        ConfigErrorKind::UnknownKey { .. }
+    ));
+    loaded(&report, "other");
+}
+
+#[test]
+fn duplicate_names_are_an_error_for_every_holder() {
+    let report = load(&[
+        ("a.yaml", "name: Logger:v1\n"),
+        ("b.yaml", "name: logger:V1\n"),
+        ("c.yaml", "name: logger:v2\n"),
+    ]);
+    assert_eq!(
+        error_for(&report, "config/a.yaml").kind,
+        ConfigErrorKind::DuplicateName {
+            name: "logger:v1".into(),
+            others: "config/b.yaml".into()
+        }
+    );
+    error_for(&report, "config/b.yaml");
+    let names: Vec<String> = report
+        .sidecars
+        .iter()
+        .map(|s| s.config.name.to_string())
+        .collect();
+    assert_eq!(names, ["logger:v2"]);
+}
+
+#[test]
+fn an_unreadable_file_is_reported_by_name() {
+    let mut files = BTreeMap::new();
+    files.insert("x.yaml".to_owned(), Err("permission denied".to_owned()));
+    let report = load_directory("config/", &files);
+    assert_eq!(
+        report.errors[0].to_string(),
+        "config/x.yaml: cannot read: permission denied"
+    );
+}
+
+#[test]
+fn the_example_configs_all_load() {
+    let report = crate::config_directory::load_config_directory(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config"
+    )))
+    .unwrap();
+    assert_eq!(report.errors, []);
+    assert_eq!(report.warnings, []);
+    let names: Vec<String> = report
+        .sidecar_set()
+        .names()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "logger:v1",
+            "logger:v2",
+            "metrics-agent:v1",
+            "secrets-agent:v1"
+        ]
+    );
+    let v2 = &loaded(&report, "logger:v2").config;
+    assert_eq!(v2.volumes.len(), 2, "logger:v2 inherits v1's volumes");
+    assert_eq!(
+        v2.containers[0].image.as_deref(),
+        Some("fluent/fluent-bit:3.0.7")
+    );
+}
