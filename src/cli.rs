@@ -152,7 +152,7 @@ fn inject(args: &InjectArgs) -> anyhow::Result<ExitCode> {
             };
             match decision {
                 Decision::Inject(injection) => {
-                    json_patch::patch(template, &injection.patch)
+                    json_patch::patch(template, &injection.patch.to_json_patch())
                         .with_context(|| format!("{label}: the patch does not apply"))?;
                     for name in &injection.missing {
                         eprintln!(

@@ -152,6 +152,55 @@ pub struct LoadedSidecar {
     pub config: SidecarConfig,
     pub revision: Revision,
     pub origin: String,
+    /// The config's items as JSON, rendered once at load so that a request only borrows them.
+    pub rendered: RenderedSidecar,
+    /// `name:version=REV`, this sidecar's item in the revision annotation.
+    pub stamp: String,
+}
+
+impl LoadedSidecar {
+    pub fn new(config: SidecarConfig, origin: impl Into<String>) -> Self {
+        let revision = Revision::of(&config);
+        Self {
+            stamp: format!("{}={}", config.name, revision),
+            revision,
+            rendered: RenderedSidecar::of(&config),
+            config,
+            origin: origin.into(),
+        }
+    }
+}
+
+/// Each list of a [`SidecarConfig`] as JSON values, index for index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedSidecar {
+    pub containers: Vec<Value>,
+    pub prepend_containers: Vec<Value>,
+    pub init_containers: Vec<Value>,
+    pub volumes: Vec<Value>,
+    pub env: Vec<Value>,
+    pub volume_mounts: Vec<Value>,
+    pub host_aliases: Vec<Value>,
+}
+
+impl RenderedSidecar {
+    fn of(config: &SidecarConfig) -> Self {
+        fn render<T: Serialize>(items: &[T]) -> Vec<Value> {
+            items
+                .iter()
+                .map(|item| serde_json::to_value(item).expect("Kubernetes types serialize to JSON"))
+                .collect()
+        }
+        Self {
+            containers: render(&config.containers),
+            prepend_containers: render(&config.prepend_containers),
+            init_containers: render(&config.init_containers),
+            volumes: render(&config.volumes),
+            env: render(&config.env),
+            volume_mounts: render(&config.volume_mounts),
+            host_aliases: render(&config.host_aliases),
+        }
+    }
 }
 
 /// The configs in force, by normalised name. Cheap to clone and share between requests.
@@ -662,11 +711,9 @@ pub fn load_directory(
             });
             continue;
         }
-        report.sidecars.push(LoadedSidecar {
-            revision: Revision::of(&config),
-            config,
-            origin: origin_of(file),
-        });
+        report
+            .sidecars
+            .push(LoadedSidecar::new(config, origin_of(file)));
     }
     report
 }

@@ -11,8 +11,6 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, VolumeMount};
 use serde::Deserialize;
 use serde_json::Value;
@@ -21,6 +19,7 @@ use thiserror::Error;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::{LoadedSidecar, SidecarSet};
 use crate::name::{NameError, SidecarName};
+use crate::patch::{JsonPatch, PatchValue};
 use crate::revision::Revision;
 
 /// Namespaces whose pods are never injected unless the operator says otherwise.
@@ -145,11 +144,11 @@ impl PodView<'_> {
 
 /// The webhook's answer for one pod.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub enum Decision<'s> {
     /// Allow unchanged.
     Skip(SkipReason),
     /// Allow with this patch.
-    Inject(Injection),
+    Inject(Injection<'s>),
     /// Refuse the pod; the message is for the person who created it.
     Deny(Denial),
 }
@@ -164,8 +163,9 @@ pub enum SkipReason {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Injection {
-    pub patch: Patch,
+pub struct Injection<'s> {
+    /// Borrows from the sidecar configs it injects.
+    pub patch: JsonPatch<'s>,
     /// What was injected, in request order.
     pub injected: Vec<(SidecarName, Revision)>,
     /// Requested but unknown, let through by `--on-missing-sidecar=allow`.
@@ -195,12 +195,12 @@ pub enum Denial {
 
 /// Decides what to do with one pod. `namespace` is the request's namespace: pods created by
 /// controllers carry none in the object.
-pub fn decide(
+pub fn decide<'s>(
     pod: &PodView<'_>,
     namespace: &str,
-    sidecars: &SidecarSet,
+    sidecars: &'s SidecarSet,
     settings: &InjectionSettings,
-) -> Decision {
+) -> Decision<'s> {
     let keys = &settings.keys;
     let Some(request) = pod.annotation(&keys.request) else {
         return Decision::Skip(SkipReason::NoRequest);
@@ -221,7 +221,7 @@ pub fn decide(
             });
         }
     };
-    let mut found: Vec<&LoadedSidecar> = Vec::with_capacity(requested.len());
+    let mut found: Vec<&'s LoadedSidecar> = Vec::with_capacity(requested.len());
     let mut missing = Vec::new();
     for name in requested {
         match sidecars.get(&name) {
@@ -305,70 +305,110 @@ fn check_container_names(spec: &PodSpecView<'_>, found: &[&LoadedSidecar]) -> Re
     Ok(())
 }
 
-/// A container the pod already has: what injection adds to it, and which of its mounts go.
-struct ExistingContainer<'v> {
-    list: &'static str,
-    index: usize,
-    view: &'v ContainerView<'v>,
-    removed_mounts: Vec<usize>,
-    added_env: Vec<EnvVar>,
-    added_mounts: Vec<VolumeMount>,
+/// Where a container of the final pod comes from.
+enum Origin<'v, 's> {
+    /// The pod's own, at `index` of `list` (`containers` or `initContainers`).
+    Pod {
+        list: &'static str,
+        index: usize,
+        view: &'v ContainerView<'v>,
+        removed_mounts: Vec<usize>,
+    },
+    /// Injected by a sidecar; `rendered` is its JSON from the config.
+    Sidecar {
+        placement: Placement,
+        container: &'s Container,
+        rendered: &'s Value,
+    },
 }
 
-impl ExistingContainer<'_> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    Prepend,
+    Init,
+    Append,
+}
+
+/// A container of the final pod and what injection adds to it. Additions borrow the sidecar's
+/// typed item (for the presence checks) and its pre-rendered JSON (for the patch).
+struct TargetContainer<'v, 's> {
+    origin: Origin<'v, 's>,
+    added_env: Vec<(&'s EnvVar, &'s Value)>,
+    added_mounts: Vec<(&'s VolumeMount, &'s Value)>,
+}
+
+impl<'s> TargetContainer<'_, 's> {
     fn has_env(&self, name: &str) -> bool {
-        self.view.env.iter().flatten().any(|e| e.name == name)
-            || self.added_env.iter().any(|e| e.name == name)
+        let own = match &self.origin {
+            Origin::Pod { view, .. } => view.env.iter().flatten().any(|e| e.name == name),
+            Origin::Sidecar { container, .. } => {
+                container.env.iter().flatten().any(|e| e.name == name)
+            }
+        };
+        own || self.added_env.iter().any(|(e, _)| e.name == name)
     }
 
     fn has_mount(&self, mount: &VolumeMount) -> bool {
-        let kept = self
-            .view
-            .volume_mounts
-            .iter()
-            .flatten()
-            .enumerate()
-            .filter(|(index, _)| !self.removed_mounts.contains(index))
-            .any(|(_, m)| m.name == mount.name || m.mount_path == mount.mount_path);
-        kept || self
+        let clashes = |name: &str, path: &str| name == mount.name || path == mount.mount_path;
+        let own = match &self.origin {
+            Origin::Pod {
+                view,
+                removed_mounts,
+                ..
+            } => view
+                .volume_mounts
+                .iter()
+                .flatten()
+                .enumerate()
+                .filter(|(index, _)| !removed_mounts.contains(index))
+                .any(|(_, m)| clashes(&m.name, &m.mount_path)),
+            Origin::Sidecar { container, .. } => container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| clashes(&m.name, &m.mount_path)),
+        };
+        own || self
             .added_mounts
             .iter()
-            .any(|m| m.name == mount.name || m.mount_path == mount.mount_path)
+            .any(|(m, _)| clashes(&m.name, &m.mount_path))
     }
-}
 
-fn container_has_env(container: &Container, name: &str) -> bool {
-    container.env.iter().flatten().any(|e| e.name == name)
-}
-
-fn container_has_mount(container: &Container, mount: &VolumeMount) -> bool {
-    container
-        .volume_mounts
-        .iter()
-        .flatten()
-        .any(|m| m.name == mount.name || m.mount_path == mount.mount_path)
+    /// The injected container's JSON with the additions appended to its own lists.
+    fn render_injected(&self, rendered: &'s Value) -> PatchValue<'s> {
+        if self.added_env.is_empty() && self.added_mounts.is_empty() {
+            return PatchValue::Borrowed(rendered);
+        }
+        PatchValue::Extended {
+            base: rendered,
+            appended: vec![
+                ("env", self.added_env.iter().map(|(_, v)| *v).collect()),
+                (
+                    "volumeMounts",
+                    self.added_mounts.iter().map(|(_, v)| *v).collect(),
+                ),
+            ],
+        }
+    }
 }
 
 /// The pod as the requested sidecars leave it, kept as deltas against the received pod so that
 /// every change becomes one explicit operation.
-struct PatchBuilder<'v> {
+struct PatchBuilder<'v, 's> {
     pod: &'v PodView<'v>,
     spec: &'v PodSpecView<'v>,
-    existing: Vec<ExistingContainer<'v>>,
-    prepended: Vec<Container>,
-    appended: Vec<Container>,
-    appended_init: Vec<Container>,
+    containers: Vec<TargetContainer<'v, 's>>,
     removed_volumes: Vec<usize>,
-    added_volumes: Vec<k8s_openapi::api::core::v1::Volume>,
-    added_host_aliases: Vec<HostAlias>,
+    added_volumes: Vec<(&'s str, &'s Value)>,
+    added_host_aliases: Vec<(&'s HostAlias, &'s Value)>,
     host_network: bool,
     host_pid: bool,
-    service_account: Option<String>,
+    service_account: Option<&'s str>,
 }
 
-impl<'v> PatchBuilder<'v> {
+impl<'v, 's> PatchBuilder<'v, 's> {
     fn new(pod: &'v PodView<'v>, spec: &'v PodSpecView<'v>) -> Self {
-        let existing = [
+        let containers = [
             ("containers", &spec.containers),
             ("initContainers", &spec.init_containers),
         ]
@@ -378,11 +418,13 @@ impl<'v> PatchBuilder<'v> {
                 .iter()
                 .flatten()
                 .enumerate()
-                .map(move |(index, view)| ExistingContainer {
-                    list,
-                    index,
-                    view,
-                    removed_mounts: Vec::new(),
+                .map(move |(index, view)| TargetContainer {
+                    origin: Origin::Pod {
+                        list,
+                        index,
+                        view,
+                        removed_mounts: Vec::new(),
+                    },
                     added_env: Vec::new(),
                     added_mounts: Vec::new(),
                 })
@@ -391,10 +433,7 @@ impl<'v> PatchBuilder<'v> {
         Self {
             pod,
             spec,
-            existing,
-            prepended: Vec::new(),
-            appended: Vec::new(),
-            appended_init: Vec::new(),
+            containers,
             removed_volumes: Vec::new(),
             added_volumes: Vec::new(),
             added_host_aliases: Vec::new(),
@@ -406,7 +445,6 @@ impl<'v> PatchBuilder<'v> {
 
     fn current_service_account(&self) -> Option<&str> {
         self.service_account
-            .as_deref()
             .or(self.spec.service_account_name.as_deref())
             .or(self.spec.service_account.as_deref())
             .filter(|name| !name.is_empty())
@@ -419,21 +457,42 @@ impl<'v> PatchBuilder<'v> {
             .flatten()
             .enumerate()
             .any(|(index, v)| v.name == name && !self.removed_volumes.contains(&index))
-            || self.added_volumes.iter().any(|v| v.name == name)
+            || self.added_volumes.iter().any(|(n, _)| *n == name)
     }
 
     fn has_host_alias(&self, alias: &HostAlias) -> bool {
         self.spec.host_aliases.iter().flatten().any(|a| a == alias)
-            || self.added_host_aliases.contains(alias)
+            || self.added_host_aliases.iter().any(|(a, _)| *a == alias)
     }
 
-    fn apply(&mut self, sidecar: &LoadedSidecar) {
+    fn apply(&mut self, sidecar: &'s LoadedSidecar) {
         let config = &sidecar.config;
-        self.prepended
-            .extend(config.prepend_containers.iter().cloned());
-        self.appended_init
-            .extend(config.init_containers.iter().cloned());
-        self.appended.extend(config.containers.iter().cloned());
+        let rendered = &sidecar.rendered;
+        for (placement, typed, values) in [
+            (
+                Placement::Prepend,
+                &config.prepend_containers,
+                &rendered.prepend_containers,
+            ),
+            (
+                Placement::Init,
+                &config.init_containers,
+                &rendered.init_containers,
+            ),
+            (Placement::Append, &config.containers, &rendered.containers),
+        ] {
+            for (container, rendered) in typed.iter().zip(values) {
+                self.containers.push(TargetContainer {
+                    origin: Origin::Sidecar {
+                        placement,
+                        container,
+                        rendered,
+                    },
+                    added_env: Vec::new(),
+                    added_mounts: Vec::new(),
+                });
+            }
+        }
 
         if let Some(account) = config.service_account_name.as_deref()
             && matches!(
@@ -442,204 +501,212 @@ impl<'v> PatchBuilder<'v> {
             )
             && account != DEFAULT_SERVICE_ACCOUNT
         {
-            self.service_account = Some(account.to_owned());
+            self.service_account = Some(account);
             self.remove_legacy_default_token();
         }
 
-        for env in &config.env {
-            for container in &mut self.existing {
-                if !container.has_env(&env.name) {
-                    container.added_env.push(env.clone());
-                }
-            }
-            for container in self.injected_containers_mut() {
-                if !container_has_env(container, &env.name) {
-                    container.env.get_or_insert_with(Vec::new).push(env.clone());
+        for addition in config.env.iter().zip(&rendered.env) {
+            for container in &mut self.containers {
+                if !container.has_env(&addition.0.name) {
+                    container.added_env.push(addition);
                 }
             }
         }
-        for mount in &config.volume_mounts {
-            for container in &mut self.existing {
-                if !container.has_mount(mount) {
-                    container.added_mounts.push(mount.clone());
-                }
-            }
-            for container in self.injected_containers_mut() {
-                if !container_has_mount(container, mount) {
-                    container
-                        .volume_mounts
-                        .get_or_insert_with(Vec::new)
-                        .push(mount.clone());
+        for addition in config.volume_mounts.iter().zip(&rendered.volume_mounts) {
+            for container in &mut self.containers {
+                if !container.has_mount(addition.0) {
+                    container.added_mounts.push(addition);
                 }
             }
         }
-        for volume in &config.volumes {
+        for (volume, value) in config.volumes.iter().zip(&rendered.volumes) {
             if !self.has_volume(&volume.name) {
-                self.added_volumes.push(volume.clone());
+                self.added_volumes.push((&volume.name, value));
             }
         }
-        for alias in &config.host_aliases {
-            if !self.has_host_alias(alias) {
-                self.added_host_aliases.push(alias.clone());
+        for addition in config.host_aliases.iter().zip(&rendered.host_aliases) {
+            if !self.has_host_alias(addition.0) {
+                self.added_host_aliases.push(addition);
             }
         }
         self.host_network |= config.host_network;
         self.host_pid |= config.host_pid;
     }
 
-    fn injected_containers_mut(&mut self) -> impl Iterator<Item = &mut Container> {
-        self.prepended
-            .iter_mut()
-            .chain(self.appended_init.iter_mut())
-            .chain(self.appended.iter_mut())
-    }
-
     /// The token of `default` would give the pod's new account the wrong identity; the
     /// ServiceAccount admission plugin mounts the right one when it runs again after us.
     /// Projected `kube-api-access-*` volumes follow the account by themselves and stay.
     fn remove_legacy_default_token(&mut self) {
-        let legacy: Vec<(usize, &str)> = self
+        let legacy = self
             .spec
             .volumes
             .iter()
             .flatten()
             .enumerate()
-            .filter(|(_, v)| v.secret.is_some() && v.name.starts_with(LEGACY_DEFAULT_TOKEN_PREFIX))
-            .map(|(index, v)| (index, v.name.as_ref()))
-            .collect();
-        for (index, name) in legacy {
+            .filter(|(_, v)| v.secret.is_some() && v.name.starts_with(LEGACY_DEFAULT_TOKEN_PREFIX));
+        for (index, volume) in legacy {
             if !self.removed_volumes.contains(&index) {
                 self.removed_volumes.push(index);
             }
-            for container in &mut self.existing {
-                for (mount_index, mount) in
-                    container.view.volume_mounts.iter().flatten().enumerate()
-                {
-                    if mount.name == name && !container.removed_mounts.contains(&mount_index) {
-                        container.removed_mounts.push(mount_index);
+            for container in &mut self.containers {
+                let Origin::Pod {
+                    view,
+                    removed_mounts,
+                    ..
+                } = &mut container.origin
+                else {
+                    continue;
+                };
+                for (mount_index, mount) in view.volume_mounts.iter().flatten().enumerate() {
+                    if mount.name == volume.name && !removed_mounts.contains(&mount_index) {
+                        removed_mounts.push(mount_index);
                     }
                 }
             }
         }
     }
 
-    fn build(mut self, sidecars: &[&LoadedSidecar], keys: &AnnotationKeys) -> Patch {
+    fn build(mut self, sidecars: &[&'s LoadedSidecar], keys: &AnnotationKeys) -> JsonPatch<'s> {
         for sidecar in sidecars {
             self.apply(sidecar);
         }
-        let mut ops = Vec::new();
+        let mut ops = JsonPatch::default();
         let spec = self.spec;
 
         // Removals first, highest index first, so the indices of what follows stay valid.
-        for container in &mut self.existing {
-            container.removed_mounts.sort_unstable_by(|a, b| b.cmp(a));
-            for mount_index in &container.removed_mounts {
-                ops.push(remove(&[
-                    "spec",
-                    container.list,
-                    &container.index.to_string(),
-                    "volumeMounts",
-                    &mount_index.to_string(),
-                ]));
+        for container in &mut self.containers {
+            if let Origin::Pod {
+                list,
+                index,
+                removed_mounts,
+                ..
+            } = &mut container.origin
+            {
+                removed_mounts.sort_unstable_by(|a, b| b.cmp(a));
+                for mount_index in removed_mounts.iter() {
+                    ops.remove(&[
+                        "spec",
+                        list,
+                        &index.to_string(),
+                        "volumeMounts",
+                        &mount_index.to_string(),
+                    ]);
+                }
             }
         }
         self.removed_volumes.sort_unstable_by(|a, b| b.cmp(a));
         for index in &self.removed_volumes {
-            ops.push(remove(&["spec", "volumes", &index.to_string()]));
+            ops.remove(&["spec", "volumes", &index.to_string()]);
         }
 
+        let injected = |wanted: Placement| -> Vec<PatchValue<'s>> {
+            self.containers
+                .iter()
+                .filter_map(|c| match c.origin {
+                    Origin::Sidecar {
+                        placement,
+                        rendered,
+                        ..
+                    } if placement == wanted => Some(c.render_injected(rendered)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let prepended = injected(Placement::Prepend);
+        let appended_init = injected(Placement::Init);
+        let appended = injected(Placement::Append);
         // Additions to the pod's own containers, at their original indices (nothing has been
         // inserted before them yet).
-        for container in &self.existing {
-            let index = container.index.to_string();
-            let base = ["spec", container.list, index.as_str()];
-            append_all(
-                &mut ops,
-                &base,
-                "env",
-                container.view.env.is_some(),
-                &container.added_env,
-            );
-            append_all(
-                &mut ops,
-                &base,
-                "volumeMounts",
-                container.view.volume_mounts.is_some(),
-                &container.added_mounts,
+        for container in &self.containers {
+            let Origin::Pod {
+                list, index, view, ..
+            } = &container.origin
+            else {
+                continue;
+            };
+            let index = index.to_string();
+            let base = ["spec", list, index.as_str()];
+            let env = container
+                .added_env
+                .iter()
+                .map(|(_, v)| PatchValue::Borrowed(v))
+                .collect();
+            ops.append_all(&[&base[..], &["env"]].concat(), view.env.is_some(), env);
+            let mounts = container
+                .added_mounts
+                .iter()
+                .map(|(_, v)| PatchValue::Borrowed(v))
+                .collect();
+            ops.append_all(
+                &[&base[..], &["volumeMounts"]].concat(),
+                view.volume_mounts.is_some(),
+                mounts,
             );
         }
-        append_all(
-            &mut ops,
-            &["spec"],
-            "initContainers",
+        ops.append_all(
+            &["spec", "initContainers"],
             spec.init_containers.is_some(),
-            &self.appended_init,
+            appended_init,
         );
-        append_all(
-            &mut ops,
-            &["spec"],
-            "containers",
-            spec.containers.is_some(),
-            &self.appended,
-        );
-        if !self.prepended.is_empty() {
-            if spec.containers.is_some() || !self.appended.is_empty() {
-                for (position, container) in self.prepended.iter().enumerate() {
-                    ops.push(add(
-                        &["spec", "containers", &position.to_string()],
-                        to_json(container),
-                    ));
+        let appended_any = !appended.is_empty();
+        ops.append_all(&["spec", "containers"], spec.containers.is_some(), appended);
+        if !prepended.is_empty() {
+            if spec.containers.is_some() || appended_any {
+                for (position, container) in prepended.into_iter().enumerate() {
+                    ops.add(&["spec", "containers", &position.to_string()], container);
                 }
             } else {
-                ops.push(add(&["spec", "containers"], to_json(&self.prepended)));
+                ops.append_all(&["spec", "containers"], false, prepended);
             }
         }
-        append_all(
-            &mut ops,
-            &["spec"],
-            "volumes",
-            spec.volumes.is_some(),
-            &self.added_volumes,
-        );
-        append_all(
-            &mut ops,
-            &["spec"],
-            "hostAliases",
+        let volumes = self
+            .added_volumes
+            .iter()
+            .map(|(_, v)| PatchValue::Borrowed(v))
+            .collect();
+        ops.append_all(&["spec", "volumes"], spec.volumes.is_some(), volumes);
+        let aliases = self
+            .added_host_aliases
+            .iter()
+            .map(|(_, v)| PatchValue::Borrowed(v))
+            .collect();
+        ops.append_all(
+            &["spec", "hostAliases"],
             spec.host_aliases.is_some(),
-            &self.added_host_aliases,
+            aliases,
         );
         if self.host_network && spec.host_network != Some(true) {
-            ops.push(set(
+            ops.set(
                 &["spec", "hostNetwork"],
                 spec.host_network.is_some(),
-                Value::Bool(true),
-            ));
+                PatchValue::Owned(Value::Bool(true)),
+            );
         }
         if self.host_pid && spec.host_pid != Some(true) {
-            ops.push(set(
+            ops.set(
                 &["spec", "hostPID"],
                 spec.host_pid.is_some(),
-                Value::Bool(true),
-            ));
+                PatchValue::Owned(Value::Bool(true)),
+            );
         }
-        if let Some(account) = &self.service_account {
-            ops.push(set(
+        if let Some(account) = self.service_account {
+            ops.set(
                 &["spec", "serviceAccountName"],
                 spec.service_account_name.is_some(),
-                Value::from(account.as_str()),
-            ));
+                PatchValue::Owned(Value::from(account)),
+            );
             if spec.service_account.is_some() {
-                ops.push(set(
+                ops.set(
                     &["spec", "serviceAccount"],
                     true,
-                    Value::from(account.as_str()),
-                ));
+                    PatchValue::Owned(Value::from(account)),
+                );
             }
         }
 
         let revision = sidecars
             .iter()
-            .map(|s| format!("{}={}", s.config.name, s.revision))
+            .map(|s| s.stamp.as_str())
             .collect::<Vec<_>>()
             .join(",");
         match &self.pod.metadata.annotations {
@@ -648,78 +715,25 @@ impl<'v> PatchBuilder<'v> {
                     (&keys.status, STATUS_INJECTED),
                     (&keys.revision, revision.as_str()),
                 ] {
-                    ops.push(set(
+                    ops.set(
                         &["metadata", "annotations", key],
                         annotations.contains_key(key.as_str()),
-                        Value::from(value),
-                    ));
+                        PatchValue::Owned(Value::from(value)),
+                    );
                 }
             }
             None => {
                 let mut map = serde_json::Map::new();
                 map.insert(keys.status.clone(), Value::from(STATUS_INJECTED));
                 map.insert(keys.revision.clone(), Value::from(revision));
-                ops.push(add(&["metadata", "annotations"], Value::Object(map)));
+                ops.add(
+                    &["metadata", "annotations"],
+                    PatchValue::Owned(Value::Object(map)),
+                );
             }
         }
-        Patch(ops)
+        ops
     }
-}
-
-/// Appends items to a list that exists, or creates the list with them.
-fn append_all<T: serde::Serialize>(
-    ops: &mut Vec<PatchOperation>,
-    base: &[&str],
-    field: &str,
-    exists: bool,
-    items: &[T],
-) {
-    if items.is_empty() {
-        return;
-    }
-    let mut path: Vec<&str> = base.to_vec();
-    path.push(field);
-    if exists {
-        path.push("-");
-        for item in items {
-            ops.push(add(&path, to_json(item)));
-        }
-    } else {
-        ops.push(add(&path, to_json(&items)));
-    }
-}
-
-fn pointer(tokens: &[&str]) -> PointerBuf {
-    PointerBuf::from_tokens(tokens.iter().copied())
-}
-
-fn add(tokens: &[&str], value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation {
-        path: pointer(tokens),
-        value,
-    })
-}
-
-fn remove(tokens: &[&str]) -> PatchOperation {
-    PatchOperation::Remove(RemoveOperation {
-        path: pointer(tokens),
-    })
-}
-
-/// `replace` where the member exists (a reader of the patch sees an overwrite), else `add`.
-fn set(tokens: &[&str], exists: bool, value: Value) -> PatchOperation {
-    if exists {
-        PatchOperation::Replace(ReplaceOperation {
-            path: pointer(tokens),
-            value,
-        })
-    } else {
-        add(tokens, value)
-    }
-}
-
-fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Value {
-    serde_json::to_value(value).expect("Kubernetes types serialize to JSON")
 }
 
 #[cfg(test)]

@@ -11,4 +11,5 @@ pub mod config;
 pub mod config_directory;
 pub mod injection;
 pub mod name;
+pub mod patch;
 pub mod revision;

@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sidecar_injector::config::{LoadedSidecar, SidecarSet, parse_config};
 use sidecar_injector::injection::{Decision, InjectionSettings, PodView, SkipReason, decide};
-use sidecar_injector::revision::Revision;
 
 const ENV_NAMES: &[&str] = &["A", "B", "LOG_ENDPOINT", "PORT"];
 const MOUNTS: &[(&str, &str)] = &[
@@ -182,11 +181,7 @@ fn load(configs: &[String]) -> SidecarSet {
             let config = parse_config("generated", text)
                 .expect("generated configs are valid")
                 .config;
-            LoadedSidecar {
-                revision: Revision::of(&config),
-                config,
-                origin: "generated".into(),
-            }
+            LoadedSidecar::new(config, "generated")
         })
         .collect()
 }
@@ -214,7 +209,7 @@ proptest! {
             panic!("expected an injection");
         };
         let mut patched = pod.clone();
-        json_patch::patch(&mut patched, &injection.patch).expect("the patch applies");
+        json_patch::patch(&mut patched, &injection.patch.to_json_patch()).expect("the patch applies");
         let typed: Pod = serde_json::from_value(patched.clone()).expect("the result is a Pod");
         let spec = typed.spec.expect("a spec");
 

@@ -11,11 +11,7 @@ fn sidecars(configs: &[&str]) -> SidecarSet {
             let config = parse_config("test.yaml", text)
                 .unwrap_or_else(|e| panic!("{e}"))
                 .config;
-            LoadedSidecar {
-                revision: Revision::of(&config),
-                config,
-                origin: "test.yaml".into(),
-            }
+            LoadedSidecar::new(config, "test.yaml")
         })
         .collect()
 }
@@ -96,17 +92,17 @@ impl PodBuilder {
     }
 }
 
-fn decide_on(
+fn decide_on<'s>(
     pod: &Value,
     namespace: &str,
-    set: &SidecarSet,
+    set: &'s SidecarSet,
     settings: &InjectionSettings,
-) -> Decision {
+) -> Decision<'s> {
     let view = PodView::deserialize(pod).expect("the pod parses");
     decide(&view, namespace, set, settings)
 }
 
-fn try_inject(pod: &Value, set: &SidecarSet) -> Decision {
+fn try_inject<'s>(pod: &Value, set: &'s SidecarSet) -> Decision<'s> {
     decide_on(pod, "team-a", set, &InjectionSettings::default())
 }
 
@@ -118,9 +114,9 @@ fn inject(pod: &Value, set: &SidecarSet) -> Value {
     }
 }
 
-fn apply(pod: &Value, patch: &Patch) -> Value {
+fn apply(pod: &Value, patch: &JsonPatch<'_>) -> Value {
     let mut patched = pod.clone();
-    json_patch::patch(&mut patched, patch)
+    json_patch::patch(&mut patched, &patch.to_json_patch())
         .unwrap_or_else(|e| panic!("patch does not apply: {e}\n{patch:?}"));
     serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(patched.clone())
         .expect("the result is a valid Pod");
@@ -133,7 +129,7 @@ fn names(list: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-fn env_of<'v>(container: &'v Value) -> Vec<(&'v str, &'v str)> {
+fn env_of(container: &Value) -> Vec<(&str, &str)> {
     container["env"]
         .as_array()
         .map(|env| {

@@ -1,0 +1,229 @@
+//! RFC 6902 JSON Patch, built from explicit operations. Values borrow from the sidecar configs
+//! (a config's rendered containers, env, volumes) and are only serialized, so answering a
+//! request copies no JSON tree.
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Operation<'a> {
+    Add { path: String, value: PatchValue<'a> },
+    Remove { path: String },
+    Replace { path: String, value: PatchValue<'a> },
+}
+
+/// The value of an operation, as it will be written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PatchValue<'a> {
+    Borrowed(&'a Value),
+    Owned(Value),
+    List(Vec<PatchValue<'a>>),
+    /// An object with items appended to some of its lists (an injected container that receives
+    /// the config's env and mounts), written without copying the object.
+    Extended {
+        base: &'a Value,
+        appended: Vec<(&'static str, Vec<&'a Value>)>,
+    },
+}
+
+impl<'a> From<&'a Value> for PatchValue<'a> {
+    fn from(value: &'a Value) -> Self {
+        PatchValue::Borrowed(value)
+    }
+}
+
+impl From<Value> for PatchValue<'_> {
+    fn from(value: Value) -> Self {
+        PatchValue::Owned(value)
+    }
+}
+
+impl Serialize for PatchValue<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PatchValue::Borrowed(value) => value.serialize(serializer),
+            PatchValue::Owned(value) => value.serialize(serializer),
+            PatchValue::List(items) => items.serialize(serializer),
+            PatchValue::Extended { base, appended } => {
+                let Value::Object(fields) = base else {
+                    return base.serialize(serializer);
+                };
+                let extra = |key: &str| appended.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+                let new_keys = appended
+                    .iter()
+                    .filter(|(key, items)| !items.is_empty() && !fields.contains_key(*key));
+                let mut map = serializer.serialize_map(None)?;
+                for (key, value) in fields {
+                    match (extra(key), value) {
+                        (Some(items), Value::Array(own)) if !items.is_empty() => {
+                            map.serialize_entry(key, &Chained(own, items))?;
+                        }
+                        _ => map.serialize_entry(key, value)?,
+                    }
+                }
+                for (key, items) in new_keys {
+                    map.serialize_entry(key, items)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// Two slices written as one JSON array.
+struct Chained<'v>(&'v [Value], &'v [&'v Value]);
+
+impl Serialize for Chained<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len() + self.1.len()))?;
+        for item in self.0 {
+            seq.serialize_element(item)?;
+        }
+        for item in self.1 {
+            seq.serialize_element(item)?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct JsonPatch<'a> {
+    operations: Vec<Operation<'a>>,
+}
+
+impl<'a> JsonPatch<'a> {
+    pub fn operations(&self) -> &[Operation<'a>] {
+        &self.operations
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.operations.is_empty()
+    }
+
+    pub fn add(&mut self, tokens: &[&str], value: PatchValue<'a>) {
+        self.operations.push(Operation::Add {
+            path: pointer(tokens),
+            value,
+        });
+    }
+
+    pub fn remove(&mut self, tokens: &[&str]) {
+        self.operations.push(Operation::Remove {
+            path: pointer(tokens),
+        });
+    }
+
+    /// `replace` where the member exists (a reader of the patch sees an overwrite), else `add`.
+    pub fn set(&mut self, tokens: &[&str], exists: bool, value: PatchValue<'a>) {
+        let path = pointer(tokens);
+        self.operations.push(if exists {
+            Operation::Replace { path, value }
+        } else {
+            Operation::Add { path, value }
+        });
+    }
+
+    /// Appends `items` to the list at `tokens`, or creates the list with them when absent.
+    pub fn append_all(&mut self, tokens: &[&str], exists: bool, items: Vec<PatchValue<'a>>) {
+        if items.is_empty() {
+            return;
+        }
+        if exists {
+            let mut path = tokens.to_vec();
+            path.push("-");
+            for item in items {
+                self.add(&path, item);
+            }
+        } else {
+            self.add(tokens, PatchValue::List(items));
+        }
+    }
+
+    /// The same patch as the json-patch crate's type, to apply it to a document.
+    pub fn to_json_patch(&self) -> json_patch::Patch {
+        serde_json::to_value(self)
+            .and_then(serde_json::from_value)
+            .expect("our operations are valid RFC 6902 operations")
+    }
+}
+
+/// An RFC 6901 pointer from unescaped tokens (`injector/status` becomes `injector~1status`).
+pub fn pointer(tokens: &[&str]) -> String {
+    let mut path = String::with_capacity(tokens.iter().map(|t| t.len() + 1).sum::<usize>() + 4);
+    for token in tokens {
+        path.push('/');
+        if !token.contains(['~', '/']) {
+            path.push_str(token);
+            continue;
+        }
+        for c in token.chars() {
+            match c {
+                '~' => path.push_str("~0"),
+                '/' => path.push_str("~1"),
+                c => path.push(c),
+            }
+        }
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn pointer_escapes_tilde_and_slash() {
+        assert_eq!(
+            pointer(&["metadata", "annotations", "a~b/c"]),
+            "/metadata/annotations/a~0b~1c"
+        );
+        assert_eq!(pointer(&[]), "");
+    }
+
+    #[test]
+    fn serializes_as_rfc_6902_and_applies() {
+        let borrowed = json!({"name": "x"});
+        let mut patch = JsonPatch::default();
+        patch.append_all(&["list"], false, vec![(&borrowed).into()]);
+        patch.append_all(&["list"], true, vec![json!({"name": "y"}).into()]);
+        patch.set(&["flag"], false, json!(true).into());
+        patch.set(&["flag"], true, json!(false).into());
+        patch.remove(&["list", "0"]);
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!([
+                {"op": "add", "path": "/list", "value": [{"name": "x"}]},
+                {"op": "add", "path": "/list/-", "value": {"name": "y"}},
+                {"op": "add", "path": "/flag", "value": true},
+                {"op": "replace", "path": "/flag", "value": false},
+                {"op": "remove", "path": "/list/0"}
+            ])
+        );
+        let mut doc = json!({});
+        json_patch::patch(&mut doc, &patch.to_json_patch()).unwrap();
+        assert_eq!(doc, json!({"list": [{"name": "y"}], "flag": false}));
+    }
+
+    #[test]
+    fn an_extended_object_is_written_with_its_lists_appended() {
+        let base = json!({"name": "c", "env": [{"name": "A"}], "image": "i"});
+        let (b, c) = (json!({"name": "B"}), json!({"name": "/m"}));
+        let value = PatchValue::Extended {
+            base: &base,
+            appended: vec![
+                ("env", vec![&b]),
+                ("volumeMounts", vec![&c]),
+                ("args", vec![]),
+            ],
+        };
+        assert_eq!(
+            serde_json::to_value(&value).unwrap(),
+            json!({"name": "c", "env": [{"name": "A"}, {"name": "B"}], "image": "i", "volumeMounts": [{"name": "/m"}]})
+        );
+    }
+}
