@@ -5,13 +5,13 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::annotations::{AnnotationKeys, DEFAULT_ANNOTATION_NAMESPACE};
-use crate::config::{LoadReport, load_directory};
+use crate::config::{LoadReport, SidecarSet, load_directory};
 use crate::config_directory::{is_config_file_name, load_config_directory, read_config_directory};
 use crate::injection::{
     DEFAULT_IGNORED_NAMESPACES, Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide,
@@ -68,6 +68,25 @@ pub struct ValidateArgs {
     pub configs: ConfigDirectoryArgs,
     /// Config files or directories to check; the config directory when none is given.
     pub paths: Vec<PathBuf>,
+}
+
+impl Cli {
+    /// Parses the process arguments. An environment variable set to an empty value counts as
+    /// unset, as in Tumblr's entrypoint (`TLS_PORT=` falls back to the default).
+    pub fn parse_args() -> Self {
+        fn unset_if_empty(arg: clap::Arg) -> clap::Arg {
+            let empty = arg
+                .get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|value| value.is_empty());
+            if empty { arg.env(None) } else { arg }
+        }
+        let command = <Self as clap::CommandFactory>::command()
+            .mut_args(unset_if_empty)
+            .mut_subcommands(|sub| sub.mut_args(unset_if_empty));
+        let matches = command.get_matches();
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+    }
 }
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -134,39 +153,7 @@ fn inject(args: &InjectArgs) -> anyhow::Result<ExitCode> {
         if document.is_null() {
             continue;
         }
-        let label = document_label(&document);
-        let kind = document
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let namespace = document
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_owned();
-        let template = pod_template_pointer(kind).and_then(|p| document.pointer_mut(p));
-        if let Some(template) = template {
-            let decision = match PodView::deserialize(&*template) {
-                Ok(pod) => decide(&pod, &namespace, &sidecars, &settings),
-                Err(err) => bail!("{}: {label}: cannot read the pod: {err}", args.file),
-            };
-            match decision {
-                Decision::Inject(injection) => {
-                    json_patch::patch(template, &injection.patch.to_json_patch())
-                        .with_context(|| format!("{label}: the patch does not apply"))?;
-                    for name in &injection.missing {
-                        eprintln!(
-                            "{label}: warning: sidecar {name:?} not found; injected the rest"
-                        );
-                    }
-                }
-                Decision::Skip(_) => {}
-                Decision::Deny(denial) => {
-                    eprintln!("{label}: denied: {denial}");
-                    denied = true;
-                }
-            }
-        }
+        denied |= inject_object(&mut document, &sidecars, &settings)?;
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&document).context("cannot print YAML")?);
     }
@@ -176,6 +163,59 @@ fn inject(args: &InjectArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Injects into one object (each item of a `List`, as `kubectl get -o yaml` prints); returns
+/// whether it was denied. Kinds without a pod template pass through.
+fn inject_object(
+    object: &mut Value,
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> anyhow::Result<bool> {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if kind == "List" {
+        let mut denied = false;
+        for item in object
+            .get_mut("items")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            denied |= inject_object(item, sidecars, settings)?;
+        }
+        return Ok(denied);
+    }
+    let label = document_label(object);
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_owned();
+    let Some(template) = pod_template_pointer(&kind).and_then(|p| object.pointer_mut(p)) else {
+        return Ok(false);
+    };
+    let pod = PodView::deserialize(&*template)
+        .with_context(|| format!("{label}: cannot read the pod"))?;
+    match decide(&pod, &namespace, sidecars, settings) {
+        Decision::Inject(injection) => {
+            let patch = injection.patch.to_json_patch();
+            json_patch::patch(template, &patch)
+                .with_context(|| format!("{label}: the patch does not apply"))?;
+            for name in &injection.missing {
+                eprintln!("{label}: warning: sidecar \"{name}\" not found; injected the rest");
+            }
+            Ok(false)
+        }
+        Decision::Skip(_) => Ok(false),
+        Decision::Deny(denial) => {
+            eprintln!("{label}: denied: {denial}");
+            Ok(true)
+        }
+    }
 }
 
 fn read_input(file: &str) -> anyhow::Result<String> {
@@ -212,6 +252,11 @@ fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     let mut stdout = io::stdout().lock();
     for target in &targets {
+        if !target.exists() {
+            eprintln!("error: {}: no such file or directory", target.display());
+            failed = true;
+            continue;
+        }
         let report = if target.is_dir() {
             load_config_directory(target)
                 .with_context(|| format!("cannot read directory {}", target.display()))?

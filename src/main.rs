@@ -1,7 +1,7 @@
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    sidecar_injector::cli::run(sidecar_injector::cli::Cli::parse())
+    sidecar_injector::cli::run(sidecar_injector::cli::Cli::parse_args())
 }

@@ -1,0 +1,270 @@
+//! The `inject` and `validate` commands, run as the real binary on the shipped examples.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(args)
+        .current_dir(ROOT)
+        .env_remove("CONFIG_DIR")
+        .env_remove("ANNOTATION_NAMESPACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut input = child.stdin.take().unwrap();
+    input
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn documents(output: &Output) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(&text(&output.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+/// `validate` prints `ok  NAME  REV  ORIGIN`; the revision of `name`.
+fn validated_revision(name: &str) -> String {
+    let output = run(&["validate"], None);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    text(&output.stdout)
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&name)).then(|| fields[2].to_owned())
+        })
+        .unwrap_or_else(|| panic!("{name} not listed"))
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn inject_the_readme_example() {
+    let output = run(&["inject", "-f", "examples/deployment.yaml"], None);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let docs = documents(&output);
+    assert_eq!(docs.len(), 1);
+    let template = &docs[0]["spec"]["template"];
+    assert_eq!(
+        names(&template["spec"]["containers"]),
+        ["app", "log-shipper"]
+    );
+    assert_eq!(
+        template["metadata"]["annotations"]["injector/status"],
+        "injected"
+    );
+    assert_eq!(
+        template["metadata"]["annotations"]["injector/revision"],
+        format!("logger:v1={}", validated_revision("logger:v1"))
+    );
+    assert_eq!(
+        docs[0]["metadata"]["name"], "web",
+        "the rest of the Deployment is kept"
+    );
+}
+
+#[test]
+fn inject_reads_stdin_with_every_workload_kind_and_passes_other_kinds_through() {
+    let manifest = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        metadata: {annotations: {injector/request: "metrics-agent:v1"}}
+        spec: {containers: [{name: job, image: job:1}], restartPolicy: Never}
+---
+{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+   "spec": {"template": {"metadata": {"annotations": {"injector/request": "logger:v2"}}, "spec": {"containers": [{"name": "db"}]}}}},
+  {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"}, "spec": {"containers": [{"name": "p"}]}}
+]}
+"#;
+    let output = run(&["inject", "-f", "-"], Some(manifest));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let docs = documents(&output);
+    assert_eq!(docs.len(), 3);
+    assert_eq!(docs[0]["spec"]["ports"][0]["port"], 80);
+    let job = &docs[1]["spec"]["jobTemplate"]["spec"]["template"];
+    assert_eq!(names(&job["spec"]["containers"]), ["job", "metrics-agent"]);
+    assert_eq!(job["spec"]["hostAliases"][0]["ip"], "10.96.0.53");
+    let statefulset = &docs[2]["items"][0]["spec"]["template"];
+    assert_eq!(
+        names(&statefulset["spec"]["containers"]),
+        ["db", "log-shipper"]
+    );
+    assert_eq!(
+        statefulset["spec"]["volumes"][1]["configMap"]["defaultMode"], 420,
+        "logger:v2 inherits v1's volumes, octal mode read as Kubernetes does"
+    );
+    assert!(docs[2]["items"][1]["metadata"].get("annotations").is_none());
+}
+
+#[test]
+fn a_denial_goes_to_stderr_with_exit_status_1() {
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {injector/request: logger:v9}\nspec: {containers: [{name: app}]}\n";
+    let output = run(&["inject", "-f", "-"], Some(manifest));
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stderr).trim(),
+        r#"Pod/p: denied: sidecar "logger:v9" not found; known: logger:v1, logger:v2"#
+    );
+    let allowed = run(
+        &["inject", "--on-missing-sidecar", "allow", "-f", "-"],
+        Some(manifest),
+    );
+    assert!(allowed.status.success());
+}
+
+#[test]
+fn inject_honours_the_annotation_namespace() {
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {injector.tumblr.com/request: logger:v1}\nspec: {containers: [{name: app}]}\n";
+    let output = run(
+        &[
+            "inject",
+            "--annotation-namespace",
+            "injector.tumblr.com",
+            "-f",
+            "-",
+        ],
+        Some(manifest),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let pod = &documents(&output)[0];
+    assert_eq!(
+        pod["metadata"]["annotations"]["injector.tumblr.com/status"],
+        "injected"
+    );
+    let default_ns = run(&["inject", "-f", "-"], Some(manifest));
+    assert!(
+        documents(&default_ns)[0]["metadata"]["annotations"]
+            .get("injector/status")
+            .is_none()
+    );
+}
+
+#[test]
+fn validate_lists_every_example_with_its_revision() {
+    let output = run(&["validate"], None);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let listed: Vec<String> = text(&output.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "logger:v1",
+            "logger:v2",
+            "metrics-agent:v1",
+            "secrets-agent:v1"
+        ]
+    );
+    assert_ne!(
+        validated_revision("logger:v1"),
+        validated_revision("logger:v2")
+    );
+}
+
+#[test]
+fn validate_reports_errors_by_file_and_line_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| std::fs::write(dir.path().join(name), body).unwrap();
+    write(
+        "good.yaml",
+        "name: good:v1\ncontainers: [{name: g, image: g:1}]\n",
+    );
+    write(
+        "typo.yaml",
+        "name: typo:v1\ncontainers: [{name: t}]\nvolumeMount: []\n",
+    );
+    write(
+        "nested.yml",
+        "name: nested:v1\ncontainers:\n  - name: n\n    imagePullPolcy: Always\n",
+    );
+    write(".hidden.yaml", "this is not: [valid\n");
+    write("notes.txt", "ignored\n");
+    let dir_arg = dir.path().to_str().unwrap();
+    let output = run(&["validate", dir_arg], None);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "error: {dir_arg}/typo.yaml:3: unknown top-level key \"volumeMount\""
+        )),
+        "{stderr}"
+    );
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("ok  good:v1"), "{stdout}");
+    assert!(stdout.contains("ok  nested:v1"), "{stdout}");
+    assert!(
+        stdout.contains("warning: `containers[0].imagePullPolcy`"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("hidden") && !stderr.contains("hidden"));
+
+    // One file alone: only its own problems, judged beside its neighbours.
+    let good = run(&["validate", &format!("{dir_arg}/good.yaml")], None);
+    assert!(good.status.success(), "{}", text(&good.stderr));
+    assert_eq!(text(&good.stdout).lines().count(), 1);
+    let typo = run(&["validate", &format!("{dir_arg}/typo.yaml")], None);
+    assert_eq!(typo.status.code(), Some(1));
+}
+
+#[test]
+fn a_missing_config_directory_is_a_clear_error() {
+    let output = run(&["validate", "--config-directory", "no/such/dir"], None);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("no/such/dir"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(!Path::new(ROOT).join("no").exists());
+}
+
+#[test]
+fn an_empty_environment_variable_counts_as_unset() {
+    let with_env = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .arg("validate")
+            .current_dir(ROOT)
+            .env("CONFIG_DIR", value)
+            .output()
+            .unwrap()
+    };
+    let empty = with_env("");
+    assert!(empty.status.success(), "{}", text(&empty.stderr));
+    assert!(text(&empty.stdout).contains("logger:v1"));
+    let elsewhere = with_env("/no/such/configs");
+    assert_eq!(elsewhere.status.code(), Some(1));
+    assert!(text(&elsewhere.stderr).contains("/no/such/configs"));
+}
