@@ -63,13 +63,20 @@ impl Default for InjectionSettings {
 #[derive(Debug, Default, Deserialize)]
 pub struct PodView<'a> {
     #[serde(default, borrow)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     pub metadata: PodMetadataView<'a>,
     #[serde(default, borrow)]
     pub spec: Option<PodSpecView<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodMetadataView<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub generate_name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub namespace: Option<Cow<'a, str>>,
     #[serde(default, borrow)]

@@ -5,6 +5,7 @@
 //! (`cli`) reads files and prints.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod annotations;
 pub mod cli;
 pub mod config;
@@ -13,3 +14,4 @@ pub mod injection;
 pub mod name;
 pub mod patch;
 pub mod revision;
+pub mod tls;

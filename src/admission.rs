@@ -1,0 +1,358 @@
+//! AdmissionReview in, AdmissionReview out. Pure: bytes and the config snapshot in, the reply
+//! bytes and what happened (for logs and metrics) out.
+//!
+//! Only what the decision needs is parsed: the review envelope, and the pod through
+//! [`PodView`], which skips everything else (managedFields included) without building it.
+
+use std::borrow::Cow;
+use std::io::Write;
+
+use base64::write::EncoderStringWriter;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use thiserror::Error;
+
+use crate::config::SidecarSet;
+use crate::injection::{Decision, Denial, InjectionSettings, PodView, SkipReason, decide};
+
+pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
+pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
+
+/// A body that is not an AdmissionReview at all; answered with HTTP 400.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReviewError {
+    #[error("cannot read the body as an AdmissionReview: {0}")]
+    Unreadable(String),
+    #[error(
+        "the body is not an AdmissionReview (apiVersion {api_version:?}, kind {kind:?}); expected admission.k8s.io/v1 or v1beta1"
+    )]
+    NotAReview { api_version: String, kind: String },
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn<'a> {
+    #[serde(default, borrow)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    request: Option<RequestIn<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn<'a> {
+    #[serde(borrow)]
+    uid: Cow<'a, str>,
+    #[serde(default, borrow)]
+    kind: Option<KindIn<'a>>,
+    #[serde(default, borrow)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct KindIn<'a> {
+    #[serde(default, borrow)]
+    group: Cow<'a, str>,
+    #[serde(default, borrow)]
+    version: Cow<'a, str>,
+    #[serde(default, borrow)]
+    kind: Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut<'a> {
+    code: u16,
+    message: &'a str,
+}
+
+/// What the webhook did with one review, for the reply, the log line and the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The AdmissionReview to send back (HTTP 200).
+    pub body: Vec<u8>,
+    pub result: AdmissionResult,
+    pub uid: String,
+    pub namespace: String,
+    /// The pod's name, or its generateName for controller-made pods.
+    pub pod: String,
+    /// Per requested sidecar: the label for the metric and what happened to it.
+    pub sidecars: Vec<(String, SidecarResult)>,
+    /// The denial message or the warning, when there is one.
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AdmissionResult {
+    Injected,
+    Skipped,
+    Denied,
+    NotAPod,
+    InvalidPod,
+}
+
+impl AdmissionResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionResult::Injected => "injected",
+            AdmissionResult::Skipped => "skipped",
+            AdmissionResult::Denied => "denied",
+            AdmissionResult::NotAPod => "not_a_pod",
+            AdmissionResult::InvalidPod => "invalid_pod",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SidecarResult {
+    Injected,
+    NotFound,
+    NameClash,
+}
+
+impl SidecarResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SidecarResult::Injected => "injected",
+            SidecarResult::NotFound => "not_found",
+            SidecarResult::NameClash => "name_clash",
+        }
+    }
+}
+
+/// Label for a requested sidecar no config defines: pod authors choose the text, so it never
+/// becomes a label value of its own.
+pub const UNKNOWN_SIDECAR_LABEL: &str = "(unknown)";
+
+/// Answers one AdmissionReview body.
+pub fn review(
+    body: &[u8],
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> Result<Answer, ReviewError> {
+    let review: ReviewIn<'_> =
+        serde_json::from_slice(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
+    let api_version = review.api_version.as_deref().unwrap_or_default();
+    let kind = review.kind.as_deref().unwrap_or_default();
+    if kind != "AdmissionReview" || ![API_VERSION_V1, API_VERSION_V1BETA1].contains(&api_version) {
+        return Err(ReviewError::NotAReview {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+        });
+    }
+    let request = review.request.ok_or(ReviewError::NoRequest)?;
+    let mut answer = Answer {
+        body: Vec::new(),
+        result: AdmissionResult::Skipped,
+        uid: request.uid.to_string(),
+        namespace: request.namespace.as_deref().unwrap_or_default().to_owned(),
+        pod: String::new(),
+        sidecars: Vec::new(),
+        message: None,
+    };
+    let reply = |answer: &Answer, allowed, patch: Option<String>, status: Option<StatusOut>| {
+        let warnings = match (allowed, &answer.message) {
+            (true, Some(message)) => vec![message.clone()],
+            _ => Vec::new(),
+        };
+        serde_json::to_vec(&ReviewOut {
+            api_version,
+            kind: "AdmissionReview",
+            response: ResponseOut {
+                uid: &answer.uid,
+                allowed,
+                patch_type: patch.as_ref().map(|_| "JSONPatch"),
+                patch,
+                status,
+                warnings,
+            },
+        })
+        .expect("the reply serializes")
+    };
+
+    if let Some(object_kind) = &request.kind
+        && (object_kind.kind != "Pod" || !object_kind.group.is_empty())
+    {
+        answer.result = AdmissionResult::NotAPod;
+        let group_version = if object_kind.group.is_empty() {
+            object_kind.version.to_string()
+        } else {
+            format!("{}/{}", object_kind.group, object_kind.version)
+        };
+        answer.message = Some(format!(
+            "sidecar-injector only mutates Pods; this request is for {group_version} {}, let through unchanged",
+            object_kind.kind
+        ));
+        answer.body = reply(&answer, true, None, None);
+        return Ok(answer);
+    }
+    // Only creation is injected: the webhook is registered for CREATE, and a running pod's
+    // containers cannot change anyway.
+    if request
+        .operation
+        .as_deref()
+        .is_some_and(|op| op != "CREATE")
+    {
+        answer.body = reply(&answer, true, None, None);
+        return Ok(answer);
+    }
+    let pod = match request
+        .object
+        .map(|raw| serde_json::from_str::<PodView>(raw.get()))
+    {
+        Some(Ok(pod)) => pod,
+        Some(Err(err)) => {
+            return Ok(invalid_pod(
+                answer,
+                format!("cannot read the pod: {err}"),
+                reply,
+            ));
+        }
+        None => {
+            return Ok(invalid_pod(
+                answer,
+                "the request carries no pod".to_owned(),
+                reply,
+            ));
+        }
+    };
+    if pod.kind.as_deref().is_some_and(|kind| kind != "Pod") {
+        answer.result = AdmissionResult::NotAPod;
+        answer.message = Some(format!(
+            "sidecar-injector only mutates Pods; this object is a {}, let through unchanged",
+            pod.kind.as_deref().unwrap_or_default()
+        ));
+        answer.body = reply(&answer, true, None, None);
+        return Ok(answer);
+    }
+    answer.pod = pod
+        .metadata
+        .name
+        .as_deref()
+        .or(pod.metadata.generate_name.as_deref())
+        .unwrap_or_default()
+        .to_owned();
+    if answer.namespace.is_empty() {
+        answer.namespace = pod
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned();
+    }
+
+    match decide(&pod, &answer.namespace, sidecars, settings) {
+        Decision::Skip(reason) => {
+            if let SkipReason::NothingFound(missing) = &reason {
+                answer.sidecars = missing
+                    .iter()
+                    .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound))
+                    .collect();
+                answer.message = Some(missing_message(missing));
+            }
+            answer.body = reply(&answer, true, None, None);
+        }
+        Decision::Inject(injection) => {
+            answer.result = AdmissionResult::Injected;
+            answer.sidecars = injection
+                .injected
+                .iter()
+                .map(|(name, _)| (name.to_string(), SidecarResult::Injected))
+                .chain(
+                    injection
+                        .missing
+                        .iter()
+                        .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)),
+                )
+                .collect();
+            if !injection.missing.is_empty() {
+                answer.message = Some(missing_message(&injection.missing));
+            }
+            let mut encoder = EncoderStringWriter::new(&base64::engine::general_purpose::STANDARD);
+            serde_json::to_writer(&mut encoder, &injection.patch).expect("the patch serializes");
+            encoder.flush().expect("writing to a string cannot fail");
+            answer.body = reply(&answer, true, Some(encoder.into_inner()), None);
+        }
+        Decision::Deny(denial) => {
+            answer.result = AdmissionResult::Denied;
+            answer.sidecars = match &denial {
+                Denial::SidecarNotFound { .. } => {
+                    vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)]
+                }
+                Denial::ContainerNameClash { sidecar, .. } => {
+                    vec![(sidecar.clone(), SidecarResult::NameClash)]
+                }
+                Denial::InvalidRequest { .. } | Denial::NoPodSpec => Vec::new(),
+            };
+            let message = denial.to_string();
+            answer.body = reply(
+                &answer,
+                false,
+                None,
+                Some(StatusOut {
+                    code: 403,
+                    message: &message,
+                }),
+            );
+            answer.message = Some(message);
+        }
+    }
+    Ok(answer)
+}
+
+fn missing_message(missing: &[crate::name::SidecarName]) -> String {
+    let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
+    format!("sidecar(s) not found, not injected: {}", names.join(", "))
+}
+
+fn invalid_pod(
+    mut answer: Answer,
+    message: String,
+    reply: impl Fn(&Answer, bool, Option<String>, Option<StatusOut>) -> Vec<u8>,
+) -> Answer {
+    answer.result = AdmissionResult::InvalidPod;
+    answer.body = reply(
+        &answer,
+        false,
+        None,
+        Some(StatusOut {
+            code: 400,
+            message: &message,
+        }),
+    );
+    answer.message = Some(message);
+    answer
+}
+
+#[cfg(test)]
+mod tests;

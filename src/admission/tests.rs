@@ -1,0 +1,176 @@
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::{LoadedSidecar, parse_config};
+
+fn sidecars() -> SidecarSet {
+    let logger = "name: logger:v1\ncontainers: [{name: log-shipper, image: 'shipper:1'}]\nenv: [{name: LOG_ENDPOINT, value: x}]\n";
+    let clash = "name: clash:v1\ncontainers: [{name: app, image: 'x:1'}]\n";
+    [logger, clash]
+        .iter()
+        .map(|t| LoadedSidecar::new(parse_config("t.yaml", t).unwrap().config, "t.yaml"))
+        .collect()
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/admission/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn answer(review_json: &Value) -> (Answer, Value) {
+    let answer = review(
+        &serde_json::to_vec(review_json).unwrap(),
+        &sidecars(),
+        &InjectionSettings::default(),
+    )
+    .expect("a review");
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    (answer, body)
+}
+
+fn decoded_patch(body: &Value) -> Value {
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(body["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&patch).unwrap()
+}
+
+#[test]
+fn injects_a_real_review_and_echoes_uid_and_version() {
+    let input = fixture("deployment-pod.json");
+    let (answer, body) = answer(&input);
+    assert_eq!(answer.result, AdmissionResult::Injected);
+    assert_eq!(
+        answer.namespace, "team-a",
+        "request.namespace, the object has none"
+    );
+    assert_eq!(answer.pod, "web-67d5756f64-");
+    assert_eq!(
+        answer.sidecars,
+        [("logger:v1".to_owned(), SidecarResult::Injected)]
+    );
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(body["kind"], "AdmissionReview");
+    assert_eq!(body["response"]["uid"], input["request"]["uid"]);
+    assert_eq!(body["response"]["allowed"], true);
+    assert_eq!(body["response"]["patchType"], "JSONPatch");
+    let patch: json_patch::Patch = serde_json::from_value(decoded_patch(&body)).unwrap();
+    let mut pod = input["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch).unwrap();
+    assert_eq!(pod["spec"]["containers"][1]["name"], "log-shipper");
+}
+
+#[test]
+fn answers_v1beta1_in_v1beta1() {
+    let mut input = fixture("statefulset-pod.json");
+    input["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let (_, body) = answer(&input);
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(body["response"]["allowed"], true);
+}
+
+#[test]
+fn a_denial_carries_the_message_in_status() {
+    let mut input = fixture("bare-pod.json");
+    input["request"]["object"]["metadata"]["annotations"]["injector/request"] = json!("logger:v9");
+    let (answer, body) = answer(&input);
+    assert_eq!(answer.result, AdmissionResult::Denied);
+    assert_eq!(body["response"]["allowed"], false);
+    assert_eq!(body["response"]["status"]["code"], 403);
+    assert_eq!(
+        body["response"]["status"]["message"],
+        r#"sidecar "logger:v9" not found; known: logger:v1"#
+    );
+    assert!(body["response"].get("patch").is_none());
+    assert_eq!(
+        answer.sidecars,
+        [(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)]
+    );
+
+    input["request"]["object"]["metadata"]["annotations"]["injector/request"] = json!("clash:v1");
+    input["request"]["object"]["spec"]["containers"][0]["name"] = json!("app");
+    let (answer, _) = self::answer(&input);
+    assert_eq!(
+        answer.sidecars,
+        [("clash:v1".to_owned(), SidecarResult::NameClash)]
+    );
+}
+
+#[test]
+fn a_skip_is_allowed_without_patch() {
+    let mut input = fixture("bare-pod.json");
+    input["request"]["object"]["metadata"]["annotations"] = json!({});
+    let (answer, body) = answer(&input);
+    assert_eq!(answer.result, AdmissionResult::Skipped);
+    assert_eq!(
+        body["response"],
+        json!({"uid": input["request"]["uid"], "allowed": true})
+    );
+}
+
+#[test]
+fn a_non_pod_is_allowed_with_a_warning() {
+    let mut input = fixture("bare-pod.json");
+    input["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+    let (answer, body) = answer(&input);
+    assert_eq!(answer.result, AdmissionResult::NotAPod);
+    assert_eq!(body["response"]["allowed"], true);
+    assert!(body["response"].get("patch").is_none());
+    assert_eq!(
+        body["response"]["warnings"][0],
+        "sidecar-injector only mutates Pods; this request is for apps/v1 Deployment, let through unchanged"
+    );
+}
+
+#[test]
+fn a_pod_that_does_not_parse_is_denied_with_the_error() {
+    let mut input = fixture("bare-pod.json");
+    input["request"]["object"]["spec"]["containers"] = json!("not a list");
+    let (answer, body) = answer(&input);
+    assert_eq!(answer.result, AdmissionResult::InvalidPod);
+    assert_eq!(body["response"]["allowed"], false);
+    let message = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("cannot read the pod: invalid type: string"),
+        "{message}"
+    );
+}
+
+#[test]
+fn updates_are_let_through() {
+    let mut input = fixture("bare-pod.json");
+    input["request"]["operation"] = json!("UPDATE");
+    let (answer, body) = answer(&input);
+    assert_eq!(answer.result, AdmissionResult::Skipped);
+    assert!(body["response"].get("patch").is_none());
+}
+
+#[test]
+fn bodies_that_are_not_reviews_are_errors() {
+    let set = sidecars();
+    let settings = InjectionSettings::default();
+    let err = |body: &str| review(body.as_bytes(), &set, &settings).unwrap_err();
+    assert!(matches!(err("{nope"), ReviewError::Unreadable(_)));
+    assert!(matches!(err("[]"), ReviewError::NotAReview { .. }));
+    assert_eq!(
+        err(r#"{"apiVersion": "v1", "kind": "Pod"}"#).to_string(),
+        r#"the body is not an AdmissionReview (apiVersion "v1", kind "Pod"); expected admission.k8s.io/v1 or v1beta1"#
+    );
+    assert_eq!(
+        err(r#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#),
+        ReviewError::NoRequest
+    );
+    assert!(
+        matches!(
+            err(
+                r#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"object": {}}}"#
+            ),
+            ReviewError::Unreadable(_)
+        ),
+        "a request without uid cannot be answered"
+    );
+}
