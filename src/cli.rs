@@ -2,8 +2,10 @@
 
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -16,6 +18,9 @@ use crate::config_directory::{is_config_file_name, load_config_directory, read_c
 use crate::injection::{
     DEFAULT_IGNORED_NAMESPACES, Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide,
 };
+use crate::server::{self, ServeOptions};
+use crate::telemetry::{self, LogFormat, LogLevel};
+use crate::tls::{self, DevCertificates};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,6 +31,19 @@ use crate::injection::{
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log level: error, warn, info, debug, trace, or a glog verbosity number (Tumblr's `-v`).
+    #[arg(
+        long = "log-level",
+        short = 'v',
+        visible_alias = "v",
+        env = "LOG_LEVEL",
+        global = true,
+        default_value = "info"
+    )]
+    pub log_level: LogLevel,
+    /// Log format on stderr.
+    #[arg(long, env = "LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,6 +53,81 @@ pub enum Command {
     Inject(InjectArgs),
     /// Check sidecar configs and print each with its revision; exit status 1 on any error.
     Validate(ValidateArgs),
+    /// Run the admission webhook (HTTPS) and its lifecycle endpoints.
+    Serve(Box<ServeArgs>),
+    /// Write a development CA and serving certificate, and print the caBundle.
+    Certs(CertsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    /// HTTPS port of /mutate and /health.
+    #[arg(long, env = "TLS_PORT", default_value_t = 9443)]
+    pub tls_port: u16,
+    /// Plain HTTP port of /health, /ready and /metrics.
+    #[arg(long, env = "LIFECYCLE_PORT", default_value_t = 9000)]
+    pub lifecycle_port: u16,
+    /// Address both ports listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Serving certificate (PEM) [default: /var/lib/secrets/cert.crt; when that is missing, a
+    /// development certificate is generated in certs/].
+    #[arg(long, env = "TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key (PEM) [default: /var/lib/secrets/cert.key].
+    #[arg(long, env = "TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Namespaces whose pods are never injected; repeat the flag for several. The injector's own
+    /// namespace is always added when running in a cluster.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    /// What to do when a requested sidecar does not exist.
+    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
+    pub on_missing_sidecar: MissingSidecarPolicy,
+    /// Largest AdmissionReview accepted; larger bodies get 413.
+    #[arg(long, default_value_t = 6 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its headers and body; slower ones get 408.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub body_read_timeout: Duration,
+    /// After SIGTERM, how long /ready fails before the listeners close, so that endpoints
+    /// stop sending requests here first.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
+    /// How long in-flight requests may take to finish once the listeners close.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// Quiet time after a change in the config or certificate directory before reloading.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub reload_debounce: Duration,
+    /// Namespace of the sidecar ConfigMaps [default: the injector's own namespace].
+    #[arg(long, env = "CONFIGMAP_NAMESPACE")]
+    pub configmap_namespace: Option<String>,
+    /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on.
+    #[arg(long, env = "CONFIGMAP_LABELS")]
+    pub configmap_labels: Option<String>,
+    /// Kubeconfig file for the cluster connection (never read implicitly).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// API server URL for the cluster connection.
+    #[arg(long)]
+    pub master_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key into (created when missing).
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    /// DNS name or IP address the serving certificate is for; repeat for several, e.g.
+    /// sidecar-injector.injector-system.svc.
+    #[arg(long = "dns-name", required = true)]
+    pub dns_names: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -90,9 +183,12 @@ impl Cli {
 }
 
 pub fn run(cli: Cli) -> ExitCode {
+    telemetry::init(cli.log_level, cli.log_format);
     let result = match cli.command {
         Command::Inject(args) => inject(&args),
         Command::Validate(args) => validate(&args),
+        Command::Serve(args) => serve(*args),
+        Command::Certs(args) => certs(&args),
     };
     match result {
         Ok(code) => code,
@@ -101,6 +197,65 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Tumblr's paths, so a deployment that mounts its Secret there keeps working.
+pub const DEFAULT_TLS_CERT_FILE: &str = "/var/lib/secrets/cert.crt";
+pub const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
+
+/// The namespace of the service account this process runs as, when it runs in a pod.
+const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    tls::install_crypto_provider();
+    let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
+    if let Ok(own) = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE) {
+        ignored.insert(own.trim().to_owned());
+    }
+    if args.configmap_labels.is_some() || args.kubeconfig.is_some() || args.master_url.is_some() {
+        tracing::warn!(
+            "--configmap-labels, --configmap-namespace, --kubeconfig and --master-url are accepted \
+             but not used yet: this build serves directory configs only"
+        );
+    }
+    let options = ServeOptions {
+        bind_address: args.bind_address,
+        tls_port: args.tls_port,
+        lifecycle_port: args.lifecycle_port,
+        tls_cert_file: args.tls_cert_file,
+        tls_key_file: args.tls_key_file,
+        default_tls_cert_file: PathBuf::from(DEFAULT_TLS_CERT_FILE),
+        default_tls_key_file: PathBuf::from(DEFAULT_TLS_KEY_FILE),
+        config_directory: args.configs.config_directory,
+        settings: InjectionSettings {
+            keys: AnnotationKeys::new(&args.annotation_namespace),
+            ignored_namespaces: ignored,
+            on_missing_sidecar: args.on_missing_sidecar,
+        },
+        max_body_bytes: args.max_body_bytes,
+        body_read_timeout: args.body_read_timeout,
+        reload_debounce: args.reload_debounce,
+        shutdown_delay: args.shutdown_delay,
+        shutdown_timeout: args.shutdown_timeout,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(server::run(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn certs(args: &CertsArgs) -> anyhow::Result<ExitCode> {
+    let certs = DevCertificates::generate(&args.dns_names)?;
+    certs.write(&args.out_dir)?;
+    eprintln!(
+        "wrote {dir}/ca.crt, {dir}/tls.crt and {dir}/tls.key for {names}; the caBundle for the webhook configuration:",
+        dir = args.out_dir.display(),
+        names = args.dns_names.join(", ")
+    );
+    println!("{}", certs.ca_bundle());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_config_problems(report: &LoadReport) {

@@ -631,6 +631,64 @@ impl LoadReport {
     }
 }
 
+/// What one config source serves: each origin's (file's, or ConfigMap item's) last good
+/// version. A reload takes what loaded, keeps the last good version of what failed, and drops
+/// what vanished, so a broken edit never replaces a good config.
+#[derive(Debug, Clone, Default)]
+pub struct SourceState {
+    by_origin: BTreeMap<String, LoadedSidecar>,
+}
+
+/// What a reload changed, for the log line and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Origins that failed and keep serving their last good version.
+    pub kept: Vec<String>,
+    pub errors: usize,
+    pub served: usize,
+}
+
+impl SourceState {
+    pub fn apply(&mut self, report: &LoadReport) -> ReloadSummary {
+        let mut next: BTreeMap<String, LoadedSidecar> = report
+            .sidecars
+            .iter()
+            .map(|s| (s.origin.clone(), s.clone()))
+            .collect();
+        let fresh_names: BTreeSet<&SidecarName> =
+            report.sidecars.iter().map(|s| &s.config.name).collect();
+        let mut kept = Vec::new();
+        for error in &report.errors {
+            // A fresh, valid config of the same name elsewhere supersedes the stale one.
+            if let Some(previous) = self.by_origin.get(&error.origin)
+                && !fresh_names.contains(&previous.config.name)
+                && !next.contains_key(&error.origin)
+            {
+                next.insert(error.origin.clone(), previous.clone());
+                kept.push(error.origin.clone());
+            }
+        }
+        self.by_origin = next;
+        ReloadSummary {
+            kept,
+            errors: report.errors.len(),
+            served: self.by_origin.len(),
+        }
+    }
+
+    pub fn sidecars(&self) -> impl Iterator<Item = &LoadedSidecar> {
+        self.by_origin.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_origin.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_origin.is_empty()
+    }
+}
+
 /// Loads a directory's configs from the text of its files (file name -> text), resolving
 /// `inherits` among them. One file's error never stops the others from loading.
 ///

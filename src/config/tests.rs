@@ -467,3 +467,77 @@ fn the_example_configs_all_load() {
         Some("fluent/fluent-bit:3.0.7")
     );
 }
+
+#[test]
+fn a_reload_keeps_the_last_good_version_of_a_broken_config() {
+    let mut state = SourceState::default();
+    let first = load(&[
+        ("a.yaml", "name: a\ncontainers: [{name: a, image: 'a:1'}]\n"),
+        ("b.yaml", "name: b\n"),
+    ]);
+    state.apply(&first);
+    let a_v1 = loaded(&first, "a").revision.clone();
+
+    // a.yaml broken, b.yaml edited, c.yaml added.
+    let second = load(&[
+        (
+            "a.yaml",
+            "name: a\ncontainers: [{name: a, image: 'a:2'}]\nbogus: 1\n",
+        ),
+        ("b.yaml", "name: b\nhostPID: true\n"),
+        ("c.yaml", "name: c\n"),
+    ]);
+    let summary = state.apply(&second);
+    assert_eq!(
+        summary,
+        ReloadSummary {
+            kept: vec!["config/a.yaml".into()],
+            errors: 1,
+            served: 3
+        }
+    );
+    let set: SidecarSet = state.sidecars().cloned().collect();
+    assert_eq!(
+        set.get(&"a".parse().unwrap()).unwrap().revision,
+        a_v1,
+        "a keeps serving v1"
+    );
+    assert!(
+        set.get(&"b".parse().unwrap()).unwrap().config.host_pid,
+        "b took its edit"
+    );
+
+    // a.yaml fixed, c.yaml deleted.
+    let third = load(&[
+        ("a.yaml", "name: a\ncontainers: [{name: a, image: 'a:2'}]\n"),
+        ("b.yaml", "name: b\n"),
+    ]);
+    let summary = state.apply(&third);
+    assert_eq!(summary.kept, Vec::<String>::new());
+    let set: SidecarSet = state.sidecars().cloned().collect();
+    assert_ne!(set.get(&"a".parse().unwrap()).unwrap().revision, a_v1);
+    assert!(
+        set.get(&"c".parse().unwrap()).is_none(),
+        "a deleted file's config is gone"
+    );
+}
+
+#[test]
+fn a_config_that_never_loaded_is_not_served() {
+    let mut state = SourceState::default();
+    state.apply(&load(&[("a.yaml", "name: a\nbogus: 1\n")]));
+    assert!(state.is_empty());
+}
+
+#[test]
+fn a_fresh_config_of_the_same_name_supersedes_a_kept_one() {
+    let mut state = SourceState::default();
+    state.apply(&load(&[("a.yaml", "name: x\n")]));
+    let summary = state.apply(&load(&[
+        ("a.yaml", "name: x\nbogus: 1\n"),
+        ("b.yaml", "name: x\nhostPID: true\n"),
+    ]));
+    assert!(summary.kept.is_empty());
+    let served: Vec<&str> = state.sidecars().map(|s| s.origin.as_str()).collect();
+    assert_eq!(served, ["config/b.yaml"]);
+}

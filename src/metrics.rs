@@ -1,0 +1,201 @@
+//! The Prometheus metrics of the binary, in one explicit registry (prefix `sidecar_injector_`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InjectionLabels {
+    pub sidecar: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub source: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub admission_requests: Family<ResultLabels, Counter>,
+    pub admission_duration: Family<ResultLabels, Histogram>,
+    pub injections: Family<InjectionLabels, Counter>,
+    pub config_reloads: Family<ReloadLabels, Counter>,
+    pub configs_loaded: Family<SourceLabels, Gauge>,
+    pub certificate_reloads: Family<ResultLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("sidecar_injector");
+        let admission_requests = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "AdmissionReview requests answered, by result (injected, skipped, denied, not_a_pod, invalid_pod, or the HTTP error)",
+            admission_requests.clone(),
+        );
+        // 50 µs to about 1.6 s: a decision takes microseconds; the tail shows trouble.
+        let admission_duration = Family::<ResultLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+        });
+        registry.register_with_unit(
+            "admission_duration",
+            "Time from request received to reply, by result",
+            Unit::Seconds,
+            admission_duration.clone(),
+        );
+        let injections = Family::<InjectionLabels, Counter>::default();
+        registry.register(
+            "injections",
+            "Requested sidecars by outcome (injected, not_found, name_clash); unknown names are labelled (unknown)",
+            injections.clone(),
+        );
+        let config_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Loads of a sidecar config source, by source and result (success, or error when any config in it failed)",
+            config_reloads.clone(),
+        );
+        let configs_loaded = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "configs_loaded",
+            "Sidecar configs currently served, by source",
+            configs_loaded.clone(),
+        );
+        let certificate_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "certificate_reloads",
+            "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
+            certificate_reloads.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Build information; always 1",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        Self {
+            registry,
+            admission_requests,
+            admission_duration,
+            injections,
+            config_reloads,
+            configs_loaded,
+            certificate_reloads,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn record_admission(&self, result: &'static str, seconds: f64) {
+        let labels = ResultLabels { result };
+        self.admission_requests.get_or_create(&labels).inc();
+        self.admission_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
+    pub fn record_injection(&self, sidecar: &str, result: &'static str) {
+        self.injections
+            .get_or_create(&InjectionLabels {
+                sidecar: sidecar.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    pub fn record_config_reload(&self, source: &'static str, ok: bool, loaded: usize) {
+        let result = if ok { "success" } else { "error" };
+        self.config_reloads
+            .get_or_create(&ReloadLabels { source, result })
+            .inc();
+        self.configs_loaded
+            .get_or_create(&SourceLabels { source })
+            .set(i64::try_from(loaded).unwrap_or(i64::MAX));
+    }
+
+    pub fn record_certificate_reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.certificate_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_the_prefix_units_and_build_info() {
+        let metrics = Metrics::new();
+        metrics.record_admission("injected", 0.000_2);
+        metrics.record_injection("logger:v1", "injected");
+        metrics.record_config_reload("directory", false, 3);
+        let text = metrics.encode();
+        assert!(
+            text.contains("sidecar_injector_admission_requests_total{result=\"injected\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("sidecar_injector_admission_duration_seconds_bucket{le=\"0.0002\",result=\"injected\"} 1"), "{text}");
+        assert!(
+            text.contains(
+                "sidecar_injector_injections_total{sidecar=\"logger:v1\",result=\"injected\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "sidecar_injector_config_reloads_total{source=\"directory\",result=\"error\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("sidecar_injector_configs_loaded{source=\"directory\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "sidecar_injector_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+    }
+}
