@@ -1,0 +1,111 @@
+//! A real HTTPS/1.1 client on the same stack as the server (rustls with ring, hyper): one
+//! keep-alive connection per `Connection`, as the apiserver uses them.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+#[derive(Clone)]
+pub struct TlsClient {
+    connector: TlsConnector,
+}
+
+impl TlsClient {
+    /// Trusts every CA given (PEM).
+    pub fn new(ca_pems: &[&[u8]]) -> Self {
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let mut roots = RootCertStore::empty();
+        for pem in ca_pems {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                roots.add(cert.expect("CA PEM")).expect("CA certificate");
+            }
+        }
+        let mut config = ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self {
+            connector: TlsConnector::from(Arc::new(config)),
+        }
+    }
+
+    pub async fn connect(&self, addr: SocketAddr) -> io::Result<Connection> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from("localhost").expect("a DNS name");
+        let tls = self.connector.connect(name, tcp).await?;
+        let peer_certificate = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|cert| cert.as_ref().to_vec())
+            .unwrap_or_default();
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(io::Error::other)?;
+        tokio::spawn(connection);
+        Ok(Connection {
+            sender,
+            peer_certificate,
+        })
+    }
+}
+
+pub struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    /// DER of the certificate the server presented in this connection's handshake.
+    pub peer_certificate: Vec<u8>,
+}
+
+impl Connection {
+    pub async fn post(
+        &mut self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<Bytes>,
+    ) -> io::Result<(StatusCode, Bytes)> {
+        let request = Request::post(path)
+            .header("host", "localhost")
+            .header("content-type", content_type)
+            .body(Full::new(body.into()))
+            .expect("a valid request");
+        self.send(request).await
+    }
+
+    pub async fn get(&mut self, path: &str) -> io::Result<(StatusCode, Bytes)> {
+        let request = Request::get(path)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .expect("a valid request");
+        self.send(request).await
+    }
+
+    async fn send(&mut self, request: Request<Full<Bytes>>) -> io::Result<(StatusCode, Bytes)> {
+        self.sender.ready().await.map_err(io::Error::other)?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .map_err(io::Error::other)?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(io::Error::other)?
+            .to_bytes();
+        Ok((status, body))
+    }
+}

@@ -1,0 +1,581 @@
+//! The real `serve` binary over real TLS with a real HTTPS client: injection, both review
+//! versions, every row of DESIGN.md's bad-input table, hot reload of configs and certificates,
+//! and graceful shutdown.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use sidecar_injector::tls::DevCertificates;
+use support::https::TlsClient;
+use support::injector::{Injector, eventually};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const DEADLINE: Duration = Duration::from_secs(15);
+
+/// A working directory with the example configs and a development certificate pair.
+struct Setup {
+    dir: tempfile::TempDir,
+    certs: DevCertificates,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("config")).unwrap();
+        for entry in std::fs::read_dir(Path::new(ROOT).join("config")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(
+                entry.path(),
+                dir.path().join("config").join(entry.file_name()),
+            )
+            .unwrap();
+        }
+        let certs = DevCertificates::generate(&["localhost".into(), "127.0.0.1".into()]).unwrap();
+        certs.write(&dir.path().join("tls")).unwrap();
+        Setup { dir, certs }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    fn start(&self, extra: &[&str]) -> Injector {
+        let config = self.path("config");
+        let cert = self.path("tls/tls.crt");
+        let key = self.path("tls/tls.key");
+        let mut args = vec![
+            "--config-directory",
+            config.to_str().unwrap(),
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-key-file",
+            key.to_str().unwrap(),
+        ];
+        if !extra.contains(&"--shutdown-delay") {
+            args.extend(["--shutdown-delay", "0s"]);
+        }
+        args.extend_from_slice(extra);
+        Injector::start(self.dir.path(), &args, &[])
+    }
+
+    fn client(&self) -> TlsClient {
+        TlsClient::new(&[self.certs.ca_pem.as_bytes()])
+    }
+}
+
+fn fixture(name: &str) -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(format!("{ROOT}/tests/fixtures/admission/{name}")).unwrap(),
+    )
+    .unwrap()
+}
+
+fn patched(review: &Value, reply: &Value) -> Value {
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(reply["response"]["patch"].as_str().expect("a patch"))
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let mut pod = review["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch).expect("the patch applies");
+    pod
+}
+
+async fn post_review(injector: &Injector, client: &TlsClient, review: &Value) -> (u16, Value) {
+    let mut connection = client.connect(injector.tls).await.unwrap();
+    let (status, body) = connection
+        .post(
+            "/mutate",
+            "application/json",
+            serde_json::to_vec(review).unwrap(),
+        )
+        .await
+        .unwrap();
+    (
+        status.as_u16(),
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn injects_a_real_review_into_the_expected_pod() {
+    let setup = Setup::new();
+    let injector = setup.start(&[]);
+    let review = fixture("deployment-pod.json");
+    let (status, reply) = post_review(&injector, &setup.client(), &review).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(reply["response"]["uid"], review["request"]["uid"]);
+    assert_eq!(reply["response"]["patchType"], "JSONPatch");
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{ROOT}/tests/fixtures/expected/deployment-pod.logger-v1.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(patched(&review, &reply), expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_v1beta1_in_kind() {
+    let setup = Setup::new();
+    let injector = setup.start(&[]);
+    let mut review = fixture("daemonset-pod.json");
+    review["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let (status, reply) = post_review(&injector, &setup.client(), &review).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(reply["kind"], "AdmissionReview");
+    let pod = patched(&review, &reply);
+    assert_eq!(pod["spec"]["containers"][1]["name"], "log-shipper");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_row_of_the_bad_input_table() {
+    let setup = Setup::new();
+    let injector = setup.start(&["--max-body-bytes", "20000", "--body-read-timeout", "700ms"]);
+    let client = setup.client();
+    let mut connection = client.connect(injector.tls).await.unwrap();
+
+    // Body not JSON, not an AdmissionReview, a review without request: 400 with a message.
+    for (body, message) in [
+        ("{not json", "cannot read the body as an AdmissionReview"),
+        (
+            r#"{"apiVersion": "v1", "kind": "Pod"}"#,
+            "is not an AdmissionReview",
+        ),
+        (
+            r#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#,
+            "has no request",
+        ),
+    ] {
+        let (status, reply) = connection
+            .post("/mutate", "application/json", body)
+            .await
+            .unwrap();
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            String::from_utf8_lossy(&reply).contains(message),
+            "{body}: {reply:?}"
+        );
+    }
+
+    // request.object not a Pod: allowed, no patch, a warning.
+    let mut not_pod = fixture("bare-pod.json");
+    not_pod["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+    let (status, reply) = post_review(&injector, &client, &not_pod).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["response"]["allowed"], true);
+    assert!(reply["response"].get("patch").is_none());
+    assert!(
+        reply["response"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("only mutates Pods")
+    );
+
+    // A Pod that does not parse: denied, the parse error in the message.
+    let mut broken = fixture("bare-pod.json");
+    broken["request"]["object"]["spec"]["containers"] = json!({"name": "not-a-list"});
+    let (status, reply) = post_review(&injector, &client, &broken).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["response"]["allowed"], false);
+    assert!(
+        reply["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot read the pod: invalid type")
+    );
+
+    // Content-Type not JSON: 415.
+    let body = serde_json::to_vec(&fixture("bare-pod.json")).unwrap();
+    let (status, _) = connection
+        .post("/mutate", "text/plain", body.clone())
+        .await
+        .unwrap();
+    assert_eq!(status, 415);
+
+    // Over --max-body-bytes: 413, declared or not. (The server then closes the connection
+    // rather than read the rest, so each case gets its own.)
+    let big = vec![b' '; 30_000];
+    let mut fresh = client.connect(injector.tls).await.unwrap();
+    let (status, _) = fresh
+        .post("/mutate", "application/json", big.clone())
+        .await
+        .unwrap();
+    assert_eq!(status, 413);
+    let status = raw_exchange(&setup, &injector, chunked_request(&big)).await;
+    assert_eq!(
+        status, 413,
+        "a chunked body without Content-Length is limited too"
+    );
+
+    // A client too slow to send its body: 408.
+    let slow = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"apiVersion\"".to_vec();
+    assert_eq!(raw_exchange(&setup, &injector, slow).await, 408);
+
+    // The server is still healthy and counted each outcome.
+    let (status, _) = client
+        .connect(injector.tls)
+        .await
+        .unwrap()
+        .get("/health")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    for (result, count) in [
+        ("bad_request", 3.0),
+        ("not_a_pod", 1.0),
+        ("invalid_pod", 1.0),
+        ("unsupported_media_type", 1.0),
+        ("payload_too_large", 2.0),
+        ("timeout", 1.0),
+    ] {
+        assert_eq!(
+            injector.metric(&format!(
+                "sidecar_injector_admission_requests_total{{result=\"{result}\"}}"
+            )),
+            count,
+            "{result}"
+        );
+    }
+}
+
+fn chunked_request(body: &[u8]) -> Vec<u8> {
+    let mut request = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for chunk in body.chunks(4096) {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    request
+}
+
+/// Sends raw bytes over TLS and returns the status code of the reply.
+async fn raw_exchange(setup: &Setup, injector: &Injector, request: Vec<u8>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(
+        setup.certs.ca_pem.as_bytes(),
+    ) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(injector.tls).await.unwrap();
+    let mut tls = connector
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(&request).await.unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    // The server answers and may close; read until the status line is complete.
+    while !response.windows(2).any(|w| w == b"\r\n") {
+        let read = tokio::time::timeout(DEADLINE, tls.read(&mut buffer))
+            .await
+            .expect("a reply")
+            .unwrap();
+        if read == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8_lossy(&response)
+        .split_whitespace()
+        .nth(1)
+        .expect("a status line")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_edit_takes_effect_and_a_broken_edit_keeps_the_last_good() {
+    let setup = Setup::new();
+    let injector = setup.start(&["--reload-debounce", "50ms"]);
+    let client = setup.client();
+    let review = fixture("statefulset-pod.json");
+    let revision_of = |reply: &Value| {
+        patched(&review, reply)["metadata"]["annotations"]["injector/revision"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (_, reply) = post_review(&injector, &client, &review).await;
+    let original = revision_of(&reply);
+
+    let logger = setup.path("config/logger-v1.yaml");
+    let text = std::fs::read_to_string(&logger).unwrap();
+    std::fs::write(
+        &logger,
+        text.replace("fluent-bit:2.2.0", "fluent-bit:2.2.1"),
+    )
+    .unwrap();
+    let edited = eventually(DEADLINE, "the edit takes effect", || async {
+        let (_, reply) = post_review(&injector, &client, &review).await;
+        let revision = revision_of(&reply);
+        (revision != original).then_some(revision)
+    })
+    .await;
+    let (_, reply) = post_review(&injector, &client, &review).await;
+    assert_eq!(
+        patched(&review, &reply)["spec"]["containers"][1]["image"],
+        "fluent/fluent-bit:2.2.1"
+    );
+
+    let errors = "sidecar_injector_config_reloads_total{source=\"directory\",result=\"error\"}";
+    assert_eq!(injector.metric(errors), 0.0);
+    std::fs::write(
+        &logger,
+        "name: logger:v1\ncontainers: [{name: log-shipper, image: 'x:9'}]\nimagee: typo\n",
+    )
+    .unwrap();
+    eventually(DEADLINE, "the broken edit is counted", || async {
+        (injector.metric(errors) >= 1.0).then_some(())
+    })
+    .await;
+    let (_, reply) = post_review(&injector, &client, &review).await;
+    assert_eq!(
+        revision_of(&reply),
+        edited,
+        "the last good config keeps serving"
+    );
+    assert!(
+        injector
+            .logs()
+            .iter()
+            .any(|l| l.contains("unknown top-level key \\\"imagee\\\"")),
+        "the error is logged"
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_configs_loaded{source=\"directory\"}"),
+        4.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
+    let setup = Setup::new();
+    let injector = setup.start(&["--reload-debounce", "50ms"]);
+    let rotated = DevCertificates::generate(&["localhost".into()]).unwrap();
+    let client = TlsClient::new(&[setup.certs.ca_pem.as_bytes(), rotated.ca_pem.as_bytes()]);
+    let first_der = client.connect(injector.tls).await.unwrap().peer_certificate;
+    let review = serde_json::to_vec(&fixture("bare-pod.json")).unwrap();
+
+    // A client loops, a new connection (handshake) per request, while the files rotate.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looper = {
+        let (client, stop, review, addr) =
+            (client.clone(), stop.clone(), review.clone(), injector.tls);
+        tokio::spawn(async move {
+            let (mut ok, mut failed, mut certificates) =
+                (0u32, Vec::new(), std::collections::BTreeSet::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match client.connect(addr).await {
+                    Ok(mut connection) => {
+                        certificates.insert(connection.peer_certificate.clone());
+                        match connection
+                            .post("/mutate", "application/json", review.clone())
+                            .await
+                        {
+                            Ok((status, _)) if status == 200 => ok += 1,
+                            other => failed.push(format!("{other:?}")),
+                        }
+                    }
+                    Err(err) => failed.push(err.to_string()),
+                }
+            }
+            (ok, failed, certificates)
+        })
+    };
+    // Kubelet-style atomic replacement: write aside, rename into place.
+    let replace = |name: &str, text: &str| {
+        let aside = setup.path(&format!("tls/.{name}.tmp"));
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, setup.path(&format!("tls/{name}"))).unwrap();
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    replace("tls.key", &rotated.key_pem);
+    replace("tls.crt", &rotated.cert_pem);
+    let new_der = eventually(DEADLINE, "the new certificate is served", || async {
+        let der = client.connect(injector.tls).await.ok()?.peer_certificate;
+        (der != first_der).then_some(der)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed, certificates) = looper.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} requests failed: {failed:?}",
+        failed.len()
+    );
+    assert!(ok > 10, "the client looped ({ok} requests)");
+    assert_eq!(
+        certificates.len(),
+        2,
+        "the loop saw the old and then the new certificate"
+    );
+
+    // A bad pair is refused and the current one keeps serving.
+    let errors = "sidecar_injector_certificate_reloads_total{result=\"error\"}";
+    replace(
+        "tls.crt",
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    );
+    eventually(DEADLINE, "the bad pair is refused", || async {
+        (injector.metric(errors) >= 1.0).then_some(())
+    })
+    .await;
+    let mut connection = client.connect(injector.tls).await.unwrap();
+    assert_eq!(connection.peer_certificate, new_der);
+    let (status, _) = connection
+        .post("/mutate", "application/json", review)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn graceful_shutdown_fails_ready_first_and_finishes_requests_in_flight() {
+    use tokio::io::AsyncWriteExt;
+    let setup = Setup::new();
+    let mut injector = setup.start(&["--shutdown-delay", "700ms", "--shutdown-timeout", "10s"]);
+    assert_eq!(injector.lifecycle_get("/ready").0, 200);
+    assert_eq!(injector.lifecycle_get("/health").0, 200);
+
+    // A request in flight: headers and half the body sent.
+    let body = serde_json::to_vec(&fixture("deployment-pod.json")).unwrap();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(
+        setup.certs.ca_pem.as_bytes(),
+    ) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(injector.tls).await.unwrap();
+    let mut tls = connector
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(first).await.unwrap();
+    tls.flush().await.unwrap();
+
+    injector.signal("TERM");
+    // /ready fails first, while the listener still accepts.
+    eventually(DEADLINE, "/ready fails after SIGTERM", || async {
+        (injector.lifecycle_get("/ready").0 == 503).then_some(())
+    })
+    .await;
+    assert!(
+        setup.client().connect(injector.tls).await.is_ok(),
+        "still accepting during the delay"
+    );
+
+    // The in-flight request completes after the listeners close.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    tls.write_all(rest).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut response = Vec::new();
+    use tokio::io::AsyncReadExt;
+    let mut buffer = vec![0u8; 65536];
+    while !String::from_utf8_lossy(&response).contains("\"uid\"") {
+        let read = tokio::time::timeout(DEADLINE, tls.read(&mut buffer))
+            .await
+            .expect("a reply")
+            .unwrap();
+        assert!(
+            read > 0,
+            "connection closed without a reply: {:?}",
+            String::from_utf8_lossy(&response)
+        );
+        response.extend_from_slice(&buffer[..read]);
+    }
+    assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 200"));
+    drop(tls);
+    let status = injector.wait_exit(DEADLINE);
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        setup.client().connect(injector.tls).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tumblr_environment_variables_configure_serve() {
+    let setup = Setup::new();
+    let config = setup.path("config");
+    let cert = setup.path("tls/tls.crt");
+    let key = setup.path("tls/tls.key");
+    let injector = Injector::start(
+        setup.dir.path(),
+        &["--shutdown-delay", "0s"],
+        &[
+            ("TLS_PORT", "0"),
+            ("LIFECYCLE_PORT", "0"),
+            ("CONFIG_DIR", config.to_str().unwrap()),
+            ("TLS_CERT_FILE", cert.to_str().unwrap()),
+            ("TLS_KEY_FILE", key.to_str().unwrap()),
+            ("ANNOTATION_NAMESPACE", "injector.tumblr.com"),
+            ("LOG_LEVEL", "2"),
+            ("CONFIGMAP_NAMESPACE", ""),
+        ],
+    );
+    let mut review = fixture("bare-pod.json");
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"injector.tumblr.com/request": "logger:v1"});
+    let (_, reply) = post_review(&injector, &setup.client(), &review).await;
+    let pod = patched(&review, &reply);
+    assert_eq!(
+        pod["metadata"]["annotations"]["injector.tumblr.com/status"],
+        "injected"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_with_no_flags_generates_development_certificates_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    std::fs::copy(
+        format!("{ROOT}/config/logger-v1.yaml"),
+        dir.path().join("config/logger-v1.yaml"),
+    )
+    .unwrap();
+    let injector = Injector::start(dir.path(), &["--shutdown-delay", "0s", "-v", "2"], &[]);
+    let ca = std::fs::read(dir.path().join("certs/ca.crt")).expect("certs/ca.crt written");
+    let generated: Vec<String> = injector
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("generated a development CA"))
+        .collect();
+    assert_eq!(generated.len(), 1, "{generated:?}");
+    let client = TlsClient::new(&[&ca]);
+    let (status, reply) = post_review(&injector, &client, &fixture("bare-pod.json")).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["response"]["allowed"], true);
+    drop(injector);
+    // A second start reuses the pair, so a caBundle pasted from the first stays valid.
+    let again = Injector::start(dir.path(), &["--shutdown-delay", "0s"], &[]);
+    assert_eq!(std::fs::read(dir.path().join("certs/ca.crt")).unwrap(), ca);
+    assert!(TlsClient::new(&[&ca]).connect(again.tls).await.is_ok());
+}
