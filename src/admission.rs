@@ -31,20 +31,28 @@ pub enum ReviewError {
     NoRequest,
 }
 
+/// The review envelope, generic over how the object is read: as a [`PodView`] in one pass
+/// (the normal case), or as raw JSON when that pass failed and the reason must be found.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewIn<'a> {
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "O: Deserialize<'de>, 'de: 'a")
+)]
+struct ReviewIn<'a, O> {
     #[serde(default, borrow)]
     api_version: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    request: Option<RequestIn<'a>>,
+    request: Option<RequestIn<'a, O>>,
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestIn<'a> {
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "O: Deserialize<'de>, 'de: 'a")
+)]
+struct RequestIn<'a, O> {
     #[serde(borrow)]
     uid: Cow<'a, str>,
     #[serde(default, borrow)]
@@ -53,8 +61,12 @@ struct RequestIn<'a> {
     namespace: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     operation: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
+    #[serde(default = "none")]
+    object: Option<O>,
+}
+
+fn none<T>() -> Option<T> {
+    None
 }
 
 #[derive(Deserialize)]
@@ -160,17 +172,82 @@ pub fn review(
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
 ) -> Result<Answer, ReviewError> {
-    let review: ReviewIn<'_> =
-        serde_json::from_slice(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
-    let api_version = review.api_version.as_deref().unwrap_or_default();
-    let kind = review.kind.as_deref().unwrap_or_default();
+    // One pass over the body in the normal case. Only when it fails is the body read again,
+    // with the object kept raw, to tell a broken envelope from a broken (or non-Pod) object.
+    match serde_json::from_slice::<ReviewIn<'_, PodView<'_>>>(body) {
+        Ok(review) => {
+            let ReviewIn {
+                api_version,
+                kind,
+                request,
+            } = review;
+            let request = request.map(|r| {
+                let (envelope, object) = r.into_parts();
+                (envelope, Ok(object))
+            });
+            answer_review(api_version, kind, request, sidecars, settings)
+        }
+        Err(_) => {
+            let review: ReviewIn<'_, &RawValue> =
+                serde_json::from_slice(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
+            let ReviewIn {
+                api_version,
+                kind,
+                request,
+            } = review;
+            let request = request.map(|r| {
+                let (envelope, object) = r.into_parts();
+                let object = match object {
+                    Some(raw) => serde_json::from_str::<PodView>(raw.get())
+                        .map(Some)
+                        .map_err(|e| e.to_string()),
+                    None => Ok(None),
+                };
+                (envelope, object)
+            });
+            answer_review(api_version, kind, request, sidecars, settings)
+        }
+    }
+}
+
+/// The request's fields other than the object.
+struct RequestEnvelope<'a> {
+    uid: Cow<'a, str>,
+    kind: Option<KindIn<'a>>,
+    namespace: Option<Cow<'a, str>>,
+    operation: Option<Cow<'a, str>>,
+}
+
+impl<'a, O> RequestIn<'a, O> {
+    fn into_parts(self) -> (RequestEnvelope<'a>, Option<O>) {
+        let envelope = RequestEnvelope {
+            uid: self.uid,
+            kind: self.kind,
+            namespace: self.namespace,
+            operation: self.operation,
+        };
+        (envelope, self.object)
+    }
+}
+
+type PodParse<'a> = Result<Option<PodView<'a>>, String>;
+
+fn answer_review(
+    api_version: Option<Cow<'_, str>>,
+    kind: Option<Cow<'_, str>>,
+    request: Option<(RequestEnvelope<'_>, PodParse<'_>)>,
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> Result<Answer, ReviewError> {
+    let api_version = api_version.as_deref().unwrap_or_default();
+    let kind = kind.as_deref().unwrap_or_default();
     if kind != "AdmissionReview" || ![API_VERSION_V1, API_VERSION_V1BETA1].contains(&api_version) {
         return Err(ReviewError::NotAReview {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
         });
     }
-    let request = review.request.ok_or(ReviewError::NoRequest)?;
+    let (request, object) = request.ok_or(ReviewError::NoRequest)?;
     let mut answer = Answer {
         body: Vec::new(),
         result: AdmissionResult::Skipped,
@@ -226,19 +303,16 @@ pub fn review(
         answer.body = reply(&answer, true, None, None);
         return Ok(answer);
     }
-    let pod = match request
-        .object
-        .map(|raw| serde_json::from_str::<PodView>(raw.get()))
-    {
-        Some(Ok(pod)) => pod,
-        Some(Err(err)) => {
+    let pod = match object {
+        Ok(Some(pod)) => pod,
+        Err(err) => {
             return Ok(invalid_pod(
                 answer,
                 format!("cannot read the pod: {err}"),
                 reply,
             ));
         }
-        None => {
+        Ok(None) => {
             return Ok(invalid_pod(
                 answer,
                 "the request carries no pod".to_owned(),

@@ -1,0 +1,355 @@
+//! Load benchmark of `serve` against a floor server on the same TLS stack.
+//!
+//! Starts the real release binary (`sidecar-injector serve`) and a floor server (this binary
+//! with `--floor-server`: rustls + axum-server, reads the body, returns a constant allowed
+//! review), then loads them alternately with the same ~8 KB pod review over keep-alive
+//! HTTP/1.1 connections, as the apiserver does, at concurrency 16 and 64. Prints requests/s,
+//! p50/p99, the real/floor ratio per pair of runs, and the real server's idle and peak RSS.
+//!
+//! Run: `cargo bench --bench webhook_load` (optionally `-- --seconds 5 --rounds 3`).
+//! Every request goes to 127.0.0.1; each run is bounded in time.
+
+#[allow(dead_code)]
+#[path = "../tests/support/https.rs"]
+mod https;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TARGET_RATIO: f64 = 0.35;
+const TARGET_IDLE_RSS_MIB: f64 = 20.0;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(position) = args.iter().position(|a| a == "--floor-server") {
+        floor_server(
+            Path::new(&args[position + 1]),
+            Path::new(&args[position + 2]),
+        );
+        return;
+    }
+    let option = |name: &str, default: u64| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let seconds = option("--seconds", 4);
+    let rounds = option("--rounds", 3);
+    drive(Duration::from_secs(seconds), rounds as usize);
+}
+
+/// A realistic review: the DaemonSet pod the real apiserver sent, grown to about 8 KB.
+fn review_body() -> Vec<u8> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/admission/daemonset-pod.json"
+    );
+    let mut review: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    review["request"]["object"]["metadata"]["annotations"]["injector/request"] =
+        json!("logger:v1, metrics-agent:v1");
+    while serde_json::to_vec(&review).unwrap().len() < 8 * 1024 {
+        let env = review["request"]["object"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap();
+        let n = env.len();
+        env.push(
+            json!({"name": format!("FEATURE_FLAG_{n}"), "value": "enabled-for-canary-cohort"}),
+        );
+    }
+    serde_json::to_vec(&review).unwrap()
+}
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+/// Reads stdout/stderr lines until one carries the listening address.
+fn wait_listening(child: &mut Child, from_stderr: bool) -> SocketAddr {
+    use std::io::{BufRead, BufReader};
+    let reader: Box<dyn std::io::Read + Send> = if from_stderr {
+        Box::new(child.stderr.take().unwrap())
+    } else {
+        Box::new(child.stdout.take().unwrap())
+    };
+    let mut lines = BufReader::new(reader).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if let Ok(value) = serde_json::from_str::<Value>(&line)
+            && value["message"] == "listening"
+        {
+            let addr = value["tls"].as_str().unwrap().parse().unwrap();
+            // Keep draining so the server never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return addr;
+        }
+    }
+    panic!("the server did not report its address");
+}
+
+fn start_real(dir: &Path, cert: &Path, key: &Path) -> Server {
+    let log_level = std::env::var("BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .current_dir(dir)
+        .args([
+            "serve",
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-port",
+            "0",
+            "--lifecycle-port",
+            "0",
+            "--log-format",
+            "json",
+            "--log-level",
+            &log_level,
+        ])
+        .arg("--config-directory")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config"))
+        .arg("--tls-cert-file")
+        .arg(cert)
+        .arg("--tls-key-file")
+        .arg(key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the real server starts");
+    let addr = wait_listening(&mut child, true);
+    Server { child, addr }
+}
+
+fn start_floor(cert: &Path, key: &Path) -> Server {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("--floor-server")
+        .arg(cert)
+        .arg(key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the floor server starts");
+    let addr = wait_listening(&mut child, false);
+    Server { child, addr }
+}
+
+/// The floor: the same TLS stack and HTTP server, no admission logic.
+fn floor_server(cert: &Path, key: &Path) {
+    use axum::routing::post;
+    sidecar_injector::tls::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = sidecar_injector::tls::server_config_from_files(cert, key).unwrap();
+        let reply = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#;
+        let app = axum::Router::new().route(
+            "/mutate",
+            post(move |body: axum::body::Bytes| async move {
+                std::hint::black_box(body.len());
+                ([("content-type", "application/json")], reply)
+            }),
+        );
+        let handle = axum_server::Handle::new();
+        let server = axum_server::bind_rustls(
+            "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            axum_server::tls_rustls::RustlsConfig::from_config(config),
+        )
+        .handle(handle.clone());
+        let task = tokio::spawn(server.serve(app.into_make_service()));
+        let addr = handle.listening().await.unwrap();
+        println!("{}", json!({"message": "listening", "tls": addr.to_string()}));
+        task.await.unwrap().unwrap();
+    });
+}
+
+struct RunResult {
+    requests: usize,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+}
+
+impl RunResult {
+    fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+async fn load(
+    client: &https::TlsClient,
+    addr: SocketAddr,
+    body: &hyper::body::Bytes,
+    concurrency: usize,
+    duration: Duration,
+) -> RunResult {
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, body) = (client.clone(), body.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut errors = 0;
+            let mut connection = client.connect(addr).await.expect("connect");
+            while Instant::now() < deadline {
+                let sent = Instant::now();
+                match connection
+                    .post("/mutate", "application/json", body.clone())
+                    .await
+                {
+                    Ok((status, _)) if status == 200 => latencies.push(sent.elapsed()),
+                    _ => {
+                        errors += 1;
+                        connection = client.connect(addr).await.expect("reconnect");
+                    }
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for worker in workers {
+        let (l, e) = worker.await.unwrap();
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    RunResult {
+        requests: latencies.len(),
+        elapsed,
+        p50: at(0.50),
+        p99: at(0.99),
+        errors,
+    }
+}
+
+fn drive(duration: Duration, rounds: usize) {
+    sidecar_injector::tls::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let certs =
+        sidecar_injector::tls::DevCertificates::generate(&["localhost".into(), "127.0.0.1".into()])
+            .unwrap();
+    certs.write(dir.path()).unwrap();
+    let (cert, key): (PathBuf, PathBuf) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let real = start_real(dir.path(), &cert, &key);
+    let floor = start_floor(&cert, &key);
+    let body = hyper::body::Bytes::from(review_body());
+    let client = https::TlsClient::new(&[certs.ca_pem.as_bytes()]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // Idle: after start, one warm-up request so every lazy allocation has happened.
+    runtime.block_on(async {
+        let mut connection = client.connect(real.addr).await.unwrap();
+        let (status, reply) = connection
+            .post("/mutate", "application/json", body.clone())
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            String::from_utf8_lossy(&reply).contains("\"patch\""),
+            "the real server must inject"
+        );
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_rss = rss_mib(real.child.id(), "VmRSS:");
+
+    println!(
+        "review body: {} bytes; {} s per run; {} rounds; 2 cores shared by load generator and server",
+        body.len(),
+        duration.as_secs(),
+        rounds
+    );
+    println!(
+        "{:>5} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7}",
+        "conc", "server", "round", "req/s", "p50", "p99", "errors", "ratio"
+    );
+    let mut worst_ratio = f64::INFINITY;
+    for concurrency in [16, 64] {
+        let mut ratios = Vec::new();
+        for round in 1..=rounds {
+            let real_run = runtime.block_on(load(&client, real.addr, &body, concurrency, duration));
+            let floor_run =
+                runtime.block_on(load(&client, floor.addr, &body, concurrency, duration));
+            let ratio = real_run.rps() / floor_run.rps();
+            ratios.push(ratio);
+            for (name, run, shown) in [
+                ("real", &real_run, String::new()),
+                ("floor", &floor_run, format!("{ratio:.2}")),
+            ] {
+                println!(
+                    "{:>5} {:>6} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7}",
+                    concurrency,
+                    name,
+                    round,
+                    run.rps(),
+                    run.p50.as_secs_f64() * 1e3,
+                    run.p99.as_secs_f64() * 1e3,
+                    run.errors,
+                    shown
+                );
+            }
+        }
+        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let median = ratios[ratios.len() / 2];
+        worst_ratio = worst_ratio.min(median);
+        println!(
+            "concurrency {concurrency}: real/floor median {median:.2} (min {:.2}, max {:.2})",
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+    }
+    let peak_rss = rss_mib(real.child.id(), "VmHWM:");
+    println!("real server RSS: idle {idle_rss:.1} MiB, peak {peak_rss:.1} MiB");
+    println!(
+        "targets: real/floor >= {TARGET_RATIO} ({}), idle RSS < {TARGET_IDLE_RSS_MIB} MiB ({})",
+        if worst_ratio >= TARGET_RATIO {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if idle_rss < TARGET_IDLE_RSS_MIB {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}
