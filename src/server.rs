@@ -480,3 +480,97 @@ async fn shutdown_signal() -> &'static str {
         _ = tokio::signal::ctrl_c() => "SIGINT",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::to_bytes;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::config::{LoadedSidecar, parse_config};
+
+    fn state() -> Arc<WebhookState> {
+        let logger = parse_config(
+            "t.yaml",
+            "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n",
+        )
+        .unwrap()
+        .config;
+        let set: SidecarSet = [LoadedSidecar::new(logger, "t.yaml")].into_iter().collect();
+        let (_publish, sidecars) = watch::channel(Arc::new(set));
+        Arc::new(WebhookState {
+            sidecars,
+            settings: InjectionSettings::default(),
+            metrics: Arc::new(Metrics::new()),
+            max_body_bytes: 64 * 1024,
+            body_read_timeout: Duration::from_secs(5),
+            readiness: Arc::new(Readiness::default()),
+        })
+    }
+
+    async fn call(router: Router, request: Request<Body>) -> (StatusCode, String) {
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn post(content_type: &str, body: &str) -> Request<Body> {
+        Request::post("/mutate")
+            .header("content-type", content_type)
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn mutate_answers_a_review_and_rejects_other_media_types() {
+        let review = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/admission/bare-pod.json"
+        ))
+        .unwrap();
+        let (status, body) = call(
+            webhook_router(state()),
+            post("application/json; charset=utf-8", &review),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("\"patchType\":\"JSONPatch\""), "{body}");
+        let (status, _) = call(webhook_router(state()), post("application/yaml", &review)).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let (status, body) = call(webhook_router(state()), post("application/json", "[1]")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.starts_with("cannot read the body as an AdmissionReview"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn ready_follows_the_readiness_flags() {
+        let state = state();
+        let get = || Request::get("/ready").body(Body::empty()).unwrap();
+        let (status, body) = call(lifecycle_router(state.clone()), get()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready: sidecar configs not loaded yet\n");
+        state
+            .readiness
+            .configs_loaded
+            .store(true, Ordering::Release);
+        state.readiness.tls_listening.store(true, Ordering::Release);
+        assert_eq!(
+            call(lifecycle_router(state.clone()), get()).await.0,
+            StatusCode::OK
+        );
+        state.readiness.shutting_down.store(true, Ordering::Release);
+        let (status, body) = call(lifecycle_router(state.clone()), get()).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: shutting down\n"
+            )
+        );
+        let metrics = Request::get("/metrics").body(Body::empty()).unwrap();
+        let (status, body) = call(lifecycle_router(state), metrics).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("sidecar_injector_build_info"), "{body}");
+    }
+}
