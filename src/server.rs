@@ -540,7 +540,10 @@ mod tests {
         assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
         let (status, body) = call(webhook_router(state()), post("application/json", "[1]")).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
-        assert!(body.starts_with("cannot read the body as an AdmissionReview"), "{body}");
+        assert!(
+            body.starts_with("cannot read the body as an AdmissionReview"),
+            "{body}"
+        );
     }
 
     #[tokio::test]
