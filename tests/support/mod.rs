@@ -1,4 +1,6 @@
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod https;
 pub mod injector;
+pub mod kubelet;

@@ -1,0 +1,244 @@
+//! One real control plane (etcd, kube-apiserver, kube-controller-manager built from Debian's
+//! source package by testbed/build.sh) per test binary, a test kubelet beside it, and a fresh
+//! namespace, injector and MutatingWebhookConfiguration per test.
+//!
+//! When the control plane cannot be built or started, tests fail with the reason: they never
+//! pass by skipping. Everything is stopped by pid when the test binary exits, also after a
+//! panic: a reaper process waits for this process to end, then runs testbed/down.sh.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+use sidecar_injector::tls::DevCertificates;
+
+use super::injector::Injector;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+pub struct ControlPlane {
+    pub state_dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+static CONTROL_PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+
+/// The control plane of this test binary, started on first use.
+pub fn control_plane() -> &'static ControlPlane {
+    CONTROL_PLANE
+        .get_or_init(start_control_plane)
+        .as_ref()
+        .unwrap_or_else(|reason| {
+            panic!("end-to-end tests need a real control plane, and it is not available: {reason}")
+        })
+}
+
+fn run_script(script: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new("bash")
+        .arg(Path::new(ROOT).join("testbed").join(script))
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run testbed/{script}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "testbed/{script} failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .last()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("testbed/{script} printed nothing"))
+}
+
+fn start_control_plane() -> Result<ControlPlane, String> {
+    let bin_dir = match std::env::var("K8S_TESTBED_BIN") {
+        Ok(dir) if !dir.is_empty() => dir,
+        _ => {
+            eprintln!(
+                "e2e: building (or finding cached) kube-apiserver and kube-controller-manager with testbed/build.sh"
+            );
+            run_script("build.sh", &[])?
+        }
+    };
+    let state_dir =
+        std::env::temp_dir().join(format!("sidecar-injector-e2e-{}", std::process::id()));
+    let state = state_dir.to_str().ok_or("non-UTF-8 temp dir")?.to_owned();
+    // The reaper first, so that even a failed start is cleaned up.
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; bash '{root}/testbed/down.sh' '{state}'; rm -rf '{state}'",
+            pid = std::process::id(),
+            root = ROOT,
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the reaper: {e}"))?;
+    let kubeconfig = run_script("up.sh", &[&state, &bin_dir])?;
+    let plane = ControlPlane {
+        state_dir,
+        kubeconfig: PathBuf::from(kubeconfig),
+    };
+    super::kubelet::start(&plane.kubeconfig, Duration::from_millis(300));
+    Ok(plane)
+}
+
+pub async fn client() -> Client {
+    let kubeconfig =
+        Kubeconfig::read_from(&control_plane().kubeconfig).expect("the testbed kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a client config");
+    Client::try_from(config).expect("a client")
+}
+
+/// The last lines of one of the control plane's logs (apiserver, controller-manager, etcd).
+pub fn log_tail(name: &str, lines: usize) -> String {
+    let path = control_plane().state_dir.join(format!("{name}.log"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// One test's world: its namespace (labelled so that only its webhook sees it), its injector
+/// and its MutatingWebhookConfiguration. Prints the logs when the test fails.
+pub struct TestContext {
+    pub client: Client,
+    pub namespace: String,
+    pub injector: Option<Injector>,
+    pub certs: DevCertificates,
+    _dir: tempfile::TempDir,
+}
+
+impl TestContext {
+    /// `test` names the namespace (`e2e-<test>`); `extra` are extra `serve` flags.
+    pub async fn new(test: &str, extra: &[&str]) -> Self {
+        control_plane();
+        let client = client().await;
+        let namespace = format!("e2e-{test}");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": namespace, "labels": {"sidecar-injector-e2e": namespace}}
+                }))
+                .unwrap(),
+            )
+            .await
+            .expect("a fresh namespace");
+        // The ServiceAccount admission plugin rejects pods until the token controller has made
+        // the namespace's `default` token; controllers retry, but a test creating a Pod would not.
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+        super::injector::eventually(
+            Duration::from_secs(30),
+            "the namespace's default token",
+            || async {
+                let list = secrets.list(&Default::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|s| {
+                        s.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("default-token-"))
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let certs = DevCertificates::generate(&["127.0.0.1".into(), "localhost".into()]).unwrap();
+        certs.write(dir.path()).unwrap();
+        let config = Path::new(ROOT).join("config");
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let mut args = vec![
+            "--config-directory",
+            config.to_str().unwrap(),
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-key-file",
+            key.to_str().unwrap(),
+            "--shutdown-delay",
+            "0s",
+        ];
+        args.extend_from_slice(extra);
+        let injector = Injector::start(dir.path(), &args, &[]);
+        let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        let webhook = json!({
+            "metadata": {"name": format!("sidecar-injector-{namespace}")},
+            "webhooks": [{
+                "name": "sidecar-injector.injector.dev",
+                "clientConfig": {
+                    "url": format!("https://127.0.0.1:{}/mutate", injector.tls.port()),
+                    "caBundle": certs.ca_bundle(),
+                },
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"sidecar-injector-e2e": namespace}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Ignore",
+                "reinvocationPolicy": "IfNeeded",
+                "timeoutSeconds": 5,
+            }]
+        });
+        webhooks
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(webhook).unwrap(),
+            )
+            .await
+            .expect("the webhook configuration");
+        TestContext {
+            client,
+            namespace,
+            injector: Some(injector),
+            certs,
+            _dir: dir,
+        }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Stops the injector (its process is killed), as if it were down.
+    pub fn stop_injector(&mut self) {
+        self.injector.take();
+    }
+}
+
+impl Drop for TestContext {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- kube-apiserver log (tail) ---\n{}",
+                log_tail("apiserver", 40)
+            );
+            eprintln!(
+                "--- kube-controller-manager log (tail) ---\n{}",
+                log_tail("controller-manager", 40)
+            );
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! A test kubelet: nothing runs containers here, so this keeps fake Nodes Ready and marks pods
+//! Running and Ready (with containerStatuses) a moment after they appear, driven by a watch.
+//! Pods with an image tagged `:broken` run but never become Ready, for failed-rollout tests.
+//! Pods are never bound to a node: bound pods would wait forever for a kubelet to confirm
+//! their deletion.
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+pub const NODES: &[&str] = &["e2e-node-1", "e2e-node-2"];
+const BROKEN_TAG: &str = ":broken";
+
+/// Starts the kubelet on a thread of its own, with its own runtime and client, for the life of
+/// the test binary.
+pub fn start(kubeconfig: &Path, delay: Duration) {
+    let kubeconfig = kubeconfig.to_owned();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("the kubelet runtime");
+        runtime.block_on(async move {
+            let config = kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .expect("client config");
+            let client = kube::Client::try_from(config).expect("client");
+            register_nodes(&client).await;
+            let _ = ready_tx.send(());
+            tokio::spawn(heartbeat(client.clone()));
+            run_pods(client, delay).await;
+        });
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the test kubelet registered its nodes");
+}
+
+fn node_status() -> Value {
+    let now = now();
+    json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test kubelet",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        "nodeInfo": {"kubeletVersion": "v1.20.2", "architecture": "amd64", "operatingSystem": "linux",
+                     "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                     "containerRuntimeVersion": "", "kubeProxyVersion": ""}
+    }})
+}
+
+async fn register_nodes(client: &kube::Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in NODES {
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}),
+        )
+        .unwrap();
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("cannot register node {name}: {e}"),
+        }
+        nodes
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(node_status()))
+            .await
+            .expect("node status");
+    }
+}
+
+/// The node lifecycle controller marks a silent node Unknown after about 40 s.
+async fn heartbeat(client: kube::Client) {
+    let nodes: Api<Node> = Api::all(client);
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for name in NODES {
+            let _ = nodes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(node_status()))
+                .await;
+        }
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn is_broken(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers
+            .iter()
+            .any(|c| c.image.as_deref().is_some_and(|i| i.ends_with(BROKEN_TAG)))
+    })
+}
+
+fn is_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+async fn run_pods(client: kube::Client, delay: Duration) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut events = watcher(pods, watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let Ok(pod) = event else { continue };
+        if pod.metadata.deletion_timestamp.is_some() || is_ready(&pod) {
+            continue;
+        }
+        let broken = is_broken(&pod);
+        if broken && is_running(&pod) {
+            continue;
+        }
+        let client = client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let (Some(name), Some(namespace)) =
+                (pod.metadata.name.clone(), pod.metadata.namespace.clone())
+            else {
+                return;
+            };
+            let ready = if broken { "False" } else { "True" };
+            let now = now();
+            let statuses: Vec<Value> = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.containers.iter())
+                .map(|c| {
+                    let state = if broken {
+                        json!({"waiting": {"reason": "CrashLoopBackOff", "message": "test kubelet: image is :broken"}})
+                    } else {
+                        json!({"running": {"startedAt": now}})
+                    };
+                    json!({"name": c.name, "image": c.image, "imageID": "", "ready": !broken,
+                           "restartCount": 0, "started": !broken, "state": state})
+                })
+                .collect();
+            let status = json!({"status": {
+                "phase": "Running",
+                "startTime": now,
+                "conditions": [
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+                    {"type": "Ready", "status": ready, "lastTransitionTime": now},
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+                ],
+                "containerStatuses": statuses,
+            }});
+            let api: Api<Pod> = Api::namespaced(client, &namespace);
+            let _ = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                .await;
+        });
+    }
+}
