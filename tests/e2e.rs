@@ -229,3 +229,44 @@ async fn with_the_injector_down_failure_policy_ignore_creates_the_pod_uninjected
     );
     assert_eq!(annotation(&pod, "injector/status"), None);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_test_kubelet_never_readies_a_broken_image() {
+    let ctx = TestContext::new("kubelet", &[]).await;
+    for (name, image) in [
+        ("good", "example.org/app:1.0"),
+        ("bad", "example.org/app:broken"),
+    ] {
+        create(
+            &ctx.api::<Pod>(),
+            json!({
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }),
+        )
+        .await;
+    }
+    let condition = |pod: &Pod, kind: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == kind))
+            .map(|c| c.status.clone())
+    };
+    for (name, ready) in [("good", "True"), ("bad", "False")] {
+        let pod = eventually(DEADLINE, &format!("{name} is Running"), || async {
+            let pod = ctx.api::<Pod>().get(name).await.ok()?;
+            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+        })
+        .await;
+        assert_eq!(condition(&pod, "Ready").as_deref(), Some(ready), "{name}");
+        let statuses = pod
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .clone()
+            .unwrap();
+        assert_eq!(statuses[0].ready, ready == "True", "{name}");
+    }
+}
