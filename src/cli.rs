@@ -183,6 +183,7 @@ impl Cli {
 }
 
 pub fn run(cli: Cli) -> ExitCode {
+    tls::install_crypto_provider();
     telemetry::init(cli.log_level, cli.log_format);
     let result = match cli.command {
         Command::Inject(args) => inject(&args),
@@ -207,7 +208,6 @@ pub const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
 const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    tls::install_crypto_provider();
     let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
     if let Ok(own) = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE) {
         ignored.insert(own.trim().to_owned());

@@ -345,6 +345,62 @@ fn reload_configs(
     publish.send_replace(Arc::new(set));
 }
 
+/// Reloads the config directory after each (debounced) change in it.
+fn spawn_config_reloader(
+    options: &ServeOptions,
+    mut state: SourceState,
+    publish: watch::Sender<Arc<SidecarSet>>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let directory = options.config_directory.clone();
+    let mut changes = watch_paths(std::slice::from_ref(&directory), options.reload_debounce)
+        .with_context(|| format!("cannot watch {}", directory.display()))?;
+    tokio::spawn(async move {
+        while changes.recv().await.is_some() {
+            reload_configs(&directory, &mut state, &publish, &metrics);
+        }
+    });
+    Ok(())
+}
+
+/// Reloads the serving pair after each (debounced) change in the directories holding it; a
+/// pair that does not load leaves the current one serving.
+fn spawn_certificate_reloader(
+    options: &ServeOptions,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    tls: RustlsConfig,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let directories: Vec<PathBuf> = [&cert_file, &key_file]
+        .iter()
+        .map(|f| {
+            f.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        })
+        .collect();
+    let mut changes = watch_paths(&directories, options.reload_debounce)
+        .context("cannot watch the certificate files")?;
+    tokio::spawn(async move {
+        while changes.recv().await.is_some() {
+            match server_config_from_files(&cert_file, &key_file) {
+                Ok(config) => {
+                    tls.reload_from_config(config);
+                    metrics.record_certificate_reload(true);
+                    info!(cert = %cert_file.display(), "serving certificate reloaded");
+                }
+                Err(err) => {
+                    metrics.record_certificate_reload(false);
+                    error!("certificate not reloaded, the previous one keeps serving: {err}");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 /// Runs the webhook until SIGTERM or SIGINT, then shuts down gracefully.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
@@ -360,56 +416,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     );
     readiness.configs_loaded.store(true, Ordering::Release);
 
-    let mut config_changes = watch_paths(
-        std::slice::from_ref(&options.config_directory),
-        options.reload_debounce,
-    )
-    .with_context(|| format!("cannot watch {}", options.config_directory.display()))?;
-    {
-        let directory = options.config_directory.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            while config_changes.recv().await.is_some() {
-                reload_configs(&directory, &mut directory_state, &publish, &metrics);
-            }
-        });
-    }
-
+    spawn_config_reloader(&options, directory_state, publish, metrics.clone())?;
     let (cert_file, key_file) = tls_files(&options)?;
     let tls = RustlsConfig::from_config(
         server_config_from_files(&cert_file, &key_file)
             .context("cannot load the serving certificate")?,
     );
-    let cert_dirs: Vec<PathBuf> = [&cert_file, &key_file]
-        .iter()
-        .map(|f| {
-            f.parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."))
-                .to_path_buf()
-        })
-        .collect();
-    let mut cert_changes = watch_paths(&cert_dirs, options.reload_debounce)
-        .context("cannot watch the certificate files")?;
-    {
-        let tls = tls.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            while cert_changes.recv().await.is_some() {
-                match server_config_from_files(&cert_file, &key_file) {
-                    Ok(config) => {
-                        tls.reload_from_config(config);
-                        metrics.record_certificate_reload(true);
-                        info!(cert = %cert_file.display(), "serving certificate reloaded");
-                    }
-                    Err(err) => {
-                        metrics.record_certificate_reload(false);
-                        error!("certificate not reloaded, the previous one keeps serving: {err}");
-                    }
-                }
-            }
-        });
-    }
+    spawn_certificate_reloader(&options, cert_file, key_file, tls.clone(), metrics.clone())?;
 
     let state = Arc::new(WebhookState {
         sidecars,

@@ -259,23 +259,7 @@ fn chunked_request(body: &[u8]) -> Vec<u8> {
 /// Sends raw bytes over TLS and returns the status code of the reply.
 async fn raw_exchange(setup: &Setup, injector: &Injector, request: Vec<u8>) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(
-        setup.certs.ca_pem.as_bytes(),
-    ) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = tokio_rustls::rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(injector.tls).await.unwrap();
-    let mut tls = connector
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .unwrap();
+    let mut tls = setup.client().connect_tls(injector.tls).await.unwrap();
     tls.write_all(&request).await.unwrap();
     let mut response = Vec::new();
     let mut buffer = [0u8; 4096];
@@ -456,23 +440,7 @@ async fn graceful_shutdown_fails_ready_first_and_finishes_requests_in_flight() {
     // A request in flight: headers and half the body sent.
     let body = serde_json::to_vec(&fixture("deployment-pod.json")).unwrap();
     let (first, rest) = body.split_at(body.len() / 2);
-    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(
-        setup.certs.ca_pem.as_bytes(),
-    ) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = tokio_rustls::rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(injector.tls).await.unwrap();
-    let mut tls = connector
-        .connect("localhost".try_into().unwrap(), tcp)
-        .await
-        .unwrap();
+    let mut tls = setup.client().connect_tls(injector.tls).await.unwrap();
     let head = format!(
         "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()

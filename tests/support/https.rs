@@ -12,6 +12,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
@@ -40,11 +41,16 @@ impl TlsClient {
         }
     }
 
-    pub async fn connect(&self, addr: SocketAddr) -> io::Result<Connection> {
+    /// A TLS stream to write raw HTTP on (slow clients, requests in flight).
+    pub async fn connect_tls(&self, addr: SocketAddr) -> io::Result<TlsStream<TcpStream>> {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
         let name = ServerName::try_from("localhost").expect("a DNS name");
-        let tls = self.connector.connect(name, tcp).await?;
+        self.connector.connect(name, tcp).await
+    }
+
+    pub async fn connect(&self, addr: SocketAddr) -> io::Result<Connection> {
+        let tls = self.connect_tls(addr).await?;
         let peer_certificate = tls
             .get_ref()
             .1
