@@ -357,9 +357,15 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
 
     // A client loops, a new connection (handshake) per request, while the files rotate.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let looper = {
-        let (client, stop, review, addr) =
-            (client.clone(), stop.clone(), review.clone(), injector.tls);
+        let (client, stop, done, review, addr) = (
+            client.clone(),
+            stop.clone(),
+            done.clone(),
+            review.clone(),
+            injector.tls,
+        );
         tokio::spawn(async move {
             let (mut ok, mut failed, mut certificates) =
                 (0u32, Vec::new(), std::collections::BTreeSet::new());
@@ -377,6 +383,7 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
                     }
                     Err(err) => failed.push(err.to_string()),
                 }
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             (ok, failed, certificates)
         })
@@ -387,7 +394,11 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
         std::fs::write(&aside, text).unwrap();
         std::fs::rename(&aside, setup.path(&format!("tls/{name}"))).unwrap();
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let requests = || done.load(std::sync::atomic::Ordering::Relaxed);
+    eventually(DEADLINE, "the loop is running", || async {
+        (requests() >= 10).then_some(())
+    })
+    .await;
     replace("tls.key", &rotated.key_pem);
     replace("tls.crt", &rotated.cert_pem);
     let new_der = eventually(DEADLINE, "the new certificate is served", || async {
@@ -395,7 +406,11 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
         (der != first_der).then_some(der)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rotated_at = requests();
+    eventually(DEADLINE, "the loop runs on the new certificate", || async {
+        (requests() >= rotated_at + 10).then_some(())
+    })
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, failed, certificates) = looper.await.unwrap();
     assert!(
@@ -433,7 +448,7 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
 async fn graceful_shutdown_fails_ready_first_and_finishes_requests_in_flight() {
     use tokio::io::AsyncWriteExt;
     let setup = Setup::new();
-    let mut injector = setup.start(&["--shutdown-delay", "700ms", "--shutdown-timeout", "10s"]);
+    let mut injector = setup.start(&["--shutdown-delay", "2s", "--shutdown-timeout", "10s"]);
     assert_eq!(injector.lifecycle_get("/ready").0, 200);
     assert_eq!(injector.lifecycle_get("/health").0, 200);
 
@@ -460,8 +475,16 @@ async fn graceful_shutdown_fails_ready_first_and_finishes_requests_in_flight() {
         "still accepting during the delay"
     );
 
-    // The in-flight request completes after the listeners close.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // The listeners close after the delay; the in-flight request still completes.
+    eventually(DEADLINE, "the TLS listener closes", || async {
+        setup
+            .client()
+            .connect(injector.tls)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
     tls.write_all(rest).await.unwrap();
     tls.flush().await.unwrap();
     let mut response = Vec::new();
@@ -483,10 +506,6 @@ async fn graceful_shutdown_fails_ready_first_and_finishes_requests_in_flight() {
     drop(tls);
     let status = injector.wait_exit(DEADLINE);
     assert!(status.success(), "exit status {status}");
-    assert!(
-        setup.client().connect(injector.tls).await.is_err(),
-        "no longer accepting"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
