@@ -744,36 +744,92 @@ pub fn load_directory(
         }
     }
 
-    let mut files_by_name: BTreeMap<SidecarName, Vec<&str>> = BTreeMap::new();
-    for (file, config) in &resolved {
-        files_by_name
+    let resolved = resolved
+        .into_iter()
+        .map(|(file, config)| (origin_of(file), config))
+        .collect();
+    admit_unique(&mut report, resolved);
+    report
+}
+
+/// Adds each config to the report, except that a name held by more than one origin of the
+/// same source is an error for every holder.
+fn admit_unique(report: &mut LoadReport, resolved: Vec<(String, SidecarConfig)>) {
+    let mut holders_by_name: BTreeMap<SidecarName, Vec<String>> = BTreeMap::new();
+    for (origin, config) in &resolved {
+        holders_by_name
             .entry(config.name.clone())
             .or_default()
-            .push(file);
+            .push(origin.clone());
     }
-    for (file, config) in resolved {
-        let holders = &files_by_name[&config.name];
+    for (origin, config) in resolved {
+        let holders = &holders_by_name[&config.name];
         if holders.len() > 1 {
             report.errors.push(ConfigError {
-                origin: origin_of(file),
-                line: None,
                 kind: ConfigErrorKind::DuplicateName {
                     name: config.name.to_string(),
                     others: holders
                         .iter()
-                        .filter(|other| **other != file)
-                        .map(|other| origin_of(other))
+                        .filter(|other| **other != origin)
+                        .cloned()
                         .collect::<Vec<_>>()
                         .join(", "),
                 },
+                origin,
+                line: None,
             });
             continue;
         }
-        report
-            .sidecars
-            .push(LoadedSidecar::new(config, origin_of(file)));
+        report.sidecars.push(LoadedSidecar::new(config, origin));
     }
+}
+
+/// How a ConfigMap item is named in messages and as the key of its last good version.
+pub fn configmap_origin(namespace: &str, name: &str, key: &str) -> String {
+    format!("ConfigMap {namespace}/{name} item {key}")
+}
+
+/// Loads the ConfigMap source: each `(origin, text)` is one data item. Items cannot inherit
+/// (there is no directory to find a parent in); one item's error never stops the others.
+pub fn load_configmap_items(items: &[(String, String)]) -> LoadReport {
+    let mut report = LoadReport::default();
+    let mut resolved = Vec::new();
+    for (origin, text) in items {
+        match parse_config(origin, text) {
+            Ok(parsed) => {
+                report.warnings.extend(parsed.warnings);
+                if let Some(parent) = &parsed.config.inherits {
+                    report.errors.push(ConfigError {
+                        origin: origin.clone(),
+                        line: top_level_key_line(text, "inherits"),
+                        kind: ConfigErrorKind::InheritsNotOnDisk(parent.clone()),
+                    });
+                } else {
+                    resolved.push((origin.clone(), parsed.config));
+                }
+            }
+            Err(err) => report.errors.push(err),
+        }
+    }
+    admit_unique(&mut report, resolved);
     report
+}
+
+/// The configs in force: the directory's, with a ConfigMap config of the same name taking its
+/// place. Returns the names so overridden, for the log.
+pub fn merge_sources(
+    directory: &SourceState,
+    configmaps: &SourceState,
+) -> (SidecarSet, Vec<SidecarName>) {
+    let mut set: SidecarSet = directory.sidecars().cloned().collect();
+    let mut overridden = Vec::new();
+    for sidecar in configmaps.sidecars() {
+        if set.get(&sidecar.config.name).is_some() {
+            overridden.push(sidecar.config.name.clone());
+        }
+        set.insert(sidecar.clone());
+    }
+    (set, overridden)
 }
 
 /// Follows `inherits` from `file` to its root and merges down, rejecting escapes and cycles.

@@ -541,3 +541,70 @@ fn a_fresh_config_of_the_same_name_supersedes_a_kept_one() {
     let served: Vec<&str> = state.sidecars().map(|s| s.origin.as_str()).collect();
     assert_eq!(served, ["config/b.yaml"]);
 }
+
+fn items(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(key, text)| {
+            (
+                configmap_origin("injector", "sidecars", key),
+                (*text).to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn configmap_items_load_each_on_its_own_and_cannot_inherit() {
+    let report = load_configmap_items(&items(&[
+        (
+            "logger.yaml",
+            "name: logger:v3\ncontainers: [{name: s, image: 's:3'}]\n",
+        ),
+        ("child.yaml", "name: child\ninherits: logger.yaml\n"),
+        ("broken.yaml", "name: broken\nbogus: 1\n"),
+    ]));
+    let names: Vec<String> = report
+        .sidecars
+        .iter()
+        .map(|s| s.config.name.to_string())
+        .collect();
+    assert_eq!(names, ["logger:v3"]);
+    assert_eq!(
+        report.sidecars[0].origin,
+        "ConfigMap injector/sidecars item logger.yaml"
+    );
+    let messages: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        messages,
+        [
+            "ConfigMap injector/sidecars item child.yaml:2: `inherits` is only for configs on disk; a ConfigMap item cannot inherit (\"logger.yaml\")",
+            "ConfigMap injector/sidecars item broken.yaml:2: unknown top-level key \"bogus\" (allowed: name, inherits, containers, prependContainers, initContainers, volumes, env, volumeMounts, hostAliases, hostNetwork, hostPID, serviceAccountName, rollout)",
+        ]
+    );
+    let duplicates = load_configmap_items(&items(&[("a", "name: x\n"), ("b", "name: X\n")]));
+    assert_eq!(duplicates.errors.len(), 2);
+    assert!(duplicates.sidecars.is_empty());
+}
+
+#[test]
+fn a_configmap_config_overrides_a_disk_config_of_the_same_name() {
+    let mut directory = SourceState::default();
+    directory.apply(&load(&[
+        ("a.yaml", "name: logger:v1\n"),
+        ("b.yaml", "name: metrics:v1\n"),
+    ]));
+    let mut configmaps = SourceState::default();
+    configmaps.apply(&load_configmap_items(&items(&[(
+        "logger.yaml",
+        "name: logger:v1\nhostPID: true\n",
+    )])));
+    let (set, overridden) = merge_sources(&directory, &configmaps);
+    assert_eq!(overridden, ["logger:v1".parse().unwrap()]);
+    let logger = set.get(&"logger:v1".parse().unwrap()).unwrap();
+    assert!(logger.config.host_pid);
+    assert_eq!(
+        logger.origin,
+        "ConfigMap injector/sidecars item logger.yaml"
+    );
+    assert!(set.get(&"metrics:v1".parse().unwrap()).is_some());
+}
