@@ -18,7 +18,7 @@ use crate::config_directory::{is_config_file_name, load_config_directory, read_c
 use crate::injection::{
     DEFAULT_IGNORED_NAMESPACES, Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide,
 };
-use crate::server::{self, ServeOptions};
+use crate::server::{self, ConfigMapOptions, ServeOptions};
 use crate::telemetry::{self, LogFormat, LogLevel};
 use crate::tls::{self, DevCertificates};
 
@@ -111,10 +111,11 @@ pub struct ServeArgs {
     /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on.
     #[arg(long, env = "CONFIGMAP_LABELS")]
     pub configmap_labels: Option<String>,
-    /// Kubeconfig file for the cluster connection (never read implicitly).
+    /// Kubeconfig file for the cluster connection. Without it (or --master-url) `serve` uses
+    /// the in-cluster configuration, or runs with no cluster; it never reads ~/.kube/config.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// API server URL for the cluster connection.
+    /// API server URL; overrides the server of --kubeconfig or of the in-cluster configuration.
     #[arg(long)]
     pub master_url: Option<String>,
 }
@@ -212,12 +213,45 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Ok(own) = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE) {
         ignored.insert(own.trim().to_owned());
     }
-    if args.configmap_labels.is_some() || args.kubeconfig.is_some() || args.master_url.is_some() {
-        tracing::warn!(
-            "--configmap-labels, --configmap-namespace, --kubeconfig and --master-url are accepted \
-             but not used yet: this build serves directory configs only"
-        );
-    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let cluster = runtime.block_on(cluster_config(&args))?;
+    let configmaps = match (&args.configmap_labels, cluster) {
+        (None, None) => {
+            tracing::info!(
+                "no cluster connection (not in a cluster, no --kubeconfig or --master-url): serving directory configs only"
+            );
+            None
+        }
+        (None, Some(_)) => None,
+        (Some(_), None) => anyhow::bail!(
+            "--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
+        ),
+        (Some(selector), Some(config)) => {
+            let namespace = match &args.configmap_namespace {
+                Some(namespace) => namespace.clone(),
+                None => std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
+                    .map(|ns| ns.trim().to_owned())
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "--configmap-labels without --configmap-namespace needs the injector's own namespace, \
+                             read from {IN_CLUSTER_NAMESPACE_FILE} in a cluster; outside one, pass --configmap-namespace"
+                        )
+                    })?,
+            };
+            let client = {
+                let _guard = runtime.enter();
+                kube::Client::try_from(config).context("cannot build the Kubernetes client")?
+            };
+            Some(ConfigMapOptions {
+                client,
+                namespace,
+                selector: selector.clone(),
+            })
+        }
+    };
     let options = ServeOptions {
         bind_address: args.bind_address,
         tls_port: args.tls_port,
@@ -237,13 +271,37 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         reload_debounce: args.reload_debounce,
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
+        configmaps,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     runtime.block_on(server::run(options))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cluster connection of `serve`: in-cluster, or exactly what the flags name. Never an
+/// implicit `~/.kube/config`, so `serve` on a laptop cannot touch whatever cluster it points at.
+async fn cluster_config(args: &ServeArgs) -> anyhow::Result<Option<kube::Config>> {
+    let mut config = if let Some(path) = &args.kubeconfig {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .with_context(|| format!("cannot use --kubeconfig {}", path.display()))?
+    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        kube::Config::incluster().context("cannot use the in-cluster configuration")?
+    } else if let Some(url) = &args.master_url {
+        kube::Config::new(
+            url.parse()
+                .with_context(|| format!("--master-url {url:?} is not a URL"))?,
+        )
+    } else {
+        return Ok(None);
+    };
+    if let Some(url) = &args.master_url {
+        config.cluster_url = url
+            .parse()
+            .with_context(|| format!("--master-url {url:?} is not a URL"))?;
+    }
+    Ok(Some(config))
 }
 
 fn certs(args: &CertsArgs) -> anyhow::Result<ExitCode> {

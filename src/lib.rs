@@ -10,6 +10,7 @@ pub mod annotations;
 pub mod cli;
 pub mod config;
 pub mod config_directory;
+pub mod configmaps;
 pub mod injection;
 pub mod metrics;
 pub mod name;

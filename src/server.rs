@@ -3,8 +3,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, debug, debug_span, error, field, info, warn};
 
 use crate::admission::{self, AdmissionResult};
-use crate::config::{SidecarSet, SourceState};
+use crate::config::{SidecarSet, SourceState, merge_sources};
 use crate::config_directory::load_config_directory;
 use crate::injection::InjectionSettings;
 use crate::metrics::Metrics;
@@ -46,6 +46,8 @@ pub struct WebhookState {
 #[derive(Debug, Default)]
 pub struct Readiness {
     pub configs_loaded: AtomicBool,
+    /// The first ConfigMap list is done (true from the start when that source is off).
+    pub configmaps_listed: AtomicBool,
     pub tls_listening: AtomicBool,
     pub shutting_down: AtomicBool,
 }
@@ -56,6 +58,8 @@ impl Readiness {
             Some("shutting down")
         } else if !self.configs_loaded.load(Ordering::Acquire) {
             Some("sidecar configs not loaded yet")
+        } else if !self.configmaps_listed.load(Ordering::Acquire) {
+            Some("the first list of sidecar ConfigMaps is not done yet")
         } else if !self.tls_listening.load(Ordering::Acquire) {
             Some("TLS listener not up yet")
         } else {
@@ -271,6 +275,24 @@ pub struct ServeOptions {
     pub reload_debounce: Duration,
     pub shutdown_delay: Duration,
     pub shutdown_timeout: Duration,
+    /// The ConfigMap source, when `--configmap-labels` turned it on.
+    pub configmaps: Option<ConfigMapOptions>,
+}
+
+#[derive(Clone)]
+pub struct ConfigMapOptions {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub selector: String,
+}
+
+impl std::fmt::Debug for ConfigMapOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigMapOptions")
+            .field("namespace", &self.namespace)
+            .field("selector", &self.selector)
+            .finish()
+    }
 }
 
 /// Picks the certificate files, generating development ones when the defaults are missing.
@@ -313,13 +335,39 @@ fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
     Ok((cert, key))
 }
 
-/// Loads the config directory into `state`, publishes the result, and records it.
-fn reload_configs(
-    directory: &Path,
-    state: &mut SourceState,
-    publish: &watch::Sender<Arc<SidecarSet>>,
-    metrics: &Metrics,
-) {
+/// Both config sources and the snapshot they publish to every request and consumer.
+pub struct ConfigSources {
+    pub directory: SourceState,
+    pub configmaps: SourceState,
+    publish: watch::Sender<Arc<SidecarSet>>,
+}
+
+impl ConfigSources {
+    pub fn new(publish: watch::Sender<Arc<SidecarSet>>) -> Self {
+        Self {
+            directory: SourceState::default(),
+            configmaps: SourceState::default(),
+            publish,
+        }
+    }
+
+    /// Merges the sources (a ConfigMap config overrides a disk config of the same name) and
+    /// publishes the result.
+    pub fn publish(&self, changed_source: &'static str) {
+        let (set, overridden) = merge_sources(&self.directory, &self.configmaps);
+        for name in overridden {
+            info!(sidecar = %name, "the ConfigMap config overrides the disk config of the same name");
+        }
+        let names: Vec<&str> = set.iter().map(|s| s.stamp.as_str()).collect();
+        info!(source = changed_source, sidecars = ?names, "sidecar configs in force");
+        self.publish.send_replace(Arc::new(set));
+    }
+}
+
+/// Loads the config directory into the sources, publishes the result, and records it.
+fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, metrics: &Metrics) {
+    let mut sources = sources.lock().expect("config sources lock");
+    let state = &mut sources.directory;
     let report = match load_config_directory(directory) {
         Ok(report) => report,
         Err(err) => {
@@ -339,17 +387,13 @@ fn reload_configs(
         warn!(origin = %origin, "keeping the last good version of this config until it is fixed");
     }
     metrics.record_config_reload(CONFIG_SOURCE_DIRECTORY, summary.errors == 0, summary.served);
-    let set: SidecarSet = state.sidecars().cloned().collect();
-    let names: Vec<String> = set.iter().map(|s| s.stamp.clone()).collect();
-    info!(source = CONFIG_SOURCE_DIRECTORY, errors = summary.errors, sidecars = ?names, "sidecar configs loaded");
-    publish.send_replace(Arc::new(set));
+    sources.publish(CONFIG_SOURCE_DIRECTORY);
 }
 
 /// Reloads the config directory after each (debounced) change in it.
 fn spawn_config_reloader(
     options: &ServeOptions,
-    mut state: SourceState,
-    publish: watch::Sender<Arc<SidecarSet>>,
+    sources: Arc<Mutex<ConfigSources>>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
     let directory = options.config_directory.clone();
@@ -357,7 +401,7 @@ fn spawn_config_reloader(
         .with_context(|| format!("cannot watch {}", directory.display()))?;
     tokio::spawn(async move {
         while changes.recv().await.is_some() {
-            reload_configs(&directory, &mut state, &publish, &metrics);
+            reload_configs(&directory, &sources, &metrics);
         }
     });
     Ok(())
@@ -406,17 +450,24 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let readiness = Arc::new(Readiness::default());
 
-    let mut directory_state = SourceState::default();
     let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
-    reload_configs(
-        &options.config_directory,
-        &mut directory_state,
-        &publish,
-        &metrics,
-    );
+    let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
+    reload_configs(&options.config_directory, &sources, &metrics);
     readiness.configs_loaded.store(true, Ordering::Release);
-
-    spawn_config_reloader(&options, directory_state, publish, metrics.clone())?;
+    spawn_config_reloader(&options, sources.clone(), metrics.clone())?;
+    match &options.configmaps {
+        Some(source) => {
+            tokio::spawn(crate::configmaps::run(
+                source.client.clone(),
+                source.namespace.clone(),
+                source.selector.clone(),
+                sources.clone(),
+                metrics.clone(),
+                readiness.clone(),
+            ));
+        }
+        None => readiness.configmaps_listed.store(true, Ordering::Release),
+    }
     let (cert_file, key_file) = tls_files(&options)?;
     let tls = RustlsConfig::from_config(
         server_config_from_files(&cert_file, &key_file)
@@ -571,6 +622,18 @@ mod tests {
             .configs_loaded
             .store(true, Ordering::Release);
         state.readiness.tls_listening.store(true, Ordering::Release);
+        let (status, body) = call(lifecycle_router(state.clone()), get()).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: the first list of sidecar ConfigMaps is not done yet\n"
+            )
+        );
+        state
+            .readiness
+            .configmaps_listed
+            .store(true, Ordering::Release);
         assert_eq!(
             call(lifecycle_router(state.clone()), get()).await.0,
             StatusCode::OK

@@ -1,0 +1,177 @@
+//! The ConfigMap config source: a watch of the labelled ConfigMaps of one namespace, each data
+//! item one config. Added, changed and deleted ConfigMaps take effect at once; an invalid item
+//! is logged, counted and reported as a Warning Event on its ConfigMap, and its last good
+//! version keeps serving.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::{Client, Resource};
+use tracing::{error, info, warn};
+
+use crate::config::{configmap_origin, load_configmap_items};
+use crate::metrics::Metrics;
+use crate::server::{ConfigSources, Readiness};
+
+pub const CONFIG_SOURCE_CONFIGMAP: &str = "configmap";
+
+/// v1.20 rejects Event notes over 1 KiB.
+const EVENT_NOTE_LIMIT: usize = 1000;
+
+/// Watches until the process ends; the watcher relists on its own after errors, with backoff.
+pub async fn run(
+    client: Client,
+    namespace: String,
+    selector: String,
+    sources: Arc<Mutex<ConfigSources>>,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: "sidecar-injector".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let mut stream = watcher::watcher(api, watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .boxed();
+    let mut store: BTreeMap<String, ConfigMap> = BTreeMap::new();
+    let mut relist: Option<BTreeMap<String, ConfigMap>> = None;
+    let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
+    info!(
+        namespace,
+        selector, "watching ConfigMaps for sidecar configs"
+    );
+    while let Some(event) = stream.next().await {
+        let changed = match event {
+            Ok(WatchEvent::Init) => {
+                relist = Some(BTreeMap::new());
+                false
+            }
+            Ok(WatchEvent::InitApply(configmap)) => {
+                relist.get_or_insert_with(BTreeMap::new).insert(
+                    configmap.metadata.name.clone().unwrap_or_default(),
+                    configmap,
+                );
+                false
+            }
+            Ok(WatchEvent::InitDone) => {
+                store = relist.take().unwrap_or_default();
+                true
+            }
+            Ok(WatchEvent::Apply(configmap)) => {
+                store.insert(
+                    configmap.metadata.name.clone().unwrap_or_default(),
+                    configmap,
+                );
+                true
+            }
+            Ok(WatchEvent::Delete(configmap)) => {
+                store.remove(configmap.metadata.name.as_deref().unwrap_or_default());
+                true
+            }
+            Err(err) => {
+                warn!(namespace, "ConfigMap watch failed, retrying: {err}");
+                false
+            }
+        };
+        if !changed {
+            continue;
+        }
+        let problems = reload(&namespace, &store, &sources, &metrics);
+        readiness.configmaps_listed.store(true, Ordering::Release);
+        report_new_problems(&recorder, &store, problems, &mut reported).await;
+    }
+}
+
+/// Loads every item of every ConfigMap in `store` into the ConfigMap source and publishes.
+/// Returns each error as (ConfigMap name, origin, message).
+fn reload(
+    namespace: &str,
+    store: &BTreeMap<String, ConfigMap>,
+    sources: &Mutex<ConfigSources>,
+    metrics: &Metrics,
+) -> Vec<(String, String, String)> {
+    let mut items = Vec::new();
+    let mut configmap_of: BTreeMap<String, String> = BTreeMap::new();
+    for (name, configmap) in store {
+        for (key, text) in configmap.data.iter().flatten() {
+            let origin = configmap_origin(namespace, name, key);
+            configmap_of.insert(origin.clone(), name.clone());
+            items.push((origin, text.clone()));
+        }
+    }
+    let report = load_configmap_items(&items);
+    for warning in &report.warnings {
+        warn!("{warning}");
+    }
+    for err in &report.errors {
+        error!("config not loaded: {err}");
+    }
+    let mut sources = sources.lock().expect("config sources lock");
+    let summary = sources.configmaps.apply(&report);
+    for origin in &summary.kept {
+        warn!(origin = %origin, "keeping the last good version of this config until it is fixed");
+    }
+    metrics.record_config_reload(CONFIG_SOURCE_CONFIGMAP, summary.errors == 0, summary.served);
+    sources.publish(CONFIG_SOURCE_CONFIGMAP);
+    report
+        .errors
+        .iter()
+        .filter_map(|err| {
+            let name = configmap_of.get(&err.origin)?;
+            Some((name.clone(), err.origin.clone(), err.to_string()))
+        })
+        .collect()
+}
+
+/// A Warning Event on the ConfigMap for each error not already reported; an error that goes
+/// away and comes back is reported again.
+async fn report_new_problems(
+    recorder: &Recorder,
+    store: &BTreeMap<String, ConfigMap>,
+    problems: Vec<(String, String, String)>,
+    reported: &mut BTreeSet<(String, String)>,
+) {
+    let current: BTreeSet<(String, String)> = problems
+        .iter()
+        .map(|(_, origin, message)| (origin.clone(), message.clone()))
+        .collect();
+    for (name, origin, message) in problems {
+        if reported.contains(&(origin.clone(), message.clone())) {
+            continue;
+        }
+        let Some(configmap) = store.get(&name) else {
+            continue;
+        };
+        let mut note = format!("{message}; the last good version of this config keeps serving");
+        if note.len() > EVENT_NOTE_LIMIT {
+            let mut cut = EVENT_NOTE_LIMIT;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidSidecarConfig".into(),
+            note: Some(note),
+            action: "LoadConfig".into(),
+            secondary: None,
+        };
+        if let Err(err) = recorder.publish(&event, &configmap.object_ref(&())).await {
+            warn!(configmap = name, "cannot record the Warning Event: {err}");
+        }
+    }
+    *reported = current;
+}
