@@ -505,3 +505,289 @@ async fn configmap_configs_are_served_edited_guarded_and_removed() {
         "{denied}"
     );
 }
+
+fn kustomize(dir: &str) -> Vec<Value> {
+    let output = std::process::Command::new("kubectl")
+        .args([
+            "kustomize",
+            &format!("{}/{dir}", env!("CARGO_MANIFEST_DIR")),
+        ])
+        .output()
+        .expect("kubectl runs (it renders deploy/ as a user would)");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&output.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+fn of_kind<'v>(docs: &'v [Value], kind: &str) -> &'v Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
+    let plane = support::cluster::control_plane();
+    let base = kustomize("deploy");
+    let kinds: Vec<&str> = base.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "MutatingWebhookConfiguration",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let matchconditions = kustomize("deploy/overlays/matchconditions");
+    assert!(
+        of_kind(&matchconditions, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+            [0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("'injector/request' in object.metadata.annotations")
+    );
+    let cert_manager = kustomize("deploy/overlays/cert-manager");
+    assert_eq!(
+        of_kind(&cert_manager, "Certificate")["spec"]["secretName"],
+        of_kind(&base, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+    );
+    assert!(of_kind(&cert_manager, "MutatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
+
+    // v1.20 has no policy/v1, which current clusters need: the PodDisruptionBudget is checked
+    // here, against the Deployment it protects.
+    let pdb = of_kind(&base, "PodDisruptionBudget");
+    let deployment = of_kind(&base, "Deployment");
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(deployment["spec"]["replicas"].as_i64().unwrap() >= 2);
+    for (key, value) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &deployment["spec"]["template"]["metadata"]["labels"][key], value,
+            "the PDB selects the injector's pods"
+        );
+    }
+    let security = &deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+
+    // Everything else, server-side: the namespace for real, then a dry run of the rest.
+    let kubectl = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&plane.kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let yaml = |docs: Vec<&Value>| {
+        docs.iter()
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    kubectl(
+        &["apply", "-f", "-"],
+        &yaml(vec![of_kind(&base, "Namespace")]),
+    );
+    let rest: Vec<&Value> = base
+        .iter()
+        .filter(|d| d["kind"] != "Namespace" && d["kind"] != "PodDisruptionBudget")
+        .collect();
+    let applied = kubectl(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &yaml(rest.clone()),
+    );
+    assert_eq!(
+        applied
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count(),
+        rest.len(),
+        "{applied}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let ctx = TestContext::new("rbac", &[]).await;
+    let ns = ctx.namespace.clone();
+    let base = kustomize("deploy");
+    // deploy/'s objects, moved into this test's namespace.
+    let moved = |kind: &str| {
+        let mut doc = of_kind(&base, kind).clone();
+        if doc["metadata"].get("namespace").is_some() {
+            doc["metadata"]["namespace"] = json!(ns);
+        }
+        if let Some(subjects) = doc.get_mut("subjects") {
+            subjects[0]["namespace"] = json!(ns);
+        }
+        doc
+    };
+    let post = PostParams::default();
+    let client = ctx.client.clone();
+    Api::<ClusterRole>::all(client.clone())
+        .create(
+            &post,
+            &serde_json::from_value(moved("ClusterRole")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut binding = moved("ClusterRoleBinding");
+    binding["metadata"]["name"] = json!(format!("sidecar-injector-{ns}"));
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&post, &serde_json::from_value(binding).unwrap())
+        .await
+        .unwrap();
+    ctx.api::<Role>()
+        .create(&post, &serde_json::from_value(moved("Role")).unwrap())
+        .await
+        .unwrap();
+    ctx.api::<RoleBinding>()
+        .create(
+            &post,
+            &serde_json::from_value(moved("RoleBinding")).unwrap(),
+        )
+        .await
+        .unwrap();
+    ctx.api::<ServiceAccount>()
+        .create(
+            &post,
+            &serde_json::from_value(moved("ServiceAccount")).unwrap(),
+        )
+        .await
+        .unwrap();
+    ctx.api::<ConfigMap>()
+        .create(&post, &serde_json::from_value(moved("ConfigMap")).unwrap())
+        .await
+        .unwrap();
+
+    // The ServiceAccount's token (v1.20 still makes a Secret for it), in a kubeconfig of its own.
+    let token = eventually(DEADLINE, "the injector's ServiceAccount token", || async {
+        ctx.api::<Secret>()
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find_map(|s| {
+                let name = s.metadata.name.as_deref()?;
+                name.starts_with("sidecar-injector-token-").then_some(())?;
+                String::from_utf8(s.data?.get("token")?.0.clone()).ok()
+            })
+    })
+    .await;
+    let admin = std::fs::read_to_string(&support::cluster::control_plane().kubeconfig).unwrap();
+    let as_injector = admin.replace("token: admin-token", &format!("token: {token}"));
+    assert_ne!(admin, as_injector);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, &as_injector).unwrap();
+
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).unwrap();
+    let certs = dev_certificates(dir.path());
+    let injector = support::injector::Injector::start(
+        dir.path(),
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--configmap-namespace",
+            &ns,
+            "--configmap-labels",
+            "sidecar-injector.io/config=true",
+            "--config-directory",
+            config.to_str().unwrap(),
+            "--tls-cert-file",
+            certs.0.to_str().unwrap(),
+            "--tls-key-file",
+            certs.1.to_str().unwrap(),
+            "--shutdown-delay",
+            "0s",
+        ],
+        &[],
+    );
+    eventually(
+        DEADLINE,
+        "/ready with the ConfigMap list done under deploy/'s RBAC",
+        || async { (injector.lifecycle_get("/ready").0 == 200).then_some(()) },
+    )
+    .await;
+    eventually(
+        DEADLINE,
+        "deploy/'s example ConfigMap config loaded",
+        || async {
+            (injector.metric("sidecar_injector_configs_loaded{source=\"configmap\"}") == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The same identity is refused what the RBAC does not grant.
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&as_injector).unwrap();
+    let injector_client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(injector_client.clone(), &ns);
+    match secrets.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("reading Secrets must be forbidden: {other:?}"),
+    }
+    let configmaps: Api<ConfigMap> = Api::namespaced(injector_client.clone(), &ns);
+    let patch = kube::api::Patch::Merge(json!({"data": {"x": "y"}}));
+    match configmaps
+        .patch(
+            "sidecar-configs",
+            &kube::api::PatchParams::default(),
+            &patch,
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("only the status ConfigMap may be written: {other:?}"),
+    }
+    let pods: Api<Pod> = Api::all(injector_client);
+    pods.list_metadata(&ListParams::default().limit(1))
+        .await
+        .expect("pod metadata is readable cluster-wide");
+}
+
+fn dev_certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let certs = sidecar_injector::tls::DevCertificates::generate(&["127.0.0.1".into()]).unwrap();
+    certs.write(dir).unwrap();
+    (dir.join("tls.crt"), dir.join("tls.key"))
+}
