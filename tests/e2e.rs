@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::cluster::TestContext;
+use support::cluster::{TestContext, kustomize, of_kind};
 use support::injector::eventually;
 use support::kubelet::NODES;
 
@@ -308,16 +308,9 @@ fn configmap(
 #[tokio::test(flavor = "multi_thread")]
 async fn configmap_configs_are_served_edited_guarded_and_removed() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let kubeconfig = support::cluster::control_plane()
-        .kubeconfig
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let ctx = TestContext::new(
+    let ctx = TestContext::with_deploy_rbac(
         "configmaps",
         &[
-            "--kubeconfig",
-            &kubeconfig,
             "--configmap-namespace",
             "e2e-configmaps",
             "--configmap-labels",
@@ -506,30 +499,6 @@ async fn configmap_configs_are_served_edited_guarded_and_removed() {
     );
 }
 
-fn kustomize(dir: &str) -> Vec<Value> {
-    let output = std::process::Command::new("kubectl")
-        .args([
-            "kustomize",
-            &format!("{}/{dir}", env!("CARGO_MANIFEST_DIR")),
-        ])
-        .output()
-        .expect("kubectl runs (it renders deploy/ as a user would)");
-    assert!(
-        output.status.success(),
-        "kubectl kustomize {dir}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&output.stdout))
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect()
-}
-
-fn of_kind<'v>(docs: &'v [Value], kind: &str) -> &'v Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} rendered"))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
     let plane = support::cluster::control_plane();
@@ -639,108 +608,28 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
-    use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-    let ctx = TestContext::new("rbac", &[]).await;
-    let ns = ctx.namespace.clone();
-    let base = kustomize("deploy");
-    // deploy/'s objects, moved into this test's namespace.
-    let moved = |kind: &str| {
-        let mut doc = of_kind(&base, kind).clone();
-        if doc["metadata"].get("namespace").is_some() {
-            doc["metadata"]["namespace"] = json!(ns);
-        }
-        if let Some(subjects) = doc.get_mut("subjects") {
-            subjects[0]["namespace"] = json!(ns);
-        }
-        doc
-    };
-    let post = PostParams::default();
-    let client = ctx.client.clone();
-    Api::<ClusterRole>::all(client.clone())
-        .create(
-            &post,
-            &serde_json::from_value(moved("ClusterRole")).unwrap(),
-        )
-        .await
-        .unwrap();
-    let mut binding = moved("ClusterRoleBinding");
-    binding["metadata"]["name"] = json!(format!("sidecar-injector-{ns}"));
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&post, &serde_json::from_value(binding).unwrap())
-        .await
-        .unwrap();
-    ctx.api::<Role>()
-        .create(&post, &serde_json::from_value(moved("Role")).unwrap())
-        .await
-        .unwrap();
-    ctx.api::<RoleBinding>()
-        .create(
-            &post,
-            &serde_json::from_value(moved("RoleBinding")).unwrap(),
-        )
-        .await
-        .unwrap();
-    ctx.api::<ServiceAccount>()
-        .create(
-            &post,
-            &serde_json::from_value(moved("ServiceAccount")).unwrap(),
-        )
-        .await
-        .unwrap();
-    ctx.api::<ConfigMap>()
-        .create(&post, &serde_json::from_value(moved("ConfigMap")).unwrap())
-        .await
-        .unwrap();
-
-    // The ServiceAccount's token (v1.20 still makes a Secret for it), in a kubeconfig of its own.
-    let token = eventually(DEADLINE, "the injector's ServiceAccount token", || async {
-        ctx.api::<Secret>()
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find_map(|s| {
-                let name = s.metadata.name.as_deref()?;
-                name.starts_with("sidecar-injector-token-").then_some(())?;
-                String::from_utf8(s.data?.get("token")?.0.clone()).ok()
-            })
-    })
-    .await;
-    let admin = std::fs::read_to_string(&support::cluster::control_plane().kubeconfig).unwrap();
-    let as_injector = admin.replace("token: admin-token", &format!("token: {token}"));
-    assert_ne!(admin, as_injector);
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, &as_injector).unwrap();
-
-    let config = dir.path().join("config");
-    std::fs::create_dir(&config).unwrap();
-    let certs = dev_certificates(dir.path());
-    let injector = support::injector::Injector::start(
-        dir.path(),
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let ctx = TestContext::with_deploy_rbac(
+        "rbac",
         &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
             "--configmap-namespace",
-            &ns,
+            "e2e-rbac",
             "--configmap-labels",
             "sidecar-injector.io/config=true",
-            "--config-directory",
-            config.to_str().unwrap(),
-            "--tls-cert-file",
-            certs.0.to_str().unwrap(),
-            "--tls-key-file",
-            certs.1.to_str().unwrap(),
-            "--shutdown-delay",
-            "0s",
         ],
-        &[],
-    );
+    )
+    .await;
+    let example = of_kind(&kustomize("deploy"), "ConfigMap").clone();
+    let mut example: ConfigMap = serde_json::from_value(example).unwrap();
+    example.metadata.namespace = None;
+    ctx.api::<ConfigMap>()
+        .create(&PostParams::default(), &example)
+        .await
+        .unwrap();
+    let injector = ctx.injector.as_ref().unwrap();
     eventually(
         DEADLINE,
-        "/ready with the ConfigMap list done under deploy/'s RBAC",
+        "/ready: the ConfigMap list works under deploy/'s RBAC",
         || async { (injector.lifecycle_get("/ready").0 == 200).then_some(()) },
     )
     .await;
@@ -755,19 +644,23 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
     .await;
 
     // The same identity is refused what the RBAC does not grant.
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&as_injector).unwrap();
-    let injector_client = kube::Client::try_from(
+    let kubeconfig = ctx
+        .injector_kubeconfig
+        .as_ref()
+        .expect("the injector's own kubeconfig");
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let client = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .unwrap(),
     )
     .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(injector_client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ctx.namespace);
     match secrets.list(&ListParams::default()).await {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
         other => panic!("reading Secrets must be forbidden: {other:?}"),
     }
-    let configmaps: Api<ConfigMap> = Api::namespaced(injector_client.clone(), &ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ctx.namespace);
     let patch = kube::api::Patch::Merge(json!({"data": {"x": "y"}}));
     match configmaps
         .patch(
@@ -780,14 +673,8 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
         other => panic!("only the status ConfigMap may be written: {other:?}"),
     }
-    let pods: Api<Pod> = Api::all(injector_client);
+    let pods: Api<Pod> = Api::all(client);
     pods.list_metadata(&ListParams::default().limit(1))
         .await
         .expect("pod metadata is readable cluster-wide");
-}
-
-fn dev_certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let certs = sidecar_injector::tls::DevCertificates::generate(&["127.0.0.1".into()]).unwrap();
-    certs.write(dir).unwrap();
-    (dir.join("tls.crt"), dir.join("tls.key"))
 }

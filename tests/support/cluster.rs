@@ -120,12 +120,24 @@ pub struct TestContext {
     pub namespace: String,
     pub injector: Option<Injector>,
     pub certs: DevCertificates,
+    /// The kubeconfig the injector connects with, when it has one.
+    pub injector_kubeconfig: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
 impl TestContext {
     /// `test` names the namespace (`e2e-<test>`); `extra` are extra `serve` flags.
     pub async fn new(test: &str, extra: &[&str]) -> Self {
+        Self::build(test, extra, false).await
+    }
+
+    /// As [`TestContext::new`], with the injector connected to the cluster as deploy/'s
+    /// ServiceAccount under deploy/'s RBAC (moved into the test's namespace), never as admin.
+    pub async fn with_deploy_rbac(test: &str, extra: &[&str]) -> Self {
+        Self::build(test, extra, true).await
+    }
+
+    async fn build(test: &str, extra: &[&str], deploy_rbac: bool) -> Self {
         control_plane();
         let client = client().await;
         let namespace = format!("e2e-{test}");
@@ -161,6 +173,15 @@ impl TestContext {
         )
         .await;
         let dir = tempfile::tempdir().unwrap();
+        let injector_kubeconfig = if deploy_rbac {
+            Some(install_deploy_rbac(&client, &namespace, dir.path()).await)
+        } else {
+            None
+        };
+        let identity: Vec<String> = injector_kubeconfig
+            .iter()
+            .flat_map(|path| ["--kubeconfig".to_owned(), path.to_str().unwrap().to_owned()])
+            .collect();
         let certs = DevCertificates::generate(&["127.0.0.1".into(), "localhost".into()]).unwrap();
         certs.write(dir.path()).unwrap();
         let config = Path::new(ROOT).join("config");
@@ -175,6 +196,7 @@ impl TestContext {
             "--shutdown-delay",
             "0s",
         ];
+        args.extend(identity.iter().map(String::as_str));
         args.extend_from_slice(extra);
         let injector = Injector::start(dir.path(), &args, &[]);
         let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -207,6 +229,7 @@ impl TestContext {
             namespace,
             injector: Some(injector),
             certs,
+            injector_kubeconfig,
             _dir: dir,
         }
     }
@@ -241,4 +264,110 @@ impl Drop for TestContext {
             );
         }
     }
+}
+
+/// deploy/ rendered by `kubectl kustomize`, as the documents a user would apply.
+pub fn kustomize(dir: &str) -> Vec<serde_json::Value> {
+    let output = Command::new("kubectl")
+        .args(["kustomize", &format!("{ROOT}/{dir}")])
+        .output()
+        .expect("kubectl runs (it renders deploy/ as a user would)");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&output.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+pub fn of_kind<'v>(docs: &'v [serde_json::Value], kind: &str) -> &'v serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+/// Creates deploy/'s ServiceAccount, ClusterRole, Role and bindings for `namespace` (the
+/// cluster-wide objects once per control plane, the binding per namespace) and writes a
+/// kubeconfig that authenticates with that ServiceAccount's token.
+pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -> PathBuf {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let base = kustomize("deploy");
+    let moved = |kind: &str| {
+        let mut doc = of_kind(&base, kind).clone();
+        if doc["metadata"].get("namespace").is_some() {
+            doc["metadata"]["namespace"] = json!(namespace);
+        }
+        if let Some(subjects) = doc.get_mut("subjects") {
+            subjects[0]["namespace"] = json!(namespace);
+        }
+        doc
+    };
+    let post = PostParams::default();
+    match Api::<ClusterRole>::all(client.clone())
+        .create(
+            &post,
+            &serde_json::from_value(moved("ClusterRole")).unwrap(),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("ClusterRole: {e}"),
+    }
+    let mut binding = moved("ClusterRoleBinding");
+    binding["metadata"]["name"] = json!(format!("sidecar-injector-{namespace}"));
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&post, &serde_json::from_value(binding).unwrap())
+        .await
+        .expect("ClusterRoleBinding");
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(&post, &serde_json::from_value(moved("Role")).unwrap())
+        .await
+        .expect("Role");
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(
+            &post,
+            &serde_json::from_value(moved("RoleBinding")).unwrap(),
+        )
+        .await
+        .expect("RoleBinding");
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create(
+            &post,
+            &serde_json::from_value(moved("ServiceAccount")).unwrap(),
+        )
+        .await
+        .expect("ServiceAccount");
+    // v1.20 still makes a token Secret for each ServiceAccount.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let token =
+        super::injector::eventually(Duration::from_secs(30), "the injector's token", || async {
+            secrets
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find_map(|s| {
+                    s.metadata
+                        .name
+                        .as_deref()?
+                        .starts_with("sidecar-injector-token-")
+                        .then_some(())?;
+                    String::from_utf8(s.data?.get("token")?.0.clone()).ok()
+                })
+        })
+        .await;
+    let admin = std::fs::read_to_string(&control_plane().kubeconfig).unwrap();
+    let as_injector = admin.replace("token: admin-token", &format!("token: {token}"));
+    assert_ne!(
+        admin, as_injector,
+        "the testbed kubeconfig has the admin token to replace"
+    );
+    let path = dir.join("injector.kubeconfig");
+    std::fs::write(&path, as_injector).unwrap();
+    path
 }
