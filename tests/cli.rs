@@ -268,3 +268,44 @@ fn an_empty_environment_variable_counts_as_unset() {
     assert_eq!(elsewhere.status.code(), Some(1));
     assert!(text(&elsewhere.stderr).contains("/no/such/configs"));
 }
+
+#[test]
+fn the_configmap_source_says_what_it_needs() {
+    let serve = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["serve", "--tls-port", "0", "--lifecycle-port", "0"])
+            .args(args)
+            .current_dir(ROOT)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("CONFIGMAP_NAMESPACE")
+            .env_remove("CONFIGMAP_LABELS")
+            .output()
+            .unwrap()
+    };
+    let no_cluster = serve(&["--configmap-labels", "a=b"]);
+    assert_eq!(no_cluster.status.code(), Some(1));
+    assert!(
+        text(&no_cluster.stderr).contains("--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"),
+        "{}",
+        text(&no_cluster.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let no_namespace = serve(&[
+        "--configmap-labels",
+        "a=b",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert_eq!(no_namespace.status.code(), Some(1));
+    assert!(
+        text(&no_namespace.stderr).contains("outside one, pass --configmap-namespace"),
+        "{}",
+        text(&no_namespace.stderr)
+    );
+}

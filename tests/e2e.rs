@@ -678,3 +678,58 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         .await
         .expect("pod metadata is readable cluster-wide");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_allow_a_deleted_configmap_sidecar_lets_pods_through_uninjected() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let ctx = TestContext::with_deploy_rbac(
+        "allow",
+        &[
+            "--on-missing-sidecar",
+            "allow",
+            "--configmap-namespace",
+            "e2e-allow",
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+        ],
+    )
+    .await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let text = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+    let configmaps: Api<ConfigMap> = ctx.api();
+    configmaps
+        .create(
+            &PostParams::default(),
+            &configmap("tracing", true, "tracer.yaml", text),
+        )
+        .await
+        .unwrap();
+    let last_in_force = || {
+        injector
+            .logs()
+            .into_iter()
+            .rev()
+            .find(|l| l.contains("sidecar configs in force"))
+            .unwrap_or_default()
+    };
+    let stamp = stamp_of(text);
+    eventually(DEADLINE, "tracer:v1 in force", || async {
+        last_in_force().contains(&stamp).then_some(())
+    })
+    .await;
+    let pod = create_pod(&ctx, "before", "tracer:v1").await.unwrap();
+    assert_eq!(container_names(&pod), ["app", "tracer"]);
+    configmaps
+        .delete("tracing", &Default::default())
+        .await
+        .unwrap();
+    eventually(DEADLINE, "tracer:v1 gone", || async {
+        (!last_in_force().contains("tracer:v1")).then_some(())
+    })
+    .await;
+    let pod = create_pod(&ctx, "after", "tracer:v1")
+        .await
+        .expect("allowed with --on-missing-sidecar=allow");
+    assert_eq!(container_names(&pod), ["app"]);
+    assert_eq!(annotation(&pod, "injector/status"), None);
+}
