@@ -271,6 +271,22 @@ async fn the_test_kubelet_never_readies_a_broken_image() {
     }
 }
 
+/// Waits until the injector's latest "sidecar configs in force" line does (or, with
+/// `present` false, no longer does) mention `text`.
+async fn wait_in_force(injector: &support::injector::Injector, text: String, present: bool) {
+    let what = format!("{text} {}", if present { "in force" } else { "gone" });
+    eventually(DEADLINE, &what, || async {
+        let last = injector
+            .logs()
+            .into_iter()
+            .rev()
+            .find(|l| l.contains("sidecar configs in force"))
+            .unwrap_or_default();
+        (last.contains(&text) == present).then_some(())
+    })
+    .await
+}
+
 /// The `injector/revision` item a config's text would stamp, computed by the library.
 fn stamp_of(text: &str) -> String {
     let config = sidecar_injector::config::parse_config("test", text)
@@ -325,21 +341,7 @@ async fn configmap_configs_are_served_edited_guarded_and_removed() {
         || async { (injector.lifecycle_get("/ready").0 == 200).then_some(()) },
     )
     .await;
-    let in_force = |stamp: String| {
-        let injector = ctx.injector.as_ref().unwrap();
-        async move {
-            eventually(DEADLINE, &format!("{stamp} in force"), || async {
-                injector
-                    .logs()
-                    .iter()
-                    .rev()
-                    .find(|l| l.contains("sidecar configs in force"))
-                    .is_some_and(|l| l.contains(&stamp))
-                    .then_some(())
-            })
-            .await
-        }
-    };
+    let in_force = |stamp: String| wait_in_force(injector, stamp, true);
     let configmaps: Api<ConfigMap> = ctx.api();
     let v1 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
     configmaps
@@ -479,15 +481,7 @@ async fn configmap_configs_are_served_edited_guarded_and_removed() {
         .delete("tracing", &Default::default())
         .await
         .unwrap();
-    eventually(DEADLINE, "tracer:v1 gone", || async {
-        let last = injector
-            .logs()
-            .into_iter()
-            .rev()
-            .find(|l| l.contains("sidecar configs in force"))?;
-        (!last.contains("tracer:v1")).then_some(())
-    })
-    .await;
+    wait_in_force(injector, "tracer:v1".into(), false).await;
     let denied = create_pod(&ctx, "fourth", "tracer:v1")
         .await
         .expect_err("tracer:v1 is gone");
@@ -704,29 +698,14 @@ async fn with_allow_a_deleted_configmap_sidecar_lets_pods_through_uninjected() {
         )
         .await
         .unwrap();
-    let last_in_force = || {
-        injector
-            .logs()
-            .into_iter()
-            .rev()
-            .find(|l| l.contains("sidecar configs in force"))
-            .unwrap_or_default()
-    };
-    let stamp = stamp_of(text);
-    eventually(DEADLINE, "tracer:v1 in force", || async {
-        last_in_force().contains(&stamp).then_some(())
-    })
-    .await;
+    wait_in_force(injector, stamp_of(text), true).await;
     let pod = create_pod(&ctx, "before", "tracer:v1").await.unwrap();
     assert_eq!(container_names(&pod), ["app", "tracer"]);
     configmaps
         .delete("tracing", &Default::default())
         .await
         .unwrap();
-    eventually(DEADLINE, "tracer:v1 gone", || async {
-        (!last_in_force().contains("tracer:v1")).then_some(())
-    })
-    .await;
+    wait_in_force(injector, "tracer:v1".into(), false).await;
     let pod = create_pod(&ctx, "after", "tracer:v1")
         .await
         .expect("allowed with --on-missing-sidecar=allow");
