@@ -282,7 +282,30 @@ fn the_configmap_source_says_what_it_needs() {
             .output()
             .unwrap()
     };
-    let no_cluster = serve(&["--configmap-labels", "a=b"]);
+    // A kubeconfig in the usual places is never read implicitly.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".kube")).unwrap();
+    std::fs::write(
+        home.path().join(".kube/config"),
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u, namespace: team}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let no_cluster = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args([
+            "serve",
+            "--tls-port",
+            "0",
+            "--lifecycle-port",
+            "0",
+            "--configmap-labels",
+            "a=b",
+        ])
+        .current_dir(ROOT)
+        .env("HOME", home.path())
+        .env("KUBECONFIG", home.path().join(".kube/config"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
     assert_eq!(no_cluster.status.code(), Some(1));
     assert!(
         text(&no_cluster.stderr).contains("--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"),
