@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod config_directory;
 pub mod configmaps;
+pub mod drift;
 pub mod injection;
 pub mod metrics;
 pub mod name;

@@ -1,0 +1,709 @@
+//! The drift index: a compact, synchronous (no I/O) view of every pod that requests a sidecar,
+//! the revision it carries and the workload that owns it, classified against the config
+//! snapshot as DESIGN.md "Drift" says. Watches feed it (apply / delete / reset after a relist);
+//! the drift report, the gauge and the rollout planner read it.
+
+use std::collections::BTreeSet;
+
+// A fast hasher with a per-process random seed: classification hashes a few strings per pod,
+// and SipHash made up most of its time.
+use foldhash::{HashMap, HashMapExt, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
+use crate::config::SidecarSet;
+use crate::name::SidecarName;
+
+/// The six states, in order of precedence: a pod-sidecar pair takes the first that applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftState {
+    Excluded,
+    Orphaned,
+    Uninjected,
+    Unknown,
+    Stale,
+    Current,
+}
+
+impl DriftState {
+    pub const ALL: [DriftState; 6] = [
+        DriftState::Excluded,
+        DriftState::Orphaned,
+        DriftState::Uninjected,
+        DriftState::Unknown,
+        DriftState::Stale,
+        DriftState::Current,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriftState::Excluded => "excluded",
+            DriftState::Orphaned => "orphaned",
+            DriftState::Uninjected => "uninjected",
+            DriftState::Unknown => "unknown",
+            DriftState::Stale => "stale",
+            DriftState::Current => "current",
+        }
+    }
+
+    /// A workload is as bad as its worst pod; the states that call for a restart come first,
+    /// so one stale pod among unknown ones still makes the workload stale.
+    fn severity(self) -> u8 {
+        match self {
+            DriftState::Uninjected => 5,
+            DriftState::Stale => 4,
+            DriftState::Unknown => 3,
+            DriftState::Orphaned => 2,
+            DriftState::Excluded => 1,
+            DriftState::Current => 0,
+        }
+    }
+}
+
+/// Pods per state; every count is always present in the JSON.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounts {
+    pub excluded: u32,
+    pub orphaned: u32,
+    pub uninjected: u32,
+    pub unknown: u32,
+    pub stale: u32,
+    pub current: u32,
+}
+
+impl StateCounts {
+    fn add(&mut self, state: DriftState) {
+        *self.get_mut(state) += 1;
+    }
+
+    fn get_mut(&mut self, state: DriftState) -> &mut u32 {
+        match state {
+            DriftState::Excluded => &mut self.excluded,
+            DriftState::Orphaned => &mut self.orphaned,
+            DriftState::Uninjected => &mut self.uninjected,
+            DriftState::Unknown => &mut self.unknown,
+            DriftState::Stale => &mut self.stale,
+            DriftState::Current => &mut self.current,
+        }
+    }
+
+    pub fn get(&self, state: DriftState) -> u32 {
+        let mut copy = *self;
+        *copy.get_mut(state)
+    }
+
+    pub fn total(&self) -> u32 {
+        DriftState::ALL.iter().map(|s| self.get(*s)).sum()
+    }
+}
+
+/// The controller of a pod, as its own metadata names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PodOwner {
+    Bare,
+    ReplicaSet(Arc<str>),
+    StatefulSet(Arc<str>),
+    DaemonSet(Arc<str>),
+    Job(Arc<str>),
+    Other { kind: Arc<str>, name: Arc<str> },
+}
+
+impl PodOwner {
+    /// Tells owner kinds apart where names may be equal (a StatefulSet and a DaemonSet can
+    /// share one).
+    fn kind_tag(&self) -> usize {
+        match self {
+            PodOwner::Bare => 0,
+            PodOwner::ReplicaSet(_) => 1,
+            PodOwner::StatefulSet(_) => 2,
+            PodOwner::DaemonSet(_) => 3,
+            PodOwner::Job(_) => 4,
+            PodOwner::Other { kind, .. } => Arc::as_ptr(kind) as *const u8 as usize,
+        }
+    }
+
+    /// The owner's (interned) name; `None` for a bare pod.
+    fn name(&self) -> Option<&Arc<str>> {
+        match self {
+            PodOwner::Bare => None,
+            PodOwner::ReplicaSet(name)
+            | PodOwner::StatefulSet(name)
+            | PodOwner::DaemonSet(name)
+            | PodOwner::Job(name)
+            | PodOwner::Other { name, .. } => Some(name),
+        }
+    }
+}
+
+/// The compact projection of a pod: no spec, no managedFields, only what drift needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodEntry {
+    pub owner: PodOwner,
+    pub request: Arc<str>,
+    pub injected: bool,
+    pub revision: Option<Arc<str>>,
+}
+
+impl PodEntry {
+    /// `None` for a pod that requests nothing or is terminating: such pods are not indexed.
+    /// Strings go through `intern`, so that pods of one workload share them.
+    pub fn project(
+        meta: &ObjectMeta,
+        keys: &AnnotationKeys,
+        intern: &mut impl FnMut(&str) -> Arc<str>,
+    ) -> Option<Self> {
+        if meta.deletion_timestamp.is_some() {
+            return None;
+        }
+        let annotations = meta.annotations.as_ref()?;
+        let request = annotations.get(&keys.request)?;
+        let owner = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| {
+                let name = intern(&o.name);
+                match o.kind.as_str() {
+                    "ReplicaSet" => PodOwner::ReplicaSet(name),
+                    "StatefulSet" => PodOwner::StatefulSet(name),
+                    "DaemonSet" => PodOwner::DaemonSet(name),
+                    "Job" => PodOwner::Job(name),
+                    kind => PodOwner::Other {
+                        kind: intern(kind),
+                        name,
+                    },
+                }
+            })
+            .unwrap_or(PodOwner::Bare);
+        Some(PodEntry {
+            owner,
+            request: intern(request),
+            injected: annotations.get(&keys.status).map(String::as_str) == Some(STATUS_INJECTED),
+            revision: annotations.get(&keys.revision).map(|r| intern(r)),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+}
+
+/// What drift needs of a workload: whether it opted out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadEntry {
+    pub rollout_disabled: bool,
+}
+
+impl WorkloadEntry {
+    pub fn project(meta: &ObjectMeta, keys: &AnnotationKeys) -> Self {
+        let disabled = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&keys.rollout))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("disabled"));
+        WorkloadEntry {
+            rollout_disabled: disabled,
+        }
+    }
+}
+
+type Key = (Arc<str>, Box<str>);
+
+/// Namespace -> name -> value.
+type ByNamespace<V> = HashMap<Arc<str>, HashMap<Box<str>, V>>;
+
+/// A pod's workload (kind, name) and, when its owner excludes it, why.
+type Resolution<'a> = (&'a str, &'a str, Option<Detail<'a>>);
+
+/// Namespace filters and switches applied at classification, so every consumer sees the same.
+#[derive(Clone, Debug, Default)]
+pub struct DriftPolicy {
+    /// When non-empty, only these namespaces.
+    pub include_namespaces: BTreeSet<String>,
+    pub exclude_namespaces: BTreeSet<String>,
+    pub ignore_namespaces: BTreeSet<String>,
+    pub evict_bare_pods: bool,
+    pub restart_unknown: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct DriftIndex {
+    /// Namespaces, owner names and annotation values, each stored once.
+    interned: HashSet<Arc<str>>,
+    deletes_since_prune: usize,
+    pods: HashMap<Key, PodEntry>,
+    /// Namespace -> ReplicaSet -> the Deployment that controls it, if any. Nested so that a
+    /// lookup borrows the pod's strings instead of building a key.
+    replicasets: ByNamespace<Option<Arc<str>>>,
+    /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry.
+    workloads: [ByNamespace<WorkloadEntry>; 3],
+}
+
+impl DriftIndex {
+    fn intern(interned: &mut HashSet<Arc<str>>, text: &str) -> Arc<str> {
+        match interned.get(text) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<str> = text.into();
+                interned.insert(shared.clone());
+                shared
+            }
+        }
+    }
+
+    fn key(&mut self, namespace: &str, name: &str) -> Key {
+        (Self::intern(&mut self.interned, namespace), name.into())
+    }
+
+    fn meta_key(&mut self, meta: &ObjectMeta) -> Option<Key> {
+        Some(self.key(meta.namespace.as_deref()?, meta.name.as_deref()?))
+    }
+
+    pub fn apply_pod(&mut self, meta: &ObjectMeta, keys: &AnnotationKeys) {
+        let Some(key) = self.meta_key(meta) else {
+            return;
+        };
+        let interned = &mut self.interned;
+        match PodEntry::project(meta, keys, &mut |text| Self::intern(interned, text)) {
+            Some(entry) => {
+                self.pods.insert(key, entry);
+            }
+            None => {
+                self.pods.remove(&key);
+            }
+        }
+    }
+
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) {
+        let key = self.key(namespace, name);
+        self.pods.remove(&key);
+        self.deletes_since_prune += 1;
+        // Amortised: strings of deleted pods' owners (a Job name, an old revision) go once no
+        // entry refers to them, so churn does not grow the interner for ever.
+        if self.deletes_since_prune >= self.pods.len().max(1024) {
+            self.prune_interned();
+        }
+    }
+
+    fn prune_interned(&mut self) {
+        self.interned.retain(|text| Arc::strong_count(text) > 1);
+        self.deletes_since_prune = 0;
+    }
+
+    /// After a relist: exactly these pods.
+    pub fn reset_pods<'m>(
+        &mut self,
+        metas: impl IntoIterator<Item = &'m ObjectMeta>,
+        keys: &AnnotationKeys,
+    ) {
+        self.pods.clear();
+        for meta in metas {
+            self.apply_pod(meta, keys);
+        }
+        self.prune_interned();
+    }
+
+    pub fn apply_replicaset(&mut self, meta: &ObjectMeta) {
+        let Some((namespace, name)) = self.meta_key(meta) else {
+            return;
+        };
+        let deployment = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+            .map(|o| Self::intern(&mut self.interned, &o.name));
+        self.replicasets
+            .entry(namespace)
+            .or_default()
+            .insert(name, deployment);
+    }
+
+    pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {
+        if let Some(names) = self.replicasets.get_mut(namespace) {
+            names.remove(name);
+        }
+    }
+
+    pub fn reset_replicasets<'m>(&mut self, metas: impl IntoIterator<Item = &'m ObjectMeta>) {
+        self.replicasets.clear();
+        for meta in metas {
+            self.apply_replicaset(meta);
+        }
+    }
+
+    pub fn apply_workload(&mut self, kind: WorkloadKind, meta: &ObjectMeta, keys: &AnnotationKeys) {
+        let Some((namespace, name)) = self.meta_key(meta) else {
+            return;
+        };
+        self.workloads[kind as usize]
+            .entry(namespace)
+            .or_default()
+            .insert(name, WorkloadEntry::project(meta, keys));
+    }
+
+    pub fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
+        if let Some(names) = self.workloads[kind as usize].get_mut(namespace) {
+            names.remove(name);
+        }
+    }
+
+    pub fn reset_workloads<'m>(
+        &mut self,
+        kind: WorkloadKind,
+        metas: impl IntoIterator<Item = &'m ObjectMeta>,
+        keys: &AnnotationKeys,
+    ) {
+        self.workloads[kind as usize].clear();
+        for meta in metas {
+            self.apply_workload(kind, meta, keys);
+        }
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Classifies every indexed pod against `sidecars`. Parsing and formatting happen once per
+    /// distinct request, revision stamp and namespace, not once per pod.
+    pub fn classify(&self, sidecars: &SidecarSet, policy: &DriftPolicy) -> DriftReport {
+        // Distinct request and revision annotations are few (one per config version in use)
+        // and interned, so per-pod work is keyed by pointer: no string is parsed, hashed or
+        // compared per pod beyond the sidecar name.
+        let ptr = |text: &Arc<str>| Arc::as_ptr(text) as *const u8 as usize;
+        let mut requests: HashMap<usize, Vec<String>> = HashMap::new();
+        let mut revisions: HashMap<usize, Vec<(String, &str)>> = HashMap::new();
+        let mut namespaces: HashMap<usize, Option<String>> = HashMap::new();
+        for ((namespace, _), pod) in &self.pods {
+            requests.entry(ptr(&pod.request)).or_insert_with(|| {
+                SidecarName::parse_list(&pod.request)
+                    .map(|names| names.iter().map(ToString::to_string).collect())
+                    .unwrap_or_default()
+            });
+            if let Some(revision) = &pod.revision {
+                revisions
+                    .entry(ptr(revision))
+                    .or_insert_with(|| parse_revisions(revision));
+            }
+            namespaces
+                .entry(ptr(namespace))
+                .or_insert_with(|| namespace_exclusion(namespace, policy));
+        }
+        // One string per sidecar name, so that its pointer identifies it across requests.
+        let names: HashSet<&str> = requests.values().flatten().map(String::as_str).collect();
+        let requests: HashMap<usize, Vec<&str>> = requests
+            .iter()
+            .map(|(key, list)| {
+                (
+                    *key,
+                    list.iter()
+                        .map(|n| names.get(n.as_str()).copied().unwrap_or(n))
+                        .collect(),
+                )
+            })
+            .collect();
+        let current: HashMap<String, &str> = sidecars
+            .iter()
+            .map(|s| (s.config.name.to_string(), s.revision.as_str()))
+            .collect();
+
+        let mut by_sidecar: HashMap<usize, (&str, StateCounts)> = HashMap::new();
+        // Pods of one workload share their interned owner name: resolve each owner once.
+        let mut owners: HashMap<(usize, usize, usize), Resolution<'_>> = HashMap::new();
+        // Keyed by (namespace, kind, workload name, sidecar) pointers; the names are kept in
+        // the tally for the report.
+        let mut by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'_>> =
+            HashMap::new();
+        for ((namespace, name), pod) in &self.pods {
+            let (kind, workload, owner_exclusion) = match pod.owner.name() {
+                Some(owner) => owners
+                    .entry((ptr(namespace), pod.owner.kind_tag(), ptr(owner)))
+                    .or_insert_with(|| self.resolve(namespace, name, pod, policy))
+                    .clone(),
+                None => self.resolve(namespace, name, pod, policy),
+            };
+            let exclusion: Option<Detail<'_>> = namespaces[&ptr(namespace)]
+                .as_deref()
+                .map(Detail::Text)
+                .or(owner_exclusion);
+            let carried = pod.revision.as_ref().map(|r| &revisions[&ptr(r)]);
+            for &sidecar in &requests[&ptr(&pod.request)] {
+                let (state, detail) = match (&exclusion, current.get(sidecar)) {
+                    (Some(reason), _) => (DriftState::Excluded, reason.clone()),
+                    (None, None) => (DriftState::Orphaned, Detail::Orphaned(sidecar)),
+                    (None, Some(_)) if !pod.injected => (DriftState::Uninjected, Detail::None),
+                    (None, Some(want)) => {
+                        let have = carried.and_then(|items| {
+                            items.iter().find(|(n, _)| n == sidecar).map(|(_, r)| *r)
+                        });
+                        match have {
+                            None => (DriftState::Unknown, Detail::None),
+                            Some(have) if have != *want => (
+                                DriftState::Stale,
+                                Detail::Stale {
+                                    from: have,
+                                    to: want,
+                                },
+                            ),
+                            Some(_) => (DriftState::Current, Detail::None),
+                        }
+                    }
+                };
+                by_sidecar
+                    .entry(sidecar.as_ptr() as usize)
+                    .or_insert((sidecar, StateCounts::default()))
+                    .1
+                    .add(state);
+                let id = (
+                    ptr(namespace),
+                    kind.as_ptr() as usize,
+                    workload.as_ptr() as usize,
+                    sidecar.as_ptr() as usize,
+                );
+                let tally = by_workload.entry(id).or_insert_with(|| WorkloadTally {
+                    names: (workload, namespace, kind, sidecar),
+                    pods: StateCounts::default(),
+                    worst: None,
+                    detail: Detail::None,
+                });
+                tally.pods.add(state);
+                if tally
+                    .worst
+                    .is_none_or(|w: DriftState| state.severity() > w.severity())
+                {
+                    tally.worst = Some(state);
+                    tally.detail = detail;
+                }
+            }
+        }
+
+        let by_sidecar: HashMap<&str, StateCounts> = by_sidecar.into_values().collect();
+        let mut sidecars_report: Vec<SidecarDrift> = current
+            .iter()
+            .map(|(name, revision)| SidecarDrift {
+                name: name.clone(),
+                revision: Some((*revision).to_owned()),
+                pods: by_sidecar.get(name.as_str()).copied().unwrap_or_default(),
+            })
+            .chain(
+                by_sidecar
+                    .iter()
+                    .filter(|(name, _)| !current.contains_key(**name))
+                    .map(|(name, pods)| SidecarDrift {
+                        name: (*name).to_owned(),
+                        revision: None,
+                        pods: *pods,
+                    }),
+            )
+            .collect();
+        sidecars_report.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut workloads: Vec<WorkloadDrift> = by_workload
+            .into_values()
+            .map(|tally| {
+                let (name, namespace, kind, sidecar) = tally.names;
+                let state = tally.worst.unwrap_or(DriftState::Current);
+                let needs_restart = matches!(state, DriftState::Uninjected | DriftState::Stale)
+                    || (state == DriftState::Unknown && policy.restart_unknown);
+                WorkloadDrift {
+                    kind: kind.to_owned(),
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    sidecar: sidecar.to_owned(),
+                    state,
+                    reason: reason(state, &tally.pods, &tally.detail),
+                    pods: tally.pods,
+                    needs_restart,
+                }
+            })
+            .collect();
+        workloads.sort_by(|a, b| {
+            (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
+                &b.name,
+                &b.namespace,
+                &b.kind,
+                &b.sidecar,
+            ))
+        });
+        DriftReport {
+            sidecars: sidecars_report,
+            workloads,
+        }
+    }
+
+    /// The workload a pod belongs to (kind, name) and, when its owner excludes it, why.
+    fn resolve<'s>(
+        &'s self,
+        namespace: &Arc<str>,
+        pod_name: &'s str,
+        pod: &'s PodEntry,
+        policy: &DriftPolicy,
+    ) -> Resolution<'s> {
+        let (kind, name) = match &pod.owner {
+            PodOwner::ReplicaSet(rs) => match self
+                .replicasets
+                .get(namespace.as_ref())
+                .and_then(|names| names.get(rs.as_ref()))
+            {
+                Some(Some(deployment)) => (WorkloadKind::Deployment, deployment.as_ref()),
+                Some(None) => {
+                    return (
+                        "ReplicaSet",
+                        rs,
+                        Some(Detail::Text("owned by a ReplicaSet without a Deployment")),
+                    );
+                }
+                None => {
+                    return (
+                        "ReplicaSet",
+                        rs,
+                        Some(Detail::Text("its ReplicaSet is not known yet")),
+                    );
+                }
+            },
+            PodOwner::StatefulSet(name) => (WorkloadKind::StatefulSet, name.as_ref()),
+            PodOwner::DaemonSet(name) => (WorkloadKind::DaemonSet, name.as_ref()),
+            PodOwner::Job(name) => {
+                return (
+                    "Job",
+                    name,
+                    Some(Detail::Text("a Job's pod (runs to completion)")),
+                );
+            }
+            PodOwner::Other { kind, name } => return (kind, name, Some(Detail::OwnedBy(kind))),
+            PodOwner::Bare => {
+                let excluded = (!policy.evict_bare_pods).then_some(Detail::Text(
+                    "a bare pod (no controller; --evict-bare-pods to restart it)",
+                ));
+                return ("Pod", pod_name, excluded);
+            }
+        };
+        let disabled = self.workloads[kind as usize]
+            .get(namespace.as_ref())
+            .and_then(|names| names.get(name))
+            .is_some_and(|w| w.rollout_disabled);
+        (
+            kind.as_str(),
+            name,
+            disabled.then_some(Detail::Text("rollout disabled by annotation")),
+        )
+    }
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::DaemonSet => "DaemonSet",
+        }
+    }
+}
+
+/// `name:version=REV,...` as (normalised name, REV) pairs.
+fn parse_revisions(annotation: &str) -> Vec<(String, &str)> {
+    annotation
+        .split(',')
+        .filter_map(|item| {
+            let (name, revision) = item.trim().split_once('=')?;
+            Some((SidecarName::parse(name).ok()?.to_string(), revision.trim()))
+        })
+        .collect()
+}
+
+/// Why a workload has its state, kept borrowed until the report is written.
+#[derive(Debug, Clone, Default)]
+enum Detail<'a> {
+    #[default]
+    None,
+    Text(&'a str),
+    OwnedBy(&'a str),
+    Orphaned(&'a str),
+    Stale {
+        from: &'a str,
+        to: &'a str,
+    },
+}
+
+fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> {
+    if policy.ignore_namespaces.contains(namespace) {
+        Some(format!("namespace {namespace} is ignored"))
+    } else if !policy.include_namespaces.is_empty()
+        && !policy.include_namespaces.contains(namespace)
+    {
+        Some(format!("namespace {namespace} is not included"))
+    } else if policy.exclude_namespaces.contains(namespace) {
+        Some(format!("namespace {namespace} is excluded"))
+    } else {
+        None
+    }
+}
+
+fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String {
+    let total = pods.total();
+    match (state, detail) {
+        (_, Detail::Text(text)) => (*text).to_owned(),
+        (_, Detail::OwnedBy(kind)) => format!("owned by a {kind}"),
+        (_, Detail::Orphaned(sidecar)) => format!("sidecar {sidecar} no longer exists"),
+        (DriftState::Stale, Detail::Stale { from, to }) => {
+            format!("{} of {total} pods stale ({from} -> {to})", pods.stale)
+        }
+        (DriftState::Uninjected, _) => {
+            format!("{} of {total} pods never injected", pods.uninjected)
+        }
+        (DriftState::Unknown, _) => format!(
+            "{} of {total} pods injected without a revision",
+            pods.unknown
+        ),
+        (DriftState::Current, _) => format!("all {total} pods current"),
+        (state, _) => format!("{} of {total} pods {}", pods.get(state), state.as_str()),
+    }
+}
+
+#[derive(Debug)]
+struct WorkloadTally<'a> {
+    /// (workload name, namespace, kind, sidecar).
+    names: (&'a str, &'a str, &'a str, &'a str),
+    pods: StateCounts,
+    worst: Option<DriftState>,
+    detail: Detail<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DriftReport {
+    pub sidecars: Vec<SidecarDrift>,
+    pub workloads: Vec<WorkloadDrift>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SidecarDrift {
+    pub name: String,
+    /// `null` for a requested sidecar no config defines.
+    pub revision: Option<String>,
+    pub pods: StateCounts,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkloadDrift {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub sidecar: String,
+    pub state: DriftState,
+    pub reason: String,
+    pub pods: StateCounts,
+    /// Whether the rollout engine should restart it (stale or uninjected, or unknown with
+    /// `--restart-unknown`).
+    #[serde(skip)]
+    pub needs_restart: bool,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,564 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use serde_json::json;
+
+use super::*;
+use crate::config::{LoadedSidecar, parse_config};
+
+const LOGGER_V1: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n";
+const LOGGER_V1_EDITED: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:2'}]\n";
+
+fn sidecars(texts: &[&str]) -> SidecarSet {
+    texts
+        .iter()
+        .map(|t| LoadedSidecar::new(parse_config("t", t).unwrap().config, "t"))
+        .collect()
+}
+
+fn stamp(text: &str) -> String {
+    LoadedSidecar::new(parse_config("t", text).unwrap().config, "t").stamp
+}
+
+/// Pod metadata as a metadata-only watch delivers it.
+struct PodMeta(ObjectMeta);
+
+impl PodMeta {
+    fn new(namespace: &str, name: &str) -> Self {
+        PodMeta(ObjectMeta {
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            annotations: Some(Default::default()),
+            ..Default::default()
+        })
+    }
+    fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key.into(), value.into());
+        self
+    }
+    fn request(self, request: &str) -> Self {
+        self.annotation("injector/request", request)
+    }
+    fn injected(self, revision: &str) -> Self {
+        self.annotation("injector/status", "injected")
+            .annotation("injector/revision", revision)
+    }
+    fn owner(mut self, kind: &str, name: &str) -> Self {
+        self.0.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        self
+    }
+    fn terminating(mut self) -> Self {
+        self.0.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        self
+    }
+}
+
+fn rs(namespace: &str, name: &str, deployment: Option<&str>) -> ObjectMeta {
+    let meta = PodMeta::new(namespace, name);
+    match deployment {
+        Some(d) => meta.owner("Deployment", d).0,
+        None => meta.0,
+    }
+}
+
+fn keys() -> AnnotationKeys {
+    AnnotationKeys::default()
+}
+
+fn workload<'r>(report: &'r DriftReport, kind: &str, name: &str) -> &'r WorkloadDrift {
+    report
+        .workloads
+        .iter()
+        .find(|w| w.kind == kind && w.name == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name} in {:#?}", report.workloads))
+}
+
+#[test]
+fn every_state_by_precedence() {
+    let set = sidecars(&[LOGGER_V1]);
+    let current = stamp(LOGGER_V1);
+    let mut index = DriftIndex::default();
+    index.apply_replicaset(&rs("team", "web-1", Some("web")));
+    let cases: Vec<(&str, PodMeta, &str)> = vec![
+        (
+            "current",
+            PodMeta::new("team", "a")
+                .request("logger:v1")
+                .injected(&current)
+                .owner("StatefulSet", "current"),
+            "current",
+        ),
+        (
+            "stale",
+            PodMeta::new("team", "b")
+                .request("logger:v1")
+                .injected("logger:v1=000000000000")
+                .owner("StatefulSet", "stale"),
+            "stale",
+        ),
+        (
+            "unknown",
+            PodMeta::new("team", "c")
+                .request("logger:v1")
+                .annotation("injector/status", "injected")
+                .owner("StatefulSet", "unknown"),
+            "unknown",
+        ),
+        (
+            "uninjected",
+            PodMeta::new("team", "d")
+                .request("logger:v1")
+                .owner("StatefulSet", "uninjected"),
+            "uninjected",
+        ),
+        (
+            "orphaned",
+            PodMeta::new("team", "e")
+                .request("logger:v9")
+                .injected("logger:v9=000000000000")
+                .owner("StatefulSet", "orphaned"),
+            "orphaned",
+        ),
+        (
+            "job",
+            PodMeta::new("team", "f")
+                .request("logger:v1")
+                .owner("Job", "job"),
+            "excluded",
+        ),
+        (
+            "bare",
+            PodMeta::new("team", "g").request("logger:v1"),
+            "excluded",
+        ),
+        (
+            "ignored namespace beats orphaned",
+            PodMeta::new("kube-system", "h")
+                .request("logger:v9")
+                .owner("DaemonSet", "ignored"),
+            "excluded",
+        ),
+    ];
+    for (_, pod, _) in &cases {
+        index.apply_pod(&pod.0, &keys());
+    }
+    let policy = DriftPolicy {
+        ignore_namespaces: ["kube-system".to_owned()].into(),
+        ..Default::default()
+    };
+    let report = index.classify(&set, &policy);
+    for (what, pod, expected) in &cases {
+        let owner = pod.0.owner_references.as_ref().and_then(|o| o.first());
+        let (kind, name) = match owner {
+            Some(o) => (o.kind.as_str(), o.name.as_str()),
+            None => ("Pod", pod.0.name.as_deref().unwrap()),
+        };
+        assert_eq!(
+            workload(&report, kind, name).state.as_str(),
+            *expected,
+            "{what}"
+        );
+    }
+    let logger = report
+        .sidecars
+        .iter()
+        .find(|s| s.name == "logger:v1")
+        .unwrap();
+    assert_eq!(
+        logger.revision.as_deref(),
+        Some(
+            set.get(&"logger:v1".parse().unwrap())
+                .unwrap()
+                .revision
+                .as_str()
+        )
+    );
+    assert_eq!(
+        (
+            logger.pods.current,
+            logger.pods.stale,
+            logger.pods.unknown,
+            logger.pods.uninjected,
+            logger.pods.excluded
+        ),
+        (1, 1, 1, 1, 2)
+    );
+    let orphan = report
+        .sidecars
+        .iter()
+        .find(|s| s.name == "logger:v9")
+        .unwrap();
+    assert_eq!(orphan.revision, None);
+    assert_eq!((orphan.pods.orphaned, orphan.pods.excluded), (1, 1));
+    assert_eq!(
+        workload(&report, "Pod", "g").reason,
+        "a bare pod (no controller; --evict-bare-pods to restart it)"
+    );
+    assert_eq!(
+        workload(&report, "StatefulSet", "stale").reason,
+        format!(
+            "1 of 1 pods stale (000000000000 -> {})",
+            set.get(&"logger:v1".parse().unwrap()).unwrap().revision
+        )
+    );
+    assert!(workload(&report, "StatefulSet", "stale").needs_restart);
+    assert!(workload(&report, "StatefulSet", "uninjected").needs_restart);
+    assert!(!workload(&report, "StatefulSet", "unknown").needs_restart);
+    assert!(!workload(&report, "StatefulSet", "current").needs_restart);
+}
+
+#[test]
+fn a_pod_whose_replicaset_arrives_later_resolves_to_its_deployment() {
+    let set = sidecars(&[LOGGER_V1]);
+    let mut index = DriftIndex::default();
+    index.apply_pod(
+        &PodMeta::new("team", "web-1-x")
+            .request("logger:v1")
+            .injected("logger:v1=000000000000")
+            .owner("ReplicaSet", "web-1")
+            .0,
+        &keys(),
+    );
+    let before = index.classify(&set, &DriftPolicy::default());
+    let pending = workload(&before, "ReplicaSet", "web-1");
+    assert_eq!(
+        (pending.state, pending.reason.as_str()),
+        (DriftState::Excluded, "its ReplicaSet is not known yet")
+    );
+    index.apply_replicaset(&rs("team", "web-1", Some("web")));
+    let after = index.classify(&set, &DriftPolicy::default());
+    assert_eq!(
+        workload(&after, "Deployment", "web").state,
+        DriftState::Stale
+    );
+    assert_eq!(after.workloads.len(), 1);
+}
+
+#[test]
+fn a_workload_is_its_worst_pod_and_restartable_states_come_first() {
+    let set = sidecars(&[LOGGER_V1]);
+    let current = stamp(LOGGER_V1);
+    let mut index = DriftIndex::default();
+    index.apply_replicaset(&rs("team", "web-1", Some("web")));
+    index.apply_replicaset(&rs("team", "web-2", Some("web")));
+    for (name, pod) in [
+        (
+            "a",
+            PodMeta::new("team", "a")
+                .request("logger:v1")
+                .injected(&current),
+        ),
+        (
+            "b",
+            PodMeta::new("team", "b")
+                .request("logger:v1")
+                .annotation("injector/status", "injected"),
+        ),
+        (
+            "c",
+            PodMeta::new("team", "c")
+                .request("logger:v1")
+                .injected("logger:v1=000000000000"),
+        ),
+    ] {
+        let owner = if name == "a" { "web-2" } else { "web-1" };
+        index.apply_pod(&pod.owner("ReplicaSet", owner).0, &keys());
+    }
+    let report = index.classify(&set, &DriftPolicy::default());
+    let web = workload(&report, "Deployment", "web");
+    assert_eq!(
+        web.state,
+        DriftState::Stale,
+        "one stale pod among unknown and current ones"
+    );
+    assert_eq!(
+        (web.pods.current, web.pods.unknown, web.pods.stale),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn deletes_terminating_pods_and_relists() {
+    let set = sidecars(&[LOGGER_V1]);
+    let mut index = DriftIndex::default();
+    let pod = |name: &str| {
+        PodMeta::new("team", name)
+            .request("logger:v1")
+            .owner("DaemonSet", "agent")
+    };
+    index.apply_pod(&pod("a").0, &keys());
+    index.apply_pod(&pod("b").0, &keys());
+    index.apply_pod(
+        &PodMeta::new("team", "plain").owner("DaemonSet", "other").0,
+        &keys(),
+    );
+    assert_eq!(
+        index.pod_count(),
+        2,
+        "pods that request nothing are not indexed"
+    );
+    index.apply_pod(&pod("a").terminating().0, &keys());
+    assert_eq!(index.pod_count(), 1, "a terminating pod leaves the index");
+    index.delete_pod("team", "b");
+    assert_eq!(index.pod_count(), 0);
+    index.apply_pod(&pod("gone").0, &keys());
+    let relisted = [pod("c").0, pod("d").0];
+    index.reset_pods(relisted.iter(), &keys());
+    let report = index.classify(&set, &DriftPolicy::default());
+    assert_eq!(
+        workload(&report, "DaemonSet", "agent").pods.uninjected,
+        2,
+        "exactly the relisted pods"
+    );
+}
+
+#[test]
+fn a_config_change_turns_current_into_stale() {
+    let before = sidecars(&[LOGGER_V1]);
+    let after = sidecars(&[LOGGER_V1_EDITED]);
+    let mut index = DriftIndex::default();
+    index.apply_pod(
+        &PodMeta::new("team", "a")
+            .request("logger:v1")
+            .injected(&stamp(LOGGER_V1))
+            .owner("StatefulSet", "db")
+            .0,
+        &keys(),
+    );
+    assert_eq!(
+        workload(
+            &index.classify(&before, &DriftPolicy::default()),
+            "StatefulSet",
+            "db"
+        )
+        .state,
+        DriftState::Current
+    );
+    assert_eq!(
+        workload(
+            &index.classify(&after, &DriftPolicy::default()),
+            "StatefulSet",
+            "db"
+        )
+        .state,
+        DriftState::Stale
+    );
+    assert_eq!(
+        workload(
+            &index.classify(&sidecars(&[]), &DriftPolicy::default()),
+            "StatefulSet",
+            "db"
+        )
+        .state,
+        DriftState::Orphaned
+    );
+}
+
+#[test]
+fn policy_filters_opt_out_bare_pods_and_unknown() {
+    let set = sidecars(&[LOGGER_V1]);
+    let mut index = DriftIndex::default();
+    index.apply_pod(
+        &PodMeta::new("a", "p")
+            .request("logger:v1")
+            .owner("StatefulSet", "s")
+            .0,
+        &keys(),
+    );
+    index.apply_pod(
+        &PodMeta::new("b", "p")
+            .request("logger:v1")
+            .owner("StatefulSet", "s")
+            .0,
+        &keys(),
+    );
+    index.apply_pod(
+        &PodMeta::new("c", "bare")
+            .request("logger:v1")
+            .annotation("injector/status", "injected")
+            .0,
+        &keys(),
+    );
+    let mut opted_out = PodMeta::new("c", "s")
+        .annotation("injector/rollout", "disabled")
+        .0;
+    opted_out
+        .annotations
+        .as_mut()
+        .unwrap()
+        .remove("injector/request");
+    index.apply_workload(WorkloadKind::StatefulSet, &opted_out, &keys());
+    index.apply_pod(
+        &PodMeta::new("c", "p")
+            .request("logger:v1")
+            .owner("StatefulSet", "s")
+            .0,
+        &keys(),
+    );
+    let state_of = |report: &DriftReport, ns: &str, kind: &str, name: &str| {
+        report
+            .workloads
+            .iter()
+            .find(|w| w.namespace == ns && w.kind == kind && w.name == name)
+            .unwrap()
+            .clone()
+    };
+    let include_a = DriftPolicy {
+        include_namespaces: ["a".to_owned()].into(),
+        ..Default::default()
+    };
+    let report = index.classify(&set, &include_a);
+    assert_eq!(
+        state_of(&report, "a", "StatefulSet", "s").state,
+        DriftState::Uninjected
+    );
+    assert_eq!(
+        state_of(&report, "b", "StatefulSet", "s").reason,
+        "namespace b is not included"
+    );
+    let exclude_b = DriftPolicy {
+        exclude_namespaces: ["b".to_owned()].into(),
+        evict_bare_pods: true,
+        restart_unknown: true,
+        ..Default::default()
+    };
+    let report = index.classify(&set, &exclude_b);
+    assert_eq!(
+        state_of(&report, "b", "StatefulSet", "s").reason,
+        "namespace b is excluded"
+    );
+    assert_eq!(
+        state_of(&report, "c", "StatefulSet", "s").reason,
+        "rollout disabled by annotation"
+    );
+    let bare = state_of(&report, "c", "Pod", "bare");
+    assert_eq!(
+        bare.state,
+        DriftState::Unknown,
+        "--evict-bare-pods classifies bare pods"
+    );
+    assert!(
+        bare.needs_restart,
+        "--restart-unknown makes unknown restartable"
+    );
+}
+
+#[test]
+fn the_json_shape_has_every_count_and_is_sorted_by_name() {
+    let set = sidecars(&[LOGGER_V1, "name: metrics:v1\n"]);
+    let mut index = DriftIndex::default();
+    index.apply_pod(
+        &PodMeta::new("team", "z")
+            .request("logger:v1")
+            .owner("StatefulSet", "zeta")
+            .0,
+        &keys(),
+    );
+    index.apply_pod(
+        &PodMeta::new("team", "a")
+            .request("logger:v1")
+            .owner("StatefulSet", "alpha")
+            .0,
+        &keys(),
+    );
+    let value = serde_json::to_value(index.classify(&set, &DriftPolicy::default())).unwrap();
+    assert_eq!(
+        value["sidecars"][1],
+        json!({"name": "metrics:v1", "revision": set.get(&"metrics:v1".parse().unwrap()).unwrap().revision.as_str(),
+        "pods": {"excluded": 0, "orphaned": 0, "uninjected": 0, "unknown": 0, "stale": 0, "current": 0}})
+    );
+    let names: Vec<&str> = value["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "zeta"]);
+    assert_eq!(value["workloads"][0]["state"], "uninjected");
+    assert_eq!(value["workloads"][0]["kind"], "StatefulSet");
+    assert!(value["workloads"][0].get("needs_restart").is_none());
+}
+
+#[test]
+fn owners_of_different_kinds_with_one_name_stay_apart() {
+    let set = sidecars(&[LOGGER_V1]);
+    let mut index = DriftIndex::default();
+    index.apply_pod(
+        &PodMeta::new("team", "s-0")
+            .request("logger:v1")
+            .owner("StatefulSet", "db")
+            .0,
+        &keys(),
+    );
+    index.apply_pod(
+        &PodMeta::new("team", "d-x")
+            .request("logger:v1")
+            .injected(&stamp(LOGGER_V1))
+            .owner("DaemonSet", "db")
+            .0,
+        &keys(),
+    );
+    let report = index.classify(&set, &DriftPolicy::default());
+    assert_eq!(
+        workload(&report, "StatefulSet", "db").state,
+        DriftState::Uninjected
+    );
+    assert_eq!(
+        workload(&report, "DaemonSet", "db").state,
+        DriftState::Current
+    );
+}
+
+#[test]
+fn pods_with_differently_written_requests_count_under_one_workload() {
+    let set = sidecars(&[LOGGER_V1]);
+    let mut index = DriftIndex::default();
+    index.apply_pod(
+        &PodMeta::new("team", "a")
+            .request("logger:v1")
+            .owner("StatefulSet", "db")
+            .0,
+        &keys(),
+    );
+    index.apply_pod(
+        &PodMeta::new("team", "b")
+            .request(" Logger:V1 ")
+            .owner("StatefulSet", "db")
+            .0,
+        &keys(),
+    );
+    let report = index.classify(&set, &DriftPolicy::default());
+    assert_eq!(report.workloads.len(), 1);
+    assert_eq!(report.workloads[0].pods.uninjected, 2);
+}
+
+#[test]
+fn strings_of_deleted_pods_do_not_accumulate() {
+    let mut index = DriftIndex::default();
+    for i in 0..3000 {
+        let name = format!("job-{i}");
+        index.apply_pod(
+            &PodMeta::new("batch", &name)
+                .request("logger:v1")
+                .owner("Job", &name)
+                .0,
+            &keys(),
+        );
+        index.delete_pod("batch", &name);
+    }
+    assert_eq!(index.pod_count(), 0);
+    assert!(
+        index.interned.len() < 1500,
+        "{} strings kept",
+        index.interned.len()
+    );
+}
