@@ -57,6 +57,52 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Write a development CA and serving certificate, and print the caBundle.
     Certs(CertsArgs),
+    /// Report, per sidecar and per workload, which pods run a stale sidecar (one-shot, from the
+    /// cluster: the usual kubeconfig resolution, or --kubeconfig).
+    Drift(DriftArgs),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key.
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    /// Namespace of the sidecar ConfigMaps (with --configmap-labels).
+    #[arg(long, env = "CONFIGMAP_NAMESPACE")]
+    pub configmap_namespace: Option<String>,
+    /// Label selector of the ConfigMaps holding sidecar configs, as `serve` uses it.
+    #[arg(long, env = "CONFIGMAP_LABELS")]
+    pub configmap_labels: Option<String>,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only these namespaces (repeatable).
+    #[arg(long = "include-namespace")]
+    pub include_namespaces: Vec<String>,
+    /// Not these namespaces (repeatable).
+    #[arg(long = "exclude-namespace")]
+    pub exclude_namespaces: Vec<String>,
+    /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    /// Treat bare pods as restartable instead of excluded.
+    #[arg(long)]
+    pub evict_bare_pods: bool,
+    /// Treat pods injected without a revision as restartable.
+    #[arg(long)]
+    pub restart_unknown: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +237,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => validate(&args),
         Command::Serve(args) => serve(*args),
         Command::Certs(args) => certs(&args),
+        Command::Drift(args) => drift(&args),
     };
     match result {
         Ok(code) => code,
@@ -302,6 +349,117 @@ async fn cluster_config(args: &ServeArgs) -> anyhow::Result<Option<kube::Config>
             .with_context(|| format!("--master-url {url:?} is not a URL"))?;
     }
     Ok(Some(config))
+}
+
+fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
+        };
+        let client =
+            kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+        let keys = AnnotationKeys::new(&args.annotation_namespace);
+
+        let mut sources = crate::config::SourceState::default();
+        let dir = &args.configs.config_directory;
+        let directory = match load_config_directory(dir) {
+            Ok(report) => report,
+            Err(err) if args.configmap_labels.is_some() => {
+                tracing::debug!("no config directory {}: {err}", dir.display());
+                LoadReport::default()
+            }
+            Err(err) => {
+                return Err(anyhow::anyhow!(
+                    "cannot read config directory {}: {err}",
+                    dir.display()
+                ));
+            }
+        };
+        print_config_problems(&directory);
+        sources.apply(&directory);
+        let mut configmaps = crate::config::SourceState::default();
+        if let Some(selector) = &args.configmap_labels {
+            let namespace = args
+                .configmap_namespace
+                .as_deref()
+                .context("--configmap-labels needs --configmap-namespace")?;
+            let report = crate::drift_snapshot::configmap_configs(&client, namespace, selector)
+                .await
+                .context("cannot list the sidecar ConfigMaps")?;
+            print_config_problems(&report);
+            configmaps.apply(&report);
+        }
+        let (sidecars, _) = crate::config::merge_sources(&sources, &configmaps);
+        let index = crate::drift_snapshot::index(&client, &keys)
+            .await
+            .context("cannot list pods, ReplicaSets and workloads")?;
+        let policy = crate::drift::DriftPolicy {
+            include_namespaces: args.include_namespaces.iter().cloned().collect(),
+            exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
+            ignore_namespaces: args.ignore_namespaces.iter().cloned().collect(),
+            evict_bare_pods: args.evict_bare_pods,
+            restart_unknown: args.restart_unknown,
+        };
+        let report = index.classify(&sidecars, &policy);
+        let mut out = io::stdout().lock();
+        match args.output {
+            OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
+            OutputFormat::Table => write_drift_table(&mut out, &report)?,
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -> io::Result<()> {
+    use crate::drift::DriftState;
+    let counts = |pods: &crate::drift::StateCounts| {
+        DriftState::ALL
+            .map(|s| format!("{:>10}", pods.get(s)))
+            .join(" ")
+    };
+    let header = DriftState::ALL
+        .map(|s| format!("{:>10}", s.as_str().to_uppercase()))
+        .join(" ");
+    writeln!(out, "{:<24} {:<12} {header}", "SIDECAR", "REVISION")?;
+    for sidecar in &report.sidecars {
+        let revision = sidecar.revision.as_deref().unwrap_or("(none)");
+        writeln!(
+            out,
+            "{:<24} {:<12} {}",
+            sidecar.name,
+            revision,
+            counts(&sidecar.pods)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<48} {:<20} {:<10} {:>4}  REASON",
+        "WORKLOAD", "SIDECAR", "STATE", "PODS"
+    )?;
+    for w in &report.workloads {
+        let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
+        writeln!(
+            out,
+            "{workload:<48} {:<20} {:<10} {:>4}  {}",
+            w.sidecar,
+            w.state.as_str(),
+            w.pods.total(),
+            w.reason
+        )?;
+    }
+    Ok(())
 }
 
 fn certs(args: &CertsArgs) -> anyhow::Result<ExitCode> {

@@ -12,6 +12,7 @@ pub mod config;
 pub mod config_directory;
 pub mod configmaps;
 pub mod drift;
+pub mod drift_snapshot;
 pub mod injection;
 pub mod metrics;
 pub mod name;

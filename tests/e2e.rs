@@ -712,3 +712,152 @@ async fn with_allow_a_deleted_configmap_sidecar_lets_pods_through_uninjected() {
     assert_eq!(container_names(&pod), ["app"]);
     assert_eq!(annotation(&pod, "injector/status"), None);
 }
+
+/// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
+fn drift_report(args: &[&str]) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("drift")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["-o", "json"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("drift runs");
+    assert!(
+        output.status.success(),
+        "drift: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("drift prints JSON")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let mut ctx = TestContext::with_deploy_rbac(
+        "drift",
+        &[
+            "--configmap-namespace",
+            "e2e-drift",
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+        ],
+    )
+    .await;
+    let v1 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+    let configmaps: Api<ConfigMap> = ctx.api();
+    configmaps
+        .create(
+            &PostParams::default(),
+            &configmap("tracing", true, "tracer.yaml", v1),
+        )
+        .await
+        .unwrap();
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(v1), true).await;
+    let selector = |app: &str| json!({"matchLabels": {"app": app}});
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": selector("web"), "template": template("web", Some("tracer:v1"))}
+    })).await;
+    create(&ctx.api::<StatefulSet>(), json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": selector("db"), "template": template("db", Some("tracer:v1"))}
+    })).await;
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "plain"},
+        "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", Some("logger:v1"))}
+    })).await;
+    for (app, count) in [("web", 2), ("db", 1), ("plain", 1)] {
+        eventually(DEADLINE, &format!("{app} injected"), || async {
+            let pods = pods_of(&ctx, app).await;
+            (pods.len() == count
+                && pods
+                    .iter()
+                    .all(|p| annotation(p, "injector/status") == Some("injected")))
+            .then_some(())
+        })
+        .await;
+    }
+    create_pod(&ctx, "bare", "tracer:v1").await.unwrap();
+    // The webhook bypassed (down, failurePolicy Ignore): this workload's pod is never injected.
+    ctx.stop_injector();
+    create(&ctx.api::<StatefulSet>(), json!({
+        "metadata": {"name": "late"},
+        "spec": {"replicas": 1, "serviceName": "late", "selector": selector("late"), "template": template("late", Some("tracer:v1"))}
+    })).await;
+    eventually(DEADLINE, "late's pod", || async {
+        (pods_of(&ctx, "late").await.len() == 1).then_some(())
+    })
+    .await;
+
+    let args = [
+        "--config-directory",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+        "--configmap-namespace",
+        "e2e-drift",
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--include-namespace",
+        "e2e-drift",
+    ];
+    let state = |report: &Value, kind: &str, name: &str| -> String {
+        report["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["kind"] == kind && w["name"] == name)
+            .unwrap_or_else(|| panic!("{kind}/{name} not in {report:#}"))["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = drift_report(&args);
+    assert_eq!(state(&before, "Deployment", "web"), "current");
+    assert_eq!(state(&before, "StatefulSet", "db"), "current");
+
+    // The ConfigMap changes: exactly the tracer workloads go stale.
+    let v2 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+    configmaps
+        .replace("tracing", &PostParams::default(), &{
+            let mut cm = configmaps.get("tracing").await.unwrap();
+            cm.data = Some([("tracer.yaml".to_owned(), v2.to_owned())].into());
+            cm
+        })
+        .await
+        .unwrap();
+    let after = drift_report(&args);
+    assert_eq!(state(&after, "Deployment", "web"), "stale");
+    assert_eq!(state(&after, "StatefulSet", "db"), "stale");
+    assert_eq!(
+        state(&after, "Deployment", "plain"),
+        "current",
+        "logger:v1 did not change"
+    );
+    assert_eq!(state(&after, "StatefulSet", "late"), "uninjected");
+    assert_eq!(state(&after, "Pod", "bare"), "excluded");
+    let tracer = after["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap();
+    let v2_revision = stamp_of(v2);
+    assert_eq!(tracer["revision"], v2_revision.split('=').nth(1).unwrap());
+    // Other tests' tracer pods, in namespaces this report does not include, count as excluded.
+    let pods = &tracer["pods"];
+    assert_eq!(
+        (
+            &pods["stale"],
+            &pods["uninjected"],
+            &pods["current"],
+            &pods["unknown"],
+            &pods["orphaned"]
+        ),
+        (&json!(3), &json!(1), &json!(0), &json!(0), &json!(0))
+    );
+    assert!(
+        pods["excluded"].as_u64().unwrap() >= 1,
+        "the bare pod at least: {pods}"
+    );
+}

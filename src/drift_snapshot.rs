@@ -1,0 +1,77 @@
+//! One-shot reads for `sidecar-injector drift`: the pods, ReplicaSets and workloads of the
+//! cluster as metadata-only lists (never specs), fed into a [`DriftIndex`], and the ConfigMap
+//! configs as `serve` would load them.
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+
+use crate::annotations::AnnotationKeys;
+use crate::config::{LoadReport, configmap_origin, load_configmap_items};
+use crate::drift::{DriftIndex, WorkloadKind};
+
+const PAGE: u32 = 500;
+
+/// Every object's metadata, page by page.
+async fn list_metadata<K>(api: &Api<K>) -> Result<Vec<ObjectMeta>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut metas = Vec::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = api.list_metadata(&params).await?;
+        metas.extend(page.items.into_iter().map(|o| o.metadata));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(metas),
+        }
+    }
+}
+
+pub async fn index(client: &Client, keys: &AnnotationKeys) -> Result<DriftIndex, kube::Error> {
+    let mut index = DriftIndex::default();
+    let replicasets = list_metadata(&Api::<ReplicaSet>::all(client.clone())).await?;
+    index.reset_replicasets(replicasets.iter());
+    for (kind, metas) in [
+        (
+            WorkloadKind::Deployment,
+            list_metadata(&Api::<Deployment>::all(client.clone())).await?,
+        ),
+        (
+            WorkloadKind::StatefulSet,
+            list_metadata(&Api::<StatefulSet>::all(client.clone())).await?,
+        ),
+        (
+            WorkloadKind::DaemonSet,
+            list_metadata(&Api::<DaemonSet>::all(client.clone())).await?,
+        ),
+    ] {
+        index.reset_workloads(kind, metas.iter(), keys);
+    }
+    let pods = list_metadata(&Api::<Pod>::all(client.clone())).await?;
+    index.reset_pods(pods.iter(), keys);
+    Ok(index)
+}
+
+/// The labelled ConfigMaps' items, loaded as `serve` loads them.
+pub async fn configmap_configs(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+) -> Result<LoadReport, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let list = api.list(&ListParams::default().labels(selector)).await?;
+    let mut items = Vec::new();
+    for configmap in list.items {
+        let name = configmap.metadata.name.clone().unwrap_or_default();
+        for (key, text) in configmap.data.into_iter().flatten() {
+            items.push((configmap_origin(namespace, &name, &key), text));
+        }
+    }
+    Ok(load_configmap_items(&items))
+}
