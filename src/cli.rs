@@ -164,6 +164,18 @@ pub struct ServeArgs {
     /// API server URL; overrides the server of --kubeconfig or of the in-cluster configuration.
     #[arg(long)]
     pub master_url: Option<String>,
+    /// Drift: only these namespaces (repeatable).
+    #[arg(long = "include-namespace")]
+    pub include_namespaces: Vec<String>,
+    /// Drift: not these namespaces (repeatable).
+    #[arg(long = "exclude-namespace")]
+    pub exclude_namespaces: Vec<String>,
+    /// Drift: treat bare pods as restartable instead of excluded.
+    #[arg(long)]
+    pub evict_bare_pods: bool,
+    /// Drift: treat pods injected without a revision as restartable.
+    #[arg(long)]
+    pub restart_unknown: bool,
 }
 
 #[derive(Debug, Args)]
@@ -264,8 +276,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let cluster = runtime.block_on(cluster_config(&args))?;
-    let configmaps = match (&args.configmap_labels, cluster) {
+    let cluster = match runtime.block_on(cluster_config(&args))? {
+        Some(config) => {
+            let _guard = runtime.enter();
+            Some(kube::Client::try_from(config).context("cannot build the Kubernetes client")?)
+        }
+        None => None,
+    };
+    let configmaps = match (&args.configmap_labels, cluster.clone()) {
         (None, None) => {
             tracing::info!(
                 "no cluster connection (not in a cluster, no --kubeconfig or --master-url): serving directory configs only"
@@ -276,7 +294,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         (Some(_), None) => anyhow::bail!(
             "--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
         ),
-        (Some(selector), Some(config)) => {
+        (Some(selector), Some(client)) => {
             let namespace = match &args.configmap_namespace {
                 Some(namespace) => namespace.clone(),
                 None => std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
@@ -288,10 +306,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                         )
                     })?,
             };
-            let client = {
-                let _guard = runtime.enter();
-                kube::Client::try_from(config).context("cannot build the Kubernetes client")?
-            };
             Some(ConfigMapOptions {
                 client,
                 namespace,
@@ -299,6 +313,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             })
         }
     };
+    let ignored_for_drift = ignored.clone();
     let options = ServeOptions {
         bind_address: args.bind_address,
         tls_port: args.tls_port,
@@ -319,6 +334,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
         configmaps,
+        cluster,
+        drift_policy: crate::drift::DriftPolicy {
+            include_namespaces: args.include_namespaces.iter().cloned().collect(),
+            exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
+            ignore_namespaces: ignored_for_drift,
+            evict_bare_pods: args.evict_bare_pods,
+            restart_unknown: args.restart_unknown,
+        },
     };
     runtime.block_on(server::run(options))?;
     Ok(ExitCode::SUCCESS)

@@ -13,6 +13,7 @@ pub mod config_directory;
 pub mod configmaps;
 pub mod drift;
 pub mod drift_snapshot;
+pub mod drift_watch;
 pub mod injection;
 pub mod metrics;
 pub mod name;

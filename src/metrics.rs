@@ -30,6 +30,12 @@ pub struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    pub sidecar: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -42,6 +48,7 @@ pub struct Metrics {
     pub config_reloads: Family<ReloadLabels, Counter>,
     pub configs_loaded: Family<SourceLabels, Gauge>,
     pub certificate_reloads: Family<ResultLabels, Counter>,
+    pub pods: Family<DriftLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -93,6 +100,12 @@ impl Metrics {
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
             certificate_reloads.clone(),
         );
+        let pods = Family::<DriftLabels, Gauge>::default();
+        registry.register(
+            "pods",
+            "Pods that request a sidecar, by sidecar and drift state (excluded, orphaned, uninjected, unknown, stale, current)",
+            pods.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -112,6 +125,22 @@ impl Metrics {
             config_reloads,
             configs_loaded,
             certificate_reloads,
+            pods,
+        }
+    }
+
+    /// Replaces the drift gauge with the report's counts (sidecars that went away disappear).
+    pub fn record_drift(&self, report: &crate::drift::DriftReport) {
+        self.pods.clear();
+        for sidecar in &report.sidecars {
+            for state in crate::drift::DriftState::ALL {
+                self.pods
+                    .get_or_create(&DriftLabels {
+                        sidecar: sidecar.name.clone(),
+                        state: state.as_str(),
+                    })
+                    .set(i64::from(sidecar.pods.get(state)));
+            }
         }
     }
 

@@ -258,7 +258,7 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
 }
 
 /// How `serve` is configured; the CLI fills it from flags and environment.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeOptions {
     pub bind_address: IpAddr,
     pub tls_port: u16,
@@ -277,6 +277,9 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// The ConfigMap source, when `--configmap-labels` turned it on.
     pub configmaps: Option<ConfigMapOptions>,
+    /// The cluster, when there is one: the drift index watches it.
+    pub cluster: Option<kube::Client>,
+    pub drift_policy: crate::drift::DriftPolicy,
 }
 
 #[derive(Clone)]
@@ -467,6 +470,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             ));
         }
         None => readiness.configmaps_listed.store(true, Ordering::Release),
+    }
+    if let Some(client) = &options.cluster {
+        crate::drift_watch::spawn(
+            client.clone(),
+            options.settings.keys.clone(),
+            options.drift_policy.clone(),
+            sidecars.clone(),
+            metrics.clone(),
+        );
     }
     let (cert_file, key_file) = tls_files(&options)?;
     let tls = RustlsConfig::from_config(

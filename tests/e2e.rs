@@ -713,6 +713,20 @@ async fn with_allow_a_deleted_configmap_sidecar_lets_pods_through_uninjected() {
     assert_eq!(annotation(&pod, "injector/status"), None);
 }
 
+/// The drift command's view of the e2e-drift test: configs as its injector reads them.
+fn drift_args() -> Vec<&'static str> {
+    vec![
+        "--config-directory",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+        "--configmap-namespace",
+        "e2e-drift",
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--include-namespace",
+        "e2e-drift",
+    ]
+}
+
 /// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
 fn drift_report(args: &[&str]) -> Value {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
@@ -742,6 +756,8 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
             "e2e-drift",
             "--configmap-labels",
             "sidecar-injector-e2e/config=true",
+            "--include-namespace",
+            "e2e-drift",
         ],
     )
     .await;
@@ -780,6 +796,37 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .await;
     }
     create_pod(&ctx, "bare", "tracer:v1").await.unwrap();
+
+    // serve's gauge, kept from its watches, agrees with the one-shot report.
+    let report = drift_report(&drift_args());
+    let tracer = report["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap()
+        .clone();
+    assert_eq!(tracer["pods"]["current"], 3, "{tracer}");
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(
+        DEADLINE,
+        "the pods gauge matches the drift report",
+        || async {
+            ["current", "stale", "uninjected", "unknown", "orphaned"]
+                .iter()
+                .all(|state| {
+                    let sample =
+                        format!("sidecar_injector_pods{{sidecar=\"tracer:v1\",state=\"{state}\"}}");
+                    injector.metric(&sample) == tracer["pods"][state].as_f64().unwrap()
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"excluded\"}") >= 1.0,
+        "the bare pod"
+    );
     // The webhook bypassed (down, failurePolicy Ignore): this workload's pod is never injected.
     ctx.stop_injector();
     create(&ctx.api::<StatefulSet>(), json!({
@@ -791,16 +838,7 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
     })
     .await;
 
-    let args = [
-        "--config-directory",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
-        "--configmap-namespace",
-        "e2e-drift",
-        "--configmap-labels",
-        "sidecar-injector-e2e/config=true",
-        "--include-namespace",
-        "e2e-drift",
-    ];
+    let args = drift_args();
     let state = |report: &Value, kind: &str, name: &str| -> String {
         report["workloads"]
             .as_array()

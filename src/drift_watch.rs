@@ -1,0 +1,163 @@
+//! Feeds the [`DriftIndex`] from metadata-only watches (pods, ReplicaSets, and the three
+//! workload kinds; never specs, never a LIST on a timer: the watcher relists on its own, with
+//! backoff) and keeps the `sidecar_injector_pods{sidecar,state}` gauge current whenever the
+//! index or the config snapshot changes.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+use crate::annotations::AnnotationKeys;
+use crate::config::SidecarSet;
+use crate::drift::{DriftIndex, DriftPolicy, WorkloadKind};
+use crate::metrics::Metrics;
+
+/// Quiet time before the gauge is recomputed after a change, so a burst of events costs one
+/// classification.
+const RECOMPUTE_DEBOUNCE: Duration = Duration::from_millis(500);
+
+#[derive(Clone, Copy)]
+enum Feed {
+    Pods,
+    ReplicaSets,
+    Workload(WorkloadKind),
+}
+
+fn apply(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta, keys: &AnnotationKeys) {
+    match feed {
+        Feed::Pods => index.apply_pod(meta, keys),
+        Feed::ReplicaSets => index.apply_replicaset(meta),
+        Feed::Workload(kind) => index.apply_workload(kind, meta, keys),
+    }
+}
+
+fn delete(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta) {
+    let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return;
+    };
+    match feed {
+        Feed::Pods => index.delete_pod(namespace, name),
+        Feed::ReplicaSets => index.delete_replicaset(namespace, name),
+        Feed::Workload(kind) => index.delete_workload(kind, namespace, name),
+    }
+}
+
+fn reset(index: &mut DriftIndex, feed: Feed, metas: &[ObjectMeta], keys: &AnnotationKeys) {
+    match feed {
+        Feed::Pods => index.reset_pods(metas.iter(), keys),
+        Feed::ReplicaSets => index.reset_replicasets(metas.iter()),
+        Feed::Workload(kind) => index.reset_workloads(kind, metas.iter(), keys),
+    }
+}
+
+async fn feed<K>(
+    api: Api<PartialObjectMeta<K>>,
+    feed: Feed,
+    index: Arc<Mutex<DriftIndex>>,
+    keys: AnnotationKeys,
+    changed: Arc<Notify>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    PartialObjectMeta<K>:
+        Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut relist: Vec<ObjectMeta> = Vec::new();
+    while let Some(event) = stream.next().await {
+        let mut index = index.lock().expect("drift index lock");
+        match event {
+            Ok(Event::Init) => relist.clear(),
+            Ok(Event::InitApply(object)) => relist.push(object.metadata),
+            Ok(Event::InitDone) => {
+                reset(&mut index, feed, &std::mem::take(&mut relist), &keys);
+                changed.notify_one();
+            }
+            Ok(Event::Apply(object)) => {
+                apply(&mut index, feed, &object.metadata, &keys);
+                changed.notify_one();
+            }
+            Ok(Event::Delete(object)) => {
+                delete(&mut index, feed, &object.metadata);
+                changed.notify_one();
+            }
+            Err(err) => warn!("drift watch failed, retrying: {err}"),
+        }
+    }
+}
+
+/// Starts the watches and the gauge updater; they run until the process ends.
+pub fn spawn(
+    client: Client,
+    keys: AnnotationKeys,
+    policy: DriftPolicy,
+    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
+    metrics: Arc<Metrics>,
+) {
+    let index = Arc::new(Mutex::new(DriftIndex::default()));
+    let changed = Arc::new(Notify::new());
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        Feed::Pods,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+        Feed::ReplicaSets,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
+        Feed::Workload(WorkloadKind::Deployment),
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
+        Feed::Workload(WorkloadKind::StatefulSet),
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<DaemonSet>>::all(client),
+        Feed::Workload(WorkloadKind::DaemonSet),
+        index.clone(),
+        keys,
+        changed.clone(),
+    ));
+    tokio::spawn(async move {
+        info!("watching pods, ReplicaSets and workloads for drift");
+        loop {
+            tokio::select! {
+                () = changed.notified() => {}
+                result = sidecars.changed() => if result.is_err() { return },
+            }
+            tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
+            let set = sidecars.borrow_and_update().clone();
+            let report = index
+                .lock()
+                .expect("drift index lock")
+                .classify(&set, &policy);
+            metrics.record_drift(&report);
+        }
+    });
+}
