@@ -196,23 +196,122 @@ pub enum WorkloadKind {
     DaemonSet,
 }
 
-/// What drift needs of a workload: whether it opted out.
+/// A workload stripped on arrival to what drift and rollout planning need: our annotations,
+/// generations, the update strategy and the rollout status; never the pod template's spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadEntry {
+    /// `NS/rollout: disabled` on the workload.
     pub rollout_disabled: bool,
+    /// `NS/rollout-revision` on the pod template: the target the engine last set.
+    pub rollout_revision: Option<Box<str>>,
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    /// `RollingUpdate`, `OnDelete` or `Recreate`.
+    pub update_strategy: Option<Box<str>>,
+    /// A StatefulSet's partition, which holds pods back on purpose.
+    pub partition: Option<i32>,
+    /// A paused Deployment.
+    pub paused: bool,
+    pub replicas: Option<i32>,
+    pub updated_replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+    pub available_replicas: Option<i32>,
 }
 
 impl WorkloadEntry {
+    /// From metadata alone (a metadata-only list): the opt-out only.
     pub fn project(meta: &ObjectMeta, keys: &AnnotationKeys) -> Self {
-        let disabled = meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(&keys.rollout))
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("disabled"));
         WorkloadEntry {
-            rollout_disabled: disabled,
+            rollout_disabled: rollout_disabled(meta, keys),
+            generation: meta.generation,
+            ..Default::default()
         }
     }
+
+    pub fn from_deployment(
+        d: &k8s_openapi::api::apps::v1::Deployment,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let spec = d.spec.as_ref();
+        let status = d.status.as_ref();
+        WorkloadEntry {
+            rollout_revision: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_revision,
+            ),
+            update_strategy: spec
+                .and_then(|s| s.strategy.as_ref()?.type_.as_deref())
+                .map(Into::into),
+            paused: spec.and_then(|s| s.paused).unwrap_or(false),
+            replicas: spec.and_then(|s| s.replicas),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_replicas),
+            ready_replicas: status.and_then(|s| s.ready_replicas),
+            available_replicas: status.and_then(|s| s.available_replicas),
+            ..Self::project(&d.metadata, keys)
+        }
+    }
+
+    pub fn from_statefulset(
+        s: &k8s_openapi::api::apps::v1::StatefulSet,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let spec = s.spec.as_ref();
+        let status = s.status.as_ref();
+        let strategy = spec.and_then(|s| s.update_strategy.as_ref());
+        WorkloadEntry {
+            rollout_revision: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_revision,
+            ),
+            update_strategy: strategy.and_then(|u| u.type_.as_deref()).map(Into::into),
+            partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
+            replicas: spec.and_then(|s| s.replicas),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_replicas),
+            ready_replicas: status.and_then(|s| s.ready_replicas),
+            available_replicas: status.and_then(|s| s.available_replicas),
+            ..Self::project(&s.metadata, keys)
+        }
+    }
+
+    pub fn from_daemonset(
+        d: &k8s_openapi::api::apps::v1::DaemonSet,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let spec = d.spec.as_ref();
+        let status = d.status.as_ref();
+        WorkloadEntry {
+            rollout_revision: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_revision,
+            ),
+            update_strategy: spec
+                .and_then(|s| s.update_strategy.as_ref()?.type_.as_deref())
+                .map(Into::into),
+            replicas: status.map(|s| s.desired_number_scheduled),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_number_scheduled),
+            ready_replicas: status.map(|s| s.number_ready),
+            available_replicas: status.and_then(|s| s.number_available),
+            ..Self::project(&d.metadata, keys)
+        }
+    }
+}
+
+fn rollout_disabled(meta: &ObjectMeta, keys: &AnnotationKeys) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(&keys.rollout))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("disabled"))
+}
+
+fn template_annotation(meta: Option<&ObjectMeta>, key: &str) -> Option<Box<str>> {
+    meta?
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(|v| v.as_str().into())
 }
 
 type Key = (Arc<str>, Box<str>);
@@ -341,13 +440,47 @@ impl DriftIndex {
     }
 
     pub fn apply_workload(&mut self, kind: WorkloadKind, meta: &ObjectMeta, keys: &AnnotationKeys) {
-        let Some((namespace, name)) = self.meta_key(meta) else {
+        let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref())
+        else {
             return;
         };
+        self.apply_workload_entry(kind, namespace, name, WorkloadEntry::project(meta, keys));
+    }
+
+    /// A workload already stripped to its entry (from a full watch).
+    pub fn apply_workload_entry(
+        &mut self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        entry: WorkloadEntry,
+    ) {
+        let (namespace, name) = self.key(namespace, name);
         self.workloads[kind as usize]
             .entry(namespace)
             .or_default()
-            .insert(name, WorkloadEntry::project(meta, keys));
+            .insert(name, entry);
+    }
+
+    /// After a relist of one kind: exactly these (namespace, name, entry).
+    pub fn reset_workload_entries(
+        &mut self,
+        kind: WorkloadKind,
+        entries: impl IntoIterator<Item = (String, String, WorkloadEntry)>,
+    ) {
+        self.workloads[kind as usize].clear();
+        for (namespace, name, entry) in entries {
+            self.apply_workload_entry(kind, &namespace, &name, entry);
+        }
+    }
+
+    pub fn workload(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&WorkloadEntry> {
+        self.workloads[kind as usize].get(namespace)?.get(name)
     }
 
     pub fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {

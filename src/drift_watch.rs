@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
-use crate::drift::{DriftIndex, DriftPolicy, WorkloadKind};
+use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry, WorkloadKind};
 use crate::metrics::Metrics;
 
 /// Quiet time before the gauge is recomputed after a change, so a burst of events costs one
@@ -32,14 +32,12 @@ const RECOMPUTE_DEBOUNCE: Duration = Duration::from_millis(500);
 enum Feed {
     Pods,
     ReplicaSets,
-    Workload(WorkloadKind),
 }
 
 fn apply(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta, keys: &AnnotationKeys) {
     match feed {
         Feed::Pods => index.apply_pod(meta, keys),
         Feed::ReplicaSets => index.apply_replicaset(meta),
-        Feed::Workload(kind) => index.apply_workload(kind, meta, keys),
     }
 }
 
@@ -50,7 +48,6 @@ fn delete(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta) {
     match feed {
         Feed::Pods => index.delete_pod(namespace, name),
         Feed::ReplicaSets => index.delete_replicaset(namespace, name),
-        Feed::Workload(kind) => index.delete_workload(kind, namespace, name),
     }
 }
 
@@ -58,7 +55,56 @@ fn reset(index: &mut DriftIndex, feed: Feed, metas: &[ObjectMeta], keys: &Annota
     match feed {
         Feed::Pods => index.reset_pods(metas.iter(), keys),
         Feed::ReplicaSets => index.reset_replicasets(metas.iter()),
-        Feed::Workload(kind) => index.reset_workloads(kind, metas.iter(), keys),
+    }
+}
+
+/// Workloads are watched in full, for planning fields metadata lacks (strategy, partition,
+/// paused, status), and stripped on arrival: only the [`WorkloadEntry`] stays.
+async fn feed_workloads<K>(
+    api: Api<K>,
+    kind: WorkloadKind,
+    strip: fn(&K, &AnnotationKeys) -> WorkloadEntry,
+    index: Arc<Mutex<DriftIndex>>,
+    keys: AnnotationKeys,
+    changed: Arc<Notify>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut relist: Vec<(String, String, WorkloadEntry)> = Vec::new();
+    let named = |object: &K| {
+        let meta = object.meta();
+        Some((meta.namespace.clone()?, meta.name.clone()?))
+    };
+    while let Some(event) = stream.next().await {
+        let mut index = index.lock().expect("drift index lock");
+        match event {
+            Ok(Event::Init) => relist.clear(),
+            Ok(Event::InitApply(object)) => {
+                if let Some((namespace, name)) = named(&object) {
+                    relist.push((namespace, name, strip(&object, &keys)));
+                }
+            }
+            Ok(Event::InitDone) => {
+                index.reset_workload_entries(kind, std::mem::take(&mut relist));
+                changed.notify_one();
+            }
+            Ok(Event::Apply(object)) => {
+                if let Some((namespace, name)) = named(&object) {
+                    index.apply_workload_entry(kind, &namespace, &name, strip(&object, &keys));
+                    changed.notify_one();
+                }
+            }
+            Ok(Event::Delete(object)) => {
+                if let Some((namespace, name)) = named(&object) {
+                    index.delete_workload(kind, &namespace, &name);
+                    changed.notify_one();
+                }
+            }
+            Err(err) => warn!("drift watch failed, retrying: {err}"),
+        }
     }
 }
 
@@ -123,23 +169,26 @@ pub fn spawn(
         keys.clone(),
         changed.clone(),
     ));
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
-        Feed::Workload(WorkloadKind::Deployment),
+    tokio::spawn(feed_workloads(
+        Api::<Deployment>::all(client.clone()),
+        WorkloadKind::Deployment,
+        WorkloadEntry::from_deployment,
         index.clone(),
         keys.clone(),
         changed.clone(),
     ));
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
-        Feed::Workload(WorkloadKind::StatefulSet),
+    tokio::spawn(feed_workloads(
+        Api::<StatefulSet>::all(client.clone()),
+        WorkloadKind::StatefulSet,
+        WorkloadEntry::from_statefulset,
         index.clone(),
         keys.clone(),
         changed.clone(),
     ));
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<DaemonSet>>::all(client),
-        Feed::Workload(WorkloadKind::DaemonSet),
+    tokio::spawn(feed_workloads(
+        Api::<DaemonSet>::all(client),
+        WorkloadKind::DaemonSet,
+        WorkloadEntry::from_daemonset,
         index.clone(),
         keys,
         changed.clone(),

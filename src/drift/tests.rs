@@ -562,3 +562,76 @@ fn strings_of_deleted_pods_do_not_accumulate() {
         index.interned.len()
     );
 }
+
+#[test]
+fn workloads_are_stripped_to_what_planning_needs() {
+    let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled"},
+                     "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+        "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
+                 "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc"}},
+                              "spec": {"containers": [{"name": "app", "image": "app:1"}]}}},
+        "status": {"observedGeneration": 3, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3}
+    }))
+    .unwrap();
+    let entry = WorkloadEntry::from_deployment(&deployment, &keys());
+    assert_eq!(
+        entry,
+        WorkloadEntry {
+            rollout_disabled: true,
+            rollout_revision: Some("logger:v1=abc".into()),
+            generation: Some(4),
+            observed_generation: Some(3),
+            update_strategy: Some("RollingUpdate".into()),
+            partition: None,
+            paused: true,
+            replicas: Some(3),
+            updated_replicas: Some(1),
+            ready_replicas: Some(3),
+            available_replicas: Some(3),
+        }
+    );
+    let statefulset: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "team"},
+        "spec": {"serviceName": "db", "selector": {}, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
+                 "template": {"spec": {"containers": [{"name": "db"}]}}}
+    }))
+    .unwrap();
+    let entry = WorkloadEntry::from_statefulset(&statefulset, &keys());
+    assert_eq!((entry.partition, entry.rollout_disabled), (Some(2), false));
+    let daemonset: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent", "namespace": "team"},
+        "spec": {"selector": {}, "updateStrategy": {"type": "OnDelete"}, "template": {"spec": {"containers": [{"name": "a"}]}}},
+        "status": {"desiredNumberScheduled": 2, "numberReady": 1, "currentNumberScheduled": 2, "numberMisscheduled": 0}
+    }))
+    .unwrap();
+    let entry = WorkloadEntry::from_daemonset(&daemonset, &keys());
+    assert_eq!(
+        (
+            entry.update_strategy.as_deref(),
+            entry.replicas,
+            entry.ready_replicas
+        ),
+        (Some("OnDelete"), Some(2), Some(1))
+    );
+
+    let mut index = DriftIndex::default();
+    index.apply_workload_entry(
+        WorkloadKind::Deployment,
+        "team",
+        "web",
+        WorkloadEntry::from_deployment(&deployment, &keys()),
+    );
+    assert!(
+        index
+            .workload(WorkloadKind::Deployment, "team", "web")
+            .unwrap()
+            .paused
+    );
+    index.reset_workload_entries(WorkloadKind::Deployment, Vec::new());
+    assert!(
+        index
+            .workload(WorkloadKind::Deployment, "team", "web")
+            .is_none()
+    );
+}
