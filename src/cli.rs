@@ -103,6 +103,10 @@ pub struct DriftArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// Namespace of the running injector, whose status ConfigMap (when present) gives the
+    /// revisions in force.
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
 }
 
 #[derive(Debug, Args)]
@@ -434,7 +438,27 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             evict_bare_pods: args.evict_bare_pods,
             restart_unknown: args.restart_unknown,
         };
-        let report = index.classify(&sidecars, &policy);
+        let published =
+            crate::drift_snapshot::published_revisions(&client, &args.injector_namespace)
+                .await
+                .context("cannot use the injector's status ConfigMap")?;
+        let report = match published {
+            Some(revisions) => {
+                eprintln!(
+                    "revisions from {}/{}, as the running injector published them",
+                    args.injector_namespace,
+                    crate::drift_snapshot::STATUS_CONFIGMAP
+                );
+                index.classify_revisions(&revisions, &policy)
+            }
+            None => {
+                eprintln!(
+                    "revisions computed from the configs (no status ConfigMap in {})",
+                    args.injector_namespace
+                );
+                index.classify(&sidecars, &policy)
+            }
+        };
         let mut out = io::stdout().lock();
         match args.output {
             OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,

@@ -3,7 +3,7 @@
 //! snapshot as DESIGN.md "Drift" says. Watches feed it (apply / delete / reset after a relist);
 //! the drift report, the gauge and the rollout planner read it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 // A fast hasher with a per-process random seed: classification hashes a few strings per pod,
 // and SipHash made up most of its time.
@@ -508,6 +508,20 @@ impl DriftIndex {
     /// Classifies every indexed pod against `sidecars`. Parsing and formatting happen once per
     /// distinct request, revision stamp and namespace, not once per pod.
     pub fn classify(&self, sidecars: &SidecarSet, policy: &DriftPolicy) -> DriftReport {
+        let current: BTreeMap<String, String> = sidecars
+            .iter()
+            .map(|s| (s.config.name.to_string(), s.revision.to_string()))
+            .collect();
+        self.classify_revisions(&current, policy)
+    }
+
+    /// As [`DriftIndex::classify`], against current revisions by sidecar name (as a running
+    /// injector publishes them in its status ConfigMap).
+    pub fn classify_revisions(
+        &self,
+        wanted: &BTreeMap<String, String>,
+        policy: &DriftPolicy,
+    ) -> DriftReport {
         // Distinct request and revision annotations are few (one per config version in use)
         // and interned, so per-pod work is keyed by pointer: no string is parsed, hashed or
         // compared per pod beyond the sidecar name.
@@ -543,9 +557,9 @@ impl DriftIndex {
                 )
             })
             .collect();
-        let current: HashMap<String, &str> = sidecars
+        let current: HashMap<String, &str> = wanted
             .iter()
-            .map(|s| (s.config.name.to_string(), s.revision.as_str()))
+            .map(|(name, revision)| (name.clone(), revision.as_str()))
             .collect();
 
         let mut by_sidecar: HashMap<usize, (&str, StateCounts)> = HashMap::new();

@@ -898,4 +898,31 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         pods["excluded"].as_u64().unwrap() >= 1,
         "the bare pod at least: {pods}"
     );
+
+    // A running injector's status ConfigMap, when present, gives the revisions in force.
+    let v1_revision = stamp_of(v1).split('=').nth(1).unwrap().to_owned();
+    let status: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "sidecar-injector-status"},
+        "data": {"revisions": json!({"tracer:v1": v1_revision}).to_string()}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &status)
+        .await
+        .unwrap();
+    let mut published_args = drift_args();
+    published_args.extend(["--injector-namespace", "e2e-drift"]);
+    let published = drift_report(&published_args);
+    assert_eq!(
+        state(&published, "Deployment", "web"),
+        "current",
+        "judged by the published revision"
+    );
+    let tracer = published["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap();
+    assert_eq!(tracer["revision"], v1_revision);
 }
