@@ -174,38 +174,38 @@ pub fn review(
     // One pass over the body in the normal case. Only when it fails is the body read again,
     // with the object kept raw, to tell a broken envelope from a broken (or non-Pod) object.
     match serde_json::from_slice::<ReviewIn<'_, PodView<'_>>>(body) {
-        Ok(review) => {
-            let ReviewIn {
-                api_version,
-                kind,
-                request,
-            } = review;
-            let request = request.map(|r| {
-                let (envelope, object) = r.into_parts();
-                (envelope, Ok(object))
-            });
-            answer_review(api_version, kind, request, sidecars, settings)
-        }
+        Ok(review) => review.answer(Ok, sidecars, settings),
         Err(_) => {
             let review: ReviewIn<'_, &RawValue> =
                 serde_json::from_slice(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
-            let ReviewIn {
-                api_version,
-                kind,
-                request,
-            } = review;
-            let request = request.map(|r| {
-                let (envelope, object) = r.into_parts();
-                let object = match object {
-                    Some(raw) => serde_json::from_str::<PodView>(raw.get())
-                        .map(Some)
-                        .map_err(|e| e.to_string()),
-                    None => Ok(None),
-                };
-                (envelope, object)
-            });
-            answer_review(api_version, kind, request, sidecars, settings)
+            review.answer(read_raw_pod, sidecars, settings)
         }
+    }
+}
+
+/// The second, diagnostic read of an object kept raw.
+fn read_raw_pod<'a>(object: Option<&'a RawValue>) -> PodParse<'a> {
+    match object {
+        Some(raw) => serde_json::from_str::<PodView>(raw.get())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+impl<'a, O> ReviewIn<'a, O> {
+    /// Answers the review, reading its object with `read_object`.
+    fn answer(
+        self,
+        read_object: impl FnOnce(Option<O>) -> PodParse<'a>,
+        sidecars: &SidecarSet,
+        settings: &InjectionSettings,
+    ) -> Result<Answer, ReviewError> {
+        let request = self.request.map(|r| {
+            let (envelope, object) = r.into_parts();
+            (envelope, read_object(object))
+        });
+        answer_review(self.api_version, self.kind, request, sidecars, settings)
     }
 }
 

@@ -69,6 +69,47 @@ pub enum OutputFormat {
     Json,
 }
 
+/// The ConfigMap config source, for `serve` and for `drift`, which reads configs as `serve` does.
+#[derive(Debug, Args)]
+pub struct ConfigMapArgs {
+    /// Namespace of the sidecar ConfigMaps [default for `serve`: the injector's own namespace].
+    #[arg(long, env = "CONFIGMAP_NAMESPACE")]
+    pub configmap_namespace: Option<String>,
+    /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on.
+    #[arg(long, env = "CONFIGMAP_LABELS")]
+    pub configmap_labels: Option<String>,
+}
+
+/// What drift counts as restartable and where it looks, the same for `serve` and `drift`.
+#[derive(Debug, Args)]
+pub struct DriftPolicyArgs {
+    /// Drift: only these namespaces (repeatable).
+    #[arg(long = "include-namespace")]
+    pub include_namespaces: Vec<String>,
+    /// Drift: not these namespaces (repeatable).
+    #[arg(long = "exclude-namespace")]
+    pub exclude_namespaces: Vec<String>,
+    /// Drift: treat bare pods as restartable instead of excluded.
+    #[arg(long)]
+    pub evict_bare_pods: bool,
+    /// Drift: treat pods injected without a revision as restartable.
+    #[arg(long)]
+    pub restart_unknown: bool,
+}
+
+impl DriftPolicyArgs {
+    /// The policy, with `ignored` the namespaces never injected.
+    pub fn policy(&self, ignored: BTreeSet<String>) -> crate::drift::DriftPolicy {
+        crate::drift::DriftPolicy {
+            include_namespaces: self.include_namespaces.iter().cloned().collect(),
+            exclude_namespaces: self.exclude_namespaces.iter().cloned().collect(),
+            ignore_namespaces: ignored,
+            evict_bare_pods: self.evict_bare_pods,
+            restart_unknown: self.restart_unknown,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct DriftArgs {
     #[command(flatten)]
@@ -76,30 +117,16 @@ pub struct DriftArgs {
     /// Prefix of every annotation key.
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
     pub annotation_namespace: String,
-    /// Namespace of the sidecar ConfigMaps (with --configmap-labels).
-    #[arg(long, env = "CONFIGMAP_NAMESPACE")]
-    pub configmap_namespace: Option<String>,
-    /// Label selector of the ConfigMaps holding sidecar configs, as `serve` uses it.
-    #[arg(long, env = "CONFIGMAP_LABELS")]
-    pub configmap_labels: Option<String>,
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
     /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Only these namespaces (repeatable).
-    #[arg(long = "include-namespace")]
-    pub include_namespaces: Vec<String>,
-    /// Not these namespaces (repeatable).
-    #[arg(long = "exclude-namespace")]
-    pub exclude_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub drift: DriftPolicyArgs,
     /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
     #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
     pub ignore_namespaces: Vec<String>,
-    /// Treat bare pods as restartable instead of excluded.
-    #[arg(long)]
-    pub evict_bare_pods: bool,
-    /// Treat pods injected without a revision as restartable.
-    #[arg(long)]
-    pub restart_unknown: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
@@ -155,12 +182,8 @@ pub struct ServeArgs {
     /// Quiet time after a change in the config or certificate directory before reloading.
     #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
     pub reload_debounce: Duration,
-    /// Namespace of the sidecar ConfigMaps [default: the injector's own namespace].
-    #[arg(long, env = "CONFIGMAP_NAMESPACE")]
-    pub configmap_namespace: Option<String>,
-    /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on.
-    #[arg(long, env = "CONFIGMAP_LABELS")]
-    pub configmap_labels: Option<String>,
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
     /// Kubeconfig file for the cluster connection. Without it (or --master-url) `serve` uses
     /// the in-cluster configuration, or runs with no cluster; it never reads ~/.kube/config.
     #[arg(long)]
@@ -168,18 +191,8 @@ pub struct ServeArgs {
     /// API server URL; overrides the server of --kubeconfig or of the in-cluster configuration.
     #[arg(long)]
     pub master_url: Option<String>,
-    /// Drift: only these namespaces (repeatable).
-    #[arg(long = "include-namespace")]
-    pub include_namespaces: Vec<String>,
-    /// Drift: not these namespaces (repeatable).
-    #[arg(long = "exclude-namespace")]
-    pub exclude_namespaces: Vec<String>,
-    /// Drift: treat bare pods as restartable instead of excluded.
-    #[arg(long)]
-    pub evict_bare_pods: bool,
-    /// Drift: treat pods injected without a revision as restartable.
-    #[arg(long)]
-    pub restart_unknown: bool,
+    #[command(flatten)]
+    pub drift: DriftPolicyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -273,9 +286,10 @@ const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
-    if let Ok(own) = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE) {
-        ignored.insert(own.trim().to_owned());
-    }
+    let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
+        .ok()
+        .map(|ns| ns.trim().to_owned());
+    ignored.extend(own_namespace.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -287,7 +301,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let configmaps = match (&args.configmap_labels, cluster.clone()) {
+    let configmaps = match (&args.configmaps.configmap_labels, cluster.clone()) {
         (None, None) => {
             tracing::info!(
                 "no cluster connection (not in a cluster, no --kubeconfig or --master-url): serving directory configs only"
@@ -299,16 +313,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
         ),
         (Some(selector), Some(client)) => {
-            let namespace = match &args.configmap_namespace {
+            let namespace = match &args.configmaps.configmap_namespace {
                 Some(namespace) => namespace.clone(),
-                None => std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
-                    .map(|ns| ns.trim().to_owned())
-                    .map_err(|_| {
+                None => own_namespace.clone().ok_or_else(|| {
                         anyhow::anyhow!(
                             "--configmap-labels without --configmap-namespace needs the injector's own namespace, \
                              read from {IN_CLUSTER_NAMESPACE_FILE} in a cluster; outside one, pass --configmap-namespace"
                         )
-                    })?,
+                })?,
             };
             Some(ConfigMapOptions {
                 client,
@@ -339,13 +351,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown_timeout: args.shutdown_timeout,
         configmaps,
         cluster,
-        drift_policy: crate::drift::DriftPolicy {
-            include_namespaces: args.include_namespaces.iter().cloned().collect(),
-            exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
-            ignore_namespaces: ignored_for_drift,
-            evict_bare_pods: args.evict_bare_pods,
-            restart_unknown: args.restart_unknown,
-        },
+        drift_policy: args.drift.policy(ignored_for_drift),
     };
     runtime.block_on(server::run(options))?;
     Ok(ExitCode::SUCCESS)
@@ -402,7 +408,7 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let dir = &args.configs.config_directory;
         let directory = match load_config_directory(dir) {
             Ok(report) => report,
-            Err(err) if args.configmap_labels.is_some() => {
+            Err(err) if args.configmaps.configmap_labels.is_some() => {
                 tracing::debug!("no config directory {}: {err}", dir.display());
                 LoadReport::default()
             }
@@ -416,8 +422,9 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         print_config_problems(&directory);
         sources.apply(&directory);
         let mut configmaps = crate::config::SourceState::default();
-        if let Some(selector) = &args.configmap_labels {
+        if let Some(selector) = &args.configmaps.configmap_labels {
             let namespace = args
+                .configmaps
                 .configmap_namespace
                 .as_deref()
                 .context("--configmap-labels needs --configmap-namespace")?;
@@ -431,13 +438,9 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let index = crate::drift_snapshot::index(&client, &keys)
             .await
             .context("cannot list pods, ReplicaSets and workloads")?;
-        let policy = crate::drift::DriftPolicy {
-            include_namespaces: args.include_namespaces.iter().cloned().collect(),
-            exclude_namespaces: args.exclude_namespaces.iter().cloned().collect(),
-            ignore_namespaces: args.ignore_namespaces.iter().cloned().collect(),
-            evict_bare_pods: args.evict_bare_pods,
-            restart_unknown: args.restart_unknown,
-        };
+        let policy = args
+            .drift
+            .policy(args.ignore_namespaces.iter().cloned().collect());
         let published =
             crate::drift_snapshot::published_revisions(&client, &args.injector_namespace)
                 .await
