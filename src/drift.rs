@@ -11,6 +11,7 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
@@ -189,6 +190,33 @@ impl PodEntry {
     }
 }
 
+impl PodEntry {
+    /// Whether this pod runs something other than `wanted` for a sidecar it requests.
+    pub fn needs_restart(&self, wanted: &BTreeMap<String, String>, restart_unknown: bool) -> bool {
+        let Ok(requested) = SidecarName::parse_list(&self.request) else {
+            return false;
+        };
+        let carried = self
+            .revision
+            .as_deref()
+            .map(parse_revisions)
+            .unwrap_or_default();
+        requested.iter().any(|name| {
+            let name = name.to_string();
+            let Some(want) = wanted.get(&name) else {
+                return false;
+            };
+            if !self.injected {
+                return true;
+            }
+            match carried.iter().find(|(n, _)| *n == name) {
+                Some((_, have)) => have != want,
+                None => restart_unknown,
+            }
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum WorkloadKind {
     Deployment,
@@ -216,6 +244,12 @@ pub struct WorkloadEntry {
     pub updated_replicas: Option<i32>,
     pub ready_replicas: Option<i32>,
     pub available_replicas: Option<i32>,
+    /// A Deployment's `status.replicas` (old and new pods together).
+    pub status_replicas: Option<i32>,
+    /// A StatefulSet whose `updateRevision` differs from its `currentRevision`.
+    pub update_revision_pending: bool,
+    /// `NS/rolled-at` on the workload: when the engine last restarted it.
+    pub rolled_at: Option<Timestamp>,
 }
 
 impl WorkloadEntry {
@@ -224,6 +258,11 @@ impl WorkloadEntry {
         WorkloadEntry {
             rollout_disabled: rollout_disabled(meta, keys),
             generation: meta.generation,
+            rolled_at: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&keys.rolled_at))
+                .and_then(|t| t.parse().ok()),
             ..Default::default()
         }
     }
@@ -244,6 +283,7 @@ impl WorkloadEntry {
                 .map(Into::into),
             paused: spec.and_then(|s| s.paused).unwrap_or(false),
             replicas: spec.and_then(|s| s.replicas),
+            status_replicas: status.and_then(|s| s.replicas),
             observed_generation: status.and_then(|s| s.observed_generation),
             updated_replicas: status.and_then(|s| s.updated_replicas),
             ready_replicas: status.and_then(|s| s.ready_replicas),
@@ -267,6 +307,9 @@ impl WorkloadEntry {
             update_strategy: strategy.and_then(|u| u.type_.as_deref()).map(Into::into),
             partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
             replicas: spec.and_then(|s| s.replicas),
+            update_revision_pending: status.is_some_and(|s| {
+                s.update_revision.is_some() && s.update_revision != s.current_revision
+            }),
             observed_generation: status.and_then(|s| s.observed_generation),
             updated_replicas: status.and_then(|s| s.updated_replicas),
             ready_replicas: status.and_then(|s| s.ready_replicas),
@@ -505,6 +548,39 @@ impl DriftIndex {
         self.pods.len()
     }
 
+    /// The names of a workload's pods that run another revision than `wanted` of a sidecar
+    /// they request (or were never injected; injected without a revision with
+    /// `restart_unknown`), sorted. A scan of the index: called per OnDelete workload in
+    /// flight, not per event.
+    pub fn pods_needing_restart(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        wanted: &BTreeMap<String, String>,
+        restart_unknown: bool,
+    ) -> Vec<String> {
+        let owned = |owner: &PodOwner| match (kind, owner) {
+            (WorkloadKind::StatefulSet, PodOwner::StatefulSet(n))
+            | (WorkloadKind::DaemonSet, PodOwner::DaemonSet(n)) => n.as_ref() == name,
+            (WorkloadKind::Deployment, PodOwner::ReplicaSet(rs)) => self
+                .replicasets
+                .get(namespace)
+                .and_then(|names| names.get(rs.as_ref()))
+                .is_some_and(|d| d.as_deref() == Some(name)),
+            _ => false,
+        };
+        let mut names: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|((ns, _), pod)| ns.as_ref() == namespace && owned(&pod.owner))
+            .filter(|(_, pod)| pod.needs_restart(wanted, restart_unknown))
+            .map(|((_, pod_name), _)| pod_name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Classifies every indexed pod against `sidecars`. Parsing and formatting happen once per
     /// distinct request, revision stamp and namespace, not once per pod.
     pub fn classify(&self, sidecars: &SidecarSet, policy: &DriftPolicy) -> DriftReport {
@@ -659,7 +735,12 @@ impl DriftIndex {
                 let state = tally.worst.unwrap_or(DriftState::Current);
                 let needs_restart = matches!(state, DriftState::Uninjected | DriftState::Stale)
                     || (state == DriftState::Unknown && policy.restart_unknown);
+                let from_revision = match &tally.detail {
+                    Detail::Stale { from, .. } => Some((*from).to_owned()),
+                    _ => None,
+                };
                 WorkloadDrift {
+                    from_revision,
                     kind: kind.to_owned(),
                     namespace: namespace.to_owned(),
                     name: name.to_owned(),
@@ -850,6 +931,9 @@ pub struct WorkloadDrift {
     /// `--restart-unknown`).
     #[serde(skip)]
     pub needs_restart: bool,
+    /// For a stale workload, the revision its stale pods carry.
+    #[serde(skip)]
+    pub from_revision: Option<String>,
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod name;
 pub mod patch;
 pub mod reload;
 pub mod revision;
+pub mod rollout;
 pub mod server;
 pub mod telemetry;
 pub mod tls;

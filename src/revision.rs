@@ -37,22 +37,29 @@ struct InjectedContent<'a> {
     service_account_name: Option<&'a str>,
 }
 
+/// The injected content as the revision hashes it (empty values pruned): also what a rollout
+/// Event compares to say what changed.
+pub fn injected_content(config: &SidecarConfig) -> Value {
+    let content = InjectedContent {
+        containers: &config.containers,
+        prepend_containers: &config.prepend_containers,
+        init_containers: &config.init_containers,
+        volumes: &config.volumes,
+        env: &config.env,
+        volume_mounts: &config.volume_mounts,
+        host_aliases: &config.host_aliases,
+        host_network: config.host_network,
+        host_pid: config.host_pid,
+        service_account_name: config.service_account_name.as_deref(),
+    };
+    let mut value = serde_json::to_value(content).expect("Kubernetes types serialize to JSON");
+    prune_empty(&mut value);
+    value
+}
+
 impl Revision {
     pub fn of(config: &SidecarConfig) -> Self {
-        let content = InjectedContent {
-            containers: &config.containers,
-            prepend_containers: &config.prepend_containers,
-            init_containers: &config.init_containers,
-            volumes: &config.volumes,
-            env: &config.env,
-            volume_mounts: &config.volume_mounts,
-            host_aliases: &config.host_aliases,
-            host_network: config.host_network,
-            host_pid: config.host_pid,
-            service_account_name: config.service_account_name.as_deref(),
-        };
-        let mut value = serde_json::to_value(content).expect("Kubernetes types serialize to JSON");
-        prune_empty(&mut value);
+        let value = injected_content(config);
         let canonical = serde_json_canonicalizer::to_vec(&value)
             .expect("a JSON value without floats out of range canonicalizes");
         let mut hasher = Sha256::new();

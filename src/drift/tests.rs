@@ -566,12 +566,12 @@ fn strings_of_deleted_pods_do_not_accumulate() {
 #[test]
 fn workloads_are_stripped_to_what_planning_needs() {
     let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled"},
+        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z"},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
         "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
                  "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc"}},
                               "spec": {"containers": [{"name": "app", "image": "app:1"}]}}},
-        "status": {"observedGeneration": 3, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3}
+        "status": {"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3}
     }))
     .unwrap();
     let entry = WorkloadEntry::from_deployment(&deployment, &keys());
@@ -589,6 +589,9 @@ fn workloads_are_stripped_to_what_planning_needs() {
             updated_replicas: Some(1),
             ready_replicas: Some(3),
             available_replicas: Some(3),
+            status_replicas: Some(4),
+            update_revision_pending: false,
+            rolled_at: Some("2026-11-21T10:00:00Z".parse().unwrap()),
         }
     );
     let statefulset: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({

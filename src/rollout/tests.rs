@@ -1,0 +1,701 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::json;
+
+use super::*;
+use crate::annotations::AnnotationKeys;
+use crate::drift::DriftPolicy;
+
+const OLD: &str = "aaaaaaaaaaaa";
+const NEW: &str = "bbbbbbbbbbbb";
+const LOGGER: &str = "logger:v1";
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+fn meta(namespace: &str, name: &str, annotations: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        annotations: Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn owned(mut meta: ObjectMeta, kind: &str, name: &str) -> ObjectMeta {
+    meta.owner_references = Some(vec![OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    meta
+}
+
+/// A rolled-out, healthy workload of `replicas`.
+fn healthy(replicas: i32) -> WorkloadEntry {
+    WorkloadEntry {
+        generation: Some(1),
+        observed_generation: Some(1),
+        update_strategy: Some("RollingUpdate".into()),
+        replicas: Some(replicas),
+        status_replicas: Some(replicas),
+        updated_replicas: Some(replicas),
+        ready_replicas: Some(replicas),
+        available_replicas: Some(replicas),
+        ..Default::default()
+    }
+}
+
+/// The cluster and the engine's inputs, built up per test.
+struct World {
+    index: DriftIndex,
+    targets: BTreeMap<String, SidecarTarget>,
+    book: CampaignBook,
+    settings: RolloutSettings,
+    policy: DriftPolicy,
+    finished_since: BTreeMap<WorkloadRef, Timestamp>,
+    now: Timestamp,
+    keys: AnnotationKeys,
+}
+
+impl World {
+    /// logger:v1 at NEW, its campaign settled an hour ago.
+    fn new() -> Self {
+        let mut world = World {
+            index: DriftIndex::default(),
+            targets: BTreeMap::new(),
+            book: CampaignBook::default(),
+            settings: RolloutSettings::default(),
+            policy: DriftPolicy::default(),
+            finished_since: BTreeMap::new(),
+            now: at(3600),
+            keys: AnnotationKeys::default(),
+        };
+        world.target(LOGGER, NEW);
+        world.book = world.plan().book;
+        world.now = at(7200);
+        world
+    }
+
+    fn target(&mut self, sidecar: &str, revision: &str) -> &mut Self {
+        self.targets.insert(
+            sidecar.into(),
+            SidecarTarget {
+                revision: revision.into(),
+                manual: false,
+                changes: Some("containers[logger].image \"l:1\" -> \"l:2\"".into()),
+            },
+        );
+        self
+    }
+
+    fn pod_annotations(revision: Option<&str>, request: &str) -> Vec<(String, String)> {
+        let mut list = vec![("injector/request".to_owned(), request.to_owned())];
+        if let Some(revision) = revision {
+            list.push(("injector/status".into(), "injected".into()));
+            if !revision.is_empty() {
+                list.push(("injector/revision".into(), revision.into()));
+            }
+        }
+        list
+    }
+
+    fn pods(&mut self, namespace: &str, owner: (&str, &str), names: &[&str], stamp: Option<&str>) {
+        for name in names {
+            let annotations = Self::pod_annotations(stamp, LOGGER);
+            let pairs: Vec<(&str, &str)> = annotations
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let meta = owned(meta(namespace, name, &pairs), owner.0, owner.1);
+            self.index.apply_pod(&meta, &self.keys);
+        }
+    }
+
+    /// A Deployment whose `replicas` pods run `revision` of logger:v1 (`None`: never
+    /// injected; `Some("")`: injected without a revision).
+    fn deployment(&mut self, name: &str, replicas: usize, revision: Option<&str>) -> &mut Self {
+        self.deployment_with(name, replicas, revision, healthy(replicas as i32))
+    }
+
+    fn deployment_with(
+        &mut self,
+        name: &str,
+        replicas: usize,
+        revision: Option<&str>,
+        entry: WorkloadEntry,
+    ) -> &mut Self {
+        let rs = format!("{name}-rs");
+        self.index
+            .apply_replicaset(&owned(meta("team", &rs, &[]), "Deployment", name));
+        let names: Vec<String> = (0..replicas).map(|i| format!("{rs}-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let stamp = revision.map(|r| {
+            if r.is_empty() {
+                String::new()
+            } else {
+                format!("{LOGGER}={r}")
+            }
+        });
+        self.pods("team", ("ReplicaSet", &rs), &names, stamp.as_deref());
+        self.index
+            .apply_workload_entry(WorkloadKind::Deployment, "team", name, entry);
+        self
+    }
+
+    fn statefulset(&mut self, name: &str, replicas: usize, revision: &str, entry: WorkloadEntry) {
+        let names: Vec<String> = (0..replicas).map(|i| format!("{name}-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let stamp = format!("{LOGGER}={revision}");
+        self.pods("team", ("StatefulSet", name), &names, Some(&stamp));
+        self.index
+            .apply_workload_entry(WorkloadKind::StatefulSet, "team", name, entry);
+    }
+
+    fn entry(&self, name: &str) -> WorkloadEntry {
+        self.index
+            .workload(WorkloadKind::Deployment, "team", name)
+            .unwrap()
+            .clone()
+    }
+
+    fn set_entry(&mut self, name: &str, entry: WorkloadEntry) {
+        self.index
+            .apply_workload_entry(WorkloadKind::Deployment, "team", name, entry);
+    }
+
+    /// What the executor's patch does to the workload: the stamp, `rolled-at`, a new
+    /// generation not yet observed.
+    fn patched(&mut self, name: &str, when: Timestamp) {
+        let mut entry = self.entry(name);
+        entry.rollout_revision = Some(format!("{LOGGER}={}", self.targets[LOGGER].revision).into());
+        entry.rolled_at = Some(when);
+        entry.generation = Some(entry.generation.unwrap_or(1) + 1);
+        self.set_entry(name, entry);
+    }
+
+    /// The controller finished: new pods at the target, status rolled out.
+    fn rolled(&mut self, name: &str, replicas: usize) {
+        let mut entry = self.entry(name);
+        entry.observed_generation = entry.generation;
+        self.set_entry(name, entry);
+        for i in 0..replicas {
+            self.index.delete_pod("team", &format!("{name}-rs-{i}"));
+        }
+        let rs = format!("{name}-rs2");
+        self.index
+            .apply_replicaset(&owned(meta("team", &rs, &[]), "Deployment", name));
+        let names: Vec<String> = (0..replicas).map(|i| format!("{rs}-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let stamp = format!("{LOGGER}={}", self.targets[LOGGER].revision);
+        self.pods("team", ("ReplicaSet", &rs), &names, Some(&stamp));
+    }
+
+    fn plan(&self) -> RolloutPlan {
+        let wanted: BTreeMap<String, String> = self
+            .targets
+            .iter()
+            .map(|(k, t)| (k.clone(), t.revision.clone()))
+            .collect();
+        let report = self.index.classify_revisions(&wanted, &self.policy);
+        plan(PlanInput {
+            report: &report,
+            index: &self.index,
+            targets: &self.targets,
+            book: &self.book,
+            finished_since: &self.finished_since,
+            settings: &self.settings,
+            now: self.now,
+        })
+    }
+
+    /// Plans and carries the plan's book forward, as the executor does.
+    fn step(&mut self) -> RolloutPlan {
+        let plan = self.plan();
+        self.book = plan.book.clone();
+        plan
+    }
+}
+
+fn restarted(plan: &RolloutPlan) -> Vec<&str> {
+    plan.restarts
+        .iter()
+        .map(|r| r.workload.name.as_str())
+        .collect()
+}
+
+fn waiting<'p>(plan: &'p RolloutPlan, name: &str) -> &'p WaitReason {
+    &plan
+        .waiting
+        .iter()
+        .find(|w| w.workload.name == name)
+        .unwrap_or_else(|| panic!("{name} not waiting: {plan:#?}"))
+        .reason
+}
+
+#[test]
+fn only_workloads_owning_stale_or_uninjected_pods_are_planned() {
+    let mut world = World::new();
+    world.settings.max_parallel = 10;
+    world.settings.canary = 0;
+    world
+        .deployment("stale", 2, Some(OLD))
+        .deployment("current", 2, Some(NEW))
+        .deployment("uninjected", 1, None)
+        .deployment("unknown", 1, Some(""));
+    let plan = world.plan();
+    assert_eq!(restarted(&plan), ["uninjected", "stale"]);
+    let stale = plan
+        .restarts
+        .iter()
+        .find(|r| r.workload.name == "stale")
+        .unwrap();
+    assert_eq!(stale.target, format!("{LOGGER}={NEW}"));
+    assert_eq!(stale.workload.kind, "Deployment");
+    assert_eq!(
+        stale.reason,
+        format!("sidecar {LOGGER} {OLD} -> {NEW}: containers[logger].image \"l:1\" -> \"l:2\"")
+    );
+    assert!(plan.waiting.is_empty(), "{:?}", plan.waiting);
+
+    world.policy.restart_unknown = true;
+    assert_eq!(restarted(&world.plan()), ["uninjected", "unknown", "stale"]);
+}
+
+#[test]
+fn a_new_revision_settles_before_anything_restarts_and_each_edit_restarts_the_window() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    world.target(LOGGER, "cccccccccccc");
+    let first = world.step();
+    assert!(first.restarts.is_empty());
+    assert!(
+        matches!(waiting(&first, "web"), WaitReason::Settling { until } if until.0 == at(7210))
+    );
+    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Settling);
+    assert_eq!(world.book.campaigns[LOGGER].previous.as_deref(), Some(NEW));
+
+    // Another edit 8 s later: the window starts again, so one campaign covers both.
+    world.now = at(7208);
+    world.target(LOGGER, "dddddddddddd");
+    let second = world.step();
+    assert!(
+        matches!(waiting(&second, "web"), WaitReason::Settling { until } if until.0 == at(7218))
+    );
+    world.now = at(7217);
+    assert!(world.step().restarts.is_empty());
+    world.now = at(7218);
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["web"]);
+    assert_eq!(plan.restarts[0].target, format!("{LOGGER}=dddddddddddd"));
+    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Running);
+}
+
+#[test]
+fn the_canary_goes_first_and_alone_until_it_is_healthy_and_current() {
+    let mut world = World::new();
+    world
+        .deployment("big", 5, Some(OLD))
+        .deployment("small", 1, Some(OLD))
+        .deployment("mid", 3, Some(OLD));
+    let plan = world.step();
+    assert_eq!(
+        restarted(&plan),
+        ["small"],
+        "the smallest workload is the canary"
+    );
+    assert!(plan.restarts[0].canary);
+    assert!(matches!(waiting(&plan, "big"), WaitReason::Canary { .. }));
+    assert!(matches!(waiting(&plan, "mid"), WaitReason::Canary { .. }));
+
+    world.patched("small", world.now);
+    let plan = world.step();
+    assert!(plan.restarts.is_empty(), "the canary is rolling: {plan:#?}");
+    assert_eq!(plan.rolling.len(), 1);
+    assert_eq!(world.book.campaigns[LOGGER].counts.rolling, 1);
+
+    world.now = at(7230);
+    world.rolled("small", 1);
+    let plan = world.step();
+    assert_eq!(plan.succeeded.len(), 1);
+    assert_eq!(restarted(&plan), ["mid", "big"]);
+    assert!(plan.restarts.iter().all(|r| !r.canary));
+}
+
+#[test]
+fn at_most_max_parallel_workloads_roll_at_once() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    world.settings.max_parallel = 3;
+    for name in ["a", "b", "c", "d", "e"] {
+        world.deployment(name, 1, Some(OLD));
+    }
+    world.patched("a", at(7000));
+    let plan = world.plan();
+    assert_eq!(plan.rolling.len(), 1);
+    assert_eq!(restarted(&plan), ["b", "c"]);
+    assert!(matches!(
+        waiting(&plan, "d"),
+        WaitReason::MaxParallel { limit: 3 }
+    ));
+    assert!(matches!(
+        waiting(&plan, "e"),
+        WaitReason::MaxParallel { limit: 3 }
+    ));
+}
+
+#[test]
+fn restarts_per_minute_are_limited_by_the_rolled_at_stamps() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    world.settings.max_parallel = 100;
+    world.settings.max_restarts_per_minute = 2;
+    world.settings.cooldown = Duration::ZERO;
+    world.deployment("done", 1, Some(NEW));
+    let mut done = world.entry("done");
+    done.rolled_at = Some(at(7200 - 30));
+    world.set_entry("done", done);
+    for name in ["a", "b", "c"] {
+        world.deployment(name, 1, Some(OLD));
+    }
+    let plan = world.plan();
+    assert_eq!(restarted(&plan), ["a"], "one restart 30 s ago counts");
+    assert!(matches!(
+        waiting(&plan, "b"),
+        WaitReason::RateLimit { per_minute: 2 }
+    ));
+    // A minute later the old restart no longer counts.
+    world.now = at(7200 + 31);
+    assert_eq!(restarted(&world.plan()), ["a", "b"]);
+}
+
+#[test]
+fn a_workload_restarted_within_the_cooldown_waits() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    let mut entry = world.entry("web");
+    entry.rolled_at = Some(at(7200 - 60));
+    world.set_entry("web", entry);
+    let plan = world.plan();
+    assert!(plan.restarts.is_empty());
+    assert!(
+        matches!(waiting(&plan, "web"), WaitReason::Cooldown { until } if until.0 == at(7200 - 60 + 600))
+    );
+    world.now = at(7200 - 60 + 600);
+    assert_eq!(restarted(&world.plan()), ["web"]);
+}
+
+#[test]
+fn a_workload_carrying_the_target_is_waited_on_not_patched_again() {
+    let mut world = World::new();
+    world.deployment("web", 2, Some(OLD));
+    world.patched("web", at(7100));
+    let plan = world.plan();
+    assert!(plan.restarts.is_empty());
+    assert_eq!(
+        plan.rolling,
+        [Rolling {
+            workload: WorkloadRef::new("Deployment", "team", "web"),
+            target: format!("{LOGGER}={NEW}"),
+            on_delete: false,
+        }]
+    );
+    world.rolled("web", 2);
+    let plan = world.step();
+    assert_eq!(
+        plan.succeeded,
+        [WorkloadRef::new("Deployment", "team", "web")]
+    );
+    assert!(plan.is_settled());
+    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Complete);
+    assert_eq!(world.book.campaigns[LOGGER].counts.succeeded, 1);
+}
+
+#[test]
+fn finishing_the_rollout_without_becoming_current_fails_after_the_grace() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    world.patched("web", at(7100));
+    // The controller reports done, yet the pod still carries the old revision.
+    let mut entry = world.entry("web");
+    entry.observed_generation = entry.generation;
+    world.set_entry("web", entry);
+    let plan = world.step();
+    assert!(plan.failed.is_empty());
+    assert_eq!(
+        plan.finished_not_current,
+        [WorkloadRef::new("Deployment", "team", "web")]
+    );
+    world
+        .finished_since
+        .insert(WorkloadRef::new("Deployment", "team", "web"), world.now);
+    world.now = at(7205);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1, "{plan:#?}");
+    assert!(
+        plan.failed[0]
+            .reason
+            .contains("finished rolling but 1 of 1 pods still do not run")
+    );
+    assert_eq!(plan.paused.len(), 1);
+}
+
+#[test]
+fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replaced() {
+    let mut world = World::new();
+    world.settings.canary = 1;
+    world
+        .deployment("canary", 1, Some(OLD))
+        .deployment("other", 2, Some(OLD));
+    assert_eq!(restarted(&world.step()), ["canary"]);
+    world.patched("canary", at(7200));
+    world.now = at(7200 + 299);
+    assert!(world.step().failed.is_empty());
+    world.now = at(7200 + 300);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1);
+    assert!(
+        plan.failed[0]
+            .reason
+            .starts_with("not rolled out within 5m"),
+        "{}",
+        plan.failed[0].reason
+    );
+    assert_eq!(plan.paused.len(), 1);
+    assert!(plan.paused[0].1.contains("fix or revert"));
+    let campaign = &world.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Paused);
+    assert_eq!(campaign.counts.failed, 1);
+    assert!(matches!(
+        waiting(&plan, "other"),
+        WaitReason::CampaignPaused { .. }
+    ));
+
+    // Persisted and read back (a restart of the injector): still paused, nothing restarted,
+    // the failure not reported twice.
+    let text = serde_json::to_string(&world.book).unwrap();
+    world.book = serde_json::from_str(&text).unwrap();
+    world.now = at(9000);
+    let plan = world.step();
+    assert!(plan.restarts.is_empty() && plan.failed.is_empty() && plan.paused.is_empty());
+
+    // `rollout --resume`: the failed canary is not retried; the next workload goes.
+    world.book.campaigns.get_mut(LOGGER).unwrap().resume();
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["other"], "{plan:#?}");
+
+    // A new revision replaces the paused campaign.
+    let mut world2 = World::new();
+    world2.deployment("web", 1, Some(OLD));
+    world2.book.campaigns.get_mut(LOGGER).unwrap().state = CampaignState::Paused;
+    assert!(world2.plan().restarts.is_empty());
+    world2.target(LOGGER, "eeeeeeeeeeee");
+    world2.step();
+    world2.now = at(8000);
+    assert_eq!(restarted(&world2.step()), ["web"]);
+}
+
+#[test]
+fn max_failures_above_one_lets_the_campaign_go_on_after_one_failure() {
+    let mut world = World::new();
+    world.settings.max_failures = 2;
+    world
+        .deployment("first", 1, Some(OLD))
+        .deployment("second", 2, Some(OLD));
+    world.step();
+    world.patched("first", at(7200));
+    world.now = at(7600);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1);
+    assert!(plan.paused.is_empty());
+    assert_eq!(
+        restarted(&plan),
+        ["second"],
+        "a failed canary frees its slot"
+    );
+}
+
+#[test]
+fn manual_policy_paused_deployments_and_partitions_wait_with_a_reason() {
+    let mut world = World::new();
+    world.deployment_with(
+        "held",
+        1,
+        Some(OLD),
+        WorkloadEntry {
+            paused: true,
+            ..healthy(1)
+        },
+    );
+    world.statefulset(
+        "db",
+        3,
+        OLD,
+        WorkloadEntry {
+            partition: Some(2),
+            ..healthy(3)
+        },
+    );
+    let plan = world.plan();
+    assert!(matches!(
+        waiting(&plan, "held"),
+        WaitReason::DeploymentPaused
+    ));
+    assert!(matches!(
+        waiting(&plan, "db"),
+        WaitReason::Partition { partition: 2 }
+    ));
+    assert!(plan.restarts.is_empty());
+    assert_eq!(
+        waiting(&plan, "db").to_string(),
+        "partition 2 holds pods back; not overridden"
+    );
+
+    let mut world = World::new();
+    world.targets.get_mut(LOGGER).unwrap().manual = true;
+    world.deployment("web", 1, Some(OLD));
+    let plan = world.step();
+    assert!(matches!(waiting(&plan, "web"), WaitReason::Manual { .. }));
+    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Manual);
+}
+
+#[test]
+fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are_current() {
+    let mut world = World::new();
+    world.statefulset(
+        "db",
+        2,
+        OLD,
+        WorkloadEntry {
+            update_strategy: Some("OnDelete".into()),
+            ..healthy(2)
+        },
+    );
+    let plan = world.plan();
+    assert_eq!(restarted(&plan), ["db"]);
+    assert!(plan.restarts[0].on_delete);
+    let mut entry = world
+        .index
+        .workload(WorkloadKind::StatefulSet, "team", "db")
+        .unwrap()
+        .clone();
+    entry.rollout_revision = Some(plan.restarts[0].target.clone().into());
+    entry.rolled_at = Some(world.now);
+    world
+        .index
+        .apply_workload_entry(WorkloadKind::StatefulSet, "team", "db", entry);
+    // Healthy, but the controller replaces nothing by itself: rolling until pods are evicted.
+    let plan = world.plan();
+    assert!(plan.failed.is_empty());
+    assert_eq!(plan.rolling.len(), 1);
+    assert!(plan.rolling[0].on_delete);
+    let wanted = BTreeMap::from([(LOGGER.to_owned(), NEW.to_owned())]);
+    assert_eq!(
+        world
+            .index
+            .pods_needing_restart(WorkloadKind::StatefulSet, "team", "db", &wanted, false),
+        ["db-0", "db-1"]
+    );
+}
+
+#[test]
+fn bare_pods_are_evicted_only_with_evict_bare_pods() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    let annotations = World::pod_annotations(Some(&format!("{LOGGER}={OLD}")), LOGGER);
+    let pairs: Vec<(&str, &str)> = annotations
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    world
+        .index
+        .apply_pod(&meta("team", "lonely", &pairs), &world.keys);
+    assert!(world.plan().restarts.is_empty());
+    world.policy.evict_bare_pods = true;
+    let plan = world.plan();
+    assert_eq!(restarted(&plan), ["lonely"]);
+    assert_eq!(plan.restarts[0].workload.kind, "Pod");
+    assert_eq!(plan.restarts[0].target, "");
+}
+
+#[test]
+fn rolled_out_follows_kubectl_rollout_status_per_kind() {
+    let done = healthy(2);
+    assert!(rolled_out(WorkloadKind::Deployment, &done));
+    let unobserved = WorkloadEntry {
+        generation: Some(2),
+        ..healthy(2)
+    };
+    assert!(!rolled_out(WorkloadKind::Deployment, &unobserved));
+    let old_pods_left = WorkloadEntry {
+        status_replicas: Some(3),
+        ..healthy(2)
+    };
+    assert!(!rolled_out(WorkloadKind::Deployment, &old_pods_left));
+    let unavailable = WorkloadEntry {
+        available_replicas: Some(1),
+        ..healthy(2)
+    };
+    assert!(!rolled_out(WorkloadKind::Deployment, &unavailable));
+    let pending = WorkloadEntry {
+        update_revision_pending: true,
+        ..healthy(2)
+    };
+    assert!(!rolled_out(WorkloadKind::StatefulSet, &pending));
+    let partitioned = WorkloadEntry {
+        partition: Some(1),
+        updated_replicas: Some(1),
+        update_revision_pending: true,
+        ..healthy(2)
+    };
+    assert!(rolled_out(WorkloadKind::StatefulSet, &partitioned));
+    let not_ready = WorkloadEntry {
+        ready_replicas: Some(1),
+        ..healthy(2)
+    };
+    assert!(!rolled_out(WorkloadKind::StatefulSet, &not_ready));
+    let ds_updating = WorkloadEntry {
+        updated_replicas: Some(1),
+        ..healthy(2)
+    };
+    assert!(!rolled_out(WorkloadKind::DaemonSet, &ds_updating));
+    assert!(rolled_out(WorkloadKind::DaemonSet, &healthy(2)));
+}
+
+#[test]
+fn changes_are_described_by_container_name_and_field() {
+    let old = json!({"containers": [{"name": "logger", "image": "l:1", "args": ["-v"]}], "env": [{"name": "A", "value": "1"}]});
+    let new = json!({"containers": [{"name": "logger", "image": "l:2", "args": ["-v"]}], "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]});
+    assert_eq!(
+        describe_changes(&old, &new),
+        "containers[logger].image \"l:1\" -> \"l:2\", env[B] (none) -> present"
+    );
+    assert_eq!(describe_changes(&old, &old), "no content change");
+    let many = json!({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5});
+    assert_eq!(
+        describe_changes(&json!({}), &many),
+        "a (none) -> 1, b (none) -> 2, c (none) -> 3 and 2 more"
+    );
+}
+
+#[test]
+fn the_book_round_trips_through_its_json_form() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    world.step();
+    let text = serde_json::to_string(&world.book).unwrap();
+    let value: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["campaigns"][LOGGER]["revision"], NEW);
+    assert_eq!(value["campaigns"][LOGGER]["state"], "running");
+    assert_eq!(value["campaigns"][LOGGER]["counts"]["pending"], 1);
+    let back: CampaignBook = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, world.book);
+}
