@@ -18,7 +18,8 @@ use crate::config_directory::{is_config_file_name, load_config_directory, read_c
 use crate::injection::{
     DEFAULT_IGNORED_NAMESPACES, Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide,
 };
-use crate::server::{self, ConfigMapOptions, ServeOptions};
+use crate::rollout_engine::EngineMode;
+use crate::server::{self, ConfigMapOptions, RolloutOptions, ServeOptions};
 use crate::telemetry::{self, LogFormat, LogLevel};
 use crate::tls::{self, DevCertificates};
 
@@ -60,6 +61,9 @@ pub enum Command {
     /// Report, per sidecar and per workload, which pods run a stale sidecar (one-shot, from the
     /// cluster: the usual kubeconfig resolution, or --kubeconfig).
     Drift(DriftArgs),
+    /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
+    /// --confirm to act and wait until done (exit status 1 when any workload failed).
+    Rollout(Box<RolloutArgs>),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -108,6 +112,99 @@ impl DriftPolicyArgs {
             restart_unknown: self.restart_unknown,
         }
     }
+}
+
+/// The rollout engine's safety limits, the same for `serve` and `rollout`.
+#[derive(Debug, Args)]
+pub struct RolloutSafetyArgs {
+    /// Workloads rolling at once.
+    #[arg(long, visible_alias = "parallel-rollouts", default_value_t = 5)]
+    pub max_parallel: usize,
+    /// Restarts started in any minute.
+    #[arg(long, default_value_t = 30)]
+    pub max_restarts_per_minute: usize,
+    /// A workload is not restarted again within this time of its last restart.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub cooldown: Duration,
+    /// Workloads in the canary wave, which must become healthy before the rest.
+    #[arg(long, default_value_t = 1)]
+    pub canary: usize,
+    /// Failed or timed-out workloads after which a sidecar's campaign pauses.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_failures: u32,
+    /// How long a restarted workload may take to roll out (kubectl's rollout-status rule).
+    #[arg(long, visible_alias = "timeout", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub rollout_timeout: Duration,
+}
+
+impl RolloutSafetyArgs {
+    pub fn settings(&self, settle: Duration) -> crate::rollout::RolloutSettings {
+        crate::rollout::RolloutSettings {
+            max_parallel: self.max_parallel,
+            max_restarts_per_minute: self.max_restarts_per_minute,
+            cooldown: self.cooldown,
+            canary: self.canary,
+            max_failures: self.max_failures as usize,
+            rollout_timeout: self.rollout_timeout,
+            settle,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key.
+    #[arg(long, visible_alias = "annotation-prefix", env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub drift: DriftPolicyArgs,
+    /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub safety: RolloutSafetyArgs,
+    /// Act: restart the planned workloads and wait until they are done (`--confirm=false` only
+    /// plans).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub confirm: bool,
+    /// Clear paused campaigns (earlier failures stop counting) before planning.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub resume: bool,
+    /// Act even while a `serve` in auto mode holds the rollout Lease.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub force: bool,
+    /// Include StatefulSets.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    pub include_statefulset: bool,
+    /// Include DaemonSets.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    pub include_daemonset: bool,
+    /// Leave Deployments out.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub exclude_deployment: bool,
+    /// Text put before the engine's reason in `NS/rollout-reason` and the change-cause.
+    #[arg(long)]
+    pub rollout_reason: Option<String>,
+    /// Select by container name instead of by revision (sidecars another system injected).
+    #[arg(long)]
+    pub sidecar_container_name: Option<String>,
+    /// With --sidecar-container-name: only pods started before this RFC 3339 time.
+    #[arg(long)]
+    pub only_started_before: Option<String>,
+    /// Output format of the plan and the results.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Namespace of the running injector (its status ConfigMap and rollout Lease).
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +290,24 @@ pub struct ServeArgs {
     pub master_url: Option<String>,
     #[command(flatten)]
     pub drift: DriftPolicyArgs,
+    /// The rollout engine: restart stale workloads (auto), only plan and report (dry-run), or
+    /// not run (off). Needs a cluster connection.
+    #[arg(long, env = "ROLLOUT", value_enum, default_value_t = EngineMode::Auto)]
+    pub rollout: EngineMode,
+    /// Quiet time after a revision change before its campaign starts, so a burst of edits is
+    /// one campaign.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub settle: Duration,
+    #[command(flatten)]
+    pub safety: RolloutSafetyArgs,
+    /// Namespace of the status ConfigMap and the rollout Lease [default: the injector's own
+    /// namespace in a cluster, else --configmap-namespace].
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub injector_namespace: Option<String>,
+    /// How long the rollout Lease lasts without renewal; the holder stops acting after two
+    /// thirds of it.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, hide = true)]
+    pub lease_duration: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -267,6 +382,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Certs(args) => certs(&args),
         Command::Drift(args) => drift(&args),
+        Command::Rollout(args) => crate::rollout_command::run(&args),
     };
     match result {
         Ok(code) => code,
@@ -330,6 +446,42 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let ignored_for_drift = ignored.clone();
+    let drift_policy = args.drift.policy(ignored_for_drift);
+    let rollout = match (&cluster, args.rollout) {
+        (None, _) | (_, EngineMode::Off) => None,
+        (Some(_), mode) => {
+            let namespace = args
+                .injector_namespace
+                .clone()
+                .or(own_namespace.clone())
+                .or(args.configmaps.configmap_namespace.clone())
+                .context(
+                    "the rollout engine keeps its status ConfigMap and Lease in the injector's namespace: \
+                     pass --injector-namespace (or --rollout=off)",
+                )?;
+            let keys = AnnotationKeys::new(&args.annotation_namespace);
+            Some(RolloutOptions {
+                engine: crate::rollout_engine::EngineOptions {
+                    mode,
+                    settings: args.safety.settings(args.settle),
+                    keys,
+                    policy: drift_policy.clone(),
+                    namespace: namespace.clone(),
+                    replan_every: Duration::from_secs(5),
+                    ignore_manual_policy: false,
+                    kinds: None,
+                    reason_prefix: None,
+                },
+                lease: crate::lease::LeaseSettings {
+                    namespace,
+                    identity: process_identity(),
+                    mode: mode.as_str().to_owned(),
+                    duration: args.lease_duration,
+                    renew_every: args.lease_duration / 3,
+                },
+            })
+        }
+    };
     let options = ServeOptions {
         bind_address: args.bind_address,
         tls_port: args.tls_port,
@@ -351,10 +503,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown_timeout: args.shutdown_timeout,
         configmaps,
         cluster,
-        drift_policy: args.drift.policy(ignored_for_drift),
+        drift_policy,
+        rollout,
     };
     runtime.block_on(server::run(options))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who holds the Lease: the pod's name in a cluster, else host and process id.
+fn process_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .unwrap_or_else(|| "sidecar-injector".into());
+    format!("{}-{}", host.trim(), std::process::id())
 }
 
 /// The cluster connection of `serve`: in-cluster, or exactly what the flags name. Never an
@@ -390,51 +553,9 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let config = match &args.kubeconfig {
-            Some(path) => {
-                let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
-            }
-            None => kube::Config::infer()
-                .await
-                .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
-        };
-        let client =
-            kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+        let client = one_shot_client(args.kubeconfig.as_deref()).await?;
         let keys = AnnotationKeys::new(&args.annotation_namespace);
-
-        let mut sources = crate::config::SourceState::default();
-        let dir = &args.configs.config_directory;
-        let directory = match load_config_directory(dir) {
-            Ok(report) => report,
-            Err(err) if args.configmaps.configmap_labels.is_some() => {
-                tracing::debug!("no config directory {}: {err}", dir.display());
-                LoadReport::default()
-            }
-            Err(err) => {
-                return Err(anyhow::anyhow!(
-                    "cannot read config directory {}: {err}",
-                    dir.display()
-                ));
-            }
-        };
-        print_config_problems(&directory);
-        sources.apply(&directory);
-        let mut configmaps = crate::config::SourceState::default();
-        if let Some(selector) = &args.configmaps.configmap_labels {
-            let namespace = args
-                .configmaps
-                .configmap_namespace
-                .as_deref()
-                .context("--configmap-labels needs --configmap-namespace")?;
-            let report = crate::drift_snapshot::configmap_configs(&client, namespace, selector)
-                .await
-                .context("cannot list the sidecar ConfigMaps")?;
-            print_config_problems(&report);
-            configmaps.apply(&report);
-        }
-        let (sidecars, _) = crate::config::merge_sources(&sources, &configmaps);
+        let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
         let index = crate::drift_snapshot::index(&client, &keys)
             .await
             .context("cannot list pods, ReplicaSets and workloads")?;
@@ -469,6 +590,60 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The cluster for the one-shot commands: --kubeconfig, or the usual resolution.
+pub(crate) async fn one_shot_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
+/// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems
+/// printed on stderr.
+pub(crate) async fn one_shot_configs(
+    client: &kube::Client,
+    configs: &ConfigDirectoryArgs,
+    configmap_args: &ConfigMapArgs,
+) -> anyhow::Result<SidecarSet> {
+    let mut sources = crate::config::SourceState::default();
+    let dir = &configs.config_directory;
+    let directory = match load_config_directory(dir) {
+        Ok(report) => report,
+        Err(err) if configmap_args.configmap_labels.is_some() => {
+            tracing::debug!("no config directory {}: {err}", dir.display());
+            LoadReport::default()
+        }
+        Err(err) => {
+            return Err(anyhow::anyhow!(
+                "cannot read config directory {}: {err}",
+                dir.display()
+            ));
+        }
+    };
+    print_config_problems(&directory);
+    sources.apply(&directory);
+    let mut configmaps = crate::config::SourceState::default();
+    if let Some(selector) = &configmap_args.configmap_labels {
+        let namespace = configmap_args
+            .configmap_namespace
+            .as_deref()
+            .context("--configmap-labels needs --configmap-namespace")?;
+        let report = crate::drift_snapshot::configmap_configs(client, namespace, selector)
+            .await
+            .context("cannot list the sidecar ConfigMaps")?;
+        print_config_problems(&report);
+        configmaps.apply(&report);
+    }
+    Ok(crate::config::merge_sources(&sources, &configmaps).0)
 }
 
 fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -> io::Result<()> {

@@ -16,13 +16,50 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
 use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry, WorkloadKind};
 use crate::metrics::Metrics;
+
+/// What the watches feed: the index, a counter bumped on every change, and whether every watch
+/// has completed its first list (nothing is planned before).
+#[derive(Clone)]
+pub struct DriftFeed {
+    pub index: Arc<Mutex<DriftIndex>>,
+    pub changes: watch::Receiver<u64>,
+    pub synced: watch::Receiver<bool>,
+}
+
+/// Shared by the feeds: bumps the change counter and counts first lists.
+struct Signals {
+    changes: watch::Sender<u64>,
+    synced: watch::Sender<bool>,
+    lists_done: std::sync::atomic::AtomicUsize,
+}
+
+const FEEDS: usize = 5;
+
+impl Signals {
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn listed(&self, first: &mut bool) {
+        if std::mem::take(first) {
+            let done = self
+                .lists_done
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+                + 1;
+            if done == FEEDS {
+                self.synced.send_replace(true);
+            }
+        }
+        self.changed();
+    }
+}
 
 /// Quiet time before the gauge is recomputed after a change, so a burst of events costs one
 /// classification.
@@ -66,7 +103,7 @@ async fn feed_workloads<K>(
     strip: fn(&K, &AnnotationKeys) -> WorkloadEntry,
     index: Arc<Mutex<DriftIndex>>,
     keys: AnnotationKeys,
-    changed: Arc<Notify>,
+    signals: Arc<Signals>,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -74,6 +111,7 @@ async fn feed_workloads<K>(
         .default_backoff()
         .boxed();
     let mut relist: Vec<(String, String, WorkloadEntry)> = Vec::new();
+    let mut first = true;
     let named = |object: &K| {
         let meta = object.meta();
         Some((meta.namespace.clone()?, meta.name.clone()?))
@@ -89,18 +127,18 @@ async fn feed_workloads<K>(
             }
             Ok(Event::InitDone) => {
                 index.reset_workload_entries(kind, std::mem::take(&mut relist));
-                changed.notify_one();
+                signals.listed(&mut first);
             }
             Ok(Event::Apply(object)) => {
                 if let Some((namespace, name)) = named(&object) {
                     index.apply_workload_entry(kind, &namespace, &name, strip(&object, &keys));
-                    changed.notify_one();
+                    signals.changed();
                 }
             }
             Ok(Event::Delete(object)) => {
                 if let Some((namespace, name)) = named(&object) {
                     index.delete_workload(kind, &namespace, &name);
-                    changed.notify_one();
+                    signals.changed();
                 }
             }
             Err(err) => warn!("drift watch failed, retrying: {err}"),
@@ -113,7 +151,7 @@ async fn feed<K>(
     feed: Feed,
     index: Arc<Mutex<DriftIndex>>,
     keys: AnnotationKeys,
-    changed: Arc<Notify>,
+    signals: Arc<Signals>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     PartialObjectMeta<K>:
@@ -123,6 +161,7 @@ async fn feed<K>(
         .default_backoff()
         .boxed();
     let mut relist: Vec<ObjectMeta> = Vec::new();
+    let mut first = true;
     while let Some(event) = stream.next().await {
         let mut index = index.lock().expect("drift index lock");
         match event {
@@ -130,31 +169,31 @@ async fn feed<K>(
             Ok(Event::InitApply(object)) => relist.push(object.metadata),
             Ok(Event::InitDone) => {
                 reset(&mut index, feed, &std::mem::take(&mut relist), &keys);
-                changed.notify_one();
+                signals.listed(&mut first);
             }
             Ok(Event::Apply(object)) => {
                 apply(&mut index, feed, &object.metadata, &keys);
-                changed.notify_one();
+                signals.changed();
             }
             Ok(Event::Delete(object)) => {
                 delete(&mut index, feed, &object.metadata);
-                changed.notify_one();
+                signals.changed();
             }
             Err(err) => warn!("drift watch failed, retrying: {err}"),
         }
     }
 }
 
-/// Starts the watches and the gauge updater; they run until the process ends.
-pub fn spawn(
-    client: Client,
-    keys: AnnotationKeys,
-    policy: DriftPolicy,
-    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
-    metrics: Arc<Metrics>,
-) {
+/// Starts the watches; they run until the process ends.
+pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
     let index = Arc::new(Mutex::new(DriftIndex::default()));
-    let changed = Arc::new(Notify::new());
+    let (changes_tx, changes) = watch::channel(0u64);
+    let (synced_tx, synced) = watch::channel(false);
+    let changed = Arc::new(Signals {
+        changes: changes_tx,
+        synced: synced_tx,
+        lists_done: Default::default(),
+    });
     tokio::spawn(feed(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         Feed::Pods,
@@ -193,14 +232,32 @@ pub fn spawn(
         keys,
         changed.clone(),
     ));
+    info!("watching pods, ReplicaSets and workloads for drift");
+    DriftFeed {
+        index,
+        changes,
+        synced,
+    }
+}
+
+/// Keeps the `sidecar_injector_pods` gauge current; runs until the process ends.
+pub fn spawn_gauge(
+    feed: DriftFeed,
+    policy: DriftPolicy,
+    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
+    metrics: Arc<Metrics>,
+) {
+    let DriftFeed {
+        index, mut changes, ..
+    } = feed;
     tokio::spawn(async move {
-        info!("watching pods, ReplicaSets and workloads for drift");
         loop {
             tokio::select! {
-                () = changed.notified() => {}
+                result = changes.changed() => if result.is_err() { return },
                 result = sidecars.changed() => if result.is_err() { return },
             }
             tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
+            changes.borrow_and_update();
             let set = sidecars.borrow_and_update().clone();
             let report = index
                 .lock()

@@ -36,6 +36,23 @@ pub struct DriftLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    pub kind: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CampaignLabels {
+    pub sidecar: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -49,6 +66,11 @@ pub struct Metrics {
     pub configs_loaded: Family<SourceLabels, Gauge>,
     pub certificate_reloads: Family<ResultLabels, Counter>,
     pub pods: Family<DriftLabels, Gauge>,
+    pub rollouts: Family<RolloutLabels, Counter>,
+    pub campaigns: Family<CampaignLabels, Gauge>,
+    pub rollouts_in_flight: Gauge,
+    pub rollout_leader: Gauge,
+    pub rollout_api_requests: Family<VerbLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -106,6 +128,36 @@ impl Metrics {
             "Pods that request a sidecar, by sidecar and drift state (excluded, orphaned, uninjected, unknown, stale, current)",
             pods.clone(),
         );
+        let rollouts = Family::<RolloutLabels, Counter>::default();
+        registry.register(
+            "rollouts",
+            "Rollout engine actions by workload kind and result (restarted, succeeded, failed, evicted, eviction_blocked, error)",
+            rollouts.clone(),
+        );
+        let campaigns = Family::<CampaignLabels, Gauge>::default();
+        registry.register(
+            "rollout_campaign",
+            "1 for the state each sidecar's rollout campaign is in (settling, running, paused, complete, manual), 0 for the others",
+            campaigns.clone(),
+        );
+        let rollouts_in_flight = Gauge::default();
+        registry.register(
+            "rollouts_in_flight",
+            "Workloads restarted by the engine and not yet rolled out",
+            rollouts_in_flight.clone(),
+        );
+        let rollout_leader = Gauge::default();
+        registry.register(
+            "rollout_leader",
+            "1 while this replica holds the rollout Lease and may act",
+            rollout_leader.clone(),
+        );
+        let rollout_api_requests = Family::<VerbLabels, Counter>::default();
+        registry.register(
+            "rollout_api_requests",
+            "Requests the rollout engine made to the API server, by verb (patch, evict, event, status, lease reads excluded)",
+            rollout_api_requests.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -126,6 +178,11 @@ impl Metrics {
             configs_loaded,
             certificate_reloads,
             pods,
+            rollouts,
+            campaigns,
+            rollouts_in_flight,
+            rollout_leader,
+            rollout_api_requests,
         }
     }
 
@@ -140,6 +197,36 @@ impl Metrics {
                         state: state.as_str(),
                     })
                     .set(i64::from(sidecar.pods.get(state)));
+            }
+        }
+    }
+
+    pub fn record_rollout(&self, kind: &str, result: &'static str) {
+        self.rollouts
+            .get_or_create(&RolloutLabels {
+                kind: kind.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    pub fn record_api_request(&self, verb: &'static str) {
+        self.rollout_api_requests
+            .get_or_create(&VerbLabels { verb })
+            .inc();
+    }
+
+    /// Replaces the campaign gauge with the book's states.
+    pub fn record_campaigns(&self, book: &crate::rollout::CampaignBook) {
+        self.campaigns.clear();
+        for (sidecar, campaign) in &book.campaigns {
+            for state in crate::rollout::CampaignState::ALL {
+                self.campaigns
+                    .get_or_create(&CampaignLabels {
+                        sidecar: sidecar.clone(),
+                        state: state.as_str(),
+                    })
+                    .set(i64::from(campaign.state == state));
             }
         }
     }

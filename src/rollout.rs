@@ -652,7 +652,14 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
             }
             _ => {}
         }
+        // The cooldown spares healthy workloads repeated restarts; one stuck mid-rollout (a
+        // broken revision) gets the fix at once.
+        let stuck = match (kind, entry) {
+            (Some(kind), Some(e)) => !rolled_out(kind, e),
+            _ => false,
+        };
         if let Some(until) = entry
+            .filter(|_| !stuck)
             .and_then(|e| e.rolled_at)
             .map(|t| after(t, settings.cooldown))
             .filter(|until| *until > now)

@@ -280,6 +280,14 @@ pub struct ServeOptions {
     /// The cluster, when there is one: the drift index watches it.
     pub cluster: Option<kube::Client>,
     pub drift_policy: crate::drift::DriftPolicy,
+    /// The rollout engine, when there is a cluster and `--rollout` is not `off`.
+    pub rollout: Option<RolloutOptions>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RolloutOptions {
+    pub engine: crate::rollout_engine::EngineOptions,
+    pub lease: crate::lease::LeaseSettings,
 }
 
 #[derive(Clone)]
@@ -472,13 +480,37 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         None => readiness.configmaps_listed.store(true, Ordering::Release),
     }
     if let Some(client) = &options.cluster {
-        crate::drift_watch::spawn(
-            client.clone(),
-            options.settings.keys.clone(),
+        let feed = crate::drift_watch::start(client.clone(), options.settings.keys.clone());
+        crate::drift_watch::spawn_gauge(
+            feed.clone(),
             options.drift_policy.clone(),
             sidecars.clone(),
             metrics.clone(),
         );
+        if let Some(rollout) = &options.rollout {
+            let (grant_tx, grant) = watch::channel(None);
+            tokio::spawn(crate::lease::run(
+                client.clone(),
+                rollout.lease.clone(),
+                grant_tx,
+            ));
+            let engine = crate::rollout_engine::Engine::new(
+                client.clone(),
+                rollout.engine.clone(),
+                metrics.clone(),
+            );
+            let ready = readiness.clone();
+            tokio::spawn(crate::rollout_engine::run(
+                engine,
+                feed,
+                sidecars.clone(),
+                move || {
+                    ready.configs_loaded.load(Ordering::Acquire)
+                        && ready.configmaps_listed.load(Ordering::Acquire)
+                },
+                grant,
+            ));
+        }
     }
     let (cert_file, key_file) = tls_files(&options)?;
     let tls = RustlsConfig::from_config(

@@ -926,3 +926,473 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .unwrap();
     assert_eq!(tracer["revision"], v1_revision);
 }
+
+// ---- The rollout engine -------------------------------------------------------------------
+
+/// `serve` flags for a test of the rollout engine: configs from the test's ConfigMaps, the
+/// engine scoped to the test's namespace.
+fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--configmap-namespace",
+        namespace,
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--include-namespace",
+        namespace,
+        "--injector-namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+async fn put_config(ctx: &TestContext, name: &str, key: &str, text: &str) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = ctx.api();
+    match api.get_opt(name).await.unwrap() {
+        None => {
+            api.create(&PostParams::default(), &configmap(name, true, key, text))
+                .await
+                .unwrap();
+        }
+        Some(mut cm) => {
+            cm.data = Some([(key.to_owned(), text.to_owned())].into());
+            api.replace(name, &PostParams::default(), &cm)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Waits until `app` has exactly `count` pods, all stamped with `stamp` and Ready.
+async fn wait_pods_at(ctx: &TestContext, app: &str, count: usize, stamp: &str, deadline: Duration) {
+    eventually(
+        deadline,
+        &format!("{app}: {count} ready pods at {stamp}"),
+        || async {
+            let pods = pods_of(ctx, app).await;
+            (pods.len() == count
+                && pods.iter().all(|p| {
+                    annotation(p, "injector/revision") == Some(stamp)
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+fn template_annotation(
+    template: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    key: &str,
+) -> Option<String> {
+    template.as_ref()?.annotations.as_ref()?.get(key).cloned()
+}
+
+async fn replicaset_count(ctx: &TestContext, app: &str) -> usize {
+    ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>()
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+async fn events_for(ctx: &TestContext, name: &str, reason: &str) -> Vec<Event> {
+    ctx.api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+const TRACER_V2: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+
+async fn tracer_workloads(ctx: &TestContext) {
+    let selector = |app: &str| json!({"matchLabels": {"app": app}});
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": selector("web"), "template": template("web", Some("tracer:v1"))}
+    })).await;
+    create(&ctx.api::<StatefulSet>(), json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": selector("db"), "template": template("db", Some("tracer:v1"))}
+    })).await;
+    create(&ctx.api::<DaemonSet>(), json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": selector("agent"), "template": template("agent", Some("tracer:v1"))}
+    })).await;
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "plain"},
+        "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", Some("logger:v1"))}
+    })).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_edit() {
+    let ns = "e2e-rollout-auto";
+    let ctx = TestContext::with_deploy_rbac(
+        "rollout-auto",
+        &rollout_args(
+            ns,
+            &["--rollout=auto", "--settle", "1s", "--max-parallel", "10"],
+        ),
+    )
+    .await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    tracer_workloads(&ctx).await;
+    let v1 = stamp_of(TRACER_V1);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
+    }
+    eventually(DEADLINE, "plain ready", || async {
+        (pods_of(&ctx, "plain").await.len() == 1).then_some(())
+    })
+    .await;
+    let plain_before = ctx.api::<Deployment>().get("plain").await.unwrap();
+    let plain_replicasets = replicaset_count(&ctx, "plain").await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v2, Duration::from_secs(120)).await;
+    }
+
+    // Each stale workload was rolled once, stamped, explained.
+    let injector = ctx.injector.as_ref().unwrap();
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "web rolled exactly once"
+    );
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    let web_template = &web.spec.as_ref().unwrap().template.metadata;
+    assert_eq!(
+        template_annotation(web_template, "injector/rollout-revision"),
+        Some(v2.clone())
+    );
+    let reason = template_annotation(web_template, "injector/rollout-reason").unwrap();
+    let (old_rev, new_rev) = (v1.split('=').nth(1).unwrap(), v2.split('=').nth(1).unwrap());
+    assert!(
+        reason.contains(&format!("tracer:v1 {old_rev} -> {new_rev}")),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("containers[tracer].image \"tracer:1\" -> \"tracer:2\""),
+        "{reason}"
+    );
+    let annotations = web.metadata.annotations.clone().unwrap();
+    assert!(annotations.contains_key("injector/rolled-at"));
+    for name in ["web", "db", "agent"] {
+        let events = eventually(
+            DEADLINE,
+            &format!("{name}'s SidecarRestart Event"),
+            || async {
+                let events = events_for(&ctx, name, "SidecarRestart").await;
+                (!events.is_empty()).then_some(events)
+            },
+        )
+        .await;
+        assert_eq!(events.len(), 1, "{name} restarted once: {events:?}");
+        assert!(
+            events[0]
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains(new_rev)
+        );
+    }
+    for kind in ["Deployment", "StatefulSet", "DaemonSet"] {
+        assert_eq!(
+            injector.metric(&format!(
+                "sidecar_injector_rollouts_total{{kind=\"{kind}\",result=\"restarted\"}}"
+            )),
+            1.0,
+            "{kind}"
+        );
+    }
+    // kubectl rollout history shows why.
+    let history = std::process::Command::new("kubectl")
+        .args(["--kubeconfig"])
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["-n", ns, "rollout", "history", "deployment/web"])
+        .output()
+        .expect("kubectl runs");
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(
+        history.contains(&format!(
+            "sidecar-injector: sidecar tracer:v1 {old_rev} -> {new_rev}"
+        )),
+        "{history}"
+    );
+
+    // The workload whose pods were current is untouched.
+    let plain_after = ctx.api::<Deployment>().get("plain").await.unwrap();
+    assert_eq!(
+        plain_after.spec.unwrap().template,
+        plain_before.spec.unwrap().template
+    );
+    assert_eq!(replicaset_count(&ctx, "plain").await, plain_replicasets);
+    // Drift reaches zero, in the gauge and in the published status.
+    eventually(DEADLINE, "no stale tracer pods in the gauge", || async {
+        (injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"stale\"}") == 0.0
+            && injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"current\"}")
+                == 5.0)
+            .then_some(())
+    })
+    .await;
+    eventually(DEADLINE, "campaign complete", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    let status = ctx
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get("sidecar-injector-status")
+        .await
+        .unwrap();
+    let revisions: Value =
+        serde_json::from_str(&status.data.as_ref().unwrap()["revisions"]).unwrap();
+    assert_eq!(revisions["tracer:v1"], new_rev);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converges() {
+    let ns = "e2e-rollout-broken";
+    let mut ctx = TestContext::with_deploy_rbac(
+        "rollout-broken",
+        &rollout_args(
+            ns,
+            &[
+                "--rollout=auto",
+                "--settle",
+                "1s",
+                "--rollout-timeout",
+                "6s",
+                "--lease-duration",
+                "3s",
+            ],
+        ),
+    )
+    .await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let selector = |app: &str| json!({"matchLabels": {"app": app}});
+    for (name, replicas) in [("canary", 1), ("web", 2), ("api", 2)] {
+        create(&ctx.api::<Deployment>(), json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": selector(name), "template": template(name, Some("tracer:v1"))}
+        })).await;
+    }
+    let v1 = stamp_of(TRACER_V1);
+    for (app, count) in [("canary", 1), ("web", 2), ("api", 2)] {
+        wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
+    }
+
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(Duration::from_secs(60), "the campaign pauses", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        1.0
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0
+    );
+    let failed = events_for(&ctx, "canary", "SidecarRolloutFailed").await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        !events_for(&ctx, "canary", "SidecarRolloutPaused")
+            .await
+            .is_empty()
+    );
+    let deployments = ctx.api::<Deployment>();
+    let unpatched = |name: &'static str| {
+        let api = deployments.clone();
+        async move {
+            let d = api.get(name).await.unwrap();
+            template_annotation(
+                &d.spec.unwrap().template.metadata,
+                "injector/rollout-revision",
+            )
+            .is_none()
+        }
+    };
+    assert!(
+        unpatched("web").await && unpatched("api").await,
+        "only the canary was patched"
+    );
+
+    // The pause lives in the cluster: a restarted injector keeps it.
+    ctx.restart_injector().await;
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the restarted engine reads the pause",
+        || async {
+            (injector.metric(
+                "sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}",
+            ) == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    // That gauge is set only by the Lease holder after a plan: had the pause been lost, this
+    // plan would have patched the others.
+    assert!(
+        unpatched("web").await && unpatched("api").await,
+        "still paused after the restart"
+    );
+
+    // A fixed revision is a new campaign: everything converges.
+    let fixed = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", fixed).await;
+    let v3 = stamp_of(fixed);
+    for (app, count) in [("canary", 1), ("web", 2), ("api", 2)] {
+        wait_pods_at(&ctx, app, count, &v3, Duration::from_secs(120)).await;
+    }
+}
+
+/// `sidecar-injector rollout` against the control plane, as an operator runs it.
+fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("rollout")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args([
+            "--config-directory",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+            "--configmap-namespace",
+            namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "--include-namespace",
+            namespace,
+            "--injector-namespace",
+            namespace,
+        ])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("rollout runs")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
+    let ns = "e2e-rollout-cli";
+    let ctx = TestContext::with_deploy_rbac("rollout-cli", &rollout_args(ns, &[])).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    tracer_workloads(&ctx).await;
+    let v1 = stamp_of(TRACER_V1);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
+    }
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+
+    // The dry run lists exactly the stale workloads.
+    let output = rollout_command(ns, &["-o", "json", "--canary", "0"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut planned: Vec<String> = plan["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(plan["waiting"].as_array().unwrap())
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["workload"]["kind"].as_str().unwrap(),
+                r["workload"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    planned.sort();
+    assert_eq!(
+        planned,
+        ["DaemonSet/agent", "Deployment/web", "StatefulSet/db"],
+        "{plan:#}"
+    );
+
+    // Strict booleans: --confirm=false changes nothing, a wrong value is an error.
+    let output = rollout_command(ns, &["--confirm=false"]);
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("dry run: nothing changed"));
+    let output = rollout_command(ns, &["--confirm=yes"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid value 'yes'"));
+    assert_eq!(replicaset_count(&ctx, "web").await, 1, "nothing rolled");
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    assert_eq!(
+        template_annotation(
+            &web.spec.unwrap().template.metadata,
+            "injector/rollout-revision"
+        ),
+        None
+    );
+
+    // --confirm rolls them, waits, and exits 0.
+    let output = rollout_command(ns, &["--confirm", "--rollout-reason", "ticket OPS-1"]);
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for workload in [
+        "Deployment/e2e-rollout-cli/web",
+        "StatefulSet/e2e-rollout-cli/db",
+        "DaemonSet/e2e-rollout-cli/agent",
+    ] {
+        assert!(
+            stdout.contains(&format!("restarted  {workload}")),
+            "{stdout}"
+        );
+    }
+    let v2 = stamp_of(TRACER_V2);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v2, DEADLINE).await;
+    }
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    let reason = template_annotation(
+        &web.spec.unwrap().template.metadata,
+        "injector/rollout-reason",
+    )
+    .unwrap();
+    assert!(
+        reason.starts_with("ticket OPS-1: sidecar tracer:v1"),
+        "{reason}"
+    );
+    assert_eq!(replicaset_count(&ctx, "web").await, 2);
+    assert_eq!(pods_of(&ctx, "plain").await.len(), 1);
+    assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
+}

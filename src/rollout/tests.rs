@@ -391,6 +391,13 @@ fn a_workload_restarted_within_the_cooldown_waits() {
     );
     world.now = at(7200 - 60 + 600);
     assert_eq!(restarted(&world.plan()), ["web"]);
+
+    // Stuck mid-rollout (its last revision never became healthy): the fix goes in at once.
+    world.now = at(7200);
+    let mut entry = world.entry("web");
+    entry.available_replicas = Some(0);
+    world.set_entry("web", entry);
+    assert_eq!(restarted(&world.plan()), ["web"]);
 }
 
 #[test]

@@ -122,7 +122,9 @@ pub struct TestContext {
     pub certs: DevCertificates,
     /// The kubeconfig the injector connects with, when it has one.
     pub injector_kubeconfig: Option<PathBuf>,
-    _dir: tempfile::TempDir,
+    /// The injector's arguments, to start it again or start another replica.
+    args: Vec<String>,
+    dir: tempfile::TempDir,
 }
 
 impl TestContext {
@@ -198,7 +200,19 @@ impl TestContext {
         ];
         args.extend(identity.iter().map(String::as_str));
         args.extend_from_slice(extra);
-        let injector = Injector::start(dir.path(), &args, &[]);
+        // The rollout engine acts cluster-wide: off unless the test asks for it.
+        if !extra
+            .iter()
+            .any(|a| *a == "--rollout" || a.starts_with("--rollout="))
+        {
+            args.push("--rollout=off");
+        }
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let injector = Injector::start(
+            dir.path(),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            &[],
+        );
         let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
         let webhook = json!({
             "metadata": {"name": format!("sidecar-injector-{namespace}")},
@@ -230,8 +244,38 @@ impl TestContext {
             injector: Some(injector),
             certs,
             injector_kubeconfig,
-            _dir: dir,
+            args,
+            dir,
         }
+    }
+
+    /// Another `serve` process with the same arguments (not the one the webhook calls).
+    pub fn start_replica(&self) -> Injector {
+        Injector::start(
+            self.dir.path(),
+            &self.args.iter().map(String::as_str).collect::<Vec<_>>(),
+            &[],
+        )
+    }
+
+    /// Stops the injector and starts it again with the same arguments; the webhook
+    /// configuration follows its new port.
+    pub async fn restart_injector(&mut self) {
+        self.injector.take();
+        let injector = self.start_replica();
+        let webhooks: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let name = format!("sidecar-injector-{}", self.namespace);
+        let patch = json!([{"op": "replace", "path": "/webhooks/0/clientConfig/url",
+                            "value": format!("https://127.0.0.1:{}/mutate", injector.tls.port())}]);
+        webhooks
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Json::<()>(serde_json::from_value(patch).unwrap()),
+            )
+            .await
+            .expect("the webhook follows the new port");
+        self.injector = Some(injector);
     }
 
     pub fn api<K>(&self) -> Api<K>

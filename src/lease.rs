@@ -1,0 +1,258 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease: every replica serves the webhook, only
+//! the holder of the Lease acts on workloads. The decision is a pure function of the Lease and
+//! the time; the loop around it renews on a timer and publishes until when acting is safe,
+//! which is earlier than the lease could expire for anyone else.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+pub const ROLLOUT_LEASE: &str = "sidecar-injector-rollout";
+/// On the Lease: the holder's `--rollout` mode, so that `rollout` can refuse to compete with an
+/// automatic engine.
+pub const MODE_ANNOTATION: &str = "sidecar-injector/rollout-mode";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseDecision {
+    /// No Lease yet: create it.
+    Create,
+    /// Ours: renew it.
+    Renew,
+    /// Someone else's, expired: take it over.
+    TakeOver { previous: String },
+    /// Someone else's, valid.
+    HeldBy {
+        holder: String,
+        mode: Option<String>,
+        until: Timestamp,
+    },
+}
+
+/// Who may act, given the Lease as read and the time.
+pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> LeaseDecision {
+    let Some(lease) = lease else {
+        return LeaseDecision::Create;
+    };
+    let spec = lease.spec.as_ref();
+    let holder = spec
+        .and_then(|s| s.holder_identity.clone())
+        .unwrap_or_default();
+    if holder == identity {
+        return LeaseDecision::Renew;
+    }
+    let renewed = spec.and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()));
+    let seconds = spec.and_then(|s| s.lease_duration_seconds).unwrap_or(0);
+    let until = renewed
+        .and_then(|t| {
+            t.0.checked_add(SignedDuration::from_secs(i64::from(seconds)))
+                .ok()
+        })
+        .unwrap_or(Timestamp::MIN);
+    if holder.is_empty() || until <= now {
+        LeaseDecision::TakeOver { previous: holder }
+    } else {
+        LeaseDecision::HeldBy {
+            holder,
+            mode: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(MODE_ANNOTATION))
+                .cloned(),
+            until,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub identity: String,
+    /// What the holder's `--rollout` mode is, written on the Lease.
+    pub mode: String,
+    pub duration: Duration,
+    pub renew_every: Duration,
+}
+
+/// The Lease object this process writes.
+fn lease_object(settings: &LeaseSettings, previous: Option<&Lease>, now: Timestamp) -> Lease {
+    let mut lease = previous.cloned().unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(ROLLOUT_LEASE.into()),
+            namespace: Some(settings.namespace.clone()),
+            ..Default::default()
+        },
+        spec: None,
+    });
+    let mut spec = lease.spec.take().unwrap_or_default();
+    let ours = spec.holder_identity.as_deref() == Some(settings.identity.as_str());
+    if !ours {
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.holder_identity = Some(settings.identity.clone());
+    spec.lease_duration_seconds = Some(settings.duration.as_secs().max(1) as i32);
+    spec.renew_time = Some(MicroTime(now));
+    lease.spec = Some(spec);
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(MODE_ANNOTATION.into(), settings.mode.clone());
+    lease
+}
+
+/// One attempt to hold the Lease. `Ok(true)` when held; the caller may act until the instant
+/// the attempt started plus the duration minus a margin.
+pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
+    let now = Timestamp::now();
+    let current = api.get_opt(ROLLOUT_LEASE).await?;
+    let decision = decide(current.as_ref(), &settings.identity, now);
+    let result = match &decision {
+        LeaseDecision::HeldBy { .. } => return Ok(false),
+        LeaseDecision::Create => {
+            api.create(&PostParams::default(), &lease_object(settings, None, now))
+                .await
+        }
+        // A replace carries the resourceVersion read above: if another replica wrote the Lease
+        // since, this fails with 409 and nobody holds it twice.
+        LeaseDecision::Renew | LeaseDecision::TakeOver { .. } => {
+            api.replace(
+                ROLLOUT_LEASE,
+                &PostParams::default(),
+                &lease_object(settings, current.as_ref(), now),
+            )
+            .await
+        }
+    };
+    match result {
+        Ok(_) => {
+            if let LeaseDecision::TakeOver { previous } = decision {
+                info!(previous, "took over the expired rollout Lease");
+            }
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keeps trying to hold the Lease; publishes until when this process may act (`None`: not the
+/// holder). Runs until the process ends.
+pub async fn run(client: Client, settings: LeaseSettings, publish: watch::Sender<Option<Instant>>) {
+    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    // Act only in the first two thirds of the lease, so that a slow renewal stops the holder
+    // well before another replica could take over.
+    let safe = settings.duration * 2 / 3;
+    let mut leading = false;
+    loop {
+        let started = Instant::now();
+        let held = match tokio::time::timeout(settings.renew_every, try_hold(&api, &settings)).await
+        {
+            Ok(Ok(held)) => held,
+            Ok(Err(err)) => {
+                warn!("cannot renew the rollout Lease: {err}");
+                false
+            }
+            Err(_) => {
+                warn!("renewing the rollout Lease timed out");
+                false
+            }
+        };
+        if held != leading {
+            if held {
+                info!(identity = %settings.identity, "holding the rollout Lease: this replica acts");
+            } else {
+                info!(identity = %settings.identity, "not holding the rollout Lease: this replica only reports");
+            }
+            leading = held;
+        }
+        // When not renewed, an earlier grant runs out on its own: no other replica can take
+        // the Lease before it expires, and the grant ends well before that.
+        if held {
+            publish.send_replace(Some(started + safe));
+        }
+        tokio::time::sleep_until((started + settings.renew_every).into()).await;
+    }
+}
+
+/// Whether the grant published by [`run`] still allows acting.
+pub fn may_act(grant: &watch::Receiver<Option<Instant>>) -> bool {
+    grant.borrow().is_some_and(|until| Instant::now() < until)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+
+    fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                annotations: Some([(MODE_ANNOTATION.to_owned(), "auto".to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(renewed)),
+                lease_duration_seconds: Some(seconds),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn the_lease_is_created_renewed_respected_and_taken_over_when_expired() {
+        let t = Timestamp::from_second(1_800_000_000).unwrap();
+        assert_eq!(decide(None, "a", t), LeaseDecision::Create);
+        assert_eq!(
+            decide(Some(&lease("a", t, 15)), "a", t),
+            LeaseDecision::Renew
+        );
+        let later = t.checked_add(SignedDuration::from_secs(14)).unwrap();
+        assert_eq!(
+            decide(Some(&lease("b", t, 15)), "a", later),
+            LeaseDecision::HeldBy {
+                holder: "b".into(),
+                mode: Some("auto".into()),
+                until: t.checked_add(SignedDuration::from_secs(15)).unwrap(),
+            }
+        );
+        let expired = t.checked_add(SignedDuration::from_secs(15)).unwrap();
+        assert_eq!(
+            decide(Some(&lease("b", t, 15)), "a", expired),
+            LeaseDecision::TakeOver {
+                previous: "b".into()
+            }
+        );
+    }
+
+    #[test]
+    fn taking_over_counts_a_transition_and_renewing_keeps_the_acquire_time() {
+        let settings = LeaseSettings {
+            namespace: "ns".into(),
+            identity: "a".into(),
+            mode: "auto".into(),
+            duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
+        };
+        let t = Timestamp::from_second(1_800_000_000).unwrap();
+        let taken = lease_object(&settings, Some(&lease("b", t, 15)), t);
+        let spec = taken.spec.as_ref().unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert_eq!(spec.acquire_time, Some(MicroTime(t)));
+        let later = t.checked_add(SignedDuration::from_secs(5)).unwrap();
+        let renewed = lease_object(&settings, Some(&taken), later);
+        let spec = renewed.spec.as_ref().unwrap();
+        assert_eq!(spec.acquire_time, Some(MicroTime(t)));
+        assert_eq!(spec.renew_time, Some(MicroTime(later)));
+        assert_eq!(spec.lease_transitions, Some(1));
+    }
+}

@@ -1,0 +1,721 @@
+//! The rollout executor: the thin I/O shell around the planner. On every change of the index
+//! or the configs (and on a timer, from the index, never a relist) it plans, and, while this
+//! replica may act, does what the plan says: merge patches of the pod-template stamps,
+//! evictions for OnDelete workloads, Events, metrics, and the status ConfigMap that keeps
+//! campaigns (and pauses) across restarts and leader changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::annotations::AnnotationKeys;
+use crate::config::{RolloutMode, SidecarSet};
+use crate::drift::{DriftPolicy, WorkloadKind};
+use crate::drift_snapshot::{STATUS_CONFIGMAP, STATUS_REVISIONS_KEY};
+use crate::drift_watch::DriftFeed;
+use crate::metrics::Metrics;
+use crate::rollout::{
+    self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget, WorkloadRef,
+};
+
+/// The status ConfigMap's item holding the campaign book (JSON).
+pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
+/// v1.20 rejects Event notes over 1 KiB; events.k8s.io caps `action` at 128 characters.
+const EVENT_NOTE_LIMIT: usize = 1000;
+const EVENT_ACTION_LIMIT: usize = 128;
+/// Every API call of the engine gets this long.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// After an eviction, the next one in the same workload waits at least this long, on top of the
+/// workload being healthy again, so that a status that lags the eviction cannot let two go.
+const EVICTION_SPACING: Duration = Duration::from_secs(2);
+/// Quiet time after a change before planning, so a burst of watch events costs one plan.
+const PLAN_DEBOUNCE: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineMode {
+    /// Restart stale workloads.
+    #[default]
+    Auto,
+    /// Plan and report (log, status ConfigMap), never restart.
+    DryRun,
+    /// No rollout engine.
+    Off,
+}
+
+impl EngineMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineMode::Auto => "auto",
+            EngineMode::DryRun => "dry-run",
+            EngineMode::Off => "off",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub mode: EngineMode,
+    pub settings: RolloutSettings,
+    pub keys: AnnotationKeys,
+    pub policy: DriftPolicy,
+    /// Where the status ConfigMap (and the Lease) live: the injector's namespace.
+    pub namespace: String,
+    pub replan_every: Duration,
+    /// The one-shot CLI: every sidecar is restartable (`policy: manual` included).
+    pub ignore_manual_policy: bool,
+    /// When set, only these workload kinds (the CLI's --include-statefulset and friends).
+    pub kinds: Option<BTreeSet<String>>,
+    /// The CLI's --rollout-reason, put before the engine's own reason.
+    pub reason_prefix: Option<String>,
+}
+
+/// What a one-shot run ends with.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct RunSummary {
+    pub restarted: BTreeSet<WorkloadRef>,
+    pub succeeded: BTreeSet<WorkloadRef>,
+    pub failed: Vec<rollout::Failure>,
+    pub waiting: Vec<rollout::Waiting>,
+}
+
+pub struct Engine {
+    client: Client,
+    options: EngineOptions,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    /// Per sidecar, the last revision seen and its content: what a change is described against.
+    seen: BTreeMap<String, (String, Value)>,
+    changes: BTreeMap<String, (String, String)>,
+    finished_since: BTreeMap<WorkloadRef, Timestamp>,
+    evictions: BTreeMap<WorkloadRef, (String, Instant)>,
+    book: CampaignBook,
+    /// The resourceVersion of the status ConfigMap our book corresponds to.
+    known_version: Option<String>,
+    written: Option<BTreeMap<String, String>>,
+    status: watch::Receiver<Option<ConfigMap>>,
+    reported_success: BTreeSet<(WorkloadRef, String)>,
+    last_dry_run: Vec<String>,
+    pub summary: RunSummary,
+}
+
+impl Engine {
+    pub fn new(client: Client, options: EngineOptions, metrics: Arc<Metrics>) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "sidecar-injector".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        let status = watch_status(client.clone(), &options.namespace);
+        Self {
+            client,
+            options,
+            metrics,
+            recorder,
+            seen: BTreeMap::new(),
+            changes: BTreeMap::new(),
+            finished_since: BTreeMap::new(),
+            evictions: BTreeMap::new(),
+            book: CampaignBook::default(),
+            known_version: None,
+            written: None,
+            status,
+            reported_success: BTreeSet::new(),
+            last_dry_run: Vec::new(),
+            summary: RunSummary::default(),
+        }
+    }
+
+    /// The revisions to bring pods to, with what changed when this process saw the previous
+    /// content of a sidecar.
+    fn targets(&mut self, set: &SidecarSet) -> BTreeMap<String, SidecarTarget> {
+        let mut targets = BTreeMap::new();
+        for sidecar in set.iter() {
+            let name = sidecar.config.name.to_string();
+            let revision = sidecar.revision.to_string();
+            let content = crate::revision::injected_content(&sidecar.config);
+            match self.seen.get(&name) {
+                Some((seen, old)) if *seen != revision => {
+                    let what = rollout::describe_changes(old, &content);
+                    self.changes.insert(name.clone(), (revision.clone(), what));
+                }
+                _ => {}
+            }
+            self.seen.insert(name.clone(), (revision.clone(), content));
+            let changes = self
+                .changes
+                .get(&name)
+                .filter(|(r, _)| *r == revision)
+                .map(|(_, what)| what.clone());
+            let manual = !self.options.ignore_manual_policy
+                && sidecar.config.rollout_mode() == RolloutMode::Manual;
+            targets.insert(
+                name,
+                SidecarTarget {
+                    revision,
+                    manual,
+                    changes,
+                },
+            );
+        }
+        targets
+    }
+
+    /// Waits for the first read of the status ConfigMap (present or not).
+    pub async fn load_status(&mut self) {
+        let _ = tokio::time::timeout(REQUEST_TIMEOUT, self.status.changed()).await;
+        self.adopt_cluster_book();
+    }
+
+    /// `rollout --resume`: paused campaigns run again; earlier failures no longer count.
+    pub fn resume(&mut self) -> Vec<String> {
+        let mut resumed = Vec::new();
+        for (sidecar, campaign) in &mut self.book.campaigns {
+            if campaign.state == rollout::CampaignState::Paused {
+                campaign.resume();
+                resumed.push(sidecar.clone());
+            }
+        }
+        resumed
+    }
+
+    /// Adopts the cluster's book when someone else wrote it (a previous leader, `rollout
+    /// --resume`).
+    fn adopt_cluster_book(&mut self) {
+        let status = self.status.borrow_and_update().clone();
+        let Some(configmap) = status else {
+            return;
+        };
+        let version = configmap.metadata.resource_version.clone();
+        if version.is_some() && version == self.known_version {
+            return;
+        }
+        let text = configmap
+            .data
+            .as_ref()
+            .and_then(|d| d.get(STATUS_CAMPAIGNS_KEY));
+        match text.map(|t| serde_json::from_str::<CampaignBook>(t)) {
+            Some(Ok(book)) => {
+                if book != self.book {
+                    info!("campaigns read from the status ConfigMap");
+                }
+                self.book = book;
+            }
+            Some(Err(err)) => warn!(
+                "the status ConfigMap's {STATUS_CAMPAIGNS_KEY} item is malformed; starting fresh: {err}"
+            ),
+            None => {}
+        }
+        self.written = configmap.data.clone().map(|d| d.into_iter().collect());
+        self.known_version = version;
+    }
+
+    /// Plans from the index; acts on the plan when `may_act`.
+    pub async fn tick(&mut self, feed: &DriftFeed, set: &SidecarSet, may_act: bool) -> RolloutPlan {
+        self.adopt_cluster_book();
+        let targets = self.targets(set);
+        let wanted: BTreeMap<String, String> = targets
+            .iter()
+            .map(|(name, t)| (name.clone(), t.revision.clone()))
+            .collect();
+        let now = Timestamp::now();
+        let (plan, evictions) = {
+            let index = feed.index.lock().expect("drift index lock");
+            let mut report = index.classify_revisions(&wanted, &self.options.policy);
+            if let Some(kinds) = &self.options.kinds {
+                report.workloads.retain(|w| kinds.contains(&w.kind));
+            }
+            let plan = rollout::plan(PlanInput {
+                report: &report,
+                index: &index,
+                targets: &targets,
+                book: &self.book,
+                finished_since: &self.finished_since,
+                settings: &self.options.settings,
+                now,
+            });
+            let evictions: Vec<(WorkloadRef, Vec<String>, bool)> = plan
+                .rolling
+                .iter()
+                .filter(|r| r.on_delete)
+                .filter_map(|r| {
+                    let kind = r.workload.workload_kind()?;
+                    let entry = index.workload(kind, &r.workload.namespace, &r.workload.name)?;
+                    let pods = index.pods_needing_restart(
+                        kind,
+                        &r.workload.namespace,
+                        &r.workload.name,
+                        &wanted,
+                        self.options.policy.restart_unknown,
+                    );
+                    let healthy = rollout::rolled_out(kind, entry);
+                    Some((r.workload.clone(), pods, healthy))
+                })
+                .collect();
+            (plan, evictions)
+        };
+        let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
+        self.finished_since = plan
+            .finished_not_current
+            .iter()
+            .map(|w| (w.clone(), previous.get(w).copied().unwrap_or(now)))
+            .collect();
+        self.metrics
+            .rollouts_in_flight
+            .set(plan.rolling.len() as i64);
+        self.summary.waiting = plan.waiting.clone();
+        if !may_act {
+            return plan;
+        }
+        self.book = plan.book.clone();
+        self.metrics.record_campaigns(&self.book);
+        match self.options.mode {
+            EngineMode::Auto => self.act(&plan, evictions, now).await,
+            EngineMode::DryRun => self.log_dry_run(&plan),
+            EngineMode::Off => {}
+        }
+        self.write_status(&wanted).await;
+        plan
+    }
+
+    fn log_dry_run(&mut self, plan: &RolloutPlan) {
+        let lines: Vec<String> = plan
+            .restarts
+            .iter()
+            .map(|r| format!("{}: {}", r.workload, r.reason))
+            .collect();
+        if lines != self.last_dry_run {
+            for restart in &plan.restarts {
+                info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "dry run: would restart");
+            }
+            self.last_dry_run = lines;
+        }
+    }
+
+    async fn act(
+        &mut self,
+        plan: &RolloutPlan,
+        evictions: Vec<(WorkloadRef, Vec<String>, bool)>,
+        now: Timestamp,
+    ) {
+        for restart in &plan.restarts {
+            let result = if restart.workload.kind == "Pod" {
+                self.evict(&restart.workload.namespace, &restart.workload.name)
+                    .await
+                    .map(|_| ())
+            } else {
+                self.patch(restart, now).await
+            };
+            match result {
+                Ok(()) => {
+                    info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "restarted for a new sidecar revision");
+                    self.metrics
+                        .record_rollout(&restart.workload.kind, "restarted");
+                    self.summary.restarted.insert(restart.workload.clone());
+                    let action = restart
+                        .changes
+                        .iter()
+                        .map(|c| {
+                            format!(
+                                "{} {}->{}",
+                                c.sidecar,
+                                c.from.as_deref().unwrap_or("none"),
+                                c.to
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    let canary = if restart.canary { " (canary)" } else { "" };
+                    self.event(
+                        &restart.workload,
+                        EventType::Normal,
+                        "SidecarRestart",
+                        &format!("Restart {action}"),
+                        &format!("restarted by sidecar-injector{canary}: {}", restart.reason),
+                    )
+                    .await;
+                }
+                Err(err) => {
+                    warn!(workload = %restart.workload, "restart failed; retrying on the next plan: {err}");
+                    self.metrics.record_rollout(&restart.workload.kind, "error");
+                }
+            }
+        }
+        for (workload, pods, healthy) in evictions {
+            self.evict_next(&workload, &pods, healthy).await;
+        }
+        let revisions: String = self
+            .book
+            .campaigns
+            .iter()
+            .map(|(s, c)| format!("{s}={} ", c.revision))
+            .collect();
+        for succeeded in &plan.succeeded {
+            let key = (succeeded.clone(), revisions.clone());
+            if self.reported_success.insert(key) {
+                self.metrics.record_rollout(&succeeded.kind, "succeeded");
+                self.summary.succeeded.insert(succeeded.clone());
+            }
+        }
+        for failure in &plan.failed {
+            error!(workload = %failure.workload, reason = %failure.reason, "rollout failed");
+            self.metrics
+                .record_rollout(&failure.workload.kind, "failed");
+            self.summary.failed.push(failure.clone());
+            self.event(
+                &failure.workload,
+                EventType::Warning,
+                "SidecarRolloutFailed",
+                "RolloutFailed",
+                &failure.reason,
+            )
+            .await;
+        }
+        for (sidecar, reason) in &plan.paused {
+            error!(sidecar, "{reason}");
+            let failed: Vec<WorkloadRef> = self
+                .book
+                .campaigns
+                .get(sidecar)
+                .map(|c| c.failures.iter().map(|f| f.workload.clone()).collect())
+                .unwrap_or_default();
+            for workload in failed {
+                self.event(
+                    &workload,
+                    EventType::Warning,
+                    "SidecarRolloutPaused",
+                    &format!("Pause {sidecar}"),
+                    reason,
+                )
+                .await;
+            }
+            let status = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("ConfigMap".into()),
+                name: Some(STATUS_CONFIGMAP.into()),
+                namespace: Some(self.options.namespace.clone()),
+                ..Default::default()
+            };
+            self.publish_event(
+                &status,
+                EventType::Warning,
+                "SidecarRolloutPaused",
+                &format!("Pause {sidecar}"),
+                reason,
+            )
+            .await;
+        }
+    }
+
+    async fn patch(&self, restart: &rollout::Restart, now: Timestamp) -> Result<(), kube::Error> {
+        let keys = &self.options.keys;
+        let reason = match &self.options.reason_prefix {
+            Some(prefix) => format!("{prefix}: {}", restart.reason),
+            None => restart.reason.clone(),
+        };
+        let cause = format!("sidecar-injector: {reason}");
+        let body = json!({
+            "metadata": {"annotations": {
+                keys.rolled_at.as_str(): now.to_string(),
+                "kubernetes.io/change-cause": cause,
+            }},
+            "spec": {"template": {"metadata": {"annotations": {
+                keys.rollout_revision.as_str(): restart.target,
+                keys.rollout_reason.as_str(): reason,
+            }}}}
+        });
+        let params = PatchParams::default();
+        let (namespace, name) = (&restart.workload.namespace, &restart.workload.name);
+        self.metrics.record_api_request("patch");
+        let request = async {
+            match restart.workload.workload_kind() {
+                Some(WorkloadKind::Deployment) => {
+                    Api::<Deployment>::namespaced(self.client.clone(), namespace)
+                        .patch(name, &params, &Patch::Merge(&body))
+                        .await
+                        .map(|_| ())
+                }
+                Some(WorkloadKind::StatefulSet) => {
+                    Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
+                        .patch(name, &params, &Patch::Merge(&body))
+                        .await
+                        .map(|_| ())
+                }
+                Some(WorkloadKind::DaemonSet) => {
+                    Api::<DaemonSet>::namespaced(self.client.clone(), namespace)
+                        .patch(name, &params, &Patch::Merge(&body))
+                        .await
+                        .map(|_| ())
+                }
+                None => Ok(()),
+            }
+        };
+        with_timeout(request).await
+    }
+
+    /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).
+    async fn evict(&self, namespace: &str, pod: &str) -> Result<bool, kube::Error> {
+        self.metrics.record_api_request("evict");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match with_timeout(api.evict(pod, &EvictParams::default())).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 429 => Ok(false),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// OnDelete: one stale pod at a time, only while the workload is healthy.
+    async fn evict_next(&mut self, workload: &WorkloadRef, pods: &[String], healthy: bool) {
+        let Some(pod) = pods.last() else {
+            return;
+        };
+        if let Some((last, at)) = self.evictions.get(workload)
+            && (pods.contains(last) || at.elapsed() < EVICTION_SPACING)
+        {
+            return;
+        }
+        if !healthy {
+            return;
+        }
+        match self.evict(&workload.namespace, pod).await {
+            Ok(true) => {
+                info!(workload = %workload, pod, "evicted a stale pod (OnDelete)");
+                self.metrics.record_rollout(&workload.kind, "evicted");
+                self.evictions
+                    .insert(workload.clone(), (pod.clone(), Instant::now()));
+            }
+            Ok(false) => {
+                info!(workload = %workload, pod, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
+                self.metrics
+                    .record_rollout(&workload.kind, "eviction_blocked");
+            }
+            Err(err) => warn!(workload = %workload, pod, "eviction failed: {err}"),
+        }
+    }
+
+    async fn event(
+        &self,
+        workload: &WorkloadRef,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        let api_version = if workload.kind == "Pod" {
+            "v1"
+        } else {
+            "apps/v1"
+        };
+        let reference = ObjectReference {
+            api_version: Some(api_version.into()),
+            kind: Some(workload.kind.clone()),
+            name: Some(workload.name.clone()),
+            namespace: Some(workload.namespace.clone()),
+            ..Default::default()
+        };
+        self.publish_event(&reference, type_, reason, action, note)
+            .await;
+    }
+
+    async fn publish_event(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(note, EVENT_NOTE_LIMIT)),
+            // The recorder folds repeats by (reason, action, object) for minutes, keeping the
+            // first note: the revisions go into the action so each campaign is its own Event.
+            action: truncate(action, EVENT_ACTION_LIMIT),
+            secondary: None,
+        };
+        self.metrics.record_api_request("event");
+        if let Err(err) = with_timeout(self.recorder.publish(&event, reference)).await {
+            warn!(object = ?reference.name, "cannot record the Event: {err}");
+        }
+    }
+
+    /// Writes revisions and campaigns to the status ConfigMap when they changed.
+    async fn write_status(&mut self, wanted: &BTreeMap<String, String>) {
+        let data: BTreeMap<String, String> = BTreeMap::from([
+            (
+                STATUS_REVISIONS_KEY.to_owned(),
+                serde_json::to_string(wanted).expect("a map of strings serializes"),
+            ),
+            (
+                STATUS_CAMPAIGNS_KEY.to_owned(),
+                serde_json::to_string_pretty(&self.book).expect("the book serializes"),
+            ),
+        ]);
+        if self.written.as_ref() == Some(&data) {
+            return;
+        }
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
+        let configmap = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(STATUS_CONFIGMAP.into()),
+                namespace: Some(self.options.namespace.clone()),
+                resource_version: self.known_version.clone(),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/name".to_owned(),
+                        "sidecar-injector".to_owned(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            data: Some(data.clone()),
+            ..Default::default()
+        };
+        self.metrics.record_api_request("status");
+        let result = match &self.known_version {
+            None => with_timeout(api.create(&PostParams::default(), &configmap)).await,
+            Some(_) => {
+                with_timeout(api.replace(STATUS_CONFIGMAP, &PostParams::default(), &configmap))
+                    .await
+            }
+        };
+        match result {
+            Ok(written) => {
+                self.known_version = written.metadata.resource_version;
+                self.written = Some(data);
+            }
+            // Someone else wrote it since (or it exists already): the watch brings their copy,
+            // which is adopted before the next write.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                info!("the status ConfigMap changed under us; re-reading it");
+                if self.known_version.is_none() {
+                    self.known_version = Some(String::new());
+                }
+            }
+            Err(err) => warn!("cannot write the status ConfigMap: {err}"),
+        }
+    }
+}
+
+async fn with_timeout<T>(
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(
+            format!("no answer within {REQUEST_TIMEOUT:?}").into(),
+        )),
+    }
+}
+
+fn truncate(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit - 3;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// The status ConfigMap, kept current by a watch of that one object.
+fn watch_status(client: Client, namespace: &str) -> watch::Receiver<Option<ConfigMap>> {
+    let (publish, receive) = watch::channel(None);
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Apply(cm) | WatchEvent::InitApply(cm)) => {
+                    publish.send_replace(Some(cm));
+                }
+                Ok(WatchEvent::Delete(_)) => {
+                    publish.send_replace(None);
+                }
+                // Marks the first read done even when the ConfigMap does not exist.
+                Ok(WatchEvent::InitDone) => {
+                    publish.send_modify(|_| {});
+                }
+                Ok(WatchEvent::Init) => {}
+                Err(err) => warn!("status ConfigMap watch failed, retrying: {err}"),
+            }
+        }
+    });
+    receive
+}
+
+/// Runs the engine for `serve` until the process ends: plans on every change and on a timer,
+/// acts only while `grant` allows.
+pub async fn run(
+    mut engine: Engine,
+    mut feed: DriftFeed,
+    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
+    configs_ready: impl Fn() -> bool,
+    mut grant: watch::Receiver<Option<Instant>>,
+) {
+    let mut synced = feed.synced.clone();
+    if synced.wait_for(|s| *s).await.is_err() {
+        return;
+    }
+    let replan = engine.options.replan_every;
+    info!(
+        mode = engine.options.mode.as_str(),
+        "rollout engine started"
+    );
+    let mut leading = false;
+    loop {
+        tokio::select! {
+            result = feed.changes.changed() => if result.is_err() { return },
+            result = sidecars.changed() => if result.is_err() { return },
+            result = grant.changed() => if result.is_err() { return },
+            result = engine.status.changed() => if result.is_err() { return },
+            () = tokio::time::sleep(replan) => {}
+        }
+        tokio::time::sleep(PLAN_DEBOUNCE).await;
+        feed.changes.borrow_and_update();
+        if !configs_ready() {
+            continue;
+        }
+        let may_act = crate::lease::may_act(&grant);
+        if may_act != leading {
+            engine.metrics.rollout_leader.set(i64::from(may_act));
+            leading = may_act;
+        }
+        let set = sidecars.borrow_and_update().clone();
+        engine.tick(&feed, &set, may_act).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_texts_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("short", 10), "short");
+        let long = "é".repeat(600);
+        let cut = truncate(&long, EVENT_NOTE_LIMIT);
+        assert!(cut.len() <= EVENT_NOTE_LIMIT);
+        assert!(cut.ends_with("..."));
+    }
+}
