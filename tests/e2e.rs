@@ -1396,3 +1396,69 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     assert_eq!(pods_of(&ctx, "plain").await.len(), 1);
     assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds_the_next() {
+    let ns = "e2e-rollout-settle";
+    let ctx = TestContext::with_deploy_rbac(
+        "rollout-settle",
+        &rollout_args(ns, &["--rollout=auto", "--settle", "3s"]),
+    )
+    .await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let selector = json!({"matchLabels": {"app": "web"}});
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": selector, "template": template("web", Some("tracer:v1"))}
+    }))
+    .await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(TRACER_V1), DEADLINE).await;
+
+    // Two edits in quick succession: one restart, to the last.
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v3 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", v3).await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(v3), Duration::from_secs(90)).await;
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "one restart for both edits"
+    );
+    let injector = ctx.injector.as_ref().unwrap();
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0
+    );
+
+    // A third edit inside the cooldown (10m by default): planned, held, not restarted.
+    let v4 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:4'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", v4).await;
+    let v4_rev = stamp_of(v4).split('=').nth(1).unwrap().to_owned();
+    let configmaps = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    eventually(DEADLINE, "the v4 campaign holds web back", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
+        let campaign = &book["campaigns"]["tracer:v1"];
+        (campaign["revision"] == v4_rev.as_str()
+            && campaign["state"] == "running"
+            && campaign["counts"]["pending"] == 1)
+            .then_some(())
+    })
+    .await;
+    let dry_run = rollout_command(ns, &["-o", "json"]);
+    let plan: Value = serde_json::from_slice(&dry_run.stdout).unwrap();
+    assert_eq!(plan["waiting"][0]["workload"]["name"], "web", "{plan:#}");
+    assert_eq!(plan["waiting"][0]["reason"], "cooldown", "{plan:#}");
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "not restarted within the cooldown"
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0
+    );
+}
