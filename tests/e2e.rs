@@ -1462,3 +1462,93 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly_once() {
+    let ns = "e2e-rollout-ha";
+    let ctx = TestContext::with_deploy_rbac("rollout-ha", &rollout_args(ns, &[])).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let apps = ["a", "b", "c", "d"];
+    for app in apps {
+        create(&ctx.api::<Deployment>(), json!({
+            "metadata": {"name": app},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}}, "template": template(app, Some("tracer:v1"))}
+        }))
+        .await;
+    }
+    for app in apps {
+        wait_pods_at(&ctx, app, 1, &stamp_of(TRACER_V1), DEADLINE).await;
+    }
+    // Two engine replicas (the webhook's own process has --rollout=off, so that killing an
+    // engine never takes the webhook down).
+    let engine = [
+        "--rollout=auto",
+        "--lease-duration",
+        "3s",
+        "--settle",
+        "1s",
+        "--max-parallel",
+        "1",
+        "--canary",
+        "0",
+    ];
+    let mut replicas = vec![
+        ctx.start_replica_with(&engine),
+        ctx.start_replica_with(&engine),
+    ];
+    let leader = eventually(DEADLINE, "one replica holds the Lease", || async {
+        replicas.iter().position(|r| {
+            r.logs()
+                .iter()
+                .any(|l| l.contains("holding the rollout Lease: this replica acts"))
+        })
+    })
+    .await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    let deployments = ctx.api::<Deployment>();
+    // Mid-campaign: one workload stamped, the rest still to go (--max-parallel 1).
+    eventually(Duration::from_secs(60), "the first restart", || async {
+        let list = deployments.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|d| {
+                template_annotation(
+                    &d.spec.as_ref().unwrap().template.metadata,
+                    "injector/rollout-revision",
+                )
+                .as_deref()
+                    == Some(v2.as_str())
+            })
+            .then_some(())
+    })
+    .await;
+    let follower = 1 - leader;
+    assert_eq!(
+        replicas[follower]
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        0.0,
+        "the replica without the Lease patched nothing"
+    );
+    drop(replicas.remove(leader));
+    let survivor = &replicas[0];
+    for app in apps {
+        wait_pods_at(&ctx, app, 1, &v2, Duration::from_secs(120)).await;
+    }
+    assert!(
+        survivor
+            .logs()
+            .iter()
+            .any(|l| l.contains("holding the rollout Lease: this replica acts")),
+        "the survivor took over"
+    );
+    for app in apps {
+        assert_eq!(
+            replicaset_count(&ctx, app).await,
+            2,
+            "{app} restarted exactly once"
+        );
+    }
+}

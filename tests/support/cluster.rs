@@ -258,6 +258,18 @@ impl TestContext {
         )
     }
 
+    /// Another `serve` process with the same arguments but `--rollout=off`, plus `extra`.
+    pub fn start_replica_with(&self, extra: &[&str]) -> Injector {
+        let mut args: Vec<&str> = self
+            .args
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a != "--rollout=off")
+            .collect();
+        args.extend_from_slice(extra);
+        Injector::start(self.dir.path(), &args, &[])
+    }
+
     /// Stops the injector and starts it again with the same arguments; the webhook
     /// configuration follows its new port.
     pub async fn restart_injector(&mut self) {
