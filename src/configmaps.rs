@@ -17,13 +17,11 @@ use kube::{Client, Resource};
 use tracing::{error, info, warn};
 
 use crate::config::{configmap_origin, load_configmap_items};
+use crate::event_text::{EVENT_NOTE_LIMIT, prefix_within};
 use crate::metrics::Metrics;
 use crate::server::{ConfigSources, Readiness};
 
 pub const CONFIG_SOURCE_CONFIGMAP: &str = "configmap";
-
-/// v1.20 rejects Event notes over 1 KiB.
-const EVENT_NOTE_LIMIT: usize = 1000;
 
 /// Watches until the process ends; the watcher relists on its own after errors, with backoff.
 pub async fn run(
@@ -154,14 +152,8 @@ async fn report_new_problems(
         let Some(configmap) = store.get(&name) else {
             continue;
         };
-        let mut note = format!("{message}; the last good version of this config keeps serving");
-        if note.len() > EVENT_NOTE_LIMIT {
-            let mut cut = EVENT_NOTE_LIMIT;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
+        let note = format!("{message}; the last good version of this config keeps serving");
+        let note = prefix_within(&note, EVENT_NOTE_LIMIT).to_owned();
         let event = Event {
             type_: EventType::Warning,
             reason: "InvalidSidecarConfig".into(),

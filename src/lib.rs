@@ -14,6 +14,7 @@ pub mod configmaps;
 pub mod drift;
 pub mod drift_snapshot;
 pub mod drift_watch;
+pub mod event_text;
 pub mod injection;
 pub mod lease;
 pub mod metrics;

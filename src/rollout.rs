@@ -402,7 +402,7 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
         settings,
         now,
     } = input;
-    let mut book = next_book(book, targets, settings, now);
+    let mut book = next_book(book, targets, now);
     let mut out = RolloutPlan::default();
 
     let mut groups: BTreeMap<WorkloadRef, Group<'_>> = BTreeMap::new();
@@ -758,10 +758,8 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
 fn next_book(
     book: &CampaignBook,
     targets: &BTreeMap<String, SidecarTarget>,
-    settings: &RolloutSettings,
     now: Timestamp,
 ) -> CampaignBook {
-    let _ = settings;
     let campaigns = targets
         .iter()
         .map(|(name, target)| {

@@ -27,6 +27,7 @@ use crate::config::{RolloutMode, SidecarSet};
 use crate::drift::{DriftPolicy, WorkloadKind};
 use crate::drift_snapshot::{STATUS_CONFIGMAP, STATUS_REVISIONS_KEY};
 use crate::drift_watch::DriftFeed;
+use crate::event_text::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
 use crate::metrics::Metrics;
 use crate::rollout::{
     self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget, WorkloadRef,
@@ -34,9 +35,6 @@ use crate::rollout::{
 
 /// The status ConfigMap's item holding the campaign book (JSON).
 pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
-/// v1.20 rejects Event notes over 1 KiB; events.k8s.io caps `action` at 128 characters.
-const EVENT_NOTE_LIMIT: usize = 1000;
-const EVENT_ACTION_LIMIT: usize = 128;
 /// Every API call of the engine gets this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// After an eviction, the next one in the same workload waits at least this long, on top of the
@@ -439,33 +437,24 @@ impl Engine {
                 keys.rollout_reason.as_str(): reason,
             }}}}
         });
-        let params = PatchParams::default();
-        let (namespace, name) = (&restart.workload.namespace, &restart.workload.name);
+        let (client, namespace, name) = (
+            self.client.clone(),
+            &restart.workload.namespace,
+            &restart.workload.name,
+        );
         self.metrics.record_api_request("patch");
-        let request = async {
-            match restart.workload.workload_kind() {
-                Some(WorkloadKind::Deployment) => {
-                    Api::<Deployment>::namespaced(self.client.clone(), namespace)
-                        .patch(name, &params, &Patch::Merge(&body))
-                        .await
-                        .map(|_| ())
-                }
-                Some(WorkloadKind::StatefulSet) => {
-                    Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
-                        .patch(name, &params, &Patch::Merge(&body))
-                        .await
-                        .map(|_| ())
-                }
-                Some(WorkloadKind::DaemonSet) => {
-                    Api::<DaemonSet>::namespaced(self.client.clone(), namespace)
-                        .patch(name, &params, &Patch::Merge(&body))
-                        .await
-                        .map(|_| ())
-                }
-                None => Ok(()),
+        match restart.workload.workload_kind() {
+            Some(WorkloadKind::Deployment) => {
+                merge_patch::<Deployment>(client, namespace, name, &body).await
             }
-        };
-        with_timeout(request).await
+            Some(WorkloadKind::StatefulSet) => {
+                merge_patch::<StatefulSet>(client, namespace, name, &body).await
+            }
+            Some(WorkloadKind::DaemonSet) => {
+                merge_patch::<DaemonSet>(client, namespace, name, &body).await
+            }
+            None => Ok(()),
+        }
     }
 
     /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).
@@ -544,10 +533,10 @@ impl Engine {
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(truncate(note, EVENT_NOTE_LIMIT)),
+            note: Some(shortened(note, EVENT_NOTE_LIMIT)),
             // The recorder folds repeats by (reason, action, object) for minutes, keeping the
             // first note: the revisions go into the action so each campaign is its own Event.
-            action: truncate(action, EVENT_ACTION_LIMIT),
+            action: shortened(action, EVENT_ACTION_LIMIT),
             secondary: None,
         };
         self.metrics.record_api_request("event");
@@ -615,6 +604,24 @@ impl Engine {
     }
 }
 
+async fn merge_patch<K>(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    body: &Value,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client, namespace);
+    with_timeout(api.patch(name, &PatchParams::default(), &Patch::Merge(body)))
+        .await
+        .map(|_| ())
+}
+
 async fn with_timeout<T>(
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {
@@ -624,17 +631,6 @@ async fn with_timeout<T>(
             format!("no answer within {REQUEST_TIMEOUT:?}").into(),
         )),
     }
-}
-
-fn truncate(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_owned();
-    }
-    let mut end = limit - 3;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
 }
 
 /// The status ConfigMap, kept current by a watch of that one object.
@@ -703,19 +699,5 @@ pub async fn run(
         }
         let set = sidecars.borrow_and_update().clone();
         engine.tick(&feed, &set, may_act).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_texts_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("short", 10), "short");
-        let long = "é".repeat(600);
-        let cut = truncate(&long, EVENT_NOTE_LIMIT);
-        assert!(cut.len() <= EVENT_NOTE_LIMIT);
-        assert!(cut.ends_with("..."));
     }
 }

@@ -1,0 +1,41 @@
+//! Limits on the text of Events, shared by everything that records them.
+
+/// v1.20 rejects Event notes over 1 KiB.
+pub const EVENT_NOTE_LIMIT: usize = 1000;
+/// events.k8s.io caps `action` at 128 characters.
+pub const EVENT_ACTION_LIMIT: usize = 128;
+
+/// The longest prefix of `text` of at most `limit` bytes that ends on a character boundary.
+pub fn prefix_within(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `text` within `limit` bytes, marked with `...` when cut.
+pub fn shortened(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    format!("{}...", prefix_within(text, limit - 3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_are_cut_on_a_character_boundary() {
+        assert_eq!(shortened("short", 10), "short");
+        let long = "é".repeat(600);
+        let cut = shortened(&long, EVENT_NOTE_LIMIT);
+        assert!(cut.len() <= EVENT_NOTE_LIMIT);
+        assert!(cut.ends_with("..."));
+        assert_eq!(prefix_within(&long, 999).len(), 998);
+    }
+}
