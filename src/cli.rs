@@ -413,7 +413,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let cluster = match runtime.block_on(cluster_config(&args))? {
         Some(config) => {
             let _guard = runtime.enter();
-            Some(kube::Client::try_from(config).context("cannot build the Kubernetes client")?)
+            Some(client_from(config)?)
         }
         None => None,
     };
@@ -604,6 +604,15 @@ pub(crate) async fn one_shot_client(kubeconfig: Option<&Path>) -> anyhow::Result
             .await
             .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
     };
+    client_from(config)
+}
+
+/// kube's default client retries a 429 up to 15 times with backoff up to 1000 s. A 429 from an
+/// eviction is a PodDisruptionBudget saying "not now", which the engine must hear at once (it
+/// tries again on its next plan), and every call here already has its own deadline and retry
+/// (the next plan, the watchers' backoff), so the hidden retry is turned off.
+fn client_from(mut config: kube::Config) -> anyhow::Result<kube::Client> {
+    config.default_retry = false;
     kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }
 
