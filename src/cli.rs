@@ -5,6 +5,7 @@ use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,11 +14,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::annotations::{AnnotationKeys, DEFAULT_ANNOTATION_NAMESPACE};
+use crate::api_client::counted_client;
 use crate::config::{LoadReport, SidecarSet, load_directory};
 use crate::config_directory::{is_config_file_name, load_config_directory, read_config_directory};
 use crate::injection::{
     DEFAULT_IGNORED_NAMESPACES, Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide,
 };
+use crate::metrics::Metrics;
 use crate::rollout_engine::EngineMode;
 use crate::server::{self, ConfigMapOptions, RolloutOptions, ServeOptions};
 use crate::telemetry::{self, LogFormat, LogLevel};
@@ -410,10 +413,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let metrics = Arc::new(Metrics::new());
     let cluster = match runtime.block_on(cluster_config(&args))? {
         Some(config) => {
             let _guard = runtime.enter();
-            Some(client_from(config)?)
+            Some(counted_client(config, metrics.kube_requests.clone())?)
         }
         None => None,
     };
@@ -505,6 +509,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cluster,
         drift_policy,
         rollout,
+        metrics,
     };
     runtime.block_on(server::run(options))?;
     Ok(ExitCode::SUCCESS)
@@ -604,16 +609,7 @@ pub(crate) async fn one_shot_client(kubeconfig: Option<&Path>) -> anyhow::Result
             .await
             .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
     };
-    client_from(config)
-}
-
-/// kube's default client retries a 429 up to 15 times with backoff up to 1000 s. A 429 from an
-/// eviction is a PodDisruptionBudget saying "not now", which the engine must hear at once (it
-/// tries again on its next plan), and every call here already has its own deadline and retry
-/// (the next plan, the watchers' backoff), so the hidden retry is turned off.
-fn client_from(mut config: kube::Config) -> anyhow::Result<kube::Client> {
-    config.default_retry = false;
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+    Ok(counted_client(config, Default::default())?)
 }
 
 /// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod annotations;
+pub mod api_client;
 pub mod cli;
 pub mod config;
 pub mod config_directory;

@@ -71,6 +71,7 @@ pub struct Metrics {
     pub rollouts_in_flight: Gauge,
     pub rollout_leader: Gauge,
     pub rollout_api_requests: Family<VerbLabels, Counter>,
+    pub kube_requests: Family<VerbLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -158,6 +159,12 @@ impl Metrics {
             "Requests the rollout engine made to the API server, by verb (patch, evict, event, status, lease reads excluded)",
             rollout_api_requests.clone(),
         );
+        let kube_requests = Family::<VerbLabels, Counter>::default();
+        registry.register(
+            "kube_requests",
+            "Requests this process sent to the Kubernetes API server, by verb as the API server names it (a watch counts once, when it starts)",
+            kube_requests.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -183,6 +190,7 @@ impl Metrics {
             rollouts_in_flight,
             rollout_leader,
             rollout_api_requests,
+            kube_requests,
         }
     }
 

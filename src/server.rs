@@ -282,6 +282,8 @@ pub struct ServeOptions {
     pub drift_policy: crate::drift::DriftPolicy,
     /// The rollout engine, when there is a cluster and `--rollout` is not `off`.
     pub rollout: Option<RolloutOptions>,
+    /// Made before the cluster client, which counts its requests into it.
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Clone, Debug)]
@@ -458,7 +460,7 @@ fn spawn_certificate_reloader(
 
 /// Runs the webhook until SIGTERM or SIGINT, then shuts down gracefully.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = options.metrics.clone();
     let readiness = Arc::new(Readiness::default());
 
     let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));

@@ -1,0 +1,336 @@
+//! The rollout engine on the real control plane (kube-apiserver and kube-controller-manager
+//! v1.20.2 from testbed/, the test kubelet marking pods Ready): N Deployments of 2 replicas, half
+//! of them requesting `tracer:v1`, the rest `logger:v1`; `tracer:v1`'s ConfigMap is edited and
+//! the engine (`serve --rollout=auto --max-parallel 10`, under deploy/'s RBAC) restarts the stale
+//! half.
+//!
+//! Prints the time from the edit to zero drift (the injector's own gauge: no stale pod, every
+//! tracer pod current) and the API requests the injector process sent in that time, read from
+//! `sidecar_injector_kube_requests_total{verb}` (every request of its client, counted in the
+//! client's stack), per restarted workload. Targets (issue 7): at most 5 requests per restarted
+//! workload, and no LIST after the initial sync; a LIST fails the run.
+//!
+//! `cargo bench --bench rollout_control_plane` (100 Deployments, 50 stale; `-- --deployments N`
+//! to change). Under `cargo test` it runs a small smoke pass (6 Deployments) that checks the
+//! harness and the no-LIST rule, without reporting figures.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use support::cluster::TestContext;
+use support::injector::{Injector, eventually};
+
+const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+const TRACER_V2: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+const REPLICAS: usize = 2;
+const MAX_PARALLEL: &str = "10";
+const TARGET_REQUESTS_PER_WORKLOAD: f64 = 5.0;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let measure = args.iter().any(|a| a == "--bench");
+    let deployments = args
+        .iter()
+        .position(|a| a == "--deployments")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if measure { 100 } else { 6 });
+    if !measure {
+        println!(
+            "rollout_control_plane: smoke run (use `cargo bench --bench rollout_control_plane` to measure)"
+        );
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(run(deployments, measure));
+}
+
+async fn run(deployments: usize, measure: bool) {
+    let stale = deployments / 2;
+    let namespace = "e2e-rollout-bench";
+    let ctx = TestContext::with_deploy_rbac(
+        "rollout-bench",
+        &[
+            "--configmap-namespace",
+            namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "--include-namespace",
+            namespace,
+            "--injector-namespace",
+            namespace,
+            "--rollout=auto",
+            "--max-parallel",
+            MAX_PARALLEL,
+            "--settle",
+            "1s",
+            // The default 30 a minute would make the rate, not --max-parallel, the bound.
+            "--max-restarts-per-minute",
+            "600",
+        ],
+    )
+    .await;
+    let injector = ctx.injector.as_ref().unwrap();
+    put_config(&ctx, TRACER_V1).await;
+    eventually(Duration::from_secs(60), "tracer:v1 in force", || async {
+        injector
+            .logs()
+            .iter()
+            .any(|l| l.contains("sidecar configs in force") && l.contains("tracer:v1="))
+            .then_some(())
+    })
+    .await;
+
+    let api: Api<Deployment> = ctx.api();
+    for i in 0..deployments {
+        let name = format!("app-{i:03}");
+        let sidecar = if i < stale { "tracer:v1" } else { "logger:v1" };
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": REPLICAS,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}, "annotations": {"injector/request": sidecar}},
+                    "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+                }
+            }
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &deployment)
+            .await
+            .expect("a Deployment");
+    }
+    let setup = Duration::from_secs(60 + deployments as u64 * 3);
+    eventually(setup, "every Deployment available", || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        (list.items.len() == deployments
+            && list.items.iter().all(|d| {
+                d.status
+                    .as_ref()
+                    .and_then(|s| s.available_replicas)
+                    .unwrap_or(0) as usize
+                    == REPLICAS
+            }))
+        .then_some(())
+    })
+    .await;
+    let tracer_pods = (stale * REPLICAS) as f64;
+    eventually(setup, "the index sees every pod current", || async {
+        (gauge(injector, "tracer:v1", "current") == tracer_pods
+            && injector.metric("sidecar_injector_rollout_leader") == 1.0)
+            .then_some(())
+    })
+    .await;
+
+    let before = samples(injector, "sidecar_injector_kube_requests_total");
+    let started = Instant::now();
+    put_config(&ctx, TRACER_V2).await;
+    eventually(Duration::from_secs(30), "the edit seen", || async {
+        (gauge(injector, "tracer:v1", "stale") > 0.0).then_some(())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(120 + deployments as u64 * 6),
+        "zero drift",
+        || async {
+            (gauge(injector, "tracer:v1", "stale") == 0.0
+                && gauge(injector, "tracer:v1", "current") == tracer_pods
+                && gauge(injector, "tracer:v1", "uninjected") == 0.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let to_zero_drift = started.elapsed();
+    // The gauge is the injector's view; the pods themselves must agree.
+    let v2 = stamp_of(TRACER_V2);
+    let pods = ctx
+        .api::<Pod>()
+        .list(&ListParams::default())
+        .await
+        .expect("pods listed");
+    let at_v2 = pods
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("injector/revision"))
+                == Some(&v2)
+        })
+        .count();
+    assert_eq!(at_v2, stale * REPLICAS, "every tracer pod at {v2}");
+    eventually(Duration::from_secs(60), "the campaign complete", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    let after = samples(injector, "sidecar_injector_kube_requests_total");
+    let restarted = injector
+        .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}");
+
+    let mut by_verb: BTreeMap<String, f64> = BTreeMap::new();
+    for (labels, value) in &after {
+        let delta = value - before.get(labels).copied().unwrap_or(0.0);
+        if delta > 0.0 {
+            by_verb.insert(labels.clone(), delta);
+        }
+    }
+    let total: f64 = by_verb.values().sum();
+    let lists = by_verb.get("{verb=\"list\"}").copied().unwrap_or_default() as u64;
+    assert_eq!(
+        restarted, stale as f64,
+        "each stale Deployment restarted once"
+    );
+    assert_eq!(lists, 0, "a LIST after the initial sync: {by_verb:?}");
+    if !measure {
+        println!("rollout_control_plane: smoke ok");
+        return;
+    }
+    let floor = unlimited_restart(&api, stale).await;
+    let per_workload = total / restarted;
+    println!(
+        "rollout_control_plane: {deployments} Deployments x {REPLICAS} replicas, {stale} stale after one ConfigMap edit"
+    );
+    println!(
+        "  settings: --max-parallel {MAX_PARALLEL} --settle 1s --canary 1 --max-restarts-per-minute 600"
+    );
+    println!(
+        "  edit -> zero drift: {:.1} s ({:.2} s per restarted Deployment)",
+        to_zero_drift.as_secs_f64(),
+        to_zero_drift.as_secs_f64() / restarted
+    );
+    println!(
+        "  the same {stale} restarts all at once by hand (kubectl rollout restart, no limits): {:.1} s; engine / by hand = {:.2}",
+        floor.as_secs_f64(),
+        to_zero_drift.as_secs_f64() / floor.as_secs_f64()
+    );
+    println!(
+        "  API requests by the injector in that time: {total} ({per_workload:.2} per restarted Deployment; target <= {TARGET_REQUESTS_PER_WORKLOAD}) {}",
+        if per_workload <= TARGET_REQUESTS_PER_WORKLOAD {
+            "ok"
+        } else {
+            "MISSED"
+        }
+    );
+    for (labels, delta) in &by_verb {
+        println!("    {labels}: {delta}");
+    }
+    println!("  LIST requests after the initial sync: {lists} (target 0) ok");
+}
+
+/// The floor for the same restarts: every stale Deployment patched at once as `kubectl rollout
+/// restart` does, timed until the controllers report each one rolled out.
+async fn unlimited_restart(api: &Api<Deployment>, stale: usize) -> Duration {
+    let started = Instant::now();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    for i in 0..stale {
+        let patch = json!({"spec": {"template": {"metadata": {"annotations": {
+            "kubectl.kubernetes.io/restartedAt": now
+        }}}}});
+        api.patch(
+            &format!("app-{i:03}"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .expect("a restart patch");
+    }
+    eventually(
+        Duration::from_secs(600),
+        "the restarts by hand rolled out",
+        || async {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            let restarted: Vec<&Deployment> = list
+                .items
+                .iter()
+                .filter(|d| {
+                    d.spec.as_ref().is_some_and(|s| {
+                        template_has(&s.template.metadata, "kubectl.kubernetes.io/restartedAt")
+                    })
+                })
+                .collect();
+            (restarted.len() == stale
+                && restarted.iter().all(|d| {
+                    let status = d.status.clone().unwrap_or_default();
+                    status.observed_generation >= d.metadata.generation
+                        && status.updated_replicas.unwrap_or(0) as usize == REPLICAS
+                        && status.replicas.unwrap_or(0) as usize == REPLICAS
+                        && status.available_replicas.unwrap_or(0) as usize == REPLICAS
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    started.elapsed()
+}
+
+fn template_has(
+    metadata: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    key: &str,
+) -> bool {
+    metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .is_some_and(|a| a.contains_key(key))
+}
+
+async fn put_config(ctx: &TestContext, text: &str) {
+    let api: Api<ConfigMap> = ctx.api();
+    let mut configmap: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "tracing", "labels": {"sidecar-injector-e2e/config": "true"}},
+        "data": {"tracer.yaml": text}
+    }))
+    .unwrap();
+    match api.get_opt("tracing").await.expect("the ConfigMap read") {
+        None => {
+            api.create(&PostParams::default(), &configmap)
+                .await
+                .expect("the ConfigMap created");
+        }
+        Some(existing) => {
+            configmap.metadata.resource_version = existing.metadata.resource_version;
+            api.replace("tracing", &PostParams::default(), &configmap)
+                .await
+                .expect("the ConfigMap edited");
+        }
+    }
+}
+
+/// The `injector/revision` item a config's text stamps, computed by the library.
+fn stamp_of(text: &str) -> String {
+    let config = sidecar_injector::config::parse_config("bench", text)
+        .unwrap()
+        .config;
+    sidecar_injector::config::LoadedSidecar::new(config, "bench").stamp
+}
+
+fn gauge(injector: &Injector, sidecar: &str, state: &str) -> f64 {
+    injector.metric(&format!(
+        "sidecar_injector_pods{{sidecar=\"{sidecar}\",state=\"{state}\"}}"
+    ))
+}
+
+/// Every sample of one metric family, keyed by its labels.
+fn samples(injector: &Injector, name: &str) -> BTreeMap<String, f64> {
+    let (_, body) = injector.lifecycle_get("/metrics");
+    body.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels, value) = rest.rsplit_once(' ')?;
+            Some((labels.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
