@@ -196,11 +196,14 @@ pub struct RolloutArgs {
     /// Text put before the engine's reason in `NS/rollout-reason` and the change-cause.
     #[arg(long)]
     pub rollout_reason: Option<String>,
-    /// Select by container name instead of by revision (sidecars another system injected).
-    #[arg(long)]
-    pub sidecar_container_name: Option<String>,
-    /// With --sidecar-container-name: only pods started before this RFC 3339 time.
-    #[arg(long)]
+    /// Select by container name instead of by revision, for sidecars another system injected
+    /// (repeatable, or comma-separated): restart the workloads whose pods run a container of
+    /// that name. Lists pod specs once.
+    #[arg(long, value_delimiter = ',')]
+    pub sidecar_container_name: Vec<String>,
+    /// With --sidecar-container-name: only pods started before this time, RFC 3339 or
+    /// `2022-05-01 13:00` (UTC) [default: when the command starts].
+    #[arg(long, requires = "sidecar_container_name")]
     pub only_started_before: Option<String>,
     /// Output format of the plan and the results.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]

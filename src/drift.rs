@@ -376,6 +376,13 @@ pub struct DriftPolicy {
     pub restart_unknown: bool,
 }
 
+impl DriftPolicy {
+    /// Why pods of `namespace` are left out, if they are.
+    pub fn namespace_exclusion(&self, namespace: &str) -> Option<String> {
+        namespace_exclusion(namespace, self)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct DriftIndex {
     /// Namespaces, owner names and annotation values, each stored once.
@@ -542,6 +549,15 @@ impl DriftIndex {
         for meta in metas {
             self.apply_workload(kind, meta, keys);
         }
+    }
+
+    /// The Deployment controlling a ReplicaSet, as the index knows it.
+    pub fn deployment_of(&self, namespace: &str, replicaset: &str) -> Option<String> {
+        self.replicasets
+            .get(namespace)?
+            .get(replicaset)?
+            .as_deref()
+            .map(str::to_owned)
     }
 
     pub fn pod_count(&self) -> usize {

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod config_directory;
 pub mod configmaps;
+pub mod container_selection;
 pub mod drift;
 pub mod drift_snapshot;
 pub mod drift_watch;

@@ -2,31 +2,38 @@
 //! cluster as `serve` does, plans with the same planner, prints the plan (dry run), or acts and
 //! waits until every planned workload is done.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::annotations::AnnotationKeys;
 use crate::cli::{OutputFormat, RolloutArgs, one_shot_client, one_shot_configs};
+use crate::container_selection::{PodSummary, SelectionInput, parse_started_before, select};
 use crate::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
-use crate::rollout_engine::{Engine, EngineMode, EngineOptions};
+use crate::rollout_engine::{ContainerRun, Engine, EngineMode, EngineOptions};
 
+/// Pods per page of the one list of pod specs.
+const POD_PAGE: u32 = 500;
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
 pub fn run(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
-    if args.sidecar_container_name.is_some() || args.only_started_before.is_some() {
+    if !args.sidecar_container_name.is_empty() && args.resume {
         anyhow::bail!(
-            "--sidecar-container-name and --only-started-before are not supported yet: select by revision (the default)"
+            "--resume clears paused revision campaigns; a --sidecar-container-name run keeps no campaign to resume"
         );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -38,6 +45,10 @@ pub fn run(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
+    let started_before = match &args.only_started_before {
+        Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
+        None => Timestamp::now(),
+    };
     let client = one_shot_client(args.kubeconfig.as_deref()).await?;
     let keys = AnnotationKeys::new(&args.annotation_namespace);
     let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
@@ -109,8 +120,20 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("the cluster was not listed in time")?
         .context("the watches stopped")?;
-    let mut engine = Engine::new(client, options, Arc::new(Metrics::new()));
-    engine.load_status().await;
+    let by_container = !args.sidecar_container_name.is_empty();
+    let mut engine = Engine::new(client.clone(), options.clone(), Arc::new(Metrics::new()));
+    if by_container {
+        let run = container_run(&client, args, &options, &feed, started_before).await?;
+        for skipped in &run.selection.skipped {
+            eprintln!(
+                "skipping pod {}/{}: {}",
+                skipped.namespace, skipped.name, skipped.reason
+            );
+        }
+        engine.select_containers(run);
+    } else {
+        engine.load_status().await;
+    }
     if args.resume {
         let resumed = engine.resume();
         if resumed.is_empty() {
@@ -122,7 +145,16 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
 
     if !args.confirm {
         let plan = engine.tick(&feed, &sidecars, false).await;
-        print_plan(args.output, &plan)?;
+        let nothing = if by_container {
+            format!(
+                "nothing to restart: no pod started before {} runs container {}",
+                started_before,
+                args.sidecar_container_name.join(", ")
+            )
+        } else {
+            "nothing to restart: no workload runs a stale sidecar".to_owned()
+        };
+        print_plan(args.output, &plan, &nothing)?;
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -189,13 +221,107 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `--sidecar-container-name`: the pod specs listed once (page by page, per included namespace
+/// when the run is limited to some), then a metadata watch that says which chosen pods remain.
+async fn container_run(
+    client: &kube::Client,
+    args: &RolloutArgs,
+    options: &EngineOptions,
+    feed: &crate::drift_watch::DriftFeed,
+    started_before: Timestamp,
+) -> anyhow::Result<ContainerRun> {
+    let scopes: Vec<Api<Pod>> = if options.policy.include_namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        options
+            .policy
+            .include_namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    };
+    let mut pods = Vec::new();
+    for api in scopes {
+        let mut params = ListParams::default().limit(POD_PAGE);
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .context("cannot list pods (with their specs) to find the named containers")?;
+            pods.extend(page.items.iter().filter_map(PodSummary::from_pod));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+    }
+    let live = Arc::new(Mutex::new(HashSet::new()));
+    let mut listed = watch_live_pods(client.clone(), live.clone());
+    tokio::time::timeout(SYNC_DEADLINE, listed.wait_for(|l| *l))
+        .await
+        .context("the pods were not listed in time")?
+        .context("the pod watch stopped")?;
+    let selection = {
+        let index = feed.index.lock().expect("drift index lock");
+        let deployment_of = |ns: &str, rs: &str| index.deployment_of(ns, rs);
+        select(SelectionInput {
+            pods: &pods,
+            containers: &args.sidecar_container_name,
+            started_before,
+            policy: &options.policy,
+            deployment_of: &deployment_of,
+        })
+    };
+    Ok(ContainerRun { selection, live })
+}
+
+/// Keeps `live` equal to the uids of the pods that exist and are not terminating; the
+/// receiver turns true once the first list is in.
+fn watch_live_pods(
+    client: kube::Client,
+    live: Arc<Mutex<HashSet<String>>>,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let api: Api<PartialObjectMeta<Pod>> = Api::all(client);
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut relist: HashSet<String> = HashSet::new();
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { continue };
+            let uid = |meta: &kube::api::ObjectMeta| meta.uid.clone().unwrap_or_default();
+            let mut live = live.lock().expect("live pods lock");
+            match event {
+                watcher::Event::Init => relist.clear(),
+                watcher::Event::InitApply(pod) => {
+                    if pod.metadata.deletion_timestamp.is_none() {
+                        relist.insert(uid(&pod.metadata));
+                    }
+                }
+                watcher::Event::InitDone => {
+                    *live = std::mem::take(&mut relist);
+                    let _ = listed_tx.send(true);
+                }
+                watcher::Event::Apply(pod) if pod.metadata.deletion_timestamp.is_none() => {
+                    live.insert(uid(&pod.metadata));
+                }
+                watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
+                    live.remove(&uid(&pod.metadata));
+                }
+            }
+        }
+    });
+    listed
+}
+
 fn print_plan_summary(plan: &RolloutPlan) {
     for restart in &plan.restarts {
         eprintln!("restarting {}: {}", restart.workload, restart.reason);
     }
 }
 
-fn print_plan(output: OutputFormat, plan: &RolloutPlan) -> anyhow::Result<()> {
+fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match output {
         OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(plan)?)?,
@@ -223,7 +349,7 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan) -> anyhow::Result<()> {
                 )?;
             }
             if plan.restarts.is_empty() && plan.rolling.is_empty() && plan.waiting.is_empty() {
-                writeln!(out, "nothing to restart: no workload runs a stale sidecar")?;
+                writeln!(out, "{nothing}")?;
             } else {
                 writeln!(out, "dry run: nothing changed; pass --confirm to restart")?;
             }

@@ -4,8 +4,8 @@
 //! evictions for OnDelete workloads, Events, metrics, and the status ConfigMap that keeps
 //! campaigns (and pauses) across restarts and leader changes.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -24,6 +24,7 @@ use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::config::{RolloutMode, SidecarSet};
+use crate::container_selection::ContainerSelection;
 use crate::drift::{DriftPolicy, WorkloadKind};
 use crate::drift_snapshot::{STATUS_CONFIGMAP, STATUS_REVISIONS_KEY};
 use crate::drift_watch::DriftFeed;
@@ -81,6 +82,14 @@ pub struct EngineOptions {
     pub reason_prefix: Option<String>,
 }
 
+/// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
+/// pods by container name instead of from revisions.
+pub struct ContainerRun {
+    pub selection: ContainerSelection,
+    /// The uids of the pods that exist now, kept by a metadata watch.
+    pub live: Arc<Mutex<HashSet<String>>>,
+}
+
 /// What a one-shot run ends with.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct RunSummary {
@@ -107,6 +116,7 @@ pub struct Engine {
     status: watch::Receiver<Option<ConfigMap>>,
     reported_success: BTreeSet<(WorkloadRef, String)>,
     last_dry_run: Vec<String>,
+    containers: Option<ContainerRun>,
     pub summary: RunSummary,
 }
 
@@ -135,6 +145,7 @@ impl Engine {
             status,
             reported_success: BTreeSet::new(),
             last_dry_run: Vec::new(),
+            containers: None,
             summary: RunSummary::default(),
         }
     }
@@ -172,6 +183,13 @@ impl Engine {
             );
         }
         targets
+    }
+
+    /// Plans from `run` instead of from revisions. Such a run keeps its campaign to itself: it
+    /// neither reads nor writes the status ConfigMap, whose revisions and campaigns are the
+    /// injector's.
+    pub fn select_containers(&mut self, run: ContainerRun) {
+        self.containers = Some(run);
     }
 
     /// Waits for the first read of the status ConfigMap (present or not).
@@ -225,8 +243,13 @@ impl Engine {
 
     /// Plans from the index; acts on the plan when `may_act`.
     pub async fn tick(&mut self, feed: &DriftFeed, set: &SidecarSet, may_act: bool) -> RolloutPlan {
-        self.adopt_cluster_book();
-        let targets = self.targets(set);
+        let targets = match &self.containers {
+            Some(run) => run.selection.targets(),
+            None => {
+                self.adopt_cluster_book();
+                self.targets(set)
+            }
+        };
         let wanted: BTreeMap<String, String> = targets
             .iter()
             .map(|(name, t)| (name.clone(), t.revision.clone()))
@@ -234,11 +257,18 @@ impl Engine {
         let now = Timestamp::now();
         let (plan, evictions) = {
             let index = feed.index.lock().expect("drift index lock");
-            let mut report = index.classify_revisions(&wanted, &self.options.policy);
+            let live = self
+                .containers
+                .as_ref()
+                .map(|run| run.live.lock().expect("live pods lock"));
+            let mut report = match (&self.containers, &live) {
+                (Some(run), Some(live)) => run.selection.report(live),
+                _ => index.classify_revisions(&wanted, &self.options.policy),
+            };
             if let Some(kinds) = &self.options.kinds {
                 report.workloads.retain(|w| kinds.contains(&w.kind));
             }
-            let plan = rollout::plan(PlanInput {
+            let mut plan = rollout::plan(PlanInput {
                 report: &report,
                 index: &index,
                 targets: &targets,
@@ -254,17 +284,27 @@ impl Engine {
                 .filter_map(|r| {
                     let kind = r.workload.workload_kind()?;
                     let entry = index.workload(kind, &r.workload.namespace, &r.workload.name)?;
-                    let pods = index.pods_needing_restart(
-                        kind,
-                        &r.workload.namespace,
-                        &r.workload.name,
-                        &wanted,
-                        self.options.policy.restart_unknown,
-                    );
+                    let pods = match (&self.containers, &live) {
+                        (Some(run), Some(live)) => {
+                            run.selection.pods_needing_restart(&r.workload, live)
+                        }
+                        _ => index.pods_needing_restart(
+                            kind,
+                            &r.workload.namespace,
+                            &r.workload.name,
+                            &wanted,
+                            self.options.policy.restart_unknown,
+                        ),
+                    };
                     let healthy = rollout::rolled_out(kind, entry);
                     Some((r.workload.clone(), pods, healthy))
                 })
                 .collect();
+            if let Some(run) = &self.containers {
+                for restart in &mut plan.restarts {
+                    restart.reason = run.selection.reason(&restart.workload);
+                }
+            }
             (plan, evictions)
         };
         let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
@@ -287,7 +327,9 @@ impl Engine {
             EngineMode::DryRun => self.log_dry_run(&plan),
             EngineMode::Off => {}
         }
-        self.write_status(&wanted).await;
+        if self.containers.is_none() {
+            self.write_status(&wanted).await;
+        }
         plan
     }
 

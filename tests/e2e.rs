@@ -1720,3 +1720,189 @@ async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_neve
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rollout_command_selects_by_container_name_and_start_time() {
+    let ns = "e2e-rollout-containers";
+    let ctx = TestContext::with_deploy_rbac("rollout-containers", &rollout_args(ns, &[])).await;
+    // Before any pod exists: a time no pod started before.
+    let too_early = (k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::from_secs(2))
+    .strftime("%Y-%m-%dT%H:%M:%SZ")
+    .to_string();
+    // Sidecars another injector put there: a container named istio-proxy, no request annotation.
+    let meshed = |app: &str| {
+        json!({
+            "metadata": {"labels": {"app": app}},
+            "spec": {"containers": [
+                {"name": "app", "image": "example.org/app:1.0"},
+                {"name": "istio-proxy", "image": "example.org/proxy:1.0"}
+            ]}
+        })
+    };
+    let selector = |app: &str| json!({"matchLabels": {"app": app}});
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "mesh-web"},
+        "spec": {"replicas": 2, "selector": selector("mesh-web"), "template": meshed("mesh-web")}
+    }))
+    .await;
+    create(&ctx.api::<StatefulSet>(), json!({
+        "metadata": {"name": "mesh-db"},
+        "spec": {"replicas": 1, "serviceName": "mesh-db", "selector": selector("mesh-db"), "template": meshed("mesh-db")}
+    }))
+    .await;
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": "plain"},
+        "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", None)}
+    }))
+    .await;
+    let ready = |app: &'static str, count: usize| {
+        let ctx = &ctx;
+        async move {
+            eventually(DEADLINE, &format!("{app}: {count} ready pods"), || async {
+                let pods = pods_of(ctx, app).await;
+                (pods.len() == count
+                    && pods.iter().all(|p| {
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    }))
+                .then_some(())
+            })
+            .await
+        }
+    };
+    ready("mesh-web", 2).await;
+    ready("mesh-db", 1).await;
+    ready("plain", 1).await;
+    let db_uid = pods_of(&ctx, "mesh-db").await[0].metadata.uid.clone();
+
+    // Every pod started after this time: nothing to restart.
+    let output = rollout_command(
+        ns,
+        &[
+            "--sidecar-container-name",
+            "istio-proxy",
+            "--only-started-before",
+            &too_early,
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("nothing to restart: no pod started before"),
+        "{stdout}"
+    );
+    // --only-started-before selects among named containers only.
+    let output = rollout_command(ns, &["--only-started-before", &too_early]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--sidecar-container-name"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // The dry run lists exactly the workloads running the container.
+    let output = rollout_command(
+        ns,
+        &[
+            "--sidecar-container-name",
+            "istio-proxy",
+            "-o",
+            "json",
+            "--canary",
+            "0",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut planned: Vec<String> = plan["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(plan["waiting"].as_array().unwrap())
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["workload"]["kind"].as_str().unwrap(),
+                r["workload"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    planned.sort();
+    assert_eq!(
+        planned,
+        ["Deployment/mesh-web", "StatefulSet/mesh-db"],
+        "{plan:#}"
+    );
+    assert_eq!(
+        replicaset_count(&ctx, "mesh-web").await,
+        1,
+        "a dry run changes nothing"
+    );
+
+    // --confirm restarts them, waits, exits 0.
+    let output = rollout_command(
+        ns,
+        &["--sidecar-container-name", "istio-proxy", "--confirm"],
+    );
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for workload in [
+        "Deployment/e2e-rollout-containers/mesh-web",
+        "StatefulSet/e2e-rollout-containers/mesh-db",
+    ] {
+        assert!(
+            stdout.contains(&format!("restarted  {workload}")),
+            "{stdout}"
+        );
+    }
+    assert_eq!(
+        replicaset_count(&ctx, "mesh-web").await,
+        2,
+        "mesh-web rolled once"
+    );
+    let web = ctx.api::<Deployment>().get("mesh-web").await.unwrap();
+    let web_template = &web.spec.unwrap().template.metadata;
+    assert!(
+        template_annotation(web_template, "injector/rollout-revision")
+            .is_some_and(|r| r.starts_with("container/istio-proxy=")),
+        "{web_template:?}"
+    );
+    let reason = template_annotation(web_template, "injector/rollout-reason").unwrap();
+    assert!(
+        reason.starts_with("container istio-proxy in 2 pod(s) started before"),
+        "{reason}"
+    );
+    ready("mesh-db", 1).await;
+    assert_ne!(
+        pods_of(&ctx, "mesh-db").await[0].metadata.uid,
+        db_uid,
+        "mesh-db's pod replaced"
+    );
+    assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
+    // The run kept its campaign to itself: the injector's status ConfigMap is not written.
+    assert!(
+        ctx.api::<k8s_openapi::api::core::v1::ConfigMap>()
+            .get_opt("sidecar-injector-status")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
