@@ -117,6 +117,9 @@ pub struct Engine {
     reported_success: BTreeSet<(WorkloadRef, String)>,
     last_dry_run: Vec<String>,
     containers: Option<ContainerRun>,
+    /// The revisions a running injector published, which the one-shot CLI brings pods to
+    /// rather than the ones it computes from its own reading of the configs.
+    published: Option<BTreeMap<String, String>>,
     pub summary: RunSummary,
 }
 
@@ -146,13 +149,38 @@ impl Engine {
             reported_success: BTreeSet::new(),
             last_dry_run: Vec::new(),
             containers: None,
+            published: None,
             summary: RunSummary::default(),
         }
+    }
+
+    /// Brings pods to `revisions` (what the running injector injects) instead of the revisions
+    /// of the configs this process read.
+    pub fn use_published_revisions(&mut self, revisions: BTreeMap<String, String>) {
+        self.published = Some(revisions);
     }
 
     /// The revisions to bring pods to, with what changed when this process saw the previous
     /// content of a sidecar.
     fn targets(&mut self, set: &SidecarSet) -> BTreeMap<String, SidecarTarget> {
+        if let Some(published) = &self.published {
+            return published
+                .iter()
+                .map(|(name, revision)| {
+                    let manual = !self.options.ignore_manual_policy
+                        && set.iter().any(|s| {
+                            s.config.name.to_string() == *name
+                                && s.config.rollout_mode() == RolloutMode::Manual
+                        });
+                    let target = SidecarTarget {
+                        revision: revision.clone(),
+                        manual,
+                        changes: None,
+                    };
+                    (name.clone(), target)
+                })
+                .collect();
+        }
         let mut targets = BTreeMap::new();
         for sidecar in set.iter() {
             let name = sidecar.config.name.to_string();

@@ -1321,6 +1321,13 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!(
+            "revisions computed from the configs (no status ConfigMap in {ns})"
+        )),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
     let mut planned: Vec<String> = plan["restarts"]
         .as_array()
@@ -1448,9 +1455,38 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
     })
     .await;
     let dry_run = rollout_command(ns, &["-o", "json"]);
+    assert!(
+        String::from_utf8_lossy(&dry_run.stderr).contains(&format!(
+            "revisions from {ns}/sidecar-injector-status, as the running injector published them"
+        )),
+        "{}",
+        String::from_utf8_lossy(&dry_run.stderr)
+    );
     let plan: Value = serde_json::from_slice(&dry_run.stdout).unwrap();
     assert_eq!(plan["waiting"][0]["workload"]["name"], "web", "{plan:#}");
     assert_eq!(plan["waiting"][0]["reason"], "cooldown", "{plan:#}");
+    // Run where tracer's ConfigMap is not read at all: the plan is the same, because the
+    // revisions come from what the running injector published.
+    let elsewhere = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("rollout")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args([
+            "--config-directory",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+            "--include-namespace",
+            ns,
+            "--injector-namespace",
+            ns,
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("rollout runs");
+    let plan: Value = serde_json::from_slice(&elsewhere.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&elsewhere.stderr)));
+    assert_eq!(plan["waiting"][0]["workload"]["name"], "web", "{plan:#}");
+    assert_eq!(plan["waiting"][0]["sidecars"][0], "tracer:v1", "{plan:#}");
     assert_eq!(
         replicaset_count(&ctx, "web").await,
         2,
