@@ -21,10 +21,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::cluster::TestContext;
+use support::cluster::{TestContext, put_config};
 use support::injector::{Injector, eventually};
 
 const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
@@ -80,7 +80,7 @@ async fn run(deployments: usize, measure: bool) {
     )
     .await;
     let injector = ctx.injector.as_ref().unwrap();
-    put_config(&ctx, TRACER_V1).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
     eventually(Duration::from_secs(60), "tracer:v1 in force", || async {
         injector
             .logs()
@@ -134,7 +134,7 @@ async fn run(deployments: usize, measure: bool) {
 
     let before = samples(injector, "sidecar_injector_kube_requests_total");
     let started = Instant::now();
-    put_config(&ctx, TRACER_V2).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
     eventually(Duration::from_secs(30), "the edit seen", || async {
         (gauge(injector, "tracer:v1", "stale") > 0.0).then_some(())
     })
@@ -285,28 +285,6 @@ fn template_has(
         .as_ref()
         .and_then(|m| m.annotations.as_ref())
         .is_some_and(|a| a.contains_key(key))
-}
-
-async fn put_config(ctx: &TestContext, text: &str) {
-    let api: Api<ConfigMap> = ctx.api();
-    let mut configmap: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "tracing", "labels": {"sidecar-injector-e2e/config": "true"}},
-        "data": {"tracer.yaml": text}
-    }))
-    .unwrap();
-    match api.get_opt("tracing").await.expect("the ConfigMap read") {
-        None => {
-            api.create(&PostParams::default(), &configmap)
-                .await
-                .expect("the ConfigMap created");
-        }
-        Some(existing) => {
-            configmap.metadata.resource_version = existing.metadata.resource_version;
-            api.replace("tracing", &PostParams::default(), &configmap)
-                .await
-                .expect("the ConfigMap edited");
-        }
-    }
 }
 
 /// The `injector/revision` item a config's text stamps, computed by the library.

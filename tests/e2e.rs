@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::cluster::{TestContext, kustomize, of_kind};
+use support::cluster::{TestContext, configmap, kustomize, of_kind, put_config};
 use support::injector::eventually;
 use support::kubelet::NODES;
 
@@ -69,6 +69,32 @@ fn container_names(pod: &Pod) -> Vec<String> {
         .iter()
         .map(|c| c.name.clone())
         .collect()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `Kind/name` of every workload a `rollout -o json` plan restarts or holds, sorted.
+fn planned_workloads(plan: &Value) -> Vec<String> {
+    let mut planned: Vec<String> = plan["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(plan["waiting"].as_array().unwrap())
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["workload"]["kind"].as_str().unwrap(),
+                r["workload"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    planned.sort();
+    planned
 }
 
 fn annotation<'p>(pod: &'p Pod, key: &str) -> Option<&'p str> {
@@ -302,23 +328,6 @@ async fn create_pod(ctx: &TestContext, name: &str, request: &str) -> Result<Pod,
     }))
     .unwrap();
     ctx.api::<Pod>().create(&PostParams::default(), &pod).await
-}
-
-fn configmap(
-    name: &str,
-    labelled: bool,
-    key: &str,
-    text: &str,
-) -> k8s_openapi::api::core::v1::ConfigMap {
-    let labels = if labelled {
-        json!({"sidecar-injector-e2e/config": "true"})
-    } else {
-        json!({})
-    };
-    serde_json::from_value(
-        json!({"metadata": {"name": name, "labels": labels}, "data": {key: text}}),
-    )
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -946,22 +955,14 @@ fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-async fn put_config(ctx: &TestContext, name: &str, key: &str, text: &str) {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let api: Api<ConfigMap> = ctx.api();
-    match api.get_opt(name).await.unwrap() {
-        None => {
-            api.create(&PostParams::default(), &configmap(name, true, key, text))
-                .await
-                .unwrap();
-        }
-        Some(mut cm) => {
-            cm.data = Some([(key.to_owned(), text.to_owned())].into());
-            api.replace(name, &PostParams::default(), &cm)
-                .await
-                .unwrap();
-        }
-    }
+/// A rollout test's world: the injector (with `extra`, under deploy/'s RBAC) reads the test's
+/// ConfigMaps, and `tracer:v1` is in force.
+async fn engine_context(test: &str, extra: &[&str]) -> TestContext {
+    let namespace = format!("e2e-{test}");
+    let ctx = TestContext::with_deploy_rbac(test, &rollout_args(&namespace, extra)).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    ctx
 }
 
 /// Waits until `app` has exactly `count` pods, all stamped with `stamp` and Ready.
@@ -972,19 +973,22 @@ async fn wait_pods_at(ctx: &TestContext, app: &str, count: usize, stamp: &str, d
         || async {
             let pods = pods_of(ctx, app).await;
             (pods.len() == count
-                && pods.iter().all(|p| {
-                    annotation(p, "injector/revision") == Some(stamp)
-                        && p.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                }))
+                && pods
+                    .iter()
+                    .all(|p| annotation(p, "injector/revision") == Some(stamp) && is_ready(p)))
             .then_some(())
         },
     )
     .await;
+}
+
+/// Waits until `app` has exactly `count` pods, all Ready.
+async fn wait_ready(ctx: &TestContext, app: &str, count: usize) {
+    eventually(DEADLINE, &format!("{app}: {count} ready pods"), || async {
+        let pods = pods_of(ctx, app).await;
+        (pods.len() == count && pods.iter().all(is_ready)).then_some(())
+    })
+    .await
 }
 
 fn template_annotation(
@@ -1042,16 +1046,11 @@ async fn tracer_workloads(ctx: &TestContext) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_edit() {
     let ns = "e2e-rollout-auto";
-    let ctx = TestContext::with_deploy_rbac(
+    let ctx = engine_context(
         "rollout-auto",
-        &rollout_args(
-            ns,
-            &["--rollout=auto", "--settle", "1s", "--max-parallel", "10"],
-        ),
+        &["--rollout=auto", "--settle", "1s", "--max-parallel", "10"],
     )
     .await;
-    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
     tracer_workloads(&ctx).await;
     let v1 = stamp_of(TRACER_V1);
     for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
@@ -1172,25 +1171,19 @@ async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converges() {
-    let ns = "e2e-rollout-broken";
-    let mut ctx = TestContext::with_deploy_rbac(
+    let mut ctx = engine_context(
         "rollout-broken",
-        &rollout_args(
-            ns,
-            &[
-                "--rollout=auto",
-                "--settle",
-                "1s",
-                "--rollout-timeout",
-                "6s",
-                "--lease-duration",
-                "3s",
-            ],
-        ),
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--rollout-timeout",
+            "6s",
+            "--lease-duration",
+            "3s",
+        ],
     )
     .await;
-    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
     let selector = |app: &str| json!({"matchLabels": {"app": app}});
     for (name, replicas) in [("canary", 1), ("web", 2), ("api", 2)] {
         create(&ctx.api::<Deployment>(), json!({
@@ -1277,6 +1270,17 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
     }
 }
 
+/// The stdout of a command that must have succeeded.
+fn succeeded(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// `sidecar-injector rollout` against the control plane, as an operator runs it.
 fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
@@ -1304,9 +1308,7 @@ fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     let ns = "e2e-rollout-cli";
-    let ctx = TestContext::with_deploy_rbac("rollout-cli", &rollout_args(ns, &[])).await;
-    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let ctx = engine_context("rollout-cli", &[]).await;
     tracer_workloads(&ctx).await;
     let v1 = stamp_of(TRACER_V1);
     for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
@@ -1329,20 +1331,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
         String::from_utf8_lossy(&output.stderr)
     );
     let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let mut planned: Vec<String> = plan["restarts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(plan["waiting"].as_array().unwrap())
-        .map(|r| {
-            format!(
-                "{}/{}",
-                r["workload"]["kind"].as_str().unwrap(),
-                r["workload"]["name"].as_str().unwrap()
-            )
-        })
-        .collect();
-    planned.sort();
+    let planned = planned_workloads(&plan);
     assert_eq!(
         planned,
         ["DaemonSet/agent", "Deployment/web", "StatefulSet/db"],
@@ -1368,13 +1357,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
 
     // --confirm rolls them, waits, and exits 0.
     let output = rollout_command(ns, &["--confirm", "--rollout-reason", "ticket OPS-1"]);
-    assert!(
-        output.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = succeeded(&output);
     for workload in [
         "Deployment/e2e-rollout-cli/web",
         "StatefulSet/e2e-rollout-cli/db",
@@ -1407,13 +1390,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
 #[tokio::test(flavor = "multi_thread")]
 async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds_the_next() {
     let ns = "e2e-rollout-settle";
-    let ctx = TestContext::with_deploy_rbac(
-        "rollout-settle",
-        &rollout_args(ns, &["--rollout=auto", "--settle", "3s"]),
-    )
-    .await;
-    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let ctx = engine_context("rollout-settle", &["--rollout=auto", "--settle", "3s"]).await;
     let selector = json!({"matchLabels": {"app": "web"}});
     create(&ctx.api::<Deployment>(), json!({
         "metadata": {"name": "web"},
@@ -1501,10 +1478,7 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
 
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly_once() {
-    let ns = "e2e-rollout-ha";
-    let ctx = TestContext::with_deploy_rbac("rollout-ha", &rollout_args(ns, &[])).await;
-    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let ctx = engine_context("rollout-ha", &[]).await;
     let apps = ["a", "b", "c", "d"];
     for app in apps {
         create(&ctx.api::<Deployment>(), json!({
@@ -1623,14 +1597,7 @@ fn watch_availability(
             match event {
                 watcher::Event::Init => ready.clear(),
                 watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
-                    let up = pod.metadata.deletion_timestamp.is_none()
-                        && pod
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            });
+                    let up = pod.metadata.deletion_timestamp.is_none() && is_ready(&pod);
                     out.lock()
                         .unwrap()
                         .1
@@ -1654,14 +1621,7 @@ fn watch_availability(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_never_forced() {
-    let ns = "e2e-rollout-ondelete";
-    let ctx = TestContext::with_deploy_rbac(
-        "rollout-ondelete",
-        &rollout_args(ns, &["--rollout=auto", "--settle", "1s"]),
-    )
-    .await;
-    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let ctx = engine_context("rollout-ondelete", &["--rollout=auto", "--settle", "1s"]).await;
     create(&ctx.api::<StatefulSet>(), json!({
         "metadata": {"name": "db"},
         "spec": {"replicas": 3, "serviceName": "db", "podManagementPolicy": "Parallel",
@@ -1792,28 +1752,9 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
         "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", None)}
     }))
     .await;
-    let ready = |app: &'static str, count: usize| {
-        let ctx = &ctx;
-        async move {
-            eventually(DEADLINE, &format!("{app}: {count} ready pods"), || async {
-                let pods = pods_of(ctx, app).await;
-                (pods.len() == count
-                    && pods.iter().all(|p| {
-                        p.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                    }))
-                .then_some(())
-            })
-            .await
-        }
-    };
-    ready("mesh-web", 2).await;
-    ready("mesh-db", 1).await;
-    ready("plain", 1).await;
+    wait_ready(&ctx, "mesh-web", 2).await;
+    wait_ready(&ctx, "mesh-db", 1).await;
+    wait_ready(&ctx, "plain", 1).await;
     let db_uid = pods_of(&ctx, "mesh-db").await[0].metadata.uid.clone();
 
     // Every pod started after this time: nothing to restart.
@@ -1863,20 +1804,7 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
         String::from_utf8_lossy(&output.stderr)
     );
     let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let mut planned: Vec<String> = plan["restarts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(plan["waiting"].as_array().unwrap())
-        .map(|r| {
-            format!(
-                "{}/{}",
-                r["workload"]["kind"].as_str().unwrap(),
-                r["workload"]["name"].as_str().unwrap()
-            )
-        })
-        .collect();
-    planned.sort();
+    let planned = planned_workloads(&plan);
     assert_eq!(
         planned,
         ["Deployment/mesh-web", "StatefulSet/mesh-db"],
@@ -1893,13 +1821,7 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
         ns,
         &["--sidecar-container-name", "istio-proxy", "--confirm"],
     );
-    assert!(
-        output.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = succeeded(&output);
     for workload in [
         "Deployment/e2e-rollout-containers/mesh-web",
         "StatefulSet/e2e-rollout-containers/mesh-db",
@@ -1926,7 +1848,7 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
         reason.starts_with("container istio-proxy in 2 pod(s) started before"),
         "{reason}"
     );
-    ready("mesh-db", 1).await;
+    wait_ready(&ctx, "mesh-db", 1).await;
     assert_ne!(
         pods_of(&ctx, "mesh-db").await[0].metadata.uid,
         db_uid,

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -426,4 +426,36 @@ pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -
     let path = dir.join("injector.kubeconfig");
     std::fs::write(&path, as_injector).unwrap();
     path
+}
+
+/// A ConfigMap holding one sidecar config, labelled (or not) for the injector's
+/// `--configmap-labels sidecar-injector-e2e/config=true`.
+pub fn configmap(name: &str, labelled: bool, key: &str, text: &str) -> ConfigMap {
+    let labels = if labelled {
+        json!({"sidecar-injector-e2e/config": "true"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": {key: text}}),
+    )
+    .unwrap()
+}
+
+/// Creates the labelled ConfigMap `name` with one config, or replaces its data with it.
+pub async fn put_config(ctx: &TestContext, name: &str, key: &str, text: &str) {
+    let api: Api<ConfigMap> = ctx.api();
+    match api.get_opt(name).await.expect("the ConfigMap read") {
+        None => {
+            api.create(&PostParams::default(), &configmap(name, true, key, text))
+                .await
+                .expect("the ConfigMap created");
+        }
+        Some(mut existing) => {
+            existing.data = Some([(key.to_owned(), text.to_owned())].into());
+            api.replace(name, &PostParams::default(), &existing)
+                .await
+                .expect("the ConfigMap edited");
+        }
+    }
 }
