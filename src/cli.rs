@@ -570,26 +570,9 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let policy = args
             .drift
             .policy(args.ignore_namespaces.iter().cloned().collect());
-        let published =
-            crate::drift_snapshot::published_revisions(&client, &args.injector_namespace)
-                .await
-                .context("cannot use the injector's status ConfigMap")?;
-        let report = match published {
-            Some(revisions) => {
-                eprintln!(
-                    "revisions from {}/{}, as the running injector published them",
-                    args.injector_namespace,
-                    crate::drift_snapshot::STATUS_CONFIGMAP
-                );
-                index.classify_revisions(&revisions, &policy)
-            }
-            None => {
-                eprintln!(
-                    "revisions computed from the configs (no status ConfigMap in {})",
-                    args.injector_namespace
-                );
-                index.classify(&sidecars, &policy)
-            }
+        let report = match revisions_in_force(&client, &args.injector_namespace).await? {
+            Some(revisions) => index.classify_revisions(&revisions, &policy),
+            None => index.classify(&sidecars, &policy),
         };
         let mut out = io::stdout().lock();
         match args.output {
@@ -598,6 +581,28 @@ fn drift(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The revisions a running injector published in its status ConfigMap, which the one-shot
+/// commands judge and restart by (what new pods actually get); `None` when there is none and
+/// the configs' own revisions apply. Says on stderr which source it is.
+pub(crate) async fn revisions_in_force(
+    client: &kube::Client,
+    injector_namespace: &str,
+) -> anyhow::Result<Option<std::collections::BTreeMap<String, String>>> {
+    let published = crate::drift_snapshot::published_revisions(client, injector_namespace)
+        .await
+        .context("cannot use the injector's status ConfigMap")?;
+    match &published {
+        Some(_) => eprintln!(
+            "revisions from {injector_namespace}/{}, as the running injector published them",
+            crate::drift_snapshot::STATUS_CONFIGMAP
+        ),
+        None => eprintln!(
+            "revisions computed from the configs (no status ConfigMap in {injector_namespace})"
+        ),
+    }
+    Ok(published)
 }
 
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution.

@@ -18,9 +18,10 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::annotations::AnnotationKeys;
-use crate::cli::{OutputFormat, RolloutArgs, one_shot_client, one_shot_configs};
+use crate::cli::{
+    OutputFormat, RolloutArgs, one_shot_client, one_shot_configs, revisions_in_force,
+};
 use crate::container_selection::{PodSummary, SelectionInput, parse_started_before, select};
-use crate::drift_snapshot::{STATUS_CONFIGMAP, published_revisions};
 use crate::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
@@ -136,21 +137,8 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         engine.load_status().await;
         // As `drift` does: pods are brought to what the running injector injects, which may
         // differ from this reading of the configs (another checkout, a pending edit).
-        let published = published_revisions(&client, &args.injector_namespace)
-            .await
-            .context("cannot use the injector's status ConfigMap")?;
-        match published {
-            Some(revisions) => {
-                eprintln!(
-                    "revisions from {}/{STATUS_CONFIGMAP}, as the running injector published them",
-                    args.injector_namespace
-                );
-                engine.use_published_revisions(revisions);
-            }
-            None => eprintln!(
-                "revisions computed from the configs (no status ConfigMap in {})",
-                args.injector_namespace
-            ),
+        if let Some(revisions) = revisions_in_force(&client, &args.injector_namespace).await? {
+            engine.use_published_revisions(revisions);
         }
     }
     if args.resume {
