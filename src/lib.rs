@@ -29,4 +29,6 @@ pub mod rollout_command;
 pub mod rollout_engine;
 pub mod server;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod test_fixtures;
 pub mod tls;

@@ -1,8 +1,8 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::json;
 
 use super::*;
 use crate::config::{LoadedSidecar, parse_config};
+use crate::test_fixtures::PodMeta;
 
 const LOGGER_V1: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n";
 const LOGGER_V1_EDITED: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:2'}]\n";
@@ -16,50 +16,6 @@ fn sidecars(texts: &[&str]) -> SidecarSet {
 
 fn stamp(text: &str) -> String {
     LoadedSidecar::new(parse_config("t", text).unwrap().config, "t").stamp
-}
-
-/// Pod metadata as a metadata-only watch delivers it.
-struct PodMeta(ObjectMeta);
-
-impl PodMeta {
-    fn new(namespace: &str, name: &str) -> Self {
-        PodMeta(ObjectMeta {
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
-            annotations: Some(Default::default()),
-            ..Default::default()
-        })
-    }
-    fn annotation(mut self, key: &str, value: &str) -> Self {
-        self.0
-            .annotations
-            .as_mut()
-            .unwrap()
-            .insert(key.into(), value.into());
-        self
-    }
-    fn request(self, request: &str) -> Self {
-        self.annotation("injector/request", request)
-    }
-    fn injected(self, revision: &str) -> Self {
-        self.annotation("injector/status", "injected")
-            .annotation("injector/revision", revision)
-    }
-    fn owner(mut self, kind: &str, name: &str) -> Self {
-        self.0.owner_references = Some(vec![OwnerReference {
-            api_version: "apps/v1".into(),
-            kind: kind.into(),
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            controller: Some(true),
-            ..Default::default()
-        }]);
-        self
-    }
-    fn terminating(mut self) -> Self {
-        self.0.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        self
-    }
 }
 
 fn rs(namespace: &str, name: &str, deployment: Option<&str>) -> ObjectMeta {

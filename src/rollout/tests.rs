@@ -1,9 +1,9 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::json;
 
 use super::*;
 use crate::annotations::AnnotationKeys;
 use crate::drift::DriftPolicy;
+use crate::test_fixtures::PodMeta;
 
 const OLD: &str = "aaaaaaaaaaaa";
 const NEW: &str = "bbbbbbbbbbbb";
@@ -11,32 +11,6 @@ const LOGGER: &str = "logger:v1";
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).unwrap()
-}
-
-fn meta(namespace: &str, name: &str, annotations: &[(&str, &str)]) -> ObjectMeta {
-    ObjectMeta {
-        namespace: Some(namespace.into()),
-        name: Some(name.into()),
-        annotations: Some(
-            annotations
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        ),
-        ..Default::default()
-    }
-}
-
-fn owned(mut meta: ObjectMeta, kind: &str, name: &str) -> ObjectMeta {
-    meta.owner_references = Some(vec![OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        controller: Some(true),
-        ..Default::default()
-    }]);
-    meta
 }
 
 /// A rolled-out, healthy workload of `replicas`.
@@ -97,25 +71,20 @@ impl World {
         self
     }
 
-    fn pod_annotations(revision: Option<&str>, request: &str) -> Vec<(String, String)> {
-        let mut list = vec![("injector/request".to_owned(), request.to_owned())];
-        if let Some(revision) = revision {
-            list.push(("injector/status".into(), "injected".into()));
-            if !revision.is_empty() {
-                list.push(("injector/revision".into(), revision.into()));
-            }
+    /// A pod requesting logger:v1 that runs `stamp` (`None`: never injected; `Some("")`:
+    /// injected without a revision).
+    fn pod(namespace: &str, name: &str, stamp: Option<&str>) -> PodMeta {
+        let pod = PodMeta::new(namespace, name).request(LOGGER);
+        match stamp {
+            None => pod,
+            Some("") => pod.annotation("injector/status", "injected"),
+            Some(stamp) => pod.injected(stamp),
         }
-        list
     }
 
     fn pods(&mut self, namespace: &str, owner: (&str, &str), names: &[&str], stamp: Option<&str>) {
         for name in names {
-            let annotations = Self::pod_annotations(stamp, LOGGER);
-            let pairs: Vec<(&str, &str)> = annotations
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let meta = owned(meta(namespace, name, &pairs), owner.0, owner.1);
+            let meta = Self::pod(namespace, name, stamp).owner(owner.0, owner.1).0;
             self.index.apply_pod(&meta, &self.keys);
         }
     }
@@ -135,7 +104,7 @@ impl World {
     ) -> &mut Self {
         let rs = format!("{name}-rs");
         self.index
-            .apply_replicaset(&owned(meta("team", &rs, &[]), "Deployment", name));
+            .apply_replicaset(&PodMeta::new("team", &rs).owner("Deployment", name).0);
         let names: Vec<String> = (0..replicas).map(|i| format!("{rs}-{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let stamp = revision.map(|r| {
@@ -192,7 +161,7 @@ impl World {
         }
         let rs = format!("{name}-rs2");
         self.index
-            .apply_replicaset(&owned(meta("team", &rs, &[]), "Deployment", name));
+            .apply_replicaset(&PodMeta::new("team", &rs).owner("Deployment", name).0);
         let names: Vec<String> = (0..replicas).map(|i| format!("{rs}-{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let stamp = format!("{LOGGER}={}", self.targets[LOGGER].revision);
@@ -617,14 +586,8 @@ fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are
 fn bare_pods_are_evicted_only_with_evict_bare_pods() {
     let mut world = World::new();
     world.settings.canary = 0;
-    let annotations = World::pod_annotations(Some(&format!("{LOGGER}={OLD}")), LOGGER);
-    let pairs: Vec<(&str, &str)> = annotations
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    world
-        .index
-        .apply_pod(&meta("team", "lonely", &pairs), &world.keys);
+    let lonely = World::pod("team", "lonely", Some(&format!("{LOGGER}={OLD}"))).0;
+    world.index.apply_pod(&lonely, &world.keys);
     assert!(world.plan().restarts.is_empty());
     world.policy.evict_bare_pods = true;
     let plan = world.plan();

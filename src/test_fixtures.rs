@@ -1,0 +1,47 @@
+//! Builders shared by the unit tests of the pure modules.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+
+/// Pod metadata as a metadata-only watch delivers it.
+pub(crate) struct PodMeta(pub ObjectMeta);
+
+impl PodMeta {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        PodMeta(ObjectMeta {
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            annotations: Some(Default::default()),
+            ..Default::default()
+        })
+    }
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key.into(), value.into());
+        self
+    }
+    pub fn request(self, request: &str) -> Self {
+        self.annotation("injector/request", request)
+    }
+    pub fn injected(self, revision: &str) -> Self {
+        self.annotation("injector/status", "injected")
+            .annotation("injector/revision", revision)
+    }
+    pub fn owner(mut self, kind: &str, name: &str) -> Self {
+        self.0.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        self
+    }
+    pub fn terminating(mut self) -> Self {
+        self.0.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        self
+    }
+}
