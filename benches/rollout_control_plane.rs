@@ -24,7 +24,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::cluster::{TestContext, put_config};
+use support::cluster::{TestContext, put_config, rollout_args};
 use support::injector::{Injector, eventually};
 
 const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
@@ -59,24 +59,19 @@ async fn run(deployments: usize, measure: bool) {
     let namespace = "e2e-rollout-bench";
     let ctx = TestContext::with_deploy_rbac(
         "rollout-bench",
-        &[
-            "--configmap-namespace",
+        &rollout_args(
             namespace,
-            "--configmap-labels",
-            "sidecar-injector-e2e/config=true",
-            "--include-namespace",
-            namespace,
-            "--injector-namespace",
-            namespace,
-            "--rollout=auto",
-            "--max-parallel",
-            MAX_PARALLEL,
-            "--settle",
-            "1s",
-            // The default 30 a minute would make the rate, not --max-parallel, the bound.
-            "--max-restarts-per-minute",
-            "600",
-        ],
+            &[
+                "--rollout=auto",
+                "--max-parallel",
+                MAX_PARALLEL,
+                "--settle",
+                "1s",
+                // The default 30 a minute would make the rate, not --max-parallel, the bound.
+                "--max-restarts-per-minute",
+                "600",
+            ],
+        ),
     )
     .await;
     let injector = ctx.injector.as_ref().unwrap();

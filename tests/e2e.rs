@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::cluster::{TestContext, configmap, kustomize, of_kind, put_config};
+use support::cluster::{TestContext, configmap, kustomize, of_kind, put_config, rollout_args};
 use support::injector::eventually;
 use support::kubelet::NODES;
 
@@ -48,6 +48,40 @@ where
     api.create(&PostParams::default(), &object)
         .await
         .expect("created");
+}
+
+/// A Deployment of `replicas` pods made from `template`, selected by its `app` label.
+async fn create_deployment(ctx: &TestContext, name: &str, replicas: i32, template: Value) {
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
+    }))
+    .await;
+}
+
+/// A StatefulSet (its service named after it) of `replicas` pods made from `template`.
+async fn create_statefulset(ctx: &TestContext, name: &str, replicas: i32, template: Value) {
+    create(
+        &ctx.api::<StatefulSet>(),
+        json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}}, "template": template}
+        }),
+    )
+    .await;
+}
+
+/// A DaemonSet (a pod per test node) made from `template`.
+async fn create_daemonset(ctx: &TestContext, name: &str, template: Value) {
+    create(
+        &ctx.api::<DaemonSet>(),
+        json!({
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template}
+        }),
+    )
+    .await;
 }
 
 async fn pods_of(ctx: &TestContext, app: &str) -> Vec<Pod> {
@@ -109,19 +143,9 @@ fn annotation<'p>(pod: &'p Pod, key: &str) -> Option<&'p str> {
 async fn controllers_create_injected_pods_through_the_real_webhook() {
     let ctx = TestContext::new("workloads", &[]).await;
     let stamp = logger_v1_stamp();
-    let selector = |app: &str| json!({"matchLabels": {"app": app}});
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 2, "selector": selector("web"), "template": template("web", Some("logger:v1"))}
-    })).await;
-    create(&ctx.api::<StatefulSet>(), json!({
-        "metadata": {"name": "db"},
-        "spec": {"replicas": 2, "serviceName": "db", "selector": selector("db"), "template": template("db", Some("logger:v1"))}
-    })).await;
-    create(&ctx.api::<DaemonSet>(), json!({
-        "metadata": {"name": "agent"},
-        "spec": {"selector": selector("agent"), "template": template("agent", Some("logger:v1"))}
-    })).await;
+    create_deployment(&ctx, "web", 2, template("web", Some("logger:v1"))).await;
+    create_statefulset(&ctx, "db", 2, template("db", Some("logger:v1"))).await;
+    create_daemonset(&ctx, "agent", template("agent", Some("logger:v1"))).await;
     create(
         &ctx.api::<Pod>(),
         json!({
@@ -206,10 +230,7 @@ async fn controllers_create_injected_pods_through_the_real_webhook() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_sidecar_is_denied_and_the_replicaset_says_why() {
     let ctx = TestContext::new("denied", &[]).await;
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "typo"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "typo"}}, "template": template("typo", Some("logger:v9"))}
-    })).await;
+    create_deployment(&ctx, "typo", 1, template("typo", Some("logger:v9"))).await;
     let message = eventually(
         DEADLINE,
         "a FailedCreate event on the ReplicaSet",
@@ -780,19 +801,9 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .await
         .unwrap();
     wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(v1), true).await;
-    let selector = |app: &str| json!({"matchLabels": {"app": app}});
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 2, "selector": selector("web"), "template": template("web", Some("tracer:v1"))}
-    })).await;
-    create(&ctx.api::<StatefulSet>(), json!({
-        "metadata": {"name": "db"},
-        "spec": {"replicas": 1, "serviceName": "db", "selector": selector("db"), "template": template("db", Some("tracer:v1"))}
-    })).await;
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "plain"},
-        "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", Some("logger:v1"))}
-    })).await;
+    create_deployment(&ctx, "web", 2, template("web", Some("tracer:v1"))).await;
+    create_statefulset(&ctx, "db", 1, template("db", Some("tracer:v1"))).await;
+    create_deployment(&ctx, "plain", 1, template("plain", Some("logger:v1"))).await;
     for (app, count) in [("web", 2), ("db", 1), ("plain", 1)] {
         eventually(DEADLINE, &format!("{app} injected"), || async {
             let pods = pods_of(&ctx, app).await;
@@ -838,10 +849,7 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
     );
     // The webhook bypassed (down, failurePolicy Ignore): this workload's pod is never injected.
     ctx.stop_injector();
-    create(&ctx.api::<StatefulSet>(), json!({
-        "metadata": {"name": "late"},
-        "spec": {"replicas": 1, "serviceName": "late", "selector": selector("late"), "template": template("late", Some("tracer:v1"))}
-    })).await;
+    create_statefulset(&ctx, "late", 1, template("late", Some("tracer:v1"))).await;
     eventually(DEADLINE, "late's pod", || async {
         (pods_of(&ctx, "late").await.len() == 1).then_some(())
     })
@@ -938,23 +946,6 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
 
 // ---- The rollout engine -------------------------------------------------------------------
 
-/// `serve` flags for a test of the rollout engine: configs from the test's ConfigMaps, the
-/// engine scoped to the test's namespace.
-fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--configmap-namespace",
-        namespace,
-        "--configmap-labels",
-        "sidecar-injector-e2e/config=true",
-        "--include-namespace",
-        namespace,
-        "--injector-namespace",
-        namespace,
-    ];
-    args.extend_from_slice(extra);
-    args
-}
-
 /// A rollout test's world: the injector (with `extra`, under deploy/'s RBAC) reads the test's
 /// ConfigMaps, and `tracer:v1` is in force.
 async fn engine_context(test: &str, extra: &[&str]) -> TestContext {
@@ -1024,23 +1015,10 @@ const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tr
 const TRACER_V2: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
 
 async fn tracer_workloads(ctx: &TestContext) {
-    let selector = |app: &str| json!({"matchLabels": {"app": app}});
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 2, "selector": selector("web"), "template": template("web", Some("tracer:v1"))}
-    })).await;
-    create(&ctx.api::<StatefulSet>(), json!({
-        "metadata": {"name": "db"},
-        "spec": {"replicas": 1, "serviceName": "db", "selector": selector("db"), "template": template("db", Some("tracer:v1"))}
-    })).await;
-    create(&ctx.api::<DaemonSet>(), json!({
-        "metadata": {"name": "agent"},
-        "spec": {"selector": selector("agent"), "template": template("agent", Some("tracer:v1"))}
-    })).await;
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "plain"},
-        "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", Some("logger:v1"))}
-    })).await;
+    create_deployment(ctx, "web", 2, template("web", Some("tracer:v1"))).await;
+    create_statefulset(ctx, "db", 1, template("db", Some("tracer:v1"))).await;
+    create_daemonset(ctx, "agent", template("agent", Some("tracer:v1"))).await;
+    create_deployment(ctx, "plain", 1, template("plain", Some("logger:v1"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1184,12 +1162,8 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
         ],
     )
     .await;
-    let selector = |app: &str| json!({"matchLabels": {"app": app}});
     for (name, replicas) in [("canary", 1), ("web", 2), ("api", 2)] {
-        create(&ctx.api::<Deployment>(), json!({
-            "metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": selector(name), "template": template(name, Some("tracer:v1"))}
-        })).await;
+        create_deployment(&ctx, name, replicas, template(name, Some("tracer:v1"))).await;
     }
     let v1 = stamp_of(TRACER_V1);
     for (app, count) in [("canary", 1), ("web", 2), ("api", 2)] {
@@ -1391,12 +1365,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
 async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds_the_next() {
     let ns = "e2e-rollout-settle";
     let ctx = engine_context("rollout-settle", &["--rollout=auto", "--settle", "3s"]).await;
-    let selector = json!({"matchLabels": {"app": "web"}});
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": selector, "template": template("web", Some("tracer:v1"))}
-    }))
-    .await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
     wait_pods_at(&ctx, "web", 1, &stamp_of(TRACER_V1), DEADLINE).await;
 
     // Two edits in quick succession: one restart, to the last.
@@ -1481,11 +1450,7 @@ async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly
     let ctx = engine_context("rollout-ha", &[]).await;
     let apps = ["a", "b", "c", "d"];
     for app in apps {
-        create(&ctx.api::<Deployment>(), json!({
-            "metadata": {"name": app},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}}, "template": template(app, Some("tracer:v1"))}
-        }))
-        .await;
+        create_deployment(&ctx, app, 1, template(app, Some("tracer:v1"))).await;
     }
     for app in apps {
         wait_pods_at(&ctx, app, 1, &stamp_of(TRACER_V1), DEADLINE).await;
@@ -1736,22 +1701,9 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
             ]}
         })
     };
-    let selector = |app: &str| json!({"matchLabels": {"app": app}});
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "mesh-web"},
-        "spec": {"replicas": 2, "selector": selector("mesh-web"), "template": meshed("mesh-web")}
-    }))
-    .await;
-    create(&ctx.api::<StatefulSet>(), json!({
-        "metadata": {"name": "mesh-db"},
-        "spec": {"replicas": 1, "serviceName": "mesh-db", "selector": selector("mesh-db"), "template": meshed("mesh-db")}
-    }))
-    .await;
-    create(&ctx.api::<Deployment>(), json!({
-        "metadata": {"name": "plain"},
-        "spec": {"replicas": 1, "selector": selector("plain"), "template": template("plain", None)}
-    }))
-    .await;
+    create_deployment(&ctx, "mesh-web", 2, meshed("mesh-web")).await;
+    create_statefulset(&ctx, "mesh-db", 1, meshed("mesh-db")).await;
+    create_deployment(&ctx, "plain", 1, template("plain", None)).await;
     wait_ready(&ctx, "mesh-web", 2).await;
     wait_ready(&ctx, "mesh-db", 1).await;
     wait_ready(&ctx, "plain", 1).await;

@@ -459,3 +459,20 @@ pub async fn put_config(ctx: &TestContext, name: &str, key: &str, text: &str) {
         }
     }
 }
+
+/// `serve` flags for a test of the rollout engine: configs from the test's ConfigMaps, the
+/// engine scoped to the test's namespace.
+pub fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--configmap-namespace",
+        namespace,
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--include-namespace",
+        namespace,
+        "--injector-namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
