@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
+use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
@@ -16,44 +17,58 @@ use crate::drift::{DriftIndex, WorkloadKind};
 
 const PAGE: u32 = 500;
 
-/// Every object's metadata, page by page.
-async fn list_metadata<K>(api: &Api<K>) -> Result<Vec<ObjectMeta>, kube::Error>
+/// Every object `api` lists, page by page, each page cut down by `keep` before the next is
+/// read, so a large cluster is never held whole.
+pub async fn list_paged<K, T>(
+    api: &Api<K>,
+    mut keep: impl FnMut(K) -> Option<T>,
+) -> Result<Vec<T>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let mut metas = Vec::new();
+    let mut kept = Vec::new();
     let mut params = ListParams::default().limit(PAGE);
     loop {
-        let page = api.list_metadata(&params).await?;
-        metas.extend(page.items.into_iter().map(|o| o.metadata));
+        let page = api.list(&params).await?;
+        kept.extend(page.items.into_iter().filter_map(&mut keep));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(metas),
+            None => return Ok(kept),
         }
     }
 }
 
+/// Every object's metadata (a metadata-only list: never specs).
+async fn list_metadata<K>(client: &Client) -> Result<Vec<ObjectMeta>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<PartialObjectMeta<K>> = Api::all(client.clone());
+    list_paged(&api, |o| Some(o.metadata)).await
+}
+
 pub async fn index(client: &Client, keys: &AnnotationKeys) -> Result<DriftIndex, kube::Error> {
     let mut index = DriftIndex::default();
-    let replicasets = list_metadata(&Api::<ReplicaSet>::all(client.clone())).await?;
+    let replicasets = list_metadata::<ReplicaSet>(client).await?;
     index.reset_replicasets(replicasets.iter());
     for (kind, metas) in [
         (
             WorkloadKind::Deployment,
-            list_metadata(&Api::<Deployment>::all(client.clone())).await?,
+            list_metadata::<Deployment>(client).await?,
         ),
         (
             WorkloadKind::StatefulSet,
-            list_metadata(&Api::<StatefulSet>::all(client.clone())).await?,
+            list_metadata::<StatefulSet>(client).await?,
         ),
         (
             WorkloadKind::DaemonSet,
-            list_metadata(&Api::<DaemonSet>::all(client.clone())).await?,
+            list_metadata::<DaemonSet>(client).await?,
         ),
     ] {
         index.reset_workloads(kind, metas.iter(), keys);
     }
-    let pods = list_metadata(&Api::<Pod>::all(client.clone())).await?;
+    let pods = list_metadata::<Pod>(client).await?;
     index.reset_pods(pods.iter(), keys);
     Ok(index)
 }

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -22,13 +22,12 @@ use crate::cli::{
     OutputFormat, RolloutArgs, one_shot_client, one_shot_configs, revisions_in_force,
 };
 use crate::container_selection::{PodSummary, SelectionInput, parse_started_before, select};
+use crate::drift_snapshot::list_paged;
 use crate::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout_engine::{ContainerRun, Engine, EngineMode, EngineOptions};
 
-/// Pods per page of the one list of pod specs.
-const POD_PAGE: u32 = 500;
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -249,18 +248,10 @@ async fn container_run(
     };
     let mut pods = Vec::new();
     for api in scopes {
-        let mut params = ListParams::default().limit(POD_PAGE);
-        loop {
-            let page = api
-                .list(&params)
-                .await
-                .context("cannot list pods (with their specs) to find the named containers")?;
-            pods.extend(page.items.iter().filter_map(PodSummary::from_pod));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
+        let summaries = list_paged(&api, |pod| PodSummary::from_pod(&pod))
+            .await
+            .context("cannot list pods (with their specs) to find the named containers")?;
+        pods.extend(summaries);
     }
     let live = Arc::new(Mutex::new(HashSet::new()));
     let mut listed = watch_live_pods(client.clone(), live.clone());
