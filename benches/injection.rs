@@ -16,7 +16,7 @@ use sidecar_injector::injection::{Decision, InjectionSettings, PodView, decide};
 
 fn sidecars() -> SidecarSet {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
-    sidecar_injector::config_directory::load_config_directory(std::path::Path::new(dir))
+    sidecar_injector::sources::directory::load_config_directory(std::path::Path::new(dir))
         .expect("example configs")
         .sidecar_set()
 }

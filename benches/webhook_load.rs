@@ -168,13 +168,13 @@ fn start_floor(cert: &Path, key: &Path) -> Server {
 /// The floor: the same TLS stack and HTTP server, no admission logic.
 fn floor_server(cert: &Path, key: &Path) {
     use axum::routing::post;
-    sidecar_injector::tls::install_crypto_provider();
+    sidecar_injector::serve::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let config = sidecar_injector::tls::server_config_from_files(cert, key).unwrap();
+        let config = sidecar_injector::serve::tls::server_config_from_files(cert, key).unwrap();
         let reply = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#;
         let app = axum::Router::new().route(
             "/mutate",
@@ -267,11 +267,13 @@ async fn load(
 }
 
 fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
-    sidecar_injector::tls::install_crypto_provider();
+    sidecar_injector::serve::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
-    let certs =
-        sidecar_injector::tls::DevCertificates::generate(&["localhost".into(), "127.0.0.1".into()])
-            .unwrap();
+    let certs = sidecar_injector::serve::tls::DevCertificates::generate(&[
+        "localhost".into(),
+        "127.0.0.1".into(),
+    ])
+    .unwrap();
     certs.write(dir.path()).unwrap();
     let (cert, key): (PathBuf, PathBuf) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let real = start_real(dir.path(), &cert, &key);

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::SidecarSet;
 use crate::name::SidecarName;
+use crate::workload::{OwnerKind, UpdateStrategy, WorkloadKind};
 
 /// The six states, in order of precedence: a pod-sidecar pair takes the first that applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -217,13 +218,6 @@ impl PodEntry {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum WorkloadKind {
-    Deployment,
-    StatefulSet,
-    DaemonSet,
-}
-
 /// A workload stripped on arrival to what drift and rollout planning need: our annotations,
 /// generations, the update strategy and the rollout status; never the pod template's spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -234,8 +228,7 @@ pub struct WorkloadEntry {
     pub rollout_revision: Option<Box<str>>,
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,
-    /// `RollingUpdate`, `OnDelete` or `Recreate`.
-    pub update_strategy: Option<Box<str>>,
+    pub update_strategy: UpdateStrategy,
     /// A StatefulSet's partition, which holds pods back on purpose.
     pub partition: Option<i32>,
     /// A paused Deployment.
@@ -278,9 +271,9 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
-            update_strategy: spec
-                .and_then(|s| s.strategy.as_ref()?.type_.as_deref())
-                .map(Into::into),
+            update_strategy: UpdateStrategy::parse(
+                spec.and_then(|s| s.strategy.as_ref()?.type_.as_deref()),
+            ),
             paused: spec.and_then(|s| s.paused).unwrap_or(false),
             replicas: spec.and_then(|s| s.replicas),
             status_replicas: status.and_then(|s| s.replicas),
@@ -304,7 +297,7 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
-            update_strategy: strategy.and_then(|u| u.type_.as_deref()).map(Into::into),
+            update_strategy: UpdateStrategy::parse(strategy.and_then(|u| u.type_.as_deref())),
             partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
             replicas: spec.and_then(|s| s.replicas),
             update_revision_pending: status.is_some_and(|s| {
@@ -329,9 +322,9 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
-            update_strategy: spec
-                .and_then(|s| s.update_strategy.as_ref()?.type_.as_deref())
-                .map(Into::into),
+            update_strategy: UpdateStrategy::parse(
+                spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()),
+            ),
             replicas: status.map(|s| s.desired_number_scheduled),
             observed_generation: status.and_then(|s| s.observed_generation),
             updated_replicas: status.and_then(|s| s.updated_number_scheduled),
@@ -363,7 +356,37 @@ type Key = (Arc<str>, Box<str>);
 type ByNamespace<V> = HashMap<Arc<str>, HashMap<Box<str>, V>>;
 
 /// A pod's workload (kind, name) and, when its owner excludes it, why.
-type Resolution<'a> = (&'a str, &'a str, Option<Detail<'a>>);
+type Resolution<'a> = (RowKind<'a>, &'a str, Option<Detail<'a>>);
+
+/// The kind of a report row while the report is built: borrowed, and cheap to key by.
+#[derive(Clone, Copy, Debug)]
+enum RowKind<'a> {
+    Workload(WorkloadKind),
+    ReplicaSet,
+    Job,
+    Other(&'a str),
+}
+
+impl RowKind<'_> {
+    /// Tells kinds apart in a hash key without comparing strings.
+    fn key(self) -> usize {
+        match self {
+            RowKind::Workload(kind) => kind as usize,
+            RowKind::ReplicaSet => 16,
+            RowKind::Job => 17,
+            RowKind::Other(kind) => kind.as_ptr() as usize,
+        }
+    }
+
+    fn owner_kind(self) -> OwnerKind {
+        match self {
+            RowKind::Workload(kind) => OwnerKind::Workload(kind),
+            RowKind::ReplicaSet => OwnerKind::ReplicaSet,
+            RowKind::Job => OwnerKind::Job,
+            RowKind::Other(kind) => OwnerKind::Other(kind.to_owned()),
+        }
+    }
+}
 
 /// Namespace filters and switches applied at classification, so every consumer sees the same.
 #[derive(Clone, Debug, Default)]
@@ -392,8 +415,9 @@ pub struct DriftIndex {
     /// Namespace -> ReplicaSet -> the Deployment that controls it, if any. Nested so that a
     /// lookup borrows the pod's strings instead of building a key.
     replicasets: ByNamespace<Option<Arc<str>>>,
-    /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry.
-    workloads: [ByNamespace<WorkloadEntry>; 3],
+    /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry. Bare pods have no
+    /// entry; their slot stays empty.
+    workloads: [ByNamespace<WorkloadEntry>; 4],
 }
 
 impl DriftIndex {
@@ -703,7 +727,7 @@ impl DriftIndex {
                     .add(state);
                 let id = (
                     ptr(namespace),
-                    kind.as_ptr() as usize,
+                    kind.key(),
                     workload.as_ptr() as usize,
                     sidecar.as_ptr() as usize,
                 );
@@ -757,7 +781,7 @@ impl DriftIndex {
                 };
                 WorkloadDrift {
                     from_revision,
-                    kind: kind.to_owned(),
+                    kind: kind.owner_kind(),
                     namespace: namespace.to_owned(),
                     name: name.to_owned(),
                     sidecar: sidecar.to_owned(),
@@ -799,14 +823,14 @@ impl DriftIndex {
                 Some(Some(deployment)) => (WorkloadKind::Deployment, deployment.as_ref()),
                 Some(None) => {
                     return (
-                        "ReplicaSet",
+                        RowKind::ReplicaSet,
                         rs,
                         Some(Detail::Text("owned by a ReplicaSet without a Deployment")),
                     );
                 }
                 None => {
                     return (
-                        "ReplicaSet",
+                        RowKind::ReplicaSet,
                         rs,
                         Some(Detail::Text("its ReplicaSet is not known yet")),
                     );
@@ -816,17 +840,19 @@ impl DriftIndex {
             PodOwner::DaemonSet(name) => (WorkloadKind::DaemonSet, name.as_ref()),
             PodOwner::Job(name) => {
                 return (
-                    "Job",
+                    RowKind::Job,
                     name,
                     Some(Detail::Text("a Job's pod (runs to completion)")),
                 );
             }
-            PodOwner::Other { kind, name } => return (kind, name, Some(Detail::OwnedBy(kind))),
+            PodOwner::Other { kind, name } => {
+                return (RowKind::Other(kind), name, Some(Detail::OwnedBy(kind)));
+            }
             PodOwner::Bare => {
                 let excluded = (!policy.evict_bare_pods).then_some(Detail::Text(
                     "a bare pod (no controller; --evict-bare-pods to restart it)",
                 ));
-                return ("Pod", pod_name, excluded);
+                return (RowKind::Workload(WorkloadKind::Pod), pod_name, excluded);
             }
         };
         let disabled = self.workloads[kind as usize]
@@ -834,20 +860,10 @@ impl DriftIndex {
             .and_then(|names| names.get(name))
             .is_some_and(|w| w.rollout_disabled);
         (
-            kind.as_str(),
+            RowKind::Workload(kind),
             name,
             disabled.then_some(Detail::Text("rollout disabled by annotation")),
         )
-    }
-}
-
-impl WorkloadKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkloadKind::Deployment => "Deployment",
-            WorkloadKind::StatefulSet => "StatefulSet",
-            WorkloadKind::DaemonSet => "DaemonSet",
-        }
     }
 }
 
@@ -914,7 +930,7 @@ fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String 
 #[derive(Debug)]
 struct WorkloadTally<'a> {
     /// (workload name, namespace, kind, sidecar).
-    names: (&'a str, &'a str, &'a str, &'a str),
+    names: (&'a str, &'a str, RowKind<'a>, &'a str),
     pods: StateCounts,
     worst: Option<DriftState>,
     detail: Detail<'a>,
@@ -936,7 +952,7 @@ pub struct SidecarDrift {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkloadDrift {
-    pub kind: String,
+    pub kind: OwnerKind,
     pub namespace: String,
     pub name: String,
     pub sidecar: String,

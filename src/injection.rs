@@ -19,8 +19,10 @@ use thiserror::Error;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::{LoadedSidecar, SidecarSet};
 use crate::name::{NameError, SidecarName};
-use crate::patch::{JsonPatch, PatchValue};
-use crate::revision::Revision;
+pub mod json_patch;
+
+use crate::config::revision::Revision;
+use json_patch::{JsonPatch, PatchValue};
 
 /// Namespaces whose pods are never injected unless the operator says otherwise.
 pub const DEFAULT_IGNORED_NAMESPACES: &[&str] = &["kube-system", "kube-public"];

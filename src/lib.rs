@@ -1,34 +1,37 @@
 //! sidecar-injector: a mutating admission webhook that injects sidecars requested by a pod
-//! annotation and stamps each with the content revision it was injected from.
+//! annotation, stamps each with the content revision it was injected from, and restarts the
+//! workloads whose pods carry a stale revision.
 //!
-//! The modules here are the pure core: values in, values out, no I/O. The binary's shell
-//! (`cli`) reads files and prints.
+//! The modules fall in two layers, and data flows one way: watch events -> index -> plan ->
+//! executor.
+//!
+//! - The pure core (values in, values out; no tokio, no kube client, no files, no clock):
+//!   [`annotations`] and [`name`] (the vocabulary), [`workload`] (kinds and references),
+//!   [`config`] (parse, load, revision, the set in force), [`injection`] (the decision and the
+//!   JSON patch), [`admission`] (an AdmissionReview in, a reply out), [`drift`] (the index and
+//!   its classification) and [`rollout`] (the planner, campaigns, health, change text).
+//! - The I/O shell: [`cluster`] (client, watches, lists, the status ConfigMap, Events, the
+//!   Lease), [`sources`] (the directory and ConfigMap config sources behind one snapshot),
+//!   [`engine`] (the rollout executor), [`serve`] (HTTPS, readiness, certificate reload),
+//!   [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per subcommand).
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod annotations;
-pub mod api_client;
-pub mod cli;
 pub mod config;
-pub mod config_directory;
-pub mod configmaps;
-pub mod container_selection;
 pub mod drift;
-pub mod drift_snapshot;
-pub mod drift_watch;
-pub mod event_text;
 pub mod injection;
-pub mod lease;
-pub mod metrics;
 pub mod name;
-pub mod patch;
-pub mod reload;
-pub mod revision;
 pub mod rollout;
-pub mod rollout_command;
-pub mod rollout_engine;
-pub mod server;
+pub mod workload;
+
+pub mod cli;
+pub mod cluster;
+pub mod engine;
+pub mod metrics;
+pub mod serve;
+pub mod sources;
 pub mod telemetry;
+
 #[cfg(test)]
 pub(crate) mod test_fixtures;
-pub mod tls;

@@ -1,27 +1,146 @@
 //! The Prometheus metrics of the binary, in one explicit registry (prefix `sidecar_injector_`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::admission::{AdmissionResult, SidecarResult};
+use crate::workload::WorkloadKind;
+
+/// Label values are types, so a typo cannot start a new series; each prints as its label.
+macro_rules! label_value {
+    ($type:ty) => {
+        impl EncodeLabelValue for $type {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                EncodeLabelValue::encode(&self.as_str(), encoder)
+            }
+        }
+    };
+}
+
+label_value!(AdmissionResult);
+label_value!(SidecarResult);
+label_value!(WorkloadKind);
+
+/// How `/mutate` answered: a review's outcome, or an HTTP error before one could be read.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RequestResult {
+    Answered(AdmissionResult),
+    BadRequest,
+    UnsupportedMediaType,
+    PayloadTooLarge,
+    Timeout,
+}
+
+impl RequestResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestResult::Answered(result) => result.as_str(),
+            RequestResult::BadRequest => "bad_request",
+            RequestResult::UnsupportedMediaType => "unsupported_media_type",
+            RequestResult::PayloadTooLarge => "payload_too_large",
+            RequestResult::Timeout => "timeout",
+        }
+    }
+}
+label_value!(RequestResult);
+
+/// What happened to a workload the engine handled (`sidecar_injector_rollouts_total`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RolloutResult {
+    Restarted,
+    /// The restart request failed; the next plan retries it.
+    Error,
+    Succeeded,
+    Failed,
+    Evicted,
+    /// A PodDisruptionBudget refused the eviction (429); retried later.
+    EvictionBlocked,
+}
+
+impl RolloutResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutResult::Restarted => "restarted",
+            RolloutResult::Error => "error",
+            RolloutResult::Succeeded => "succeeded",
+            RolloutResult::Failed => "failed",
+            RolloutResult::Evicted => "evicted",
+            RolloutResult::EvictionBlocked => "eviction_blocked",
+        }
+    }
+}
+label_value!(RolloutResult);
+
+/// A reload's outcome, for configs and certificates alike.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ReloadResult {
+    Success,
+    Error,
+}
+
+impl ReloadResult {
+    pub fn of(ok: bool) -> Self {
+        if ok {
+            ReloadResult::Success
+        } else {
+            ReloadResult::Error
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadResult::Success => "success",
+            ReloadResult::Error => "error",
+        }
+    }
+}
+label_value!(ReloadResult);
+
+/// The engine's own API calls by purpose (`sidecar_injector_rollout_api_requests_total`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum EngineCall {
+    Patch,
+    Evict,
+    Event,
+    Status,
+}
+
+impl EngineCall {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineCall::Patch => "patch",
+            EngineCall::Evict => "evict",
+            EngineCall::Event => "event",
+            EngineCall::Status => "status",
+        }
+    }
+}
+label_value!(EngineCall);
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    pub result: &'static str,
+    pub result: RequestResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    pub result: ReloadResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InjectionLabels {
     pub sidecar: String,
-    pub result: &'static str,
+    pub result: SidecarResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
     pub source: &'static str,
-    pub result: &'static str,
+    pub result: ReloadResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,8 +156,8 @@ pub struct DriftLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RolloutLabels {
-    pub kind: String,
-    pub result: &'static str,
+    pub kind: WorkloadKind,
+    pub result: RolloutResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,9 +166,15 @@ pub struct CampaignLabels {
     pub state: &'static str,
 }
 
+/// The kube client's requests by API verb (`sidecar_injector_kube_requests_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
     pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub verb: EngineCall,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,13 +189,13 @@ pub struct Metrics {
     pub injections: Family<InjectionLabels, Counter>,
     pub config_reloads: Family<ReloadLabels, Counter>,
     pub configs_loaded: Family<SourceLabels, Gauge>,
-    pub certificate_reloads: Family<ResultLabels, Counter>,
+    pub certificate_reloads: Family<CertificateLabels, Counter>,
     pub pods: Family<DriftLabels, Gauge>,
     pub rollouts: Family<RolloutLabels, Counter>,
     pub campaigns: Family<CampaignLabels, Gauge>,
     pub rollouts_in_flight: Gauge,
     pub rollout_leader: Gauge,
-    pub rollout_api_requests: Family<VerbLabels, Counter>,
+    pub rollout_api_requests: Family<CallLabels, Counter>,
     pub kube_requests: Family<VerbLabels, Counter>,
 }
 
@@ -117,7 +242,7 @@ impl Metrics {
             "Sidecar configs currently served, by source",
             configs_loaded.clone(),
         );
-        let certificate_reloads = Family::<ResultLabels, Counter>::default();
+        let certificate_reloads = Family::<CertificateLabels, Counter>::default();
         registry.register(
             "certificate_reloads",
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
@@ -153,7 +278,7 @@ impl Metrics {
             "1 while this replica holds the rollout Lease and may act",
             rollout_leader.clone(),
         );
-        let rollout_api_requests = Family::<VerbLabels, Counter>::default();
+        let rollout_api_requests = Family::<CallLabels, Counter>::default();
         registry.register(
             "rollout_api_requests",
             "Requests the rollout engine made to the API server, by verb (patch, evict, event, status, lease reads excluded)",
@@ -209,18 +334,15 @@ impl Metrics {
         }
     }
 
-    pub fn record_rollout(&self, kind: &str, result: &'static str) {
+    pub fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
         self.rollouts
-            .get_or_create(&RolloutLabels {
-                kind: kind.to_owned(),
-                result,
-            })
+            .get_or_create(&RolloutLabels { kind, result })
             .inc();
     }
 
-    pub fn record_api_request(&self, verb: &'static str) {
+    pub fn record_api_request(&self, verb: EngineCall) {
         self.rollout_api_requests
-            .get_or_create(&VerbLabels { verb })
+            .get_or_create(&CallLabels { verb })
             .inc();
     }
 
@@ -247,7 +369,7 @@ impl Metrics {
         out
     }
 
-    pub fn record_admission(&self, result: &'static str, seconds: f64) {
+    pub fn record_admission(&self, result: RequestResult, seconds: f64) {
         let labels = ResultLabels { result };
         self.admission_requests.get_or_create(&labels).inc();
         self.admission_duration
@@ -255,7 +377,7 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn record_injection(&self, sidecar: &str, result: &'static str) {
+    pub fn record_injection(&self, sidecar: &str, result: SidecarResult) {
         self.injections
             .get_or_create(&InjectionLabels {
                 sidecar: sidecar.to_owned(),
@@ -265,7 +387,7 @@ impl Metrics {
     }
 
     pub fn record_config_reload(&self, source: &'static str, ok: bool, loaded: usize) {
-        let result = if ok { "success" } else { "error" };
+        let result = ReloadResult::of(ok);
         self.config_reloads
             .get_or_create(&ReloadLabels { source, result })
             .inc();
@@ -275,9 +397,9 @@ impl Metrics {
     }
 
     pub fn record_certificate_reload(&self, ok: bool) {
-        let result = if ok { "success" } else { "error" };
+        let result = ReloadResult::of(ok);
         self.certificate_reloads
-            .get_or_create(&ResultLabels { result })
+            .get_or_create(&CertificateLabels { result })
             .inc();
     }
 }
@@ -289,8 +411,8 @@ mod tests {
     #[test]
     fn exposition_has_the_prefix_units_and_build_info() {
         let metrics = Metrics::new();
-        metrics.record_admission("injected", 0.000_2);
-        metrics.record_injection("logger:v1", "injected");
+        metrics.record_admission(RequestResult::Answered(AdmissionResult::Injected), 0.000_2);
+        metrics.record_injection("logger:v1", SidecarResult::Injected);
         metrics.record_config_reload("directory", false, 3);
         let text = metrics.encode();
         assert!(

@@ -20,7 +20,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// `logger:v1=REV` as the shipped config stamps it, computed by the library itself.
 fn logger_v1_stamp() -> String {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
-    let report = sidecar_injector::config_directory::load_config_directory(&dir).unwrap();
+    let report = sidecar_injector::sources::directory::load_config_directory(&dir).unwrap();
     report
         .sidecar_set()
         .get(&"logger:v1".parse().unwrap())

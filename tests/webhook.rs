@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
-use sidecar_injector::tls::DevCertificates;
+use sidecar_injector::serve::tls::DevCertificates;
 use support::https::TlsClient;
 use support::injector::{Injector, eventually};
 

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::name::{NameError, SidecarName};
 
 fn parse(text: &str) -> SidecarConfig {
     parse_config("test.yaml", text)
@@ -439,7 +440,7 @@ fn an_unreadable_file_is_reported_by_name() {
 
 #[test]
 fn the_example_configs_all_load() {
-    let report = crate::config_directory::load_config_directory(std::path::Path::new(concat!(
+    let report = crate::sources::directory::load_config_directory(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/config"
     )))

@@ -34,7 +34,7 @@ fn workload<'r>(report: &'r DriftReport, kind: &str, name: &str) -> &'r Workload
     report
         .workloads
         .iter()
-        .find(|w| w.kind == kind && w.name == name)
+        .find(|w| w.kind.as_str() == kind && w.name == name)
         .unwrap_or_else(|| panic!("no {kind}/{name} in {:#?}", report.workloads))
 }
 
@@ -364,7 +364,7 @@ fn policy_filters_opt_out_bare_pods_and_unknown() {
         report
             .workloads
             .iter()
-            .find(|w| w.namespace == ns && w.kind == kind && w.name == name)
+            .find(|w| w.namespace == ns && w.kind.as_str() == kind && w.name == name)
             .unwrap()
             .clone()
     };
@@ -538,7 +538,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
             rollout_revision: Some("logger:v1=abc".into()),
             generation: Some(4),
             observed_generation: Some(3),
-            update_strategy: Some("RollingUpdate".into()),
+            update_strategy: UpdateStrategy::RollingUpdate,
             partition: None,
             paused: true,
             replicas: Some(3),
@@ -566,12 +566,8 @@ fn workloads_are_stripped_to_what_planning_needs() {
     .unwrap();
     let entry = WorkloadEntry::from_daemonset(&daemonset, &keys());
     assert_eq!(
-        (
-            entry.update_strategy.as_deref(),
-            entry.replicas,
-            entry.ready_replicas
-        ),
-        (Some("OnDelete"), Some(2), Some(1))
+        (entry.update_strategy, entry.replicas, entry.ready_replicas),
+        (UpdateStrategy::OnDelete, Some(2), Some(1))
     );
 
     let mut index = DriftIndex::default();

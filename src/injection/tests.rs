@@ -116,7 +116,7 @@ fn inject(pod: &Value, set: &SidecarSet) -> Value {
 
 fn apply(pod: &Value, patch: &JsonPatch<'_>) -> Value {
     let mut patched = pod.clone();
-    json_patch::patch(&mut patched, &patch.to_json_patch())
+    ::json_patch::patch(&mut patched, &patch.to_json_patch())
         .unwrap_or_else(|e| panic!("patch does not apply: {e}\n{patch:?}"));
     serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(patched.clone())
         .expect("the result is a valid Pod");

@@ -1,9 +1,17 @@
 use serde_json::json;
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
 use super::*;
 use crate::annotations::AnnotationKeys;
 use crate::drift::DriftPolicy;
+use crate::drift::{DriftIndex, WorkloadEntry};
 use crate::test_fixtures::PodMeta;
+use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
+use serde_json::Value;
 
 const OLD: &str = "aaaaaaaaaaaa";
 const NEW: &str = "bbbbbbbbbbbb";
@@ -18,7 +26,7 @@ fn healthy(replicas: i32) -> WorkloadEntry {
     WorkloadEntry {
         generation: Some(1),
         observed_generation: Some(1),
-        update_strategy: Some("RollingUpdate".into()),
+        update_strategy: UpdateStrategy::RollingUpdate,
         replicas: Some(replicas),
         status_replicas: Some(replicas),
         updated_replicas: Some(replicas),
@@ -228,7 +236,7 @@ fn only_workloads_owning_stale_or_uninjected_pods_are_planned() {
         .find(|r| r.workload.name == "stale")
         .unwrap();
     assert_eq!(stale.target, format!("{LOGGER}={NEW}"));
-    assert_eq!(stale.workload.kind, "Deployment");
+    assert_eq!(stale.workload.kind, WorkloadKind::Deployment);
     assert_eq!(
         stale.reason,
         format!("sidecar {LOGGER} {OLD} -> {NEW}: containers[logger].image \"l:1\" -> \"l:2\"")
@@ -379,7 +387,7 @@ fn a_workload_carrying_the_target_is_waited_on_not_patched_again() {
     assert_eq!(
         plan.rolling,
         [Rolling {
-            workload: WorkloadRef::new("Deployment", "team", "web"),
+            workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
             target: format!("{LOGGER}={NEW}"),
             on_delete: false,
         }]
@@ -388,7 +396,7 @@ fn a_workload_carrying_the_target_is_waited_on_not_patched_again() {
     let plan = world.step();
     assert_eq!(
         plan.succeeded,
-        [WorkloadRef::new("Deployment", "team", "web")]
+        [WorkloadRef::new(WorkloadKind::Deployment, "team", "web")]
     );
     assert!(plan.is_settled());
     assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Complete);
@@ -408,11 +416,12 @@ fn finishing_the_rollout_without_becoming_current_fails_after_the_grace() {
     assert!(plan.failed.is_empty());
     assert_eq!(
         plan.finished_not_current,
-        [WorkloadRef::new("Deployment", "team", "web")]
+        [WorkloadRef::new(WorkloadKind::Deployment, "team", "web")]
     );
-    world
-        .finished_since
-        .insert(WorkloadRef::new("Deployment", "team", "web"), world.now);
+    world.finished_since.insert(
+        WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
+        world.now,
+    );
     world.now = at(7205);
     let plan = world.step();
     assert_eq!(plan.failed.len(), 1, "{plan:#?}");
@@ -551,7 +560,7 @@ fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are
         2,
         OLD,
         WorkloadEntry {
-            update_strategy: Some("OnDelete".into()),
+            update_strategy: UpdateStrategy::OnDelete,
             ..healthy(2)
         },
     );
@@ -592,7 +601,7 @@ fn bare_pods_are_evicted_only_with_evict_bare_pods() {
     world.policy.evict_bare_pods = true;
     let plan = world.plan();
     assert_eq!(restarted(&plan), ["lonely"]);
-    assert_eq!(plan.restarts[0].workload.kind, "Pod");
+    assert_eq!(plan.restarts[0].workload.kind, WorkloadKind::Pod);
     assert_eq!(plan.restarts[0].target, "");
 }
 

@@ -17,7 +17,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
-use sidecar_injector::tls::DevCertificates;
+use sidecar_injector::serve::tls::DevCertificates;
 
 use super::injector::Injector;
 

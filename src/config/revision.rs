@@ -7,11 +7,11 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::SidecarConfig;
+use super::sidecar::SidecarConfig;
 
 const REVISION_INPUT_PREFIX: &[u8] = b"sidecar-injector/rev1\n";
 const REVISION_HEX_DIGITS: usize = 12;
@@ -87,6 +87,63 @@ impl Revision {
 }
 
 impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `name:version=REV,...`: the `NS/revision` annotation a pod is stamped with, and the
+/// `NS/rollout-revision` target the engine writes on a workload template. The one place that
+/// builds and reads that format.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RevisionStamp(String);
+
+impl RevisionStamp {
+    /// The items in the order given (the webhook keeps request order).
+    pub fn in_order<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut text = String::new();
+        for (sidecar, revision) in items {
+            if !text.is_empty() {
+                text.push(',');
+            }
+            text.push_str(sidecar);
+            text.push('=');
+            text.push_str(revision);
+        }
+        Self(text)
+    }
+
+    /// The items sorted by sidecar, so that one set of targets always writes the same stamp.
+    pub fn sorted<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut items: Vec<(&str, &str)> = items.into_iter().collect();
+        items.sort_unstable();
+        Self::in_order(items)
+    }
+
+    /// A stamp as read back from an annotation.
+    pub fn from_annotation(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// `(sidecar as written, REV)` pairs; items without `=` are skipped.
+    pub fn items(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.split(',').filter_map(|item| {
+            let (name, revision) = item.trim().split_once('=')?;
+            Some((name.trim(), revision.trim()))
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for RevisionStamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

@@ -17,16 +17,16 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::args::{OutputFormat, RolloutArgs};
+use super::one_shot::{one_shot_client, one_shot_configs, revisions_in_force};
 use crate::annotations::AnnotationKeys;
-use crate::cli::{
-    OutputFormat, RolloutArgs, one_shot_client, one_shot_configs, revisions_in_force,
-};
-use crate::container_selection::{PodSummary, SelectionInput, parse_started_before, select};
-use crate::drift_snapshot::list_paged;
-use crate::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
+use crate::cluster::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
+use crate::cluster::list::list_paged;
+use crate::engine::{ContainerRun, Engine, EngineMode, EngineOptions};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
-use crate::rollout_engine::{ContainerRun, Engine, EngineMode, EngineOptions};
+use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
+use crate::workload::WorkloadKind;
 
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
@@ -84,18 +84,18 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let mut kinds: BTreeSet<String> = BTreeSet::new();
+    let mut kinds: BTreeSet<WorkloadKind> = BTreeSet::new();
     if !args.exclude_deployment {
-        kinds.insert("Deployment".into());
+        kinds.insert(WorkloadKind::Deployment);
     }
     if args.include_statefulset {
-        kinds.insert("StatefulSet".into());
+        kinds.insert(WorkloadKind::StatefulSet);
     }
     if args.include_daemonset {
-        kinds.insert("DaemonSet".into());
+        kinds.insert(WorkloadKind::DaemonSet);
     }
     if args.drift.evict_bare_pods {
-        kinds.insert("Pod".into());
+        kinds.insert(WorkloadKind::Pod);
     }
     let options = EngineOptions {
         mode: if args.confirm {
@@ -115,7 +115,7 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         kinds: Some(kinds),
         reason_prefix: args.rollout_reason.clone(),
     };
-    let feed = crate::drift_watch::start(client.clone(), keys);
+    let feed = crate::cluster::watch::start(client.clone(), keys);
     let mut synced = feed.synced.clone();
     tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
         .await
@@ -233,7 +233,7 @@ async fn container_run(
     client: &kube::Client,
     args: &RolloutArgs,
     options: &EngineOptions,
-    feed: &crate::drift_watch::DriftFeed,
+    feed: &crate::cluster::watch::DriftFeed,
     started_before: Timestamp,
 ) -> anyhow::Result<ContainerRun> {
     let scopes: Vec<Api<Pod>> = if options.policy.include_namespaces.is_empty() {

@@ -11,7 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use crate::drift::{DriftPolicy, DriftReport, DriftState, StateCounts, WorkloadDrift};
-use crate::rollout::{SidecarTarget, WorkloadRef};
+use crate::rollout::SidecarTarget;
+use crate::workload::{WorkloadKind, WorkloadRef};
 
 /// What the selection needs of a pod: never its whole spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,7 +138,9 @@ pub fn select(input: SelectionInput<'_>) -> ContainerSelection {
         let workload = match &pod.controller {
             Some((kind, name)) if kind == "ReplicaSet" => {
                 match deployment_of(&pod.namespace, name) {
-                    Some(deployment) => WorkloadRef::new("Deployment", &pod.namespace, &deployment),
+                    Some(deployment) => {
+                        WorkloadRef::new(WorkloadKind::Deployment, &pod.namespace, &deployment)
+                    }
                     None => {
                         skipped.push(skip(format!(
                             "owned by ReplicaSet {name}, which no Deployment controls"
@@ -146,7 +149,13 @@ pub fn select(input: SelectionInput<'_>) -> ContainerSelection {
                     }
                 }
             }
-            Some((kind, name)) if kind == "StatefulSet" || kind == "DaemonSet" => {
+            Some((kind, name))
+                if matches!(
+                    WorkloadKind::parse(kind),
+                    Some(WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)
+                ) =>
+            {
+                let kind = WorkloadKind::parse(kind).expect("matched above");
                 WorkloadRef::new(kind, &pod.namespace, name)
             }
             Some((kind, name)) => {
@@ -155,7 +164,9 @@ pub fn select(input: SelectionInput<'_>) -> ContainerSelection {
                 )));
                 continue;
             }
-            None if policy.evict_bare_pods => WorkloadRef::new("Pod", &pod.namespace, &pod.name),
+            None if policy.evict_bare_pods => {
+                WorkloadRef::new(WorkloadKind::Pod, &pod.namespace, &pod.name)
+            }
             None => {
                 skipped.push(skip(
                     "a bare pod (pass --evict-bare-pods to evict it)".to_owned(),
@@ -228,7 +239,7 @@ impl ContainerSelection {
                     DriftState::Current
                 };
                 workloads.push(WorkloadDrift {
-                    kind: workload.kind.clone(),
+                    kind: workload.kind.into(),
                     namespace: workload.namespace.clone(),
                     name: workload.name.clone(),
                     sidecar: selection_key(container),

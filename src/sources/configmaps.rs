@@ -4,7 +4,6 @@
 //! version keeps serving.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -16,10 +15,10 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Client, Resource};
 use tracing::{error, info, warn};
 
+use crate::cluster::events::{EVENT_NOTE_LIMIT, prefix_within};
 use crate::config::{configmap_origin, load_configmap_items};
-use crate::event_text::{EVENT_NOTE_LIMIT, prefix_within};
 use crate::metrics::Metrics;
-use crate::server::{ConfigSources, Readiness};
+use crate::sources::ConfigSources;
 
 pub const CONFIG_SOURCE_CONFIGMAP: &str = "configmap";
 
@@ -30,7 +29,8 @@ pub async fn run(
     selector: String,
     sources: Arc<Mutex<ConfigSources>>,
     metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
+    // Called after every list or change is loaded: `/ready` waits for the first.
+    listed: impl Fn() + Send + 'static,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let recorder = Recorder::new(
@@ -87,7 +87,7 @@ pub async fn run(
             continue;
         }
         let problems = reload(&namespace, &store, &sources, &metrics);
-        readiness.configmaps_listed.store(true, Ordering::Release);
+        listed();
         report_new_problems(&recorder, &store, problems, &mut reported).await;
     }
 }

@@ -23,19 +23,16 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
+use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
+use crate::cluster::status::{STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP, STATUS_REVISIONS_KEY};
+use crate::cluster::watch::DriftFeed;
 use crate::config::{RolloutMode, SidecarSet};
-use crate::container_selection::ContainerSelection;
-use crate::drift::{DriftPolicy, WorkloadKind};
-use crate::drift_snapshot::{STATUS_CONFIGMAP, STATUS_REVISIONS_KEY};
-use crate::drift_watch::DriftFeed;
-use crate::event_text::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
-use crate::metrics::Metrics;
-use crate::rollout::{
-    self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget, WorkloadRef,
-};
+use crate::drift::DriftPolicy;
+use crate::metrics::{EngineCall, Metrics, RolloutResult};
+use crate::rollout::selection::ContainerSelection;
+use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
+use crate::workload::{WorkloadKind, WorkloadRef};
 
-/// The status ConfigMap's item holding the campaign book (JSON).
-pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
 /// Every API call of the engine gets this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// After an eviction, the next one in the same workload waits at least this long, on top of the
@@ -77,7 +74,7 @@ pub struct EngineOptions {
     /// The one-shot CLI: every sidecar is restartable (`policy: manual` included).
     pub ignore_manual_policy: bool,
     /// When set, only these workload kinds (the CLI's --include-statefulset and friends).
-    pub kinds: Option<BTreeSet<String>>,
+    pub kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub reason_prefix: Option<String>,
 }
@@ -185,7 +182,7 @@ impl Engine {
         for sidecar in set.iter() {
             let name = sidecar.config.name.to_string();
             let revision = sidecar.revision.to_string();
-            let content = crate::revision::injected_content(&sidecar.config);
+            let content = crate::config::revision::injected_content(&sidecar.config);
             match self.seen.get(&name) {
                 Some((seen, old)) if *seen != revision => {
                     let what = rollout::describe_changes(old, &content);
@@ -294,7 +291,9 @@ impl Engine {
                 _ => index.classify_revisions(&wanted, &self.options.policy),
             };
             if let Some(kinds) = &self.options.kinds {
-                report.workloads.retain(|w| kinds.contains(&w.kind));
+                report
+                    .workloads
+                    .retain(|w| w.kind.workload().is_some_and(|k| kinds.contains(&k)));
             }
             let mut plan = rollout::plan(PlanInput {
                 report: &report,
@@ -310,7 +309,7 @@ impl Engine {
                 .iter()
                 .filter(|r| r.on_delete)
                 .filter_map(|r| {
-                    let kind = r.workload.workload_kind()?;
+                    let kind = r.workload.controller_kind()?;
                     let entry = index.workload(kind, &r.workload.namespace, &r.workload.name)?;
                     let pods = match (&self.containers, &live) {
                         (Some(run), Some(live)) => {
@@ -382,7 +381,7 @@ impl Engine {
         now: Timestamp,
     ) {
         for restart in &plan.restarts {
-            let result = if restart.workload.kind == "Pod" {
+            let result = if restart.workload.kind == WorkloadKind::Pod {
                 self.evict(&restart.workload.namespace, &restart.workload.name)
                     .await
                     .map(|_| ())
@@ -393,7 +392,7 @@ impl Engine {
                 Ok(()) => {
                     info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "restarted for a new sidecar revision");
                     self.metrics
-                        .record_rollout(&restart.workload.kind, "restarted");
+                        .record_rollout(restart.workload.kind, RolloutResult::Restarted);
                     self.summary.restarted.insert(restart.workload.clone());
                     let action = restart
                         .changes
@@ -420,7 +419,8 @@ impl Engine {
                 }
                 Err(err) => {
                     warn!(workload = %restart.workload, "restart failed; retrying on the next plan: {err}");
-                    self.metrics.record_rollout(&restart.workload.kind, "error");
+                    self.metrics
+                        .record_rollout(restart.workload.kind, RolloutResult::Error);
                 }
             }
         }
@@ -436,14 +436,15 @@ impl Engine {
         for succeeded in &plan.succeeded {
             let key = (succeeded.clone(), revisions.clone());
             if self.reported_success.insert(key) {
-                self.metrics.record_rollout(&succeeded.kind, "succeeded");
+                self.metrics
+                    .record_rollout(succeeded.kind, RolloutResult::Succeeded);
                 self.summary.succeeded.insert(succeeded.clone());
             }
         }
         for failure in &plan.failed {
             error!(workload = %failure.workload, reason = %failure.reason, "rollout failed");
             self.metrics
-                .record_rollout(&failure.workload.kind, "failed");
+                .record_rollout(failure.workload.kind, RolloutResult::Failed);
             self.summary.failed.push(failure.clone());
             self.event(
                 &failure.workload,
@@ -512,8 +513,8 @@ impl Engine {
             &restart.workload.namespace,
             &restart.workload.name,
         );
-        self.metrics.record_api_request("patch");
-        match restart.workload.workload_kind() {
+        self.metrics.record_api_request(EngineCall::Patch);
+        match restart.workload.controller_kind() {
             Some(WorkloadKind::Deployment) => {
                 merge_patch::<Deployment>(client, namespace, name, &body).await
             }
@@ -523,13 +524,13 @@ impl Engine {
             Some(WorkloadKind::DaemonSet) => {
                 merge_patch::<DaemonSet>(client, namespace, name, &body).await
             }
-            None => Ok(()),
+            Some(WorkloadKind::Pod) | None => Ok(()),
         }
     }
 
     /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).
     async fn evict(&self, namespace: &str, pod: &str) -> Result<bool, kube::Error> {
-        self.metrics.record_api_request("evict");
+        self.metrics.record_api_request(EngineCall::Evict);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match with_timeout(api.evict(pod, &EvictParams::default())).await {
             Ok(_) => Ok(true),
@@ -555,14 +556,15 @@ impl Engine {
         match self.evict(&workload.namespace, pod).await {
             Ok(true) => {
                 info!(workload = %workload, pod, "evicted a stale pod (OnDelete)");
-                self.metrics.record_rollout(&workload.kind, "evicted");
+                self.metrics
+                    .record_rollout(workload.kind, RolloutResult::Evicted);
                 self.evictions
                     .insert(workload.clone(), (pod.clone(), Instant::now()));
             }
             Ok(false) => {
                 info!(workload = %workload, pod, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
                 self.metrics
-                    .record_rollout(&workload.kind, "eviction_blocked");
+                    .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
             }
             Err(err) => warn!(workload = %workload, pod, "eviction failed: {err}"),
         }
@@ -576,14 +578,9 @@ impl Engine {
         action: &str,
         note: &str,
     ) {
-        let api_version = if workload.kind == "Pod" {
-            "v1"
-        } else {
-            "apps/v1"
-        };
         let reference = ObjectReference {
-            api_version: Some(api_version.into()),
-            kind: Some(workload.kind.clone()),
+            api_version: Some(workload.kind.api_version().into()),
+            kind: Some(workload.kind.as_str().into()),
             name: Some(workload.name.clone()),
             namespace: Some(workload.namespace.clone()),
             ..Default::default()
@@ -609,7 +606,7 @@ impl Engine {
             action: shortened(action, EVENT_ACTION_LIMIT),
             secondary: None,
         };
-        self.metrics.record_api_request("event");
+        self.metrics.record_api_request(EngineCall::Event);
         if let Err(err) = with_timeout(self.recorder.publish(&event, reference)).await {
             warn!(object = ?reference.name, "cannot record the Event: {err}");
         }
@@ -648,7 +645,7 @@ impl Engine {
             data: Some(data.clone()),
             ..Default::default()
         };
-        self.metrics.record_api_request("status");
+        self.metrics.record_api_request(EngineCall::Status);
         let result = match &self.known_version {
             None => with_timeout(api.create(&PostParams::default(), &configmap)).await,
             Some(_) => {
@@ -762,7 +759,7 @@ pub async fn run(
         if !configs_ready() {
             continue;
         }
-        let may_act = crate::lease::may_act(&grant);
+        let may_act = crate::cluster::lease::may_act(&grant);
         if may_act != leading {
             engine.metrics.rollout_leader.set(i64::from(may_act));
             leading = may_act;

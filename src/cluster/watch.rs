@@ -21,8 +21,9 @@ use tracing::{info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
-use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry, WorkloadKind};
+use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry};
 use crate::metrics::Metrics;
+use crate::workload::WorkloadKind;
 
 /// What the watches feed: the index, a counter bumped on every change, and whether every watch
 /// has completed its first list (nothing is planned before).

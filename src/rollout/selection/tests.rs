@@ -89,7 +89,7 @@ fn only_workloads_whose_pods_run_the_container_are_chosen_once_each() {
         ]
     );
     assert_eq!(
-        selection.workloads[&WorkloadRef::new("Deployment", "shop", "web")].len(),
+        selection.workloads[&WorkloadRef::new(WorkloadKind::Deployment, "shop", "web")].len(),
         2
     );
     assert!(selection.skipped.is_empty());
@@ -196,7 +196,7 @@ fn a_workload_is_stale_until_its_chosen_pods_are_gone() {
             .build(),
     ];
     let selection = choose(&pods, &DriftPolicy::default(), 200);
-    let db = WorkloadRef::new("StatefulSet", "shop", "db");
+    let db = WorkloadRef::new(WorkloadKind::StatefulSet, "shop", "db");
     let mut live: HashSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
 
     let report = selection.report(&live);
@@ -239,7 +239,7 @@ fn the_reason_names_the_container_the_pods_and_the_time() {
         .build()];
     let selection = choose(&pods, &DriftPolicy::default(), 200);
     assert_eq!(
-        selection.reason(&WorkloadRef::new("StatefulSet", "shop", "db")),
+        selection.reason(&WorkloadRef::new(WorkloadKind::StatefulSet, "shop", "db")),
         "container istio-proxy in 1 pod(s) started before 2023-11-14T22:16:40Z"
     );
 }

@@ -1,0 +1,367 @@
+//! Every subcommand's arguments (clap derive, with the environment variables of Tumblr's
+//! entrypoint as fallbacks); groups shared between subcommands are one struct each.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::annotations::DEFAULT_ANNOTATION_NAMESPACE;
+use crate::engine::EngineMode;
+use crate::injection::{DEFAULT_IGNORED_NAMESPACES, MissingSidecarPolicy};
+use crate::telemetry::{LogFormat, LogLevel};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sidecar-injector",
+    version,
+    about = "Inject sidecars by pod annotation, and keep them current"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log level: error, warn, info, debug, trace, or a glog verbosity number (Tumblr's `-v`).
+    #[arg(
+        long = "log-level",
+        short = 'v',
+        visible_alias = "v",
+        env = "LOG_LEVEL",
+        global = true,
+        default_value = "info"
+    )]
+    pub log_level: LogLevel,
+    /// Log format on stderr.
+    #[arg(long, env = "LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what the webhook would do to each document (Pod, or the pod template of a workload),
+    /// offline. Prints the result as YAML; a denial goes to stderr with exit status 1.
+    Inject(InjectArgs),
+    /// Check sidecar configs and print each with its revision; exit status 1 on any error.
+    Validate(ValidateArgs),
+    /// Run the admission webhook (HTTPS) and its lifecycle endpoints.
+    Serve(Box<ServeArgs>),
+    /// Write a development CA and serving certificate, and print the caBundle.
+    Certs(CertsArgs),
+    /// Report, per sidecar and per workload, which pods run a stale sidecar (one-shot, from the
+    /// cluster: the usual kubeconfig resolution, or --kubeconfig).
+    Drift(DriftArgs),
+    /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
+    /// --confirm to act and wait until done (exit status 1 when any workload failed).
+    Rollout(Box<RolloutArgs>),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Json,
+}
+
+/// The ConfigMap config source, for `serve` and for `drift`, which reads configs as `serve` does.
+#[derive(Debug, Args)]
+pub struct ConfigMapArgs {
+    /// Namespace of the sidecar ConfigMaps [default for `serve`: the injector's own namespace].
+    #[arg(long, env = "CONFIGMAP_NAMESPACE")]
+    pub configmap_namespace: Option<String>,
+    /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on.
+    #[arg(long, env = "CONFIGMAP_LABELS")]
+    pub configmap_labels: Option<String>,
+}
+
+/// What drift counts as restartable and where it looks, the same for `serve` and `drift`.
+#[derive(Debug, Args)]
+pub struct DriftPolicyArgs {
+    /// Drift: only these namespaces (repeatable).
+    #[arg(long = "include-namespace")]
+    pub include_namespaces: Vec<String>,
+    /// Drift: not these namespaces (repeatable).
+    #[arg(long = "exclude-namespace")]
+    pub exclude_namespaces: Vec<String>,
+    /// Drift: treat bare pods as restartable instead of excluded.
+    #[arg(long)]
+    pub evict_bare_pods: bool,
+    /// Drift: treat pods injected without a revision as restartable.
+    #[arg(long)]
+    pub restart_unknown: bool,
+}
+
+impl DriftPolicyArgs {
+    /// The policy, with `ignored` the namespaces never injected.
+    pub fn policy(&self, ignored: BTreeSet<String>) -> crate::drift::DriftPolicy {
+        crate::drift::DriftPolicy {
+            include_namespaces: self.include_namespaces.iter().cloned().collect(),
+            exclude_namespaces: self.exclude_namespaces.iter().cloned().collect(),
+            ignore_namespaces: ignored,
+            evict_bare_pods: self.evict_bare_pods,
+            restart_unknown: self.restart_unknown,
+        }
+    }
+}
+
+/// The rollout engine's safety limits, the same for `serve` and `rollout`.
+#[derive(Debug, Args)]
+pub struct RolloutSafetyArgs {
+    /// Workloads rolling at once.
+    #[arg(long, visible_alias = "parallel-rollouts", default_value_t = 5)]
+    pub max_parallel: usize,
+    /// Restarts started in any minute.
+    #[arg(long, default_value_t = 30)]
+    pub max_restarts_per_minute: usize,
+    /// A workload is not restarted again within this time of its last restart.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub cooldown: Duration,
+    /// Workloads in the canary wave, which must become healthy before the rest.
+    #[arg(long, default_value_t = 1)]
+    pub canary: usize,
+    /// Failed or timed-out workloads after which a sidecar's campaign pauses.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_failures: u32,
+    /// How long a restarted workload may take to roll out (kubectl's rollout-status rule).
+    #[arg(long, visible_alias = "timeout", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub rollout_timeout: Duration,
+}
+
+impl RolloutSafetyArgs {
+    pub fn settings(&self, settle: Duration) -> crate::rollout::RolloutSettings {
+        crate::rollout::RolloutSettings {
+            max_parallel: self.max_parallel,
+            max_restarts_per_minute: self.max_restarts_per_minute,
+            cooldown: self.cooldown,
+            canary: self.canary,
+            max_failures: self.max_failures as usize,
+            rollout_timeout: self.rollout_timeout,
+            settle,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key.
+    #[arg(long, visible_alias = "annotation-prefix", env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub drift: DriftPolicyArgs,
+    /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub safety: RolloutSafetyArgs,
+    /// Act: restart the planned workloads and wait until they are done (`--confirm=false` only
+    /// plans).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub confirm: bool,
+    /// Clear paused campaigns (earlier failures stop counting) before planning.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub resume: bool,
+    /// Act even while a `serve` in auto mode holds the rollout Lease.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub force: bool,
+    /// Include StatefulSets.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    pub include_statefulset: bool,
+    /// Include DaemonSets.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    pub include_daemonset: bool,
+    /// Leave Deployments out.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub exclude_deployment: bool,
+    /// Text put before the engine's reason in `NS/rollout-reason` and the change-cause.
+    #[arg(long)]
+    pub rollout_reason: Option<String>,
+    /// Select by container name instead of by revision, for sidecars another system injected
+    /// (repeatable, or comma-separated): restart the workloads whose pods run a container of
+    /// that name. Lists pod specs once.
+    #[arg(long, value_delimiter = ',')]
+    pub sidecar_container_name: Vec<String>,
+    /// With --sidecar-container-name: only pods started before this time, RFC 3339 or
+    /// `2022-05-01 13:00` (UTC) [default: when the command starts].
+    #[arg(long, requires = "sidecar_container_name")]
+    pub only_started_before: Option<String>,
+    /// Output format of the plan and the results.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Namespace of the running injector (its status ConfigMap and rollout Lease).
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key.
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub drift: DriftPolicyArgs,
+    /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Namespace of the running injector, whose status ConfigMap (when present) gives the
+    /// revisions in force.
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    /// HTTPS port of /mutate and /health.
+    #[arg(long, env = "TLS_PORT", default_value_t = 9443)]
+    pub tls_port: u16,
+    /// Plain HTTP port of /health, /ready and /metrics.
+    #[arg(long, env = "LIFECYCLE_PORT", default_value_t = 9000)]
+    pub lifecycle_port: u16,
+    /// Address both ports listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Serving certificate (PEM) [default: /var/lib/secrets/cert.crt; when that is missing, a
+    /// development certificate is generated in certs/].
+    #[arg(long, env = "TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key (PEM) [default: /var/lib/secrets/cert.key].
+    #[arg(long, env = "TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Namespaces whose pods are never injected; repeat the flag for several. The injector's own
+    /// namespace is always added when running in a cluster.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    /// What to do when a requested sidecar does not exist.
+    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
+    pub on_missing_sidecar: MissingSidecarPolicy,
+    /// Largest AdmissionReview accepted; larger bodies get 413.
+    #[arg(long, default_value_t = 6 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// How long a client may take to send its headers and body; slower ones get 408.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub body_read_timeout: Duration,
+    /// After SIGTERM, how long /ready fails before the listeners close, so that endpoints
+    /// stop sending requests here first.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
+    /// How long in-flight requests may take to finish once the listeners close.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// Quiet time after a change in the config or certificate directory before reloading.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub reload_debounce: Duration,
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
+    /// Kubeconfig file for the cluster connection. Without it (or --master-url) `serve` uses
+    /// the in-cluster configuration, or runs with no cluster; it never reads ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// API server URL; overrides the server of --kubeconfig or of the in-cluster configuration.
+    #[arg(long)]
+    pub master_url: Option<String>,
+    #[command(flatten)]
+    pub drift: DriftPolicyArgs,
+    /// The rollout engine: restart stale workloads (auto), only plan and report (dry-run), or
+    /// not run (off). Needs a cluster connection.
+    #[arg(long, env = "ROLLOUT", value_enum, default_value_t = EngineMode::Auto)]
+    pub rollout: EngineMode,
+    /// Quiet time after a revision change before its campaign starts, so a burst of edits is
+    /// one campaign.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub settle: Duration,
+    #[command(flatten)]
+    pub safety: RolloutSafetyArgs,
+    /// Namespace of the status ConfigMap and the rollout Lease [default: the injector's own
+    /// namespace in a cluster, else --configmap-namespace].
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub injector_namespace: Option<String>,
+    /// How long the rollout Lease lasts without renewal; the holder stops acting after two
+    /// thirds of it.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, hide = true)]
+    pub lease_duration: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key into (created when missing).
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    /// DNS name or IP address the serving certificate is for; repeat for several, e.g.
+    /// sidecar-injector.injector-system.svc.
+    #[arg(long = "dns-name", required = true)]
+    pub dns_names: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigDirectoryArgs {
+    /// Directory of sidecar configs (*.yaml, *.yml).
+    #[arg(long, env = "CONFIG_DIR", default_value = "config/")]
+    pub config_directory: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub annotation_namespace: String,
+    /// Namespaces whose pods are never injected; repeat the flag for several.
+    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
+    pub ignore_namespaces: Vec<String>,
+    /// What to do when a requested sidecar does not exist.
+    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
+    pub on_missing_sidecar: MissingSidecarPolicy,
+    /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
+    #[arg(short = 'f', long = "filename")]
+    pub file: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub configs: ConfigDirectoryArgs,
+    /// Config files or directories to check; the config directory when none is given.
+    pub paths: Vec<PathBuf>,
+}
+
+impl Cli {
+    /// Parses the process arguments. An environment variable set to an empty value counts as
+    /// unset, as in Tumblr's entrypoint (`TLS_PORT=` falls back to the default).
+    pub fn parse_args() -> Self {
+        fn unset_if_empty(arg: clap::Arg) -> clap::Arg {
+            let empty = arg
+                .get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|value| value.is_empty());
+            if empty { arg.env(None) } else { arg }
+        }
+        let command = <Self as clap::CommandFactory>::command()
+            .mut_args(unset_if_empty)
+            .mut_subcommands(|sub| sub.mut_args(unset_if_empty));
+        let matches = command.get_matches();
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+    }
+}

@@ -1,0 +1,18 @@
+//! `certs`: a development CA and serving certificate, and the caBundle to paste.
+
+use std::process::ExitCode;
+
+use super::args::*;
+use crate::serve::tls::DevCertificates;
+
+pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
+    let certs = DevCertificates::generate(&args.dns_names)?;
+    certs.write(&args.out_dir)?;
+    eprintln!(
+        "wrote {dir}/ca.crt, {dir}/tls.crt and {dir}/tls.key for {names}; the caBundle for the webhook configuration:",
+        dir = args.out_dir.display(),
+        names = args.dns_names.join(", ")
+    );
+    println!("{}", certs.ca_bundle());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,79 @@
+//! `drift`: the one-shot drift report, as a table or JSON.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use super::args::*;
+use super::one_shot::*;
+use crate::annotations::AnnotationKeys;
+
+pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let client = one_shot_client(args.kubeconfig.as_deref()).await?;
+        let keys = AnnotationKeys::new(&args.annotation_namespace);
+        let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
+        let index = crate::cluster::list::index(&client, &keys)
+            .await
+            .context("cannot list pods, ReplicaSets and workloads")?;
+        let policy = args
+            .drift
+            .policy(args.ignore_namespaces.iter().cloned().collect());
+        let report = match revisions_in_force(&client, &args.injector_namespace).await? {
+            Some(revisions) => index.classify_revisions(&revisions, &policy),
+            None => index.classify(&sidecars, &policy),
+        };
+        let mut out = io::stdout().lock();
+        match args.output {
+            OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
+            OutputFormat::Table => write_drift_table(&mut out, &report)?,
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -> io::Result<()> {
+    use crate::drift::DriftState;
+    let counts = |pods: &crate::drift::StateCounts| {
+        DriftState::ALL
+            .map(|s| format!("{:>10}", pods.get(s)))
+            .join(" ")
+    };
+    let header = DriftState::ALL
+        .map(|s| format!("{:>10}", s.as_str().to_uppercase()))
+        .join(" ");
+    writeln!(out, "{:<24} {:<12} {header}", "SIDECAR", "REVISION")?;
+    for sidecar in &report.sidecars {
+        let revision = sidecar.revision.as_deref().unwrap_or("(none)");
+        writeln!(
+            out,
+            "{:<24} {:<12} {}",
+            sidecar.name,
+            revision,
+            counts(&sidecar.pods)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<48} {:<20} {:<10} {:>4}  REASON",
+        "WORKLOAD", "SIDECAR", "STATE", "PODS"
+    )?;
+    for w in &report.workloads {
+        let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
+        writeln!(
+            out,
+            "{workload:<48} {:<20} {:<10} {:>4}  {}",
+            w.sidecar,
+            w.state.as_str(),
+            w.pods.total(),
+            w.reason
+        )?;
+    }
+    Ok(())
+}

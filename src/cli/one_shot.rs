@@ -1,0 +1,96 @@
+//! What the one-shot commands (`drift`, `rollout`) share: the cluster connection, the configs
+//! as `serve` would load them, and the revisions in force.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::args::*;
+use crate::cluster::client::counted_client;
+use crate::config::{LoadReport, SidecarSet};
+use crate::sources::directory::load_config_directory;
+
+/// The revisions a running injector published in its status ConfigMap, which the one-shot
+/// commands judge and restart by (what new pods actually get); `None` when there is none and
+/// the configs' own revisions apply. Says on stderr which source it is.
+pub async fn revisions_in_force(
+    client: &kube::Client,
+    injector_namespace: &str,
+) -> anyhow::Result<Option<std::collections::BTreeMap<String, String>>> {
+    let published = crate::cluster::status::published_revisions(client, injector_namespace)
+        .await
+        .context("cannot use the injector's status ConfigMap")?;
+    match &published {
+        Some(_) => eprintln!(
+            "revisions from {injector_namespace}/{}, as the running injector published them",
+            crate::cluster::status::STATUS_CONFIGMAP
+        ),
+        None => eprintln!(
+            "revisions computed from the configs (no status ConfigMap in {injector_namespace})"
+        ),
+    }
+    Ok(published)
+}
+
+/// The cluster for the one-shot commands: --kubeconfig, or the usual resolution.
+pub async fn one_shot_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
+    };
+    Ok(counted_client(config, Default::default())?)
+}
+
+/// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems
+/// printed on stderr.
+pub async fn one_shot_configs(
+    client: &kube::Client,
+    configs: &ConfigDirectoryArgs,
+    configmap_args: &ConfigMapArgs,
+) -> anyhow::Result<SidecarSet> {
+    let mut sources = crate::config::SourceState::default();
+    let dir = &configs.config_directory;
+    let directory = match load_config_directory(dir) {
+        Ok(report) => report,
+        Err(err) if configmap_args.configmap_labels.is_some() => {
+            tracing::debug!("no config directory {}: {err}", dir.display());
+            LoadReport::default()
+        }
+        Err(err) => {
+            return Err(anyhow::anyhow!(
+                "cannot read config directory {}: {err}",
+                dir.display()
+            ));
+        }
+    };
+    print_config_problems(&directory);
+    sources.apply(&directory);
+    let mut configmaps = crate::config::SourceState::default();
+    if let Some(selector) = &configmap_args.configmap_labels {
+        let namespace = configmap_args
+            .configmap_namespace
+            .as_deref()
+            .context("--configmap-labels needs --configmap-namespace")?;
+        let report = crate::cluster::list::configmap_configs(client, namespace, selector)
+            .await
+            .context("cannot list the sidecar ConfigMaps")?;
+        print_config_problems(&report);
+        configmaps.apply(&report);
+    }
+    Ok(crate::config::merge_sources(&sources, &configmaps).0)
+}
+
+pub fn print_config_problems(report: &LoadReport) {
+    for warning in &report.warnings {
+        eprintln!("{warning}");
+    }
+    for error in &report.errors {
+        eprintln!("error: {error}");
+    }
+}

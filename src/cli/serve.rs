@@ -1,0 +1,174 @@
+//! `serve`: the flags and environment turned into [`crate::serve::ServeOptions`], and the
+//! runtime started.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::args::*;
+use crate::annotations::AnnotationKeys;
+use crate::cluster::client::counted_client;
+use crate::engine::EngineMode;
+use crate::injection::InjectionSettings;
+use crate::metrics::Metrics;
+use crate::serve::{self, ConfigMapOptions, RolloutOptions, ServeOptions};
+
+/// Tumblr's paths, so a deployment that mounts its Secret there keeps working.
+pub const DEFAULT_TLS_CERT_FILE: &str = "/var/lib/secrets/cert.crt";
+pub const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
+
+/// The namespace of the service account this process runs as, when it runs in a pod.
+const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
+    let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
+        .ok()
+        .map(|ns| ns.trim().to_owned());
+    ignored.extend(own_namespace.clone());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let metrics = Arc::new(Metrics::new());
+    let cluster = match runtime.block_on(cluster_config(&args))? {
+        Some(config) => {
+            let _guard = runtime.enter();
+            Some(counted_client(config, metrics.kube_requests.clone())?)
+        }
+        None => None,
+    };
+    let configmaps = match (&args.configmaps.configmap_labels, cluster.clone()) {
+        (None, None) => {
+            tracing::info!(
+                "no cluster connection (not in a cluster, no --kubeconfig or --master-url): serving directory configs only"
+            );
+            None
+        }
+        (None, Some(_)) => None,
+        (Some(_), None) => anyhow::bail!(
+            "--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
+        ),
+        (Some(selector), Some(client)) => {
+            let namespace = match &args.configmaps.configmap_namespace {
+                Some(namespace) => namespace.clone(),
+                None => own_namespace.clone().ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--configmap-labels without --configmap-namespace needs the injector's own namespace, \
+                             read from {IN_CLUSTER_NAMESPACE_FILE} in a cluster; outside one, pass --configmap-namespace"
+                        )
+                })?,
+            };
+            Some(ConfigMapOptions {
+                client,
+                namespace,
+                selector: selector.clone(),
+            })
+        }
+    };
+    let ignored_for_drift = ignored.clone();
+    let drift_policy = args.drift.policy(ignored_for_drift);
+    let rollout = match (&cluster, args.rollout) {
+        (None, _) | (_, EngineMode::Off) => None,
+        (Some(_), mode) => {
+            let namespace = args
+                .injector_namespace
+                .clone()
+                .or(own_namespace.clone())
+                .or(args.configmaps.configmap_namespace.clone())
+                .context(
+                    "the rollout engine keeps its status ConfigMap and Lease in the injector's namespace: \
+                     pass --injector-namespace (or --rollout=off)",
+                )?;
+            let keys = AnnotationKeys::new(&args.annotation_namespace);
+            Some(RolloutOptions {
+                engine: crate::engine::EngineOptions {
+                    mode,
+                    settings: args.safety.settings(args.settle),
+                    keys,
+                    policy: drift_policy.clone(),
+                    namespace: namespace.clone(),
+                    replan_every: Duration::from_secs(5),
+                    ignore_manual_policy: false,
+                    kinds: None,
+                    reason_prefix: None,
+                },
+                lease: crate::cluster::lease::LeaseSettings {
+                    namespace,
+                    identity: process_identity(),
+                    mode: mode.as_str().to_owned(),
+                    duration: args.lease_duration,
+                    renew_every: args.lease_duration / 3,
+                },
+            })
+        }
+    };
+    let options = ServeOptions {
+        bind_address: args.bind_address,
+        tls_port: args.tls_port,
+        lifecycle_port: args.lifecycle_port,
+        tls_cert_file: args.tls_cert_file,
+        tls_key_file: args.tls_key_file,
+        default_tls_cert_file: PathBuf::from(DEFAULT_TLS_CERT_FILE),
+        default_tls_key_file: PathBuf::from(DEFAULT_TLS_KEY_FILE),
+        config_directory: args.configs.config_directory,
+        settings: InjectionSettings {
+            keys: AnnotationKeys::new(&args.annotation_namespace),
+            ignored_namespaces: ignored,
+            on_missing_sidecar: args.on_missing_sidecar,
+        },
+        max_body_bytes: args.max_body_bytes,
+        body_read_timeout: args.body_read_timeout,
+        reload_debounce: args.reload_debounce,
+        shutdown_delay: args.shutdown_delay,
+        shutdown_timeout: args.shutdown_timeout,
+        configmaps,
+        cluster,
+        drift_policy,
+        rollout,
+        metrics,
+    };
+    runtime.block_on(serve::run(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Who holds the Lease: the pod's name in a cluster, else host and process id.
+fn process_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .unwrap_or_else(|| "sidecar-injector".into());
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// The cluster connection of `serve`: in-cluster, or exactly what the flags name. Never an
+/// implicit `~/.kube/config`, so `serve` on a laptop cannot touch whatever cluster it points at.
+async fn cluster_config(args: &ServeArgs) -> anyhow::Result<Option<kube::Config>> {
+    let mut config = if let Some(path) = &args.kubeconfig {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .with_context(|| format!("cannot use --kubeconfig {}", path.display()))?
+    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        kube::Config::incluster().context("cannot use the in-cluster configuration")?
+    } else if let Some(url) = &args.master_url {
+        kube::Config::new(
+            url.parse()
+                .with_context(|| format!("--master-url {url:?} is not a URL"))?,
+        )
+    } else {
+        return Ok(None);
+    };
+    if let Some(url) = &args.master_url {
+        config.cluster_url = url
+            .parse()
+            .with_context(|| format!("--master-url {url:?} is not a URL"))?;
+    }
+    Ok(Some(config))
+}

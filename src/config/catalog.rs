@@ -1,0 +1,202 @@
+//! What the loaders produce and the webhook serves: configs that passed every check, with
+//! their revision and origin; one source's last good versions; the two sources merged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::parse::{ConfigError, ConfigWarning};
+use super::revision::Revision;
+use super::sidecar::SidecarConfig;
+use crate::name::SidecarName;
+
+/// A config that passed every check, with its revision and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedSidecar {
+    pub config: SidecarConfig,
+    pub revision: Revision,
+    pub origin: String,
+    /// The config's items as JSON, rendered once at load so that a request only borrows them.
+    pub rendered: RenderedSidecar,
+    /// `name:version=REV`, this sidecar's item in the revision annotation.
+    pub stamp: String,
+}
+
+impl LoadedSidecar {
+    pub fn new(config: SidecarConfig, origin: impl Into<String>) -> Self {
+        let revision = Revision::of(&config);
+        Self {
+            stamp: format!("{}={}", config.name, revision),
+            revision,
+            rendered: RenderedSidecar::of(&config),
+            config,
+            origin: origin.into(),
+        }
+    }
+}
+
+/// Each list of a [`SidecarConfig`] as JSON values, index for index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedSidecar {
+    pub containers: Vec<Value>,
+    pub prepend_containers: Vec<Value>,
+    pub init_containers: Vec<Value>,
+    pub volumes: Vec<Value>,
+    pub env: Vec<Value>,
+    pub volume_mounts: Vec<Value>,
+    pub host_aliases: Vec<Value>,
+}
+
+impl RenderedSidecar {
+    fn of(config: &SidecarConfig) -> Self {
+        fn render<T: Serialize>(items: &[T]) -> Vec<Value> {
+            items
+                .iter()
+                .map(|item| serde_json::to_value(item).expect("Kubernetes types serialize to JSON"))
+                .collect()
+        }
+        Self {
+            containers: render(&config.containers),
+            prepend_containers: render(&config.prepend_containers),
+            init_containers: render(&config.init_containers),
+            volumes: render(&config.volumes),
+            env: render(&config.env),
+            volume_mounts: render(&config.volume_mounts),
+            host_aliases: render(&config.host_aliases),
+        }
+    }
+}
+
+/// The configs in force, by normalised name. Cheap to clone and share between requests.
+#[derive(Debug, Clone, Default)]
+pub struct SidecarSet {
+    by_name: BTreeMap<SidecarName, Arc<LoadedSidecar>>,
+}
+
+impl SidecarSet {
+    pub fn get(&self, name: &SidecarName) -> Option<&Arc<LoadedSidecar>> {
+        self.by_name.get(name)
+    }
+
+    pub fn insert(&mut self, sidecar: LoadedSidecar) {
+        self.by_name
+            .insert(sidecar.config.name.clone(), Arc::new(sidecar));
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<LoadedSidecar>> {
+        self.by_name.values()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &SidecarName> {
+        self.by_name.keys()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+impl FromIterator<LoadedSidecar> for SidecarSet {
+    fn from_iter<I: IntoIterator<Item = LoadedSidecar>>(iter: I) -> Self {
+        let mut set = SidecarSet::default();
+        for sidecar in iter {
+            set.insert(sidecar);
+        }
+        set
+    }
+}
+
+/// The outcome of loading one source: what loaded, what failed, what to look at.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    pub sidecars: Vec<LoadedSidecar>,
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<ConfigWarning>,
+}
+
+impl LoadReport {
+    pub fn sidecar_set(&self) -> SidecarSet {
+        self.sidecars.iter().cloned().collect()
+    }
+}
+
+/// What one config source serves: each origin's (file's, or ConfigMap item's) last good
+/// version. A reload takes what loaded, keeps the last good version of what failed, and drops
+/// what vanished, so a broken edit never replaces a good config.
+#[derive(Debug, Clone, Default)]
+pub struct SourceState {
+    by_origin: BTreeMap<String, LoadedSidecar>,
+}
+
+/// What a reload changed, for the log line and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Origins that failed and keep serving their last good version.
+    pub kept: Vec<String>,
+    pub errors: usize,
+    pub served: usize,
+}
+
+impl SourceState {
+    pub fn apply(&mut self, report: &LoadReport) -> ReloadSummary {
+        let mut next: BTreeMap<String, LoadedSidecar> = report
+            .sidecars
+            .iter()
+            .map(|s| (s.origin.clone(), s.clone()))
+            .collect();
+        let fresh_names: BTreeSet<&SidecarName> =
+            report.sidecars.iter().map(|s| &s.config.name).collect();
+        let mut kept = Vec::new();
+        for error in &report.errors {
+            // A fresh, valid config of the same name elsewhere supersedes the stale one.
+            if let Some(previous) = self.by_origin.get(&error.origin)
+                && !fresh_names.contains(&previous.config.name)
+                && !next.contains_key(&error.origin)
+            {
+                next.insert(error.origin.clone(), previous.clone());
+                kept.push(error.origin.clone());
+            }
+        }
+        self.by_origin = next;
+        ReloadSummary {
+            kept,
+            errors: report.errors.len(),
+            served: self.by_origin.len(),
+        }
+    }
+
+    pub fn sidecars(&self) -> impl Iterator<Item = &LoadedSidecar> {
+        self.by_origin.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_origin.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_origin.is_empty()
+    }
+}
+
+/// The configs in force: the directory's, with a ConfigMap config of the same name taking its
+/// place. Returns the names so overridden, for the log.
+pub fn merge_sources(
+    directory: &SourceState,
+    configmaps: &SourceState,
+) -> (SidecarSet, Vec<SidecarName>) {
+    let mut set: SidecarSet = directory.sidecars().cloned().collect();
+    let mut overridden = Vec::new();
+    for sidecar in configmaps.sidecars() {
+        if set.get(&sidecar.config.name).is_some() {
+            overridden.push(sidecar.config.name.clone());
+        }
+        set.insert(sidecar.clone());
+    }
+    (set, overridden)
+}

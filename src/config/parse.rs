@@ -1,0 +1,384 @@
+//! Parsing and validating one config document: unknown keys, YAML 1.1 forms, nested fields
+//! the Kubernetes types would drop, every error with its origin and line.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use thiserror::Error;
+
+use super::sidecar::{SidecarConfig, TOP_LEVEL_KEYS};
+use crate::name::{NameError, SidecarName};
+
+/// What is wrong with one config, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub struct ConfigError {
+    /// The file (or ConfigMap item) at fault.
+    pub origin: String,
+    /// 1-based line, where the parser could tell.
+    pub line: Option<usize>,
+    pub kind: ConfigErrorKind,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.origin, line, self.kind),
+            None => write!(f, "{}: {}", self.origin, self.kind),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigErrorKind {
+    #[error("cannot read: {0}")]
+    Read(String),
+    #[error("invalid YAML: {0}")]
+    Syntax(String),
+    #[error("the document is empty; a sidecar config needs at least a `name`")]
+    Empty,
+    #[error("expected a mapping of config keys, found {0}")]
+    NotAMapping(&'static str),
+    #[error("unknown top-level key {key:?} (allowed: {allowed})")]
+    UnknownKey { key: String, allowed: String },
+    #[error("missing `name` (name or name:version)")]
+    MissingName,
+    #[error("`name` must be a string such as logger:v1, found {0}")]
+    NameNotAString(&'static str),
+    #[error("invalid `name`: {0}")]
+    InvalidName(NameError),
+    #[error("invalid `{path}`: {message}")]
+    InvalidField { path: String, message: String },
+    #[error(
+        "`inherits: {0}` must name a file next to this one; it may not leave the config directory"
+    )]
+    InheritsOutsideDirectory(String),
+    #[error("`inherits` is only for configs on disk; a ConfigMap item cannot inherit ({0:?})")]
+    InheritsNotOnDisk(String),
+    #[error("`inherits: {0}`: no such config file in the config directory")]
+    MissingParent(String),
+    #[error("`inherits: {parent}`: the parent is invalid: {reason}")]
+    InvalidParent { parent: String, reason: String },
+    #[error("`inherits` forms a cycle: {0}")]
+    InheritanceCycle(String),
+    #[error("sidecar {name} is defined more than once in this source (also in {others})")]
+    DuplicateName { name: String, others: String },
+}
+
+/// Something a person should look at that does not stop the config from loading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    pub origin: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: warning: {}", self.origin, self.message)
+    }
+}
+
+/// A single document parsed and checked, before inheritance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedConfig {
+    pub config: SidecarConfig,
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Parses one config document. `origin` names it in every message.
+pub fn parse_config(origin: &str, text: &str) -> Result<ParsedConfig, ConfigError> {
+    let error = |line: Option<usize>, kind| ConfigError {
+        origin: origin.to_owned(),
+        line,
+        kind,
+    };
+    let document: Value = serde_yaml::from_str(text).map_err(|e| {
+        error(
+            e.location().map(|l| l.line()),
+            ConfigErrorKind::Syntax(strip_location(&e.to_string())),
+        )
+    })?;
+    let mut map = match document {
+        Value::Object(map) => map,
+        Value::Null => return Err(error(None, ConfigErrorKind::Empty)),
+        other => {
+            return Err(error(
+                Some(1),
+                ConfigErrorKind::NotAMapping(kind_of(&other)),
+            ));
+        }
+    };
+    if let Some(key) = map.keys().find(|k| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
+        return Err(error(
+            top_level_key_line(text, key),
+            ConfigErrorKind::UnknownKey {
+                key: key.clone(),
+                allowed: TOP_LEVEL_KEYS.join(", "),
+            },
+        ));
+    }
+    let name = match map.remove("name") {
+        None | Some(Value::Null) => {
+            return Err(error(None, ConfigErrorKind::MissingName));
+        }
+        Some(Value::String(name)) => SidecarName::parse(&name).map_err(|e| {
+            error(
+                top_level_key_line(text, "name"),
+                ConfigErrorKind::InvalidName(e),
+            )
+        })?,
+        Some(other) => {
+            return Err(error(
+                top_level_key_line(text, "name"),
+                ConfigErrorKind::NameNotAString(kind_of(&other)),
+            ));
+        }
+    };
+
+    let mut fields = FieldReader {
+        origin,
+        text,
+        map,
+        warnings: Vec::new(),
+    };
+    let config = SidecarConfig {
+        name,
+        inherits: fields.take("inherits")?,
+        containers: fields.take("containers")?.unwrap_or_default(),
+        prepend_containers: fields.take("prependContainers")?.unwrap_or_default(),
+        init_containers: fields.take("initContainers")?.unwrap_or_default(),
+        volumes: fields.take("volumes")?.unwrap_or_default(),
+        env: fields.take("env")?.unwrap_or_default(),
+        volume_mounts: fields.take("volumeMounts")?.unwrap_or_default(),
+        host_aliases: fields.take("hostAliases")?.unwrap_or_default(),
+        host_network: fields.take("hostNetwork")?.unwrap_or(false),
+        host_pid: fields.take("hostPID")?.unwrap_or(false),
+        service_account_name: fields
+            .take::<String>("serviceAccountName")?
+            .filter(|s| !s.is_empty()),
+        rollout: fields.take("rollout")?,
+    };
+    let warnings = fields.warnings;
+    for (kind, containers) in [
+        ("containers", &config.containers),
+        ("prependContainers", &config.prepend_containers),
+        ("initContainers", &config.init_containers),
+    ] {
+        for (index, container) in containers.iter().enumerate() {
+            if container.name.is_empty() {
+                return Err(error(
+                    top_level_key_line(text, kind),
+                    ConfigErrorKind::InvalidField {
+                        path: format!("{kind}[{index}].name"),
+                        message: "every injected container needs a name".into(),
+                    },
+                ));
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for container in config.injected_containers() {
+        if !seen.insert(container.name.as_str()) {
+            return Err(error(
+                None,
+                ConfigErrorKind::InvalidField {
+                    path: "containers".into(),
+                    message: format!(
+                        "container name {:?} appears more than once in this config",
+                        container.name
+                    ),
+                },
+            ));
+        }
+    }
+    Ok(ParsedConfig { config, warnings })
+}
+
+/// Takes typed top-level fields out of the document, collecting warnings as it goes.
+struct FieldReader<'a> {
+    origin: &'a str,
+    text: &'a str,
+    map: serde_json::Map<String, Value>,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl FieldReader<'_> {
+    fn take<T: DeserializeOwned + Serialize>(
+        &mut self,
+        key: &str,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(value) = self.map.remove(key).filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        typed_with_yaml11(key, value, self.origin, &mut self.warnings)
+            .map(Some)
+            .map_err(|kind| ConfigError {
+                origin: self.origin.to_owned(),
+                line: top_level_key_line(self.text, key),
+                kind,
+            })
+    }
+}
+
+/// serde_yaml appends " at line N column M"; the line is reported separately.
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(index) => message[..index].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// Block-style top-level keys start in column 0; good enough to point a person at the line.
+pub(super) fn top_level_key_line(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|line| {
+            let unquoted = line
+                .strip_prefix('"')
+                .or_else(|| line.strip_prefix('\''))
+                .unwrap_or(line);
+            unquoted.strip_prefix(key).is_some_and(|rest| {
+                rest.starts_with(':') || rest.starts_with("\":") || rest.starts_with("':")
+            })
+        })
+        .map(|index| index + 1)
+}
+
+/// Deserializes a Kubernetes-typed field the way Kubernetes reads YAML 1.1: where the type wants
+/// a number or a boolean and the YAML 1.2 parser produced a string such as `0644` or `yes`, the
+/// scalar is read as YAML 1.1 would (octal 420, true). Strings stay strings everywhere else.
+/// Fields the Kubernetes types do not know are reported as warnings, since they would vanish.
+fn typed_with_yaml11<T: DeserializeOwned + Serialize>(
+    key: &str,
+    mut value: Value,
+    origin: &str,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<T, ConfigErrorKind> {
+    loop {
+        match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(typed) => {
+                let kept = serde_json::to_value(&typed).unwrap_or(Value::Null);
+                let mut dropped = Vec::new();
+                dropped_fields(&value, &kept, key.to_owned(), &mut dropped);
+                warnings.extend(dropped.into_iter().map(|path| ConfigWarning {
+                    origin: origin.to_owned(),
+                    message: format!(
+                        "`{path}` is not a field Kubernetes knows here; it would be dropped (a typo?)"
+                    ),
+                }));
+                return Ok(typed);
+            }
+            Err(err) => {
+                let path: Vec<serde_path_to_error::Segment> = err.path().iter().cloned().collect();
+                let coerced = scalar_at(&mut value, &path).is_some_and(coerce_yaml11_scalar);
+                if !coerced {
+                    return Err(ConfigErrorKind::InvalidField {
+                        path: format!("{key}{}", display_path(&path)),
+                        message: err.into_inner().to_string(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn display_path(path: &[serde_path_to_error::Segment]) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Segment::Enum { variant } => {
+                out.push('.');
+                out.push_str(variant);
+            }
+            Segment::Unknown => out.push_str(".?"),
+        }
+    }
+    out
+}
+
+fn scalar_at<'v>(
+    value: &'v mut Value,
+    path: &[serde_path_to_error::Segment],
+) -> Option<&'v mut Value> {
+    use serde_path_to_error::Segment;
+    let mut current = value;
+    for segment in path {
+        current = match segment {
+            Segment::Seq { index } => current.get_mut(*index)?,
+            Segment::Map { key } => current.get_mut(key.as_str())?,
+            Segment::Enum { .. } | Segment::Unknown => return None,
+        };
+    }
+    Some(current)
+}
+
+/// Returns whether the scalar was rewritten; only YAML 1.1 forms a 1.2 parser leaves as strings.
+fn coerce_yaml11_scalar(value: &mut Value) -> bool {
+    let Value::String(text) = value else {
+        return false;
+    };
+    let replacement = match text.as_str() {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
+            Value::Bool(true)
+        }
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => {
+            Value::Bool(false)
+        }
+        octal
+            if octal.len() > 1
+                && octal.starts_with('0')
+                && octal.bytes().all(|b| (b'0'..=b'7').contains(&b)) =>
+        {
+            match i64::from_str_radix(octal, 8) {
+                Ok(number) => Value::from(number),
+                Err(_) => return false,
+            }
+        }
+        _ => return false,
+    };
+    *value = replacement;
+    true
+}
+
+/// Paths present (non-null) in what the user wrote but absent after a round trip through the
+/// Kubernetes types.
+fn dropped_fields(written: &Value, kept: &Value, path: String, out: &mut Vec<String>) {
+    match (written, kept) {
+        (Value::Object(written), Value::Object(kept)) => {
+            for (key, value) in written {
+                if value.is_null() {
+                    continue;
+                }
+                let child = format!("{path}.{key}");
+                match kept.get(key) {
+                    Some(kept_value) => dropped_fields(value, kept_value, child, out),
+                    None => out.push(child),
+                }
+            }
+        }
+        (Value::Array(written), Value::Array(kept)) => {
+            for (index, (value, kept_value)) in written.iter().zip(kept).enumerate() {
+                dropped_fields(value, kept_value, format!("{path}[{index}]"), out);
+            }
+        }
+        _ => {}
+    }
+}

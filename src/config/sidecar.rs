@@ -1,0 +1,139 @@
+//! One sidecar config as written (Tumblr format plus `prependContainers` and `rollout`), and
+//! how a child config inherits from its parent.
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, Volume, VolumeMount};
+use serde::{Deserialize, Serialize};
+
+use crate::name::SidecarName;
+
+/// Every top-level key a config may carry. Anything else is an error naming the key, because a
+/// typo such as `volumeMount:` would otherwise silently inject nothing.
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "name",
+    "inherits",
+    "containers",
+    "prependContainers",
+    "initContainers",
+    "volumes",
+    "env",
+    "volumeMounts",
+    "hostAliases",
+    "hostNetwork",
+    "hostPID",
+    "serviceAccountName",
+    "rollout",
+];
+
+/// Whether the rollout engine may restart workloads for this sidecar on its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutMode {
+    #[default]
+    Auto,
+    Manual,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutPolicy {
+    #[serde(default)]
+    pub policy: RolloutMode,
+}
+
+/// One sidecar as it will be injected (after inheritance once resolved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SidecarConfig {
+    pub name: SidecarName,
+    pub inherits: Option<String>,
+    pub containers: Vec<Container>,
+    pub prepend_containers: Vec<Container>,
+    pub init_containers: Vec<Container>,
+    pub volumes: Vec<Volume>,
+    pub env: Vec<EnvVar>,
+    pub volume_mounts: Vec<VolumeMount>,
+    pub host_aliases: Vec<HostAlias>,
+    pub host_network: bool,
+    pub host_pid: bool,
+    pub service_account_name: Option<String>,
+    pub rollout: Option<RolloutPolicy>,
+}
+
+impl SidecarConfig {
+    /// A config that injects nothing yet; fields are public for the caller to fill.
+    pub fn new(name: SidecarName) -> Self {
+        Self {
+            name,
+            inherits: None,
+            containers: Vec::new(),
+            prepend_containers: Vec::new(),
+            init_containers: Vec::new(),
+            volumes: Vec::new(),
+            env: Vec::new(),
+            volume_mounts: Vec::new(),
+            host_aliases: Vec::new(),
+            host_network: false,
+            host_pid: false,
+            service_account_name: None,
+            rollout: None,
+        }
+    }
+
+    pub fn rollout_mode(&self) -> RolloutMode {
+        self.rollout.map(|r| r.policy).unwrap_or_default()
+    }
+
+    /// Every container this config injects, in the order the pod will list them.
+    pub fn injected_containers(&self) -> impl Iterator<Item = &Container> {
+        self.prepend_containers
+            .iter()
+            .chain(&self.init_containers)
+            .chain(&self.containers)
+    }
+
+    /// Applies Tumblr's inheritance: `self` is the child, `parent` the resolved parent.
+    pub(super) fn inherit_from(self, parent: &SidecarConfig) -> SidecarConfig {
+        SidecarConfig {
+            name: self.name,
+            inherits: self.inherits,
+            containers: merge_by_name(&parent.containers, self.containers, |c| &c.name),
+            prepend_containers: merge_by_name(
+                &parent.prepend_containers,
+                self.prepend_containers,
+                |c| &c.name,
+            ),
+            init_containers: merge_by_name(&parent.init_containers, self.init_containers, |c| {
+                &c.name
+            }),
+            volumes: merge_by_name(&parent.volumes, self.volumes, |v| &v.name),
+            env: merge_by_name(&parent.env, self.env, |e| &e.name),
+            volume_mounts: merge_by_name(&parent.volume_mounts, self.volume_mounts, |m| &m.name),
+            host_aliases: parent
+                .host_aliases
+                .iter()
+                .cloned()
+                .chain(self.host_aliases)
+                .collect(),
+            host_network: parent.host_network || self.host_network,
+            host_pid: parent.host_pid || self.host_pid,
+            service_account_name: self
+                .service_account_name
+                .or_else(|| parent.service_account_name.clone()),
+            rollout: self.rollout.or(parent.rollout),
+        }
+    }
+}
+
+/// A child's item replaces the parent's item of the same name in place; new items are appended.
+fn merge_by_name<T: Clone>(parent: &[T], child: Vec<T>, key: impl Fn(&T) -> &String) -> Vec<T> {
+    let mut merged: Vec<T> = parent.to_vec();
+    for item in child {
+        match merged
+            .iter()
+            .position(|existing| key(existing) == key(&item))
+        {
+            Some(index) => merged[index] = item,
+            None => merged.push(item),
+        }
+    }
+    merged
+}

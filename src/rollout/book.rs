@@ -1,0 +1,111 @@
+//! Campaigns: per sidecar, bringing every pod that requests it to one revision. The book is
+//! persisted in the status ConfigMap, so a pause outlives the process.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use crate::workload::WorkloadRef;
+
+/// Where a sidecar's campaign stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CampaignState {
+    /// The revision is newer than `--settle`: more edits may follow.
+    Settling,
+    Running,
+    /// Failures reached `--max-failures`: nothing requesting the sidecar is restarted until a
+    /// new revision arrives or `rollout --resume` clears it.
+    Paused,
+    Complete,
+    /// `rollout: {policy: manual}`.
+    Manual,
+}
+
+impl CampaignState {
+    pub const ALL: [CampaignState; 5] = [
+        CampaignState::Settling,
+        CampaignState::Running,
+        CampaignState::Paused,
+        CampaignState::Complete,
+        CampaignState::Manual,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CampaignState::Settling => "settling",
+            CampaignState::Running => "running",
+            CampaignState::Paused => "paused",
+            CampaignState::Complete => "complete",
+            CampaignState::Manual => "manual",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignCounts {
+    /// Workloads still to restart (waiting or about to be patched).
+    pub pending: u32,
+    pub rolling: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub workload: WorkloadRef,
+    pub reason: String,
+    pub at: Time,
+}
+
+/// One sidecar's campaign: bringing every pod requesting it to `revision`. Persisted in the
+/// status ConfigMap, so a pause outlives the process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Campaign {
+    pub revision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    /// When this revision came into force (the settle window runs from here).
+    pub since: Time,
+    pub state: CampaignState,
+    #[serde(default)]
+    pub counts: CampaignCounts,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<Failure>,
+    /// Failures cleared by `rollout --resume`: only later ones count toward a pause.
+    #[serde(default)]
+    pub acknowledged_failures: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<String>,
+}
+
+impl Campaign {
+    pub(super) fn failed(&self, workload: &WorkloadRef) -> bool {
+        self.failures.iter().any(|f| &f.workload == workload)
+    }
+
+    pub(super) fn unacknowledged_failures(&self) -> usize {
+        self.failures
+            .len()
+            .saturating_sub(self.acknowledged_failures)
+    }
+
+    /// What `rollout --resume` does: failures so far no longer count, the campaign runs again.
+    pub fn resume(&mut self) {
+        self.acknowledged_failures = self.failures.len();
+        self.pause_reason = None;
+        if self.state == CampaignState::Paused {
+            self.state = CampaignState::Running;
+        }
+    }
+}
+
+/// Every sidecar's campaign, by sidecar name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignBook {
+    pub campaigns: BTreeMap<String, Campaign>,
+}

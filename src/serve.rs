@@ -1,0 +1,292 @@
+//! `serve`: the HTTPS webhook, the plain lifecycle port, config and certificate hot reload, and
+//! graceful shutdown. The I/O shell around [`crate::admission`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+use tokio::sync::watch;
+use tracing::{error, info};
+
+pub mod http;
+pub mod tls;
+
+use crate::config::SidecarSet;
+use crate::injection::InjectionSettings;
+use crate::metrics::Metrics;
+use crate::sources::{ConfigSources, reload_configs, spawn_config_reloader, watch_paths};
+pub use http::{Readiness, WebhookState, lifecycle_router, webhook_router};
+use tls::{DevCertificates, server_config_from_files};
+
+/// Where development certificates go when the default certificate files are missing.
+pub const DEV_CERTS_DIR: &str = "certs";
+
+/// How `serve` is configured; the CLI fills it from flags and environment.
+#[derive(Clone)]
+pub struct ServeOptions {
+    pub bind_address: IpAddr,
+    pub tls_port: u16,
+    pub lifecycle_port: u16,
+    /// `None`: the default path; missing defaults mean development certificates.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub default_tls_cert_file: PathBuf,
+    pub default_tls_key_file: PathBuf,
+    pub config_directory: PathBuf,
+    pub settings: InjectionSettings,
+    pub max_body_bytes: usize,
+    pub body_read_timeout: Duration,
+    pub reload_debounce: Duration,
+    pub shutdown_delay: Duration,
+    pub shutdown_timeout: Duration,
+    /// The ConfigMap source, when `--configmap-labels` turned it on.
+    pub configmaps: Option<ConfigMapOptions>,
+    /// The cluster, when there is one: the drift index watches it.
+    pub cluster: Option<kube::Client>,
+    pub drift_policy: crate::drift::DriftPolicy,
+    /// The rollout engine, when there is a cluster and `--rollout` is not `off`.
+    pub rollout: Option<RolloutOptions>,
+    /// Made before the cluster client, which counts its requests into it.
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RolloutOptions {
+    pub engine: crate::engine::EngineOptions,
+    pub lease: crate::cluster::lease::LeaseSettings,
+}
+
+#[derive(Clone)]
+pub struct ConfigMapOptions {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub selector: String,
+}
+
+impl std::fmt::Debug for ConfigMapOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigMapOptions")
+            .field("namespace", &self.namespace)
+            .field("selector", &self.selector)
+            .finish()
+    }
+}
+
+/// Picks the certificate files, generating development ones when the defaults are missing.
+fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
+    if options.tls_cert_file.is_some() || options.tls_key_file.is_some() {
+        return Ok((
+            options
+                .tls_cert_file
+                .clone()
+                .unwrap_or_else(|| options.default_tls_cert_file.clone()),
+            options
+                .tls_key_file
+                .clone()
+                .unwrap_or_else(|| options.default_tls_key_file.clone()),
+        ));
+    }
+    if options.default_tls_cert_file.exists() {
+        return Ok((
+            options.default_tls_cert_file.clone(),
+            options.default_tls_key_file.clone(),
+        ));
+    }
+    let dir = Path::new(DEV_CERTS_DIR);
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    if cert.exists() && key.exists() {
+        info!(
+            "{} not found; serving the development certificate from an earlier run in {DEV_CERTS_DIR}/ (CA: {DEV_CERTS_DIR}/ca.crt)",
+            options.default_tls_cert_file.display()
+        );
+    } else {
+        let names = ["localhost", "127.0.0.1", "::1"].map(String::from);
+        DevCertificates::generate(&names)
+            .and_then(|certs| certs.write(dir))
+            .context("cannot generate development certificates")?;
+        info!(
+            "{} not found; generated a development CA and serving certificate for localhost in {DEV_CERTS_DIR}/ (CA: {DEV_CERTS_DIR}/ca.crt)",
+            options.default_tls_cert_file.display()
+        );
+    }
+    Ok((cert, key))
+}
+
+/// Reloads the serving pair after each (debounced) change in the directories holding it; a
+/// pair that does not load leaves the current one serving.
+fn spawn_certificate_reloader(
+    options: &ServeOptions,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    tls: RustlsConfig,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let directories: Vec<PathBuf> = [&cert_file, &key_file]
+        .iter()
+        .map(|f| {
+            f.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        })
+        .collect();
+    let mut changes = watch_paths(&directories, options.reload_debounce)
+        .context("cannot watch the certificate files")?;
+    tokio::spawn(async move {
+        while changes.recv().await.is_some() {
+            match server_config_from_files(&cert_file, &key_file) {
+                Ok(config) => {
+                    tls.reload_from_config(config);
+                    metrics.record_certificate_reload(true);
+                    info!(cert = %cert_file.display(), "serving certificate reloaded");
+                }
+                Err(err) => {
+                    metrics.record_certificate_reload(false);
+                    error!("certificate not reloaded, the previous one keeps serving: {err}");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Runs the webhook until SIGTERM or SIGINT, then shuts down gracefully.
+pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
+    let metrics = options.metrics.clone();
+    let readiness = Arc::new(Readiness::default());
+
+    let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
+    let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
+    reload_configs(&options.config_directory, &sources, &metrics);
+    readiness.configs_loaded.store(true, Ordering::Release);
+    spawn_config_reloader(
+        options.config_directory.clone(),
+        options.reload_debounce,
+        sources.clone(),
+        metrics.clone(),
+    )?;
+    match &options.configmaps {
+        Some(source) => {
+            let ready = readiness.clone();
+            tokio::spawn(crate::sources::configmaps::run(
+                source.client.clone(),
+                source.namespace.clone(),
+                source.selector.clone(),
+                sources.clone(),
+                metrics.clone(),
+                move || ready.configmaps_listed.store(true, Ordering::Release),
+            ));
+        }
+        None => readiness.configmaps_listed.store(true, Ordering::Release),
+    }
+    if let Some(client) = &options.cluster {
+        let feed = crate::cluster::watch::start(client.clone(), options.settings.keys.clone());
+        crate::cluster::watch::spawn_gauge(
+            feed.clone(),
+            options.drift_policy.clone(),
+            sidecars.clone(),
+            metrics.clone(),
+        );
+        if let Some(rollout) = &options.rollout {
+            let (grant_tx, grant) = watch::channel(None);
+            tokio::spawn(crate::cluster::lease::run(
+                client.clone(),
+                rollout.lease.clone(),
+                grant_tx,
+            ));
+            let engine =
+                crate::engine::Engine::new(client.clone(), rollout.engine.clone(), metrics.clone());
+            let ready = readiness.clone();
+            tokio::spawn(crate::engine::run(
+                engine,
+                feed,
+                sidecars.clone(),
+                move || {
+                    ready.configs_loaded.load(Ordering::Acquire)
+                        && ready.configmaps_listed.load(Ordering::Acquire)
+                },
+                grant,
+            ));
+        }
+    }
+    let (cert_file, key_file) = tls_files(&options)?;
+    let tls = RustlsConfig::from_config(
+        server_config_from_files(&cert_file, &key_file)
+            .context("cannot load the serving certificate")?,
+    );
+    spawn_certificate_reloader(&options, cert_file, key_file, tls.clone(), metrics.clone())?;
+
+    let state = Arc::new(WebhookState {
+        sidecars,
+        settings: options.settings.clone(),
+        metrics: metrics.clone(),
+        max_body_bytes: options.max_body_bytes,
+        body_read_timeout: options.body_read_timeout,
+        readiness: readiness.clone(),
+    });
+
+    let tls_handle: Handle<SocketAddr> = Handle::new();
+    let lifecycle_handle: Handle<SocketAddr> = Handle::new();
+    let mut tls_server =
+        axum_server::bind_rustls(SocketAddr::new(options.bind_address, options.tls_port), tls)
+            .handle(tls_handle.clone());
+    tls_server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(options.body_read_timeout);
+    let tls_task =
+        tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
+    let lifecycle_task = tokio::spawn(
+        axum_server::bind(SocketAddr::new(
+            options.bind_address,
+            options.lifecycle_port,
+        ))
+        .handle(lifecycle_handle.clone())
+        .serve(lifecycle_router(state.clone()).into_make_service()),
+    );
+    let (Some(tls_addr), Some(lifecycle_addr)) = (
+        tls_handle.listening().await,
+        lifecycle_handle.listening().await,
+    ) else {
+        // A listener that never came up has already ended its task with the bind error.
+        let tls_result = tls_task.await.context("TLS server task")?;
+        let lifecycle_result = lifecycle_task.await.context("lifecycle server task")?;
+        tls_result.context("cannot serve TLS")?;
+        lifecycle_result.context("cannot serve the lifecycle port")?;
+        anyhow::bail!("a listener stopped before it started");
+    };
+    readiness.tls_listening.store(true, Ordering::Release);
+    info!(tls = %tls_addr, lifecycle = %lifecycle_addr, "listening");
+
+    let signal = shutdown_signal().await;
+    readiness.shutting_down.store(true, Ordering::Release);
+    info!(signal, delay = ?options.shutdown_delay, "shutting down: /ready now fails; draining in-flight requests");
+    tokio::time::sleep(options.shutdown_delay).await;
+    tls_handle.graceful_shutdown(Some(options.shutdown_timeout));
+    lifecycle_handle.graceful_shutdown(Some(options.shutdown_timeout));
+    tls_task
+        .await
+        .context("TLS server task")?
+        .context("TLS server")?;
+    lifecycle_task
+        .await
+        .context("lifecycle server task")?
+        .context("lifecycle server")?;
+    info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    }
+}

@@ -1,0 +1,107 @@
+//! The config sources (the directory and the labelled ConfigMaps) behind one snapshot: each
+//! keeps its configs' last good versions, and every change publishes the merged set to the
+//! webhook and the engine.
+
+pub mod configmaps;
+pub mod directory;
+mod directory_watch;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::config::{SidecarSet, SourceState, merge_sources};
+use crate::metrics::Metrics;
+use directory::load_config_directory;
+pub use directory_watch::watch_paths;
+
+pub const CONFIG_SOURCE_DIRECTORY: &str = "directory";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot watch {}: {source}", directory.display())]
+    WatchDirectory {
+        directory: PathBuf,
+        source: notify::Error,
+    },
+}
+
+/// Both config sources and the snapshot they publish to every request and consumer.
+pub struct ConfigSources {
+    pub directory: SourceState,
+    pub configmaps: SourceState,
+    publish: watch::Sender<Arc<SidecarSet>>,
+}
+
+impl ConfigSources {
+    pub fn new(publish: watch::Sender<Arc<SidecarSet>>) -> Self {
+        Self {
+            directory: SourceState::default(),
+            configmaps: SourceState::default(),
+            publish,
+        }
+    }
+
+    /// Merges the sources (a ConfigMap config overrides a disk config of the same name) and
+    /// publishes the result.
+    pub fn publish(&self, changed_source: &'static str) {
+        let (set, overridden) = merge_sources(&self.directory, &self.configmaps);
+        for name in overridden {
+            info!(sidecar = %name, "the ConfigMap config overrides the disk config of the same name");
+        }
+        let names: Vec<&str> = set.iter().map(|s| s.stamp.as_str()).collect();
+        info!(source = changed_source, sidecars = ?names, "sidecar configs in force");
+        self.publish.send_replace(Arc::new(set));
+    }
+}
+
+/// Loads the config directory into the sources, publishes the result, and records it.
+pub fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, metrics: &Metrics) {
+    let mut sources = sources.lock().expect("config sources lock");
+    let state = &mut sources.directory;
+    let report = match load_config_directory(directory) {
+        Ok(report) => report,
+        Err(err) => {
+            error!(directory = %directory.display(), "cannot read the config directory; keeping the configs in force: {err}");
+            metrics.record_config_reload(CONFIG_SOURCE_DIRECTORY, false, state.len());
+            return;
+        }
+    };
+    for warning in &report.warnings {
+        warn!("{warning}");
+    }
+    for err in &report.errors {
+        error!("config not loaded: {err}");
+    }
+    let summary = state.apply(&report);
+    for origin in &summary.kept {
+        warn!(origin = %origin, "keeping the last good version of this config until it is fixed");
+    }
+    metrics.record_config_reload(CONFIG_SOURCE_DIRECTORY, summary.errors == 0, summary.served);
+    sources.publish(CONFIG_SOURCE_DIRECTORY);
+}
+
+/// Reloads the config directory after each (debounced) change in it.
+pub fn spawn_config_reloader(
+    directory: PathBuf,
+    debounce: Duration,
+    sources: Arc<Mutex<ConfigSources>>,
+    metrics: Arc<Metrics>,
+) -> Result<(), SourceError> {
+    let mut changes =
+        watch_paths(std::slice::from_ref(&directory), debounce).map_err(|source| {
+            SourceError::WatchDirectory {
+                directory: directory.clone(),
+                source,
+            }
+        })?;
+    tokio::spawn(async move {
+        while changes.recv().await.is_some() {
+            reload_configs(&directory, &sources, &metrics);
+        }
+    });
+    Ok(())
+}
