@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::annotations::AnnotationKeys;
+use crate::config::RevisionStamp;
 use crate::drift::DriftPolicy;
 use crate::drift::{DriftIndex, WorkloadEntry};
 use crate::test_fixtures::PodMeta;
@@ -235,7 +236,10 @@ fn only_workloads_owning_stale_or_uninjected_pods_are_planned() {
         .iter()
         .find(|r| r.workload.name == "stale")
         .unwrap();
-    assert_eq!(stale.target, format!("{LOGGER}={NEW}"));
+    assert_eq!(
+        stale.target.as_ref().map(RevisionStamp::as_str),
+        Some(format!("{LOGGER}={NEW}").as_str())
+    );
     assert_eq!(stale.workload.kind, WorkloadKind::Deployment);
     assert_eq!(
         stale.reason,
@@ -272,7 +276,10 @@ fn a_new_revision_settles_before_anything_restarts_and_each_edit_restarts_the_wi
     world.now = at(7218);
     let plan = world.step();
     assert_eq!(restarted(&plan), ["web"]);
-    assert_eq!(plan.restarts[0].target, format!("{LOGGER}=dddddddddddd"));
+    assert_eq!(
+        plan.restarts[0].target.as_ref().map(RevisionStamp::as_str),
+        Some(format!("{LOGGER}=dddddddddddd").as_str())
+    );
     assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Running);
 }
 
@@ -388,7 +395,7 @@ fn a_workload_carrying_the_target_is_waited_on_not_patched_again() {
         plan.rolling,
         [Rolling {
             workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
-            target: format!("{LOGGER}={NEW}"),
+            target: RevisionStamp::from_annotation(format!("{LOGGER}={NEW}")),
             on_delete: false,
         }]
     );
@@ -572,7 +579,7 @@ fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are
         .workload(WorkloadKind::StatefulSet, "team", "db")
         .unwrap()
         .clone();
-    entry.rollout_revision = Some(plan.restarts[0].target.clone().into());
+    entry.rollout_revision = plan.restarts[0].target.as_ref().map(|t| t.as_str().into());
     entry.rolled_at = Some(world.now);
     world
         .index
@@ -602,7 +609,7 @@ fn bare_pods_are_evicted_only_with_evict_bare_pods() {
     let plan = world.plan();
     assert_eq!(restarted(&plan), ["lonely"]);
     assert_eq!(plan.restarts[0].workload.kind, WorkloadKind::Pod);
-    assert_eq!(plan.restarts[0].target, "");
+    assert_eq!(plan.restarts[0].target, None);
 }
 
 #[test]
