@@ -12,7 +12,9 @@ use serde_json::value::RawValue;
 use thiserror::Error;
 
 use crate::config::SidecarSet;
-use crate::injection::{Decision, Denial, InjectionSettings, PodView, SkipReason, decide};
+use crate::injection::{
+    Decision, Denial, Injection, InjectionSettings, PodView, SkipReason, decide,
+};
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
 pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
@@ -256,41 +258,32 @@ fn answer_review(
         sidecars: Vec::new(),
         message: None,
     };
-    let reply = |answer: &Answer, allowed, patch: Option<String>, status: Option<StatusOut>| {
-        let warnings = match (allowed, &answer.message) {
-            (true, Some(message)) => vec![message.clone()],
-            _ => Vec::new(),
-        };
-        serde_json::to_vec(&ReviewOut {
-            api_version,
-            kind: "AdmissionReview",
-            response: ResponseOut {
-                uid: &answer.uid,
-                allowed,
-                patch_type: patch.as_ref().map(|_| "JSONPatch"),
-                patch,
-                status,
-                warnings,
-            },
-        })
-        .expect("the reply serializes")
-    };
+    let outcome = decide_outcome(&request, object, &mut answer, sidecars, settings);
+    answer.body = encode_reply(api_version, &answer, outcome);
+    Ok(answer)
+}
 
-    if let Some(object_kind) = &request.kind
-        && (object_kind.kind != "Pod" || !object_kind.group.is_empty())
-    {
+/// What the reply says, decided before it is encoded once.
+enum Outcome {
+    /// Allowed, with the base64 JSON patch when something is injected.
+    Allow { patch: Option<String> },
+    /// Refused with this HTTP-style code; the message is the answer's.
+    Refuse { code: u16 },
+}
+
+/// The outcome of one request, filling in what the log line and the metrics report.
+fn decide_outcome(
+    request: &RequestEnvelope<'_>,
+    object: PodParse<'_>,
+    answer: &mut Answer,
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> Outcome {
+    let allow = Outcome::Allow { patch: None };
+    if let Some(message) = request.kind.as_ref().and_then(not_a_pod_request) {
         answer.result = AdmissionResult::NotAPod;
-        let group_version = if object_kind.group.is_empty() {
-            object_kind.version.to_string()
-        } else {
-            format!("{}/{}", object_kind.group, object_kind.version)
-        };
-        answer.message = Some(format!(
-            "sidecar-injector only mutates Pods; this request is for {group_version} {}, let through unchanged",
-            object_kind.kind
-        ));
-        answer.body = reply(&answer, true, None, None);
-        return Ok(answer);
+        answer.message = Some(message);
+        return allow;
     }
     // Only creation is injected: the webhook is registered for CREATE, and a running pod's
     // containers cannot change anyway.
@@ -299,34 +292,19 @@ fn answer_review(
         .as_deref()
         .is_some_and(|op| op != "CREATE")
     {
-        answer.body = reply(&answer, true, None, None);
-        return Ok(answer);
+        return allow;
     }
     let pod = match object {
         Ok(Some(pod)) => pod,
-        Err(err) => {
-            return Ok(invalid_pod(
-                answer,
-                format!("cannot read the pod: {err}"),
-                reply,
-            ));
-        }
-        Ok(None) => {
-            return Ok(invalid_pod(
-                answer,
-                "the request carries no pod".to_owned(),
-                reply,
-            ));
-        }
+        Err(err) => return invalid_pod(answer, format!("cannot read the pod: {err}")),
+        Ok(None) => return invalid_pod(answer, "the request carries no pod".to_owned()),
     };
-    if pod.kind.as_deref().is_some_and(|kind| kind != "Pod") {
+    if let Some(kind) = pod.kind.as_deref().filter(|kind| *kind != "Pod") {
         answer.result = AdmissionResult::NotAPod;
         answer.message = Some(format!(
-            "sidecar-injector only mutates Pods; this object is a {}, let through unchanged",
-            pod.kind.as_deref().unwrap_or_default()
+            "sidecar-injector only mutates Pods; this object is a {kind}, let through unchanged"
         ));
-        answer.body = reply(&answer, true, None, None);
-        return Ok(answer);
+        return allow;
     }
     answer.pod = pod
         .metadata
@@ -343,89 +321,119 @@ fn answer_review(
             .unwrap_or_default()
             .to_owned();
     }
-
     match decide(&pod, &answer.namespace, sidecars, settings) {
-        Decision::Skip(reason) => {
-            if let SkipReason::NothingFound(missing) = &reason {
-                answer.sidecars = missing
-                    .iter()
-                    .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound))
-                    .collect();
-                answer.message = Some(missing_message(missing));
-            }
-            answer.body = reply(&answer, true, None, None);
-        }
-        Decision::Inject(injection) => {
-            answer.result = AdmissionResult::Injected;
-            answer.sidecars = injection
-                .injected
-                .iter()
-                .map(|(name, _)| (name.to_string(), SidecarResult::Injected))
-                .chain(
-                    injection
-                        .missing
-                        .iter()
-                        .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)),
-                )
-                .collect();
-            if !injection.missing.is_empty() {
-                answer.message = Some(missing_message(&injection.missing));
-            }
-            // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
-            // writes costs several times more.
-            let patch = serde_json::to_vec(&injection.patch).expect("the patch serializes");
-            let encoded = base64::engine::general_purpose::STANDARD.encode(patch);
-            answer.body = reply(&answer, true, Some(encoded), None);
-        }
-        Decision::Deny(denial) => {
-            answer.result = AdmissionResult::Denied;
-            answer.sidecars = match &denial {
-                Denial::SidecarNotFound { .. } => {
-                    vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)]
-                }
-                Denial::ContainerNameClash { sidecar, .. } => {
-                    vec![(sidecar.clone(), SidecarResult::NameClash)]
-                }
-                Denial::InvalidRequest { .. } | Denial::NoPodSpec => Vec::new(),
-            };
-            let message = denial.to_string();
-            answer.body = reply(
-                &answer,
-                false,
-                None,
-                Some(StatusOut {
-                    code: 403,
-                    message: &message,
-                }),
-            );
-            answer.message = Some(message);
-        }
+        Decision::Skip(reason) => skipped(answer, &reason),
+        Decision::Inject(injection) => injected(answer, &injection),
+        Decision::Deny(denial) => denied(answer, &denial),
     }
-    Ok(answer)
+}
+
+/// The warning for a request that is not for a core Pod, which passes unchanged.
+fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<String> {
+    if object_kind.kind == "Pod" && object_kind.group.is_empty() {
+        return None;
+    }
+    let group_version = if object_kind.group.is_empty() {
+        object_kind.version.to_string()
+    } else {
+        format!("{}/{}", object_kind.group, object_kind.version)
+    };
+    Some(format!(
+        "sidecar-injector only mutates Pods; this request is for {group_version} {}, let through unchanged",
+        object_kind.kind
+    ))
+}
+
+fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
+    if let SkipReason::NothingFound(missing) = reason {
+        answer.sidecars = missing
+            .iter()
+            .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound))
+            .collect();
+        answer.message = Some(missing_message(missing));
+    }
+    Outcome::Allow { patch: None }
+}
+
+fn injected(answer: &mut Answer, injection: &Injection<'_>) -> Outcome {
+    answer.result = AdmissionResult::Injected;
+    answer.sidecars = injection
+        .injected
+        .iter()
+        .map(|(name, _)| (name.to_string(), SidecarResult::Injected))
+        .chain(
+            injection
+                .missing
+                .iter()
+                .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)),
+        )
+        .collect();
+    if !injection.missing.is_empty() {
+        answer.message = Some(missing_message(&injection.missing));
+    }
+    // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
+    // writes costs several times more.
+    let patch = serde_json::to_vec(&injection.patch).expect("the patch serializes");
+    Outcome::Allow {
+        patch: Some(base64::engine::general_purpose::STANDARD.encode(patch)),
+    }
+}
+
+fn denied(answer: &mut Answer, denial: &Denial) -> Outcome {
+    answer.result = AdmissionResult::Denied;
+    answer.sidecars = match denial {
+        Denial::SidecarNotFound { .. } => {
+            vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)]
+        }
+        Denial::ContainerNameClash { sidecar, .. } => {
+            vec![(sidecar.clone(), SidecarResult::NameClash)]
+        }
+        Denial::InvalidRequest { .. } | Denial::NoPodSpec => Vec::new(),
+    };
+    answer.message = Some(denial.to_string());
+    Outcome::Refuse { code: 403 }
+}
+
+fn invalid_pod(answer: &mut Answer, message: String) -> Outcome {
+    answer.result = AdmissionResult::InvalidPod;
+    answer.message = Some(message);
+    Outcome::Refuse { code: 400 }
+}
+
+/// The AdmissionReview reply: the uid echoed, the request's apiVersion, and the outcome. A
+/// message goes in the status of a refusal and in the warnings of an allowed request.
+fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome) -> Vec<u8> {
+    let message = answer.message.as_deref();
+    let (allowed, patch, status, warnings) = match outcome {
+        Outcome::Allow { patch } => (true, patch, None, message.map(str::to_owned)),
+        Outcome::Refuse { code } => (
+            false,
+            None,
+            Some(StatusOut {
+                code,
+                message: message.unwrap_or_default(),
+            }),
+            None,
+        ),
+    };
+    serde_json::to_vec(&ReviewOut {
+        api_version,
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid: &answer.uid,
+            allowed,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            status,
+            warnings: warnings.into_iter().collect(),
+        },
+    })
+    .expect("the reply serializes")
 }
 
 fn missing_message(missing: &[crate::name::SidecarName]) -> String {
     let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
     format!("sidecar(s) not found, not injected: {}", names.join(", "))
-}
-
-fn invalid_pod(
-    mut answer: Answer,
-    message: String,
-    reply: impl Fn(&Answer, bool, Option<String>, Option<StatusOut>) -> Vec<u8>,
-) -> Answer {
-    answer.result = AdmissionResult::InvalidPod;
-    answer.body = reply(
-        &answer,
-        false,
-        None,
-        Some(StatusOut {
-            code: 400,
-            message: &message,
-        }),
-    );
-    answer.message = Some(message);
-    answer
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
-use crate::config::{LoadedSidecar, SidecarSet};
+use crate::config::{LoadedSidecar, RevisionStamp, SidecarSet};
 use crate::name::{NameError, SidecarName};
 pub mod json_patch;
 
@@ -575,14 +575,25 @@ impl<'v, 's> PatchBuilder<'v, 's> {
         }
     }
 
+    /// The JSON patch for `sidecars`, one explicit operation per change: removals first
+    /// (highest index first, so the indices of what follows stay valid), then additions to the
+    /// pod's own containers at their original indices, then the injected containers, the pod's
+    /// fields, and our annotations.
     fn build(mut self, sidecars: &[&'s LoadedSidecar], keys: &AnnotationKeys) -> JsonPatch<'s> {
         for sidecar in sidecars {
             self.apply(sidecar);
         }
         let mut ops = JsonPatch::default();
-        let spec = self.spec;
+        self.removal_ops(&mut ops);
+        self.pod_container_ops(&mut ops);
+        self.injected_container_ops(&mut ops);
+        self.pod_field_ops(&mut ops);
+        let stamp = RevisionStamp::from_items(sidecars.iter().map(|s| s.stamp.as_str()));
+        self.annotation_ops(&mut ops, &stamp, keys);
+        ops
+    }
 
-        // Removals first, highest index first, so the indices of what follows stay valid.
+    fn removal_ops(&mut self, ops: &mut JsonPatch<'s>) {
         for container in &mut self.containers {
             if let Origin::Pod {
                 list,
@@ -607,25 +618,11 @@ impl<'v, 's> PatchBuilder<'v, 's> {
         for index in &self.removed_volumes {
             ops.remove(&["spec", "volumes", &index.to_string()]);
         }
+    }
 
-        let injected = |wanted: Placement| -> Vec<PatchValue<'s>> {
-            self.containers
-                .iter()
-                .filter_map(|c| match c.origin {
-                    Origin::Sidecar {
-                        placement,
-                        rendered,
-                        ..
-                    } if placement == wanted => Some(c.render_injected(rendered)),
-                    _ => None,
-                })
-                .collect()
-        };
-        let prepended = injected(Placement::Prepend);
-        let appended_init = injected(Placement::Init);
-        let appended = injected(Placement::Append);
-        // Additions to the pod's own containers, at their original indices (nothing has been
-        // inserted before them yet).
+    /// Env and mounts added to the pod's own containers, at their original indices (nothing
+    /// has been inserted before them yet).
+    fn pod_container_ops(&self, ops: &mut JsonPatch<'s>) {
         for container in &self.containers {
             let Origin::Pod {
                 list, index, view, ..
@@ -652,22 +649,48 @@ impl<'v, 's> PatchBuilder<'v, 's> {
                 mounts,
             );
         }
+    }
+
+    fn injected(&self, wanted: Placement) -> Vec<PatchValue<'s>> {
+        self.containers
+            .iter()
+            .filter_map(|c| match c.origin {
+                Origin::Sidecar {
+                    placement,
+                    rendered,
+                    ..
+                } if placement == wanted => Some(c.render_injected(rendered)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn injected_container_ops(&self, ops: &mut JsonPatch<'s>) {
+        let spec = self.spec;
+        let prepended = self.injected(Placement::Prepend);
+        let appended = self.injected(Placement::Append);
         ops.append_all(
             &["spec", "initContainers"],
             spec.init_containers.is_some(),
-            appended_init,
+            self.injected(Placement::Init),
         );
         let appended_any = !appended.is_empty();
         ops.append_all(&["spec", "containers"], spec.containers.is_some(), appended);
-        if !prepended.is_empty() {
-            if spec.containers.is_some() || appended_any {
-                for (position, container) in prepended.into_iter().enumerate() {
-                    ops.add(&["spec", "containers", &position.to_string()], container);
-                }
-            } else {
-                ops.append_all(&["spec", "containers"], false, prepended);
-            }
+        if prepended.is_empty() {
+            return;
         }
+        if spec.containers.is_some() || appended_any {
+            for (position, container) in prepended.into_iter().enumerate() {
+                ops.add(&["spec", "containers", &position.to_string()], container);
+            }
+        } else {
+            ops.append_all(&["spec", "containers"], false, prepended);
+        }
+    }
+
+    /// Volumes, host aliases, hostNetwork/hostPID and the service account.
+    fn pod_field_ops(&self, ops: &mut JsonPatch<'s>) {
+        let spec = self.spec;
         let volumes = self
             .added_volumes
             .iter()
@@ -684,19 +707,16 @@ impl<'v, 's> PatchBuilder<'v, 's> {
             spec.host_aliases.is_some(),
             aliases,
         );
+        let enable = PatchValue::Owned(Value::Bool(true));
         if self.host_network && spec.host_network != Some(true) {
             ops.set(
                 &["spec", "hostNetwork"],
                 spec.host_network.is_some(),
-                PatchValue::Owned(Value::Bool(true)),
+                enable.clone(),
             );
         }
         if self.host_pid && spec.host_pid != Some(true) {
-            ops.set(
-                &["spec", "hostPID"],
-                spec.host_pid.is_some(),
-                PatchValue::Owned(Value::Bool(true)),
-            );
+            ops.set(&["spec", "hostPID"], spec.host_pid.is_some(), enable);
         }
         if let Some(account) = self.service_account {
             ops.set(
@@ -712,17 +732,19 @@ impl<'v, 's> PatchBuilder<'v, 's> {
                 );
             }
         }
+    }
 
-        let revision = sidecars
-            .iter()
-            .map(|s| s.stamp.as_str())
-            .collect::<Vec<_>>()
-            .join(",");
+    fn annotation_ops(
+        &self,
+        ops: &mut JsonPatch<'s>,
+        stamp: &RevisionStamp,
+        keys: &AnnotationKeys,
+    ) {
         match &self.pod.metadata.annotations {
             Some(annotations) => {
                 for (key, value) in [
                     (&keys.status, STATUS_INJECTED),
-                    (&keys.revision, revision.as_str()),
+                    (&keys.revision, stamp.as_str()),
                 ] {
                     ops.set(
                         &["metadata", "annotations", key],
@@ -734,14 +756,13 @@ impl<'v, 's> PatchBuilder<'v, 's> {
             None => {
                 let mut map = serde_json::Map::new();
                 map.insert(keys.status.clone(), Value::from(STATUS_INJECTED));
-                map.insert(keys.revision.clone(), Value::from(revision));
+                map.insert(keys.revision.clone(), Value::from(stamp.as_str()));
                 ops.add(
                     &["metadata", "annotations"],
                     PatchValue::Owned(Value::Object(map)),
                 );
             }
         }
-        ops
     }
 }
 

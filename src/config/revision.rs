@@ -121,6 +121,18 @@ impl RevisionStamp {
         Self::in_order(items)
     }
 
+    /// From items already in `name:version=REV` form (each loaded sidecar keeps its own).
+    pub fn from_items<'a>(items: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut text = String::new();
+        for item in items {
+            if !text.is_empty() {
+                text.push(',');
+            }
+            text.push_str(item);
+        }
+        Self(text)
+    }
+
     /// A stamp as read back from an annotation.
     pub fn from_annotation(text: impl Into<String>) -> Self {
         Self(text.into())
