@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 // A fast hasher with a per-process random seed: classification hashes a few strings per pod,
 // and SipHash made up most of its time.
-use foldhash::{HashMap, HashMapExt, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -54,6 +54,16 @@ impl DriftState {
 
     /// A workload is as bad as its worst pod; the states that call for a restart come first,
     /// so one stale pod among unknown ones still makes the workload stale.
+    /// Whether the rollout engine restarts a workload in this state (unknown only when asked:
+    /// a migration is a deliberate act).
+    pub fn needs_restart(self, restart_unknown: bool) -> bool {
+        match self {
+            DriftState::Uninjected | DriftState::Stale => true,
+            DriftState::Unknown => restart_unknown,
+            _ => false,
+        }
+    }
+
     fn severity(self) -> u8 {
         match self {
             DriftState::Uninjected => 5,
@@ -204,17 +214,23 @@ impl PodEntry {
             .unwrap_or_default();
         requested.iter().any(|name| {
             let name = name.to_string();
-            let Some(want) = wanted.get(&name) else {
-                return false;
-            };
-            if !self.injected {
-                return true;
-            }
-            match carried.iter().find(|(n, _)| *n == name) {
-                Some((_, have)) => have != want,
-                None => restart_unknown,
-            }
+            let have = carried.iter().find(|(n, _)| *n == name).map(|(_, r)| *r);
+            sidecar_state(self.injected, have, wanted.get(&name).map(String::as_str))
+                .needs_restart(restart_unknown)
         })
+    }
+}
+
+/// The one staleness rule: the state of one requested sidecar on a pod that is not excluded,
+/// from whether the pod was injected, the revision it carries for the sidecar, and the
+/// sidecar's revision in force (`None`: no config defines it).
+pub fn sidecar_state(injected: bool, carried: Option<&str>, wanted: Option<&str>) -> DriftState {
+    match (wanted, carried) {
+        (None, _) => DriftState::Orphaned,
+        (Some(_), _) if !injected => DriftState::Uninjected,
+        (Some(_), None) => DriftState::Unknown,
+        (Some(want), Some(have)) if have != want => DriftState::Stale,
+        (Some(_), Some(_)) => DriftState::Current,
     }
 }
 
@@ -638,53 +654,28 @@ impl DriftIndex {
         wanted: &BTreeMap<String, String>,
         policy: &DriftPolicy,
     ) -> DriftReport {
-        // Distinct request and revision annotations are few (one per config version in use)
-        // and interned, so per-pod work is keyed by pointer: no string is parsed, hashed or
-        // compared per pod beyond the sidecar name.
-        let ptr = |text: &Arc<str>| Arc::as_ptr(text) as *const u8 as usize;
-        let mut requests: HashMap<usize, Vec<String>> = HashMap::new();
-        let mut revisions: HashMap<usize, Vec<(String, &str)>> = HashMap::new();
-        let mut namespaces: HashMap<usize, Option<String>> = HashMap::new();
-        for ((namespace, _), pod) in &self.pods {
-            requests.entry(ptr(&pod.request)).or_insert_with(|| {
-                SidecarName::parse_list(&pod.request)
-                    .map(|names| names.iter().map(ToString::to_string).collect())
-                    .unwrap_or_default()
-            });
-            if let Some(revision) = &pod.revision {
-                revisions
-                    .entry(ptr(revision))
-                    .or_insert_with(|| parse_revisions(revision));
-            }
-            namespaces
-                .entry(ptr(namespace))
-                .or_insert_with(|| namespace_exclusion(namespace, policy));
-        }
-        // One string per sidecar name, so that its pointer identifies it across requests.
-        let names: HashSet<&str> = requests.values().flatten().map(String::as_str).collect();
-        let requests: HashMap<usize, Vec<&str>> = requests
-            .iter()
-            .map(|(key, list)| {
-                (
-                    *key,
-                    list.iter()
-                        .map(|n| names.get(n.as_str()).copied().unwrap_or(n))
-                        .collect(),
-                )
-            })
-            .collect();
+        let distinct = Distinct::of(self, policy);
         let current: HashMap<String, &str> = wanted
             .iter()
             .map(|(name, revision)| (name.clone(), revision.as_str()))
             .collect();
+        let tally = self.tally(&distinct, &current, policy);
+        DriftReport {
+            sidecars: sidecar_rows(&current, tally.by_sidecar),
+            workloads: workload_rows(tally.by_workload, policy),
+        }
+    }
 
-        let mut by_sidecar: HashMap<usize, (&str, StateCounts)> = HashMap::new();
+    /// Every pod's state per requested sidecar, counted per sidecar and per workload.
+    fn tally<'d, 's: 'd>(
+        &'s self,
+        distinct: &'d Distinct<'s>,
+        current: &HashMap<String, &'d str>,
+        policy: &DriftPolicy,
+    ) -> Tally<'d> {
+        let mut tally = Tally::default();
         // Pods of one workload share their interned owner name: resolve each owner once.
         let mut owners: HashMap<(usize, usize, usize), Resolution<'_>> = HashMap::new();
-        // Keyed by (namespace, kind, workload name, sidecar) pointers; the names are kept in
-        // the tally for the report.
-        let mut by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'_>> =
-            HashMap::new();
         for ((namespace, name), pod) in &self.pods {
             let (kind, workload, owner_exclusion) = match pod.owner.name() {
                 Some(owner) => owners
@@ -693,34 +684,26 @@ impl DriftIndex {
                     .clone(),
                 None => self.resolve(namespace, name, pod, policy),
             };
-            let exclusion: Option<Detail<'_>> = namespaces[&ptr(namespace)]
+            let exclusion: Option<Detail<'_>> = distinct.namespaces[&ptr(namespace)]
                 .as_deref()
                 .map(Detail::Text)
                 .or(owner_exclusion);
-            let carried = pod.revision.as_ref().map(|r| &revisions[&ptr(r)]);
-            for &sidecar in &requests[&ptr(&pod.request)] {
-                let (state, detail) = match (&exclusion, current.get(sidecar)) {
-                    (Some(reason), _) => (DriftState::Excluded, reason.clone()),
-                    (None, None) => (DriftState::Orphaned, Detail::Orphaned(sidecar)),
-                    (None, Some(_)) if !pod.injected => (DriftState::Uninjected, Detail::None),
-                    (None, Some(want)) => {
+            let carried = pod.revision.as_ref().map(|r| &distinct.revisions[&ptr(r)]);
+            for sidecar in &distinct.requests[&ptr(&pod.request)] {
+                let sidecar: &'d str = sidecar;
+                let (state, detail) = match &exclusion {
+                    Some(reason) => (DriftState::Excluded, reason.clone()),
+                    None => {
                         let have = carried.and_then(|items| {
                             items.iter().find(|(n, _)| n == sidecar).map(|(_, r)| *r)
                         });
-                        match have {
-                            None => (DriftState::Unknown, Detail::None),
-                            Some(have) if have != *want => (
-                                DriftState::Stale,
-                                Detail::Stale {
-                                    from: have,
-                                    to: want,
-                                },
-                            ),
-                            Some(_) => (DriftState::Current, Detail::None),
-                        }
+                        let want = current.get(sidecar).copied();
+                        let state = sidecar_state(pod.injected, have, want);
+                        (state, Detail::of(state, sidecar, have, want))
                     }
                 };
-                by_sidecar
+                tally
+                    .by_sidecar
                     .entry(sidecar.as_ptr() as usize)
                     .or_insert((sidecar, StateCounts::default()))
                     .1
@@ -731,79 +714,19 @@ impl DriftIndex {
                     workload.as_ptr() as usize,
                     sidecar.as_ptr() as usize,
                 );
-                let tally = by_workload.entry(id).or_insert_with(|| WorkloadTally {
-                    names: (workload, namespace, kind, sidecar),
-                    pods: StateCounts::default(),
-                    worst: None,
-                    detail: Detail::None,
-                });
-                tally.pods.add(state);
-                if tally
-                    .worst
-                    .is_none_or(|w: DriftState| state.severity() > w.severity())
-                {
-                    tally.worst = Some(state);
-                    tally.detail = detail;
-                }
+                tally
+                    .by_workload
+                    .entry(id)
+                    .or_insert_with(|| WorkloadTally {
+                        names: (workload, namespace, kind, sidecar),
+                        pods: StateCounts::default(),
+                        worst: None,
+                        detail: Detail::None,
+                    })
+                    .add(state, detail);
             }
         }
-
-        let by_sidecar: HashMap<&str, StateCounts> = by_sidecar.into_values().collect();
-        let mut sidecars_report: Vec<SidecarDrift> = current
-            .iter()
-            .map(|(name, revision)| SidecarDrift {
-                name: name.clone(),
-                revision: Some((*revision).to_owned()),
-                pods: by_sidecar.get(name.as_str()).copied().unwrap_or_default(),
-            })
-            .chain(
-                by_sidecar
-                    .iter()
-                    .filter(|(name, _)| !current.contains_key(**name))
-                    .map(|(name, pods)| SidecarDrift {
-                        name: (*name).to_owned(),
-                        revision: None,
-                        pods: *pods,
-                    }),
-            )
-            .collect();
-        sidecars_report.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut workloads: Vec<WorkloadDrift> = by_workload
-            .into_values()
-            .map(|tally| {
-                let (name, namespace, kind, sidecar) = tally.names;
-                let state = tally.worst.unwrap_or(DriftState::Current);
-                let needs_restart = matches!(state, DriftState::Uninjected | DriftState::Stale)
-                    || (state == DriftState::Unknown && policy.restart_unknown);
-                let from_revision = match &tally.detail {
-                    Detail::Stale { from, .. } => Some((*from).to_owned()),
-                    _ => None,
-                };
-                WorkloadDrift {
-                    from_revision,
-                    kind: kind.owner_kind(),
-                    namespace: namespace.to_owned(),
-                    name: name.to_owned(),
-                    sidecar: sidecar.to_owned(),
-                    state,
-                    reason: reason(state, &tally.pods, &tally.detail),
-                    pods: tally.pods,
-                    needs_restart,
-                }
-            })
-            .collect();
-        workloads.sort_by(|a, b| {
-            (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
-                &b.name,
-                &b.namespace,
-                &b.kind,
-                &b.sidecar,
-            ))
-        });
-        DriftReport {
-            sidecars: sidecars_report,
-            workloads,
-        }
+        tally
     }
 
     /// The workload a pod belongs to (kind, name) and, when its owner excludes it, why.
@@ -867,6 +790,134 @@ impl DriftIndex {
     }
 }
 
+/// An interned string's identity: equal pointers, equal text.
+fn ptr(text: &Arc<str>) -> usize {
+    Arc::as_ptr(text) as *const u8 as usize
+}
+
+/// Distinct request and revision annotations are few (one per config version in use) and
+/// interned, so per-pod work is keyed by pointer: no string is parsed, hashed or compared per
+/// pod beyond the sidecar name.
+struct Distinct<'s> {
+    /// Request annotation -> the sidecar names, one shared string per name so that its pointer
+    /// identifies it across requests.
+    requests: HashMap<usize, Vec<Arc<str>>>,
+    revisions: HashMap<usize, Vec<(String, &'s str)>>,
+    /// Namespace -> why it is excluded, if it is.
+    namespaces: HashMap<usize, Option<String>>,
+}
+
+impl<'s> Distinct<'s> {
+    fn of(index: &'s DriftIndex, policy: &DriftPolicy) -> Self {
+        let mut names: HashSet<Arc<str>> = HashSet::new();
+        let mut distinct = Distinct {
+            requests: HashMap::new(),
+            revisions: HashMap::new(),
+            namespaces: HashMap::new(),
+        };
+        for ((namespace, _), pod) in &index.pods {
+            distinct
+                .requests
+                .entry(ptr(&pod.request))
+                .or_insert_with(|| {
+                    SidecarName::parse_list(&pod.request)
+                        .map(|list| {
+                            list.iter()
+                                .map(|n| DriftIndex::intern(&mut names, &n.to_string()))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                });
+            if let Some(revision) = &pod.revision {
+                distinct
+                    .revisions
+                    .entry(ptr(revision))
+                    .or_insert_with(|| parse_revisions(revision));
+            }
+            distinct
+                .namespaces
+                .entry(ptr(namespace))
+                .or_insert_with(|| namespace_exclusion(namespace, policy));
+        }
+        distinct
+    }
+}
+
+/// Counts per sidecar and per workload, keyed by the pointers of interned strings.
+#[derive(Default)]
+struct Tally<'a> {
+    by_sidecar: HashMap<usize, (&'a str, StateCounts)>,
+    /// Keyed by (namespace, kind, workload name, sidecar); the names are kept for the report.
+    by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'a>>,
+}
+
+/// Every sidecar in force (with its counts, zero when no pod requests it), then every
+/// requested sidecar no config defines, sorted by name.
+fn sidecar_rows(
+    current: &HashMap<String, &str>,
+    by_sidecar: HashMap<usize, (&str, StateCounts)>,
+) -> Vec<SidecarDrift> {
+    let by_sidecar: HashMap<&str, StateCounts> = by_sidecar.into_values().collect();
+    let mut rows: Vec<SidecarDrift> = current
+        .iter()
+        .map(|(name, revision)| SidecarDrift {
+            name: name.clone(),
+            revision: Some((*revision).to_owned()),
+            pods: by_sidecar.get(name.as_str()).copied().unwrap_or_default(),
+        })
+        .chain(
+            by_sidecar
+                .iter()
+                .filter(|(name, _)| !current.contains_key(**name))
+                .map(|(name, pods)| SidecarDrift {
+                    name: (*name).to_owned(),
+                    revision: None,
+                    pods: *pods,
+                }),
+        )
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}
+
+/// One row per (workload, sidecar), in its worst pod's state, sorted by name.
+fn workload_rows(
+    by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'_>>,
+    policy: &DriftPolicy,
+) -> Vec<WorkloadDrift> {
+    let mut rows: Vec<WorkloadDrift> = by_workload
+        .into_values()
+        .map(|tally| {
+            let (name, namespace, kind, sidecar) = tally.names;
+            let state = tally.worst.unwrap_or(DriftState::Current);
+            let from_revision = match &tally.detail {
+                Detail::Stale { from, .. } => Some((*from).to_owned()),
+                _ => None,
+            };
+            WorkloadDrift {
+                from_revision,
+                kind: kind.owner_kind(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                sidecar: sidecar.to_owned(),
+                state,
+                reason: reason(state, &tally.pods, &tally.detail),
+                pods: tally.pods,
+                needs_restart: state.needs_restart(policy.restart_unknown),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
+            &b.name,
+            &b.namespace,
+            &b.kind,
+            &b.sidecar,
+        ))
+    });
+    rows
+}
+
 /// `name:version=REV,...` as (normalised name, REV) pairs.
 fn parse_revisions(annotation: &str) -> Vec<(String, &str)> {
     annotation
@@ -890,6 +941,22 @@ enum Detail<'a> {
         from: &'a str,
         to: &'a str,
     },
+}
+
+impl<'a> Detail<'a> {
+    /// What the report says about a state the staleness rule gave.
+    fn of(
+        state: DriftState,
+        sidecar: &'a str,
+        have: Option<&'a str>,
+        want: Option<&'a str>,
+    ) -> Self {
+        match (state, have, want) {
+            (DriftState::Orphaned, _, _) => Detail::Orphaned(sidecar),
+            (DriftState::Stale, Some(from), Some(to)) => Detail::Stale { from, to },
+            _ => Detail::None,
+        }
+    }
 }
 
 fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> {
@@ -924,6 +991,20 @@ fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String 
         ),
         (DriftState::Current, _) => format!("all {total} pods current"),
         (state, _) => format!("{} of {total} pods {}", pods.get(state), state.as_str()),
+    }
+}
+
+impl<'a> WorkloadTally<'a> {
+    /// One more pod; the workload takes its worst pod's state and that pod's detail.
+    fn add(&mut self, state: DriftState, detail: Detail<'a>) {
+        self.pods.add(state);
+        if self
+            .worst
+            .is_none_or(|w: DriftState| state.severity() > w.severity())
+        {
+            self.worst = Some(state);
+            self.detail = detail;
+        }
     }
 }
 
