@@ -29,6 +29,7 @@ use crate::cluster::watch::DriftFeed;
 use crate::config::{RolloutMode, SidecarSet};
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
+use crate::rollout::change::restart_action;
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
 use crate::workload::{WorkloadKind, WorkloadRef};
@@ -94,6 +95,21 @@ pub struct RunSummary {
     pub succeeded: BTreeSet<WorkloadRef>,
     pub failed: Vec<rollout::Failure>,
     pub waiting: Vec<rollout::Waiting>,
+}
+
+/// Whether this process may act on its plan: the Lease holder (or the one-shot CLI) acts;
+/// every other replica only plans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Authority {
+    Act,
+    PlanOnly,
+}
+
+/// An OnDelete workload rolling: the pods still to evict, one at a time while it is healthy.
+struct Eviction {
+    workload: WorkloadRef,
+    pods: Vec<String>,
+    healthy: bool,
 }
 
 pub struct Engine {
@@ -266,8 +282,13 @@ impl Engine {
         self.known_version = version;
     }
 
-    /// Plans from the index; acts on the plan when `may_act`.
-    pub async fn tick(&mut self, feed: &DriftFeed, set: &SidecarSet, may_act: bool) -> RolloutPlan {
+    /// Plans from the index; acts on the plan when this process has the authority to.
+    pub async fn tick(
+        &mut self,
+        feed: &DriftFeed,
+        set: &SidecarSet,
+        authority: Authority,
+    ) -> RolloutPlan {
         let targets = match &self.containers {
             Some(run) => run.selection.targets(),
             None => {
@@ -280,60 +301,7 @@ impl Engine {
             .map(|(name, t)| (name.clone(), t.revision.clone()))
             .collect();
         let now = Timestamp::now();
-        let (plan, evictions) = {
-            let index = feed.index.lock().expect("drift index lock");
-            let live = self
-                .containers
-                .as_ref()
-                .map(|run| run.live.lock().expect("live pods lock"));
-            let mut report = match (&self.containers, &live) {
-                (Some(run), Some(live)) => run.selection.report(live),
-                _ => index.classify_revisions(&wanted, &self.options.policy),
-            };
-            if let Some(kinds) = &self.options.kinds {
-                report
-                    .workloads
-                    .retain(|w| w.kind.workload().is_some_and(|k| kinds.contains(&k)));
-            }
-            let mut plan = rollout::plan(PlanInput {
-                report: &report,
-                index: &index,
-                targets: &targets,
-                book: &self.book,
-                finished_since: &self.finished_since,
-                settings: &self.options.settings,
-                now,
-            });
-            let evictions: Vec<(WorkloadRef, Vec<String>, bool)> = plan
-                .rolling
-                .iter()
-                .filter(|r| r.on_delete)
-                .filter_map(|r| {
-                    let kind = r.workload.controller_kind()?;
-                    let entry = index.workload(kind, &r.workload.namespace, &r.workload.name)?;
-                    let pods = match (&self.containers, &live) {
-                        (Some(run), Some(live)) => {
-                            run.selection.pods_needing_restart(&r.workload, live)
-                        }
-                        _ => index.pods_needing_restart(
-                            kind,
-                            &r.workload.namespace,
-                            &r.workload.name,
-                            &wanted,
-                            self.options.policy.restart_unknown,
-                        ),
-                    };
-                    let healthy = rollout::rolled_out(kind, entry);
-                    Some((r.workload.clone(), pods, healthy))
-                })
-                .collect();
-            if let Some(run) = &self.containers {
-                for restart in &mut plan.restarts {
-                    restart.reason = run.selection.reason(&restart.workload);
-                }
-            }
-            (plan, evictions)
-        };
+        let (plan, evictions) = self.plan_now(feed, &targets, &wanted, now);
         let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
         self.finished_since = plan
             .finished_not_current
@@ -344,7 +312,7 @@ impl Engine {
             .rollouts_in_flight
             .set(plan.rolling.len() as i64);
         self.summary.waiting = plan.waiting.clone();
-        if !may_act {
+        if authority == Authority::PlanOnly {
             return plan;
         }
         self.book = plan.book.clone();
@@ -358,6 +326,72 @@ impl Engine {
             self.write_status(&wanted).await;
         }
         plan
+    }
+
+    /// The plan from the index as it stands, and for each OnDelete workload rolling, the pods
+    /// still to evict and whether it is healthy enough for the next.
+    fn plan_now(
+        &self,
+        feed: &DriftFeed,
+        targets: &BTreeMap<String, SidecarTarget>,
+        wanted: &BTreeMap<String, String>,
+        now: Timestamp,
+    ) -> (RolloutPlan, Vec<Eviction>) {
+        let index = feed.index.lock().expect("drift index lock");
+        let live = self
+            .containers
+            .as_ref()
+            .map(|run| run.live.lock().expect("live pods lock"));
+        let mut report = match (&self.containers, &live) {
+            (Some(run), Some(live)) => run.selection.report(live),
+            _ => index.classify_revisions(wanted, &self.options.policy),
+        };
+        if let Some(kinds) = &self.options.kinds {
+            report
+                .workloads
+                .retain(|w| w.kind.workload().is_some_and(|k| kinds.contains(&k)));
+        }
+        let mut plan = rollout::plan(PlanInput {
+            report: &report,
+            index: &index,
+            targets,
+            book: &self.book,
+            finished_since: &self.finished_since,
+            settings: &self.options.settings,
+            now,
+        });
+        let evictions = plan
+            .rolling
+            .iter()
+            .filter(|r| r.on_delete)
+            .filter_map(|r| {
+                let kind = r.workload.controller_kind()?;
+                let entry = index.workload(kind, &r.workload.namespace, &r.workload.name)?;
+                let pods = match (&self.containers, &live) {
+                    (Some(run), Some(live)) => {
+                        run.selection.pods_needing_restart(&r.workload, live)
+                    }
+                    _ => index.pods_needing_restart(
+                        kind,
+                        &r.workload.namespace,
+                        &r.workload.name,
+                        wanted,
+                        self.options.policy.restart_unknown,
+                    ),
+                };
+                Some(Eviction {
+                    workload: r.workload.clone(),
+                    pods,
+                    healthy: rollout::rolled_out(kind, entry),
+                })
+            })
+            .collect();
+        if let Some(run) = &self.containers {
+            for restart in &mut plan.restarts {
+                restart.reason = run.selection.reason(&restart.workload);
+            }
+        }
+        (plan, evictions)
     }
 
     fn log_dry_run(&mut self, plan: &RolloutPlan) {
@@ -374,59 +408,51 @@ impl Engine {
         }
     }
 
-    async fn act(
-        &mut self,
-        plan: &RolloutPlan,
-        evictions: Vec<(WorkloadRef, Vec<String>, bool)>,
-        now: Timestamp,
-    ) {
+    async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
         for restart in &plan.restarts {
-            let result = if restart.workload.kind == WorkloadKind::Pod {
-                self.evict(&restart.workload.namespace, &restart.workload.name)
-                    .await
-                    .map(|_| ())
-            } else {
-                self.patch(restart, now).await
-            };
-            match result {
-                Ok(()) => {
-                    info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "restarted for a new sidecar revision");
-                    self.metrics
-                        .record_rollout(restart.workload.kind, RolloutResult::Restarted);
-                    self.summary.restarted.insert(restart.workload.clone());
-                    let action = restart
-                        .changes
-                        .iter()
-                        .map(|c| {
-                            format!(
-                                "{} {}->{}",
-                                c.sidecar,
-                                c.from.as_deref().unwrap_or("none"),
-                                c.to
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                    let canary = if restart.canary { " (canary)" } else { "" };
-                    self.event(
-                        &restart.workload,
-                        EventType::Normal,
-                        "SidecarRestart",
-                        &format!("Restart {action}"),
-                        &format!("restarted by sidecar-injector{canary}: {}", restart.reason),
-                    )
-                    .await;
-                }
-                Err(err) => {
-                    warn!(workload = %restart.workload, "restart failed; retrying on the next plan: {err}");
-                    self.metrics
-                        .record_rollout(restart.workload.kind, RolloutResult::Error);
-                }
-            }
+            self.restart(restart, now).await;
         }
-        for (workload, pods, healthy) in evictions {
-            self.evict_next(&workload, &pods, healthy).await;
+        for eviction in evictions {
+            self.evict_next(&eviction.workload, &eviction.pods, eviction.healthy)
+                .await;
         }
+        self.report_outcomes(plan).await;
+        for (sidecar, reason) in &plan.paused {
+            self.announce_pause(sidecar, reason).await;
+        }
+    }
+
+    /// One restart: a template patch, or the eviction of a bare pod; an Event either way.
+    async fn restart(&mut self, restart: &rollout::Restart, now: Timestamp) {
+        let result = if restart.workload.kind == WorkloadKind::Pod {
+            self.evict(&restart.workload.namespace, &restart.workload.name)
+                .await
+                .map(|_| ())
+        } else {
+            self.patch(restart, now).await
+        };
+        if let Err(err) = result {
+            warn!(workload = %restart.workload, "restart failed; retrying on the next plan: {err}");
+            self.metrics
+                .record_rollout(restart.workload.kind, RolloutResult::Error);
+            return;
+        }
+        info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "restarted for a new sidecar revision");
+        self.metrics
+            .record_rollout(restart.workload.kind, RolloutResult::Restarted);
+        self.summary.restarted.insert(restart.workload.clone());
+        let canary = if restart.canary { " (canary)" } else { "" };
+        self.event(
+            &restart.workload,
+            EventType::Normal,
+            "SidecarRestart",
+            &format!("Restart {}", restart_action(&restart.changes)),
+            &format!("restarted by sidecar-injector{canary}: {}", restart.reason),
+        )
+        .await;
+    }
+
+    async fn report_outcomes(&mut self, plan: &RolloutPlan) {
         let revisions: String = self
             .book
             .campaigns
@@ -455,33 +481,21 @@ impl Engine {
             )
             .await;
         }
-        for (sidecar, reason) in &plan.paused {
-            error!(sidecar, "{reason}");
-            let failed: Vec<WorkloadRef> = self
-                .book
-                .campaigns
-                .get(sidecar)
-                .map(|c| c.failures.iter().map(|f| f.workload.clone()).collect())
-                .unwrap_or_default();
-            for workload in failed {
-                self.event(
-                    &workload,
-                    EventType::Warning,
-                    "SidecarRolloutPaused",
-                    &format!("Pause {sidecar}"),
-                    reason,
-                )
-                .await;
-            }
-            let status = ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("ConfigMap".into()),
-                name: Some(STATUS_CONFIGMAP.into()),
-                namespace: Some(self.options.namespace.clone()),
-                ..Default::default()
-            };
-            self.publish_event(
-                &status,
+    }
+
+    /// A pause is said in a log line and a Warning Event on each failed workload and on the
+    /// status ConfigMap.
+    async fn announce_pause(&mut self, sidecar: &str, reason: &str) {
+        error!(sidecar, "{reason}");
+        let failed: Vec<WorkloadRef> = self
+            .book
+            .campaigns
+            .get(sidecar)
+            .map(|c| c.failures.iter().map(|f| f.workload.clone()).collect())
+            .unwrap_or_default();
+        for workload in failed {
+            self.event(
+                &workload,
                 EventType::Warning,
                 "SidecarRolloutPaused",
                 &format!("Pause {sidecar}"),
@@ -489,6 +503,21 @@ impl Engine {
             )
             .await;
         }
+        let status = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: Some(STATUS_CONFIGMAP.into()),
+            namespace: Some(self.options.namespace.clone()),
+            ..Default::default()
+        };
+        self.publish_event(
+            &status,
+            EventType::Warning,
+            "SidecarRolloutPaused",
+            &format!("Pause {sidecar}"),
+            reason,
+        )
+        .await;
     }
 
     async fn patch(&self, restart: &rollout::Restart, now: Timestamp) -> Result<(), kube::Error> {
@@ -765,6 +794,11 @@ pub async fn run(
             leading = may_act;
         }
         let set = sidecars.borrow_and_update().clone();
-        engine.tick(&feed, &set, may_act).await;
+        let authority = if may_act {
+            Authority::Act
+        } else {
+            Authority::PlanOnly
+        };
+        engine.tick(&feed, &set, authority).await;
     }
 }

@@ -6,7 +6,7 @@
 //! nothing and loses nothing.
 
 mod book;
-mod change;
+pub mod change;
 mod health;
 mod plan;
 pub mod selection;

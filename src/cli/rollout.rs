@@ -22,7 +22,7 @@ use super::one_shot::{one_shot_client, one_shot_configs, revisions_in_force};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
 use crate::cluster::list::list_paged;
-use crate::engine::{ContainerRun, Engine, EngineMode, EngineOptions};
+use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
@@ -150,7 +150,7 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
     }
 
     if !args.confirm {
-        let plan = engine.tick(&feed, &sidecars, false).await;
+        let plan = engine.tick(&feed, &sidecars, Authority::PlanOnly).await;
         let nothing = if by_container {
             format!(
                 "nothing to restart: no pod started before {} runs container {}",
@@ -168,7 +168,7 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
     let mut changes = feed.changes.clone();
     let mut first = None;
     loop {
-        let plan = engine.tick(&feed, &sidecars, true).await;
+        let plan = engine.tick(&feed, &sidecars, Authority::Act).await;
         if first.is_none() {
             print_plan_summary(&plan);
             first = Some(plan.clone());

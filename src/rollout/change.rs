@@ -16,6 +16,24 @@ pub struct SidecarChange {
     pub what: Option<String>,
 }
 
+/// An Event's action for a restart: the sidecars and their two revisions, e.g.
+/// `logger:v1 3f2a9c1e7b0d->77b0d2aa41c9`. Kube's recorder folds repeats by action, so what
+/// differs between restarts goes here rather than in the note.
+pub fn restart_action(changes: &[SidecarChange]) -> String {
+    changes
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}->{}",
+                c.sidecar,
+                c.from.as_deref().unwrap_or("none"),
+                c.to
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `NS/rollout-reason`, e.g. `sidecar logger:v1 3f2a9c1e7b0d -> 77b0d2aa41c9: containers[logger].image "1.0" -> "2.0"`.
 pub fn rollout_reason(changes: &[SidecarChange]) -> String {
     changes

@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, debug_span, field, info, warn};
 
-use crate::admission::{self, AdmissionResult};
+use crate::admission::{self, AdmissionResult, Answer};
 use crate::config::SidecarSet;
 use crate::injection::InjectionSettings;
 use crate::metrics::{Metrics, RequestResult};
@@ -105,22 +105,29 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
-fn http_error(
-    state: &WebhookState,
-    started: Instant,
+/// Why `/mutate` answered with an HTTP error instead of a review: the status, the metric
+/// result, and a short text body.
+#[derive(Debug)]
+pub struct Rejection {
     status: StatusCode,
     result: RequestResult,
     message: String,
-) -> Response {
-    state
-        .metrics
-        .record_admission(result, started.elapsed().as_secs_f64());
-    warn!(
-        status = status.as_u16(),
-        result = result.as_str(),
-        "{message}"
-    );
-    (status, format!("{message}\n")).into_response()
+}
+
+impl Rejection {
+    fn new(status: StatusCode, result: RequestResult, message: String) -> Self {
+        Self {
+            status,
+            result,
+            message,
+        }
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        (self.status, format!("{}\n", self.message)).into_response()
+    }
 }
 
 async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) -> Response {
@@ -133,121 +140,125 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
         pod = field::Empty
     );
     async move {
-        let (parts, body) = request.into_parts();
-        if !is_json(&parts.headers) {
-            return http_error(
-                &state,
-                started,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                RequestResult::UnsupportedMediaType,
-                "Content-Type must be application/json".to_owned(),
-            );
-        }
-        let declared = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        let too_large = || {
-            format!(
-                "the body exceeds --max-body-bytes ({} bytes)",
-                state.max_body_bytes
-            )
-        };
-        if declared.is_some_and(|length| length > state.max_body_bytes) {
-            return http_error(
-                &state,
-                started,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                RequestResult::PayloadTooLarge,
-                too_large(),
-            );
-        }
-        let collected = tokio::time::timeout(
-            state.body_read_timeout,
-            Limited::new(body, state.max_body_bytes).collect(),
-        )
-        .await;
-        let bytes = match collected {
-            Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
-                return http_error(
-                    &state,
-                    started,
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    RequestResult::PayloadTooLarge,
-                    too_large(),
+        match answer(&state, request).await {
+            Ok(answer) => respond(&state, started, answer),
+            Err(rejection) => {
+                state
+                    .metrics
+                    .record_admission(rejection.result, started.elapsed().as_secs_f64());
+                warn!(
+                    status = rejection.status.as_u16(),
+                    result = rejection.result.as_str(),
+                    "{}",
+                    rejection.message
                 );
+                rejection.into_response()
             }
-            Ok(Err(err)) => {
-                return http_error(
-                    &state,
-                    started,
-                    StatusCode::BAD_REQUEST,
-                    RequestResult::BadRequest,
-                    format!("cannot read the body: {err}"),
-                );
-            }
-            Err(_) => {
-                return http_error(
-                    &state,
-                    started,
-                    StatusCode::REQUEST_TIMEOUT,
-                    RequestResult::Timeout,
-                    format!(
-                        "the body did not arrive within {:?}",
-                        state.body_read_timeout
-                    ),
-                );
-            }
-        };
-        let sidecars = state.sidecars.borrow().clone();
-        let answer = match admission::review(&bytes, &sidecars, &state.settings) {
-            Ok(answer) => answer,
-            Err(err) => {
-                return http_error(
-                    &state,
-                    started,
-                    StatusCode::BAD_REQUEST,
-                    RequestResult::BadRequest,
-                    err.to_string(),
-                );
-            }
-        };
-        let span = tracing::Span::current();
-        span.record("uid", answer.uid.as_str());
-        span.record("namespace", answer.namespace.as_str());
-        span.record("pod", answer.pod.as_str());
-        for (sidecar, result) in &answer.sidecars {
-            state.metrics.record_injection(sidecar, *result);
         }
-        state.metrics.record_admission(
-            RequestResult::Answered(answer.result),
-            started.elapsed().as_secs_f64(),
-        );
-        let message = answer.message.as_deref().unwrap_or_default();
-        let sidecars: Vec<&str> = answer.sidecars.iter().map(|(s, _)| s.as_str()).collect();
-        let (uid, namespace, pod) = (&answer.uid, &answer.namespace, &answer.pod);
-        let result = answer.result.as_str();
-        match answer.result {
-            AdmissionResult::Skipped => debug!(result, "skipped {message}"),
-            // A line per injected pod would cost a third of the throughput; the injections
-            // metric counts them by sidecar, and --log-level debug shows each one.
-            AdmissionResult::Injected => debug!(result, sidecars = ?sidecars, "injected {message}"),
-            AdmissionResult::Denied | AdmissionResult::InvalidPod => {
-                info!(uid, namespace, pod, result, "denied: {message}");
-            }
-            AdmissionResult::NotAPod => warn!(uid, namespace, result, "{message}"),
-        }
-        let mut response = Response::new(Body::from(answer.body));
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        response
     }
     .instrument(span)
     .await
+}
+
+/// Reads the body within the limits and answers the review in it.
+async fn answer(state: &WebhookState, request: Request<Body>) -> Result<Answer, Rejection> {
+    let (parts, body) = request.into_parts();
+    if !is_json(&parts.headers) {
+        return Err(Rejection::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            RequestResult::UnsupportedMediaType,
+            "Content-Type must be application/json".to_owned(),
+        ));
+    }
+    let too_large = || {
+        Rejection::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            RequestResult::PayloadTooLarge,
+            format!(
+                "the body exceeds --max-body-bytes ({} bytes)",
+                state.max_body_bytes
+            ),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > state.max_body_bytes) {
+        return Err(too_large());
+    }
+    let collected = tokio::time::timeout(
+        state.body_read_timeout,
+        Limited::new(body, state.max_body_bytes).collect(),
+    )
+    .await;
+    let bytes = match collected {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
+            return Err(too_large());
+        }
+        Ok(Err(err)) => {
+            return Err(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                RequestResult::BadRequest,
+                format!("cannot read the body: {err}"),
+            ));
+        }
+        Err(_) => {
+            return Err(Rejection::new(
+                StatusCode::REQUEST_TIMEOUT,
+                RequestResult::Timeout,
+                format!(
+                    "the body did not arrive within {:?}",
+                    state.body_read_timeout
+                ),
+            ));
+        }
+    };
+    let sidecars = state.sidecars.borrow().clone();
+    admission::review(&bytes, &sidecars, &state.settings).map_err(|err| {
+        Rejection::new(
+            StatusCode::BAD_REQUEST,
+            RequestResult::BadRequest,
+            err.to_string(),
+        )
+    })
+}
+
+/// Records and logs the answer, and sends its review back.
+fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
+    let span = tracing::Span::current();
+    span.record("uid", answer.uid.as_str());
+    span.record("namespace", answer.namespace.as_str());
+    span.record("pod", answer.pod.as_str());
+    for (sidecar, result) in &answer.sidecars {
+        state.metrics.record_injection(sidecar, *result);
+    }
+    state.metrics.record_admission(
+        RequestResult::Answered(answer.result),
+        started.elapsed().as_secs_f64(),
+    );
+    let message = answer.message.as_deref().unwrap_or_default();
+    let sidecars: Vec<&str> = answer.sidecars.iter().map(|(s, _)| s.as_str()).collect();
+    let (uid, namespace, pod) = (&answer.uid, &answer.namespace, &answer.pod);
+    let result = answer.result.as_str();
+    match answer.result {
+        AdmissionResult::Skipped => debug!(result, "skipped {message}"),
+        // A line per injected pod would cost a third of the throughput; the injections
+        // metric counts them by sidecar, and --log-level debug shows each one.
+        AdmissionResult::Injected => debug!(result, sidecars = ?sidecars, "injected {message}"),
+        AdmissionResult::Denied | AdmissionResult::InvalidPod => {
+            info!(uid, namespace, pod, result, "denied: {message}");
+        }
+        AdmissionResult::NotAPod => warn!(uid, namespace, result, "{message}"),
+    }
+    let mut response = Response::new(Body::from(answer.body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 #[cfg(test)]
