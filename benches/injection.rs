@@ -4,6 +4,7 @@
 //! also runs a same-run baseline, deserializing the pod into a full k8s-openapi `Pod` (what a
 //! webhook that parses everything pays before it even decides), so figures can be read as
 //! ratios on a noisy machine.
+#![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
 
 use std::hint::black_box;
 

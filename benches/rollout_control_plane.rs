@@ -13,6 +13,7 @@
 //! `cargo bench --bench rollout_control_plane` (100 Deployments, 50 stale; `-- --deployments N`
 //! to change). Under `cargo test` it runs a small smoke pass (6 Deployments) that checks the
 //! harness and the no-LIST rule, without reporting figures.
+#![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
 
 #[path = "../tests/support/mod.rs"]
 mod support;

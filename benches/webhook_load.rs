@@ -8,6 +8,7 @@
 //!
 //! Run: `cargo bench --bench webhook_load` (optionally `-- --seconds 5 --rounds 3`).
 //! Every request goes to 127.0.0.1; each run is bounded in time.
+#![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
 
 #[allow(dead_code)]
 #[path = "../tests/support/https.rs"]

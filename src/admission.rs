@@ -437,4 +437,5 @@ fn missing_message(missing: &[crate::name::SidecarName]) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::too_many_lines)] // a test reads as one scenario
 mod tests;

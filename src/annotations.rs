@@ -1,4 +1,4 @@
-//! The annotation keys of DESIGN.md "Names", all under one configurable namespace so that a
+//! The annotation keys, all under one configurable namespace so that a
 //! Tumblr deployment keeps `injector.tumblr.com/...` in every manifest.
 
 pub const DEFAULT_ANNOTATION_NAMESPACE: &str = "injector";

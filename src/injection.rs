@@ -767,4 +767,5 @@ impl<'v, 's> PatchBuilder<'v, 's> {
 }
 
 #[cfg(test)]
+#[allow(clippy::too_many_lines)] // a test reads as one scenario
 mod tests;

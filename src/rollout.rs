@@ -20,4 +20,5 @@ pub use plan::{
 };
 
 #[cfg(test)]
+#[allow(clippy::too_many_lines)] // a test reads as one scenario
 mod tests;

@@ -156,6 +156,8 @@ fn spawn_certificate_reloader(
 }
 
 /// Runs the webhook until SIGTERM or SIGINT, then shuts down gracefully.
+// Wiring, not a decision: starts each part of the server in order and shuts it down.
+#[allow(clippy::too_many_lines)]
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let metrics = options.metrics.clone();
     let readiness = Arc::new(Readiness::default());

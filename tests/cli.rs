@@ -1,4 +1,5 @@
 //! The `inject` and `validate` commands, run as the real binary on the shipped examples.
+#![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
 
 use std::io::Write;
 use std::path::Path;

@@ -22,7 +22,9 @@ use super::one_shot::{one_shot_client, one_shot_configs, revisions_in_force};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
 use crate::cluster::list::list_paged;
-use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions};
+use crate::cluster::watch::DriftFeed;
+use crate::config::SidecarSet;
+use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
@@ -53,68 +55,10 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
     let client = one_shot_client(args.kubeconfig.as_deref()).await?;
     let keys = AnnotationKeys::new(&args.annotation_namespace);
     let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
-
     if args.confirm {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &args.injector_namespace);
-        let lease = leases
-            .get_opt(ROLLOUT_LEASE)
-            .await
-            .context("cannot read the rollout Lease")?;
-        if let LeaseDecision::HeldBy {
-            holder,
-            mode,
-            until,
-        } = decide(
-            lease.as_ref(),
-            "sidecar-injector-rollout-cli",
-            Timestamp::now(),
-        ) && mode.as_deref() == Some("auto")
-        {
-            if args.force {
-                eprintln!(
-                    "warning: {holder} (serve --rollout=auto) holds the rollout Lease; acting anyway (--force)"
-                );
-            } else {
-                anyhow::bail!(
-                    "refusing to act: {holder} holds the rollout Lease in {} ({MODE_ANNOTATION}=auto, until {until}); \
-                     it restarts stale workloads itself. Pass --force to act anyway",
-                    args.injector_namespace
-                );
-            }
-        }
+        refuse_beside_an_auto_holder(&client, args).await?;
     }
-
-    let mut kinds: BTreeSet<WorkloadKind> = BTreeSet::new();
-    if !args.exclude_deployment {
-        kinds.insert(WorkloadKind::Deployment);
-    }
-    if args.include_statefulset {
-        kinds.insert(WorkloadKind::StatefulSet);
-    }
-    if args.include_daemonset {
-        kinds.insert(WorkloadKind::DaemonSet);
-    }
-    if args.drift.evict_bare_pods {
-        kinds.insert(WorkloadKind::Pod);
-    }
-    let options = EngineOptions {
-        mode: if args.confirm {
-            EngineMode::Auto
-        } else {
-            EngineMode::DryRun
-        },
-        // The operator asked for it now: no settle window.
-        settings: args.safety.settings(Duration::ZERO),
-        keys: keys.clone(),
-        policy: args
-            .drift
-            .policy(args.ignore_namespaces.iter().cloned().collect()),
-        namespace: args.injector_namespace.clone(),
-        replan_every: Duration::from_secs(1),
-        ignore_manual_policy: true,
-        kinds: Some(kinds),
-        reason_prefix: args.rollout_reason.clone(),
-    };
+    let options = engine_options(args, keys.clone());
     let feed = crate::cluster::watch::start(client.clone(), keys);
     let mut synced = feed.synced.clone();
     tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
@@ -148,7 +92,6 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
             eprintln!("resuming the paused campaign of {}", resumed.join(", "));
         }
     }
-
     if !args.confirm {
         let plan = engine.tick(&feed, &sidecars, Authority::PlanOnly).await;
         let nothing = if by_container {
@@ -163,15 +106,103 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         print_plan(args.output, &plan, &nothing)?;
         return Ok(ExitCode::SUCCESS);
     }
+    act_until_done(&mut engine, &feed, &sidecars, args).await;
+    print_summary(args.output, &engine.summary)?;
+    Ok(if engine.summary.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
+/// `--confirm` never acts beside a `serve --rollout=auto` that holds the Lease (it restarts
+/// stale workloads itself), unless `--force`.
+async fn refuse_beside_an_auto_holder(
+    client: &kube::Client,
+    args: &RolloutArgs,
+) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.injector_namespace);
+    let lease = leases
+        .get_opt(ROLLOUT_LEASE)
+        .await
+        .context("cannot read the rollout Lease")?;
+    let LeaseDecision::HeldBy {
+        holder,
+        mode,
+        until,
+    } = decide(
+        lease.as_ref(),
+        "sidecar-injector-rollout-cli",
+        Timestamp::now(),
+    )
+    else {
+        return Ok(());
+    };
+    if mode.as_deref() != Some("auto") {
+        return Ok(());
+    }
+    if !args.force {
+        anyhow::bail!(
+            "refusing to act: {holder} holds the rollout Lease in {} ({MODE_ANNOTATION}=auto, until {until}); \
+             it restarts stale workloads itself. Pass --force to act anyway",
+            args.injector_namespace
+        );
+    }
+    eprintln!(
+        "warning: {holder} (serve --rollout=auto) holds the rollout Lease; acting anyway (--force)"
+    );
+    Ok(())
+}
+
+fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
+    let mut kinds: BTreeSet<WorkloadKind> = BTreeSet::new();
+    if !args.exclude_deployment {
+        kinds.insert(WorkloadKind::Deployment);
+    }
+    if args.include_statefulset {
+        kinds.insert(WorkloadKind::StatefulSet);
+    }
+    if args.include_daemonset {
+        kinds.insert(WorkloadKind::DaemonSet);
+    }
+    if args.drift.evict_bare_pods {
+        kinds.insert(WorkloadKind::Pod);
+    }
+    EngineOptions {
+        mode: if args.confirm {
+            EngineMode::Auto
+        } else {
+            EngineMode::DryRun
+        },
+        // The operator asked for it now: no settle window.
+        settings: args.safety.settings(Duration::ZERO),
+        keys,
+        policy: args
+            .drift
+            .policy(args.ignore_namespaces.iter().cloned().collect()),
+        namespace: args.injector_namespace.clone(),
+        replan_every: Duration::from_secs(1),
+        ignore_manual_policy: true,
+        kinds: Some(kinds),
+        reason_prefix: args.rollout_reason.clone(),
+    }
+}
+
+/// Plans and acts until nothing is rolling and nothing waits for what clears by itself.
+async fn act_until_done(
+    engine: &mut Engine,
+    feed: &DriftFeed,
+    sidecars: &SidecarSet,
+    args: &RolloutArgs,
+) {
     let progress = std::io::stderr().is_terminal() && args.output == OutputFormat::Table;
     let mut changes = feed.changes.clone();
-    let mut first = None;
+    let mut first = true;
     loop {
-        let plan = engine.tick(&feed, &sidecars, Authority::Act).await;
-        if first.is_none() {
+        let plan = engine.tick(feed, sidecars, Authority::Act).await;
+        if first {
             print_plan_summary(&plan);
-            first = Some(plan.clone());
+            first = false;
         }
         if progress {
             let done = engine.summary.succeeded.len() + engine.summary.failed.len();
@@ -186,17 +217,7 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
                 plan.waiting.len()
             );
         }
-        let blocked = plan.waiting.iter().all(|w| {
-            !matches!(
-                w.reason,
-                crate::rollout::WaitReason::MaxParallel { .. }
-                    | crate::rollout::WaitReason::RateLimit { .. }
-                    | crate::rollout::WaitReason::Canary { .. }
-                    | crate::rollout::WaitReason::Settling { .. }
-                    | crate::rollout::WaitReason::NotKnownYet
-            )
-        });
-        if plan.is_settled() && blocked {
+        if plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself()) {
             break;
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
@@ -204,8 +225,10 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
     if progress {
         eprintln!();
     }
-    let summary = &engine.summary;
-    match args.output {
+}
+
+fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<()> {
+    match output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(summary)?),
         OutputFormat::Table => {
             let mut out = std::io::stdout().lock();
@@ -220,11 +243,7 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if summary.failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(())
 }
 
 /// `--sidecar-container-name`: the pod specs listed once (page by page, per included namespace

@@ -24,6 +24,8 @@ pub const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
 /// The namespace of the service account this process runs as, when it runs in a pod.
 const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
+// Wiring, not a decision: every flag mapped onto ServeOptions in one place.
+#[allow(clippy::too_many_lines)]
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
     let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)

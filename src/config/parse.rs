@@ -94,49 +94,8 @@ pub fn parse_config(origin: &str, text: &str) -> Result<ParsedConfig, ConfigErro
         line,
         kind,
     };
-    let document: Value = serde_yaml::from_str(text).map_err(|e| {
-        error(
-            e.location().map(|l| l.line()),
-            ConfigErrorKind::Syntax(strip_location(&e.to_string())),
-        )
-    })?;
-    let mut map = match document {
-        Value::Object(map) => map,
-        Value::Null => return Err(error(None, ConfigErrorKind::Empty)),
-        other => {
-            return Err(error(
-                Some(1),
-                ConfigErrorKind::NotAMapping(kind_of(&other)),
-            ));
-        }
-    };
-    if let Some(key) = map.keys().find(|k| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
-        return Err(error(
-            top_level_key_line(text, key),
-            ConfigErrorKind::UnknownKey {
-                key: key.clone(),
-                allowed: TOP_LEVEL_KEYS.join(", "),
-            },
-        ));
-    }
-    let name = match map.remove("name") {
-        None | Some(Value::Null) => {
-            return Err(error(None, ConfigErrorKind::MissingName));
-        }
-        Some(Value::String(name)) => SidecarName::parse(&name).map_err(|e| {
-            error(
-                top_level_key_line(text, "name"),
-                ConfigErrorKind::InvalidName(e),
-            )
-        })?,
-        Some(other) => {
-            return Err(error(
-                top_level_key_line(text, "name"),
-                ConfigErrorKind::NameNotAString(kind_of(&other)),
-            ));
-        }
-    };
-
+    let mut map = read_mapping(text).map_err(|(line, kind)| error(line, kind))?;
+    let name = take_name(&mut map, text).map_err(|(line, kind)| error(line, kind))?;
     let mut fields = FieldReader {
         origin,
         text,
@@ -160,40 +119,91 @@ pub fn parse_config(origin: &str, text: &str) -> Result<ParsedConfig, ConfigErro
             .filter(|s| !s.is_empty()),
         rollout: fields.take("rollout")?,
     };
-    let warnings = fields.warnings;
+    check_container_names(&config, text).map_err(|(line, kind)| error(line, kind))?;
+    Ok(ParsedConfig {
+        config,
+        warnings: fields.warnings,
+    })
+}
+
+/// An error before the origin is attached: the line, when known, and what is wrong.
+type Located = (Option<usize>, ConfigErrorKind);
+
+/// The document as a mapping of known top-level keys.
+fn read_mapping(text: &str) -> Result<serde_json::Map<String, Value>, Located> {
+    let document: Value = serde_yaml::from_str(text).map_err(|e| {
+        (
+            e.location().map(|l| l.line()),
+            ConfigErrorKind::Syntax(strip_location(&e.to_string())),
+        )
+    })?;
+    let map = match document {
+        Value::Object(map) => map,
+        Value::Null => return Err((None, ConfigErrorKind::Empty)),
+        other => return Err((Some(1), ConfigErrorKind::NotAMapping(kind_of(&other)))),
+    };
+    if let Some(key) = map.keys().find(|k| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
+        return Err((
+            top_level_key_line(text, key),
+            ConfigErrorKind::UnknownKey {
+                key: key.clone(),
+                allowed: TOP_LEVEL_KEYS.join(", "),
+            },
+        ));
+    }
+    Ok(map)
+}
+
+fn take_name(map: &mut serde_json::Map<String, Value>, text: &str) -> Result<SidecarName, Located> {
+    match map.remove("name") {
+        None | Some(Value::Null) => Err((None, ConfigErrorKind::MissingName)),
+        Some(Value::String(name)) => SidecarName::parse(&name).map_err(|e| {
+            (
+                top_level_key_line(text, "name"),
+                ConfigErrorKind::InvalidName(e),
+            )
+        }),
+        Some(other) => Err((
+            top_level_key_line(text, "name"),
+            ConfigErrorKind::NameNotAString(kind_of(&other)),
+        )),
+    }
+}
+
+/// Every injected container has a name, and no name appears twice in one config.
+fn check_container_names(config: &SidecarConfig, text: &str) -> Result<(), Located> {
     for (kind, containers) in [
         ("containers", &config.containers),
         ("prependContainers", &config.prepend_containers),
         ("initContainers", &config.init_containers),
     ] {
-        for (index, container) in containers.iter().enumerate() {
-            if container.name.is_empty() {
-                return Err(error(
-                    top_level_key_line(text, kind),
-                    ConfigErrorKind::InvalidField {
-                        path: format!("{kind}[{index}].name"),
-                        message: "every injected container needs a name".into(),
-                    },
-                ));
-            }
-        }
-    }
-    let mut seen = BTreeSet::new();
-    for container in config.injected_containers() {
-        if !seen.insert(container.name.as_str()) {
-            return Err(error(
-                None,
+        if let Some(index) = containers.iter().position(|c| c.name.is_empty()) {
+            return Err((
+                top_level_key_line(text, kind),
                 ConfigErrorKind::InvalidField {
-                    path: "containers".into(),
-                    message: format!(
-                        "container name {:?} appears more than once in this config",
-                        container.name
-                    ),
+                    path: format!("{kind}[{index}].name"),
+                    message: "every injected container needs a name".into(),
                 },
             ));
         }
     }
-    Ok(ParsedConfig { config, warnings })
+    let mut seen = BTreeSet::new();
+    match config
+        .injected_containers()
+        .find(|c| !seen.insert(c.name.as_str()))
+    {
+        Some(container) => Err((
+            None,
+            ConfigErrorKind::InvalidField {
+                path: "containers".into(),
+                message: format!(
+                    "container name {:?} appears more than once in this config",
+                    container.name
+                ),
+            },
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Takes typed top-level fields out of the document, collecting warnings as it goes.

@@ -16,7 +16,7 @@ use crate::config::RevisionStamp;
 use crate::drift::{DriftIndex, DriftReport, WorkloadDrift, WorkloadEntry};
 use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
 
-/// The safety settings of DESIGN.md "Rollout engine", with its defaults.
+/// The rollout engine's safety settings, with their defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RolloutSettings {
     pub max_parallel: usize,
@@ -92,6 +92,22 @@ pub enum WaitReason {
     DeploymentPaused,
     Partition { partition: i32 },
     NotKnownYet,
+}
+
+impl WaitReason {
+    /// A wait the run itself ends (a slot frees, the canary finishes, the minute passes, the
+    /// index catches up), as opposed to one only time or a person ends (cooldown, pause,
+    /// manual policy, a paused Deployment, a partition).
+    pub fn clears_by_itself(&self) -> bool {
+        matches!(
+            self,
+            WaitReason::MaxParallel { .. }
+                | WaitReason::RateLimit { .. }
+                | WaitReason::Canary { .. }
+                | WaitReason::Settling { .. }
+                | WaitReason::NotKnownYet
+        )
+    }
 }
 
 impl fmt::Display for WaitReason {

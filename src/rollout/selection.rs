@@ -327,4 +327,5 @@ pub fn parse_started_before(text: &str) -> Result<Timestamp, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::too_many_lines)] // a test reads as one scenario
 mod tests;

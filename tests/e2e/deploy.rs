@@ -1,0 +1,183 @@
+//! `deploy/`: rendered with kustomize, dry-run on the server, and its RBAC is enough.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
+    let plane = support::cluster::control_plane();
+    let base = kustomize("deploy");
+    let kinds: Vec<&str> = base.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "MutatingWebhookConfiguration",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let matchconditions = kustomize("deploy/overlays/matchconditions");
+    assert!(
+        of_kind(&matchconditions, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+            [0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("'injector/request' in object.metadata.annotations")
+    );
+    let cert_manager = kustomize("deploy/overlays/cert-manager");
+    assert_eq!(
+        of_kind(&cert_manager, "Certificate")["spec"]["secretName"],
+        of_kind(&base, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+    );
+    assert!(of_kind(&cert_manager, "MutatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
+
+    // v1.20 has no policy/v1, which current clusters need: the PodDisruptionBudget is checked
+    // here, against the Deployment it protects.
+    let pdb = of_kind(&base, "PodDisruptionBudget");
+    let deployment = of_kind(&base, "Deployment");
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(deployment["spec"]["replicas"].as_i64().unwrap() >= 2);
+    for (key, value) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &deployment["spec"]["template"]["metadata"]["labels"][key], value,
+            "the PDB selects the injector's pods"
+        );
+    }
+    let security = &deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+
+    // Everything else, server-side: the namespace for real, then a dry run of the rest.
+    let kubectl = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&plane.kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let yaml = |docs: Vec<&Value>| {
+        docs.iter()
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    kubectl(
+        &["apply", "-f", "-"],
+        &yaml(vec![of_kind(&base, "Namespace")]),
+    );
+    let rest: Vec<&Value> = base
+        .iter()
+        .filter(|d| d["kind"] != "Namespace" && d["kind"] != "PodDisruptionBudget")
+        .collect();
+    let applied = kubectl(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &yaml(rest.clone()),
+    );
+    assert_eq!(
+        applied
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count(),
+        rest.len(),
+        "{applied}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let ctx = TestContext::with_deploy_rbac(
+        "rbac",
+        &[
+            "--configmap-namespace",
+            "e2e-rbac",
+            "--configmap-labels",
+            "sidecar-injector.io/config=true",
+        ],
+    )
+    .await;
+    let example = of_kind(&kustomize("deploy"), "ConfigMap").clone();
+    let mut example: ConfigMap = serde_json::from_value(example).unwrap();
+    example.metadata.namespace = None;
+    ctx.api::<ConfigMap>()
+        .create(&PostParams::default(), &example)
+        .await
+        .unwrap();
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(
+        DEADLINE,
+        "/ready: the ConfigMap list works under deploy/'s RBAC",
+        || async { (injector.lifecycle_get("/ready").0 == 200).then_some(()) },
+    )
+    .await;
+    eventually(
+        DEADLINE,
+        "deploy/'s example ConfigMap config loaded",
+        || async {
+            (injector.metric("sidecar_injector_configs_loaded{source=\"configmap\"}") == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The same identity is refused what the RBAC does not grant.
+    let kubeconfig = ctx
+        .injector_kubeconfig
+        .as_ref()
+        .expect("the injector's own kubeconfig");
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ctx.namespace);
+    match secrets.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("reading Secrets must be forbidden: {other:?}"),
+    }
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ctx.namespace);
+    let patch = kube::api::Patch::Merge(json!({"data": {"x": "y"}}));
+    match configmaps
+        .patch(
+            "sidecar-configs",
+            &kube::api::PatchParams::default(),
+            &patch,
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("only the status ConfigMap may be written: {other:?}"),
+    }
+    let pods: Api<Pod> = Api::all(client);
+    pods.list_metadata(&ListParams::default().limit(1))
+        .await
+        .expect("pod metadata is readable cluster-wide");
+}

@@ -1,0 +1,171 @@
+//! `sidecar-injector drift` against a real cluster.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let mut ctx = TestContext::with_deploy_rbac(
+        "drift",
+        &[
+            "--configmap-namespace",
+            "e2e-drift",
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "--include-namespace",
+            "e2e-drift",
+        ],
+    )
+    .await;
+    let v1 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+    let configmaps: Api<ConfigMap> = ctx.api();
+    configmaps
+        .create(
+            &PostParams::default(),
+            &configmap("tracing", true, "tracer.yaml", v1),
+        )
+        .await
+        .unwrap();
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(v1), true).await;
+    create_deployment(&ctx, "web", 2, template("web", Some("tracer:v1"))).await;
+    create_statefulset(&ctx, "db", 1, template("db", Some("tracer:v1"))).await;
+    create_deployment(&ctx, "plain", 1, template("plain", Some("logger:v1"))).await;
+    for (app, count) in [("web", 2), ("db", 1), ("plain", 1)] {
+        eventually(DEADLINE, &format!("{app} injected"), || async {
+            let pods = pods_of(&ctx, app).await;
+            (pods.len() == count
+                && pods
+                    .iter()
+                    .all(|p| annotation(p, "injector/status") == Some("injected")))
+            .then_some(())
+        })
+        .await;
+    }
+    create_pod(&ctx, "bare", "tracer:v1").await.unwrap();
+
+    // serve's gauge, kept from its watches, agrees with the one-shot report.
+    let report = drift_report(&drift_args());
+    let tracer = report["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap()
+        .clone();
+    assert_eq!(tracer["pods"]["current"], 3, "{tracer}");
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(
+        DEADLINE,
+        "the pods gauge matches the drift report",
+        || async {
+            ["current", "stale", "uninjected", "unknown", "orphaned"]
+                .iter()
+                .all(|state| {
+                    let sample =
+                        format!("sidecar_injector_pods{{sidecar=\"tracer:v1\",state=\"{state}\"}}");
+                    injector.metric(&sample) == tracer["pods"][state].as_f64().unwrap()
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"excluded\"}") >= 1.0,
+        "the bare pod"
+    );
+    // The webhook bypassed (down, failurePolicy Ignore): this workload's pod is never injected.
+    ctx.stop_injector();
+    create_statefulset(&ctx, "late", 1, template("late", Some("tracer:v1"))).await;
+    eventually(DEADLINE, "late's pod", || async {
+        (pods_of(&ctx, "late").await.len() == 1).then_some(())
+    })
+    .await;
+
+    let args = drift_args();
+    let state = |report: &Value, kind: &str, name: &str| -> String {
+        report["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["kind"] == kind && w["name"] == name)
+            .unwrap_or_else(|| panic!("{kind}/{name} not in {report:#}"))["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = drift_report(&args);
+    assert_eq!(state(&before, "Deployment", "web"), "current");
+    assert_eq!(state(&before, "StatefulSet", "db"), "current");
+
+    // The ConfigMap changes: exactly the tracer workloads go stale.
+    let v2 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+    configmaps
+        .replace("tracing", &PostParams::default(), &{
+            let mut cm = configmaps.get("tracing").await.unwrap();
+            cm.data = Some([("tracer.yaml".to_owned(), v2.to_owned())].into());
+            cm
+        })
+        .await
+        .unwrap();
+    let after = drift_report(&args);
+    assert_eq!(state(&after, "Deployment", "web"), "stale");
+    assert_eq!(state(&after, "StatefulSet", "db"), "stale");
+    assert_eq!(
+        state(&after, "Deployment", "plain"),
+        "current",
+        "logger:v1 did not change"
+    );
+    assert_eq!(state(&after, "StatefulSet", "late"), "uninjected");
+    assert_eq!(state(&after, "Pod", "bare"), "excluded");
+    let tracer = after["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap();
+    let v2_revision = stamp_of(v2);
+    assert_eq!(tracer["revision"], v2_revision.split('=').nth(1).unwrap());
+    // Other tests' tracer pods, in namespaces this report does not include, count as excluded.
+    let pods = &tracer["pods"];
+    assert_eq!(
+        (
+            &pods["stale"],
+            &pods["uninjected"],
+            &pods["current"],
+            &pods["unknown"],
+            &pods["orphaned"]
+        ),
+        (&json!(3), &json!(1), &json!(0), &json!(0), &json!(0))
+    );
+    assert!(
+        pods["excluded"].as_u64().unwrap() >= 1,
+        "the bare pod at least: {pods}"
+    );
+
+    // A running injector's status ConfigMap, when present, gives the revisions in force.
+    let v1_revision = stamp_of(v1).split('=').nth(1).unwrap().to_owned();
+    let status: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "sidecar-injector-status"},
+        "data": {"revisions": json!({"tracer:v1": v1_revision}).to_string()}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &status)
+        .await
+        .unwrap();
+    let mut published_args = drift_args();
+    published_args.extend(["--injector-namespace", "e2e-drift"]);
+    let published = drift_report(&published_args);
+    assert_eq!(
+        state(&published, "Deployment", "web"),
+        "current",
+        "judged by the published revision"
+    );
+    let tracer = published["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap();
+    assert_eq!(tracer["revision"], v1_revision);
+}

@@ -1,0 +1,393 @@
+//! The rollout engine in `serve`: restarts, pauses, settle and cooldown, the Lease.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_edit() {
+    let ns = "e2e-rollout-auto";
+    let ctx = engine_context(
+        "rollout-auto",
+        &["--rollout=auto", "--settle", "1s", "--max-parallel", "10"],
+    )
+    .await;
+    tracer_workloads(&ctx).await;
+    let v1 = stamp_of(TRACER_V1);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
+    }
+    eventually(DEADLINE, "plain ready", || async {
+        (pods_of(&ctx, "plain").await.len() == 1).then_some(())
+    })
+    .await;
+    let plain_before = ctx.api::<Deployment>().get("plain").await.unwrap();
+    let plain_replicasets = replicaset_count(&ctx, "plain").await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v2, Duration::from_secs(120)).await;
+    }
+
+    // Each stale workload was rolled once, stamped, explained.
+    let injector = ctx.injector.as_ref().unwrap();
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "web rolled exactly once"
+    );
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    let web_template = &web.spec.as_ref().unwrap().template.metadata;
+    assert_eq!(
+        template_annotation(web_template, "injector/rollout-revision"),
+        Some(v2.clone())
+    );
+    let reason = template_annotation(web_template, "injector/rollout-reason").unwrap();
+    let (old_rev, new_rev) = (v1.split('=').nth(1).unwrap(), v2.split('=').nth(1).unwrap());
+    assert!(
+        reason.contains(&format!("tracer:v1 {old_rev} -> {new_rev}")),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("containers[tracer].image \"tracer:1\" -> \"tracer:2\""),
+        "{reason}"
+    );
+    let annotations = web.metadata.annotations.clone().unwrap();
+    assert!(annotations.contains_key("injector/rolled-at"));
+    for name in ["web", "db", "agent"] {
+        let events = eventually(
+            DEADLINE,
+            &format!("{name}'s SidecarRestart Event"),
+            || async {
+                let events = events_for(&ctx, name, "SidecarRestart").await;
+                (!events.is_empty()).then_some(events)
+            },
+        )
+        .await;
+        assert_eq!(events.len(), 1, "{name} restarted once: {events:?}");
+        assert!(
+            events[0]
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains(new_rev)
+        );
+    }
+    for kind in ["Deployment", "StatefulSet", "DaemonSet"] {
+        assert_eq!(
+            injector.metric(&format!(
+                "sidecar_injector_rollouts_total{{kind=\"{kind}\",result=\"restarted\"}}"
+            )),
+            1.0,
+            "{kind}"
+        );
+    }
+    // kubectl rollout history shows why.
+    let history = std::process::Command::new("kubectl")
+        .args(["--kubeconfig"])
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["-n", ns, "rollout", "history", "deployment/web"])
+        .output()
+        .expect("kubectl runs");
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(
+        history.contains(&format!(
+            "sidecar-injector: sidecar tracer:v1 {old_rev} -> {new_rev}"
+        )),
+        "{history}"
+    );
+
+    // The workload whose pods were current is untouched.
+    let plain_after = ctx.api::<Deployment>().get("plain").await.unwrap();
+    assert_eq!(
+        plain_after.spec.unwrap().template,
+        plain_before.spec.unwrap().template
+    );
+    assert_eq!(replicaset_count(&ctx, "plain").await, plain_replicasets);
+    // Drift reaches zero, in the gauge and in the published status.
+    eventually(DEADLINE, "no stale tracer pods in the gauge", || async {
+        (injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"stale\"}") == 0.0
+            && injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"current\"}")
+                == 5.0)
+            .then_some(())
+    })
+    .await;
+    eventually(DEADLINE, "campaign complete", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    let status = ctx
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get("sidecar-injector-status")
+        .await
+        .unwrap();
+    let revisions: Value =
+        serde_json::from_str(&status.data.as_ref().unwrap()["revisions"]).unwrap();
+    assert_eq!(revisions["tracer:v1"], new_rev);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converges() {
+    let mut ctx = engine_context(
+        "rollout-broken",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--rollout-timeout",
+            "6s",
+            "--lease-duration",
+            "3s",
+        ],
+    )
+    .await;
+    for (name, replicas) in [("canary", 1), ("web", 2), ("api", 2)] {
+        create_deployment(&ctx, name, replicas, template(name, Some("tracer:v1"))).await;
+    }
+    let v1 = stamp_of(TRACER_V1);
+    for (app, count) in [("canary", 1), ("web", 2), ("api", 2)] {
+        wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
+    }
+
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(Duration::from_secs(60), "the campaign pauses", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        1.0
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0
+    );
+    let failed = events_for(&ctx, "canary", "SidecarRolloutFailed").await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        !events_for(&ctx, "canary", "SidecarRolloutPaused")
+            .await
+            .is_empty()
+    );
+    let deployments = ctx.api::<Deployment>();
+    let unpatched = |name: &'static str| {
+        let api = deployments.clone();
+        async move {
+            let d = api.get(name).await.unwrap();
+            template_annotation(
+                &d.spec.unwrap().template.metadata,
+                "injector/rollout-revision",
+            )
+            .is_none()
+        }
+    };
+    assert!(
+        unpatched("web").await && unpatched("api").await,
+        "only the canary was patched"
+    );
+
+    // The pause lives in the cluster: a restarted injector keeps it.
+    ctx.restart_injector().await;
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the restarted engine reads the pause",
+        || async {
+            (injector.metric(
+                "sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}",
+            ) == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    // That gauge is set only by the Lease holder after a plan: had the pause been lost, this
+    // plan would have patched the others.
+    assert!(
+        unpatched("web").await && unpatched("api").await,
+        "still paused after the restart"
+    );
+
+    // A fixed revision is a new campaign: everything converges.
+    let fixed = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", fixed).await;
+    let v3 = stamp_of(fixed);
+    for (app, count) in [("canary", 1), ("web", 2), ("api", 2)] {
+        wait_pods_at(&ctx, app, count, &v3, Duration::from_secs(120)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds_the_next() {
+    let ns = "e2e-rollout-settle";
+    let ctx = engine_context("rollout-settle", &["--rollout=auto", "--settle", "3s"]).await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(TRACER_V1), DEADLINE).await;
+
+    // Two edits in quick succession: one restart, to the last.
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v3 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", v3).await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(v3), Duration::from_secs(90)).await;
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "one restart for both edits"
+    );
+    let injector = ctx.injector.as_ref().unwrap();
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0
+    );
+
+    // A third edit inside the cooldown (10m by default): planned, held, not restarted.
+    let v4 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:4'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", v4).await;
+    let v4_rev = stamp_of(v4).split('=').nth(1).unwrap().to_owned();
+    let configmaps = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    eventually(DEADLINE, "the v4 campaign holds web back", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
+        let campaign = &book["campaigns"]["tracer:v1"];
+        (campaign["revision"] == v4_rev.as_str()
+            && campaign["state"] == "running"
+            && campaign["counts"]["pending"] == 1)
+            .then_some(())
+    })
+    .await;
+    let dry_run = rollout_command(ns, &["-o", "json"]);
+    assert!(
+        String::from_utf8_lossy(&dry_run.stderr).contains(&format!(
+            "revisions from {ns}/sidecar-injector-status, as the running injector published them"
+        )),
+        "{}",
+        String::from_utf8_lossy(&dry_run.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&dry_run.stdout).unwrap();
+    assert_eq!(plan["waiting"][0]["workload"]["name"], "web", "{plan:#}");
+    assert_eq!(plan["waiting"][0]["reason"], "cooldown", "{plan:#}");
+    // Run where tracer's ConfigMap is not read at all: the plan is the same, because the
+    // revisions come from what the running injector published.
+    let elsewhere = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("rollout")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args([
+            "--config-directory",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+            "--include-namespace",
+            ns,
+            "--injector-namespace",
+            ns,
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("rollout runs");
+    let plan: Value = serde_json::from_slice(&elsewhere.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&elsewhere.stderr)));
+    assert_eq!(plan["waiting"][0]["workload"]["name"], "web", "{plan:#}");
+    assert_eq!(plan["waiting"][0]["sidecars"][0], "tracer:v1", "{plan:#}");
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "not restarted within the cooldown"
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly_once() {
+    let ctx = engine_context("rollout-ha", &[]).await;
+    let apps = ["a", "b", "c", "d"];
+    for app in apps {
+        create_deployment(&ctx, app, 1, template(app, Some("tracer:v1"))).await;
+    }
+    for app in apps {
+        wait_pods_at(&ctx, app, 1, &stamp_of(TRACER_V1), DEADLINE).await;
+    }
+    // Two engine replicas (the webhook's own process has --rollout=off, so that killing an
+    // engine never takes the webhook down).
+    let engine = [
+        "--rollout=auto",
+        "--lease-duration",
+        "3s",
+        "--settle",
+        "1s",
+        "--max-parallel",
+        "1",
+        "--canary",
+        "0",
+    ];
+    let mut replicas = vec![
+        ctx.start_replica_with(&engine),
+        ctx.start_replica_with(&engine),
+    ];
+    let leader = eventually(DEADLINE, "one replica holds the Lease", || async {
+        replicas.iter().position(|r| {
+            r.logs()
+                .iter()
+                .any(|l| l.contains("holding the rollout Lease: this replica acts"))
+        })
+    })
+    .await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    let deployments = ctx.api::<Deployment>();
+    // Mid-campaign: one workload stamped, the rest still to go (--max-parallel 1).
+    eventually(Duration::from_secs(60), "the first restart", || async {
+        let list = deployments.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|d| {
+                template_annotation(
+                    &d.spec.as_ref().unwrap().template.metadata,
+                    "injector/rollout-revision",
+                )
+                .as_deref()
+                    == Some(v2.as_str())
+            })
+            .then_some(())
+    })
+    .await;
+    let follower = 1 - leader;
+    assert_eq!(
+        replicas[follower]
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        0.0,
+        "the replica without the Lease patched nothing"
+    );
+    drop(replicas.remove(leader));
+    let survivor = &replicas[0];
+    for app in apps {
+        wait_pods_at(&ctx, app, 1, &v2, Duration::from_secs(120)).await;
+    }
+    assert!(
+        survivor
+            .logs()
+            .iter()
+            .any(|l| l.contains("holding the rollout Lease: this replica acts")),
+        "the survivor took over"
+    );
+    for app in apps {
+        assert_eq!(
+            replicaset_count(&ctx, app).await,
+            2,
+            "{app} restarted exactly once"
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! OnDelete workloads: evictions one at a time, behind a PodDisruptionBudget.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_never_forced() {
+    let ctx = engine_context("rollout-ondelete", &["--rollout=auto", "--settle", "1s"]).await;
+    create(&ctx.api::<StatefulSet>(), json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 3, "serviceName": "db", "podManagementPolicy": "Parallel",
+                 "updateStrategy": {"type": "OnDelete"},
+                 "selector": {"matchLabels": {"app": "db"}}, "template": template("db", Some("tracer:v1"))}
+    }))
+    .await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "db", 3, &v1, DEADLINE).await;
+    let first_uids: std::collections::BTreeSet<String> = pods_of(&ctx, "db")
+        .await
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
+    // A budget that allows no disruption at all.
+    let pdbs = pdb_api(&ctx);
+    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    eventually(
+        DEADLINE,
+        "the disruption controller counts the budget",
+        || async {
+            let pdb = pdbs.get("db").await.ok()?;
+            let status = pdb.data.get("status")?;
+            (status["expectedPods"] == 3 && status["currentHealthy"] == 3).then_some(())
+        },
+    )
+    .await;
+    let availability = watch_availability(&ctx, "db");
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    let injector = ctx.injector.as_ref().unwrap();
+    let blocked =
+        "sidecar_injector_rollouts_total{kind=\"StatefulSet\",result=\"eviction_blocked\"}";
+    eventually(
+        Duration::from_secs(60),
+        "the blocked eviction retried",
+        || async { (injector.metric(blocked) >= 3.0).then_some(()) },
+    )
+    .await;
+    // Retried, never forced: the template is stamped, yet every pod is the one from before.
+    let db = ctx.api::<StatefulSet>().get("db").await.unwrap();
+    assert_eq!(
+        template_annotation(
+            &db.spec.unwrap().template.metadata,
+            "injector/rollout-revision"
+        ),
+        Some(v2.clone())
+    );
+    let uids: std::collections::BTreeSet<String> = pods_of(&ctx, "db")
+        .await
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
+    assert_eq!(uids, first_uids, "no pod was deleted past the budget");
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"StatefulSet\",result=\"evicted\"}"),
+        0.0
+    );
+
+    // A budget that would let two go at once: the engine still takes one at a time.
+    pdbs.patch(
+        "db",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"minAvailable": null, "maxUnavailable": 2}})),
+    )
+    .await
+    .unwrap();
+    wait_pods_at(&ctx, "db", 3, &v2, Duration::from_secs(120)).await;
+    let (fewest_ready, seen) = availability.lock().unwrap().clone();
+    assert_eq!(fewest_ready, 2, "never more than one pod out at a time");
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"StatefulSet\",result=\"evicted\"}"),
+        3.0
+    );
+    let new_uids: std::collections::BTreeSet<String> = pods_of(&ctx, "db")
+        .await
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
+    assert!(new_uids.is_disjoint(&first_uids), "every pod replaced");
+    assert_eq!(seen.len(), 6, "each pod replaced exactly once: {seen:?}");
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"StatefulSet\",result=\"restarted\"}"),
+        1.0
+    );
+}

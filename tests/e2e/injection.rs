@@ -1,0 +1,182 @@
+//! Injection through the real apiserver: controllers, denials, failurePolicy Ignore, the test kubelet.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn controllers_create_injected_pods_through_the_real_webhook() {
+    let ctx = TestContext::new("workloads", &[]).await;
+    let stamp = logger_v1_stamp();
+    create_deployment(&ctx, "web", 2, template("web", Some("logger:v1"))).await;
+    create_statefulset(&ctx, "db", 2, template("db", Some("logger:v1"))).await;
+    create_daemonset(&ctx, "agent", template("agent", Some("logger:v1"))).await;
+    create(
+        &ctx.api::<Pod>(),
+        json!({
+            "metadata": {"name": "plain", "labels": {"app": "plain"}},
+            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+        }),
+    )
+    .await;
+
+    // The StatefulSet's second pod only appears once the first is Ready: the kubelet is in play.
+    for (app, expected) in [("web", 2), ("db", 2), ("agent", NODES.len())] {
+        let pods = eventually(DEADLINE, &format!("{expected} {app} pods"), || async {
+            let pods = pods_of(&ctx, app).await;
+            (pods.len() == expected).then_some(pods)
+        })
+        .await;
+        for pod in &pods {
+            let name = pod.metadata.name.as_deref().unwrap();
+            assert_eq!(container_names(pod), ["app", "log-shipper"], "{name}");
+            assert_eq!(
+                annotation(pod, "injector/status"),
+                Some("injected"),
+                "{name}"
+            );
+            assert_eq!(
+                annotation(pod, "injector/revision"),
+                Some(stamp.as_str()),
+                "{name}"
+            );
+            let env = pod.spec.as_ref().unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap_or_default();
+            assert!(
+                env.iter().any(|e| e.name == "LOG_SHIPPER_ENDPOINT"),
+                "{name}: env reaches the app"
+            );
+        }
+    }
+    let plain = ctx.api::<Pod>().get("plain").await.unwrap();
+    assert_eq!(
+        container_names(&plain),
+        ["app"],
+        "a pod without the annotation is untouched"
+    );
+    assert_eq!(annotation(&plain, "injector/status"), None);
+    assert!(
+        ctx.injector
+            .as_ref()
+            .unwrap()
+            .metric("sidecar_injector_injections_total{sidecar=\"logger:v1\",result=\"injected\"}")
+            >= 6.0,
+        "the injector counted the injections"
+    );
+
+    // The apiserver's own view of the calls to our webhook, kept as a report of the run.
+    let metrics = ctx
+        .client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .expect("apiserver /metrics");
+    let ours: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_admission_webhook_admission_duration_seconds"))
+        .filter(|l| l.contains("name=\"sidecar-injector.injector.dev\""))
+        .collect();
+    let count: f64 = ours
+        .iter()
+        .filter(|l| l.starts_with("apiserver_admission_webhook_admission_duration_seconds_count"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        count >= 7.0,
+        "the apiserver called the webhook for every pod:\n{}",
+        ours.join("\n")
+    );
+    let report =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-webhook-metrics.txt");
+    std::fs::write(&report, ours.join("\n")).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_sidecar_is_denied_and_the_replicaset_says_why() {
+    let ctx = TestContext::new("denied", &[]).await;
+    create_deployment(&ctx, "typo", 1, template("typo", Some("logger:v9"))).await;
+    let message = eventually(
+        DEADLINE,
+        "a FailedCreate event on the ReplicaSet",
+        || async {
+            let events: Api<Event> = ctx.api();
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("FailedCreate")
+                        && e.involved_object.kind.as_deref() == Some("ReplicaSet")
+                })
+                .and_then(|e| e.message)
+        },
+    )
+    .await;
+    assert!(
+        message.contains(
+            r#"denied the request: sidecar "logger:v9" not found; known: logger:v1, logger:v2"#
+        ),
+        "{message}"
+    );
+    assert!(pods_of(&ctx, "typo").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_injector_down_failure_policy_ignore_creates_the_pod_uninjected() {
+    let mut ctx = TestContext::new("down", &[]).await;
+    ctx.stop_injector();
+    create(&ctx.api::<Pod>(), json!({
+        "metadata": {"name": "while-down", "labels": {"app": "while-down"}, "annotations": {"injector/request": "logger:v1"}},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    })).await;
+    let pod = ctx.api::<Pod>().get("while-down").await.unwrap();
+    assert_eq!(container_names(&pod), ["app"]);
+    assert_eq!(
+        annotation(&pod, "injector/request"),
+        Some("logger:v1"),
+        "it still asks: drift will see it"
+    );
+    assert_eq!(annotation(&pod, "injector/status"), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_test_kubelet_never_readies_a_broken_image() {
+    let ctx = TestContext::new("kubelet", &[]).await;
+    for (name, image) in [
+        ("good", "example.org/app:1.0"),
+        ("bad", "example.org/app:broken"),
+    ] {
+        create(
+            &ctx.api::<Pod>(),
+            json!({
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": image}]}
+            }),
+        )
+        .await;
+    }
+    let condition = |pod: &Pod, kind: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == kind))
+            .map(|c| c.status.clone())
+    };
+    for (name, ready) in [("good", "True"), ("bad", "False")] {
+        let pod = eventually(DEADLINE, &format!("{name} is Running"), || async {
+            let pod = ctx.api::<Pod>().get(name).await.ok()?;
+            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+        })
+        .await;
+        assert_eq!(condition(&pod, "Ready").as_deref(), Some(ready), "{name}");
+        let statuses = pod
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .clone()
+            .unwrap();
+        assert_eq!(statuses[0].ready, ready == "True", "{name}");
+    }
+}

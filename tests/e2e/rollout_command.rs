@@ -1,0 +1,220 @@
+//! `sidecar-injector rollout`: the dry-run plan, --confirm, selection by container name.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
+    let ns = "e2e-rollout-cli";
+    let ctx = engine_context("rollout-cli", &[]).await;
+    tracer_workloads(&ctx).await;
+    let v1 = stamp_of(TRACER_V1);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
+    }
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+
+    // The dry run lists exactly the stale workloads.
+    let output = rollout_command(ns, &["-o", "json", "--canary", "0"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!(
+            "revisions computed from the configs (no status ConfigMap in {ns})"
+        )),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let planned = planned_workloads(&plan);
+    assert_eq!(
+        planned,
+        ["DaemonSet/agent", "Deployment/web", "StatefulSet/db"],
+        "{plan:#}"
+    );
+
+    // Strict booleans: --confirm=false changes nothing, a wrong value is an error.
+    let output = rollout_command(ns, &["--confirm=false"]);
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("dry run: nothing changed"));
+    let output = rollout_command(ns, &["--confirm=yes"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid value 'yes'"));
+    assert_eq!(replicaset_count(&ctx, "web").await, 1, "nothing rolled");
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    assert_eq!(
+        template_annotation(
+            &web.spec.unwrap().template.metadata,
+            "injector/rollout-revision"
+        ),
+        None
+    );
+
+    // --confirm rolls them, waits, and exits 0.
+    let output = rollout_command(ns, &["--confirm", "--rollout-reason", "ticket OPS-1"]);
+    let stdout = succeeded(&output);
+    for workload in [
+        "Deployment/e2e-rollout-cli/web",
+        "StatefulSet/e2e-rollout-cli/db",
+        "DaemonSet/e2e-rollout-cli/agent",
+    ] {
+        assert!(
+            stdout.contains(&format!("restarted  {workload}")),
+            "{stdout}"
+        );
+    }
+    let v2 = stamp_of(TRACER_V2);
+    for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
+        wait_pods_at(&ctx, app, count, &v2, DEADLINE).await;
+    }
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    let reason = template_annotation(
+        &web.spec.unwrap().template.metadata,
+        "injector/rollout-reason",
+    )
+    .unwrap();
+    assert!(
+        reason.starts_with("ticket OPS-1: sidecar tracer:v1"),
+        "{reason}"
+    );
+    assert_eq!(replicaset_count(&ctx, "web").await, 2);
+    assert_eq!(pods_of(&ctx, "plain").await.len(), 1);
+    assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rollout_command_selects_by_container_name_and_start_time() {
+    let ns = "e2e-rollout-containers";
+    let ctx = TestContext::with_deploy_rbac("rollout-containers", &rollout_args(ns, &[])).await;
+    // Before any pod exists: a time no pod started before.
+    let too_early = (k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::from_secs(2))
+    .strftime("%Y-%m-%dT%H:%M:%SZ")
+    .to_string();
+    // Sidecars another injector put there: a container named istio-proxy, no request annotation.
+    let meshed = |app: &str| {
+        json!({
+            "metadata": {"labels": {"app": app}},
+            "spec": {"containers": [
+                {"name": "app", "image": "example.org/app:1.0"},
+                {"name": "istio-proxy", "image": "example.org/proxy:1.0"}
+            ]}
+        })
+    };
+    create_deployment(&ctx, "mesh-web", 2, meshed("mesh-web")).await;
+    create_statefulset(&ctx, "mesh-db", 1, meshed("mesh-db")).await;
+    create_deployment(&ctx, "plain", 1, template("plain", None)).await;
+    wait_ready(&ctx, "mesh-web", 2).await;
+    wait_ready(&ctx, "mesh-db", 1).await;
+    wait_ready(&ctx, "plain", 1).await;
+    let db_uid = pods_of(&ctx, "mesh-db").await[0].metadata.uid.clone();
+
+    // Every pod started after this time: nothing to restart.
+    let output = rollout_command(
+        ns,
+        &[
+            "--sidecar-container-name",
+            "istio-proxy",
+            "--only-started-before",
+            &too_early,
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("nothing to restart: no pod started before"),
+        "{stdout}"
+    );
+    // --only-started-before selects among named containers only.
+    let output = rollout_command(ns, &["--only-started-before", &too_early]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--sidecar-container-name"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // The dry run lists exactly the workloads running the container.
+    let output = rollout_command(
+        ns,
+        &[
+            "--sidecar-container-name",
+            "istio-proxy",
+            "-o",
+            "json",
+            "--canary",
+            "0",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let planned = planned_workloads(&plan);
+    assert_eq!(
+        planned,
+        ["Deployment/mesh-web", "StatefulSet/mesh-db"],
+        "{plan:#}"
+    );
+    assert_eq!(
+        replicaset_count(&ctx, "mesh-web").await,
+        1,
+        "a dry run changes nothing"
+    );
+
+    // --confirm restarts them, waits, exits 0.
+    let output = rollout_command(
+        ns,
+        &["--sidecar-container-name", "istio-proxy", "--confirm"],
+    );
+    let stdout = succeeded(&output);
+    for workload in [
+        "Deployment/e2e-rollout-containers/mesh-web",
+        "StatefulSet/e2e-rollout-containers/mesh-db",
+    ] {
+        assert!(
+            stdout.contains(&format!("restarted  {workload}")),
+            "{stdout}"
+        );
+    }
+    assert_eq!(
+        replicaset_count(&ctx, "mesh-web").await,
+        2,
+        "mesh-web rolled once"
+    );
+    let web = ctx.api::<Deployment>().get("mesh-web").await.unwrap();
+    let web_template = &web.spec.unwrap().template.metadata;
+    assert!(
+        template_annotation(web_template, "injector/rollout-revision")
+            .is_some_and(|r| r.starts_with("container/istio-proxy=")),
+        "{web_template:?}"
+    );
+    let reason = template_annotation(web_template, "injector/rollout-reason").unwrap();
+    assert!(
+        reason.starts_with("container istio-proxy in 2 pod(s) started before"),
+        "{reason}"
+    );
+    wait_ready(&ctx, "mesh-db", 1).await;
+    assert_ne!(
+        pods_of(&ctx, "mesh-db").await[0].metadata.uid,
+        db_uid,
+        "mesh-db's pod replaced"
+    );
+    assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
+    // The run kept its campaign to itself: the injector's status ConfigMap is not written.
+    assert!(
+        ctx.api::<k8s_openapi::api::core::v1::ConfigMap>()
+            .get_opt("sidecar-injector-status")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
