@@ -24,7 +24,9 @@ use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
-use crate::cluster::status::{STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP, STATUS_REVISIONS_KEY};
+use crate::cluster::status::{
+    STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP, STATUS_REVISIONS_KEY, encode_revisions,
+};
 use crate::cluster::watch::DriftFeed;
 use crate::config::{RolloutMode, SidecarSet};
 use crate::drift::DriftPolicy;
@@ -644,10 +646,7 @@ impl Engine {
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
     async fn write_status(&mut self, wanted: &BTreeMap<String, String>) {
         let data: BTreeMap<String, String> = BTreeMap::from([
-            (
-                STATUS_REVISIONS_KEY.to_owned(),
-                serde_json::to_string(wanted).expect("a map of strings serializes"),
-            ),
+            (STATUS_REVISIONS_KEY.to_owned(), encode_revisions(wanted)),
             (
                 STATUS_CAMPAIGNS_KEY.to_owned(),
                 serde_json::to_string_pretty(&self.book).expect("the book serializes"),

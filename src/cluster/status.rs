@@ -25,18 +25,29 @@ pub async fn published_revisions(
     else {
         return Ok(None);
     };
-    let Some(text) = status
-        .data
-        .as_ref()
-        .and_then(|d| d.get(STATUS_REVISIONS_KEY))
-    else {
-        return Ok(None);
-    };
-    serde_json::from_str(text).map(Some).map_err(|e| {
+    decode_revisions(&status).map_err(|e| {
         PublishedError::Malformed(format!(
             "{namespace}/{STATUS_CONFIGMAP} item {STATUS_REVISIONS_KEY}: {e}"
         ))
     })
+}
+
+/// The revisions item of a status ConfigMap (pure: the read is apart, so this is tested
+/// without a cluster). `None` when the item is absent.
+pub fn decode_revisions(
+    status: &ConfigMap,
+) -> Result<Option<BTreeMap<String, String>>, serde_json::Error> {
+    status
+        .data
+        .as_ref()
+        .and_then(|d| d.get(STATUS_REVISIONS_KEY))
+        .map(|text| serde_json::from_str(text))
+        .transpose()
+}
+
+/// The revisions item as the engine writes it: JSON, sorted by sidecar.
+pub fn encode_revisions(revisions: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(revisions).expect("a map of strings serializes")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,3 +60,44 @@ pub enum PublishedError {
 
 /// Its data item holding the campaign book (JSON).
 pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(item: Option<&str>) -> ConfigMap {
+        ConfigMap {
+            data: item.map(|text| {
+                [(STATUS_REVISIONS_KEY.to_owned(), text.to_owned())]
+                    .into_iter()
+                    .collect()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn revisions_read_back_what_is_written() {
+        let revisions: BTreeMap<String, String> = [
+            ("tracer:v1".to_owned(), "bbbbbbbbbbbb".to_owned()),
+            ("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let text = encode_revisions(&revisions);
+        assert_eq!(
+            text,
+            r#"{"logger:v1":"aaaaaaaaaaaa","tracer:v1":"bbbbbbbbbbbb"}"#
+        );
+        assert_eq!(
+            decode_revisions(&status(Some(&text))).unwrap(),
+            Some(revisions)
+        );
+    }
+
+    #[test]
+    fn an_absent_item_is_none_and_a_malformed_one_an_error() {
+        assert_eq!(decode_revisions(&status(None)).unwrap(), None);
+        assert!(decode_revisions(&status(Some("[1, 2]"))).is_err());
+    }
+}

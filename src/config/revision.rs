@@ -333,4 +333,33 @@ name: LOGGER:V1
         assert!(Revision::parse("9e4cb7ba2c8").is_none());
         assert!(Revision::parse("9e4cb7ba2c8g").is_none());
     }
+
+    #[test]
+    fn a_stamp_is_built_and_read_in_one_format() {
+        let ordered =
+            RevisionStamp::in_order([("tracer:v1", "bbbbbbbbbbbb"), ("logger:v1", "aaaaaaaaaaaa")]);
+        assert_eq!(
+            ordered.as_str(),
+            "tracer:v1=bbbbbbbbbbbb,logger:v1=aaaaaaaaaaaa"
+        );
+        let sorted =
+            RevisionStamp::sorted([("tracer:v1", "bbbbbbbbbbbb"), ("logger:v1", "aaaaaaaaaaaa")]);
+        assert_eq!(
+            sorted.as_str(),
+            "logger:v1=aaaaaaaaaaaa,tracer:v1=bbbbbbbbbbbb"
+        );
+        let joined =
+            RevisionStamp::from_items(["logger:v1=aaaaaaaaaaaa", "tracer:v1=bbbbbbbbbbbb"]);
+        assert_eq!(joined, sorted);
+        let read = RevisionStamp::from_annotation(
+            " logger:v1 = aaaaaaaaaaaa ,junk, tracer:v1=bbbbbbbbbbbb",
+        );
+        let items: Vec<(&str, &str)> = read.items().collect();
+        assert_eq!(
+            items,
+            [("logger:v1", "aaaaaaaaaaaa"), ("tracer:v1", "bbbbbbbbbbbb")]
+        );
+        assert!(RevisionStamp::default().is_empty());
+        assert_eq!(serde_json::to_value(&sorted).unwrap(), sorted.as_str());
+    }
 }

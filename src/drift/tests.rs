@@ -590,3 +590,29 @@ fn workloads_are_stripped_to_what_planning_needs() {
             .is_none()
     );
 }
+
+#[test]
+fn one_staleness_rule_gives_each_state_and_its_restart() {
+    let want = Some("aaaaaaaaaaaa");
+    assert_eq!(
+        sidecar_state(true, Some("aaaaaaaaaaaa"), want),
+        DriftState::Current
+    );
+    assert_eq!(
+        sidecar_state(true, Some("bbbbbbbbbbbb"), want),
+        DriftState::Stale
+    );
+    assert_eq!(sidecar_state(true, None, want), DriftState::Unknown);
+    assert_eq!(sidecar_state(false, None, want), DriftState::Uninjected);
+    assert_eq!(
+        sidecar_state(true, Some("bbbbbbbbbbbb"), None),
+        DriftState::Orphaned
+    );
+    let restarted: Vec<DriftState> = DriftState::ALL
+        .into_iter()
+        .filter(|s| s.needs_restart(false))
+        .collect();
+    assert_eq!(restarted, [DriftState::Uninjected, DriftState::Stale]);
+    assert!(DriftState::Unknown.needs_restart(true));
+    assert!(!DriftState::Orphaned.needs_restart(true));
+}

@@ -3,6 +3,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
@@ -684,4 +685,33 @@ fn the_book_round_trips_through_its_json_form() {
     assert_eq!(value["campaigns"][LOGGER]["counts"]["pending"], 1);
     let back: CampaignBook = serde_json::from_str(&text).unwrap();
     assert_eq!(back, world.book);
+}
+
+#[test]
+fn the_one_shot_run_waits_only_on_what_clears_by_itself() {
+    let until = Time(at(0));
+    let transient = [
+        WaitReason::MaxParallel { limit: 5 },
+        WaitReason::RateLimit { per_minute: 30 },
+        WaitReason::Canary {
+            sidecar: LOGGER.into(),
+        },
+        WaitReason::Settling {
+            until: until.clone(),
+        },
+        WaitReason::NotKnownYet,
+    ];
+    let lasting = [
+        WaitReason::Cooldown { until },
+        WaitReason::CampaignPaused {
+            sidecar: LOGGER.into(),
+        },
+        WaitReason::Manual {
+            sidecar: LOGGER.into(),
+        },
+        WaitReason::DeploymentPaused,
+        WaitReason::Partition { partition: 1 },
+    ];
+    assert!(transient.iter().all(WaitReason::clears_by_itself));
+    assert!(!lasting.iter().any(WaitReason::clears_by_itself));
 }
