@@ -2,6 +2,7 @@
 //! paged lists, the status ConfigMap, Events and the rollout Lease.
 
 pub mod client;
+pub mod drift_feed;
 pub mod events;
 pub mod lease;
 pub mod list;

@@ -15,19 +15,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
+use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
 use crate::cluster::status::{
     STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP, STATUS_REVISIONS_KEY, encode_revisions,
 };
-use crate::cluster::watch::DriftFeed;
+use crate::cluster::watch::{Change, watch as watch_changes};
 use crate::config::{RolloutMode, SidecarSet};
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
@@ -734,21 +734,19 @@ fn watch_status(client: Client, namespace: &str) -> watch::Receiver<Option<Confi
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
     tokio::spawn(async move {
-        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(WatchEvent::Apply(cm) | WatchEvent::InitApply(cm)) => {
-                    publish.send_replace(Some(cm));
+        let mut changes = watch_changes(api, config, "status ConfigMap", Some);
+        while let Some(change) = changes.next().await {
+            match change {
+                // Marks the first read done even when the ConfigMap does not exist.
+                Change::Listed(mut listed) => {
+                    publish.send_replace(listed.pop());
                 }
-                Ok(WatchEvent::Delete(_)) => {
+                Change::Applied(configmap) => {
+                    publish.send_replace(Some(configmap));
+                }
+                Change::Deleted(_) => {
                     publish.send_replace(None);
                 }
-                // Marks the first read done even when the ConfigMap does not exist.
-                Ok(WatchEvent::InitDone) => {
-                    publish.send_modify(|_| {});
-                }
-                Ok(WatchEvent::Init) => {}
-                Err(err) => warn!("status ConfigMap watch failed, retrying: {err}"),
             }
         }
     });

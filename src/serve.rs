@@ -187,8 +187,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         None => readiness.configmaps_listed.store(true, Ordering::Release),
     }
     if let Some(client) = &options.cluster {
-        let feed = crate::cluster::watch::start(client.clone(), options.settings.keys.clone());
-        crate::cluster::watch::spawn_gauge(
+        let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
+        crate::cluster::drift_feed::spawn_gauge(
             feed.clone(),
             options.drift_policy.clone(),
             sidecars.clone(),

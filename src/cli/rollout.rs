@@ -15,14 +15,15 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use super::args::{OutputFormat, RolloutArgs};
 use super::one_shot::{one_shot_client, one_shot_configs, revisions_in_force};
 use crate::annotations::AnnotationKeys;
+use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
 use crate::cluster::list::list_paged;
-use crate::cluster::watch::DriftFeed;
+use crate::cluster::watch::{Change, watch};
 use crate::config::SidecarSet;
 use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
@@ -59,7 +60,7 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         refuse_beside_an_auto_holder(&client, args).await?;
     }
     let options = engine_options(args, keys.clone());
-    let feed = crate::cluster::watch::start(client.clone(), keys);
+    let feed = crate::cluster::drift_feed::start(client.clone(), keys);
     let mut synced = feed.synced.clone();
     tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
         .await
@@ -252,7 +253,7 @@ async fn container_run(
     client: &kube::Client,
     args: &RolloutArgs,
     options: &EngineOptions,
-    feed: &crate::cluster::watch::DriftFeed,
+    feed: &crate::cluster::drift_feed::DriftFeed,
     started_before: Timestamp,
 ) -> anyhow::Result<ContainerRun> {
     let scopes: Vec<Api<Pod>> = if options.policy.include_namespaces.is_empty() {
@@ -301,30 +302,32 @@ fn watch_live_pods(
     let (listed_tx, listed) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let api: Api<PartialObjectMeta<Pod>> = Api::all(client);
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        let mut relist: HashSet<String> = HashSet::new();
-        while let Some(event) = events.next().await {
-            let Ok(event) = event else { continue };
-            let uid = |meta: &kube::api::ObjectMeta| meta.uid.clone().unwrap_or_default();
+        // Terminating pods count as gone: they are on their way out.
+        let mut changes = watch(
+            api,
+            watcher::Config::default(),
+            "pod",
+            |pod: PartialObjectMeta<Pod>| {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                Some((uid, pod.metadata.deletion_timestamp.is_none()))
+            },
+        );
+        while let Some(change) = changes.next().await {
             let mut live = live.lock().expect("live pods lock");
-            match event {
-                watcher::Event::Init => relist.clear(),
-                watcher::Event::InitApply(pod) => {
-                    if pod.metadata.deletion_timestamp.is_none() {
-                        relist.insert(uid(&pod.metadata));
-                    }
-                }
-                watcher::Event::InitDone => {
-                    *live = std::mem::take(&mut relist);
+            match change {
+                Change::Listed(pods) => {
+                    *live = pods
+                        .into_iter()
+                        .filter(|(_, running)| *running)
+                        .map(|(uid, _)| uid)
+                        .collect();
                     let _ = listed_tx.send(true);
                 }
-                watcher::Event::Apply(pod) if pod.metadata.deletion_timestamp.is_none() => {
-                    live.insert(uid(&pod.metadata));
+                Change::Applied((uid, true)) => {
+                    live.insert(uid);
                 }
-                watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
-                    live.remove(&uid(&pod.metadata));
+                Change::Applied((uid, false)) | Change::Deleted((uid, _)) => {
+                    live.remove(&uid);
                 }
             }
         }

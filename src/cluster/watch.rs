@@ -1,270 +1,117 @@
-//! Feeds the [`DriftIndex`] from metadata-only watches (pods, ReplicaSets, and the three
-//! workload kinds; never specs, never a LIST on a timer: the watcher relists on its own, with
-//! backoff) and keeps the `sidecar_injector_pods{sidecar,state}` gauge current whenever the
-//! index or the config snapshot changes.
+//! One way to consume a kube watcher: its relist buffering (`Init`, `InitApply`...,
+//! `InitDone`) folded into a single [`Change::Listed`] with everything listed, each object cut
+//! down on arrival, errors logged (the watcher relists on its own, with backoff).
 
-use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PartialObjectMeta};
+use futures::{Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
-use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::warn;
 
-use crate::annotations::AnnotationKeys;
-use crate::config::SidecarSet;
-use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry};
-use crate::metrics::Metrics;
-use crate::workload::WorkloadKind;
-
-/// What the watches feed: the index, a counter bumped on every change, and whether every watch
-/// has completed its first list (nothing is planned before).
-#[derive(Clone)]
-pub struct DriftFeed {
-    pub index: Arc<Mutex<DriftIndex>>,
-    pub changes: watch::Receiver<u64>,
-    pub synced: watch::Receiver<bool>,
+/// What a watch delivers, after relist buffering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change<T> {
+    /// A (re)list finished: exactly these objects exist now.
+    Listed(Vec<T>),
+    Applied(T),
+    Deleted(T),
 }
 
-/// Shared by the feeds: bumps the change counter and counts first lists.
-struct Signals {
-    changes: watch::Sender<u64>,
-    synced: watch::Sender<bool>,
-    lists_done: std::sync::atomic::AtomicUsize,
-}
-
-const FEEDS: usize = 5;
-
-impl Signals {
-    fn changed(&self) {
-        self.changes.send_modify(|n| *n += 1);
-    }
-
-    fn listed(&self, first: &mut bool) {
-        if std::mem::take(first) {
-            let done = self
-                .lists_done
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-                + 1;
-            if done == FEEDS {
-                self.synced.send_replace(true);
+/// The changes of `events`, each object projected by `project` (which may drop it). `what`
+/// names the watch in the log line of a failure.
+pub fn changes<K, T>(
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    what: &'static str,
+    mut project: impl FnMut(K) -> Option<T>,
+) -> impl Stream<Item = Change<T>> {
+    let mut relist: Option<Vec<T>> = None;
+    events.filter_map(move |event| {
+        let change = match event {
+            Ok(Event::Init) => {
+                relist = Some(Vec::new());
+                None
             }
-        }
-        self.changed();
-    }
-}
-
-/// Quiet time before the gauge is recomputed after a change, so a burst of events costs one
-/// classification.
-const RECOMPUTE_DEBOUNCE: Duration = Duration::from_millis(500);
-
-#[derive(Clone, Copy)]
-enum Feed {
-    Pods,
-    ReplicaSets,
-}
-
-fn apply(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta, keys: &AnnotationKeys) {
-    match feed {
-        Feed::Pods => index.apply_pod(meta, keys),
-        Feed::ReplicaSets => index.apply_replicaset(meta),
-    }
-}
-
-fn delete(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta) {
-    let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
-        return;
-    };
-    match feed {
-        Feed::Pods => index.delete_pod(namespace, name),
-        Feed::ReplicaSets => index.delete_replicaset(namespace, name),
-    }
-}
-
-fn reset(index: &mut DriftIndex, feed: Feed, metas: &[ObjectMeta], keys: &AnnotationKeys) {
-    match feed {
-        Feed::Pods => index.reset_pods(metas.iter(), keys),
-        Feed::ReplicaSets => index.reset_replicasets(metas.iter()),
-    }
-}
-
-/// Workloads are watched in full, for planning fields metadata lacks (strategy, partition,
-/// paused, status), and stripped on arrival: only the [`WorkloadEntry`] stays.
-async fn feed_workloads<K>(
-    api: Api<K>,
-    kind: WorkloadKind,
-    strip: fn(&K, &AnnotationKeys) -> WorkloadEntry,
-    index: Arc<Mutex<DriftIndex>>,
-    keys: AnnotationKeys,
-    signals: Arc<Signals>,
-) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut relist: Vec<(String, String, WorkloadEntry)> = Vec::new();
-    let mut first = true;
-    let named = |object: &K| {
-        let meta = object.meta();
-        Some((meta.namespace.clone()?, meta.name.clone()?))
-    };
-    while let Some(event) = stream.next().await {
-        let mut index = index.lock().expect("drift index lock");
-        match event {
-            Ok(Event::Init) => relist.clear(),
             Ok(Event::InitApply(object)) => {
-                if let Some((namespace, name)) = named(&object) {
-                    relist.push((namespace, name, strip(&object, &keys)));
+                if let Some(item) = project(object) {
+                    relist.get_or_insert_with(Vec::new).push(item);
                 }
+                None
             }
-            Ok(Event::InitDone) => {
-                index.reset_workload_entries(kind, std::mem::take(&mut relist));
-                signals.listed(&mut first);
+            Ok(Event::InitDone) => Some(Change::Listed(relist.take().unwrap_or_default())),
+            Ok(Event::Apply(object)) => project(object).map(Change::Applied),
+            Ok(Event::Delete(object)) => project(object).map(Change::Deleted),
+            Err(err) => {
+                warn!("{what} watch failed, retrying: {err}");
+                None
             }
-            Ok(Event::Apply(object)) => {
-                if let Some((namespace, name)) = named(&object) {
-                    index.apply_workload_entry(kind, &namespace, &name, strip(&object, &keys));
-                    signals.changed();
-                }
-            }
-            Ok(Event::Delete(object)) => {
-                if let Some((namespace, name)) = named(&object) {
-                    index.delete_workload(kind, &namespace, &name);
-                    signals.changed();
-                }
-            }
-            Err(err) => warn!("drift watch failed, retrying: {err}"),
-        }
-    }
+        };
+        std::future::ready(change)
+    })
 }
 
-async fn feed<K>(
-    api: Api<PartialObjectMeta<K>>,
-    feed: Feed,
-    index: Arc<Mutex<DriftIndex>>,
-    keys: AnnotationKeys,
-    signals: Arc<Signals>,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    PartialObjectMeta<K>:
-        Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+/// Watches `api` with `config` and the default backoff, as [`changes`].
+pub fn watch<K, T>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    project: impl FnMut(K) -> Option<T> + Send + 'static,
+) -> impl Stream<Item = Change<T>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Send + 'static,
 {
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut relist: Vec<ObjectMeta> = Vec::new();
-    let mut first = true;
-    while let Some(event) = stream.next().await {
-        let mut index = index.lock().expect("drift index lock");
-        match event {
-            Ok(Event::Init) => relist.clear(),
-            Ok(Event::InitApply(object)) => relist.push(object.metadata),
-            Ok(Event::InitDone) => {
-                reset(&mut index, feed, &std::mem::take(&mut relist), &keys);
-                signals.listed(&mut first);
-            }
-            Ok(Event::Apply(object)) => {
-                apply(&mut index, feed, &object.metadata, &keys);
-                signals.changed();
-            }
-            Ok(Event::Delete(object)) => {
-                delete(&mut index, feed, &object.metadata);
-                signals.changed();
-            }
-            Err(err) => warn!("drift watch failed, retrying: {err}"),
-        }
-    }
+    changes(
+        watcher::watcher(api, config).default_backoff(),
+        what,
+        project,
+    )
+    .boxed()
 }
 
-/// Starts the watches; they run until the process ends.
-pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
-    let index = Arc::new(Mutex::new(DriftIndex::default()));
-    let (changes_tx, changes) = watch::channel(0u64);
-    let (synced_tx, synced) = watch::channel(false);
-    let changed = Arc::new(Signals {
-        changes: changes_tx,
-        synced: synced_tx,
-        lists_done: Default::default(),
-    });
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
-        Feed::Pods,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-    ));
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
-        Feed::ReplicaSets,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-    ));
-    tokio::spawn(feed_workloads(
-        Api::<Deployment>::all(client.clone()),
-        WorkloadKind::Deployment,
-        WorkloadEntry::from_deployment,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-    ));
-    tokio::spawn(feed_workloads(
-        Api::<StatefulSet>::all(client.clone()),
-        WorkloadKind::StatefulSet,
-        WorkloadEntry::from_statefulset,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-    ));
-    tokio::spawn(feed_workloads(
-        Api::<DaemonSet>::all(client),
-        WorkloadKind::DaemonSet,
-        WorkloadEntry::from_daemonset,
-        index.clone(),
-        keys,
-        changed.clone(),
-    ));
-    info!("watching pods, ReplicaSets and workloads for drift");
-    DriftFeed {
-        index,
-        changes,
-        synced,
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+    use futures::stream;
 
-/// Keeps the `sidecar_injector_pods` gauge current; runs until the process ends.
-pub fn spawn_gauge(
-    feed: DriftFeed,
-    policy: DriftPolicy,
-    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
-    metrics: Arc<Metrics>,
-) {
-    let DriftFeed {
-        index, mut changes, ..
-    } = feed;
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                result = changes.changed() => if result.is_err() { return },
-                result = sidecars.changed() => if result.is_err() { return },
-            }
-            tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
-            changes.borrow_and_update();
-            let set = sidecars.borrow_and_update().clone();
-            let report = index
-                .lock()
-                .expect("drift index lock")
-                .classify(&set, &policy);
-            metrics.record_drift(&report);
-        }
-    });
+    fn collect(events: Vec<Result<Event<u32>, watcher::Error>>) -> Vec<Change<u32>> {
+        // Odd numbers stand for objects the projection drops.
+        let project = |n: u32| n.is_multiple_of(2).then_some(n * 10);
+        block_on(changes(stream::iter(events), "test", project).collect())
+    }
+
+    #[test]
+    fn a_relist_is_one_change_with_everything_listed() {
+        let got = collect(vec![
+            Ok(Event::Apply(2)),
+            Ok(Event::Init),
+            Ok(Event::InitApply(4)),
+            Ok(Event::InitApply(5)),
+            Ok(Event::InitApply(6)),
+            Ok(Event::InitDone),
+            Ok(Event::Delete(4)),
+            Ok(Event::Apply(7)),
+        ]);
+        assert_eq!(
+            got,
+            [
+                Change::Applied(20),
+                Change::Listed(vec![40, 60]),
+                Change::Deleted(40)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_list_is_still_a_list_and_a_relist_starts_afresh() {
+        let got = collect(vec![
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+            Ok(Event::Init),
+            Ok(Event::InitApply(2)),
+            Ok(Event::Init),
+            Ok(Event::InitApply(8)),
+            Ok(Event::InitDone),
+        ]);
+        assert_eq!(got, [Change::Listed(vec![]), Change::Listed(vec![80])]);
+    }
 }

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tracing::{error, info, warn};
 
 use crate::cluster::events::{EVENT_NOTE_LIMIT, prefix_within};
+use crate::cluster::watch::{Change, watch};
 use crate::config::{configmap_origin, load_configmap_items};
 use crate::metrics::Metrics;
 use crate::sources::ConfigSources;
@@ -40,51 +40,32 @@ pub async fn run(
             instance: std::env::var("POD_NAME").ok(),
         },
     );
-    let mut stream = watcher::watcher(api, watcher::Config::default().labels(&selector))
-        .default_backoff()
-        .boxed();
+    let mut changes = watch(
+        api,
+        watcher::Config::default().labels(&selector),
+        "ConfigMap",
+        |configmap: ConfigMap| {
+            Some((
+                configmap.metadata.name.clone().unwrap_or_default(),
+                configmap,
+            ))
+        },
+    );
     let mut store: BTreeMap<String, ConfigMap> = BTreeMap::new();
-    let mut relist: Option<BTreeMap<String, ConfigMap>> = None;
     let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
     info!(
         namespace,
         selector, "watching ConfigMaps for sidecar configs"
     );
-    while let Some(event) = stream.next().await {
-        let changed = match event {
-            Ok(WatchEvent::Init) => {
-                relist = Some(BTreeMap::new());
-                false
+    while let Some(change) = changes.next().await {
+        match change {
+            Change::Listed(configmaps) => store = configmaps.into_iter().collect(),
+            Change::Applied((name, configmap)) => {
+                store.insert(name, configmap);
             }
-            Ok(WatchEvent::InitApply(configmap)) => {
-                relist.get_or_insert_with(BTreeMap::new).insert(
-                    configmap.metadata.name.clone().unwrap_or_default(),
-                    configmap,
-                );
-                false
+            Change::Deleted((name, _)) => {
+                store.remove(&name);
             }
-            Ok(WatchEvent::InitDone) => {
-                store = relist.take().unwrap_or_default();
-                true
-            }
-            Ok(WatchEvent::Apply(configmap)) => {
-                store.insert(
-                    configmap.metadata.name.clone().unwrap_or_default(),
-                    configmap,
-                );
-                true
-            }
-            Ok(WatchEvent::Delete(configmap)) => {
-                store.remove(configmap.metadata.name.as_deref().unwrap_or_default());
-                true
-            }
-            Err(err) => {
-                warn!(namespace, "ConfigMap watch failed, retrying: {err}");
-                false
-            }
-        };
-        if !changed {
-            continue;
         }
         let problems = reload(&namespace, &store, &sources, &metrics);
         listed();

@@ -1,0 +1,264 @@
+//! Feeds the [`DriftIndex`] from metadata-only watches (pods, ReplicaSets, and the three
+//! workload kinds; never specs, never a LIST on a timer: the watcher relists on its own, with
+//! backoff) and keeps the `sidecar_injector_pods{sidecar,state}` gauge current whenever the
+//! index or the config snapshot changes.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tracing::info;
+
+use super::watch::{Change, watch};
+use crate::annotations::AnnotationKeys;
+use crate::config::SidecarSet;
+use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry};
+use crate::metrics::Metrics;
+use crate::workload::WorkloadKind;
+
+/// What the watches feed: the index, a counter bumped on every change, and whether every watch
+/// has completed its first list (nothing is planned before).
+#[derive(Clone)]
+pub struct DriftFeed {
+    pub index: Arc<Mutex<DriftIndex>>,
+    pub changes: watch::Receiver<u64>,
+    pub synced: watch::Receiver<bool>,
+}
+
+/// Shared by the feeds: bumps the change counter and counts first lists.
+struct Signals {
+    changes: watch::Sender<u64>,
+    synced: watch::Sender<bool>,
+    lists_done: std::sync::atomic::AtomicUsize,
+}
+
+const FEEDS: usize = 5;
+
+impl Signals {
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn listed(&self, first: &mut bool) {
+        if std::mem::take(first) {
+            let done = self
+                .lists_done
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+                + 1;
+            if done == FEEDS {
+                self.synced.send_replace(true);
+            }
+        }
+        self.changed();
+    }
+}
+
+/// Quiet time before the gauge is recomputed after a change, so a burst of events costs one
+/// classification.
+const RECOMPUTE_DEBOUNCE: Duration = Duration::from_millis(500);
+
+#[derive(Clone, Copy)]
+enum Feed {
+    Pods,
+    ReplicaSets,
+}
+
+fn apply(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta, keys: &AnnotationKeys) {
+    match feed {
+        Feed::Pods => index.apply_pod(meta, keys),
+        Feed::ReplicaSets => index.apply_replicaset(meta),
+    }
+}
+
+fn delete(index: &mut DriftIndex, feed: Feed, meta: &ObjectMeta) {
+    let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return;
+    };
+    match feed {
+        Feed::Pods => index.delete_pod(namespace, name),
+        Feed::ReplicaSets => index.delete_replicaset(namespace, name),
+    }
+}
+
+fn reset(index: &mut DriftIndex, feed: Feed, metas: &[ObjectMeta], keys: &AnnotationKeys) {
+    match feed {
+        Feed::Pods => index.reset_pods(metas.iter(), keys),
+        Feed::ReplicaSets => index.reset_replicasets(metas.iter()),
+    }
+}
+
+/// Workloads are watched in full, for planning fields metadata lacks (strategy, partition,
+/// paused, status), and stripped on arrival: only the [`WorkloadEntry`] stays.
+async fn feed_workloads<K>(
+    api: Api<K>,
+    kind: WorkloadKind,
+    strip: fn(&K, &AnnotationKeys) -> WorkloadEntry,
+    index: Arc<Mutex<DriftIndex>>,
+    keys: AnnotationKeys,
+    signals: Arc<Signals>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let project_keys = keys.clone();
+    let mut changes = watch(
+        api,
+        watcher::Config::default(),
+        "workload",
+        move |object: K| {
+            let meta = object.meta();
+            Some((
+                meta.namespace.clone()?,
+                meta.name.clone()?,
+                strip(&object, &project_keys),
+            ))
+        },
+    );
+    let mut first = true;
+    while let Some(change) = changes.next().await {
+        let mut index = index.lock().expect("drift index lock");
+        match change {
+            Change::Listed(entries) => {
+                index.reset_workload_entries(kind, entries);
+                signals.listed(&mut first);
+            }
+            Change::Applied((namespace, name, entry)) => {
+                index.apply_workload_entry(kind, &namespace, &name, entry);
+                signals.changed();
+            }
+            Change::Deleted((namespace, name, _)) => {
+                index.delete_workload(kind, &namespace, &name);
+                signals.changed();
+            }
+        }
+    }
+}
+
+async fn feed<K>(
+    api: Api<PartialObjectMeta<K>>,
+    feed: Feed,
+    index: Arc<Mutex<DriftIndex>>,
+    keys: AnnotationKeys,
+    signals: Arc<Signals>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    PartialObjectMeta<K>:
+        Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut changes = watch(
+        api,
+        watcher::Config::default(),
+        "drift",
+        |object: PartialObjectMeta<K>| Some(object.metadata),
+    );
+    let mut first = true;
+    while let Some(change) = changes.next().await {
+        let mut index = index.lock().expect("drift index lock");
+        match change {
+            Change::Listed(metas) => {
+                reset(&mut index, feed, &metas, &keys);
+                signals.listed(&mut first);
+            }
+            Change::Applied(meta) => {
+                apply(&mut index, feed, &meta, &keys);
+                signals.changed();
+            }
+            Change::Deleted(meta) => {
+                delete(&mut index, feed, &meta);
+                signals.changed();
+            }
+        }
+    }
+}
+
+/// Starts the watches; they run until the process ends.
+pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
+    let index = Arc::new(Mutex::new(DriftIndex::default()));
+    let (changes_tx, changes) = watch::channel(0u64);
+    let (synced_tx, synced) = watch::channel(false);
+    let changed = Arc::new(Signals {
+        changes: changes_tx,
+        synced: synced_tx,
+        lists_done: Default::default(),
+    });
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        Feed::Pods,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+        Feed::ReplicaSets,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed_workloads(
+        Api::<Deployment>::all(client.clone()),
+        WorkloadKind::Deployment,
+        WorkloadEntry::from_deployment,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed_workloads(
+        Api::<StatefulSet>::all(client.clone()),
+        WorkloadKind::StatefulSet,
+        WorkloadEntry::from_statefulset,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed_workloads(
+        Api::<DaemonSet>::all(client),
+        WorkloadKind::DaemonSet,
+        WorkloadEntry::from_daemonset,
+        index.clone(),
+        keys,
+        changed.clone(),
+    ));
+    info!("watching pods, ReplicaSets and workloads for drift");
+    DriftFeed {
+        index,
+        changes,
+        synced,
+    }
+}
+
+/// Keeps the `sidecar_injector_pods` gauge current; runs until the process ends.
+pub fn spawn_gauge(
+    feed: DriftFeed,
+    policy: DriftPolicy,
+    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
+    metrics: Arc<Metrics>,
+) {
+    let DriftFeed {
+        index, mut changes, ..
+    } = feed;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                result = changes.changed() => if result.is_err() { return },
+                result = sidecars.changed() => if result.is_err() { return },
+            }
+            tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
+            changes.borrow_and_update();
+            let set = sidecars.borrow_and_update().clone();
+            let report = index
+                .lock()
+                .expect("drift index lock")
+                .classify(&set, &policy);
+            metrics.record_drift(&report);
+        }
+    });
+}
