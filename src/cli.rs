@@ -14,18 +14,19 @@ use std::process::ExitCode;
 
 use crate::serve::tls;
 use crate::telemetry;
-pub use args::{Cli, Command, OutputFormat};
+pub use args::{Cli, Command, OutputFormat, ProcessEnv};
 
 pub fn run(cli: Cli) -> ExitCode {
     tls::install_crypto_provider();
     telemetry::init(cli.log_level, cli.log_format);
+    let env = ProcessEnv::read();
     let result = match cli.command {
         Command::Inject(args) => inject::run(&args),
         Command::Validate(args) => validate::run(&args),
-        Command::Serve(args) => serve::run(*args),
+        Command::Serve(args) => serve::run(*args, &env),
         Command::Certs(args) => certs::run(&args),
         Command::Drift(args) => drift::run(&args),
-        Command::Rollout(args) => rollout::run(&args),
+        Command::Rollout(args) => rollout::run(&args, &env),
     };
     match result {
         Ok(code) => code,

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -139,14 +139,12 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(client: Client, options: EngineOptions, metrics: Arc<Metrics>) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "sidecar-injector".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
+    pub fn new(
+        client: Client,
+        options: EngineOptions,
+        metrics: Arc<Metrics>,
+        recorder: Recorder,
+    ) -> Self {
         let status = watch_status(client.clone(), &options.namespace);
         Self {
             client,

@@ -16,6 +16,7 @@ use tracing::{error, info};
 pub mod http;
 pub mod tls;
 
+use crate::cluster::events::recorder;
 use crate::config::SidecarSet;
 use crate::injection::InjectionSettings;
 use crate::metrics::Metrics;
@@ -53,6 +54,8 @@ pub struct ServeOptions {
     pub rollout: Option<RolloutOptions>,
     /// Made before the cluster client, which counts its requests into it.
     pub metrics: Arc<Metrics>,
+    /// `POD_NAME`, when it runs in a pod: the instance of its Events.
+    pub pod_name: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -177,6 +180,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             let ready = readiness.clone();
             tokio::spawn(crate::sources::configmaps::run(
                 source.client.clone(),
+                recorder(source.client.clone(), options.pod_name.clone()),
                 source.namespace.clone(),
                 source.selector.clone(),
                 sources.clone(),
@@ -201,8 +205,12 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 rollout.lease.clone(),
                 grant_tx,
             ));
-            let engine =
-                crate::engine::Engine::new(client.clone(), rollout.engine.clone(), metrics.clone());
+            let engine = crate::engine::Engine::new(
+                client.clone(),
+                rollout.engine.clone(),
+                metrics.clone(),
+                recorder(client.clone(), options.pod_name.clone()),
+            );
             let ready = readiness.clone();
             tokio::spawn(crate::engine::run(
                 engine,

@@ -347,6 +347,24 @@ pub struct ValidateArgs {
     pub paths: Vec<PathBuf>,
 }
 
+/// What the process learns from its environment beyond the flags, read once at start.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessEnv {
+    /// `POD_NAME` (the downward API): the Lease identity and the Events' instance.
+    pub pod_name: Option<String>,
+    /// `KUBERNETES_SERVICE_HOST` is set: `serve` uses the in-cluster configuration.
+    pub in_cluster: bool,
+}
+
+impl ProcessEnv {
+    pub fn read() -> Self {
+        Self {
+            pod_name: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
+            in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+        }
+    }
+}
+
 impl Cli {
     /// Parses the process arguments. An environment variable set to an empty value counts as
     /// unset, as in Tumblr's entrypoint (`TLS_PORT=` falls back to the default).

@@ -17,7 +17,7 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
-use super::args::{OutputFormat, RolloutArgs};
+use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
 use super::one_shot::{one_shot_client, one_shot_configs, revisions_in_force};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
@@ -34,7 +34,7 @@ use crate::workload::WorkloadKind;
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
-pub fn run(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     if !args.sidecar_container_name.is_empty() && args.resume {
         anyhow::bail!(
             "--resume clears paused revision campaigns; a --sidecar-container-name run keeps no campaign to resume"
@@ -45,10 +45,10 @@ pub fn run(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(run_async(args))
+    runtime.block_on(run_async(args, env))
 }
 
-async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
+async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let started_before = match &args.only_started_before {
         Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
         None => Timestamp::now(),
@@ -67,7 +67,13 @@ async fn run_async(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         .context("the cluster was not listed in time")?
         .context("the watches stopped")?;
     let by_container = !args.sidecar_container_name.is_empty();
-    let mut engine = Engine::new(client.clone(), options.clone(), Arc::new(Metrics::new()));
+    let recorder = crate::cluster::events::recorder(client.clone(), env.pod_name.clone());
+    let mut engine = Engine::new(
+        client.clone(),
+        options.clone(),
+        Arc::new(Metrics::new()),
+        recorder,
+    );
     if by_container {
         let run = container_run(&client, args, &options, &feed, started_before).await?;
         for skipped in &run.selection.skipped {

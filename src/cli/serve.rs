@@ -26,7 +26,7 @@ const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 // Wiring, not a decision: every flag mapped onto ServeOptions in one place.
 #[allow(clippy::too_many_lines)]
-pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
     let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
         .ok()
@@ -37,7 +37,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     let metrics = Arc::new(Metrics::new());
-    let cluster = match runtime.block_on(cluster_config(&args))? {
+    let cluster = match runtime.block_on(cluster_config(&args, env))? {
         Some(config) => {
             let _guard = runtime.enter();
             Some(counted_client(config, metrics.kube_requests.clone())?)
@@ -101,7 +101,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,
-                    identity: process_identity(),
+                    identity: process_identity(env),
                     mode: mode.as_str().to_owned(),
                     duration: args.lease_duration,
                     renew_every: args.lease_duration / 3,
@@ -133,16 +133,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         drift_policy,
         rollout,
         metrics,
+        pod_name: env.pod_name.clone(),
     };
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Who holds the Lease: the pod's name in a cluster, else host and process id.
-fn process_identity() -> String {
-    let host = std::env::var("POD_NAME")
-        .ok()
-        .filter(|n| !n.is_empty())
+fn process_identity(env: &ProcessEnv) -> String {
+    let host = env
+        .pod_name
+        .clone()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .unwrap_or_else(|| "sidecar-injector".into());
     format!("{}-{}", host.trim(), std::process::id())
@@ -150,14 +151,17 @@ fn process_identity() -> String {
 
 /// The cluster connection of `serve`: in-cluster, or exactly what the flags name. Never an
 /// implicit `~/.kube/config`, so `serve` on a laptop cannot touch whatever cluster it points at.
-async fn cluster_config(args: &ServeArgs) -> anyhow::Result<Option<kube::Config>> {
+async fn cluster_config(
+    args: &ServeArgs,
+    env: &ProcessEnv,
+) -> anyhow::Result<Option<kube::Config>> {
     let mut config = if let Some(path) = &args.kubeconfig {
         let kubeconfig = kube::config::Kubeconfig::read_from(path)
             .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .with_context(|| format!("cannot use --kubeconfig {}", path.display()))?
-    } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+    } else if env.in_cluster {
         kube::Config::incluster().context("cannot use the in-cluster configuration")?
     } else if let Some(url) = &args.master_url {
         kube::Config::new(

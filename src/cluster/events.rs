@@ -1,4 +1,20 @@
-//! Limits on the text of Events, shared by everything that records them.
+//! Events: one recorder for the process, and limits on their text, shared by everything that
+//! records them.
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+/// The recorder every Event of this process goes through: controller `sidecar-injector`, and
+/// the pod's name as the instance when it runs in one.
+pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
+    Recorder::new(
+        client,
+        Reporter {
+            controller: "sidecar-injector".into(),
+            instance,
+        },
+    )
+}
 
 /// v1.20 rejects Event notes over 1 KiB.
 pub const EVENT_NOTE_LIMIT: usize = 1000;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tracing::{error, info, warn};
@@ -25,6 +25,7 @@ pub const CONFIG_SOURCE_CONFIGMAP: &str = "configmap";
 /// Watches until the process ends; the watcher relists on its own after errors, with backoff.
 pub async fn run(
     client: Client,
+    recorder: Recorder,
     namespace: String,
     selector: String,
     sources: Arc<Mutex<ConfigSources>>,
@@ -32,14 +33,7 @@ pub async fn run(
     // Called after every list or change is loaded: `/ready` waits for the first.
     listed: impl Fn() + Send + 'static,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: "sidecar-injector".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut changes = watch(
         api,
         watcher::Config::default().labels(&selector),
