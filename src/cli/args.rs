@@ -142,8 +142,10 @@ impl RolloutSafetyArgs {
     }
 }
 
+/// What the one-shot commands (`drift`, `rollout`) read from the cluster and how they print it:
+/// one group, so the two commands cannot drift apart.
 #[derive(Debug, Args)]
-pub struct RolloutArgs {
+pub struct OneShotArgs {
     #[command(flatten)]
     pub configs: ConfigDirectoryArgs,
     /// Prefix of every annotation key.
@@ -159,6 +161,19 @@ pub struct RolloutArgs {
     /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
     #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
     pub ignore_namespaces: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Namespace of the running injector: its status ConfigMap (when present) gives the
+    /// revisions in force, and `rollout` checks its Lease.
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    #[command(flatten)]
+    pub cluster: OneShotArgs,
     #[command(flatten)]
     pub safety: RolloutSafetyArgs,
     /// Act: restart the planned workloads and wait until they are done (`--confirm=false` only
@@ -192,38 +207,12 @@ pub struct RolloutArgs {
     /// `2022-05-01 13:00` (UTC) [default: when the command starts].
     #[arg(long, requires = "sidecar_container_name")]
     pub only_started_before: Option<String>,
-    /// Output format of the plan and the results.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
-    /// Namespace of the running injector (its status ConfigMap and rollout Lease).
-    #[arg(long, default_value = "injector-system")]
-    pub injector_namespace: String,
 }
 
 #[derive(Debug, Args)]
 pub struct DriftArgs {
     #[command(flatten)]
-    pub configs: ConfigDirectoryArgs,
-    /// Prefix of every annotation key.
-    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
-    pub annotation_namespace: String,
-    #[command(flatten)]
-    pub configmaps: ConfigMapArgs,
-    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    #[command(flatten)]
-    pub drift: DriftPolicyArgs,
-    /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
-    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
-    pub ignore_namespaces: Vec<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
-    /// Namespace of the running injector, whose status ConfigMap (when present) gives the
-    /// revisions in force.
-    #[arg(long, default_value = "injector-system")]
-    pub injector_namespace: String,
+    pub cluster: OneShotArgs,
 }
 
 #[derive(Debug, Args)]

@@ -15,21 +15,23 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = one_shot_client(args.kubeconfig.as_deref()).await?;
-        let keys = AnnotationKeys::new(&args.annotation_namespace);
-        let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
+        let client = one_shot_client(args.cluster.kubeconfig.as_deref()).await?;
+        let keys = AnnotationKeys::new(&args.cluster.annotation_namespace);
+        let sidecars =
+            one_shot_configs(&client, &args.cluster.configs, &args.cluster.configmaps).await?;
         let index = crate::cluster::list::index(&client, &keys)
             .await
             .context("cannot list pods, ReplicaSets and workloads")?;
         let policy = args
+            .cluster
             .drift
-            .policy(args.ignore_namespaces.iter().cloned().collect());
-        let report = match revisions_in_force(&client, &args.injector_namespace).await? {
+            .policy(args.cluster.ignore_namespaces.iter().cloned().collect());
+        let report = match revisions_in_force(&client, &args.cluster.injector_namespace).await? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&sidecars, &policy),
         };
         let mut out = io::stdout().lock();
-        match args.output {
+        match args.cluster.output {
             OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
             OutputFormat::Table => write_drift_table(&mut out, &report)?,
         }

@@ -53,9 +53,10 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
         None => Timestamp::now(),
     };
-    let client = one_shot_client(args.kubeconfig.as_deref()).await?;
-    let keys = AnnotationKeys::new(&args.annotation_namespace);
-    let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
+    let client = one_shot_client(args.cluster.kubeconfig.as_deref()).await?;
+    let keys = AnnotationKeys::new(&args.cluster.annotation_namespace);
+    let sidecars =
+        one_shot_configs(&client, &args.cluster.configs, &args.cluster.configmaps).await?;
     if args.confirm {
         refuse_beside_an_auto_holder(&client, args).await?;
     }
@@ -87,7 +88,9 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         engine.load_status().await;
         // As `drift` does: pods are brought to what the running injector injects, which may
         // differ from this reading of the configs (another checkout, a pending edit).
-        if let Some(revisions) = revisions_in_force(&client, &args.injector_namespace).await? {
+        if let Some(revisions) =
+            revisions_in_force(&client, &args.cluster.injector_namespace).await?
+        {
             engine.use_published_revisions(revisions);
         }
     }
@@ -110,11 +113,11 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         } else {
             "nothing to restart: no workload runs a stale sidecar".to_owned()
         };
-        print_plan(args.output, &plan, &nothing)?;
+        print_plan(args.cluster.output, &plan, &nothing)?;
         return Ok(ExitCode::SUCCESS);
     }
     act_until_done(&mut engine, &feed, &sidecars, args).await;
-    print_summary(args.output, &engine.summary)?;
+    print_summary(args.cluster.output, &engine.summary)?;
     Ok(if engine.summary.failed.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -128,7 +131,7 @@ async fn refuse_beside_an_auto_holder(
     client: &kube::Client,
     args: &RolloutArgs,
 ) -> anyhow::Result<()> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.injector_namespace);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.cluster.injector_namespace);
     let lease = leases
         .get_opt(ROLLOUT_LEASE)
         .await
@@ -152,7 +155,7 @@ async fn refuse_beside_an_auto_holder(
         anyhow::bail!(
             "refusing to act: {holder} holds the rollout Lease in {} ({MODE_ANNOTATION}=auto, until {until}); \
              it restarts stale workloads itself. Pass --force to act anyway",
-            args.injector_namespace
+            args.cluster.injector_namespace
         );
     }
     eprintln!(
@@ -172,7 +175,7 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
     if args.include_daemonset {
         kinds.insert(WorkloadKind::DaemonSet);
     }
-    if args.drift.evict_bare_pods {
+    if args.cluster.drift.evict_bare_pods {
         kinds.insert(WorkloadKind::Pod);
     }
     EngineOptions {
@@ -185,9 +188,10 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
         settings: args.safety.settings(Duration::ZERO),
         keys,
         policy: args
+            .cluster
             .drift
-            .policy(args.ignore_namespaces.iter().cloned().collect()),
-        namespace: args.injector_namespace.clone(),
+            .policy(args.cluster.ignore_namespaces.iter().cloned().collect()),
+        namespace: args.cluster.injector_namespace.clone(),
         replan_every: Duration::from_secs(1),
         ignore_manual_policy: true,
         kinds: Some(kinds),
@@ -202,7 +206,7 @@ async fn act_until_done(
     sidecars: &SidecarSet,
     args: &RolloutArgs,
 ) {
-    let progress = std::io::stderr().is_terminal() && args.output == OutputFormat::Table;
+    let progress = std::io::stderr().is_terminal() && args.cluster.output == OutputFormat::Table;
     let mut changes = feed.changes.clone();
     let mut first = true;
     loop {
