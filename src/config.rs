@@ -14,7 +14,7 @@ pub use catalog::{
 };
 pub use load::{configmap_origin, load_configmap_items, load_directory};
 pub use parse::{ConfigError, ConfigErrorKind, ConfigWarning, ParsedConfig, parse_config};
-pub use revision::{Revision, RevisionStamp};
+pub use revision::{Revision, RevisionStamp, RevisionsInForce};
 pub use sidecar::{RolloutMode, RolloutPolicy, SidecarConfig, TOP_LEVEL_KEYS};
 
 #[cfg(test)]

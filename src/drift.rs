@@ -3,7 +3,7 @@
 //! snapshot by the six drift states, first that applies. Watches feed it (apply / delete / reset after a relist);
 //! the drift report, the gauge and the rollout planner read it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 // A fast hasher with a per-process random seed: classification hashes a few strings per pod,
 // and SipHash made up most of its time.
@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
-use crate::config::SidecarSet;
+use crate::config::{RevisionsInForce, SidecarSet};
 use crate::name::SidecarName;
 use crate::workload::{OwnerKind, UpdateStrategy, WorkloadKind};
 
@@ -203,7 +203,7 @@ impl PodEntry {
 
 impl PodEntry {
     /// Whether this pod runs something other than `wanted` for a sidecar it requests.
-    pub fn needs_restart(&self, wanted: &BTreeMap<String, String>, restart_unknown: bool) -> bool {
+    pub fn needs_restart(&self, wanted: &RevisionsInForce, restart_unknown: bool) -> bool {
         let Ok(requested) = SidecarName::parse_list(&self.request) else {
             return false;
         };
@@ -215,8 +215,7 @@ impl PodEntry {
         requested.iter().any(|name| {
             let name = name.to_string();
             let have = carried.iter().find(|(n, _)| *n == name).map(|(_, r)| *r);
-            sidecar_state(self.injected, have, wanted.get(&name).map(String::as_str))
-                .needs_restart(restart_unknown)
+            sidecar_state(self.injected, have, wanted.get(&name)).needs_restart(restart_unknown)
         })
     }
 }
@@ -613,7 +612,7 @@ impl DriftIndex {
         kind: WorkloadKind,
         namespace: &str,
         name: &str,
-        wanted: &BTreeMap<String, String>,
+        wanted: &RevisionsInForce,
         restart_unknown: bool,
     ) -> Vec<String> {
         let owned = |owner: &PodOwner| match (kind, owner) {
@@ -640,24 +639,20 @@ impl DriftIndex {
     /// Classifies every indexed pod against `sidecars`. Parsing and formatting happen once per
     /// distinct request, revision stamp and namespace, not once per pod.
     pub fn classify(&self, sidecars: &SidecarSet, policy: &DriftPolicy) -> DriftReport {
-        let current: BTreeMap<String, String> = sidecars
-            .iter()
-            .map(|s| (s.config.name.to_string(), s.revision.to_string()))
-            .collect();
-        self.classify_revisions(&current, policy)
+        self.classify_revisions(&sidecars.revisions_in_force(), policy)
     }
 
     /// As [`DriftIndex::classify`], against current revisions by sidecar name (as a running
     /// injector publishes them in its status ConfigMap).
     pub fn classify_revisions(
         &self,
-        wanted: &BTreeMap<String, String>,
+        wanted: &RevisionsInForce,
         policy: &DriftPolicy,
     ) -> DriftReport {
         let distinct = Distinct::of(self, policy);
         let current: HashMap<String, &str> = wanted
             .iter()
-            .map(|(name, revision)| (name.clone(), revision.as_str()))
+            .map(|(name, revision)| (name.to_owned(), revision))
             .collect();
         let tally = self.tally(&distinct, &current, policy);
         DriftReport {

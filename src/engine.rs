@@ -28,11 +28,12 @@ use crate::cluster::status::{
     STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP, STATUS_REVISIONS_KEY, encode_revisions,
 };
 use crate::cluster::watch::{Change, watch as watch_changes};
-use crate::config::{RolloutMode, SidecarSet};
+use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
 use crate::rollout::selection::ContainerSelection;
+use crate::rollout::targets::{ContentHistory, published_targets};
 use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
 use crate::workload::{WorkloadKind, WorkloadRef};
 
@@ -119,9 +120,8 @@ pub struct Engine {
     options: EngineOptions,
     metrics: Arc<Metrics>,
     recorder: Recorder,
-    /// Per sidecar, the last revision seen and its content: what a change is described against.
-    seen: BTreeMap<String, (String, Value)>,
-    changes: BTreeMap<String, (String, String)>,
+    /// Each sidecar's content as last seen: what a new revision is described against.
+    history: ContentHistory,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
     evictions: BTreeMap<WorkloadRef, (String, Instant)>,
     book: CampaignBook,
@@ -134,7 +134,7 @@ pub struct Engine {
     containers: Option<ContainerRun>,
     /// The revisions a running injector published, which the one-shot CLI brings pods to
     /// rather than the ones it computes from its own reading of the configs.
-    published: Option<BTreeMap<String, String>>,
+    published: Option<RevisionsInForce>,
     pub summary: RunSummary,
 }
 
@@ -151,8 +151,7 @@ impl Engine {
             options,
             metrics,
             recorder,
-            seen: BTreeMap::new(),
-            changes: BTreeMap::new(),
+            history: ContentHistory::default(),
             finished_since: BTreeMap::new(),
             evictions: BTreeMap::new(),
             book: CampaignBook::default(),
@@ -169,61 +168,18 @@ impl Engine {
 
     /// Brings pods to `revisions` (what the running injector injects) instead of the revisions
     /// of the configs this process read.
-    pub fn use_published_revisions(&mut self, revisions: BTreeMap<String, String>) {
+    pub fn use_published_revisions(&mut self, revisions: RevisionsInForce) {
         self.published = Some(revisions);
     }
 
     /// The revisions to bring pods to, with what changed when this process saw the previous
     /// content of a sidecar.
     fn targets(&mut self, set: &SidecarSet) -> BTreeMap<String, SidecarTarget> {
-        if let Some(published) = &self.published {
-            return published
-                .iter()
-                .map(|(name, revision)| {
-                    let manual = !self.options.ignore_manual_policy
-                        && set.iter().any(|s| {
-                            s.config.name.to_string() == *name
-                                && s.config.rollout_mode() == RolloutMode::Manual
-                        });
-                    let target = SidecarTarget {
-                        revision: revision.clone(),
-                        manual,
-                        changes: None,
-                    };
-                    (name.clone(), target)
-                })
-                .collect();
+        let honour_manual = !self.options.ignore_manual_policy;
+        match &self.published {
+            Some(published) => published_targets(published, set, honour_manual),
+            None => self.history.targets(set, honour_manual),
         }
-        let mut targets = BTreeMap::new();
-        for sidecar in set.iter() {
-            let name = sidecar.config.name.to_string();
-            let revision = sidecar.revision.to_string();
-            let content = crate::config::revision::injected_content(&sidecar.config);
-            match self.seen.get(&name) {
-                Some((seen, old)) if *seen != revision => {
-                    let what = rollout::describe_changes(old, &content);
-                    self.changes.insert(name.clone(), (revision.clone(), what));
-                }
-                _ => {}
-            }
-            self.seen.insert(name.clone(), (revision.clone(), content));
-            let changes = self
-                .changes
-                .get(&name)
-                .filter(|(r, _)| *r == revision)
-                .map(|(_, what)| what.clone());
-            let manual = !self.options.ignore_manual_policy
-                && sidecar.config.rollout_mode() == RolloutMode::Manual;
-            targets.insert(
-                name,
-                SidecarTarget {
-                    revision,
-                    manual,
-                    changes,
-                },
-            );
-        }
-        targets
     }
 
     /// Plans from `run` instead of from revisions. Such a run keeps its campaign to itself: it
@@ -296,7 +252,7 @@ impl Engine {
                 self.targets(set)
             }
         };
-        let wanted: BTreeMap<String, String> = targets
+        let wanted: RevisionsInForce = targets
             .iter()
             .map(|(name, t)| (name.clone(), t.revision.clone()))
             .collect();
@@ -334,7 +290,7 @@ impl Engine {
         &self,
         feed: &DriftFeed,
         targets: &BTreeMap<String, SidecarTarget>,
-        wanted: &BTreeMap<String, String>,
+        wanted: &RevisionsInForce,
         now: Timestamp,
     ) -> (RolloutPlan, Vec<Eviction>) {
         let index = feed.index.lock().expect("drift index lock");
@@ -642,7 +598,7 @@ impl Engine {
     }
 
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
-    async fn write_status(&mut self, wanted: &BTreeMap<String, String>) {
+    async fn write_status(&mut self, wanted: &RevisionsInForce) {
         let data: BTreeMap<String, String> = BTreeMap::from([
             (STATUS_REVISIONS_KEY.to_owned(), encode_revisions(wanted)),
             (

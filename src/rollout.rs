@@ -10,6 +10,7 @@ pub mod change;
 mod health;
 mod plan;
 pub mod selection;
+pub mod targets;
 
 pub use book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure};
 pub use change::{SidecarChange, describe_changes, rollout_reason};

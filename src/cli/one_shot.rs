@@ -16,7 +16,7 @@ use crate::sources::directory::load_config_directory;
 pub async fn revisions_in_force(
     client: &kube::Client,
     injector_namespace: &str,
-) -> anyhow::Result<Option<std::collections::BTreeMap<String, String>>> {
+) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
     let published = crate::cluster::status::published_revisions(client, injector_namespace)
         .await
         .context("cannot use the injector's status ConfigMap")?;

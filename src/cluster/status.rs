@@ -1,7 +1,7 @@
 //! The status ConfigMap (`sidecar-injector-status` in the injector's namespace): the revisions
 //! in force and the campaign book, which outlive any one process.
 
-use std::collections::BTreeMap;
+use crate::config::RevisionsInForce;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
@@ -16,7 +16,7 @@ pub const STATUS_REVISIONS_KEY: &str = "revisions";
 pub async fn published_revisions(
     client: &Client,
     namespace: &str,
-) -> Result<Option<BTreeMap<String, String>>, PublishedError> {
+) -> Result<Option<RevisionsInForce>, PublishedError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let Some(status) = api
         .get_opt(STATUS_CONFIGMAP)
@@ -34,9 +34,7 @@ pub async fn published_revisions(
 
 /// The revisions item of a status ConfigMap (pure: the read is apart, so this is tested
 /// without a cluster). `None` when the item is absent.
-pub fn decode_revisions(
-    status: &ConfigMap,
-) -> Result<Option<BTreeMap<String, String>>, serde_json::Error> {
+pub fn decode_revisions(status: &ConfigMap) -> Result<Option<RevisionsInForce>, serde_json::Error> {
     status
         .data
         .as_ref()
@@ -46,7 +44,7 @@ pub fn decode_revisions(
 }
 
 /// The revisions item as the engine writes it: JSON, sorted by sidecar.
-pub fn encode_revisions(revisions: &BTreeMap<String, String>) -> String {
+pub fn encode_revisions(revisions: &RevisionsInForce) -> String {
     serde_json::to_string(revisions).expect("a map of strings serializes")
 }
 
@@ -78,7 +76,7 @@ mod tests {
 
     #[test]
     fn revisions_read_back_what_is_written() {
-        let revisions: BTreeMap<String, String> = [
+        let revisions: RevisionsInForce = [
             ("tracer:v1".to_owned(), "bbbbbbbbbbbb".to_owned()),
             ("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned()),
         ]

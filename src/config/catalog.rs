@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::parse::{ConfigError, ConfigWarning};
-use super::revision::Revision;
+use super::revision::{Revision, RevisionsInForce};
 use super::sidecar::SidecarConfig;
 use crate::name::SidecarName;
 
@@ -87,6 +87,14 @@ impl SidecarSet {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<LoadedSidecar>> {
         self.by_name.values()
+    }
+
+    /// Each sidecar's revision, by normalised name.
+    pub fn revisions_in_force(&self) -> RevisionsInForce {
+        self.by_name
+            .iter()
+            .map(|(name, s)| (name.to_string(), s.revision.to_string()))
+            .collect()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &SidecarName> {

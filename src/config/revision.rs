@@ -5,6 +5,7 @@
 //! deliberate: changing this function marks every pod in every cluster stale, so golden tests pin
 //! its output.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -89,6 +90,37 @@ impl Revision {
 impl fmt::Display for Revision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// The revision in force per sidecar (`name:version` -> `REV`): what the webhook stamps, what
+/// drift judges pods by, and what `serve` publishes in its status ConfigMap (as this JSON map).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RevisionsInForce(BTreeMap<String, String>);
+
+impl RevisionsInForce {
+    /// The revision of a sidecar by its normalised name.
+    pub fn get(&self, sidecar: &str) -> Option<&str> {
+        self.0.get(sidecar).map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(s, r)| (s.as_str(), r.as_str()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<(String, String)> for RevisionsInForce {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
     }
 }
 

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::annotations::AnnotationKeys;
-use crate::config::RevisionStamp;
+use crate::config::{RevisionStamp, RevisionsInForce};
 use crate::drift::DriftPolicy;
 use crate::drift::{DriftIndex, WorkloadEntry};
 use crate::test_fixtures::PodMeta;
@@ -179,7 +179,7 @@ impl World {
     }
 
     fn plan(&self) -> RolloutPlan {
-        let wanted: BTreeMap<String, String> = self
+        let wanted: RevisionsInForce = self
             .targets
             .iter()
             .map(|(k, t)| (k.clone(), t.revision.clone()))
@@ -590,7 +590,7 @@ fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are
     assert!(plan.failed.is_empty());
     assert_eq!(plan.rolling.len(), 1);
     assert!(plan.rolling[0].on_delete);
-    let wanted = BTreeMap::from([(LOGGER.to_owned(), NEW.to_owned())]);
+    let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
     assert_eq!(
         world
             .index

@@ -1,0 +1,156 @@
+//! The targets of a plan: the revision each sidecar's pods are brought to, whether its rollout
+//! policy is manual, and what changed since the revision this process saw before.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::change::describe_changes;
+use super::plan::SidecarTarget;
+use crate::config::revision::injected_content;
+use crate::config::{RevisionsInForce, RolloutMode, SidecarSet};
+
+/// What this process remembers of each sidecar's content, so that a new revision can be
+/// described against the one before.
+#[derive(Debug, Default)]
+pub struct ContentHistory {
+    seen: BTreeMap<String, SeenContent>,
+    changes: BTreeMap<String, DescribedChange>,
+}
+
+/// The last revision of a sidecar seen, with its injected content.
+#[derive(Debug)]
+struct SeenContent {
+    revision: String,
+    content: Value,
+}
+
+/// What changed to reach `revision`.
+#[derive(Debug)]
+struct DescribedChange {
+    revision: String,
+    what: String,
+}
+
+impl ContentHistory {
+    /// The targets for the configs in force, each with what changed when this process saw the
+    /// previous content; notes each sidecar's content for the next revision.
+    /// `honour_manual`: a `rollout: {policy: manual}` sidecar is held (`serve`), or not (the
+    /// one-shot CLI, which a person runs on purpose).
+    pub fn targets(
+        &mut self,
+        set: &SidecarSet,
+        honour_manual: bool,
+    ) -> BTreeMap<String, SidecarTarget> {
+        let mut targets = BTreeMap::new();
+        for sidecar in set.iter() {
+            let name = sidecar.config.name.to_string();
+            let revision = sidecar.revision.to_string();
+            let content = injected_content(&sidecar.config);
+            if let Some(seen) = self.seen.get(&name)
+                && seen.revision != revision
+            {
+                let what = describe_changes(&seen.content, &content);
+                self.changes.insert(
+                    name.clone(),
+                    DescribedChange {
+                        revision: revision.clone(),
+                        what,
+                    },
+                );
+            }
+            self.seen.insert(
+                name.clone(),
+                SeenContent {
+                    revision: revision.clone(),
+                    content,
+                },
+            );
+            let changes = self
+                .changes
+                .get(&name)
+                .filter(|c| c.revision == revision)
+                .map(|c| c.what.clone());
+            let manual = honour_manual && sidecar.config.rollout_mode() == RolloutMode::Manual;
+            targets.insert(
+                name,
+                SidecarTarget {
+                    revision,
+                    manual,
+                    changes,
+                },
+            );
+        }
+        targets
+    }
+}
+
+/// The targets a running injector published: its revisions, the policy from the configs read
+/// here; no change description (the published content is not known here).
+pub fn published_targets(
+    published: &RevisionsInForce,
+    set: &SidecarSet,
+    honour_manual: bool,
+) -> BTreeMap<String, SidecarTarget> {
+    published
+        .iter()
+        .map(|(name, revision)| {
+            let manual = honour_manual
+                && set.iter().any(|s| {
+                    s.config.name.to_string() == name
+                        && s.config.rollout_mode() == RolloutMode::Manual
+                });
+            let target = SidecarTarget {
+                revision: revision.to_owned(),
+                manual,
+                changes: None,
+            };
+            (name.to_owned(), target)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{LoadedSidecar, parse_config};
+
+    fn set(text: &str) -> SidecarSet {
+        let parsed = parse_config("test.yaml", text).unwrap();
+        std::iter::once(LoadedSidecar::new(parsed.config, "test.yaml")).collect()
+    }
+
+    const V1: &str = "name: logger:v1\ncontainers: [{name: shipper, image: 'shipper:1.0'}]\n";
+    const V2: &str = "name: logger:v1\ncontainers: [{name: shipper, image: 'shipper:2.0'}]\n";
+    const MANUAL: &str = "name: logger:v1\nrollout: {policy: manual}\ncontainers: [{name: shipper, image: 'shipper:2.0'}]\n";
+
+    #[test]
+    fn a_new_revision_is_described_against_the_content_seen_before() {
+        let mut history = ContentHistory::default();
+        let first = history.targets(&set(V1), true);
+        assert_eq!(first["logger:v1"].changes, None);
+        let second = history.targets(&set(V2), true);
+        assert_ne!(second["logger:v1"].revision, first["logger:v1"].revision);
+        assert_eq!(
+            second["logger:v1"].changes.as_deref(),
+            Some(r#"containers[shipper].image "shipper:1.0" -> "shipper:2.0""#)
+        );
+        // The description stays with its revision on the next plan.
+        let again = history.targets(&set(V2), true);
+        assert_eq!(again["logger:v1"].changes, second["logger:v1"].changes);
+    }
+
+    #[test]
+    fn manual_policy_holds_only_when_honoured() {
+        let mut history = ContentHistory::default();
+        assert!(history.targets(&set(MANUAL), true)["logger:v1"].manual);
+        assert!(!history.targets(&set(MANUAL), false)["logger:v1"].manual);
+        let published: RevisionsInForce = [("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned())]
+            .into_iter()
+            .collect();
+        let targets = published_targets(&published, &set(MANUAL), true);
+        assert_eq!(targets["logger:v1"].revision, "aaaaaaaaaaaa");
+        assert!(targets["logger:v1"].manual);
+        assert_eq!(targets["logger:v1"].changes, None);
+    }
+}
