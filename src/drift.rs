@@ -17,7 +17,9 @@ use serde::Serialize;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::{RevisionsInForce, SidecarSet};
 use crate::name::SidecarName;
-use crate::workload::{OwnerKind, UpdateStrategy, WorkloadKind};
+use crate::workload::{
+    OwnerKind, PodWorkload, ReplicaSetOwner, UpdateStrategy, WorkloadKind, resolve_pod_owner,
+};
 
 /// The six states, in order of precedence: a pod-sidecar pair takes the first that applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -135,6 +137,18 @@ impl PodOwner {
             PodOwner::DaemonSet(_) => 3,
             PodOwner::Job(_) => 4,
             PodOwner::Other { kind, .. } => Arc::as_ptr(kind) as *const u8 as usize,
+        }
+    }
+
+    /// `(kind, name)` as the pod's controller reference says; `None` for a bare pod.
+    fn controller(&self) -> Option<(&str, &str)> {
+        match self {
+            PodOwner::Bare => None,
+            PodOwner::ReplicaSet(name) => Some(("ReplicaSet", name)),
+            PodOwner::StatefulSet(name) => Some(("StatefulSet", name)),
+            PodOwner::DaemonSet(name) => Some(("DaemonSet", name)),
+            PodOwner::Job(name) => Some(("Job", name)),
+            PodOwner::Other { kind, name } => Some((kind, name)),
         }
     }
 
@@ -591,12 +605,8 @@ impl DriftIndex {
     }
 
     /// The Deployment controlling a ReplicaSet, as the index knows it.
-    pub fn deployment_of(&self, namespace: &str, replicaset: &str) -> Option<String> {
-        self.replicasets
-            .get(namespace)?
-            .get(replicaset)?
-            .as_deref()
-            .map(str::to_owned)
+    pub fn deployment_of(&self, namespace: &str, replicaset: &str) -> Option<&str> {
+        self.replicasets.get(namespace)?.get(replicaset)?.as_deref()
     }
 
     pub fn pod_count(&self) -> usize {
@@ -732,45 +742,45 @@ impl DriftIndex {
         pod: &'s PodEntry,
         policy: &DriftPolicy,
     ) -> Resolution<'s> {
-        let (kind, name) = match &pod.owner {
-            PodOwner::ReplicaSet(rs) => match self
-                .replicasets
-                .get(namespace.as_ref())
-                .and_then(|names| names.get(rs.as_ref()))
-            {
-                Some(Some(deployment)) => (WorkloadKind::Deployment, deployment.as_ref()),
-                Some(None) => {
-                    return (
-                        RowKind::ReplicaSet,
-                        rs,
-                        Some(Detail::Text("owned by a ReplicaSet without a Deployment")),
-                    );
-                }
-                None => {
-                    return (
-                        RowKind::ReplicaSet,
-                        rs,
-                        Some(Detail::Text("its ReplicaSet is not known yet")),
-                    );
-                }
-            },
-            PodOwner::StatefulSet(name) => (WorkloadKind::StatefulSet, name.as_ref()),
-            PodOwner::DaemonSet(name) => (WorkloadKind::DaemonSet, name.as_ref()),
-            PodOwner::Job(name) => {
-                return (
-                    RowKind::Job,
-                    name,
-                    Some(Detail::Text("a Job's pod (runs to completion)")),
-                );
+        let replicaset_owner = |rs: &'s str| match self
+            .replicasets
+            .get(namespace.as_ref())
+            .and_then(|names| names.get(rs))
+        {
+            Some(Some(deployment)) => ReplicaSetOwner::Deployment(deployment),
+            Some(None) => ReplicaSetOwner::NoDeployment,
+            None => ReplicaSetOwner::NotKnown,
+        };
+        let owner = resolve_pod_owner(
+            pod.owner.controller(),
+            pod_name,
+            policy.evict_bare_pods,
+            replicaset_owner,
+        );
+        let (kind, name) = match owner {
+            PodWorkload::Workload(WorkloadKind::Pod, name) => {
+                return (RowKind::Workload(WorkloadKind::Pod), name, None);
             }
-            PodOwner::Other { kind, name } => {
+            PodWorkload::Workload(kind, name) => (kind, name),
+            PodWorkload::ReplicaSetWithoutDeployment(rs) => {
+                let why = Detail::Text("owned by a ReplicaSet without a Deployment");
+                return (RowKind::ReplicaSet, rs, Some(why));
+            }
+            PodWorkload::ReplicaSetNotKnown(rs) => {
+                let why = Detail::Text("its ReplicaSet is not known yet");
+                return (RowKind::ReplicaSet, rs, Some(why));
+            }
+            PodWorkload::Job(name) => {
+                let why = Detail::Text("a Job's pod (runs to completion)");
+                return (RowKind::Job, name, Some(why));
+            }
+            PodWorkload::Other { kind, name } => {
                 return (RowKind::Other(kind), name, Some(Detail::OwnedBy(kind)));
             }
-            PodOwner::Bare => {
-                let excluded = (!policy.evict_bare_pods).then_some(Detail::Text(
-                    "a bare pod (no controller; --evict-bare-pods to restart it)",
-                ));
-                return (RowKind::Workload(WorkloadKind::Pod), pod_name, excluded);
+            PodWorkload::BarePod => {
+                let why =
+                    Detail::Text("a bare pod (no controller; --evict-bare-pods to restart it)");
+                return (RowKind::Workload(WorkloadKind::Pod), pod_name, Some(why));
             }
         };
         let disabled = self.workloads[kind as usize]

@@ -165,6 +165,57 @@ impl Serialize for OwnerKind {
     }
 }
 
+/// The workload a pod belongs to, from its controller: the one rule for the drift index and
+/// the selection by container name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodWorkload<'a> {
+    /// A workload the engine can restart (a bare pod when bare pods are evicted).
+    Workload(WorkloadKind, &'a str),
+    /// Its ReplicaSet has no Deployment: nothing would roll it.
+    ReplicaSetWithoutDeployment(&'a str),
+    /// Its ReplicaSet has not been seen yet.
+    ReplicaSetNotKnown(&'a str),
+    /// A Job's pod runs to completion.
+    Job(&'a str),
+    /// Another controller, never restarted.
+    Other { kind: &'a str, name: &'a str },
+    /// No controller, and bare pods are not evicted.
+    BarePod,
+}
+
+/// What the caller knows of a ReplicaSet's controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaSetOwner<'a> {
+    Deployment(&'a str),
+    NoDeployment,
+    NotKnown,
+}
+
+/// Resolves a pod's controller `(kind, name)` to its workload. A ReplicaSet is followed to
+/// its Deployment through `replicaset_owner`.
+pub fn resolve_pod_owner<'a>(
+    controller: Option<(&'a str, &'a str)>,
+    pod_name: &'a str,
+    evict_bare_pods: bool,
+    replicaset_owner: impl FnOnce(&'a str) -> ReplicaSetOwner<'a>,
+) -> PodWorkload<'a> {
+    match controller {
+        None if evict_bare_pods => PodWorkload::Workload(WorkloadKind::Pod, pod_name),
+        None => PodWorkload::BarePod,
+        Some(("ReplicaSet", name)) => match replicaset_owner(name) {
+            ReplicaSetOwner::Deployment(deployment) => {
+                PodWorkload::Workload(WorkloadKind::Deployment, deployment)
+            }
+            ReplicaSetOwner::NoDeployment => PodWorkload::ReplicaSetWithoutDeployment(name),
+            ReplicaSetOwner::NotKnown => PodWorkload::ReplicaSetNotKnown(name),
+        },
+        Some(("StatefulSet", name)) => PodWorkload::Workload(WorkloadKind::StatefulSet, name),
+        Some(("DaemonSet", name)) => PodWorkload::Workload(WorkloadKind::DaemonSet, name),
+        Some(("Job", name)) => PodWorkload::Job(name),
+        Some((kind, name)) => PodWorkload::Other { kind, name },
+    }
+}
+
 /// A workload's `spec.updateStrategy.type` (`strategy.type` for a Deployment).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpdateStrategy {
@@ -229,6 +280,52 @@ mod tests {
         assert_eq!(
             serde_json::to_value(OwnerKind::ReplicaSet).unwrap(),
             "ReplicaSet"
+        );
+    }
+
+    #[test]
+    fn a_pod_belongs_to_the_workload_its_controller_rolls() {
+        let known = |rs: &str| match rs {
+            "web-5d8f" => ReplicaSetOwner::Deployment("web"),
+            "orphan-1" => ReplicaSetOwner::NoDeployment,
+            _ => ReplicaSetOwner::NotKnown,
+        };
+        let resolve = |controller, evict| resolve_pod_owner(controller, "p-0", evict, known);
+        assert_eq!(
+            resolve(Some(("ReplicaSet", "web-5d8f")), false),
+            PodWorkload::Workload(WorkloadKind::Deployment, "web")
+        );
+        assert_eq!(
+            resolve(Some(("ReplicaSet", "orphan-1")), false),
+            PodWorkload::ReplicaSetWithoutDeployment("orphan-1")
+        );
+        assert_eq!(
+            resolve(Some(("ReplicaSet", "new-1")), false),
+            PodWorkload::ReplicaSetNotKnown("new-1")
+        );
+        assert_eq!(
+            resolve(Some(("StatefulSet", "db")), false),
+            PodWorkload::Workload(WorkloadKind::StatefulSet, "db")
+        );
+        assert_eq!(
+            resolve(Some(("DaemonSet", "agent")), false),
+            PodWorkload::Workload(WorkloadKind::DaemonSet, "agent")
+        );
+        assert_eq!(
+            resolve(Some(("Job", "once")), true),
+            PodWorkload::Job("once")
+        );
+        assert_eq!(
+            resolve(Some(("Rollout", "canary")), true),
+            PodWorkload::Other {
+                kind: "Rollout",
+                name: "canary"
+            }
+        );
+        assert_eq!(resolve(None, false), PodWorkload::BarePod);
+        assert_eq!(
+            resolve(None, true),
+            PodWorkload::Workload(WorkloadKind::Pod, "p-0")
         );
     }
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::drift::{DriftPolicy, DriftReport, DriftState, StateCounts, WorkloadDrift};
 use crate::rollout::SidecarTarget;
-use crate::workload::{WorkloadKind, WorkloadRef};
+use crate::workload::{PodWorkload, ReplicaSetOwner, WorkloadRef, resolve_pod_owner};
 
 /// What the selection needs of a pod: never its whole spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub struct SelectionInput<'a> {
     pub started_before: Timestamp,
     pub policy: &'a DriftPolicy,
     /// The Deployment that controls a ReplicaSet, by namespace and ReplicaSet name.
-    pub deployment_of: &'a dyn Fn(&str, &str) -> Option<String>,
+    pub deployment_of: &'a dyn Fn(&'a str, &'a str) -> Option<&'a str>,
 }
 
 /// The sidecar name the planner knows a container selection by.
@@ -130,54 +130,42 @@ pub fn select(input: SelectionInput<'_>) -> ContainerSelection {
         {
             continue;
         }
-        let skip = |reason: String| SkippedPod {
+        let controller = pod
+            .controller
+            .as_ref()
+            .map(|(kind, name)| (kind.as_str(), name.as_str()));
+        let replicaset_owner = |rs| match deployment_of(&pod.namespace, rs) {
+            Some(deployment) => ReplicaSetOwner::Deployment(deployment),
+            None => ReplicaSetOwner::NoDeployment,
+        };
+        let reason = match resolve_pod_owner(
+            controller,
+            &pod.name,
+            policy.evict_bare_pods,
+            replicaset_owner,
+        ) {
+            PodWorkload::Workload(kind, name) => {
+                let workload = WorkloadRef::new(kind, &pod.namespace, name);
+                workloads.entry(workload).or_default().push(SelectedPod {
+                    name: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                    containers: matched,
+                });
+                continue;
+            }
+            PodWorkload::ReplicaSetWithoutDeployment(rs) | PodWorkload::ReplicaSetNotKnown(rs) => {
+                format!("owned by ReplicaSet {rs}, which no Deployment controls")
+            }
+            PodWorkload::Job(name) => format!("owned by Job {name}, which is not restarted"),
+            PodWorkload::Other { kind, name } => {
+                format!("owned by {kind} {name}, which is not restarted")
+            }
+            PodWorkload::BarePod => "a bare pod (pass --evict-bare-pods to evict it)".to_owned(),
+        };
+        skipped.push(SkippedPod {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             reason,
-        };
-        let workload = match &pod.controller {
-            Some((kind, name)) if kind == "ReplicaSet" => {
-                match deployment_of(&pod.namespace, name) {
-                    Some(deployment) => {
-                        WorkloadRef::new(WorkloadKind::Deployment, &pod.namespace, &deployment)
-                    }
-                    None => {
-                        skipped.push(skip(format!(
-                            "owned by ReplicaSet {name}, which no Deployment controls"
-                        )));
-                        continue;
-                    }
-                }
-            }
-            Some((kind, name))
-                if matches!(
-                    WorkloadKind::parse(kind),
-                    Some(WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)
-                ) =>
-            {
-                let kind = WorkloadKind::parse(kind).expect("matched above");
-                WorkloadRef::new(kind, &pod.namespace, name)
-            }
-            Some((kind, name)) => {
-                skipped.push(skip(format!(
-                    "owned by {kind} {name}, which is not restarted"
-                )));
-                continue;
-            }
-            None if policy.evict_bare_pods => {
-                WorkloadRef::new(WorkloadKind::Pod, &pod.namespace, &pod.name)
-            }
-            None => {
-                skipped.push(skip(
-                    "a bare pod (pass --evict-bare-pods to evict it)".to_owned(),
-                ));
-                continue;
-            }
-        };
-        workloads.entry(workload).or_default().push(SelectedPod {
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            containers: matched,
         });
     }
     ContainerSelection {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::workload::WorkloadKind;
 
 /// A pod summary, built up by the test.
 struct PodBuilder(PodSummary);
@@ -36,9 +37,9 @@ fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + seconds).unwrap()
 }
 
-fn deployment_of(namespace: &str, replicaset: &str) -> Option<String> {
+fn deployment_of<'a>(namespace: &'a str, replicaset: &'a str) -> Option<&'a str> {
     (namespace != "orphans")
-        .then(|| replicaset.rsplit_once('-').map(|(d, _)| d.to_owned()))
+        .then(|| replicaset.rsplit_once('-').map(|(d, _)| d))
         .flatten()
 }
 
