@@ -20,6 +20,7 @@ use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::{LoadedSidecar, RevisionStamp, SidecarSet};
 use crate::name::{NameError, SidecarName};
 pub mod json_patch;
+pub mod manifest;
 
 use crate::config::revision::Revision;
 use json_patch::{JsonPatch, PatchValue};
