@@ -1,7 +1,11 @@
 use serde_json::json;
 
 use super::*;
-use crate::config::{LoadedSidecar, parse_config};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::annotations::AnnotationKeys;
+use crate::config::{LoadedSidecar, SidecarSet, parse_config};
+use crate::workload::{UpdateStrategy, WorkloadKind};
 use crate::test_fixtures::PodMeta;
 
 const LOGGER_V1: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n";

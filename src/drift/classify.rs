@@ -1,0 +1,404 @@
+//! Classification: every indexed pod's state per requested sidecar, counted per sidecar and
+//! per workload into the drift report. Distinct strings are parsed once and keyed by pointer.
+
+// A fast hasher with a per-process random seed: classification hashes a few strings per pod,
+// and SipHash made up most of its time.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::sync::Arc;
+
+
+use crate::config::{RevisionsInForce, SidecarSet};
+use crate::name::SidecarName;
+use crate::workload::{OwnerKind, PodWorkload, ReplicaSetOwner, WorkloadKind, resolve_pod_owner};
+
+use super::entries::{PodEntry, parse_revisions};
+use super::index::DriftIndex;
+use super::{
+    DriftPolicy, DriftReport, DriftState, SidecarDrift, StateCounts, WorkloadDrift,
+    namespace_exclusion, sidecar_state,
+};
+
+/// A pod's workload (kind, name) and, when its owner excludes it, why.
+type Resolution<'a> = (RowKind<'a>, &'a str, Option<Detail<'a>>);
+
+/// The kind of a report row while the report is built: borrowed, and cheap to key by.
+#[derive(Clone, Copy, Debug)]
+enum RowKind<'a> {
+    Workload(WorkloadKind),
+    ReplicaSet,
+    Job,
+    Other(&'a str),
+}
+
+impl RowKind<'_> {
+    /// Tells kinds apart in a hash key without comparing strings.
+    fn key(self) -> usize {
+        match self {
+            RowKind::Workload(kind) => kind as usize,
+            RowKind::ReplicaSet => 16,
+            RowKind::Job => 17,
+            RowKind::Other(kind) => kind.as_ptr() as usize,
+        }
+    }
+
+    fn owner_kind(self) -> OwnerKind {
+        match self {
+            RowKind::Workload(kind) => OwnerKind::Workload(kind),
+            RowKind::ReplicaSet => OwnerKind::ReplicaSet,
+            RowKind::Job => OwnerKind::Job,
+            RowKind::Other(kind) => OwnerKind::Other(kind.to_owned()),
+        }
+    }
+}
+
+impl DriftIndex {
+    /// Classifies every indexed pod against `sidecars`. Parsing and formatting happen once per
+    /// distinct request, revision stamp and namespace, not once per pod.
+    pub fn classify(&self, sidecars: &SidecarSet, policy: &DriftPolicy) -> DriftReport {
+        self.classify_revisions(&sidecars.revisions_in_force(), policy)
+    }
+
+    /// As [`DriftIndex::classify`], against current revisions by sidecar name (as a running
+    /// injector publishes them in its status ConfigMap).
+    pub fn classify_revisions(
+        &self,
+        wanted: &RevisionsInForce,
+        policy: &DriftPolicy,
+    ) -> DriftReport {
+        let distinct = Distinct::of(self, policy);
+        let current: HashMap<String, &str> = wanted
+            .iter()
+            .map(|(name, revision)| (name.to_owned(), revision))
+            .collect();
+        let tally = self.tally(&distinct, &current, policy);
+        DriftReport {
+            sidecars: sidecar_rows(&current, tally.by_sidecar),
+            workloads: workload_rows(tally.by_workload, policy),
+        }
+    }
+
+    /// Every pod's state per requested sidecar, counted per sidecar and per workload.
+    fn tally<'d, 's: 'd>(
+        &'s self,
+        distinct: &'d Distinct<'s>,
+        current: &HashMap<String, &'d str>,
+        policy: &DriftPolicy,
+    ) -> Tally<'d> {
+        let mut tally = Tally::default();
+        // Pods of one workload share their interned owner name: resolve each owner once.
+        let mut owners: HashMap<(usize, usize, usize), Resolution<'_>> = HashMap::new();
+        for ((namespace, name), pod) in &self.pods {
+            let (kind, workload, owner_exclusion) = match pod.owner.name() {
+                Some(owner) => owners
+                    .entry((ptr(namespace), pod.owner.kind_tag(), ptr(owner)))
+                    .or_insert_with(|| self.resolve(namespace, name, pod, policy))
+                    .clone(),
+                None => self.resolve(namespace, name, pod, policy),
+            };
+            let exclusion: Option<Detail<'_>> = distinct.namespaces[&ptr(namespace)]
+                .as_deref()
+                .map(Detail::Text)
+                .or(owner_exclusion);
+            let carried = pod.revision.as_ref().map(|r| &distinct.revisions[&ptr(r)]);
+            for sidecar in &distinct.requests[&ptr(&pod.request)] {
+                let sidecar: &'d str = sidecar;
+                let (state, detail) = match &exclusion {
+                    Some(reason) => (DriftState::Excluded, reason.clone()),
+                    None => {
+                        let have = carried.and_then(|items| {
+                            items.iter().find(|(n, _)| n == sidecar).map(|(_, r)| *r)
+                        });
+                        let want = current.get(sidecar).copied();
+                        let state = sidecar_state(pod.injected, have, want);
+                        (state, Detail::of(state, sidecar, have, want))
+                    }
+                };
+                tally
+                    .by_sidecar
+                    .entry(sidecar.as_ptr() as usize)
+                    .or_insert((sidecar, StateCounts::default()))
+                    .1
+                    .add(state);
+                let id = (
+                    ptr(namespace),
+                    kind.key(),
+                    workload.as_ptr() as usize,
+                    sidecar.as_ptr() as usize,
+                );
+                tally
+                    .by_workload
+                    .entry(id)
+                    .or_insert_with(|| WorkloadTally {
+                        names: (workload, namespace, kind, sidecar),
+                        pods: StateCounts::default(),
+                        worst: None,
+                        detail: Detail::None,
+                    })
+                    .add(state, detail);
+            }
+        }
+        tally
+    }
+
+    /// The workload a pod belongs to (kind, name) and, when its owner excludes it, why.
+    fn resolve<'s>(
+        &'s self,
+        namespace: &Arc<str>,
+        pod_name: &'s str,
+        pod: &'s PodEntry,
+        policy: &DriftPolicy,
+    ) -> Resolution<'s> {
+        let replicaset_owner = |rs: &'s str| match self
+            .replicasets
+            .get(namespace.as_ref())
+            .and_then(|names| names.get(rs))
+        {
+            Some(Some(deployment)) => ReplicaSetOwner::Deployment(deployment),
+            Some(None) => ReplicaSetOwner::NoDeployment,
+            None => ReplicaSetOwner::NotKnown,
+        };
+        let owner = resolve_pod_owner(
+            pod.owner.controller(),
+            pod_name,
+            policy.evict_bare_pods,
+            replicaset_owner,
+        );
+        let (kind, name) = match owner {
+            PodWorkload::Workload(WorkloadKind::Pod, name) => {
+                return (RowKind::Workload(WorkloadKind::Pod), name, None);
+            }
+            PodWorkload::Workload(kind, name) => (kind, name),
+            PodWorkload::ReplicaSetWithoutDeployment(rs) => {
+                let why = Detail::Text("owned by a ReplicaSet without a Deployment");
+                return (RowKind::ReplicaSet, rs, Some(why));
+            }
+            PodWorkload::ReplicaSetNotKnown(rs) => {
+                let why = Detail::Text("its ReplicaSet is not known yet");
+                return (RowKind::ReplicaSet, rs, Some(why));
+            }
+            PodWorkload::Job(name) => {
+                let why = Detail::Text("a Job's pod (runs to completion)");
+                return (RowKind::Job, name, Some(why));
+            }
+            PodWorkload::Other { kind, name } => {
+                return (RowKind::Other(kind), name, Some(Detail::OwnedBy(kind)));
+            }
+            PodWorkload::BarePod => {
+                let why =
+                    Detail::Text("a bare pod (no controller; --evict-bare-pods to restart it)");
+                return (RowKind::Workload(WorkloadKind::Pod), pod_name, Some(why));
+            }
+        };
+        let disabled = self.workloads[kind as usize]
+            .get(namespace.as_ref())
+            .and_then(|names| names.get(name))
+            .is_some_and(|w| w.rollout_disabled);
+        (
+            RowKind::Workload(kind),
+            name,
+            disabled.then_some(Detail::Text("rollout disabled by annotation")),
+        )
+    }
+}
+
+/// An interned string's identity: equal pointers, equal text.
+fn ptr(text: &Arc<str>) -> usize {
+    Arc::as_ptr(text) as *const u8 as usize
+}
+
+/// Distinct request and revision annotations are few (one per config version in use) and
+/// interned, so per-pod work is keyed by pointer: no string is parsed, hashed or compared per
+/// pod beyond the sidecar name.
+struct Distinct<'s> {
+    /// Request annotation -> the sidecar names, one shared string per name so that its pointer
+    /// identifies it across requests.
+    requests: HashMap<usize, Vec<Arc<str>>>,
+    revisions: HashMap<usize, Vec<(String, &'s str)>>,
+    /// Namespace -> why it is excluded, if it is.
+    namespaces: HashMap<usize, Option<String>>,
+}
+
+impl<'s> Distinct<'s> {
+    fn of(index: &'s DriftIndex, policy: &DriftPolicy) -> Self {
+        let mut names: HashSet<Arc<str>> = HashSet::new();
+        let mut distinct = Distinct {
+            requests: HashMap::new(),
+            revisions: HashMap::new(),
+            namespaces: HashMap::new(),
+        };
+        for ((namespace, _), pod) in &index.pods {
+            distinct
+                .requests
+                .entry(ptr(&pod.request))
+                .or_insert_with(|| {
+                    SidecarName::parse_list(&pod.request)
+                        .map(|list| {
+                            list.iter()
+                                .map(|n| DriftIndex::intern(&mut names, &n.to_string()))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                });
+            if let Some(revision) = &pod.revision {
+                distinct
+                    .revisions
+                    .entry(ptr(revision))
+                    .or_insert_with(|| parse_revisions(revision));
+            }
+            distinct
+                .namespaces
+                .entry(ptr(namespace))
+                .or_insert_with(|| namespace_exclusion(namespace, policy));
+        }
+        distinct
+    }
+}
+
+/// Counts per sidecar and per workload, keyed by the pointers of interned strings.
+#[derive(Default)]
+struct Tally<'a> {
+    by_sidecar: HashMap<usize, (&'a str, StateCounts)>,
+    /// Keyed by (namespace, kind, workload name, sidecar); the names are kept for the report.
+    by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'a>>,
+}
+
+/// Every sidecar in force (with its counts, zero when no pod requests it), then every
+/// requested sidecar no config defines, sorted by name.
+fn sidecar_rows(
+    current: &HashMap<String, &str>,
+    by_sidecar: HashMap<usize, (&str, StateCounts)>,
+) -> Vec<SidecarDrift> {
+    let by_sidecar: HashMap<&str, StateCounts> = by_sidecar.into_values().collect();
+    let mut rows: Vec<SidecarDrift> = current
+        .iter()
+        .map(|(name, revision)| SidecarDrift {
+            name: name.clone(),
+            revision: Some((*revision).to_owned()),
+            pods: by_sidecar.get(name.as_str()).copied().unwrap_or_default(),
+        })
+        .chain(
+            by_sidecar
+                .iter()
+                .filter(|(name, _)| !current.contains_key(**name))
+                .map(|(name, pods)| SidecarDrift {
+                    name: (*name).to_owned(),
+                    revision: None,
+                    pods: *pods,
+                }),
+        )
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}
+
+/// One row per (workload, sidecar), in its worst pod's state, sorted by name.
+fn workload_rows(
+    by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'_>>,
+    policy: &DriftPolicy,
+) -> Vec<WorkloadDrift> {
+    let mut rows: Vec<WorkloadDrift> = by_workload
+        .into_values()
+        .map(|tally| {
+            let (name, namespace, kind, sidecar) = tally.names;
+            let state = tally.worst.unwrap_or(DriftState::Current);
+            let from_revision = match &tally.detail {
+                Detail::Stale { from, .. } => Some((*from).to_owned()),
+                _ => None,
+            };
+            WorkloadDrift {
+                from_revision,
+                kind: kind.owner_kind(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                sidecar: sidecar.to_owned(),
+                state,
+                reason: reason(state, &tally.pods, &tally.detail),
+                pods: tally.pods,
+                needs_restart: state.needs_restart(policy.restart_unknown),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
+            &b.name,
+            &b.namespace,
+            &b.kind,
+            &b.sidecar,
+        ))
+    });
+    rows
+}
+
+/// Why a workload has its state, kept borrowed until the report is written.
+#[derive(Debug, Clone, Default)]
+enum Detail<'a> {
+    #[default]
+    None,
+    Text(&'a str),
+    OwnedBy(&'a str),
+    Orphaned(&'a str),
+    Stale {
+        from: &'a str,
+        to: &'a str,
+    },
+}
+
+impl<'a> Detail<'a> {
+    /// What the report says about a state the staleness rule gave.
+    fn of(
+        state: DriftState,
+        sidecar: &'a str,
+        have: Option<&'a str>,
+        want: Option<&'a str>,
+    ) -> Self {
+        match (state, have, want) {
+            (DriftState::Orphaned, _, _) => Detail::Orphaned(sidecar),
+            (DriftState::Stale, Some(from), Some(to)) => Detail::Stale { from, to },
+            _ => Detail::None,
+        }
+    }
+}
+
+fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String {
+    let total = pods.total();
+    match (state, detail) {
+        (_, Detail::Text(text)) => (*text).to_owned(),
+        (_, Detail::OwnedBy(kind)) => format!("owned by a {kind}"),
+        (_, Detail::Orphaned(sidecar)) => format!("sidecar {sidecar} no longer exists"),
+        (DriftState::Stale, Detail::Stale { from, to }) => {
+            format!("{} of {total} pods stale ({from} -> {to})", pods.stale)
+        }
+        (DriftState::Uninjected, _) => {
+            format!("{} of {total} pods never injected", pods.uninjected)
+        }
+        (DriftState::Unknown, _) => format!(
+            "{} of {total} pods injected without a revision",
+            pods.unknown
+        ),
+        (DriftState::Current, _) => format!("all {total} pods current"),
+        (state, _) => format!("{} of {total} pods {}", pods.get(state), state.as_str()),
+    }
+}
+
+impl<'a> WorkloadTally<'a> {
+    /// One more pod; the workload takes its worst pod's state and that pod's detail.
+    fn add(&mut self, state: DriftState, detail: Detail<'a>) {
+        self.pods.add(state);
+        if self
+            .worst
+            .is_none_or(|w: DriftState| state.severity() > w.severity())
+        {
+            self.worst = Some(state);
+            self.detail = detail;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct WorkloadTally<'a> {
+    /// (workload name, namespace, kind, sidecar).
+    names: (&'a str, &'a str, RowKind<'a>, &'a str),
+    pods: StateCounts,
+    worst: Option<DriftState>,
+    detail: Detail<'a>,
+}

@@ -1,0 +1,278 @@
+//! What the index keeps per pod and per workload: compact projections, stripped on arrival
+//! (no spec, no managedFields).
+
+// A fast hasher with a per-process random seed: classification hashes a few strings per pod,
+// and SipHash made up most of its time.
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
+use crate::config::RevisionsInForce;
+use crate::name::SidecarName;
+use crate::workload::UpdateStrategy;
+
+use super::sidecar_state;
+
+/// The controller of a pod, as its own metadata names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PodOwner {
+    Bare,
+    ReplicaSet(Arc<str>),
+    StatefulSet(Arc<str>),
+    DaemonSet(Arc<str>),
+    Job(Arc<str>),
+    Other { kind: Arc<str>, name: Arc<str> },
+}
+
+impl PodOwner {
+    /// Tells owner kinds apart where names may be equal (a StatefulSet and a DaemonSet can
+    /// share one).
+    pub(super) fn kind_tag(&self) -> usize {
+        match self {
+            PodOwner::Bare => 0,
+            PodOwner::ReplicaSet(_) => 1,
+            PodOwner::StatefulSet(_) => 2,
+            PodOwner::DaemonSet(_) => 3,
+            PodOwner::Job(_) => 4,
+            PodOwner::Other { kind, .. } => Arc::as_ptr(kind) as *const u8 as usize,
+        }
+    }
+
+    /// `(kind, name)` as the pod's controller reference says; `None` for a bare pod.
+    pub(super) fn controller(&self) -> Option<(&str, &str)> {
+        match self {
+            PodOwner::Bare => None,
+            PodOwner::ReplicaSet(name) => Some(("ReplicaSet", name)),
+            PodOwner::StatefulSet(name) => Some(("StatefulSet", name)),
+            PodOwner::DaemonSet(name) => Some(("DaemonSet", name)),
+            PodOwner::Job(name) => Some(("Job", name)),
+            PodOwner::Other { kind, name } => Some((kind, name)),
+        }
+    }
+
+    /// The owner's (interned) name; `None` for a bare pod.
+    pub(super) fn name(&self) -> Option<&Arc<str>> {
+        match self {
+            PodOwner::Bare => None,
+            PodOwner::ReplicaSet(name)
+            | PodOwner::StatefulSet(name)
+            | PodOwner::DaemonSet(name)
+            | PodOwner::Job(name)
+            | PodOwner::Other { name, .. } => Some(name),
+        }
+    }
+}
+
+/// The compact projection of a pod: no spec, no managedFields, only what drift needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodEntry {
+    pub owner: PodOwner,
+    pub request: Arc<str>,
+    pub injected: bool,
+    pub revision: Option<Arc<str>>,
+}
+
+impl PodEntry {
+    /// `None` for a pod that requests nothing or is terminating: such pods are not indexed.
+    /// Strings go through `intern`, so that pods of one workload share them.
+    pub fn project(
+        meta: &ObjectMeta,
+        keys: &AnnotationKeys,
+        intern: &mut impl FnMut(&str) -> Arc<str>,
+    ) -> Option<Self> {
+        if meta.deletion_timestamp.is_some() {
+            return None;
+        }
+        let annotations = meta.annotations.as_ref()?;
+        let request = annotations.get(&keys.request)?;
+        let owner = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| {
+                let name = intern(&o.name);
+                match o.kind.as_str() {
+                    "ReplicaSet" => PodOwner::ReplicaSet(name),
+                    "StatefulSet" => PodOwner::StatefulSet(name),
+                    "DaemonSet" => PodOwner::DaemonSet(name),
+                    "Job" => PodOwner::Job(name),
+                    kind => PodOwner::Other {
+                        kind: intern(kind),
+                        name,
+                    },
+                }
+            })
+            .unwrap_or(PodOwner::Bare);
+        Some(PodEntry {
+            owner,
+            request: intern(request),
+            injected: annotations.get(&keys.status).map(String::as_str) == Some(STATUS_INJECTED),
+            revision: annotations.get(&keys.revision).map(|r| intern(r)),
+        })
+    }
+}
+
+impl PodEntry {
+    /// Whether this pod runs something other than `wanted` for a sidecar it requests.
+    pub fn needs_restart(&self, wanted: &RevisionsInForce, restart_unknown: bool) -> bool {
+        let Ok(requested) = SidecarName::parse_list(&self.request) else {
+            return false;
+        };
+        let carried = self
+            .revision
+            .as_deref()
+            .map(parse_revisions)
+            .unwrap_or_default();
+        requested.iter().any(|name| {
+            let name = name.to_string();
+            let have = carried.iter().find(|(n, _)| *n == name).map(|(_, r)| *r);
+            sidecar_state(self.injected, have, wanted.get(&name)).needs_restart(restart_unknown)
+        })
+    }
+}
+
+/// A workload stripped on arrival to what drift and rollout planning need: our annotations,
+/// generations, the update strategy and the rollout status; never the pod template's spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadEntry {
+    /// `NS/rollout: disabled` on the workload.
+    pub rollout_disabled: bool,
+    /// `NS/rollout-revision` on the pod template: the target the engine last set.
+    pub rollout_revision: Option<Box<str>>,
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    pub update_strategy: UpdateStrategy,
+    /// A StatefulSet's partition, which holds pods back on purpose.
+    pub partition: Option<i32>,
+    /// A paused Deployment.
+    pub paused: bool,
+    pub replicas: Option<i32>,
+    pub updated_replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+    pub available_replicas: Option<i32>,
+    /// A Deployment's `status.replicas` (old and new pods together).
+    pub status_replicas: Option<i32>,
+    /// A StatefulSet whose `updateRevision` differs from its `currentRevision`.
+    pub update_revision_pending: bool,
+    /// `NS/rolled-at` on the workload: when the engine last restarted it.
+    pub rolled_at: Option<Timestamp>,
+}
+
+impl WorkloadEntry {
+    /// From metadata alone (a metadata-only list): the opt-out only.
+    pub fn project(meta: &ObjectMeta, keys: &AnnotationKeys) -> Self {
+        WorkloadEntry {
+            rollout_disabled: rollout_disabled(meta, keys),
+            generation: meta.generation,
+            rolled_at: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&keys.rolled_at))
+                .and_then(|t| t.parse().ok()),
+            ..Default::default()
+        }
+    }
+
+    pub fn from_deployment(
+        d: &k8s_openapi::api::apps::v1::Deployment,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let spec = d.spec.as_ref();
+        let status = d.status.as_ref();
+        WorkloadEntry {
+            rollout_revision: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_revision,
+            ),
+            update_strategy: UpdateStrategy::parse(
+                spec.and_then(|s| s.strategy.as_ref()?.type_.as_deref()),
+            ),
+            paused: spec.and_then(|s| s.paused).unwrap_or(false),
+            replicas: spec.and_then(|s| s.replicas),
+            status_replicas: status.and_then(|s| s.replicas),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_replicas),
+            ready_replicas: status.and_then(|s| s.ready_replicas),
+            available_replicas: status.and_then(|s| s.available_replicas),
+            ..Self::project(&d.metadata, keys)
+        }
+    }
+
+    pub fn from_statefulset(
+        s: &k8s_openapi::api::apps::v1::StatefulSet,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let spec = s.spec.as_ref();
+        let status = s.status.as_ref();
+        let strategy = spec.and_then(|s| s.update_strategy.as_ref());
+        WorkloadEntry {
+            rollout_revision: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_revision,
+            ),
+            update_strategy: UpdateStrategy::parse(strategy.and_then(|u| u.type_.as_deref())),
+            partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
+            replicas: spec.and_then(|s| s.replicas),
+            update_revision_pending: status.is_some_and(|s| {
+                s.update_revision.is_some() && s.update_revision != s.current_revision
+            }),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_replicas),
+            ready_replicas: status.and_then(|s| s.ready_replicas),
+            available_replicas: status.and_then(|s| s.available_replicas),
+            ..Self::project(&s.metadata, keys)
+        }
+    }
+
+    pub fn from_daemonset(
+        d: &k8s_openapi::api::apps::v1::DaemonSet,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let spec = d.spec.as_ref();
+        let status = d.status.as_ref();
+        WorkloadEntry {
+            rollout_revision: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_revision,
+            ),
+            update_strategy: UpdateStrategy::parse(
+                spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()),
+            ),
+            replicas: status.map(|s| s.desired_number_scheduled),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_number_scheduled),
+            ready_replicas: status.map(|s| s.number_ready),
+            available_replicas: status.and_then(|s| s.number_available),
+            ..Self::project(&d.metadata, keys)
+        }
+    }
+}
+
+fn rollout_disabled(meta: &ObjectMeta, keys: &AnnotationKeys) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(&keys.rollout))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("disabled"))
+}
+
+fn template_annotation(meta: Option<&ObjectMeta>, key: &str) -> Option<Box<str>> {
+    meta?
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(|v| v.as_str().into())
+}
+
+/// `name:version=REV,...` as (normalised name, REV) pairs.
+pub(super) fn parse_revisions(annotation: &str) -> Vec<(String, &str)> {
+    annotation
+        .split(',')
+        .filter_map(|item| {
+            let (name, revision) = item.trim().split_once('=')?;
+            Some((SidecarName::parse(name).ok()?.to_string(), revision.trim()))
+        })
+        .collect()
+}

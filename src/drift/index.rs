@@ -1,0 +1,232 @@
+//! The index itself: every requesting pod, ReplicaSet owner and workload entry, keyed by
+//! interned strings; watches apply, delete and reset after a relist.
+
+// A fast hasher with a per-process random seed: classification hashes a few strings per pod,
+// and SipHash made up most of its time.
+use foldhash::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::annotations::AnnotationKeys;
+use crate::config::RevisionsInForce;
+use crate::workload::WorkloadKind;
+
+use super::entries::{PodEntry, PodOwner, WorkloadEntry};
+
+type Key = (Arc<str>, Box<str>);
+
+/// Namespace -> name -> value.
+type ByNamespace<V> = HashMap<Arc<str>, HashMap<Box<str>, V>>;
+
+#[derive(Debug, Default)]
+pub struct DriftIndex {
+    /// Namespaces, owner names and annotation values, each stored once.
+    pub(super) interned: HashSet<Arc<str>>,
+    deletes_since_prune: usize,
+    pub(super) pods: HashMap<Key, PodEntry>,
+    /// Namespace -> ReplicaSet -> the Deployment that controls it, if any. Nested so that a
+    /// lookup borrows the pod's strings instead of building a key.
+    pub(super) replicasets: ByNamespace<Option<Arc<str>>>,
+    /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry. Bare pods have no
+    /// entry; their slot stays empty.
+    pub(super) workloads: [ByNamespace<WorkloadEntry>; 4],
+}
+
+impl DriftIndex {
+    pub(super) fn intern(interned: &mut HashSet<Arc<str>>, text: &str) -> Arc<str> {
+        match interned.get(text) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<str> = text.into();
+                interned.insert(shared.clone());
+                shared
+            }
+        }
+    }
+
+    fn key(&mut self, namespace: &str, name: &str) -> Key {
+        (Self::intern(&mut self.interned, namespace), name.into())
+    }
+
+    fn meta_key(&mut self, meta: &ObjectMeta) -> Option<Key> {
+        Some(self.key(meta.namespace.as_deref()?, meta.name.as_deref()?))
+    }
+
+    pub fn apply_pod(&mut self, meta: &ObjectMeta, keys: &AnnotationKeys) {
+        let Some(key) = self.meta_key(meta) else {
+            return;
+        };
+        let interned = &mut self.interned;
+        match PodEntry::project(meta, keys, &mut |text| Self::intern(interned, text)) {
+            Some(entry) => {
+                self.pods.insert(key, entry);
+            }
+            None => {
+                self.pods.remove(&key);
+            }
+        }
+    }
+
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) {
+        let key = self.key(namespace, name);
+        self.pods.remove(&key);
+        self.deletes_since_prune += 1;
+        // Amortised: strings of deleted pods' owners (a Job name, an old revision) go once no
+        // entry refers to them, so churn does not grow the interner for ever.
+        if self.deletes_since_prune >= self.pods.len().max(1024) {
+            self.prune_interned();
+        }
+    }
+
+    fn prune_interned(&mut self) {
+        self.interned.retain(|text| Arc::strong_count(text) > 1);
+        self.deletes_since_prune = 0;
+    }
+
+    /// After a relist: exactly these pods.
+    pub fn reset_pods<'m>(
+        &mut self,
+        metas: impl IntoIterator<Item = &'m ObjectMeta>,
+        keys: &AnnotationKeys,
+    ) {
+        self.pods.clear();
+        for meta in metas {
+            self.apply_pod(meta, keys);
+        }
+        self.prune_interned();
+    }
+
+    pub fn apply_replicaset(&mut self, meta: &ObjectMeta) {
+        let Some((namespace, name)) = self.meta_key(meta) else {
+            return;
+        };
+        let deployment = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+            .map(|o| Self::intern(&mut self.interned, &o.name));
+        self.replicasets
+            .entry(namespace)
+            .or_default()
+            .insert(name, deployment);
+    }
+
+    pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {
+        if let Some(names) = self.replicasets.get_mut(namespace) {
+            names.remove(name);
+        }
+    }
+
+    pub fn reset_replicasets<'m>(&mut self, metas: impl IntoIterator<Item = &'m ObjectMeta>) {
+        self.replicasets.clear();
+        for meta in metas {
+            self.apply_replicaset(meta);
+        }
+    }
+
+    pub fn apply_workload(&mut self, kind: WorkloadKind, meta: &ObjectMeta, keys: &AnnotationKeys) {
+        let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref())
+        else {
+            return;
+        };
+        self.apply_workload_entry(kind, namespace, name, WorkloadEntry::project(meta, keys));
+    }
+
+    /// A workload already stripped to its entry (from a full watch).
+    pub fn apply_workload_entry(
+        &mut self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        entry: WorkloadEntry,
+    ) {
+        let (namespace, name) = self.key(namespace, name);
+        self.workloads[kind as usize]
+            .entry(namespace)
+            .or_default()
+            .insert(name, entry);
+    }
+
+    /// After a relist of one kind: exactly these (namespace, name, entry).
+    pub fn reset_workload_entries(
+        &mut self,
+        kind: WorkloadKind,
+        entries: impl IntoIterator<Item = (String, String, WorkloadEntry)>,
+    ) {
+        self.workloads[kind as usize].clear();
+        for (namespace, name, entry) in entries {
+            self.apply_workload_entry(kind, &namespace, &name, entry);
+        }
+    }
+
+    pub fn workload(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&WorkloadEntry> {
+        self.workloads[kind as usize].get(namespace)?.get(name)
+    }
+
+    pub fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
+        if let Some(names) = self.workloads[kind as usize].get_mut(namespace) {
+            names.remove(name);
+        }
+    }
+
+    pub fn reset_workloads<'m>(
+        &mut self,
+        kind: WorkloadKind,
+        metas: impl IntoIterator<Item = &'m ObjectMeta>,
+        keys: &AnnotationKeys,
+    ) {
+        self.workloads[kind as usize].clear();
+        for meta in metas {
+            self.apply_workload(kind, meta, keys);
+        }
+    }
+
+    /// The Deployment controlling a ReplicaSet, as the index knows it.
+    pub fn deployment_of(&self, namespace: &str, replicaset: &str) -> Option<&str> {
+        self.replicasets.get(namespace)?.get(replicaset)?.as_deref()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// The names of a workload's pods that run another revision than `wanted` of a sidecar
+    /// they request (or were never injected; injected without a revision with
+    /// `restart_unknown`), sorted. A scan of the index: called per OnDelete workload in
+    /// flight, not per event.
+    pub fn pods_needing_restart(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        wanted: &RevisionsInForce,
+        restart_unknown: bool,
+    ) -> Vec<String> {
+        let owned = |owner: &PodOwner| match (kind, owner) {
+            (WorkloadKind::StatefulSet, PodOwner::StatefulSet(n))
+            | (WorkloadKind::DaemonSet, PodOwner::DaemonSet(n)) => n.as_ref() == name,
+            (WorkloadKind::Deployment, PodOwner::ReplicaSet(rs)) => self
+                .replicasets
+                .get(namespace)
+                .and_then(|names| names.get(rs.as_ref()))
+                .is_some_and(|d| d.as_deref() == Some(name)),
+            _ => false,
+        };
+        let mut names: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|((ns, _), pod)| ns.as_ref() == namespace && owned(&pod.owner))
+            .filter(|(_, pod)| pod.needs_restart(wanted, restart_unknown))
+            .map(|((_, pod_name), _)| pod_name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+}
