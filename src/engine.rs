@@ -753,3 +753,7 @@ pub async fn run(
         engine.tick(&feed, &set, authority).await;
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::too_many_lines)] // a test reads as one scenario
+mod tests;

@@ -6,7 +6,6 @@
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
-
 use crate::config::{RevisionsInForce, SidecarSet};
 use crate::name::SidecarName;
 use crate::workload::{OwnerKind, PodWorkload, ReplicaSetOwner, WorkloadKind, resolve_pod_owner};

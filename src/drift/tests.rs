@@ -5,8 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::AnnotationKeys;
 use crate::config::{LoadedSidecar, SidecarSet, parse_config};
-use crate::workload::{UpdateStrategy, WorkloadKind};
 use crate::test_fixtures::PodMeta;
+use crate::workload::{UpdateStrategy, WorkloadKind};
 
 const LOGGER_V1: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n";
 const LOGGER_V1_EDITED: &str = "name: logger:v1\ncontainers: [{name: s, image: 's:2'}]\n";

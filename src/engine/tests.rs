@@ -1,0 +1,284 @@
+//! The executor's requests against a mock API (a `tower` service standing in for the
+//! apiserver): the bodies it sends, and what it does with 409, 429 and 500 answers.
+
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::rollout::{Restart, SidecarChange};
+
+/// One request the engine sent.
+#[derive(Debug, Clone)]
+struct Sent {
+    method: String,
+    path: String,
+    content_type: String,
+    body: Value,
+}
+
+/// How the mock answers a write: by method and a piece of the path.
+type Answer = fn(&str, &str) -> (StatusCode, Value);
+
+fn status(code: StatusCode, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+           "message": reason, "code": code.as_u16()})
+}
+
+/// Reads succeed with nothing; writes are answered by `answer`.
+fn mock_client(answer: Answer) -> (Client, Arc<Mutex<Vec<Sent>>>) {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let log = sent.clone();
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let log = log.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let bytes = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let method = parts.method.to_string();
+            let path = parts.uri.path().to_owned();
+            let (code, reply) = if method == "GET" {
+                let list = json!({"kind": "List", "apiVersion": "v1",
+                                  "metadata": {"resourceVersion": "1"}, "items": []});
+                (StatusCode::OK, list)
+            } else {
+                log.lock().unwrap().push(Sent {
+                    method: method.clone(),
+                    path: path.clone(),
+                    content_type: parts
+                        .headers
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned(),
+                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                });
+                answer(&method, &path)
+            };
+            let response = Response::builder()
+                .status(code)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    (Client::new(service, "default"), sent)
+}
+
+fn engine(client: Client) -> (Engine, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let options = EngineOptions {
+        mode: EngineMode::Auto,
+        settings: RolloutSettings::default(),
+        keys: AnnotationKeys::default(),
+        policy: DriftPolicy::default(),
+        namespace: "injector-system".into(),
+        replan_every: Duration::from_secs(5),
+        ignore_manual_policy: false,
+        kinds: None,
+        reason_prefix: None,
+    };
+    let recorder = crate::cluster::events::recorder(client.clone(), Some("injector-0".into()));
+    (
+        Engine::new(client, options, metrics.clone(), recorder),
+        metrics,
+    )
+}
+
+fn restart_of_web() -> Restart {
+    let changes = vec![SidecarChange {
+        sidecar: "logger:v1".into(),
+        from: Some("aaaaaaaaaaaa".into()),
+        to: "bbbbbbbbbbbb".into(),
+        what: Some(r#"containers[shipper].image "1.0" -> "2.0""#.into()),
+    }];
+    Restart {
+        workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
+        target: Some(crate::config::RevisionStamp::sorted([(
+            "logger:v1",
+            "bbbbbbbbbbbb",
+        )])),
+        reason: crate::rollout::rollout_reason(&changes),
+        changes,
+        canary: true,
+        on_delete: false,
+        pods: 2,
+    }
+}
+
+fn answer_ok(method: &str, path: &str) -> (StatusCode, Value) {
+    let object = if path.contains("/events") {
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"},
+               "eventTime": "2026-11-22T00:00:00.000000Z"})
+    } else {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "team", "resourceVersion": "7"}})
+    };
+    let code = if method == "POST" {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (code, object)
+}
+
+fn metric(metrics: &Metrics, line: &str) -> bool {
+    metrics.encode().lines().any(|l| l == line)
+}
+
+#[tokio::test]
+async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
+    let (client, sent) = mock_client(answer_ok);
+    let (mut engine, metrics) = engine(client);
+    let now: Timestamp = "2026-11-22T10:00:00Z".parse().unwrap();
+    let restart = restart_of_web();
+    engine.restart(&restart, now).await;
+
+    let sent = sent.lock().unwrap().clone();
+    let patches: Vec<&Sent> = sent.iter().filter(|s| s.method == "PATCH").collect();
+    assert_eq!(patches.len(), 1, "{sent:#?}");
+    let patch = patches[0];
+    assert_eq!(patch.path, "/apis/apps/v1/namespaces/team/deployments/web");
+    assert_eq!(patch.content_type, "application/merge-patch+json");
+    let reason = restart.reason.clone();
+    assert_eq!(
+        patch.body,
+        json!({
+            "metadata": {"annotations": {
+                "injector/rolled-at": "2026-11-22T10:00:00Z",
+                "kubernetes.io/change-cause": format!("sidecar-injector: {reason}"),
+            }},
+            "spec": {"template": {"metadata": {"annotations": {
+                "injector/rollout-revision": "logger:v1=bbbbbbbbbbbb",
+                "injector/rollout-reason": reason,
+            }}}}
+        })
+    );
+    let events: Vec<&Sent> = sent.iter().filter(|s| s.path.contains("/events")).collect();
+    assert_eq!(events.len(), 1, "{sent:#?}");
+    let event = &events[0].body;
+    assert_eq!(event["reason"], "SidecarRestart");
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(
+        event["action"],
+        "Restart logger:v1 aaaaaaaaaaaa->bbbbbbbbbbbb"
+    );
+    assert_eq!(event["regarding"]["kind"], "Deployment");
+    assert_eq!(event["regarding"]["name"], "web");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("restarted by sidecar-injector (canary): sidecar logger:v1")
+    );
+    assert!(metric(
+        &metrics,
+        r#"sidecar_injector_rollouts_total{kind="Deployment",result="restarted"} 1"#
+    ));
+    assert!(engine.summary.restarted.contains(&restart.workload));
+}
+
+#[tokio::test]
+async fn a_refused_patch_is_counted_as_an_error_and_announces_nothing() {
+    fn refuse(_: &str, _: &str) -> (StatusCode, Value) {
+        let code = StatusCode::INTERNAL_SERVER_ERROR;
+        (code, status(code, "InternalError"))
+    }
+    let (client, sent) = mock_client(refuse);
+    let (mut engine, metrics) = engine(client);
+    engine.restart(&restart_of_web(), Timestamp::now()).await;
+    let sent = sent.lock().unwrap().clone();
+    assert!(
+        sent.iter().all(|s| !s.path.contains("/events")),
+        "{sent:#?}"
+    );
+    assert!(metric(
+        &metrics,
+        r#"sidecar_injector_rollouts_total{kind="Deployment",result="error"} 1"#
+    ));
+    assert!(engine.summary.restarted.is_empty());
+}
+
+#[tokio::test]
+async fn an_eviction_refused_by_a_budget_is_retried_later_never_forced() {
+    fn budget(_: &str, path: &str) -> (StatusCode, Value) {
+        assert!(path.ends_with("/pods/db-1/eviction"), "{path}");
+        let code = StatusCode::TOO_MANY_REQUESTS;
+        (code, status(code, "TooManyRequests"))
+    }
+    let (client, sent) = mock_client(budget);
+    let (mut engine, metrics) = engine(client);
+    let db = WorkloadRef::new(WorkloadKind::StatefulSet, "team", "db");
+    let pods = ["db-0".to_owned(), "db-1".to_owned()];
+    engine.evict_next(&db, &pods, true).await;
+    // Not healthy: no eviction at all.
+    engine.evict_next(&db, &pods, false).await;
+    engine.evict_next(&db, &pods, true).await;
+    let sent = sent.lock().unwrap().clone();
+    let evictions: Vec<&Sent> = sent
+        .iter()
+        .filter(|s| s.path.ends_with("/eviction"))
+        .collect();
+    assert_eq!(evictions.len(), 2, "one per healthy plan: {sent:#?}");
+    assert_eq!(evictions[0].method, "POST");
+    assert_eq!(evictions[0].body["metadata"]["name"], "db-1");
+    // An Eviction, never a DELETE.
+    assert!(sent.iter().all(|s| s.method != "DELETE"));
+    assert!(metric(
+        &metrics,
+        r#"sidecar_injector_rollouts_total{kind="StatefulSet",result="eviction_blocked"} 2"#
+    ));
+    assert!(!metrics.encode().contains(r#"result="evicted""#));
+}
+
+#[tokio::test]
+async fn a_status_write_that_conflicts_is_replaced_next_time() {
+    fn conflict(method: &str, _: &str) -> (StatusCode, Value) {
+        match method {
+            "POST" => {
+                let code = StatusCode::CONFLICT;
+                (code, status(code, "AlreadyExists"))
+            }
+            _ => (
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": STATUS_CONFIGMAP, "resourceVersion": "9"}}),
+            ),
+        }
+    }
+    let (client, sent) = mock_client(conflict);
+    let (mut engine, _) = engine(client);
+    let wanted: RevisionsInForce = [("logger:v1".to_owned(), "bbbbbbbbbbbb".to_owned())]
+        .into_iter()
+        .collect();
+    engine.write_status(&wanted).await;
+    engine.write_status(&wanted).await;
+    // Written: a third call with the same content sends nothing.
+    engine.write_status(&wanted).await;
+    let sent = sent.lock().unwrap().clone();
+    let writes: Vec<(&str, &str)> = sent
+        .iter()
+        .map(|s| (s.method.as_str(), s.path.as_str()))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            ("POST", "/api/v1/namespaces/injector-system/configmaps"),
+            (
+                "PUT",
+                "/api/v1/namespaces/injector-system/configmaps/sidecar-injector-status"
+            ),
+        ]
+    );
+    assert_eq!(
+        sent[1].body["data"]["revisions"],
+        r#"{"logger:v1":"bbbbbbbbbbbb"}"#
+    );
+}
