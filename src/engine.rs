@@ -8,15 +8,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, EvictParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -24,10 +21,7 @@ use tracing::{error, info, warn};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
-use crate::cluster::status::{
-    STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP, STATUS_REVISIONS_KEY, encode_revisions,
-};
-use crate::cluster::watch::{Change, watch as watch_changes};
+use crate::cluster::status::{self, STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP};
 use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
@@ -100,6 +94,39 @@ pub struct RunSummary {
     pub waiting: Vec<rollout::Waiting>,
 }
 
+/// Why one of the executor's actions failed: the step, what it acted on, and the API's
+/// answer. Every action is retried by a later plan, so a failure is logged and counted.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("cannot patch {workload}: {source}")]
+    Patch {
+        workload: WorkloadRef,
+        source: kube::Error,
+    },
+    #[error("cannot evict pod {namespace}/{pod}: {source}")]
+    Evict {
+        namespace: String,
+        pod: String,
+        source: kube::Error,
+    },
+    #[error("cannot record the Event on {object}: {source}")]
+    RecordEvent { object: String, source: kube::Error },
+    #[error("cannot write the status ConfigMap: {source}")]
+    WriteStatus { source: kube::Error },
+}
+
+impl ActionError {
+    /// The `verb` label of `sidecar_injector_rollout_api_errors_total`.
+    pub fn metric_label(&self) -> EngineCall {
+        match self {
+            ActionError::Patch { .. } => EngineCall::Patch,
+            ActionError::Evict { .. } => EngineCall::Evict,
+            ActionError::RecordEvent { .. } => EngineCall::Event,
+            ActionError::WriteStatus { .. } => EngineCall::Status,
+        }
+    }
+}
+
 /// Whether this process may act on its plan: the Lease holder (or the one-shot CLI) acts;
 /// every other replica only plans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,7 +172,7 @@ impl Engine {
         metrics: Arc<Metrics>,
         recorder: Recorder,
     ) -> Self {
-        let status = watch_status(client.clone(), &options.namespace);
+        let status = status::watch_status(client.clone(), &options.namespace);
         Self {
             client,
             options,
@@ -218,21 +245,17 @@ impl Engine {
         if version.is_some() && version == self.known_version {
             return;
         }
-        let text = configmap
-            .data
-            .as_ref()
-            .and_then(|d| d.get(STATUS_CAMPAIGNS_KEY));
-        match text.map(|t| serde_json::from_str::<CampaignBook>(t)) {
-            Some(Ok(book)) => {
+        match status::decode_book(&configmap) {
+            Ok(Some(book)) => {
                 if book != self.book {
                     info!("campaigns read from the status ConfigMap");
                 }
                 self.book = book;
             }
-            Some(Err(err)) => warn!(
+            Err(err) => warn!(
                 "the status ConfigMap's {STATUS_CAMPAIGNS_KEY} item is malformed; starting fresh: {err}"
             ),
-            None => {}
+            Ok(None) => {}
         }
         self.written = configmap.data.clone().map(|d| d.into_iter().collect());
         self.known_version = version;
@@ -388,7 +411,7 @@ impl Engine {
             self.patch(restart, now).await
         };
         if let Err(err) = result {
-            warn!(workload = %restart.workload, "restart failed; retrying on the next plan: {err}");
+            self.failed(&err);
             self.metrics
                 .record_rollout(restart.workload.kind, RolloutResult::Error);
             return;
@@ -476,7 +499,16 @@ impl Engine {
         .await;
     }
 
-    async fn patch(&self, restart: &rollout::Restart, now: Timestamp) -> Result<(), kube::Error> {
+    /// Logs and counts a failed action; the next plan retries it.
+    fn failed(&self, err: &ActionError) {
+        warn!(
+            action = err.metric_label().as_str(),
+            "{err}; retrying on the next plan"
+        );
+        self.metrics.record_api_error(err.metric_label());
+    }
+
+    async fn patch(&self, restart: &rollout::Restart, now: Timestamp) -> Result<(), ActionError> {
         let keys = &self.options.keys;
         let reason = match &self.options.reason_prefix {
             Some(prefix) => format!("{prefix}: {}", restart.reason),
@@ -499,7 +531,7 @@ impl Engine {
             &restart.workload.name,
         );
         self.metrics.record_api_request(EngineCall::Patch);
-        match restart.workload.controller_kind() {
+        let result = match restart.workload.controller_kind() {
             Some(WorkloadKind::Deployment) => {
                 merge_patch::<Deployment>(client, namespace, name, &body).await
             }
@@ -510,18 +542,26 @@ impl Engine {
                 merge_patch::<DaemonSet>(client, namespace, name, &body).await
             }
             Some(WorkloadKind::Pod) | None => Ok(()),
-        }
+        };
+        result.map_err(|source| ActionError::Patch {
+            workload: restart.workload.clone(),
+            source,
+        })
     }
 
     /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<bool, kube::Error> {
+    async fn evict(&self, namespace: &str, pod: &str) -> Result<bool, ActionError> {
         self.metrics.record_api_request(EngineCall::Evict);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match with_timeout(api.evict(pod, &EvictParams::default())).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 429 => Ok(false),
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
-            Err(e) => Err(e),
+            Err(source) => Err(ActionError::Evict {
+                namespace: namespace.to_owned(),
+                pod: pod.to_owned(),
+                source,
+            }),
         }
     }
 
@@ -551,7 +591,7 @@ impl Engine {
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
             }
-            Err(err) => warn!(workload = %workload, pod, "eviction failed: {err}"),
+            Err(err) => self.failed(&err),
         }
     }
 
@@ -592,49 +632,32 @@ impl Engine {
             secondary: None,
         };
         self.metrics.record_api_request(EngineCall::Event);
-        if let Err(err) = with_timeout(self.recorder.publish(&event, reference)).await {
-            warn!(object = ?reference.name, "cannot record the Event: {err}");
+        if let Err(source) = with_timeout(self.recorder.publish(&event, reference)).await {
+            self.failed(&ActionError::RecordEvent {
+                object: format!(
+                    "{}/{}",
+                    reference.kind.as_deref().unwrap_or_default(),
+                    reference.name.as_deref().unwrap_or_default()
+                ),
+                source,
+            });
         }
     }
 
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
     async fn write_status(&mut self, wanted: &RevisionsInForce) {
-        let data: BTreeMap<String, String> = BTreeMap::from([
-            (STATUS_REVISIONS_KEY.to_owned(), encode_revisions(wanted)),
-            (
-                STATUS_CAMPAIGNS_KEY.to_owned(),
-                serde_json::to_string_pretty(&self.book).expect("the book serializes"),
-            ),
-        ]);
+        let data = status::encode(wanted, &self.book);
         if self.written.as_ref() == Some(&data) {
             return;
         }
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
-        let configmap = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(STATUS_CONFIGMAP.into()),
-                namespace: Some(self.options.namespace.clone()),
-                resource_version: self.known_version.clone(),
-                labels: Some(
-                    [(
-                        "app.kubernetes.io/name".to_owned(),
-                        "sidecar-injector".to_owned(),
-                    )]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            data: Some(data.clone()),
-            ..Default::default()
-        };
+        let configmap = status::status_object(
+            &self.options.namespace,
+            self.known_version.clone(),
+            data.clone(),
+        );
         self.metrics.record_api_request(EngineCall::Status);
-        let result = match &self.known_version {
-            None => with_timeout(api.create(&PostParams::default(), &configmap)).await,
-            Some(_) => {
-                with_timeout(api.replace(STATUS_CONFIGMAP, &PostParams::default(), &configmap))
-                    .await
-            }
-        };
+        let result = with_timeout(status::write(&api, &configmap)).await;
         match result {
             Ok(written) => {
                 self.known_version = written.metadata.resource_version;
@@ -648,7 +671,7 @@ impl Engine {
                     self.known_version = Some(String::new());
                 }
             }
-            Err(err) => warn!("cannot write the status ConfigMap: {err}"),
+            Err(source) => self.failed(&ActionError::WriteStatus { source }),
         }
     }
 }
@@ -680,31 +703,6 @@ async fn with_timeout<T>(
             format!("no answer within {REQUEST_TIMEOUT:?}").into(),
         )),
     }
-}
-
-/// The status ConfigMap, kept current by a watch of that one object.
-fn watch_status(client: Client, namespace: &str) -> watch::Receiver<Option<ConfigMap>> {
-    let (publish, receive) = watch::channel(None);
-    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
-    tokio::spawn(async move {
-        let mut changes = watch_changes(api, config, "status ConfigMap", Some);
-        while let Some(change) = changes.next().await {
-            match change {
-                // Marks the first read done even when the ConfigMap does not exist.
-                Change::Listed(mut listed) => {
-                    publish.send_replace(listed.pop());
-                }
-                Change::Applied(configmap) => {
-                    publish.send_replace(Some(configmap));
-                }
-                Change::Deleted(_) => {
-                    publish.send_replace(None);
-                }
-            }
-        }
-    });
-    receive
 }
 
 /// Runs the engine for `serve` until the process ends: plans on every change and on a timer,

@@ -196,6 +196,7 @@ pub struct Metrics {
     pub rollouts_in_flight: Gauge,
     pub rollout_leader: Gauge,
     pub rollout_api_requests: Family<CallLabels, Counter>,
+    pub rollout_api_errors: Family<CallLabels, Counter>,
     pub kube_requests: Family<VerbLabels, Counter>,
 }
 
@@ -286,6 +287,12 @@ impl Metrics {
             "Requests the rollout engine made to the API server, by verb (patch, evict, event, status, lease reads excluded)",
             rollout_api_requests.clone(),
         );
+        let rollout_api_errors = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "rollout_api_errors",
+            "Rollout engine requests that failed, by verb (each is retried on a later plan)",
+            rollout_api_errors.clone(),
+        );
         let kube_requests = Family::<VerbLabels, Counter>::default();
         registry.register(
             "kube_requests",
@@ -317,6 +324,7 @@ impl Metrics {
             rollouts_in_flight,
             rollout_leader,
             rollout_api_requests,
+            rollout_api_errors,
             kube_requests,
         }
     }
@@ -339,6 +347,12 @@ impl Metrics {
     pub fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
         self.rollouts
             .get_or_create(&RolloutLabels { kind, result })
+            .inc();
+    }
+
+    pub fn record_api_error(&self, verb: EngineCall) {
+        self.rollout_api_errors
+            .get_or_create(&CallLabels { verb })
             .inc();
     }
 

@@ -1,11 +1,24 @@
 //! The status ConfigMap (`sidecar-injector-status` in the injector's namespace): the revisions
 //! in force and the campaign book, which outlive any one process.
 
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use kube::runtime::watcher;
+use tokio::sync::watch as signal;
+
+use super::watch::{Change, watch};
 use crate::config::RevisionsInForce;
+use crate::rollout::CampaignBook;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
+
+/// Its data item holding the campaign book (JSON).
+pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
 
 /// The status ConfigMap a running injector keeps in its namespace.
 pub const STATUS_CONFIGMAP: &str = "sidecar-injector-status";
@@ -48,6 +61,89 @@ pub fn encode_revisions(revisions: &RevisionsInForce) -> String {
     serde_json::to_string(revisions).expect("a map of strings serializes")
 }
 
+/// The campaign book item; `None` when the item is absent.
+pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_json::Error> {
+    status
+        .data
+        .as_ref()
+        .and_then(|d| d.get(STATUS_CAMPAIGNS_KEY))
+        .map(|text| serde_json::from_str(text))
+        .transpose()
+}
+
+/// The data of the status ConfigMap: the revisions in force and the campaign book.
+pub fn encode(revisions: &RevisionsInForce, book: &CampaignBook) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (STATUS_REVISIONS_KEY.to_owned(), encode_revisions(revisions)),
+        (
+            STATUS_CAMPAIGNS_KEY.to_owned(),
+            serde_json::to_string_pretty(book).expect("the book serializes"),
+        ),
+    ])
+}
+
+/// The status ConfigMap holding `data`; with the `resource_version` it was read at, a
+/// replace of it fails (409) when someone wrote it since.
+pub fn status_object(
+    namespace: &str,
+    resource_version: Option<String>,
+    data: BTreeMap<String, String>,
+) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(STATUS_CONFIGMAP.into()),
+            namespace: Some(namespace.to_owned()),
+            resource_version,
+            labels: Some(
+                [(
+                    "app.kubernetes.io/name".to_owned(),
+                    "sidecar-injector".to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// Creates the status ConfigMap (no version known yet) or replaces the version read.
+pub async fn write(api: &Api<ConfigMap>, status: &ConfigMap) -> Result<ConfigMap, kube::Error> {
+    match status.metadata.resource_version {
+        None => api.create(&PostParams::default(), status).await,
+        Some(_) => {
+            api.replace(STATUS_CONFIGMAP, &PostParams::default(), status)
+                .await
+        }
+    }
+}
+
+/// The status ConfigMap as it changes (`None` while it does not exist); the first value is
+/// published once the first read is done, whether it exists or not.
+pub fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<ConfigMap>> {
+    let (publish, receive) = signal::channel(None);
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
+    tokio::spawn(async move {
+        let mut changes = watch(api, config, "status ConfigMap", Some);
+        while let Some(change) = changes.next().await {
+            match change {
+                Change::Listed(mut listed) => {
+                    publish.send_replace(listed.pop());
+                }
+                Change::Applied(configmap) => {
+                    publish.send_replace(Some(configmap));
+                }
+                Change::Deleted(_) => {
+                    publish.send_replace(None);
+                }
+            }
+        }
+    });
+    receive
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PublishedError {
     #[error("cannot read the status ConfigMap: {0}")]
@@ -55,9 +151,6 @@ pub enum PublishedError {
     #[error("the status ConfigMap is malformed: {0}")]
     Malformed(String),
 }
-
-/// Its data item holding the campaign book (JSON).
-pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
 
 #[cfg(test)]
 mod tests {
@@ -91,6 +184,35 @@ mod tests {
             decode_revisions(&status(Some(&text))).unwrap(),
             Some(revisions)
         );
+    }
+
+    #[test]
+    fn the_book_reads_back_what_is_encoded() {
+        let revisions: RevisionsInForce = [("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned())]
+            .into_iter()
+            .collect();
+        let mut book = CampaignBook::default();
+        book.campaigns.insert(
+            "logger:v1".into(),
+            crate::rollout::Campaign {
+                revision: "aaaaaaaaaaaa".into(),
+                previous: None,
+                since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                state: crate::rollout::CampaignState::Paused,
+                counts: Default::default(),
+                failures: Vec::new(),
+                acknowledged_failures: 0,
+                pause_reason: Some("broken".into()),
+                changes: None,
+            },
+        );
+        let configmap = status_object("injector-system", None, encode(&revisions, &book));
+        assert_eq!(configmap.metadata.name.as_deref(), Some(STATUS_CONFIGMAP));
+        assert_eq!(decode_book(&configmap).unwrap(), Some(book));
+        assert_eq!(decode_revisions(&configmap).unwrap(), Some(revisions));
+        assert_eq!(decode_book(&status(None)).unwrap(), None);
     }
 
     #[test]

@@ -203,6 +203,10 @@ async fn a_refused_patch_is_counted_as_an_error_and_announces_nothing() {
         &metrics,
         r#"sidecar_injector_rollouts_total{kind="Deployment",result="error"} 1"#
     ));
+    assert!(metric(
+        &metrics,
+        r#"sidecar_injector_rollout_api_errors_total{verb="patch"} 1"#
+    ));
     assert!(engine.summary.restarted.is_empty());
 }
 
