@@ -7,8 +7,10 @@
 
 mod book;
 pub mod change;
+mod gates;
 mod health;
 mod plan;
+mod planner;
 pub mod selection;
 pub mod targets;
 
@@ -17,8 +19,8 @@ pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use health::rolled_out;
 pub use plan::{
     PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
-    plan, target_stamp,
 };
+pub use planner::{plan, target_stamp};
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario

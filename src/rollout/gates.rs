@@ -1,0 +1,210 @@
+//! The chain of wait gates a candidate passes before it is restarted: the campaign, the
+//! policy, the settle window, the workload itself, the canary wave, parallelism and rate.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::book::{CampaignBook, CampaignCounts, CampaignState};
+use super::health::rolled_out;
+use super::plan::{PlanInput, RolloutSettings, WaitReason};
+use crate::config::RevisionStamp;
+use crate::drift::WorkloadDrift;
+use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
+
+/// `time + duration`, saturating.
+pub(super) fn after(time: Timestamp, duration: Duration) -> Timestamp {
+    time.checked_add(SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX))
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// The rows of one workload, with what the planner derives from them.
+pub(super) struct Group<'r> {
+    pub(super) workload: WorkloadRef,
+    pub(super) rows: Vec<&'r WorkloadDrift>,
+}
+
+/// A workload that needs a restart and does not carry the target yet.
+pub(super) struct Candidate<'g, 'r> {
+    pub(super) group: &'g Group<'r>,
+    pub(super) restart_for: Vec<&'r WorkloadDrift>,
+    pub(super) target: RevisionStamp,
+}
+
+impl Candidate<'_, '_> {
+    /// Its largest pod count over the sidecars: the canary goes to the smallest workload.
+    pub(super) fn pods(&self) -> u32 {
+        self.group
+            .rows
+            .iter()
+            .map(|r| r.pods.total())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// What restarts already use of the limits in this pass.
+pub(super) struct Pace<'r> {
+    pub(super) in_flight: usize,
+    pub(super) recent_restarts: usize,
+    /// Canaries chosen in this pass, per sidecar.
+    pub(super) canaries: BTreeMap<&'r str, usize>,
+}
+
+/// A candidate cleared by every gate.
+pub(super) struct Admitted<'r> {
+    /// Part of a canary wave (these sidecars' canaries).
+    pub(super) canary: bool,
+    pub(super) auto: Vec<&'r WorkloadDrift>,
+}
+
+impl<'r> Pace<'r> {
+    pub(super) fn take(&mut self, admitted: &Admitted<'r>) {
+        if admitted.canary {
+            for row in &admitted.auto {
+                *self.canaries.entry(row.sidecar.as_str()).or_default() += 1;
+            }
+        }
+        self.in_flight += 1;
+        self.recent_restarts += 1;
+    }
+}
+
+/// The chain of gates, in order: the first that holds the candidate says why it waits.
+pub(super) fn admit<'r>(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    candidate: &Candidate<'_, 'r>,
+    counts: &BTreeMap<String, CampaignCounts>,
+    pace: &Pace<'r>,
+) -> Result<Admitted<'r>, WaitReason> {
+    let settings = input.settings;
+    campaign_gate(book, candidate)?;
+    let auto: Vec<&'r WorkloadDrift> = candidate
+        .restart_for
+        .iter()
+        .copied()
+        .filter(|r| !input.targets[&r.sidecar].manual)
+        .collect();
+    if auto.is_empty() {
+        return Err(WaitReason::Manual {
+            sidecar: candidate.restart_for[0].sidecar.clone(),
+        });
+    }
+    settle_gate(input, book, &auto)?;
+    workload_gate(input, &candidate.group.workload)?;
+    let canary = canary_gate(settings, &auto, counts, pace)?;
+    if pace.in_flight >= settings.max_parallel {
+        return Err(WaitReason::MaxParallel {
+            limit: settings.max_parallel,
+        });
+    }
+    if pace.recent_restarts >= settings.max_restarts_per_minute {
+        return Err(WaitReason::RateLimit {
+            per_minute: settings.max_restarts_per_minute,
+        });
+    }
+    Ok(Admitted { canary, auto })
+}
+
+/// A paused campaign holds every workload requesting its sidecar.
+fn campaign_gate(book: &CampaignBook, candidate: &Candidate<'_, '_>) -> Result<(), WaitReason> {
+    let paused = candidate.group.rows.iter().find(|r| {
+        book.campaigns
+            .get(&r.sidecar)
+            .is_some_and(|c| c.state == CampaignState::Paused)
+    });
+    match paused {
+        Some(row) => Err(WaitReason::CampaignPaused {
+            sidecar: row.sidecar.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A revision younger than `--settle` waits: more edits may follow.
+fn settle_gate(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    auto: &[&WorkloadDrift],
+) -> Result<(), WaitReason> {
+    let settling = auto
+        .iter()
+        .filter_map(|r| book.campaigns.get(&r.sidecar))
+        .map(|c| after(c.since.0, input.settings.settle))
+        .filter(|until| *until > input.now)
+        .max();
+    match settling {
+        Some(until) => Err(WaitReason::Settling { until: Time(until) }),
+        None => Ok(()),
+    }
+}
+
+/// What the workload itself says: not known yet, paused, a partition, a cooldown.
+fn workload_gate(input: &PlanInput<'_>, workload: &WorkloadRef) -> Result<(), WaitReason> {
+    let Some(kind) = workload.controller_kind() else {
+        return Ok(());
+    };
+    let Some(entry) = input
+        .index
+        .workload(kind, &workload.namespace, &workload.name)
+    else {
+        return Err(WaitReason::NotKnownYet);
+    };
+    let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
+    if kind == WorkloadKind::Deployment && entry.paused {
+        return Err(WaitReason::DeploymentPaused);
+    }
+    if kind == WorkloadKind::StatefulSet
+        && !on_delete
+        && let Some(partition) = entry.partition.filter(|p| *p > 0)
+    {
+        return Err(WaitReason::Partition { partition });
+    }
+    // The cooldown spares healthy workloads repeated restarts; one stuck mid-rollout (a
+    // broken revision) gets the fix at once.
+    if !rolled_out(kind, entry) {
+        return Ok(());
+    }
+    match entry
+        .rolled_at
+        .map(|t| after(t, input.settings.cooldown))
+        .filter(|until| *until > input.now)
+    {
+        Some(until) => Err(WaitReason::Cooldown { until: Time(until) }),
+        None => Ok(()),
+    }
+}
+
+/// The canary wave: until `--canary` workloads of a campaign succeeded, only that many may be
+/// rolling. `Ok(true)` when this candidate is one of them.
+fn canary_gate(
+    settings: &RolloutSettings,
+    auto: &[&WorkloadDrift],
+    counts: &BTreeMap<String, CampaignCounts>,
+    pace: &Pace<'_>,
+) -> Result<bool, WaitReason> {
+    let mut canary = false;
+    for row in auto {
+        let c = counts.get(&row.sidecar).cloned().unwrap_or_default();
+        let total = c.succeeded + c.rolling + c.failed + c.pending;
+        let wanted = settings.canary.min(total as usize) as u32;
+        if c.succeeded >= wanted {
+            continue;
+        }
+        let chosen = pace
+            .canaries
+            .get(row.sidecar.as_str())
+            .copied()
+            .unwrap_or(0) as u32;
+        if c.rolling + chosen + c.succeeded >= wanted {
+            return Err(WaitReason::Canary {
+                sidecar: row.sidecar.clone(),
+            });
+        }
+        canary = true;
+    }
+    Ok(canary)
+}

@@ -1,0 +1,445 @@
+//! The planner: from the drift report, the index, the targets, the campaign book, the
+//! settings and `now`, in phases: survey every workload, record failures, pause campaigns,
+//! schedule candidates through the gates, settle the book. No I/O, no clock.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure};
+use super::change::{SidecarChange, rollout_reason};
+use super::gates::{Candidate, Group, Pace, admit, after};
+use super::health::{progress, rolled_out};
+use super::plan::{
+    PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, Waiting,
+};
+use crate::config::RevisionStamp;
+use crate::drift::{DriftReport, WorkloadDrift, WorkloadEntry};
+use crate::workload::{UpdateStrategy, WorkloadRef};
+
+/// The rollout stamp for a set of (sidecar, revision): the `NS/revision` format, sorted.
+pub fn target_stamp<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> RevisionStamp {
+    RevisionStamp::sorted(items)
+}
+
+/// What the survey of the workloads finds, and what scheduling then uses up.
+struct Survey<'g, 'r> {
+    /// Per sidecar, the workloads of its campaign by outcome.
+    counts: BTreeMap<String, CampaignCounts>,
+    candidates: Vec<Candidate<'g, 'r>>,
+    /// Restarts in the last minute, for `--max-restarts-per-minute`.
+    recent_restarts: usize,
+    /// Failures found in this pass, with the sidecars whose campaigns they count against.
+    failures: Vec<(Failure, Vec<String>)>,
+}
+
+impl Survey<'_, '_> {
+    fn count(&mut self, sidecars: &[&str], bump: impl Fn(&mut CampaignCounts)) {
+        for sidecar in sidecars {
+            bump(self.counts.entry((*sidecar).to_owned()).or_default());
+        }
+    }
+}
+
+pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
+    let mut book = next_book(input.book, input.targets, input.now);
+    let mut out = RolloutPlan::default();
+    let groups = group_rows(input.report);
+    let mut survey = Survey {
+        counts: BTreeMap::new(),
+        candidates: Vec::new(),
+        recent_restarts: 0,
+        failures: Vec::new(),
+    };
+    for group in groups.values() {
+        survey_workload(&input, group, &book, &mut survey, &mut out);
+    }
+    record_failures(&mut book, &survey.failures);
+    // Pauses take effect before anything new is planned.
+    pause_campaigns(&mut book, input.settings, &mut out);
+    schedule(&input, &book, &mut survey, &mut out);
+    settle_book(&mut book, &input, &survey.counts);
+    out.book = book;
+    out
+}
+
+/// Report rows by workload; rows of other owners (Jobs, ReplicaSets without a Deployment...)
+/// are reported only, never planned.
+fn group_rows(report: &DriftReport) -> BTreeMap<WorkloadRef, Group<'_>> {
+    let mut groups: BTreeMap<WorkloadRef, Group<'_>> = BTreeMap::new();
+    for row in &report.workloads {
+        let Some(kind) = row.kind.workload() else {
+            continue;
+        };
+        let workload = WorkloadRef::new(kind, &row.namespace, &row.name);
+        groups
+            .entry(workload.clone())
+            .or_insert_with(|| Group {
+                workload,
+                rows: Vec::new(),
+            })
+            .rows
+            .push(row);
+    }
+    groups
+}
+
+/// One workload: a candidate for a restart, or (carrying the target) rolling, succeeded or
+/// failed.
+fn survey_workload<'g, 'r>(
+    input: &PlanInput<'_>,
+    group: &'g Group<'r>,
+    book: &CampaignBook,
+    survey: &mut Survey<'g, 'r>,
+    out: &mut RolloutPlan,
+) {
+    let targets = input.targets;
+    let relevant: Vec<&'r WorkloadDrift> = group
+        .rows
+        .iter()
+        .copied()
+        .filter(|r| targets.contains_key(&r.sidecar))
+        .collect();
+    let target = target_stamp(
+        relevant
+            .iter()
+            .map(|r| (r.sidecar.as_str(), targets[&r.sidecar].revision.as_str())),
+    );
+    let restart_for: Vec<&'r WorkloadDrift> = relevant
+        .iter()
+        .copied()
+        .filter(|r| r.needs_restart)
+        .collect();
+    let entry = group.workload.controller_kind().and_then(|k| {
+        input
+            .index
+            .workload(k, &group.workload.namespace, &group.workload.name)
+    });
+    let minute_ago = input
+        .now
+        .checked_sub(SignedDuration::from_secs(60))
+        .unwrap_or(Timestamp::MIN);
+    if entry
+        .and_then(|e| e.rolled_at)
+        .is_some_and(|t| t > minute_ago)
+    {
+        survey.recent_restarts += 1;
+    }
+    match entry {
+        Some(entry) if entry.rollout_revision.as_deref() == Some(target.as_str()) => {
+            let active: Vec<&str> = relevant.iter().map(|r| r.sidecar.as_str()).collect();
+            let stale: Vec<&WorkloadDrift> = restart_for;
+            let carrier = Carrier {
+                workload: &group.workload,
+                entry,
+                active: &active,
+                stale: &stale,
+                target,
+            };
+            judge_carrier(input, book, carrier, survey, out);
+        }
+        _ if restart_for.is_empty() => {}
+        _ => {
+            for row in &restart_for {
+                survey
+                    .counts
+                    .entry(row.sidecar.clone())
+                    .or_default()
+                    .pending += 1;
+            }
+            survey.candidates.push(Candidate {
+                group,
+                restart_for,
+                target,
+            });
+        }
+    }
+}
+
+/// A workload that carries the target: what the survey knows of it.
+struct Carrier<'a> {
+    workload: &'a WorkloadRef,
+    entry: &'a WorkloadEntry,
+    /// The sidecars in force that it requests.
+    active: &'a [&'a str],
+    /// Its rows still stale, uninjected (or unknown with `--restart-unknown`).
+    stale: &'a [&'a WorkloadDrift],
+    target: RevisionStamp,
+}
+
+/// Rolling, succeeded, or failed (finished but not current after the grace, or timed out).
+fn judge_carrier(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    carrier: Carrier<'_>,
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+) {
+    let Carrier {
+        workload,
+        entry,
+        active,
+        stale,
+        target,
+    } = carrier;
+    let already_failed = active
+        .iter()
+        .any(|s| book.campaigns.get(*s).is_some_and(|c| c.failed(workload)));
+    if already_failed {
+        survey.count(active, |c| c.failed += 1);
+        return;
+    }
+    let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
+    let finished = rolled_out(workload.kind, entry) && (stale.is_empty() || !on_delete);
+    if finished && stale.is_empty() {
+        survey.count(active, |c| c.succeeded += 1);
+        out.succeeded.push(workload.clone());
+        return;
+    }
+    let failure = if finished {
+        not_current_failure(input, workload, stale, out)
+    } else {
+        timeout_failure(input, book, workload, entry, active)
+    };
+    match failure {
+        Some(reason) => {
+            survey.count(active, |c| c.failed += 1);
+            let failure = Failure {
+                workload: workload.clone(),
+                reason,
+                at: Time(input.now),
+            };
+            let sidecars = active.iter().map(|s| (*s).to_owned()).collect();
+            survey.failures.push((failure.clone(), sidecars));
+            out.failed.push(failure);
+        }
+        None => {
+            survey.count(active, |c| c.rolling += 1);
+            out.rolling.push(Rolling {
+                workload: workload.clone(),
+                target,
+                on_delete,
+            });
+        }
+    }
+}
+
+/// Finished rolling with pods still not current: a failure once the grace is over (pod
+/// deletions and workload status arrive on different watches).
+fn not_current_failure(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    stale: &[&WorkloadDrift],
+    out: &mut RolloutPlan,
+) -> Option<String> {
+    let first = input
+        .finished_since
+        .get(workload)
+        .copied()
+        .unwrap_or(input.now);
+    if after(first, input.settings.finish_grace) > input.now {
+        out.finished_not_current.push(workload.clone());
+        return None;
+    }
+    let row = stale[0];
+    Some(format!(
+        "finished rolling but {} of {} pods still do not run {} {}",
+        row.pods.stale + row.pods.uninjected + row.pods.unknown,
+        row.pods.total(),
+        row.sidecar,
+        input.targets[&row.sidecar].revision
+    ))
+}
+
+/// Still rolling after `--rollout-timeout` from the restart (or the campaign's start).
+fn timeout_failure(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    workload: &WorkloadRef,
+    entry: &WorkloadEntry,
+    active: &[&str],
+) -> Option<String> {
+    let started = entry.rolled_at.or_else(|| {
+        active
+            .iter()
+            .filter_map(|s| book.campaigns.get(*s))
+            .map(|c| c.since.0)
+            .max()
+    });
+    let timeout = input.settings.rollout_timeout;
+    started
+        .is_some_and(|t| after(t, timeout) <= input.now)
+        .then(|| {
+            format!(
+                "not rolled out within {} ({})",
+                humantime::format_duration(timeout),
+                progress(workload.kind, entry)
+            )
+        })
+}
+
+/// The failures found in this pass count against every campaign of their workload.
+fn record_failures(book: &mut CampaignBook, failures: &[(Failure, Vec<String>)]) {
+    for (failure, sidecars) in failures {
+        for sidecar in sidecars {
+            if let Some(campaign) = book.campaigns.get_mut(sidecar) {
+                campaign.failures.push(failure.clone());
+            }
+        }
+    }
+}
+
+/// Campaigns whose unacknowledged failures reached `--max-failures` pause.
+fn pause_campaigns(book: &mut CampaignBook, settings: &RolloutSettings, out: &mut RolloutPlan) {
+    for (sidecar, campaign) in &mut book.campaigns {
+        if campaign.state == CampaignState::Paused
+            || campaign.unacknowledged_failures() < settings.max_failures.max(1)
+        {
+            continue;
+        }
+        let names: Vec<String> = campaign
+            .failures
+            .iter()
+            .skip(campaign.acknowledged_failures)
+            .map(|f| format!("{}: {}", f.workload, f.reason))
+            .collect();
+        let reason = format!(
+            "rollout of {sidecar} {} paused after {} failed workload(s) ({}); new pods still get this revision: fix or revert the config, or run `sidecar-injector rollout --resume`",
+            campaign.revision,
+            names.len(),
+            names.join("; ")
+        );
+        campaign.state = CampaignState::Paused;
+        campaign.pause_reason = Some(reason.clone());
+        out.paused.push((sidecar.clone(), reason));
+    }
+}
+
+/// Candidates in order (smallest first, so that the canary risks the fewest pods), each
+/// restarted now or held by the first gate that applies.
+fn schedule(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+) {
+    let mut candidates = std::mem::take(&mut survey.candidates);
+    candidates.sort_by(|a, b| (a.pods(), &a.group.workload).cmp(&(b.pods(), &b.group.workload)));
+    let mut pace = Pace {
+        in_flight: out.rolling.len(),
+        recent_restarts: survey.recent_restarts,
+        canaries: BTreeMap::new(),
+    };
+    for candidate in candidates {
+        let sidecars: Vec<String> = candidate
+            .restart_for
+            .iter()
+            .map(|r| r.sidecar.clone())
+            .collect();
+        match admit(input, book, &candidate, &survey.counts, &pace) {
+            Err(reason) => out.waiting.push(Waiting {
+                workload: candidate.group.workload.clone(),
+                sidecars,
+                message: reason.to_string(),
+                reason,
+            }),
+            Ok(admitted) => {
+                pace.take(&admitted);
+                out.restarts
+                    .push(restart(input, book, candidate, admitted.canary));
+            }
+        }
+    }
+}
+
+/// The restart of an admitted candidate, with what changes for each sidecar.
+fn restart(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    candidate: Candidate<'_, '_>,
+    canary: bool,
+) -> Restart {
+    let workload = candidate.group.workload.clone();
+    let on_delete = match workload.controller_kind() {
+        Some(kind) => input
+            .index
+            .workload(kind, &workload.namespace, &workload.name)
+            .is_some_and(|e| e.update_strategy == UpdateStrategy::OnDelete),
+        // A bare pod is evicted.
+        None => true,
+    };
+    let changes: Vec<SidecarChange> = candidate
+        .restart_for
+        .iter()
+        .map(|r| SidecarChange {
+            sidecar: r.sidecar.clone(),
+            from: r.from_revision.clone(),
+            to: input.targets[&r.sidecar].revision.clone(),
+            what: book
+                .campaigns
+                .get(&r.sidecar)
+                .and_then(|c| c.changes.clone()),
+        })
+        .collect();
+    Restart {
+        pods: candidate.pods(),
+        target: workload.kind.is_controller().then_some(candidate.target),
+        reason: rollout_reason(&changes),
+        changes,
+        canary,
+        on_delete,
+        workload,
+    }
+}
+
+/// Campaign states and counts, as the status ConfigMap shows them.
+fn settle_book(
+    book: &mut CampaignBook,
+    input: &PlanInput<'_>,
+    counts: &BTreeMap<String, CampaignCounts>,
+) {
+    for (sidecar, campaign) in &mut book.campaigns {
+        let c = counts.get(sidecar).cloned().unwrap_or_default();
+        campaign.state = match campaign.state {
+            CampaignState::Paused => CampaignState::Paused,
+            _ if input.targets.get(sidecar).is_some_and(|t| t.manual) => CampaignState::Manual,
+            _ if after(campaign.since.0, input.settings.settle) > input.now => {
+                CampaignState::Settling
+            }
+            _ if c.pending + c.rolling > 0 => CampaignState::Running,
+            _ => CampaignState::Complete,
+        };
+        campaign.counts = c;
+    }
+}
+
+/// The book for the revisions in force: a new revision starts a new campaign (settling), a
+/// sidecar that is gone takes its campaign with it.
+fn next_book(
+    book: &CampaignBook,
+    targets: &BTreeMap<String, SidecarTarget>,
+    now: Timestamp,
+) -> CampaignBook {
+    let campaigns = targets
+        .iter()
+        .map(|(name, target)| {
+            let campaign = match book.campaigns.get(name) {
+                Some(c) if c.revision == target.revision => c.clone(),
+                previous => Campaign {
+                    revision: target.revision.clone(),
+                    previous: previous.map(|c| c.revision.clone()),
+                    since: Time(now),
+                    state: CampaignState::Settling,
+                    counts: CampaignCounts::default(),
+                    failures: Vec::new(),
+                    acknowledged_failures: 0,
+                    pause_reason: None,
+                    changes: target.changes.clone(),
+                },
+            };
+            (name.clone(), campaign)
+        })
+        .collect();
+    CampaignBook { campaigns }
+}
