@@ -1,5 +1,7 @@
 use serde_json::{Value, json};
 
+use serde::Deserialize;
+
 use super::*;
 use crate::config::{LoadedSidecar, parse_config};
 
