@@ -4,6 +4,7 @@
 
 mod catalog;
 mod load;
+mod origin;
 mod parse;
 pub mod revision;
 mod sidecar;
@@ -13,6 +14,7 @@ pub use catalog::{
     merge_sources,
 };
 pub use load::{configmap_origin, load_configmap_items, load_directory};
+pub use origin::Origin;
 pub use parse::{ConfigError, ConfigErrorKind, ConfigWarning, ParsedConfig, parse_config};
 pub use revision::{Revision, RevisionStamp, RevisionsInForce};
 pub use sidecar::{RolloutMode, RolloutPolicy, SidecarConfig, TOP_LEVEL_KEYS};

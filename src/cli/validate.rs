@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::args::*;
-use crate::config::{LoadReport, load_directory};
+use crate::config::{LoadReport, Origin, load_directory};
 use crate::sources::directory::{
     is_config_file_name, load_config_directory, read_config_directory,
 };
@@ -82,7 +82,7 @@ fn load_single_file(file: &Path) -> anyhow::Result<LoadReport> {
     }
     let dir_label = dir.display().to_string();
     let mut report = load_directory(&dir_label, &files);
-    let origin = format!("{}/{}", dir_label.trim_end_matches('/'), file_name);
+    let origin = Origin::File(format!("{}/{}", dir_label.trim_end_matches('/'), file_name));
     report.sidecars.retain(|s| s.origin == origin);
     report.errors.retain(|e| e.origin == origin);
     report.warnings.retain(|w| w.origin == origin);

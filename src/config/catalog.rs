@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::origin::Origin;
 use super::parse::{ConfigError, ConfigWarning};
 use super::revision::{Revision, RevisionsInForce};
 use super::sidecar::SidecarConfig;
@@ -17,7 +18,7 @@ use crate::name::SidecarName;
 pub struct LoadedSidecar {
     pub config: SidecarConfig,
     pub revision: Revision,
-    pub origin: String,
+    pub origin: Origin,
     /// The config's items as JSON, rendered once at load so that a request only borrows them.
     pub rendered: RenderedSidecar,
     /// `name:version=REV`, this sidecar's item in the revision annotation.
@@ -25,7 +26,7 @@ pub struct LoadedSidecar {
 }
 
 impl LoadedSidecar {
-    pub fn new(config: SidecarConfig, origin: impl Into<String>) -> Self {
+    pub fn new(config: SidecarConfig, origin: impl Into<Origin>) -> Self {
         let revision = Revision::of(&config);
         Self {
             stamp: format!("{}={}", config.name, revision),
@@ -139,21 +140,21 @@ impl LoadReport {
 /// what vanished, so a broken edit never replaces a good config.
 #[derive(Debug, Clone, Default)]
 pub struct SourceState {
-    by_origin: BTreeMap<String, LoadedSidecar>,
+    by_origin: BTreeMap<Origin, LoadedSidecar>,
 }
 
 /// What a reload changed, for the log line and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReloadSummary {
     /// Origins that failed and keep serving their last good version.
-    pub kept: Vec<String>,
+    pub kept: Vec<Origin>,
     pub errors: usize,
     pub served: usize,
 }
 
 impl SourceState {
     pub fn apply(&mut self, report: &LoadReport) -> ReloadSummary {
-        let mut next: BTreeMap<String, LoadedSidecar> = report
+        let mut next: BTreeMap<Origin, LoadedSidecar> = report
             .sidecars
             .iter()
             .map(|s| (s.origin.clone(), s.clone()))

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::catalog::{LoadReport, LoadedSidecar};
+use super::origin::Origin;
 use super::parse::{ConfigError, ConfigErrorKind, ParsedConfig, parse_config, top_level_key_line};
 use super::sidecar::SidecarConfig;
 use crate::name::SidecarName;
@@ -17,11 +18,11 @@ pub fn load_directory(
     files: &BTreeMap<String, Result<String, String>>,
 ) -> LoadReport {
     let origin_of = |file: &str| {
-        if directory.is_empty() {
+        Origin::File(if directory.is_empty() {
             file.to_owned()
         } else {
             format!("{}/{}", directory.trim_end_matches('/'), file)
-        }
+        })
     };
     let mut report = LoadReport::default();
     let parsed: BTreeMap<&str, Result<ParsedConfig, ConfigError>> = files
@@ -29,7 +30,7 @@ pub fn load_directory(
         .map(|(file, text)| {
             let origin = origin_of(file);
             let result = match text {
-                Ok(text) => parse_config(&origin, text),
+                Ok(text) => parse_config(origin.clone(), text),
                 Err(io) => Err(ConfigError {
                     origin,
                     line: None,
@@ -73,8 +74,8 @@ pub fn load_directory(
 
 /// Adds each config to the report, except that a name held by more than one origin of the
 /// same source is an error for every holder.
-fn admit_unique(report: &mut LoadReport, resolved: Vec<(String, SidecarConfig)>) {
-    let mut holders_by_name: BTreeMap<SidecarName, Vec<String>> = BTreeMap::new();
+fn admit_unique(report: &mut LoadReport, resolved: Vec<(Origin, SidecarConfig)>) {
+    let mut holders_by_name: BTreeMap<SidecarName, Vec<Origin>> = BTreeMap::new();
     for (origin, config) in &resolved {
         holders_by_name
             .entry(config.name.clone())
@@ -90,7 +91,7 @@ fn admit_unique(report: &mut LoadReport, resolved: Vec<(String, SidecarConfig)>)
                     others: holders
                         .iter()
                         .filter(|other| **other != origin)
-                        .cloned()
+                        .map(ToString::to_string)
                         .collect::<Vec<_>>()
                         .join(", "),
                 },
@@ -104,17 +105,17 @@ fn admit_unique(report: &mut LoadReport, resolved: Vec<(String, SidecarConfig)>)
 }
 
 /// How a ConfigMap item is named in messages and as the key of its last good version.
-pub fn configmap_origin(namespace: &str, name: &str, key: &str) -> String {
-    format!("ConfigMap {namespace}/{name} item {key}")
+pub fn configmap_origin(namespace: &str, name: &str, key: &str) -> Origin {
+    Origin::configmap_item(namespace, name, key)
 }
 
 /// Loads the ConfigMap source: each `(origin, text)` is one data item. Items cannot inherit
 /// (there is no directory to find a parent in); one item's error never stops the others.
-pub fn load_configmap_items(items: &[(String, String)]) -> LoadReport {
+pub fn load_configmap_items(items: &[(Origin, String)]) -> LoadReport {
     let mut report = LoadReport::default();
     let mut resolved = Vec::new();
     for (origin, text) in items {
-        match parse_config(origin, text) {
+        match parse_config(origin.clone(), text) {
             Ok(parsed) => {
                 report.warnings.extend(parsed.warnings);
                 if let Some(parent) = &parsed.config.inherits {
@@ -138,7 +139,7 @@ pub fn load_configmap_items(items: &[(String, String)]) -> LoadReport {
 fn resolve_inheritance(
     file: &str,
     parsed: &BTreeMap<&str, Result<ParsedConfig, ConfigError>>,
-    origin_of: &dyn Fn(&str) -> String,
+    origin_of: &dyn Fn(&str) -> Origin,
 ) -> Result<SidecarConfig, ConfigErrorKind> {
     let mut chain: Vec<&str> = vec![file];
     let mut lineage: Vec<&SidecarConfig> = Vec::new();
@@ -174,7 +175,7 @@ fn resolve_inheritance(
             return Err(ConfigErrorKind::InheritanceCycle(
                 chain
                     .iter()
-                    .map(|f| origin_of(f))
+                    .map(|f| origin_of(f).to_string())
                     .collect::<Vec<_>>()
                     .join(" -> "),
             ));

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
 
+use super::origin::Origin;
 use super::sidecar::{SidecarConfig, TOP_LEVEL_KEYS};
 use crate::name::{NameError, SidecarName};
 
@@ -16,7 +17,7 @@ use crate::name::{NameError, SidecarName};
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub struct ConfigError {
     /// The file (or ConfigMap item) at fault.
-    pub origin: String,
+    pub origin: Origin,
     /// 1-based line, where the parser could tell.
     pub line: Option<usize>,
     pub kind: ConfigErrorKind,
@@ -70,7 +71,7 @@ pub enum ConfigErrorKind {
 /// Something a person should look at that does not stop the config from loading.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigWarning {
-    pub origin: String,
+    pub origin: Origin,
     pub message: String,
 }
 
@@ -88,16 +89,17 @@ pub struct ParsedConfig {
 }
 
 /// Parses one config document. `origin` names it in every message.
-pub fn parse_config(origin: &str, text: &str) -> Result<ParsedConfig, ConfigError> {
+pub fn parse_config(origin: impl Into<Origin>, text: &str) -> Result<ParsedConfig, ConfigError> {
+    let origin = origin.into();
     let error = |line: Option<usize>, kind| ConfigError {
-        origin: origin.to_owned(),
+        origin: origin.clone(),
         line,
         kind,
     };
     let mut map = read_mapping(text).map_err(|(line, kind)| error(line, kind))?;
     let name = take_name(&mut map, text).map_err(|(line, kind)| error(line, kind))?;
     let mut fields = FieldReader {
-        origin,
+        origin: &origin,
         text,
         map,
         warnings: Vec::new(),
@@ -208,7 +210,7 @@ fn check_container_names(config: &SidecarConfig, text: &str) -> Result<(), Locat
 
 /// Takes typed top-level fields out of the document, collecting warnings as it goes.
 struct FieldReader<'a> {
-    origin: &'a str,
+    origin: &'a Origin,
     text: &'a str,
     map: serde_json::Map<String, Value>,
     warnings: Vec<ConfigWarning>,
@@ -225,7 +227,7 @@ impl FieldReader<'_> {
         typed_with_yaml11(key, value, self.origin, &mut self.warnings)
             .map(Some)
             .map_err(|kind| ConfigError {
-                origin: self.origin.to_owned(),
+                origin: self.origin.clone(),
                 line: top_level_key_line(self.text, key),
                 kind,
             })
@@ -273,7 +275,7 @@ pub(super) fn top_level_key_line(text: &str, key: &str) -> Option<usize> {
 fn typed_with_yaml11<T: DeserializeOwned + Serialize>(
     key: &str,
     mut value: Value,
-    origin: &str,
+    origin: &Origin,
     warnings: &mut Vec<ConfigWarning>,
 ) -> Result<T, ConfigErrorKind> {
     loop {
@@ -283,7 +285,7 @@ fn typed_with_yaml11<T: DeserializeOwned + Serialize>(
                 let mut dropped = Vec::new();
                 dropped_fields(&value, &kept, key.to_owned(), &mut dropped);
                 warnings.extend(dropped.into_iter().map(|path| ConfigWarning {
-                    origin: origin.to_owned(),
+                    origin: origin.clone(),
                     message: format!(
                         "`{path}` is not a field Kubernetes knows here; it would be dropped (a typo?)"
                     ),

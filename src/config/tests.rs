@@ -514,7 +514,7 @@ fn a_reload_keeps_the_last_good_version_of_a_broken_config() {
         ("b.yaml", "name: b\n"),
     ]);
     let summary = state.apply(&third);
-    assert_eq!(summary.kept, Vec::<String>::new());
+    assert_eq!(summary.kept, Vec::<Origin>::new());
     let set: SidecarSet = state.sidecars().cloned().collect();
     assert_ne!(set.get(&"a".parse().unwrap()).unwrap().revision, a_v1);
     assert!(
@@ -539,11 +539,11 @@ fn a_fresh_config_of_the_same_name_supersedes_a_kept_one() {
         ("b.yaml", "name: x\nhostPID: true\n"),
     ]));
     assert!(summary.kept.is_empty());
-    let served: Vec<&str> = state.sidecars().map(|s| s.origin.as_str()).collect();
+    let served: Vec<String> = state.sidecars().map(|s| s.origin.to_string()).collect();
     assert_eq!(served, ["config/b.yaml"]);
 }
 
-fn items(list: &[(&str, &str)]) -> Vec<(String, String)> {
+fn items(list: &[(&str, &str)]) -> Vec<(Origin, String)> {
     list.iter()
         .map(|(key, text)| {
             (

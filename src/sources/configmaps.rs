@@ -16,7 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::cluster::events::{EVENT_NOTE_LIMIT, prefix_within};
 use crate::cluster::watch::{Change, watch};
-use crate::config::{configmap_origin, load_configmap_items};
+use crate::config::{ConfigError, Origin, configmap_origin, load_configmap_items};
 use crate::metrics::Metrics;
 use crate::sources::ConfigSources;
 
@@ -46,7 +46,7 @@ pub async fn run(
         },
     );
     let mut store: BTreeMap<String, ConfigMap> = BTreeMap::new();
-    let mut reported: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut reported: BTreeSet<(Origin, String)> = BTreeSet::new();
     info!(
         namespace,
         selector, "watching ConfigMaps for sidecar configs"
@@ -68,20 +68,17 @@ pub async fn run(
 }
 
 /// Loads every item of every ConfigMap in `store` into the ConfigMap source and publishes.
-/// Returns each error as (ConfigMap name, origin, message).
+/// Returns the errors (each names its ConfigMap in its origin).
 fn reload(
     namespace: &str,
     store: &BTreeMap<String, ConfigMap>,
     sources: &Mutex<ConfigSources>,
     metrics: &Metrics,
-) -> Vec<(String, String, String)> {
+) -> Vec<ConfigError> {
     let mut items = Vec::new();
-    let mut configmap_of: BTreeMap<String, String> = BTreeMap::new();
     for (name, configmap) in store {
         for (key, text) in configmap.data.iter().flatten() {
-            let origin = configmap_origin(namespace, name, key);
-            configmap_of.insert(origin.clone(), name.clone());
-            items.push((origin, text.clone()));
+            items.push((configmap_origin(namespace, name, key), text.clone()));
         }
     }
     let report = load_configmap_items(&items);
@@ -98,14 +95,7 @@ fn reload(
     }
     metrics.record_config_reload(CONFIG_SOURCE_CONFIGMAP, summary.errors == 0, summary.served);
     sources.publish(CONFIG_SOURCE_CONFIGMAP);
-    report
-        .errors
-        .iter()
-        .filter_map(|err| {
-            let name = configmap_of.get(&err.origin)?;
-            Some((name.clone(), err.origin.clone(), err.to_string()))
-        })
-        .collect()
+    report.errors
 }
 
 /// A Warning Event on the ConfigMap for each error not already reported; an error that goes
@@ -113,18 +103,19 @@ fn reload(
 async fn report_new_problems(
     recorder: &Recorder,
     store: &BTreeMap<String, ConfigMap>,
-    problems: Vec<(String, String, String)>,
-    reported: &mut BTreeSet<(String, String)>,
+    problems: Vec<ConfigError>,
+    reported: &mut BTreeSet<(Origin, String)>,
 ) {
-    let current: BTreeSet<(String, String)> = problems
+    let current: BTreeSet<(Origin, String)> = problems
         .iter()
-        .map(|(_, origin, message)| (origin.clone(), message.clone()))
+        .map(|err| (err.origin.clone(), err.to_string()))
         .collect();
-    for (name, origin, message) in problems {
-        if reported.contains(&(origin.clone(), message.clone())) {
+    for err in problems {
+        let message = err.to_string();
+        if reported.contains(&(err.origin.clone(), message.clone())) {
             continue;
         }
-        let Some(configmap) = store.get(&name) else {
+        let Some(configmap) = err.origin.configmap().and_then(|name| store.get(name)) else {
             continue;
         };
         let note = format!("{message}; the last good version of this config keeps serving");
@@ -136,8 +127,8 @@ async fn report_new_problems(
             action: "LoadConfig".into(),
             secondary: None,
         };
-        if let Err(err) = recorder.publish(&event, &configmap.object_ref(&())).await {
-            warn!(configmap = name, "cannot record the Warning Event: {err}");
+        if let Err(publish) = recorder.publish(&event, &configmap.object_ref(&())).await {
+            warn!(origin = %err.origin, "cannot record the Warning Event: {publish}");
         }
     }
     *reported = current;
