@@ -26,6 +26,7 @@ use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
+use crate::rollout::eviction::{LastEviction, next_eviction};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
 use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
@@ -33,9 +34,6 @@ use crate::workload::{WorkloadKind, WorkloadRef};
 
 /// Every API call of the engine gets this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// After an eviction, the next one in the same workload waits at least this long, on top of the
-/// workload being healthy again, so that a status that lags the eviction cannot let two go.
-const EVICTION_SPACING: Duration = Duration::from_secs(2);
 /// Quiet time after a change before planning, so a burst of watch events costs one plan.
 const PLAN_DEBOUNCE: Duration = Duration::from_millis(200);
 
@@ -150,7 +148,7 @@ pub struct Engine {
     /// Each sidecar's content as last seen: what a new revision is described against.
     history: ContentHistory,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
-    evictions: BTreeMap<WorkloadRef, (String, Instant)>,
+    evictions: BTreeMap<WorkloadRef, LastEviction>,
     book: CampaignBook,
     /// The resourceVersion of the status ConfigMap our book corresponds to.
     known_version: Option<String>,
@@ -567,24 +565,26 @@ impl Engine {
 
     /// OnDelete: one stale pod at a time, only while the workload is healthy.
     async fn evict_next(&mut self, workload: &WorkloadRef, pods: &[String], healthy: bool) {
-        let Some(pod) = pods.last() else {
+        let Some(pod) = next_eviction(
+            pods,
+            healthy,
+            self.evictions.get(workload),
+            Timestamp::now(),
+        ) else {
             return;
         };
-        if let Some((last, at)) = self.evictions.get(workload)
-            && (pods.contains(last) || at.elapsed() < EVICTION_SPACING)
-        {
-            return;
-        }
-        if !healthy {
-            return;
-        }
         match self.evict(&workload.namespace, pod).await {
             Ok(true) => {
                 info!(workload = %workload, pod, "evicted a stale pod (OnDelete)");
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::Evicted);
-                self.evictions
-                    .insert(workload.clone(), (pod.clone(), Instant::now()));
+                self.evictions.insert(
+                    workload.clone(),
+                    LastEviction {
+                        pod: pod.to_owned(),
+                        at: Timestamp::now(),
+                    },
+                );
             }
             Ok(false) => {
                 info!(workload = %workload, pod, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
