@@ -1,6 +1,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod e2e;
 pub mod https;
 pub mod injector;
 pub mod kubelet;

@@ -1,0 +1,377 @@
+//! What the end-to-end tests share beyond the cluster: workload fixtures, waits on the
+//! cluster's state, and the one-shot commands run as a user runs them.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use super::cluster::{TestContext, put_config, rollout_args};
+use super::injector::eventually;
+
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// `logger:v1=REV` as the shipped config stamps it, computed by the library itself.
+pub fn logger_v1_stamp() -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let report = sidecar_injector::sources::directory::load_config_directory(&dir).unwrap();
+    report
+        .sidecar_set()
+        .get(&"logger:v1".parse().unwrap())
+        .expect("logger:v1 ships in config/")
+        .stamp
+        .clone()
+}
+
+pub fn template(app: &str, request: Option<&str>) -> Value {
+    let mut annotations = json!({});
+    if let Some(request) = request {
+        annotations["injector/request"] = json!(request);
+    }
+    json!({
+        "metadata": {"labels": {"app": app}, "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    })
+}
+
+pub async fn create<K>(api: &Api<K>, object: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object).expect("a valid object");
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("created");
+}
+
+/// A Deployment of `replicas` pods made from `template`, selected by its `app` label.
+pub async fn create_deployment(ctx: &TestContext, name: &str, replicas: i32, template: Value) {
+    create(&ctx.api::<Deployment>(), json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
+    }))
+    .await;
+}
+
+/// A StatefulSet (its service named after it) of `replicas` pods made from `template`.
+pub async fn create_statefulset(ctx: &TestContext, name: &str, replicas: i32, template: Value) {
+    create(
+        &ctx.api::<StatefulSet>(),
+        json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}}, "template": template}
+        }),
+    )
+    .await;
+}
+
+/// A DaemonSet (a pod per test node) made from `template`.
+pub async fn create_daemonset(ctx: &TestContext, name: &str, template: Value) {
+    create(
+        &ctx.api::<DaemonSet>(),
+        json!({
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template}
+        }),
+    )
+    .await;
+}
+
+pub async fn pods_of(ctx: &TestContext, app: &str) -> Vec<Pod> {
+    ctx.api::<Pod>()
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .expect("pods listed")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+pub fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `Kind/name` of every workload a `rollout -o json` plan restarts or holds, sorted.
+pub fn planned_workloads(plan: &Value) -> Vec<String> {
+    let mut planned: Vec<String> = plan["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(plan["waiting"].as_array().unwrap())
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["workload"]["kind"].as_str().unwrap(),
+                r["workload"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    planned.sort();
+    planned
+}
+
+pub fn annotation<'p>(pod: &'p Pod, key: &str) -> Option<&'p str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Waits until the injector's latest "sidecar configs in force" line does (or, with
+/// `present` false, no longer does) mention `text`.
+pub async fn wait_in_force(injector: &super::injector::Injector, text: String, present: bool) {
+    let what = format!("{text} {}", if present { "in force" } else { "gone" });
+    eventually(DEADLINE, &what, || async {
+        let last = injector
+            .logs()
+            .into_iter()
+            .rev()
+            .find(|l| l.contains("sidecar configs in force"))
+            .unwrap_or_default();
+        (last.contains(&text) == present).then_some(())
+    })
+    .await
+}
+
+/// The `injector/revision` item a config's text would stamp, computed by the library.
+pub fn stamp_of(text: &str) -> String {
+    let config = sidecar_injector::config::parse_config("test", text)
+        .unwrap()
+        .config;
+    sidecar_injector::config::LoadedSidecar::new(config, "test").stamp
+}
+
+pub async fn create_pod(ctx: &TestContext, name: &str, request: &str) -> Result<Pod, kube::Error> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": name}, "annotations": {"injector/request": request}},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    }))
+    .unwrap();
+    ctx.api::<Pod>().create(&PostParams::default(), &pod).await
+}
+
+/// The drift command's view of the e2e-drift test: configs as its injector reads them.
+pub fn drift_args() -> Vec<&'static str> {
+    vec![
+        "--config-directory",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+        "--configmap-namespace",
+        "e2e-drift",
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--include-namespace",
+        "e2e-drift",
+    ]
+}
+
+/// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
+pub fn drift_report(args: &[&str]) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("drift")
+        .arg("--kubeconfig")
+        .arg(&super::cluster::control_plane().kubeconfig)
+        .args(["-o", "json"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("drift runs");
+    assert!(
+        output.status.success(),
+        "drift: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("drift prints JSON")
+}
+
+// ---- The rollout engine -------------------------------------------------------------------
+
+/// A rollout test's world: the injector (with `extra`, under deploy/'s RBAC) reads the test's
+/// ConfigMaps, and `tracer:v1` is in force.
+pub async fn engine_context(test: &str, extra: &[&str]) -> TestContext {
+    let namespace = format!("e2e-{test}");
+    let ctx = TestContext::with_deploy_rbac(test, &rollout_args(&namespace, extra)).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    ctx
+}
+
+/// Waits until `app` has exactly `count` pods, all stamped with `stamp` and Ready.
+pub async fn wait_pods_at(
+    ctx: &TestContext,
+    app: &str,
+    count: usize,
+    stamp: &str,
+    deadline: Duration,
+) {
+    eventually(
+        deadline,
+        &format!("{app}: {count} ready pods at {stamp}"),
+        || async {
+            let pods = pods_of(ctx, app).await;
+            (pods.len() == count
+                && pods
+                    .iter()
+                    .all(|p| annotation(p, "injector/revision") == Some(stamp) && is_ready(p)))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until `app` has exactly `count` pods, all Ready.
+pub async fn wait_ready(ctx: &TestContext, app: &str, count: usize) {
+    eventually(DEADLINE, &format!("{app}: {count} ready pods"), || async {
+        let pods = pods_of(ctx, app).await;
+        (pods.len() == count && pods.iter().all(is_ready)).then_some(())
+    })
+    .await
+}
+
+pub fn template_annotation(
+    template: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    key: &str,
+) -> Option<String> {
+    template.as_ref()?.annotations.as_ref()?.get(key).cloned()
+}
+
+pub async fn replicaset_count(ctx: &TestContext, app: &str) -> usize {
+    ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>()
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+pub async fn events_for(ctx: &TestContext, name: &str, reason: &str) -> Vec<Event> {
+    ctx.api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+pub const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+
+pub const TRACER_V2: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+
+pub async fn tracer_workloads(ctx: &TestContext) {
+    create_deployment(ctx, "web", 2, template("web", Some("tracer:v1"))).await;
+    create_statefulset(ctx, "db", 1, template("db", Some("tracer:v1"))).await;
+    create_daemonset(ctx, "agent", template("agent", Some("tracer:v1"))).await;
+    create_deployment(ctx, "plain", 1, template("plain", Some("logger:v1"))).await;
+}
+
+/// The stdout of a command that must have succeeded.
+pub fn succeeded(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `sidecar-injector rollout` against the control plane, as an operator runs it.
+pub fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("rollout")
+        .arg("--kubeconfig")
+        .arg(&super::cluster::control_plane().kubeconfig)
+        .args([
+            "--config-directory",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+            "--configmap-namespace",
+            namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "--include-namespace",
+            namespace,
+            "--injector-namespace",
+            namespace,
+        ])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("rollout runs")
+}
+
+/// A policy/v1beta1 PodDisruptionBudget: v1.20 serves no policy/v1, and k8s-openapi's types are
+/// policy/v1 only.
+pub fn pdb_api(ctx: &TestContext) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource)
+}
+
+/// Watches the pods of `app` and remembers the fewest that were Ready and not being deleted at
+/// any moment, and every pod uid seen.
+pub fn watch_availability(
+    ctx: &TestContext,
+    app: &str,
+) -> std::sync::Arc<std::sync::Mutex<(usize, std::collections::BTreeSet<String>)>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new((
+        usize::MAX,
+        std::collections::BTreeSet::new(),
+    )));
+    let api: Api<Pod> = ctx.api();
+    let config = watcher::Config::default().labels(&format!("app={app}"));
+    let out = seen.clone();
+    tokio::spawn(async move {
+        let mut ready: std::collections::BTreeMap<String, bool> = Default::default();
+        let mut stream = watcher(api, config).boxed();
+        let mut listed = false;
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            match event {
+                watcher::Event::Init => ready.clear(),
+                watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
+                    let up = pod.metadata.deletion_timestamp.is_none() && is_ready(&pod);
+                    out.lock()
+                        .unwrap()
+                        .1
+                        .insert(pod.metadata.uid.clone().unwrap_or_default());
+                    ready.insert(pod.metadata.name.clone().unwrap_or_default(), up);
+                }
+                watcher::Event::Delete(pod) => {
+                    ready.remove(&pod.metadata.name.clone().unwrap_or_default());
+                }
+                watcher::Event::InitDone => listed = true,
+            }
+            if listed {
+                let up = ready.values().filter(|up| **up).count();
+                let mut out = out.lock().unwrap();
+                out.0 = out.0.min(up);
+            }
+        }
+    });
+    seen
+}
