@@ -12,6 +12,7 @@ pub mod json_patch;
 pub mod manifest;
 mod patch_builder;
 mod pod;
+pub mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet};
 

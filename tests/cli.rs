@@ -172,6 +172,105 @@ fn inject_honours_the_annotation_namespace() {
     );
 }
 
+fn pod(namespace: &str, annotations: &str, env_value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: {namespace}\n  annotations: {{{annotations}}}\nspec: {{containers: [{{name: app, env: [{{name: FLAG, value: \"{env_value}\"}}]}}]}}\n"
+    )
+}
+
+fn injected(output: &Output) -> bool {
+    documents(output)[0]["metadata"]["annotations"]
+        .get("injector/status")
+        .is_some()
+}
+
+#[test]
+fn an_added_ignored_namespace_keeps_the_defaults_and_an_empty_one_clears_them() {
+    let manifest = pod("kube-system", "injector/request: logger:v1", "x");
+    let added = run(
+        &["inject", "--ignore-namespace", "team-a", "-f", "-"],
+        Some(&manifest),
+    );
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    assert!(!injected(&added), "kube-system stays ignored");
+    assert_eq!(
+        text(&added.stderr).trim(),
+        "Pod/p: not injected: namespace kube-system is ignored (--ignore-namespace)"
+    );
+    let team = pod("team-a", "injector/request: logger:v1", "x");
+    let output = run(
+        &["inject", "--ignore-namespace", "team-a", "-f", "-"],
+        Some(&team),
+    );
+    assert!(!injected(&output), "the added namespace is ignored too");
+    let cleared = run(
+        &["inject", "--ignore-namespace=", "-f", "-"],
+        Some(&manifest),
+    );
+    assert!(injected(&cleared), "{}", text(&cleared.stderr));
+}
+
+#[test]
+fn inject_says_on_stderr_why_it_let_a_requesting_pod_through() {
+    let tumblr = pod("team", "injector.tumblr.com/request: logger:v1", "x");
+    let output = run(&["inject", "-f", "-"], Some(&tumblr));
+    assert!(output.status.success());
+    assert!(!injected(&output));
+    assert_eq!(
+        text(&output.stderr).trim(),
+        "Pod/p: not injected: no injector/request annotation, but injector.tumblr.com/request is set: is --annotation-namespace right?"
+    );
+    let missing = pod("team", "injector/request: logger:v9", "x");
+    let allowed = run(
+        &["inject", "--on-missing-sidecar", "allow", "-f", "-"],
+        Some(&missing),
+    );
+    assert!(allowed.status.success());
+    assert!(
+        text(&allowed.stderr).contains(
+            r#"Pod/p: not injected: no requested sidecar exists ("logger:v9"); let through by --on-missing-sidecar=allow"#
+        ),
+        "{}",
+        text(&allowed.stderr)
+    );
+    let plain = run(&["inject", "-f", "-"], Some(&pod("team", "", "x")));
+    assert_eq!(
+        text(&plain.stderr),
+        "",
+        "a pod that requests nothing is not worth a line"
+    );
+}
+
+#[test]
+fn a_denial_writes_nothing_to_stdout_so_a_pipe_applies_nothing() {
+    let good = pod("team", "injector/request: logger:v1", "x");
+    let bad = pod("team", "injector/request: logger:v9", "x");
+    let output = run(&["inject", "-f", "-"], Some(&format!("{good}---\n{bad}")));
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(text(&output.stdout), "");
+    assert!(text(&output.stderr).contains("denied"));
+}
+
+#[test]
+fn strings_a_yaml_1_1_reader_would_retype_are_printed_quoted() {
+    for value in ["on", "yes", "off", "0644", "2024-01-01", "~"] {
+        let output = run(
+            &["inject", "-f", "-"],
+            Some(&pod("team", "injector/request: logger:v1", value)),
+        );
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let printed = text(&output.stdout);
+        assert!(
+            printed.contains(&format!("value: \"{value}\"")),
+            "{value} must be quoted:\n{printed}"
+        );
+        assert_eq!(
+            documents(&output)[0]["spec"]["containers"][0]["env"][0]["value"],
+            value
+        );
+    }
+}
+
 #[test]
 fn validate_lists_every_example_with_its_revision() {
     let output = run(&["validate"], None);

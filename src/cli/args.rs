@@ -74,6 +74,34 @@ pub struct ConfigMapArgs {
     pub configmap_labels: Option<String>,
 }
 
+/// Namespaces whose pods are never injected (nor restarted), the same for every command.
+#[derive(Debug, Args)]
+pub struct IgnoredNamespaceArgs {
+    /// A namespace whose pods are never injected, added to kube-system and kube-public
+    /// (repeatable). An empty value (`--ignore-namespace=`) clears those defaults.
+    #[arg(long = "ignore-namespace", value_name = "NAMESPACE")]
+    pub ignore_namespaces: Vec<String>,
+}
+
+impl IgnoredNamespaceArgs {
+    /// The defaults plus every namespace given; none of the defaults after an empty value.
+    pub fn namespaces(&self) -> BTreeSet<String> {
+        let clear = self.ignore_namespaces.iter().any(|n| n.trim().is_empty());
+        let defaults = DEFAULT_IGNORED_NAMESPACES
+            .iter()
+            .filter(|_| !clear)
+            .map(|n| (*n).to_owned());
+        defaults
+            .chain(
+                self.ignore_namespaces
+                    .iter()
+                    .map(|n| n.trim().to_owned())
+                    .filter(|n| !n.is_empty()),
+            )
+            .collect()
+    }
+}
+
 /// What drift counts as restartable and where it looks, the same for `serve` and `drift`.
 #[derive(Debug, Args)]
 pub struct DriftPolicyArgs {
@@ -158,9 +186,8 @@ pub struct OneShotArgs {
     pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     pub drift: DriftPolicyArgs,
-    /// Namespaces never injected (repeatable), as `serve`'s --ignore-namespace.
-    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
-    pub ignore_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub ignore_namespaces: IgnoredNamespaceArgs,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
@@ -238,10 +265,9 @@ pub struct ServeArgs {
     /// Serving key (PEM) [default: /var/lib/secrets/cert.key].
     #[arg(long, env = "TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
-    /// Namespaces whose pods are never injected; repeat the flag for several. The injector's own
-    /// namespace is always added when running in a cluster.
-    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
-    pub ignore_namespaces: Vec<String>,
+    /// The injector's own namespace is always added when running in a cluster.
+    #[command(flatten)]
+    pub ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
     #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
     pub on_missing_sidecar: MissingSidecarPolicy,
@@ -317,9 +343,8 @@ pub struct InjectArgs {
     /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
     pub annotation_namespace: String,
-    /// Namespaces whose pods are never injected; repeat the flag for several.
-    #[arg(long = "ignore-namespace", default_values = DEFAULT_IGNORED_NAMESPACES)]
-    pub ignore_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
     #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
     pub on_missing_sidecar: MissingSidecarPolicy,

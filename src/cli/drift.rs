@@ -25,7 +25,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let policy = args
             .cluster
             .drift
-            .policy(args.cluster.ignore_namespaces.iter().cloned().collect());
+            .policy(args.cluster.ignore_namespaces.namespaces());
         let report = match revisions_in_force(&client, &args.cluster.injector_namespace).await? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&sidecars, &policy),

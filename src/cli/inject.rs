@@ -1,6 +1,5 @@
 //! `inject`: what the webhook would do to each document of a file, offline.
 
-use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 use std::process::ExitCode;
 
@@ -12,7 +11,9 @@ use super::args::*;
 use super::one_shot::*;
 use crate::annotations::AnnotationKeys;
 use crate::injection::InjectionSettings;
+use crate::injection::SkipReason;
 use crate::injection::manifest::{ObjectOutcome, inject_manifest};
+use crate::injection::yaml::to_yaml;
 use crate::sources::directory::load_config_directory;
 
 pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
@@ -23,11 +24,7 @@ pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
     let sidecars = report.sidecar_set();
     let settings = InjectionSettings {
         keys: AnnotationKeys::new(&args.annotation_namespace),
-        ignored_namespaces: args
-            .ignore_namespaces
-            .iter()
-            .cloned()
-            .collect::<BTreeSet<_>>(),
+        ignored_namespaces: args.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar,
     };
 
@@ -50,7 +47,11 @@ pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
                         );
                     }
                 }
-                ObjectOutcome::Skipped { .. } => {}
+                ObjectOutcome::Skipped { label, reason } => {
+                    if let Some(why) = skip_message(&reason, &document, &settings) {
+                        eprintln!("{label}: not injected: {why}");
+                    }
+                }
                 ObjectOutcome::Denied { label, message } => {
                     eprintln!("{label}: denied: {message}");
                     denied = true;
@@ -58,9 +59,13 @@ pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
             }
         }
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&document).context("cannot print YAML")?);
+        out.push_str(&to_yaml(&document));
     }
-    io::stdout().write_all(out.as_bytes())?;
+    // A denial prints nothing: piped into `kubectl apply`, the unmodified objects must not be
+    // applied as if they had been injected.
+    if !denied {
+        io::stdout().write_all(out.as_bytes())?;
+    }
     Ok(if denied {
         ExitCode::FAILURE
     } else {
@@ -77,5 +82,55 @@ fn read_input(file: &str) -> anyhow::Result<String> {
         Ok(text)
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))
+    }
+}
+
+/// Why an object with a pod template was let through unchanged, when a person would wonder.
+/// `None` for an object that requests nothing under our annotation namespace nor another.
+fn skip_message(
+    reason: &SkipReason,
+    document: &Value,
+    settings: &InjectionSettings,
+) -> Option<String> {
+    match reason {
+        SkipReason::AlreadyInjected => Some(format!(
+            "already injected ({} is set)",
+            settings.keys.status
+        )),
+        SkipReason::IgnoredNamespace(namespace) => Some(format!(
+            "namespace {namespace} is ignored (--ignore-namespace)"
+        )),
+        SkipReason::NothingFound(missing) => {
+            let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
+            Some(format!(
+                "no requested sidecar exists ({}); let through by --on-missing-sidecar=allow",
+                names.join(", ")
+            ))
+        }
+        SkipReason::NoRequest => {
+            let other = other_request_key(document, &settings.keys.request)?;
+            Some(format!(
+                "no {} annotation, but {other} is set: is --annotation-namespace right?",
+                settings.keys.request
+            ))
+        }
+    }
+}
+
+/// A `*/request` annotation under another namespace, anywhere in the document.
+fn other_request_key(value: &Value, ours: &str) -> Option<String> {
+    match value {
+        Value::Object(map) => map
+            .get("annotations")
+            .and_then(Value::as_object)
+            .and_then(|annotations| {
+                annotations
+                    .keys()
+                    .find(|k| k.ends_with("/request") && k.as_str() != ours)
+                    .cloned()
+            })
+            .or_else(|| map.values().find_map(|v| other_request_key(v, ours))),
+        Value::Array(items) => items.iter().find_map(|v| other_request_key(v, ours)),
+        _ => None,
     }
 }

@@ -190,7 +190,7 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
         policy: args
             .cluster
             .drift
-            .policy(args.cluster.ignore_namespaces.iter().cloned().collect()),
+            .policy(args.cluster.ignore_namespaces.namespaces()),
         namespace: args.cluster.injector_namespace.clone(),
         replan_every: Duration::from_secs(1),
         ignore_manual_policy: true,

@@ -27,7 +27,7 @@ const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/servicea
 // Wiring, not a decision: every flag mapped onto ServeOptions in one place.
 #[allow(clippy::too_many_lines)]
 pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
-    let mut ignored: BTreeSet<String> = args.ignore_namespaces.iter().cloned().collect();
+    let mut ignored: BTreeSet<String> = args.ignore_namespaces.namespaces();
     let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
         .ok()
         .map(|ns| ns.trim().to_owned());
