@@ -432,3 +432,45 @@ fn the_configmap_source_says_what_it_needs() {
         text(&no_namespace.stderr)
     );
 }
+
+#[test]
+fn a_bare_v_means_debug_and_glog_values_still_work() {
+    for args in [
+        &["-v", "validate"][..],
+        &["validate", "-v"][..],
+        &["--v", "validate"][..],
+        &["-v=2", "validate"][..],
+        &["-v", "2", "validate"][..],
+        &["--log-level", "warn", "validate"][..],
+    ] {
+        let output = run(args, None);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn rollout_accepts_dry_run_and_refuses_it_with_confirm() {
+    let output = run(
+        &[
+            "rollout",
+            "--dry-run",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ],
+        None,
+    );
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("cannot read --kubeconfig"), "{stderr}");
+    let both = run(&["rollout", "--dry-run", "--confirm"], None);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(
+        text(&both.stderr).contains("cannot be used with"),
+        "{}",
+        text(&both.stderr)
+    );
+}

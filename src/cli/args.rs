@@ -207,6 +207,9 @@ pub struct RolloutArgs {
     /// plans).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub confirm: bool,
+    /// Only plan (the default; what everyone types).
+    #[arg(long, conflicts_with = "confirm")]
+    pub dry_run: bool,
     /// Clear paused campaigns (earlier failures stop counting) before planning.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub resume: bool,
@@ -393,7 +396,35 @@ impl Cli {
         let command = <Self as clap::CommandFactory>::command()
             .mut_args(unset_if_empty)
             .mut_subcommands(|sub| sub.mut_args(unset_if_empty));
-        let matches = command.get_matches();
+        let subcommands: Vec<String> = command
+            .get_subcommands()
+            .map(|sub| sub.get_name().to_owned())
+            .collect();
+        let args = bare_verbosity(std::env::args_os(), &subcommands);
+        let matches = command.get_matches_from(args);
         <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
     }
+}
+
+/// `-v` (or `--v`) without a value means debug, as a person types it: `sidecar-injector -v
+/// serve`. glog's `-v=2` and `-v 2` keep their value; a bare `-v` is one followed by nothing,
+/// another flag or a subcommand.
+pub fn bare_verbosity(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    subcommands: &[String],
+) -> Vec<std::ffi::OsString> {
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let mut out = Vec::with_capacity(args.len());
+    for (index, arg) in args.iter().enumerate() {
+        let bare = index > 0 && (arg == "-v" || arg == "--v");
+        let next = args.get(index + 1).and_then(|n| n.to_str());
+        let takes_next =
+            next.is_some_and(|n| !n.starts_with('-') && !subcommands.iter().any(|s| s == n));
+        if bare && !takes_next {
+            out.push("--log-level=debug".into());
+        } else {
+            out.push(arg.clone());
+        }
+    }
+    out
 }
