@@ -190,6 +190,7 @@ pub struct Metrics {
     pub config_reloads: Family<ReloadLabels, Counter>,
     pub configs_loaded: Family<SourceLabels, Gauge>,
     pub certificate_reloads: Family<CertificateLabels, Counter>,
+    pub certificate_expiration: Gauge,
     pub pods: Family<DriftLabels, Gauge>,
     pub rollouts: Family<RolloutLabels, Counter>,
     pub campaigns: Family<CampaignLabels, Gauge>,
@@ -250,6 +251,13 @@ impl Metrics {
             "certificate_reloads",
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
             certificate_reloads.clone(),
+        );
+        let certificate_expiration = Gauge::default();
+        registry.register_with_unit(
+            "certificate_expiration_timestamp",
+            "When the serving certificate in use expires (Unix time), as cert-manager exports it",
+            Unit::Seconds,
+            certificate_expiration.clone(),
         );
         let pods = Family::<DriftLabels, Gauge>::default();
         registry.register(
@@ -318,6 +326,7 @@ impl Metrics {
             config_reloads,
             configs_loaded,
             certificate_reloads,
+            certificate_expiration,
             pods,
             rollouts,
             campaigns,

@@ -11,7 +11,7 @@ use anyhow::Context;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 pub mod http;
 pub mod tls;
@@ -22,7 +22,7 @@ use crate::injection::InjectionSettings;
 use crate::metrics::Metrics;
 use crate::sources::{ConfigSources, reload_configs, spawn_config_reloader, watch_paths};
 pub use http::{Readiness, WebhookState, lifecycle_router, webhook_router};
-use tls::{DevCertificates, server_config_from_files};
+use tls::{DevCertificates, not_after, server_config_from_files};
 
 /// Where development certificates go when the default certificate files are missing.
 pub const DEV_CERTS_DIR: &str = "certs";
@@ -120,6 +120,20 @@ fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
     Ok((cert, key))
 }
 
+/// Exports when the serving certificate in `cert_file` expires.
+fn record_expiry(cert_file: &Path, metrics: &Metrics) {
+    let label = cert_file.display().to_string();
+    match std::fs::read(cert_file)
+        .map_err(|e| e.to_string())
+        .and_then(|pem| not_after(&pem, &label).map_err(|e| e.to_string()))
+    {
+        Ok(expiry) => {
+            metrics.certificate_expiration.set(expiry);
+        }
+        Err(err) => warn!("cannot tell when the serving certificate expires: {err}"),
+    }
+}
+
 /// Reloads the serving pair after each (debounced) change in the directories holding it; a
 /// pair that does not load leaves the current one serving.
 fn spawn_certificate_reloader(
@@ -146,6 +160,7 @@ fn spawn_certificate_reloader(
                 Ok(config) => {
                     tls.reload_from_config(config);
                     metrics.record_certificate_reload(true);
+                    record_expiry(&cert_file, &metrics);
                     info!(cert = %cert_file.display(), "serving certificate reloaded");
                 }
                 Err(err) => {
@@ -229,6 +244,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         server_config_from_files(&cert_file, &key_file)
             .context("cannot load the serving certificate")?,
     );
+    record_expiry(&cert_file, &metrics);
     spawn_certificate_reloader(&options, cert_file, key_file, tls.clone(), metrics.clone())?;
 
     let state = Arc::new(WebhookState {

@@ -474,3 +474,36 @@ fn rollout_accepts_dry_run_and_refuses_it_with_confirm() {
         text(&both.stderr)
     );
 }
+
+#[test]
+fn certs_are_valid_for_a_year_unless_told_and_say_where_they_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let days_valid = |args: &[&str]| {
+        let output = run(args, None);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let pem = std::fs::read(dir.path().join("tls.crt")).unwrap();
+        let expiry = sidecar_injector::serve::tls::not_after(&pem, "tls.crt").unwrap();
+        (expiry - now) as f64 / 86_400.0
+    };
+    let year = days_valid(&["certs", "--out-dir", out, "--dns-name", "x.svc"]);
+    assert!((364.9..=365.1).contains(&year), "{year} days");
+    let month = days_valid(&[
+        "certs",
+        "--out-dir",
+        out,
+        "--dns-name",
+        "x.svc",
+        "--validity",
+        "30d",
+    ]);
+    assert!((29.9..=30.1).contains(&month), "{month} days");
+    let ignored = std::fs::read_to_string(Path::new(ROOT).join(".gitignore")).unwrap();
+    for path in ["/tls", "/cabundle.txt", "/certs"] {
+        assert!(ignored.lines().any(|l| l == path), "{path} is git-ignored");
+    }
+}

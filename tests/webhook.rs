@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
-use sidecar_injector::serve::tls::DevCertificates;
+use sidecar_injector::serve::tls::{DevCertificates, not_after};
 use support::https::TlsClient;
 use support::injector::{Injector, eventually};
 
@@ -355,6 +355,9 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
     let client = TlsClient::new(&[setup.certs.ca_pem.as_bytes(), rotated.ca_pem.as_bytes()]);
     let first_der = client.connect(injector.tls).await.unwrap().peer_certificate;
     let review = serde_json::to_vec(&fixture("bare-pod.json")).unwrap();
+    let expiry = "sidecar_injector_certificate_expiration_timestamp_seconds";
+    let expiry_of = |pem: &str| not_after(pem.as_bytes(), "tls.crt").unwrap() as f64;
+    assert_eq!(injector.metric(expiry), expiry_of(&setup.certs.cert_pem));
 
     // A client loops, a new connection (handshake) per request, while the files rotate.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -406,6 +409,12 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
         let der = client.connect(injector.tls).await.ok()?.peer_certificate;
         (der != first_der).then_some(der)
     })
+    .await;
+    eventually(
+        DEADLINE,
+        "the expiry gauge follows the new certificate",
+        || async { (injector.metric(expiry) == expiry_of(&rotated.cert_pem)).then_some(()) },
+    )
     .await;
     let rotated_at = requests();
     eventually(DEADLINE, "the loop runs on the new certificate", || async {

@@ -330,6 +330,9 @@ pub struct CertsArgs {
     /// sidecar-injector.injector-system.svc.
     #[arg(long = "dns-name", required = true)]
     pub dns_names: Vec<String>,
+    /// How long the certificates are valid (e.g. 90d, 1y).
+    #[arg(long, default_value = "365d", value_parser = humantime::parse_duration)]
+    pub validity: Duration,
 }
 
 #[derive(Debug, Args)]

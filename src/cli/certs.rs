@@ -6,7 +6,7 @@ use super::args::*;
 use crate::serve::tls::DevCertificates;
 
 pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
-    let certs = DevCertificates::generate(&args.dns_names)?;
+    let certs = DevCertificates::generate_valid_for(&args.dns_names, args.validity)?;
     certs.write(&args.out_dir)?;
     eprintln!(
         "wrote {dir}/ca.crt, {dir}/tls.crt and {dir}/tls.key for {names}; the caBundle for the webhook configuration:",

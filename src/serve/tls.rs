@@ -32,6 +32,28 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
     #[error("cannot write {path}: {source}")]
     Write { path: String, source: io::Error },
+    #[error("{path}: cannot read the certificate's validity: {message}")]
+    Validity { path: String, message: String },
+}
+
+/// Development certificates are valid this long unless told otherwise.
+pub const DEFAULT_DEV_VALIDITY: std::time::Duration =
+    std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// When the first certificate of a PEM chain expires, as Unix seconds (what the expiry gauge
+/// exports, as cert-manager's does).
+pub fn not_after(cert_pem: &[u8], label: &str) -> Result<i64, TlsError> {
+    let error = |message: String| TlsError::Validity {
+        path: label.to_owned(),
+        message,
+    };
+    let der = CertificateDer::pem_slice_iter(cert_pem)
+        .next()
+        .ok_or_else(|| error("no PEM certificate".into()))?
+        .map_err(|e| error(e.to_string()))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der.as_ref()).map_err(|e| error(e.to_string()))?;
+    Ok(cert.validity().not_after.timestamp())
 }
 
 /// Installs the one crypto provider of this binary (ring). rustls panics when it has to pick
@@ -98,15 +120,31 @@ pub struct DevCertificates {
 }
 
 impl DevCertificates {
-    /// Names are DNS names or IP addresses (`127.0.0.1` becomes an IP SAN).
+    /// Names are DNS names or IP addresses (`127.0.0.1` becomes an IP SAN); valid for
+    /// [`DEFAULT_DEV_VALIDITY`] from now.
     pub fn generate(names: &[String]) -> Result<Self, TlsError> {
+        Self::generate_valid_for(names, DEFAULT_DEV_VALIDITY)
+    }
+
+    /// As [`DevCertificates::generate`], valid from an hour ago (clock skew) for `validity`.
+    pub fn generate_valid_for(
+        names: &[String],
+        validity: std::time::Duration,
+    ) -> Result<Self, TlsError> {
+        let now = time::OffsetDateTime::now_utc();
+        let not_before = now - time::Duration::hours(1);
+        let not_after = now + time::Duration::try_from(validity).unwrap_or(time::Duration::MAX);
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.not_before = not_before;
+        ca_params.not_after = not_after;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         ca_params.distinguished_name = distinguished_name("sidecar-injector development CA");
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
         let mut params = CertificateParams::new(names.to_vec())?;
+        params.not_before = not_before;
+        params.not_after = not_after;
         params.distinguished_name = distinguished_name(
             names
                 .first()
@@ -171,6 +209,26 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn development_certificates_are_valid_for_a_year_or_as_told() {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let year = DevCertificates::generate(&["x".into()]).unwrap();
+        for pem in [&year.cert_pem, &year.ca_pem] {
+            let expiry = not_after(pem.as_bytes(), "tls.crt").unwrap();
+            let days = (expiry - now) as f64 / 86_400.0;
+            assert!((364.9..=365.1).contains(&days), "{days} days");
+        }
+        let month = DevCertificates::generate_valid_for(
+            &["x".into()],
+            std::time::Duration::from_secs(30 * 86_400),
+        )
+        .unwrap();
+        let days =
+            (not_after(month.cert_pem.as_bytes(), "tls.crt").unwrap() - now) as f64 / 86_400.0;
+        assert!((29.9..=30.1).contains(&days), "{days} days");
+        assert!(not_after(b"not a certificate", "x").is_err());
+    }
 
     #[test]
     fn generated_pair_builds_a_server_config() {
