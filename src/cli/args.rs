@@ -338,9 +338,12 @@ pub struct CertsArgs {
 #[derive(Debug, Args)]
 pub struct ConfigDirectoryArgs {
     /// Directory of sidecar configs (*.yaml, *.yml).
-    #[arg(long, env = "CONFIG_DIR", default_value = "config/")]
+    #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIRECTORY)]
     pub config_directory: PathBuf,
 }
+
+/// Where configs are read from unless told otherwise (Tumblr's image uses /conf via CONFIG_DIR).
+pub const DEFAULT_CONFIG_DIRECTORY: &str = "config/";
 
 #[derive(Debug, Args)]
 pub struct InjectArgs {

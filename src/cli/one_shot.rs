@@ -62,6 +62,18 @@ pub async fn one_shot_configs(
             tracing::debug!("no config directory {}: {err}", dir.display());
             LoadReport::default()
         }
+        // Run outside a checkout, the default directory is simply not there: the published
+        // revisions (or ConfigMaps) still say everything. A directory the user named must exist.
+        Err(err)
+            if err.kind() == std::io::ErrorKind::NotFound
+                && dir == Path::new(DEFAULT_CONFIG_DIRECTORY) =>
+        {
+            eprintln!(
+                "no {} directory here: no sidecar configs from disk (--config-directory to name one)",
+                dir.display()
+            );
+            LoadReport::default()
+        }
         Err(err) => {
             return Err(anyhow::anyhow!(
                 "cannot read config directory {}: {err}",

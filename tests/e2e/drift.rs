@@ -168,4 +168,18 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .find(|s| s["name"] == "tracer:v1")
         .unwrap();
     assert_eq!(tracer["revision"], v1_revision);
+
+    // Outside a checkout there is no config/ directory: not an error when the status
+    // ConfigMap supplies the revisions.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = drift_report_from(
+        elsewhere.path(),
+        &[
+            "--include-namespace",
+            "e2e-drift",
+            "--injector-namespace",
+            "e2e-drift",
+        ],
+    );
+    assert_eq!(state(&outside, "Deployment", "web"), "current");
 }

@@ -184,13 +184,18 @@ pub fn drift_args() -> Vec<&'static str> {
 
 /// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
 pub fn drift_report(args: &[&str]) -> Value {
+    drift_report_from(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args)
+}
+
+/// As [`drift_report`], run from `dir` (outside the checkout, say).
+pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("drift")
         .arg("--kubeconfig")
         .arg(&super::cluster::control_plane().kubeconfig)
         .args(["-o", "json"])
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(dir)
         .output()
         .expect("drift runs");
     assert!(
