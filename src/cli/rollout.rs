@@ -347,7 +347,12 @@ fn watch_live_pods(
 
 fn print_plan_summary(plan: &RolloutPlan) {
     for restart in &plan.restarts {
-        eprintln!("restarting {}: {}", restart.workload, restart.reason);
+        eprintln!(
+            "{} {}: {}",
+            restart.action(),
+            restart.workload,
+            restart.reason
+        );
     }
 }
 
@@ -358,11 +363,11 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
         OutputFormat::Table => {
             writeln!(out, "{:<56} {:<8} REASON", "WORKLOAD", "ACTION")?;
             for restart in &plan.restarts {
-                let action = if restart.canary { "canary" } else { "restart" };
                 writeln!(
                     out,
-                    "{:<56} {action:<8} {}",
+                    "{:<56} {:<8} {}",
                     restart.workload.to_string(),
+                    restart.action(),
                     restart.reason
                 )?;
             }

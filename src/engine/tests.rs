@@ -95,6 +95,7 @@ fn engine(client: Client) -> (Engine, Arc<Metrics>) {
 fn restart_of_web() -> Restart {
     let changes = vec![SidecarChange {
         sidecar: "logger:v1".into(),
+        state: crate::drift::DriftState::Stale,
         from: Some("aaaaaaaaaaaa".into()),
         to: "bbbbbbbbbbbb".into(),
         what: Some(r#"containers[shipper].image "1.0" -> "2.0""#.into()),

@@ -5,9 +5,14 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::drift::DriftState;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SidecarChange {
     pub sidecar: String,
+    /// What the workload's pods run now: stale (`from` is their revision), uninjected, or
+    /// injected without a revision (unknown).
+    pub state: DriftState,
     /// The revision the workload's stale pods run; `None` when they were never injected or
     /// carry no revision.
     pub from: Option<String>,
@@ -39,7 +44,11 @@ pub fn rollout_reason(changes: &[SidecarChange]) -> String {
     changes
         .iter()
         .map(|c| {
-            let from = c.from.as_deref().unwrap_or("(not injected)");
+            let from = match (&c.from, c.state) {
+                (Some(revision), _) => revision.as_str(),
+                (None, DriftState::Unknown) => "(injected without a revision)",
+                (None, _) => "(not injected)",
+            };
             let mut text = format!("sidecar {} {from} -> {}", c.sidecar, c.to);
             if let Some(what) = &c.what {
                 text.push_str(": ");

@@ -53,6 +53,9 @@ pub struct SidecarTarget {
     pub manual: bool,
     /// What changed from the previous revision, when the engine saw both.
     pub changes: Option<String>,
+    /// What changed from each older revision this process saw, by that revision: a pod
+    /// several revisions behind is described from the revision it runs.
+    pub changes_from: BTreeMap<String, String>,
 }
 
 /// A restart the executor should make now.
@@ -170,6 +173,18 @@ pub struct RolloutPlan {
     pub finished_not_current: Vec<WorkloadRef>,
     #[serde(skip)]
     pub book: CampaignBook,
+}
+
+impl Restart {
+    /// What the restart does, as the plan prints it: a bare pod is evicted and nothing
+    /// recreates it.
+    pub fn action(&self) -> &'static str {
+        match (self.workload.kind, self.canary) {
+            (crate::workload::WorkloadKind::Pod, _) => "evict (not recreated)",
+            (_, true) => "restart (canary)",
+            (_, false) => "restart",
+        }
+    }
 }
 
 impl RolloutPlan {

@@ -372,14 +372,15 @@ fn restart(
     let changes: Vec<SidecarChange> = candidate
         .restart_for
         .iter()
-        .map(|r| SidecarChange {
-            sidecar: r.sidecar.clone(),
-            from: r.from_revision.clone(),
-            to: input.targets[&r.sidecar].revision.clone(),
-            what: book
-                .campaigns
-                .get(&r.sidecar)
-                .and_then(|c| c.changes.clone()),
+        .map(|r| {
+            let target = &input.targets[&r.sidecar];
+            SidecarChange {
+                sidecar: r.sidecar.clone(),
+                state: r.state,
+                from: r.from_revision.clone(),
+                to: target.revision.clone(),
+                what: what_changed(book, target, &r.sidecar, r.from_revision.as_deref()),
+            }
         })
         .collect();
     Restart {
@@ -391,6 +392,24 @@ fn restart(
         on_delete,
         workload,
     }
+}
+
+/// What changed from the revision the pods run to the target: described only when this process
+/// saw that revision's content, or the campaign's own change starts from it (a pod several
+/// revisions behind is not described with the latest change alone).
+fn what_changed(
+    book: &CampaignBook,
+    target: &SidecarTarget,
+    sidecar: &str,
+    from: Option<&str>,
+) -> Option<String> {
+    let from = from?;
+    target.changes_from.get(from).cloned().or_else(|| {
+        book.campaigns
+            .get(sidecar)
+            .filter(|c| c.previous.as_deref() == Some(from))
+            .and_then(|c| c.changes.clone())
+    })
 }
 
 /// Campaign states and counts, as the status ConfigMap shows them.

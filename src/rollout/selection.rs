@@ -196,6 +196,7 @@ impl ContainerSelection {
                         revision: self.revision(),
                         manual: false,
                         changes: None,
+                        changes_from: BTreeMap::new(),
                     },
                 )
             })

@@ -16,7 +16,12 @@ use crate::config::{RevisionsInForce, RolloutMode, SidecarSet};
 pub struct ContentHistory {
     seen: BTreeMap<String, SeenContent>,
     changes: BTreeMap<String, DescribedChange>,
+    /// Per sidecar, the contents of the revisions seen before the current one, newest last.
+    older: BTreeMap<String, Vec<SeenContent>>,
 }
+
+/// How many older contents are kept per sidecar, to describe pods several revisions behind.
+const OLDER_CONTENTS: usize = 10;
 
 /// The last revision of a sidecar seen, with its injected content.
 #[derive(Debug)]
@@ -59,13 +64,22 @@ impl ContentHistory {
                     },
                 );
             }
-            self.seen.insert(
+            let changes_from = self.changes_from(&name, &revision, &content);
+            let previous = self.seen.insert(
                 name.clone(),
                 SeenContent {
                     revision: revision.clone(),
                     content,
                 },
             );
+            if let Some(previous) = previous.filter(|p| p.revision != revision) {
+                let older = self.older.entry(name.clone()).or_default();
+                older.retain(|o| o.revision != previous.revision && o.revision != revision);
+                older.push(previous);
+                if older.len() > OLDER_CONTENTS {
+                    older.remove(0);
+                }
+            }
             let changes = self
                 .changes
                 .get(&name)
@@ -78,10 +92,36 @@ impl ContentHistory {
                     revision,
                     manual,
                     changes,
+                    changes_from,
                 },
             );
         }
         targets
+    }
+}
+
+impl ContentHistory {
+    /// What changed to `revision` from each revision of `sidecar` seen before it.
+    fn changes_from(
+        &self,
+        sidecar: &str,
+        revision: &str,
+        content: &Value,
+    ) -> BTreeMap<String, String> {
+        let last = self.seen.get(sidecar).into_iter();
+        self.older
+            .get(sidecar)
+            .into_iter()
+            .flatten()
+            .chain(last)
+            .filter(|old| old.revision != revision)
+            .map(|old| {
+                (
+                    old.revision.clone(),
+                    describe_changes(&old.content, content),
+                )
+            })
+            .collect()
     }
 }
 
@@ -104,6 +144,7 @@ pub fn published_targets(
                 revision: revision.to_owned(),
                 manual,
                 changes: None,
+                changes_from: BTreeMap::new(),
             };
             (name.to_owned(), target)
         })
@@ -138,6 +179,31 @@ mod tests {
         // The description stays with its revision on the next plan.
         let again = history.targets(&set(V2), true);
         assert_eq!(again["logger:v1"].changes, second["logger:v1"].changes);
+    }
+
+    const V3: &str =
+        "name: logger:v1\ncontainers: [{name: shipper, image: 'shipper:3.0', args: [-q]}]\n";
+
+    #[test]
+    fn a_pod_several_revisions_behind_is_described_from_its_own_revision() {
+        let mut history = ContentHistory::default();
+        let v1 = history.targets(&set(V1), true)["logger:v1"]
+            .revision
+            .clone();
+        let v2 = history.targets(&set(V2), true)["logger:v1"]
+            .revision
+            .clone();
+        let v3 = history.targets(&set(V3), true);
+        let target = &v3["logger:v1"];
+        assert_eq!(
+            target.changes_from[&v2],
+            r#"containers[shipper].args (none) -> ["-q"], containers[shipper].image "shipper:2.0" -> "shipper:3.0""#
+        );
+        assert_eq!(
+            target.changes_from[&v1],
+            r#"containers[shipper].args (none) -> ["-q"], containers[shipper].image "shipper:1.0" -> "shipper:3.0""#
+        );
+        assert_eq!(target.changes, Some(target.changes_from[&v2].clone()));
     }
 
     #[test]

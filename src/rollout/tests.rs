@@ -76,6 +76,11 @@ impl World {
                 revision: revision.into(),
                 manual: false,
                 changes: Some("containers[logger].image \"l:1\" -> \"l:2\"".into()),
+                // The engine saw OLD's content before: pods at OLD are described from it.
+                changes_from: BTreeMap::from([(
+                    OLD.to_owned(),
+                    "containers[logger].image \"l:1\" -> \"l:2\"".to_owned(),
+                )]),
             },
         );
         self
@@ -611,6 +616,53 @@ fn bare_pods_are_evicted_only_with_evict_bare_pods() {
     assert_eq!(restarted(&plan), ["lonely"]);
     assert_eq!(plan.restarts[0].workload.kind, WorkloadKind::Pod);
     assert_eq!(plan.restarts[0].target, None);
+    assert_eq!(plan.restarts[0].action(), "evict (not recreated)");
+}
+
+#[test]
+fn restarts_are_described_from_what_the_pods_actually_run() {
+    let mut world = World::new();
+    world.settings.max_parallel = 10;
+    world.settings.canary = 0;
+    world.policy.restart_unknown = true;
+    world
+        .deployment("behind", 1, Some("eeeeeeeeeeee"))
+        .deployment("stale", 1, Some(OLD))
+        .deployment("unknown", 1, Some(""))
+        .deployment("uninjected", 1, None);
+    let plan = world.plan();
+    let reason = |name: &str| {
+        plan.restarts
+            .iter()
+            .find(|r| r.workload.name == name)
+            .unwrap_or_else(|| panic!("{name} not planned"))
+            .reason
+            .clone()
+    };
+    // A revision this process never saw: its change is not known, and the latest change
+    // (from OLD) is not it.
+    assert_eq!(
+        reason("behind"),
+        format!("sidecar {LOGGER} eeeeeeeeeeee -> {NEW}")
+    );
+    assert_eq!(
+        reason("stale"),
+        format!("sidecar {LOGGER} {OLD} -> {NEW}: containers[logger].image \"l:1\" -> \"l:2\"")
+    );
+    assert_eq!(
+        reason("unknown"),
+        format!("sidecar {LOGGER} (injected without a revision) -> {NEW}")
+    );
+    assert_eq!(
+        reason("uninjected"),
+        format!("sidecar {LOGGER} (not injected) -> {NEW}")
+    );
+    let stale = plan
+        .restarts
+        .iter()
+        .find(|r| r.workload.name == "stale")
+        .unwrap();
+    assert_eq!(stale.action(), "restart");
 }
 
 #[test]
