@@ -205,6 +205,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         }
         None => readiness.configmaps_listed.store(true, Ordering::Release),
     }
+    // Graceful shutdown: the Lease is given up first, so another replica acts at once.
+    let (stop_tx, stop) = watch::channel(false);
+    let mut lease_task = None;
     if let Some(client) = &options.cluster {
         let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
         crate::cluster::drift_feed::spawn_gauge(
@@ -215,11 +218,12 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         );
         if let Some(rollout) = &options.rollout {
             let (grant_tx, grant) = watch::channel(None);
-            tokio::spawn(crate::cluster::lease::run(
+            lease_task = Some(tokio::spawn(crate::cluster::lease::run(
                 client.clone(),
                 rollout.lease.clone(),
                 grant_tx,
-            ));
+                stop.clone(),
+            )));
             let engine = crate::engine::Engine::new(
                 client.clone(),
                 rollout.engine.clone(),
@@ -292,6 +296,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 
     let signal = shutdown_signal().await;
     readiness.shutting_down.store(true, Ordering::Release);
+    stop_tx.send_replace(true);
+    if let Some(task) = lease_task {
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
     info!(signal, delay = ?options.shutdown_delay, "shutting down: /ready now fails; draining in-flight requests");
     tokio::time::sleep(options.shutdown_delay).await;
     tls_handle.graceful_shutdown(Some(options.shutdown_timeout));

@@ -108,6 +108,35 @@ fn lease_object(settings: &LeaseSettings, previous: Option<&Lease>, now: Timesta
     lease
 }
 
+/// The Lease as this holder gives it up: no holder, so the next replica takes it over at once
+/// instead of waiting for it to expire (as client-go's `ReleaseOnCancel`). `None` when the
+/// Lease is not ours to release.
+fn released_object(current: &Lease, identity: &str, now: Timestamp) -> Option<Lease> {
+    let mut lease = current.clone();
+    let spec = lease.spec.as_mut()?;
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return None;
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(now));
+    Some(lease)
+}
+
+/// Gives the Lease up, when this process holds it. The replace carries the resourceVersion
+/// read, so a Lease someone else took meanwhile is left alone.
+pub async fn release(api: &Api<Lease>, identity: &str) -> Result<bool, kube::Error> {
+    let Some(current) = api.get_opt(ROLLOUT_LEASE).await? else {
+        return Ok(false);
+    };
+    let Some(released) = released_object(&current, identity, Timestamp::now()) else {
+        return Ok(false);
+    };
+    api.replace(ROLLOUT_LEASE, &PostParams::default(), &released)
+        .await?;
+    Ok(true)
+}
+
 /// One attempt to hold the Lease. `Ok(true)` when held; the caller may act until the instant
 /// the attempt started plus the duration minus a margin.
 pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
@@ -144,8 +173,14 @@ pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool
 }
 
 /// Keeps trying to hold the Lease; publishes until when this process may act (`None`: not the
-/// holder). Runs until the process ends.
-pub async fn run(client: Client, settings: LeaseSettings, publish: watch::Sender<Option<Instant>>) {
+/// holder). When `stop` turns true (graceful shutdown), stops acting at once, gives the Lease
+/// up if held, and returns.
+pub async fn run(
+    client: Client,
+    settings: LeaseSettings,
+    publish: watch::Sender<Option<Instant>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
     // Act only in the first two thirds of the lease, so that a slow renewal stops the holder
     // well before another replica could take over.
@@ -178,7 +213,20 @@ pub async fn run(client: Client, settings: LeaseSettings, publish: watch::Sender
         if held {
             publish.send_replace(Some(started + safe));
         }
-        tokio::time::sleep_until((started + settings.renew_every).into()).await;
+        tokio::select! {
+            () = tokio::time::sleep_until((started + settings.renew_every).into()) => {}
+            _ = stop.wait_for(|stopping| *stopping) => break,
+        }
+    }
+    publish.send_replace(None);
+    if !leading {
+        return;
+    }
+    match tokio::time::timeout(settings.renew_every, release(&api, &settings.identity)).await {
+        Ok(Ok(true)) => info!(identity = %settings.identity, "released the rollout Lease"),
+        Ok(Ok(false)) => {}
+        Ok(Err(err)) => warn!("cannot release the rollout Lease; it expires on its own: {err}"),
+        Err(_) => warn!("releasing the rollout Lease timed out; it expires on its own"),
     }
 }
 
@@ -191,6 +239,22 @@ pub fn may_act(grant: &watch::Receiver<Option<Instant>>) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
+
+    #[test]
+    fn a_released_lease_has_no_holder_and_is_taken_over_at_once() {
+        let t = Timestamp::from_second(1_800_000_000).unwrap();
+        let ours = lease("a", t, 15);
+        let released = released_object(&ours, "a", t).unwrap();
+        let spec = released.spec.as_ref().unwrap();
+        assert_eq!(spec.holder_identity, None);
+        assert_eq!(
+            decide(Some(&released), "b", t),
+            LeaseDecision::TakeOver {
+                previous: String::new()
+            }
+        );
+        assert_eq!(released_object(&ours, "b", t), None, "not ours to release");
+    }
 
     fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
         Lease {

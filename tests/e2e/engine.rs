@@ -391,3 +391,54 @@ async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_stopped_gracefully_releases_the_lease_and_the_next_replica_acts_at_once() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let ctx = engine_context("rollout-release", &[]).await;
+    // A long lease: without a release, the next replica would wait 60 s for it to expire.
+    let engine = ["--rollout=auto", "--lease-duration", "60s"];
+    let mut first = ctx.start_replica_with(&engine);
+    let holding = |replica: &support::injector::Injector| {
+        replica
+            .logs()
+            .iter()
+            .any(|l| l.contains("holding the rollout Lease: this replica acts"))
+    };
+    eventually(DEADLINE, "the first replica holds the Lease", || async {
+        holding(&first).then_some(())
+    })
+    .await;
+    let leases = ctx.api::<Lease>();
+    let holder = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    let held = leases.get("sidecar-injector-rollout").await.unwrap();
+    assert!(!holder(&held).is_empty());
+
+    first.signal("TERM");
+    assert!(first.wait_exit(Duration::from_secs(20)).success());
+    assert!(
+        first
+            .logs()
+            .iter()
+            .any(|l| l.contains("released the rollout Lease")),
+        "{}",
+        first.logs().join("\n")
+    );
+    let released = leases.get("sidecar-injector-rollout").await.unwrap();
+    assert_eq!(holder(&released), "", "no holder after a graceful stop");
+
+    let second = ctx.start_replica_with(&engine);
+    // Well inside the 60 s the old lease would have lasted.
+    eventually(
+        Duration::from_secs(20),
+        "the next replica takes the released Lease",
+        || async { holding(&second).then_some(()) },
+    )
+    .await;
+}
