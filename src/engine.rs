@@ -73,6 +73,9 @@ pub struct EngineOptions {
     pub kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub reason_prefix: Option<String>,
+    /// `serve` publishes the revisions it injects in the status ConfigMap; the one-shot CLI
+    /// injects nothing and leaves them as they are.
+    pub publish_revisions: bool,
 }
 
 /// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
@@ -154,7 +157,8 @@ pub struct Engine {
     known_version: Option<String>,
     written: Option<BTreeMap<String, String>>,
     status: watch::Receiver<Option<ConfigMap>>,
-    reported_success: BTreeSet<(WorkloadRef, String)>,
+    /// Workloads this process restarted whose success is not reported yet.
+    awaiting_success: BTreeSet<WorkloadRef>,
     last_dry_run: Vec<String>,
     containers: Option<ContainerRun>,
     /// The revisions a running injector published, which the one-shot CLI brings pods to
@@ -183,7 +187,7 @@ impl Engine {
             known_version: None,
             written: None,
             status,
-            reported_success: BTreeSet::new(),
+            awaiting_success: BTreeSet::new(),
             last_dry_run: Vec::new(),
             containers: None,
             published: None,
@@ -418,6 +422,7 @@ impl Engine {
         self.metrics
             .record_rollout(restart.workload.kind, RolloutResult::Restarted);
         self.summary.restarted.insert(restart.workload.clone());
+        self.awaiting_success.insert(restart.workload.clone());
         let canary = if restart.canary { " (canary)" } else { "" };
         self.event(
             &restart.workload,
@@ -430,15 +435,10 @@ impl Engine {
     }
 
     async fn report_outcomes(&mut self, plan: &RolloutPlan) {
-        let revisions: String = self
-            .book
-            .campaigns
-            .iter()
-            .map(|(s, c)| format!("{s}={} ", c.revision))
-            .collect();
+        // A success is counted once, and only for a restart this process made: another run's
+        // or an earlier revision's finished workloads are not this process's to report.
         for succeeded in &plan.succeeded {
-            let key = (succeeded.clone(), revisions.clone());
-            if self.reported_success.insert(key) {
+            if self.awaiting_success.remove(succeeded) {
                 self.metrics
                     .record_rollout(succeeded.kind, RolloutResult::Succeeded);
                 self.summary.succeeded.insert(succeeded.clone());
@@ -646,7 +646,8 @@ impl Engine {
 
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
     async fn write_status(&mut self, wanted: &RevisionsInForce) {
-        let data = status::encode(wanted, &self.book);
+        let revisions = self.options.publish_revisions.then_some(wanted);
+        let data = status::encode(self.written.as_ref(), revisions, &self.book);
         if self.written.as_ref() == Some(&data) {
             return;
         }

@@ -118,11 +118,31 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     }
     act_until_done(&mut engine, &feed, &sidecars, args).await;
     print_summary(args.cluster.output, &engine.summary)?;
-    Ok(if engine.summary.failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(&engine.summary))
+}
+
+/// Exit status 3: what this run planned could not all be done now.
+pub const EXIT_STILL_WAITING: u8 = 3;
+
+/// 0: done; 1: a workload failed; 3 ([`EXIT_STILL_WAITING`]): planned workloads still wait
+/// (cooldown, paused campaign, manual policy, paused Deployment, partition), each with the
+/// flag or command that would change it.
+fn exit_code(summary: &RunSummary) -> ExitCode {
+    if !summary.failed.is_empty() {
+        return ExitCode::FAILURE;
+    }
+    let waiting = summary
+        .waiting
+        .iter()
+        .filter(|w| !w.reason.clears_by_itself())
+        .count();
+    if waiting == 0 {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "{waiting} planned workload(s) could not be restarted now (the `waiting` lines say why); exit status {EXIT_STILL_WAITING}"
+    );
+    ExitCode::from(EXIT_STILL_WAITING)
 }
 
 /// `--confirm` never acts beside a `serve --rollout=auto` that holds the Lease (it restarts
@@ -196,6 +216,7 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
         ignore_manual_policy: true,
         kinds: Some(kinds),
         reason_prefix: args.rollout_reason.clone(),
+        publish_revisions: false,
     }
 }
 

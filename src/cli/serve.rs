@@ -98,6 +98,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
+                    publish_revisions: true,
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,

@@ -71,15 +71,23 @@ pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_jso
         .transpose()
 }
 
-/// The data of the status ConfigMap: the revisions in force and the campaign book.
-pub fn encode(revisions: &RevisionsInForce, book: &CampaignBook) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (STATUS_REVISIONS_KEY.to_owned(), encode_revisions(revisions)),
-        (
-            STATUS_CAMPAIGNS_KEY.to_owned(),
-            serde_json::to_string_pretty(book).expect("the book serializes"),
-        ),
-    ])
+/// The data of the status ConfigMap: `existing` with the campaign book replaced and, from a
+/// process that serves the webhook, the revisions it injects. A one-shot command injects
+/// nothing, so it leaves the published revisions as they are.
+pub fn encode(
+    existing: Option<&BTreeMap<String, String>>,
+    revisions: Option<&RevisionsInForce>,
+    book: &CampaignBook,
+) -> BTreeMap<String, String> {
+    let mut data = existing.cloned().unwrap_or_default();
+    if let Some(revisions) = revisions {
+        data.insert(STATUS_REVISIONS_KEY.to_owned(), encode_revisions(revisions));
+    }
+    data.insert(
+        STATUS_CAMPAIGNS_KEY.to_owned(),
+        serde_json::to_string_pretty(book).expect("the book serializes"),
+    );
+    data
 }
 
 /// The status ConfigMap holding `data`; with the `resource_version` it was read at, a
@@ -208,7 +216,21 @@ mod tests {
                 changes: None,
             },
         );
-        let configmap = status_object("injector-system", None, encode(&revisions, &book));
+        let configmap = status_object(
+            "injector-system",
+            None,
+            encode(None, Some(&revisions), &book),
+        );
+        // A one-shot command keeps what the injector published and replaces only the book.
+        let existing = configmap.data.clone().unwrap();
+        let other: RevisionsInForce = [("logger:v1".to_owned(), "bbbbbbbbbbbb".to_owned())]
+            .into_iter()
+            .collect();
+        let kept = encode(Some(&existing), None, &CampaignBook::default());
+        assert_eq!(kept[STATUS_REVISIONS_KEY], existing[STATUS_REVISIONS_KEY]);
+        assert_ne!(kept[STATUS_CAMPAIGNS_KEY], existing[STATUS_CAMPAIGNS_KEY]);
+        let replaced = encode(Some(&existing), Some(&other), &book);
+        assert_eq!(replaced[STATUS_REVISIONS_KEY], encode_revisions(&other));
         assert_eq!(configmap.metadata.name.as_deref(), Some(STATUS_CONFIGMAP));
         assert_eq!(decode_book(&configmap).unwrap(), Some(book));
         assert_eq!(decode_revisions(&configmap).unwrap(), Some(revisions));

@@ -112,12 +112,63 @@ impl WaitReason {
     }
 }
 
+impl WaitReason {
+    /// What a person reads: times as "in 8m" (and the instant, to the second), and the flag
+    /// or command that would change the wait.
+    pub fn describe(&self, now: Timestamp) -> String {
+        match self {
+            WaitReason::Settling { until } => format!(
+                "settling: the revision is too new ({}; --settle to change)",
+                from_now(until.0, now)
+            ),
+            WaitReason::Cooldown { until } => format!(
+                "restarted recently; cooldown ends {} ({}; --cooldown to change)",
+                from_now(until.0, now),
+                to_the_second(until.0)
+            ),
+            WaitReason::CampaignPaused { sidecar } => format!(
+                "the campaign of {sidecar} is paused: fix or revert the config, or resume it (`sidecar-injector rollout --resume`)"
+            ),
+            WaitReason::DeploymentPaused => {
+                "the Deployment is paused (`kubectl rollout resume` to let it roll)".to_owned()
+            }
+            WaitReason::Partition { partition } => format!(
+                "partition {partition} holds pods back; not overridden (lower the partition to roll them)"
+            ),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// `in 8m`, `in 45s`, `in 2h 5m`, or `now`: coarse, as a person reads a wait.
+pub fn from_now(until: Timestamp, now: Timestamp) -> String {
+    let seconds = until.as_second() - now.as_second();
+    if seconds <= 0 {
+        return "now".to_owned();
+    }
+    let (hours, minutes) = (seconds / 3600, (seconds % 3600 + 59) / 60);
+    match (hours, minutes) {
+        (0, _) if seconds < 60 => format!("in {seconds}s"),
+        (0, minutes) => format!("in {minutes}m"),
+        (hours, 0) => format!("in {hours}h"),
+        (hours, 60) => format!("in {}h", hours + 1),
+        (hours, minutes) => format!("in {hours}h {minutes}m"),
+    }
+}
+
+/// An instant to the second, RFC 3339 in UTC.
+pub fn to_the_second(time: Timestamp) -> String {
+    time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 impl fmt::Display for WaitReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WaitReason::Settling { until } => {
-                write!(f, "settling: the revision is too new (until {})", until.0)
-            }
+            WaitReason::Settling { until } => write!(
+                f,
+                "settling: the revision is too new (until {})",
+                to_the_second(until.0)
+            ),
             WaitReason::Canary { sidecar } => {
                 write!(f, "waiting for the canary of {sidecar} to become healthy")
             }
@@ -128,9 +179,11 @@ impl fmt::Display for WaitReason {
                 f,
                 "{per_minute} restarts in the last minute (--max-restarts-per-minute)"
             ),
-            WaitReason::Cooldown { until } => {
-                write!(f, "restarted recently; cooldown until {}", until.0)
-            }
+            WaitReason::Cooldown { until } => write!(
+                f,
+                "restarted recently; cooldown until {}",
+                to_the_second(until.0)
+            ),
             WaitReason::CampaignPaused { sidecar } => {
                 write!(f, "the campaign of {sidecar} is paused")
             }

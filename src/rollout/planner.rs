@@ -341,7 +341,7 @@ fn schedule(
             Err(reason) => out.waiting.push(Waiting {
                 workload: candidate.group.workload.clone(),
                 sidecars,
-                message: reason.to_string(),
+                message: reason.describe(input.now),
                 reason,
             }),
             Ok(admitted) => {

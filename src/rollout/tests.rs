@@ -767,3 +767,46 @@ fn the_one_shot_run_waits_only_on_what_clears_by_itself() {
     assert!(transient.iter().all(WaitReason::clears_by_itself));
     assert!(!lasting.iter().any(WaitReason::clears_by_itself));
 }
+
+#[test]
+fn a_wait_says_how_long_and_which_flag_changes_it() {
+    let now = at(0);
+    let cooldown = WaitReason::Cooldown {
+        until: Time(at(8 * 60 - 5)),
+    };
+    assert_eq!(
+        cooldown.describe(now),
+        "restarted recently; cooldown ends in 8m (2027-01-15T08:07:55Z; --cooldown to change)"
+    );
+    assert_eq!(plan::from_now(at(45), now), "in 45s");
+    assert_eq!(plan::from_now(at(2 * 3600 + 5 * 60), now), "in 2h 5m");
+    assert_eq!(plan::from_now(at(3600), now), "in 1h");
+    assert_eq!(plan::from_now(at(-1), now), "now");
+    let paused = WaitReason::CampaignPaused {
+        sidecar: LOGGER.into(),
+    };
+    assert!(
+        paused
+            .describe(now)
+            .contains("sidecar-injector rollout --resume")
+    );
+
+    // The planner's message is the described one: no nanosecond timestamps.
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    let mut entry = world.entry("web");
+    entry.rolled_at = Some(world.now);
+    world.set_entry("web", entry);
+    let plan = world.plan();
+    let web = plan
+        .waiting
+        .iter()
+        .find(|w| w.workload.name == "web")
+        .unwrap();
+    assert!(
+        web.message
+            .starts_with("restarted recently; cooldown ends in 10m ("),
+        "{}",
+        web.message
+    );
+}

@@ -82,6 +82,25 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     assert_eq!(replicaset_count(&ctx, "web").await, 2);
     assert_eq!(pods_of(&ctx, "plain").await.len(), 1);
     assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
+
+    // Another edit right away: every workload is in its cooldown. The run restarts nothing,
+    // says how long each waits and which flag changes it, and exits 3 (not done).
+    let tracer_v3 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", tracer_v3).await;
+    let output = rollout_command(ns, &["--confirm", "--canary", "0"]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("restarted  "), "{stdout}");
+    assert!(
+        stdout.contains(
+            "waiting    Deployment/e2e-rollout-cli/web: restarted recently; cooldown ends in 10m ("
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("--cooldown to change"), "{stdout}");
+    assert!(stderr.contains("exit status 3"), "{stderr}");
+    assert_eq!(replicaset_count(&ctx, "web").await, 2, "nothing restarted");
 }
 
 #[tokio::test(flavor = "multi_thread")]
