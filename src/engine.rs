@@ -73,9 +73,6 @@ pub struct EngineOptions {
     pub kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub reason_prefix: Option<String>,
-    /// `serve` publishes the revisions it injects in the status ConfigMap; the one-shot CLI
-    /// injects nothing and leaves them as they are.
-    pub publish_revisions: bool,
 }
 
 /// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
@@ -304,7 +301,7 @@ impl Engine {
             EngineMode::Off => {}
         }
         if self.containers.is_none() {
-            self.write_status(&wanted).await;
+            self.write_status().await;
         }
         plan
     }
@@ -645,9 +642,9 @@ impl Engine {
     }
 
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
-    async fn write_status(&mut self, wanted: &RevisionsInForce) {
-        let revisions = self.options.publish_revisions.then_some(wanted);
-        let data = status::encode(self.written.as_ref(), revisions, &self.book);
+    /// The campaign book; the revisions in force are each serving replica's to publish.
+    async fn write_status(&mut self) {
+        let data = status::encode(self.written.as_ref(), None, &self.book);
         if self.written.as_ref() == Some(&data) {
             return;
         }

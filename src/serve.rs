@@ -56,6 +56,17 @@ pub struct ServeOptions {
     pub metrics: Arc<Metrics>,
     /// `POD_NAME`, when it runs in a pod: the instance of its Events.
     pub pod_name: Option<String>,
+    /// Where and as whom this replica publishes the revisions it injects.
+    pub publication: Option<PublicationOptions>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PublicationOptions {
+    /// The injector's namespace, where its status ConfigMap lives.
+    pub namespace: String,
+    pub identity: String,
+    /// The heartbeat: a publication older than a few of these is stale.
+    pub every: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +219,22 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     // Graceful shutdown: the Lease is given up first, so another replica acts at once.
     let (stop_tx, stop) = watch::channel(false);
     let mut lease_task = None;
+    let mut publisher_task = None;
+    if let (Some(client), Some(publication)) = (&options.cluster, &options.publication) {
+        let ready = readiness.clone();
+        publisher_task = Some(tokio::spawn(crate::cluster::status::run_publisher(
+            client.clone(),
+            publication.namespace.clone(),
+            publication.identity.clone(),
+            sidecars.clone(),
+            publication.every,
+            move || {
+                ready.configs_loaded.load(Ordering::Acquire)
+                    && ready.configmaps_listed.load(Ordering::Acquire)
+            },
+            stop.clone(),
+        )));
+    }
     if let Some(client) = &options.cluster {
         let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
         crate::cluster::drift_feed::spawn_gauge(
@@ -297,7 +324,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let signal = shutdown_signal().await;
     readiness.shutting_down.store(true, Ordering::Release);
     stop_tx.send_replace(true);
-    if let Some(task) = lease_task {
+    for task in [lease_task, publisher_task].into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
     info!(signal, delay = ?options.shutdown_delay, "shutting down: /ready now fails; draining in-flight requests");

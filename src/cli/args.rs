@@ -195,6 +195,13 @@ pub struct OneShotArgs {
     /// revisions in force, and `rollout` checks its Lease.
     #[arg(long, default_value = "injector-system")]
     pub injector_namespace: String,
+    /// Which revisions pods are judged by: `auto` takes what the running injectors publish
+    /// when it is fresh and they agree, else the configs read here.
+    #[arg(long, value_enum, default_value_t = crate::cluster::status::RevisionsSource::Auto)]
+    pub revisions_from: crate::cluster::status::RevisionsSource,
+    /// A publication older than this is stale (the injectors renew theirs every 30s).
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    pub published_max_age: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -319,6 +326,10 @@ pub struct ServeArgs {
     /// thirds of it.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, hide = true)]
     pub lease_duration: Duration,
+    /// How often this replica renews its publication of the revisions it injects (the one-shot
+    /// commands treat a publication older than a few of these as stale).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub publish_interval: Duration,
 }
 
 #[derive(Debug, Args)]

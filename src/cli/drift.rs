@@ -26,7 +26,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .cluster
             .drift
             .policy(args.cluster.ignore_namespaces.namespaces());
-        let report = match revisions_in_force(&client, &args.cluster.injector_namespace).await? {
+        let report = match revisions_in_force(&client, &args.cluster).await? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&sidecars, &policy),
         };

@@ -10,26 +10,47 @@ use crate::cluster::client::counted_client;
 use crate::config::{LoadReport, SidecarSet};
 use crate::sources::directory::load_config_directory;
 
-/// The revisions a running injector published in its status ConfigMap, which the one-shot
-/// commands judge and restart by (what new pods actually get); `None` when there is none and
-/// the configs' own revisions apply. Says on stderr which source it is.
+/// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
+/// the running injectors publish when fresh and in agreement (what new pods actually get),
+/// else the configs read here (`None`). Says on stderr, in one line, which and why.
 pub async fn revisions_in_force(
     client: &kube::Client,
-    injector_namespace: &str,
+    args: &OneShotArgs,
 ) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
-    let published = crate::cluster::status::published_revisions(client, injector_namespace)
+    use crate::cluster::status::{self, RevisionsChoice};
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), &args.injector_namespace);
+    let injectors = match api
+        .get_opt(status::STATUS_CONFIGMAP)
         .await
-        .context("cannot use the injector's status ConfigMap")?;
-    match &published {
-        Some(_) => eprintln!(
-            "revisions from {injector_namespace}/{}, as the running injector published them",
-            crate::cluster::status::STATUS_CONFIGMAP
-        ),
-        None => eprintln!(
-            "revisions computed from the configs (no status ConfigMap in {injector_namespace})"
-        ),
-    }
-    Ok(published)
+        .context("cannot read the injector's status ConfigMap")?
+    {
+        Some(configmap) => status::decode_injectors(&configmap).with_context(|| {
+            format!(
+                "{}/{} item {} is malformed",
+                args.injector_namespace,
+                status::STATUS_CONFIGMAP,
+                status::STATUS_INJECTORS_KEY
+            )
+        })?,
+        None => Default::default(),
+    };
+    let choice = status::choose_revisions(
+        &injectors,
+        args.revisions_from,
+        k8s_openapi::jiff::Timestamp::now(),
+        args.published_max_age,
+    );
+    Ok(match choice {
+        RevisionsChoice::Published { revisions, why } => {
+            eprintln!("{why}");
+            Some(revisions)
+        }
+        RevisionsChoice::Configs { why } => {
+            eprintln!("{why}");
+            None
+        }
+    })
 }
 
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution.

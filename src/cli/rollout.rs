@@ -88,9 +88,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         engine.load_status().await;
         // As `drift` does: pods are brought to what the running injector injects, which may
         // differ from this reading of the configs (another checkout, a pending edit).
-        if let Some(revisions) =
-            revisions_in_force(&client, &args.cluster.injector_namespace).await?
-        {
+        if let Some(revisions) = revisions_in_force(&client, &args.cluster).await? {
             engine.use_published_revisions(revisions);
         }
     }
@@ -216,7 +214,6 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
         ignore_manual_policy: true,
         kinds: Some(kinds),
         reason_prefix: args.rollout_reason.clone(),
-        publish_revisions: false,
     }
 }
 

@@ -72,6 +72,27 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
             })
         }
     };
+    // Every replica that serves the webhook publishes what it injects, whatever its rollout
+    // mode, where the one-shot commands look: the injector's namespace.
+    let injector_namespace = args
+        .injector_namespace
+        .clone()
+        .or(own_namespace.clone())
+        .or(args.configmaps.configmap_namespace.clone());
+    let publication = match (&cluster, &injector_namespace) {
+        (Some(_), Some(namespace)) => Some(crate::serve::PublicationOptions {
+            namespace: namespace.clone(),
+            identity: process_identity(env),
+            every: args.publish_interval,
+        }),
+        (Some(_), None) => {
+            tracing::warn!(
+                "not publishing the revisions this replica injects: no --injector-namespace and not in a cluster"
+            );
+            None
+        }
+        (None, _) => None,
+    };
     let ignored_for_drift = ignored.clone();
     let drift_policy = args.drift.policy(ignored_for_drift);
     let rollout = match (&cluster, args.rollout) {
@@ -98,7 +119,6 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
-                    publish_revisions: true,
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,
@@ -135,6 +155,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
         rollout,
         metrics,
         pod_name: env.pod_name.clone(),
+        publication,
     };
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)

@@ -19,31 +19,168 @@ use kube::api::Api;
 
 /// Its data item holding the campaign book (JSON).
 pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
+/// Its data item holding what each serving replica injects: `{"<identity>": Publication}`.
+pub const STATUS_INJECTORS_KEY: &str = "injectors";
+
+/// What one replica serving the webhook injects, and when it last said so (a heartbeat).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Publication {
+    pub revisions: RevisionsInForce,
+    pub at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+}
+
+/// Every replica's publication, by identity; `{}` when the item is absent.
+pub fn decode_injectors(
+    status: &ConfigMap,
+) -> Result<BTreeMap<String, Publication>, serde_json::Error> {
+    status
+        .data
+        .as_ref()
+        .and_then(|d| d.get(STATUS_INJECTORS_KEY))
+        .map(|text| serde_json::from_str(text))
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
+/// `data` with `identity`'s publication set, and publications older than `forget_after`
+/// dropped (replicas long gone).
+pub fn publish(
+    data: &BTreeMap<String, String>,
+    identity: &str,
+    publication: Publication,
+    forget_after: std::time::Duration,
+) -> BTreeMap<String, String> {
+    let now = publication.at.0;
+    let mut injectors: BTreeMap<String, Publication> = data
+        .get(STATUS_INJECTORS_KEY)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let horizon = now
+        .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(forget_after).unwrap_or_default())
+        .unwrap_or(k8s_openapi::jiff::Timestamp::MIN);
+    injectors.retain(|_, p| p.at.0 >= horizon);
+    injectors.insert(identity.to_owned(), publication);
+    let mut data = data.clone();
+    data.insert(
+        STATUS_INJECTORS_KEY.to_owned(),
+        serde_json::to_string_pretty(&injectors).expect("publications serialize"),
+    );
+    data
+}
+
+/// Where the one-shot commands take the revisions in force from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RevisionsSource {
+    /// The running injectors' publications when they are fresh and agree, else the configs
+    /// read here.
+    #[default]
+    Auto,
+    /// What the running injectors published (the newest, if they disagree or are stale).
+    Published,
+    /// The configs this command reads, whatever is published.
+    Configs,
+}
+
+/// Which revisions a one-shot command judges pods by, and the one line that says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RevisionsChoice {
+    Published {
+        revisions: RevisionsInForce,
+        why: String,
+    },
+    Configs {
+        why: String,
+    },
+}
+
+/// The rule of `--revisions-from`: a publication is fresh when renewed within `max_age`; fresh
+/// publications that agree are what new pods get; when they disagree, or none is fresh, the
+/// configs read here are the better guess, and the line says so.
+pub fn choose_revisions(
+    injectors: &BTreeMap<String, Publication>,
+    source: RevisionsSource,
+    now: k8s_openapi::jiff::Timestamp,
+    max_age: std::time::Duration,
+) -> RevisionsChoice {
+    let age = |p: &Publication| {
+        let seconds = (now.as_second() - p.at.0.as_second()).max(0);
+        std::time::Duration::from_secs(seconds as u64)
+    };
+    let describe = |p: &Publication| humantime::format_duration(age(p)).to_string() + " ago";
+    let newest = injectors.iter().max_by_key(|(_, p)| p.at.0);
+    if source == RevisionsSource::Configs {
+        return RevisionsChoice::Configs {
+            why: "revisions from the configs read here (--revisions-from=configs)".into(),
+        };
+    }
+    let Some((newest_by, newest_publication)) = newest else {
+        return match source {
+            RevisionsSource::Published => RevisionsChoice::Configs {
+                why: "no running injector has published its revisions; using the configs read here"
+                    .into(),
+            },
+            _ => RevisionsChoice::Configs {
+                why: "revisions from the configs read here (no running injector has published any)"
+                    .into(),
+            },
+        };
+    };
+    let fresh: Vec<(&String, &Publication)> = injectors
+        .iter()
+        .filter(|(_, p)| age(p) <= max_age)
+        .collect();
+    if source == RevisionsSource::Published {
+        return RevisionsChoice::Published {
+            revisions: newest_publication.revisions.clone(),
+            why: format!(
+                "revisions as {newest_by} published them {} (--revisions-from=published)",
+                describe(newest_publication)
+            ),
+        };
+    }
+    if fresh.is_empty() {
+        return RevisionsChoice::Configs {
+            why: format!(
+                "the injectors' publication is stale (last from {newest_by}, {}; older than {}): using the configs read here (--revisions-from=published to use it anyway)",
+                describe(newest_publication),
+                humantime::format_duration(max_age)
+            ),
+        };
+    }
+    let first = &fresh[0].1.revisions;
+    if let Some((other, publication)) = fresh.iter().find(|(_, p)| &p.revisions != first) {
+        return RevisionsChoice::Configs {
+            why: format!(
+                "running injectors disagree ({} publishes {}, {other} publishes {}): using the configs read here",
+                fresh[0].0,
+                summary(first),
+                summary(&publication.revisions)
+            ),
+        };
+    }
+    let names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
+    RevisionsChoice::Published {
+        revisions: first.clone(),
+        why: format!(
+            "revisions as the running injector(s) {} published them ({})",
+            names.join(", "),
+            describe(newest_publication)
+        ),
+    }
+}
+
+fn summary(revisions: &RevisionsInForce) -> String {
+    revisions
+        .iter()
+        .map(|(s, r)| format!("{s}={r}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
 
 /// The status ConfigMap a running injector keeps in its namespace.
 pub const STATUS_CONFIGMAP: &str = "sidecar-injector-status";
 /// Its data item holding `{"name:version": "REV", ...}`, the revisions in force.
 pub const STATUS_REVISIONS_KEY: &str = "revisions";
-
-/// The revisions a running injector published, when its status ConfigMap exists.
-pub async fn published_revisions(
-    client: &Client,
-    namespace: &str,
-) -> Result<Option<RevisionsInForce>, PublishedError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let Some(status) = api
-        .get_opt(STATUS_CONFIGMAP)
-        .await
-        .map_err(PublishedError::Read)?
-    else {
-        return Ok(None);
-    };
-    decode_revisions(&status).map_err(|e| {
-        PublishedError::Malformed(format!(
-            "{namespace}/{STATUS_CONFIGMAP} item {STATUS_REVISIONS_KEY}: {e}"
-        ))
-    })
-}
 
 /// The revisions item of a status ConfigMap (pure: the read is apart, so this is tested
 /// without a cluster). `None` when the item is absent.
@@ -152,12 +289,108 @@ pub fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<
     receive
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum PublishedError {
-    #[error("cannot read the status ConfigMap: {0}")]
-    Read(kube::Error),
-    #[error("the status ConfigMap is malformed: {0}")]
-    Malformed(String),
+/// Publishes what this replica injects under `identity`: once the configs are ready, on every
+/// change of the set, and on a heartbeat (`every`), so that a gone replica's publication goes
+/// stale. Runs until `stop` turns true, then withdraws this replica's publication.
+pub async fn run_publisher(
+    client: Client,
+    namespace: String,
+    identity: String,
+    mut sidecars: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
+    every: std::time::Duration,
+    ready: impl Fn() -> bool,
+    mut stop: signal::Receiver<bool>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let mut published: Option<RevisionsInForce> = None;
+    let mut last = tokio::time::Instant::now();
+    loop {
+        let due = published.is_none() || last.elapsed() >= every;
+        let changed = published.as_ref() != Some(&sidecars.borrow().revisions_in_force());
+        if ready() && (due || changed) {
+            let revisions = sidecars.borrow_and_update().revisions_in_force();
+            match publish_once(&api, &namespace, &identity, &revisions, every).await {
+                Ok(()) => {
+                    if published.as_ref() != Some(&revisions) {
+                        tracing::info!(identity, "published the revisions this replica injects");
+                    }
+                    published = Some(revisions);
+                    last = tokio::time::Instant::now();
+                }
+                // A conflict or an outage: the next round (soon) tries again.
+                Err(err) => tracing::warn!("cannot publish the revisions in force: {err}"),
+            }
+        }
+        let wait = if published.is_some() {
+            every.saturating_sub(last.elapsed())
+        } else {
+            std::time::Duration::from_secs(1)
+        };
+        tokio::select! {
+            _ = sidecars.changed() => {}
+            () = tokio::time::sleep(wait.max(std::time::Duration::from_millis(200))) => {}
+            _ = stop.wait_for(|stopping| *stopping) => break,
+        }
+    }
+    if published.is_some()
+        && let Err(err) = withdraw(&api, &namespace, &identity).await
+    {
+        tracing::warn!("cannot withdraw this replica's publication; it goes stale: {err}");
+    }
+}
+
+/// One read-modify-write of this replica's publication (a replace at the version read, so a
+/// concurrent writer is never overwritten).
+async fn publish_once(
+    api: &Api<ConfigMap>,
+    namespace: &str,
+    identity: &str,
+    revisions: &RevisionsInForce,
+    every: std::time::Duration,
+) -> Result<(), kube::Error> {
+    let current = api.get_opt(STATUS_CONFIGMAP).await?;
+    let publication = Publication {
+        revisions: revisions.clone(),
+        at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ),
+    };
+    let existing = current
+        .as_ref()
+        .and_then(|c| c.data.clone())
+        .unwrap_or_default();
+    let data = publish(&existing, identity, publication, every * 10);
+    let object = status_object(
+        namespace,
+        current.and_then(|c| c.metadata.resource_version),
+        data,
+    );
+    write(api, &object).await.map(|_| ())
+}
+
+/// This replica's publication removed (graceful shutdown).
+async fn withdraw(
+    api: &Api<ConfigMap>,
+    namespace: &str,
+    identity: &str,
+) -> Result<(), kube::Error> {
+    let Some(current) = api.get_opt(STATUS_CONFIGMAP).await? else {
+        return Ok(());
+    };
+    let mut data = current.data.clone().unwrap_or_default();
+    let mut injectors: BTreeMap<String, Publication> = data
+        .get(STATUS_INJECTORS_KEY)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    if injectors.remove(identity).is_none() {
+        return Ok(());
+    }
+    data.insert(
+        STATUS_INJECTORS_KEY.to_owned(),
+        serde_json::to_string_pretty(&injectors).expect("publications serialize"),
+    );
+    let object = status_object(namespace, current.metadata.resource_version.clone(), data);
+    write(api, &object).await.map(|_| ())
 }
 
 #[cfg(test)]
@@ -235,6 +468,134 @@ mod tests {
         assert_eq!(decode_book(&configmap).unwrap(), Some(book));
         assert_eq!(decode_revisions(&configmap).unwrap(), Some(revisions));
         assert_eq!(decode_book(&status(None)).unwrap(), None);
+    }
+
+    fn publication(revision: &str, seconds_ago: i64) -> Publication {
+        Publication {
+            revisions: [("logger:v1".to_owned(), revision.to_owned())]
+                .into_iter()
+                .collect(),
+            at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 - seconds_ago).unwrap(),
+            ),
+        }
+    }
+
+    fn choose(injectors: &[(&str, Publication)], source: RevisionsSource) -> RevisionsChoice {
+        let injectors: BTreeMap<String, Publication> = injectors
+            .iter()
+            .map(|(n, p)| ((*n).to_owned(), p.clone()))
+            .collect();
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        choose_revisions(&injectors, source, now, std::time::Duration::from_secs(90))
+    }
+
+    #[test]
+    fn fresh_publications_that_agree_are_the_revisions_in_force() {
+        let choice = choose(
+            &[
+                ("a", publication("aaaaaaaaaaaa", 10)),
+                ("b", publication("aaaaaaaaaaaa", 40)),
+            ],
+            RevisionsSource::Auto,
+        );
+        let RevisionsChoice::Published { revisions, why } = choice else {
+            panic!("{choice:?}")
+        };
+        assert_eq!(revisions.get("logger:v1"), Some("aaaaaaaaaaaa"));
+        assert_eq!(
+            why,
+            "revisions as the running injector(s) a, b published them (10s ago)"
+        );
+    }
+
+    #[test]
+    fn stale_or_disagreeing_publications_give_way_to_the_configs_and_say_so() {
+        let stale = choose(
+            &[("gone", publication("aaaaaaaaaaaa", 3600))],
+            RevisionsSource::Auto,
+        );
+        assert_eq!(
+            stale,
+            RevisionsChoice::Configs {
+                why: "the injectors' publication is stale (last from gone, 1h ago; older than 1m 30s): using the configs read here (--revisions-from=published to use it anyway)".into()
+            }
+        );
+        let split = choose(
+            &[
+                ("a", publication("aaaaaaaaaaaa", 5)),
+                ("b", publication("bbbbbbbbbbbb", 5)),
+            ],
+            RevisionsSource::Auto,
+        );
+        assert_eq!(
+            split,
+            RevisionsChoice::Configs {
+                why: "running injectors disagree (a publishes logger:v1=aaaaaaaaaaaa, b publishes logger:v1=bbbbbbbbbbbb): using the configs read here".into()
+            }
+        );
+        // A stale replica does not count against fresh ones that agree.
+        let mixed = choose(
+            &[
+                ("a", publication("aaaaaaaaaaaa", 5)),
+                ("old", publication("bbbbbbbbbbbb", 600)),
+            ],
+            RevisionsSource::Auto,
+        );
+        assert!(
+            matches!(mixed, RevisionsChoice::Published { .. }),
+            "{mixed:?}"
+        );
+        assert!(matches!(
+            choose(&[], RevisionsSource::Auto),
+            RevisionsChoice::Configs { .. }
+        ));
+    }
+
+    #[test]
+    fn the_flag_chooses_the_source_explicitly() {
+        let stale = [("gone", publication("aaaaaaaaaaaa", 3600))];
+        assert!(matches!(
+            choose(&stale, RevisionsSource::Published),
+            RevisionsChoice::Published { .. }
+        ));
+        let fresh = [("a", publication("aaaaaaaaaaaa", 1))];
+        assert!(matches!(
+            choose(&fresh, RevisionsSource::Configs),
+            RevisionsChoice::Configs { .. }
+        ));
+    }
+
+    #[test]
+    fn a_publication_replaces_its_own_entry_and_forgets_long_gone_replicas() {
+        let data = publish(
+            &BTreeMap::new(),
+            "gone",
+            publication("aaaaaaaaaaaa", 7200),
+            std::time::Duration::from_secs(300),
+        );
+        let data = publish(
+            &data,
+            "a",
+            publication("aaaaaaaaaaaa", 60),
+            std::time::Duration::from_secs(300),
+        );
+        let data = publish(
+            &data,
+            "a",
+            publication("bbbbbbbbbbbb", 0),
+            std::time::Duration::from_secs(300),
+        );
+        let injectors = decode_injectors(&ConfigMap {
+            data: Some(data),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(injectors.keys().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(
+            injectors["a"].revisions.get("logger:v1"),
+            Some("bbbbbbbbbbbb")
+        );
     }
 
     #[test]

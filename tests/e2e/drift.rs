@@ -142,23 +142,47 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         "the bare pod at least: {pods}"
     );
 
-    // A running injector's status ConfigMap, when present, gives the revisions in force.
-    let v1_revision = stamp_of(v1).split('=').nth(1).unwrap().to_owned();
-    let status: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "sidecar-injector-status"},
-        "data": {"revisions": json!({"tracer:v1": v1_revision}).to_string()}
-    }))
-    .unwrap();
-    configmaps
-        .create(&PostParams::default(), &status)
-        .await
-        .unwrap();
-    let mut published_args = drift_args();
-    published_args.extend(["--injector-namespace", "e2e-drift"]);
-    let published = drift_report(&published_args);
+    // A running injector (here with --rollout=off) publishes what it injects, with who and
+    // when: started after the edit, v2. A drift run that reads no configs at all judges by it.
+    // (The one stopped above withdrew its publication on the way out.)
+    let _replica = ctx.start_replica_with(&[]);
+    let v2_revision = v2_revision.split('=').nth(1).unwrap().to_owned();
+    let published_in = |status: &ConfigMap| -> Vec<String> {
+        let injectors: Value = status
+            .data
+            .as_ref()
+            .and_then(|d| d.get("injectors"))
+            .map(|t| serde_json::from_str(t).unwrap())
+            .unwrap_or(json!({}));
+        injectors
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| {
+                p["revisions"]["tracer:v1"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    eventually(DEADLINE, "the injector publishes v2", || async {
+        let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
+        published_in(&status).contains(&v2_revision).then_some(())
+    })
+    .await;
+    let only_published = [
+        "--include-namespace",
+        "e2e-drift",
+        "--injector-namespace",
+        "e2e-drift",
+    ];
+    let elsewhere = tempfile::tempdir().unwrap();
+    // Outside a checkout (no config/ directory, no ConfigMap flags): not an error.
+    let published = drift_report_from(elsewhere.path(), &only_published);
     assert_eq!(
         state(&published, "Deployment", "web"),
-        "current",
+        "stale",
         "judged by the published revision"
     );
     let tracer = published["sidecars"]
@@ -167,19 +191,43 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .iter()
         .find(|s| s["name"] == "tracer:v1")
         .unwrap();
-    assert_eq!(tracer["revision"], v1_revision);
+    assert_eq!(tracer["revision"], v2_revision.as_str());
 
-    // Outside a checkout there is no config/ directory: not an error when the status
-    // ConfigMap supplies the revisions.
-    let elsewhere = tempfile::tempdir().unwrap();
-    let outside = drift_report_from(
-        elsewhere.path(),
-        &[
-            "--include-namespace",
-            "e2e-drift",
-            "--injector-namespace",
-            "e2e-drift",
-        ],
+    // Another replica that publishes v1 (say, one that has not seen the edit) disagrees: the
+    // report says so in one line and judges by the configs it reads.
+    let v1_revision = stamp_of(v1).split('=').nth(1).unwrap().to_owned();
+    let mut status = configmaps.get("sidecar-injector-status").await.unwrap();
+    let mut injectors: Value =
+        serde_json::from_str(&status.data.as_ref().unwrap()["injectors"]).unwrap();
+    injectors["lagging-replica"] = json!({
+        "revisions": {"tracer:v1": v1_revision},
+        "at": k8s_openapi::jiff::Timestamp::now().to_string(),
+    });
+    status
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("injectors".into(), injectors.to_string());
+    configmaps
+        .replace("sidecar-injector-status", &PostParams::default(), &status)
+        .await
+        .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("drift")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["-o", "json", "--injector-namespace", "e2e-drift"])
+        .args(drift_args())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("running injectors disagree (")
+            && stderr.contains("using the configs read here"),
+        "{stderr}"
     );
-    assert_eq!(state(&outside, "Deployment", "web"), "current");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(state(&report, "Deployment", "web"), "stale");
 }

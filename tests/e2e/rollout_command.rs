@@ -12,8 +12,9 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
         wait_pods_at(&ctx, app, count, &v1, DEADLINE).await;
     }
     put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    wait_published(&ctx, &stamp_of(TRACER_V2)).await;
 
-    // The dry run lists exactly the stale workloads.
+    // The dry run lists exactly the stale workloads, by what the injector publishes.
     let output = rollout_command(ns, &["-o", "json", "--canary", "0"]);
     assert!(
         output.status.success(),
@@ -21,9 +22,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains(&format!(
-            "revisions computed from the configs (no status ConfigMap in {ns})"
-        )),
+        String::from_utf8_lossy(&output.stderr).contains("as the running injector(s) "),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
@@ -87,6 +86,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     // says how long each waits and which flag changes it, and exits 3 (not done).
     let tracer_v3 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", tracer_v3).await;
+    wait_published(&ctx, &stamp_of(tracer_v3)).await;
     let output = rollout_command(ns, &["--confirm", "--canary", "0"]);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -228,12 +228,18 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
         "mesh-db's pod replaced"
     );
     assert_eq!(replicaset_count(&ctx, "plain").await, 1, "plain untouched");
-    // The run kept its campaign to itself: the injector's status ConfigMap is not written.
+    // The run kept its campaign to itself: no campaign book in the injector's status
+    // ConfigMap (which holds only what the running injector publishes).
+    let status = ctx
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get_opt("sidecar-injector-status")
+        .await
+        .unwrap();
     assert!(
-        ctx.api::<k8s_openapi::api::core::v1::ConfigMap>()
-            .get_opt("sidecar-injector-status")
-            .await
-            .unwrap()
-            .is_none()
+        status
+            .as_ref()
+            .and_then(|s| s.data.as_ref())
+            .is_none_or(|d| !d.contains_key("campaigns")),
+        "{status:?}"
     );
 }

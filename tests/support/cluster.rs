@@ -302,8 +302,12 @@ impl TestContext {
     }
 
     /// Stops the injector (its process is killed), as if it were down.
+    /// Stops the injector as Kubernetes does (SIGTERM), and waits for it to exit.
     pub fn stop_injector(&mut self) {
-        self.injector.take();
+        if let Some(mut injector) = self.injector.take() {
+            injector.signal("TERM");
+            injector.wait_exit(std::time::Duration::from_secs(30));
+        }
     }
 }
 

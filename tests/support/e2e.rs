@@ -380,3 +380,21 @@ pub fn watch_availability(
     });
     seen
 }
+
+/// Waits until the test's running injector publishes `stamp` (`name:version=REV`) in its
+/// status ConfigMap, as it does within moments of a config edit.
+pub async fn wait_published(ctx: &TestContext, stamp: &str) {
+    let (sidecar, revision) = stamp.split_once('=').unwrap();
+    let configmaps = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    eventually(DEADLINE, &format!("{stamp} published"), || async {
+        let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        injectors
+            .as_object()?
+            .values()
+            .any(|p| p["revisions"][sidecar] == revision)
+            .then_some(())
+    })
+    .await;
+}
