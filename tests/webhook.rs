@@ -1,5 +1,5 @@
 //! The real `serve` binary over real TLS with a real HTTPS client: injection, both review
-//! versions, every row of DESIGN.md's bad-input table, hot reload of configs and certificates,
+//! versions, every row of the bad-input table, hot reload of configs and certificates,
 //! and graceful shutdown.
 #![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
 
