@@ -31,8 +31,47 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", one_line(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes in one line, each said once: many errors already include their
+/// source in their own text, and `{:#}` would repeat it.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read x.crt: {source}")]
+        struct Read {
+            source: std::io::Error,
+        }
+        let err = anyhow::Error::new(Read { source: io }).context("cannot load the certificate");
+        assert_eq!(
+            one_line(&err),
+            "cannot load the certificate: cannot read x.crt: No such file or directory"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&plain), "outer: inner");
     }
 }

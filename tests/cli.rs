@@ -507,3 +507,19 @@ fn certs_are_valid_for_a_year_unless_told_and_say_where_they_went() {
         assert!(ignored.lines().any(|l| l == path), "{path} is git-ignored");
     }
 }
+
+#[test]
+fn an_error_says_each_cause_once() {
+    let output = run(&["drift", "--kubeconfig", "/nonexistent/kubeconfig"], None);
+    assert!(!output.status.success());
+    let stderr = text(&output.stderr);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default();
+    assert_eq!(
+        error.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}
