@@ -18,7 +18,11 @@ pub use args::{Cli, Command, OutputFormat, ProcessEnv};
 
 pub fn run(cli: Cli) -> ExitCode {
     tls::install_crypto_provider();
-    telemetry::init(cli.log_level, cli.log_format);
+    let level = cli.log_level.unwrap_or(match cli.command {
+        Command::Serve(_) => telemetry::LogLevel(tracing::Level::INFO),
+        _ => telemetry::LogLevel(tracing::Level::WARN),
+    });
+    telemetry::init(level, cli.log_format);
     let env = ProcessEnv::read();
     let result = match cli.command {
         Command::Inject(args) => inject::run(&args),

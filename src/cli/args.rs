@@ -22,16 +22,17 @@ use crate::telemetry::{LogFormat, LogLevel};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Log level: error, warn, info, debug, trace, or a glog verbosity number (Tumblr's `-v`).
+    /// Log level: error, warn, info, debug, trace, or a glog verbosity number (Tumblr's `-v`)
+    /// [default: info for `serve`, warn for the one-shot commands, whose output is their
+    /// report].
     #[arg(
         long = "log-level",
         short = 'v',
         visible_alias = "v",
         env = "LOG_LEVEL",
-        global = true,
-        default_value = "info"
+        global = true
     )]
-    pub log_level: LogLevel,
+    pub log_level: Option<LogLevel>,
     /// Log format on stderr.
     #[arg(long, env = "LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -29,7 +29,7 @@ use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions, 
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
-use crate::workload::WorkloadKind;
+use crate::workload::{WorkloadKind, WorkloadRef};
 
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
@@ -224,35 +224,76 @@ async fn act_until_done(
     sidecars: &SidecarSet,
     args: &RolloutArgs,
 ) {
-    let progress = std::io::stderr().is_terminal() && args.cluster.output == OutputFormat::Table;
+    let terminal = std::io::stderr().is_terminal() && args.cluster.output == OutputFormat::Table;
     let mut changes = feed.changes.clone();
-    let mut first = true;
+    let mut progress: Option<Progress> = None;
     loop {
         let plan = engine.tick(feed, sidecars, Authority::Act).await;
-        if first {
+        let progress = progress.get_or_insert_with(|| {
             print_plan_summary(&plan);
-            first = false;
-        }
-        if progress {
-            let done = engine.summary.succeeded.len() + engine.summary.failed.len();
-            let total = engine.summary.restarted.len() + plan.waiting.len();
-            let width = 30;
-            let filled = (done * width).checked_div(total.max(1)).unwrap_or(0);
-            eprint!(
-                "\r[{}{}] {done}/{total} done, {} rolling, {} waiting ",
-                "#".repeat(filled),
-                "-".repeat(width - filled.min(width)),
-                plan.rolling.len(),
-                plan.waiting.len()
-            );
-        }
+            Progress::of(&plan)
+        });
+        progress.report(&engine.summary, terminal, &plan);
         if plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself()) {
             break;
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
     }
-    if progress {
+    if terminal {
         eprintln!();
+    }
+}
+
+/// What this run planned, and which of those workloads it has reported done.
+struct Progress {
+    planned: BTreeSet<WorkloadRef>,
+    reported: BTreeSet<WorkloadRef>,
+}
+
+impl Progress {
+    fn of(plan: &RolloutPlan) -> Self {
+        let planned = plan
+            .restarts
+            .iter()
+            .map(|r| r.workload.clone())
+            .chain(plan.rolling.iter().map(|r| r.workload.clone()))
+            .chain(plan.waiting.iter().map(|w| w.workload.clone()))
+            .collect();
+        Self {
+            planned,
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// A `done KIND/ns/name (3/10)` line per workload of the plan as it ends (on a terminal or
+    /// not), and on a terminal a bar that never runs past the plan.
+    fn report(&mut self, summary: &RunSummary, terminal: bool, plan: &RolloutPlan) {
+        let total = self.planned.len();
+        let ended = summary
+            .succeeded
+            .iter()
+            .map(|w| (w, "done"))
+            .chain(summary.failed.iter().map(|f| (&f.workload, "failed")));
+        for (workload, outcome) in ended {
+            if self.planned.contains(workload) && self.reported.insert(workload.clone()) {
+                if terminal {
+                    eprint!("\r\x1b[2K");
+                }
+                eprintln!("{outcome} {workload} ({}/{total})", self.reported.len());
+            }
+        }
+        if terminal {
+            let done = self.reported.len().min(total);
+            let width = 30;
+            let filled = (done * width).checked_div(total.max(1)).unwrap_or(0);
+            eprint!(
+                "\r[{}{}] {done}/{total} done, {} rolling, {} waiting ",
+                "#".repeat(filled),
+                "-".repeat(width - filled),
+                plan.rolling.len(),
+                plan.waiting.len()
+            );
+        }
     }
 }
 

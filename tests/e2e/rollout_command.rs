@@ -54,6 +54,14 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     // --confirm rolls them, waits, and exits 0.
     let output = rollout_command(ns, &["--confirm", "--rollout-reason", "ticket OPS-1"]);
     let stdout = succeeded(&output);
+    // Without a terminal: a line per workload as it ends, counted against this run's plan;
+    // no INFO logging by default.
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        stderr.contains("done Deployment/e2e-rollout-cli/web (") && stderr.contains("(3/3)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(" INFO "), "{stderr}");
     for workload in [
         "Deployment/e2e-rollout-cli/web",
         "StatefulSet/e2e-rollout-cli/db",
