@@ -27,6 +27,7 @@ use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
 use crate::rollout::eviction::{LastEviction, next_eviction};
+use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
 use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
@@ -90,6 +91,8 @@ pub struct RunSummary {
     pub succeeded: BTreeSet<WorkloadRef>,
     pub failed: Vec<rollout::Failure>,
     pub waiting: Vec<rollout::Waiting>,
+    /// Restarted, then gone (deleted, or a bare pod evicted): nothing left to judge.
+    pub gone: BTreeSet<WorkloadRef>,
 }
 
 /// Why one of the executor's actions failed: the step, what it acted on, and the API's
@@ -279,7 +282,7 @@ impl Engine {
             .map(|(name, t)| (name.clone(), t.revision.clone()))
             .collect();
         let now = Timestamp::now();
-        let (plan, evictions) = self.plan_now(feed, &targets, &wanted, now);
+        let (plan, evictions, podless) = self.plan_now(feed, &targets, &wanted, now);
         let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
         self.finished_since = plan
             .finished_not_current
@@ -296,7 +299,10 @@ impl Engine {
         self.book = plan.book.clone();
         self.metrics.record_campaigns(&self.book);
         match self.options.mode {
-            EngineMode::Auto => self.act(&plan, evictions, now).await,
+            EngineMode::Auto => {
+                self.act(&plan, evictions, now).await;
+                self.end_podless(podless);
+            }
             EngineMode::DryRun => self.log_dry_run(&plan),
             EngineMode::Off => {}
         }
@@ -314,7 +320,11 @@ impl Engine {
         targets: &BTreeMap<String, SidecarTarget>,
         wanted: &RevisionsInForce,
         now: Timestamp,
-    ) -> (RolloutPlan, Vec<Eviction>) {
+    ) -> (
+        RolloutPlan,
+        Vec<Eviction>,
+        BTreeMap<WorkloadRef, PodlessOutcome>,
+    ) {
         let index = feed.index.lock().expect("drift index lock");
         let live = self
             .containers
@@ -369,7 +379,8 @@ impl Engine {
                 restart.reason = run.selection.reason(&restart.workload);
             }
         }
-        (plan, evictions)
+        let podless = podless_outcomes(&self.awaiting_success, &report, &index);
+        (plan, evictions, podless)
     }
 
     fn log_dry_run(&mut self, plan: &RolloutPlan) {
@@ -397,6 +408,27 @@ impl Engine {
         self.report_outcomes(plan).await;
         for (sidecar, reason) in &plan.paused {
             self.announce_pause(sidecar, reason).await;
+        }
+    }
+
+    /// Restarted workloads with no pods left end too: succeeded when rolled out (scaled to
+    /// zero), gone when deleted or evicted for good.
+    fn end_podless(&mut self, podless: BTreeMap<WorkloadRef, PodlessOutcome>) {
+        for (workload, outcome) in podless {
+            if !self.awaiting_success.remove(&workload) {
+                continue;
+            }
+            match outcome {
+                PodlessOutcome::Succeeded => {
+                    self.metrics
+                        .record_rollout(workload.kind, RolloutResult::Succeeded);
+                    self.summary.succeeded.insert(workload);
+                }
+                PodlessOutcome::Gone => {
+                    info!(workload = %workload, "restarted workload no longer exists");
+                    self.summary.gone.insert(workload);
+                }
+            }
         }
     }
 

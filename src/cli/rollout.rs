@@ -273,7 +273,8 @@ impl Progress {
             .succeeded
             .iter()
             .map(|w| (w, "done"))
-            .chain(summary.failed.iter().map(|f| (&f.workload, "failed")));
+            .chain(summary.failed.iter().map(|f| (&f.workload, "failed")))
+            .chain(summary.gone.iter().map(|w| (w, "gone")));
         for (workload, outcome) in ended {
             if self.planned.contains(workload) && self.reported.insert(workload.clone()) {
                 if terminal {
@@ -307,6 +308,12 @@ fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<(
             }
             for failure in &summary.failed {
                 writeln!(out, "failed     {}: {}", failure.workload, failure.reason)?;
+            }
+            for workload in &summary.gone {
+                writeln!(
+                    out,
+                    "gone       {workload} (restarted, then deleted or evicted)"
+                )?;
             }
             for waiting in &summary.waiting {
                 writeln!(out, "waiting    {}: {}", waiting.workload, waiting.message)?;
