@@ -252,11 +252,12 @@ struct Progress {
 
 impl Progress {
     fn of(plan: &RolloutPlan) -> Self {
+        // What this run restarts now or once its wait ends; a workload already rolling from
+        // an earlier run is not this run's to count.
         let planned = plan
             .restarts
             .iter()
             .map(|r| r.workload.clone())
-            .chain(plan.rolling.iter().map(|r| r.workload.clone()))
             .chain(plan.waiting.iter().map(|w| w.workload.clone()))
             .collect();
         Self {

@@ -57,9 +57,29 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     // Without a terminal: a line per workload as it ends, counted against this run's plan;
     // no INFO logging by default.
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let done: Vec<(usize, usize)> = stderr
+        .lines()
+        .filter(|l| l.starts_with("done "))
+        .map(|l| {
+            let (k, n) = l
+                .rsplit_once('(')
+                .unwrap()
+                .1
+                .trim_end_matches(')')
+                .split_once('/')
+                .unwrap();
+            (k.parse().unwrap(), n.parse().unwrap())
+        })
+        .collect();
     assert!(
-        stderr.contains("done Deployment/e2e-rollout-cli/web (") && stderr.contains("(3/3)"),
+        stderr.contains("done Deployment/e2e-rollout-cli/web (") && done.len() >= 3,
         "{stderr}"
+    );
+    assert!(
+        done.iter()
+            .enumerate()
+            .all(|(i, (k, n))| *k == i + 1 && k <= n),
+        "numbered in order, never past the plan: {stderr}"
     );
     assert!(!stderr.contains(" INFO "), "{stderr}");
     for workload in [
