@@ -31,6 +31,20 @@ pub enum DriftState {
     Current,
 }
 
+impl std::str::FromStr for DriftState {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        DriftState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == text.trim().to_ascii_lowercase())
+            .ok_or_else(|| {
+                let names: Vec<&str> = DriftState::ALL.iter().map(|s| s.as_str()).collect();
+                format!("{text:?} is not a drift state ({})", names.join(", "))
+            })
+    }
+}
+
 impl DriftState {
     pub const ALL: [DriftState; 6] = [
         DriftState::Excluded,
@@ -162,6 +176,31 @@ fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> 
 pub struct DriftReport {
     pub sidecars: Vec<SidecarDrift>,
     pub workloads: Vec<WorkloadDrift>,
+}
+
+impl DriftReport {
+    /// Only these sidecars (by normalised name) and, for workloads, these states; an empty
+    /// list keeps everything.
+    pub fn filtered(mut self, sidecars: &[String], states: &[DriftState]) -> Self {
+        let wanted: Vec<String> = sidecars
+            .iter()
+            .map(|s| {
+                crate::name::SidecarName::parse(s).map_or_else(|_| s.clone(), |n| n.to_string())
+            })
+            .collect();
+        let keep = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+        self.sidecars.retain(|s| keep(&s.name));
+        self.workloads
+            .retain(|w| keep(&w.sidecar) && (states.is_empty() || states.contains(&w.state)));
+        self
+    }
+
+    /// Whether a workload in the report runs a stale sidecar or was never injected.
+    pub fn needs_restart(&self) -> bool {
+        self.workloads
+            .iter()
+            .any(|w| matches!(w.state, DriftState::Stale | DriftState::Uninjected))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -51,7 +51,7 @@ pub enum Command {
     Certs(CertsArgs),
     /// Report, per sidecar and per workload, which pods run a stale sidecar (one-shot, from the
     /// cluster: the usual kubeconfig resolution, or --kubeconfig).
-    Drift(DriftArgs),
+    Drift(Box<DriftArgs>),
     /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
     /// --confirm to act and wait until done (exit status 1 when any workload failed).
     Rollout(Box<RolloutArgs>),
@@ -185,6 +185,9 @@ pub struct OneShotArgs {
     /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use, as kubectl's --context.
+    #[arg(long)]
+    pub context: Option<String>,
     #[command(flatten)]
     pub drift: DriftPolicyArgs,
     #[command(flatten)]
@@ -251,6 +254,28 @@ pub struct RolloutArgs {
 pub struct DriftArgs {
     #[command(flatten)]
     pub cluster: OneShotArgs,
+    /// Only these namespaces, listed in them alone (repeatable): what a user whose rights stop
+    /// at some namespaces can run.
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        value_name = "NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
+    /// Every namespace (the default).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only these sidecars (repeatable; `logger` means `logger:latest`).
+    #[arg(long = "sidecar", value_name = "NAME")]
+    pub sidecars: Vec<String>,
+    /// Only workloads in these states (repeatable): excluded, orphaned, uninjected, unknown,
+    /// stale, current.
+    #[arg(long = "state", value_name = "STATE")]
+    pub states: Vec<crate::drift::DriftState>,
+    /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron).
+    #[arg(long)]
+    pub exit_code: bool,
 }
 
 #[derive(Debug, Args)]

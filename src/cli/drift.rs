@@ -15,11 +15,15 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = one_shot_client(args.cluster.kubeconfig.as_deref()).await?;
+        let client = one_shot_client(
+            args.cluster.kubeconfig.as_deref(),
+            args.cluster.context.as_deref(),
+        )
+        .await?;
         let keys = AnnotationKeys::new(&args.cluster.annotation_namespace);
         let sidecars =
             one_shot_configs(&client, &args.cluster.configs, &args.cluster.configmaps).await?;
-        let index = crate::cluster::list::index(&client, &keys)
+        let index = crate::cluster::list::index(&client, &keys, &args.namespaces)
             .await
             .context("cannot list pods, ReplicaSets and workloads")?;
         let policy = args
@@ -29,13 +33,18 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let report = match revisions_in_force(&client, &args.cluster).await? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&sidecars, &policy),
-        };
+        }
+        .filtered(&args.sidecars, &args.states);
         let mut out = io::stdout().lock();
         match args.cluster.output {
             OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
             OutputFormat::Table => write_drift_table(&mut out, &report)?,
         }
-        Ok(ExitCode::SUCCESS)
+        Ok(if args.exit_code && report.needs_restart() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
     })
 }
 

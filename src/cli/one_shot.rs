@@ -53,15 +53,28 @@ pub async fn revisions_in_force(
     })
 }
 
-/// The cluster for the one-shot commands: --kubeconfig, or the usual resolution.
-pub async fn one_shot_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
+/// The cluster for the one-shot commands: --kubeconfig, or the usual resolution, in
+/// --context when given (as kubectl).
+pub async fn one_shot_client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let config = match (kubeconfig, context) {
+        (Some(path), _) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .with_context(|| format!("cannot use --kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer()
+        (None, Some(context)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .with_context(|| format!("cannot use --context {context}"))?,
+        (None, None) => kube::Config::infer()
             .await
             .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
     };

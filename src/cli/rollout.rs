@@ -53,7 +53,11 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
         None => Timestamp::now(),
     };
-    let client = one_shot_client(args.cluster.kubeconfig.as_deref()).await?;
+    let client = one_shot_client(
+        args.cluster.kubeconfig.as_deref(),
+        args.cluster.context.as_deref(),
+    )
+    .await?;
     let keys = AnnotationKeys::new(&args.cluster.annotation_namespace);
     let sidecars =
         one_shot_configs(&client, &args.cluster.configs, &args.cluster.configmaps).await?;

@@ -40,36 +40,54 @@ where
 }
 
 /// Every object's metadata (a metadata-only list: never specs).
-async fn list_metadata<K>(client: &Client) -> Result<Vec<ObjectMeta>, kube::Error>
+/// Every object's metadata (a metadata-only list: never specs), cluster-wide or, for a user
+/// whose rights stop at some namespaces, in exactly those.
+async fn list_metadata<K>(
+    client: &Client,
+    namespaces: &[String],
+) -> Result<Vec<ObjectMeta>, kube::Error>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
 {
-    let api: Api<PartialObjectMeta<K>> = Api::all(client.clone());
-    list_paged(&api, |o| Some(o.metadata)).await
+    if namespaces.is_empty() {
+        let api: Api<PartialObjectMeta<K>> = Api::all(client.clone());
+        return list_paged(&api, |o| Some(o.metadata)).await;
+    }
+    let mut metas = Vec::new();
+    for namespace in namespaces {
+        let api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), namespace);
+        metas.extend(list_paged(&api, |o| Some(o.metadata)).await?);
+    }
+    Ok(metas)
 }
 
-pub async fn index(client: &Client, keys: &AnnotationKeys) -> Result<DriftIndex, kube::Error> {
+/// The drift index from one round of lists; `namespaces` empty means cluster-wide.
+pub async fn index(
+    client: &Client,
+    keys: &AnnotationKeys,
+    namespaces: &[String],
+) -> Result<DriftIndex, kube::Error> {
     let mut index = DriftIndex::default();
-    let replicasets = list_metadata::<ReplicaSet>(client).await?;
+    let replicasets = list_metadata::<ReplicaSet>(client, namespaces).await?;
     index.reset_replicasets(replicasets.iter());
     for (kind, metas) in [
         (
             WorkloadKind::Deployment,
-            list_metadata::<Deployment>(client).await?,
+            list_metadata::<Deployment>(client, namespaces).await?,
         ),
         (
             WorkloadKind::StatefulSet,
-            list_metadata::<StatefulSet>(client).await?,
+            list_metadata::<StatefulSet>(client, namespaces).await?,
         ),
         (
             WorkloadKind::DaemonSet,
-            list_metadata::<DaemonSet>(client).await?,
+            list_metadata::<DaemonSet>(client, namespaces).await?,
         ),
     ] {
         index.reset_workloads(kind, metas.iter(), keys);
     }
-    let pods = list_metadata::<Pod>(client).await?;
+    let pods = list_metadata::<Pod>(client, namespaces).await?;
     index.reset_pods(pods.iter(), keys);
     Ok(index)
 }

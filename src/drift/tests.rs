@@ -620,3 +620,45 @@ fn one_staleness_rule_gives_each_state_and_its_restart() {
     assert!(DriftState::Unknown.needs_restart(true));
     assert!(!DriftState::Orphaned.needs_restart(true));
 }
+
+#[test]
+fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart() {
+    let sidecar = |name: &str| SidecarDrift {
+        name: name.into(),
+        revision: None,
+        pods: StateCounts::default(),
+    };
+    let row = |name: &str, sidecar: &str, state: DriftState| WorkloadDrift {
+        kind: crate::workload::OwnerKind::Workload(WorkloadKind::Deployment),
+        namespace: "team".into(),
+        name: name.into(),
+        sidecar: sidecar.into(),
+        state,
+        reason: String::new(),
+        pods: StateCounts::default(),
+        needs_restart: false,
+        from_revision: None,
+    };
+    let report = DriftReport {
+        sidecars: vec![sidecar("logger:latest"), sidecar("tracer:v1")],
+        workloads: vec![
+            row("a", "logger:latest", DriftState::Stale),
+            row("b", "tracer:v1", DriftState::Current),
+            row("c", "tracer:v1", DriftState::Uninjected),
+        ],
+    };
+    assert!(report.needs_restart());
+    let logger = report.clone().filtered(&["Logger".into()], &[]);
+    assert_eq!(logger.sidecars.len(), 1);
+    assert_eq!(logger.workloads.len(), 1, "`Logger` means logger:latest");
+    let current = report.clone().filtered(&[], &[DriftState::Current]);
+    assert_eq!(current.workloads.len(), 1);
+    assert!(!current.needs_restart());
+    assert_eq!("STALE".parse::<DriftState>(), Ok(DriftState::Stale));
+    assert!(
+        "rotten"
+            .parse::<DriftState>()
+            .unwrap_err()
+            .contains("current")
+    );
+}

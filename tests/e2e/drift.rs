@@ -109,6 +109,67 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .unwrap();
     let after = drift_report(&args);
     assert_eq!(state(&after, "Deployment", "web"), "stale");
+
+    // kubectl-style: one namespace (listed in it alone), one sidecar, one state, and an exit
+    // status for CI; --context as kubectl's.
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .arg("drift")
+            .arg("--kubeconfig")
+            .arg(&support::cluster::control_plane().kubeconfig)
+            .args(["-o", "json"])
+            .args([
+                "--config-directory",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
+                "--configmap-namespace",
+                "e2e-drift",
+                "--configmap-labels",
+                "sidecar-injector-e2e/config=true",
+            ])
+            .args(extra)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let narrowed = run(&[
+        "-n",
+        "e2e-drift",
+        "--sidecar",
+        "tracer:v1",
+        "--state",
+        "stale",
+        "--exit-code",
+    ]);
+    assert_eq!(
+        narrowed.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&narrowed.stderr)
+    );
+    let report: Value = serde_json::from_slice(&narrowed.stdout).unwrap();
+    let rows = report["workloads"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter().all(|w| w["namespace"] == "e2e-drift"
+            && w["sidecar"] == "tracer:v1"
+            && w["state"] == "stale"),
+        "{report:#}"
+    );
+    let calm = run(&["-n", "e2e-drift", "--state", "current", "--exit-code"]);
+    assert_eq!(
+        calm.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&calm.stderr)
+    );
+    let unknown_context = run(&["--context", "no-such-context"]);
+    assert!(!unknown_context.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown_context.stderr).contains("--context")
+            || String::from_utf8_lossy(&unknown_context.stderr).contains("no-such-context"),
+        "{}",
+        String::from_utf8_lossy(&unknown_context.stderr)
+    );
     assert_eq!(state(&after, "StatefulSet", "db"), "stale");
     assert_eq!(
         state(&after, "Deployment", "plain"),
