@@ -35,16 +35,6 @@ impl WorkloadKind {
         }
     }
 
-    pub fn parse(kind: &str) -> Option<Self> {
-        match kind {
-            "Deployment" => Some(WorkloadKind::Deployment),
-            "StatefulSet" => Some(WorkloadKind::StatefulSet),
-            "DaemonSet" => Some(WorkloadKind::DaemonSet),
-            "Pod" => Some(WorkloadKind::Pod),
-            _ => None,
-        }
-    }
-
     /// A controller that rolls its pods from a template (everything but a bare pod).
     pub fn is_controller(self) -> bool {
         self != WorkloadKind::Pod
@@ -242,16 +232,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_read_back_what_they_print() {
-        for kind in [
-            WorkloadKind::Deployment,
-            WorkloadKind::StatefulSet,
-            WorkloadKind::DaemonSet,
-            WorkloadKind::Pod,
-        ] {
-            assert_eq!(WorkloadKind::parse(kind.as_str()), Some(kind));
-        }
-        assert_eq!(WorkloadKind::parse("ReplicaSet"), None);
+    fn a_bare_pod_is_no_controller_and_lives_in_core_v1() {
+        assert!(WorkloadKind::Deployment.is_controller());
         assert!(!WorkloadKind::Pod.is_controller());
         assert_eq!(WorkloadKind::Pod.api_version(), "v1");
     }

@@ -172,10 +172,7 @@ impl RevisionStamp {
 
     /// `(sidecar as written, REV)` pairs; items without `=` are skipped.
     pub fn items(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.split(',').filter_map(|item| {
-            let (name, revision) = item.trim().split_once('=')?;
-            Some((name.trim(), revision.trim()))
-        })
+        stamp_items(&self.0)
     }
 
     pub fn as_str(&self) -> &str {
@@ -185,6 +182,15 @@ impl RevisionStamp {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// The items of a stamp as written in an annotation, without copying it: `(sidecar as
+/// written, REV)` pairs, trimmed; items without `=` are skipped.
+pub fn stamp_items(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.split(',').filter_map(|item| {
+        let (name, revision) = item.trim().split_once('=')?;
+        Some((name.trim(), revision.trim()))
+    })
 }
 
 impl fmt::Display for RevisionStamp {

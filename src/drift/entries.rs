@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::RevisionsInForce;
+use crate::config::revision::stamp_items;
 use crate::name::SidecarName;
 use crate::workload::UpdateStrategy;
 
@@ -268,11 +269,7 @@ fn template_annotation(meta: Option<&ObjectMeta>, key: &str) -> Option<Box<str>>
 
 /// `name:version=REV,...` as (normalised name, REV) pairs.
 pub(super) fn parse_revisions(annotation: &str) -> Vec<(String, &str)> {
-    annotation
-        .split(',')
-        .filter_map(|item| {
-            let (name, revision) = item.trim().split_once('=')?;
-            Some((SidecarName::parse(name).ok()?.to_string(), revision.trim()))
-        })
+    stamp_items(annotation)
+        .filter_map(|(name, revision)| Some((SidecarName::parse(name).ok()?.to_string(), revision)))
         .collect()
 }
