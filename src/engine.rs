@@ -676,7 +676,7 @@ impl Engine {
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
     /// The campaign book; the revisions in force are each serving replica's to publish.
     async fn write_status(&mut self) {
-        let data = status::encode(self.written.as_ref(), None, &self.book);
+        let data = status::encode(self.written.as_ref(), &self.book);
         if self.written.as_ref() == Some(&data) {
             return;
         }

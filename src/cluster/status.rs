@@ -51,21 +51,30 @@ pub fn publish(
     forget_after: std::time::Duration,
 ) -> BTreeMap<String, String> {
     let now = publication.at.0;
-    let mut injectors: BTreeMap<String, Publication> = data
-        .get(STATUS_INJECTORS_KEY)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default();
+    let mut injectors = injectors_in(data);
     let horizon = now
         .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(forget_after).unwrap_or_default())
         .unwrap_or(k8s_openapi::jiff::Timestamp::MIN);
     injectors.retain(|_, p| p.at.0 >= horizon);
     injectors.insert(identity.to_owned(), publication);
     let mut data = data.clone();
+    set_injectors(&mut data, &injectors);
+    data
+}
+
+/// The publications in `data` as a writer reads them: a malformed item is started afresh
+/// (the readers report it; a writer must not be stopped by it).
+fn injectors_in(data: &BTreeMap<String, String>) -> BTreeMap<String, Publication> {
+    data.get(STATUS_INJECTORS_KEY)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
+fn set_injectors(data: &mut BTreeMap<String, String>, injectors: &BTreeMap<String, Publication>) {
     data.insert(
         STATUS_INJECTORS_KEY.to_owned(),
-        serde_json::to_string_pretty(&injectors).expect("publications serialize"),
+        serde_json::to_string_pretty(injectors).expect("publications serialize"),
     );
-    data
 }
 
 /// Where the one-shot commands take the revisions in force from.
@@ -179,25 +188,6 @@ fn summary(revisions: &RevisionsInForce) -> String {
 
 /// The status ConfigMap a running injector keeps in its namespace.
 pub const STATUS_CONFIGMAP: &str = "sidecar-injector-status";
-/// Its data item holding `{"name:version": "REV", ...}`, the revisions in force.
-pub const STATUS_REVISIONS_KEY: &str = "revisions";
-
-/// The revisions item of a status ConfigMap (pure: the read is apart, so this is tested
-/// without a cluster). `None` when the item is absent.
-pub fn decode_revisions(status: &ConfigMap) -> Result<Option<RevisionsInForce>, serde_json::Error> {
-    status
-        .data
-        .as_ref()
-        .and_then(|d| d.get(STATUS_REVISIONS_KEY))
-        .map(|text| serde_json::from_str(text))
-        .transpose()
-}
-
-/// The revisions item as the engine writes it: JSON, sorted by sidecar.
-pub fn encode_revisions(revisions: &RevisionsInForce) -> String {
-    serde_json::to_string(revisions).expect("a map of strings serializes")
-}
-
 /// The campaign book item; `None` when the item is absent.
 pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_json::Error> {
     status
@@ -208,18 +198,13 @@ pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_jso
         .transpose()
 }
 
-/// The data of the status ConfigMap: `existing` with the campaign book replaced and, from a
-/// process that serves the webhook, the revisions it injects. A one-shot command injects
-/// nothing, so it leaves the published revisions as they are.
+/// The data of the status ConfigMap: `existing` with the campaign book replaced; the
+/// replicas' publications (and anything else) kept as they are.
 pub fn encode(
     existing: Option<&BTreeMap<String, String>>,
-    revisions: Option<&RevisionsInForce>,
     book: &CampaignBook,
 ) -> BTreeMap<String, String> {
     let mut data = existing.cloned().unwrap_or_default();
-    if let Some(revisions) = revisions {
-        data.insert(STATUS_REVISIONS_KEY.to_owned(), encode_revisions(revisions));
-    }
     data.insert(
         STATUS_CAMPAIGNS_KEY.to_owned(),
         serde_json::to_string_pretty(book).expect("the book serializes"),
@@ -378,17 +363,11 @@ async fn withdraw(
         return Ok(());
     };
     let mut data = current.data.clone().unwrap_or_default();
-    let mut injectors: BTreeMap<String, Publication> = data
-        .get(STATUS_INJECTORS_KEY)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default();
+    let mut injectors = injectors_in(&data);
     if injectors.remove(identity).is_none() {
         return Ok(());
     }
-    data.insert(
-        STATUS_INJECTORS_KEY.to_owned(),
-        serde_json::to_string_pretty(&injectors).expect("publications serialize"),
-    );
+    set_injectors(&mut data, &injectors);
     let object = status_object(namespace, current.metadata.resource_version.clone(), data);
     write(api, &object).await.map(|_| ())
 }
@@ -400,7 +379,7 @@ mod tests {
     fn status(item: Option<&str>) -> ConfigMap {
         ConfigMap {
             data: item.map(|text| {
-                [(STATUS_REVISIONS_KEY.to_owned(), text.to_owned())]
+                [(STATUS_INJECTORS_KEY.to_owned(), text.to_owned())]
                     .into_iter()
                     .collect()
             }),
@@ -409,29 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn revisions_read_back_what_is_written() {
-        let revisions: RevisionsInForce = [
-            ("tracer:v1".to_owned(), "bbbbbbbbbbbb".to_owned()),
-            ("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned()),
-        ]
-        .into_iter()
-        .collect();
-        let text = encode_revisions(&revisions);
-        assert_eq!(
-            text,
-            r#"{"logger:v1":"aaaaaaaaaaaa","tracer:v1":"bbbbbbbbbbbb"}"#
-        );
-        assert_eq!(
-            decode_revisions(&status(Some(&text))).unwrap(),
-            Some(revisions)
-        );
-    }
-
-    #[test]
     fn the_book_reads_back_what_is_encoded() {
-        let revisions: RevisionsInForce = [("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned())]
-            .into_iter()
-            .collect();
         let mut book = CampaignBook::default();
         book.campaigns.insert(
             "logger:v1".into(),
@@ -449,24 +406,24 @@ mod tests {
                 changes: None,
             },
         );
-        let configmap = status_object(
-            "injector-system",
-            None,
-            encode(None, Some(&revisions), &book),
+        // The replicas' publications stay as they are; only the book is replaced.
+        let published = publish(
+            &BTreeMap::new(),
+            "a",
+            publication("aaaaaaaaaaaa", 0),
+            std::time::Duration::from_secs(300),
         );
-        // A one-shot command keeps what the injector published and replaces only the book.
+        let configmap = status_object("injector-system", None, encode(Some(&published), &book));
         let existing = configmap.data.clone().unwrap();
-        let other: RevisionsInForce = [("logger:v1".to_owned(), "bbbbbbbbbbbb".to_owned())]
-            .into_iter()
-            .collect();
-        let kept = encode(Some(&existing), None, &CampaignBook::default());
-        assert_eq!(kept[STATUS_REVISIONS_KEY], existing[STATUS_REVISIONS_KEY]);
+        assert_eq!(
+            existing[STATUS_INJECTORS_KEY],
+            published[STATUS_INJECTORS_KEY]
+        );
+        let kept = encode(Some(&existing), &CampaignBook::default());
+        assert_eq!(kept[STATUS_INJECTORS_KEY], existing[STATUS_INJECTORS_KEY]);
         assert_ne!(kept[STATUS_CAMPAIGNS_KEY], existing[STATUS_CAMPAIGNS_KEY]);
-        let replaced = encode(Some(&existing), Some(&other), &book);
-        assert_eq!(replaced[STATUS_REVISIONS_KEY], encode_revisions(&other));
         assert_eq!(configmap.metadata.name.as_deref(), Some(STATUS_CONFIGMAP));
         assert_eq!(decode_book(&configmap).unwrap(), Some(book));
-        assert_eq!(decode_revisions(&configmap).unwrap(), Some(revisions));
         assert_eq!(decode_book(&status(None)).unwrap(), None);
     }
 
@@ -600,7 +557,7 @@ mod tests {
 
     #[test]
     fn an_absent_item_is_none_and_a_malformed_one_an_error() {
-        assert_eq!(decode_revisions(&status(None)).unwrap(), None);
-        assert!(decode_revisions(&status(Some("[1, 2]"))).is_err());
+        assert!(decode_injectors(&status(None)).unwrap().is_empty());
+        assert!(decode_injectors(&status(Some("[1, 2]"))).is_err());
     }
 }
