@@ -7,7 +7,6 @@ use anyhow::Context;
 
 use super::args::*;
 use super::one_shot::*;
-use crate::annotations::AnnotationKeys;
 
 pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -15,14 +14,11 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = one_shot_client(
-            args.cluster.kubeconfig.as_deref(),
-            args.cluster.context.as_deref(),
-        )
-        .await?;
-        let keys = AnnotationKeys::new(&args.cluster.annotation_namespace);
-        let sidecars =
-            one_shot_configs(&client, &args.cluster.configs, &args.cluster.configmaps).await?;
+        let OneShot {
+            client,
+            keys,
+            sidecars,
+        } = OneShot::connect(&args.cluster).await?;
         let index = crate::cluster::list::index(&client, &keys, &args.namespaces)
             .await
             .context("cannot list pods, ReplicaSets and workloads")?;

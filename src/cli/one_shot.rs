@@ -53,6 +53,26 @@ pub async fn revisions_in_force(
     })
 }
 
+/// What every one-shot command starts from: the cluster, the annotation keys, and the
+/// configs as `serve` would load them.
+pub struct OneShot {
+    pub client: kube::Client,
+    pub keys: crate::annotations::AnnotationKeys,
+    pub sidecars: SidecarSet,
+}
+
+impl OneShot {
+    pub async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
+        let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
+        Ok(Self {
+            client,
+            keys: crate::annotations::AnnotationKeys::new(&args.annotation_namespace),
+            sidecars,
+        })
+    }
+}
+
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution, in
 /// --context when given (as kubectl).
 pub async fn one_shot_client(

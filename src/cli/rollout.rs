@@ -18,7 +18,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
-use super::one_shot::{one_shot_client, one_shot_configs, revisions_in_force};
+use super::one_shot::{OneShot, revisions_in_force};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
@@ -53,14 +53,11 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
         None => Timestamp::now(),
     };
-    let client = one_shot_client(
-        args.cluster.kubeconfig.as_deref(),
-        args.cluster.context.as_deref(),
-    )
-    .await?;
-    let keys = AnnotationKeys::new(&args.cluster.annotation_namespace);
-    let sidecars =
-        one_shot_configs(&client, &args.cluster.configs, &args.cluster.configmaps).await?;
+    let OneShot {
+        client,
+        keys,
+        sidecars,
+    } = OneShot::connect(&args.cluster).await?;
     if args.confirm {
         refuse_beside_an_auto_holder(&client, args).await?;
     }

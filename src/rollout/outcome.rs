@@ -25,6 +25,10 @@ pub fn podless_outcomes(
     report: &DriftReport,
     index: &DriftIndex,
 ) -> BTreeMap<WorkloadRef, PodlessOutcome> {
+    // Called on every plan: nothing to look up while nothing awaits an outcome.
+    if restarted.is_empty() {
+        return BTreeMap::new();
+    }
     let with_pods: BTreeSet<(&str, &str, &str)> = report
         .workloads
         .iter()

@@ -112,24 +112,12 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
 
     // kubectl-style: one namespace (listed in it alone), one sidecar, one state, and an exit
     // status for CI; --context as kubectl's.
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The configs as drift_args() reads them, without its --include-namespace.
     let run = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .arg("drift")
-            .arg("--kubeconfig")
-            .arg(&support::cluster::control_plane().kubeconfig)
-            .args(["-o", "json"])
-            .args([
-                "--config-directory",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
-                "--configmap-namespace",
-                "e2e-drift",
-                "--configmap-labels",
-                "sidecar-injector-e2e/config=true",
-            ])
-            .args(extra)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap()
+        let mut args = drift_args()[..6].to_vec();
+        args.extend_from_slice(extra);
+        drift_command(checkout, &args)
     };
     let narrowed = run(&[
         "-n",
@@ -273,15 +261,9 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .replace("sidecar-injector-status", &PostParams::default(), &status)
         .await
         .unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("drift")
-        .arg("--kubeconfig")
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(["-o", "json", "--injector-namespace", "e2e-drift"])
-        .args(drift_args())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
+    let mut args = vec!["--injector-namespace", "e2e-drift"];
+    args.extend(drift_args());
+    let output = drift_command(checkout, &args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(

@@ -182,14 +182,10 @@ pub fn drift_args() -> Vec<&'static str> {
     ]
 }
 
-/// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
-pub fn drift_report(args: &[&str]) -> Value {
-    drift_report_from(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args)
-}
-
-/// As [`drift_report`], run from `dir` (outside the checkout, say).
-pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+/// `sidecar-injector drift -o json ARGS` against the control plane, run from `dir`; whatever
+/// its exit status.
+pub fn drift_command(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("drift")
         .arg("--kubeconfig")
         .arg(&super::cluster::control_plane().kubeconfig)
@@ -197,7 +193,17 @@ pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
         .args(args)
         .current_dir(dir)
         .output()
-        .expect("drift runs");
+        .expect("drift runs")
+}
+
+/// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
+pub fn drift_report(args: &[&str]) -> Value {
+    drift_report_from(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args)
+}
+
+/// As [`drift_report`], run from `dir` (outside the checkout, say).
+pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
+    let output = drift_command(dir, args);
     assert!(
         output.status.success(),
         "drift: {}",
