@@ -224,18 +224,6 @@ impl Engine {
         self.adopt_cluster_book();
     }
 
-    /// `rollout --resume`: paused campaigns run again; earlier failures no longer count.
-    pub fn resume(&mut self) -> Vec<String> {
-        let mut resumed = Vec::new();
-        for (sidecar, campaign) in &mut self.book.campaigns {
-            if campaign.state == rollout::CampaignState::Paused {
-                campaign.resume();
-                resumed.push(sidecar.clone());
-            }
-        }
-        resumed
-    }
-
     /// Adopts the cluster's book when someone else wrote it (a previous leader, `rollout
     /// --resume`).
     fn adopt_cluster_book(&mut self) {

@@ -16,7 +16,9 @@ mod planner;
 pub mod selection;
 pub mod targets;
 
-pub use book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure};
+pub use book::{
+    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Resumed, Resumption,
+};
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use health::rolled_out;
 pub use plan::{

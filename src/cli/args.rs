@@ -221,11 +221,14 @@ pub struct RolloutArgs {
     /// Only plan (the default; what everyone types).
     #[arg(long, conflicts_with = "confirm")]
     pub dry_run: bool,
-    /// Clear paused campaigns (earlier failures stop counting) before planning.
+    /// Resume the paused campaigns (earlier failures stop counting): written into the status
+    /// ConfigMap, where the Lease holder (`serve --rollout=auto`) acts on it; with no such
+    /// holder, `--confirm` acts here.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub resume: bool,
-    /// Act even while a `serve` in auto mode holds the rollout Lease.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
+    /// passing it gets a message saying what to do instead.
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub force: bool,
     /// Include StatefulSets.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
@@ -422,6 +425,17 @@ impl ProcessEnv {
             pod_name: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
             in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
         }
+    }
+
+    /// Who this process is, on a Lease or a publication: the pod's name in a cluster, else
+    /// host and process id.
+    pub fn identity(&self) -> String {
+        let host = self
+            .pod_name
+            .clone()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .unwrap_or_else(|| "sidecar-injector".into());
+        format!("{}-{}", host.trim(), std::process::id())
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -21,7 +21,9 @@ use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
 use super::one_shot::{OneShot, revisions_in_force};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
-use crate::cluster::lease::{LeaseDecision, MODE_ANNOTATION, ROLLOUT_LEASE, decide};
+use crate::cluster::lease::{
+    LeaseDecision, LeaseSettings, MODE_ANNOTATION, ROLLOUT_LEASE, decide, may_act,
+};
 use crate::cluster::list::list_paged;
 use crate::cluster::watch::{Change, watch};
 use crate::config::SidecarSet;
@@ -35,6 +37,13 @@ use crate::workload::{WorkloadKind, WorkloadRef};
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
 pub fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
+    if args.force {
+        anyhow::bail!(
+            "--force is gone: the CLI never acts beside a live `serve --rollout=auto`, which restarts \
+             stale workloads itself. To resume a paused campaign, run `sidecar-injector rollout --resume` \
+             (the Lease holder acts on it); to act from here, run serve with --rollout=dry-run or off"
+        );
+    }
     if !args.sidecar_container_name.is_empty() && args.resume {
         anyhow::bail!(
             "--resume clears paused revision campaigns; a --sidecar-container-name run keeps no campaign to resume"
@@ -58,9 +67,24 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         keys,
         sidecars,
     } = OneShot::connect(&args.cluster).await?;
-    if args.confirm {
-        refuse_beside_an_auto_holder(&client, args).await?;
+    let namespace = &args.cluster.injector_namespace;
+    let holder = LeaseHolder::read(&client, namespace).await?;
+    let identity = format!("rollout-cli/{}", env.identity());
+    if args.resume {
+        resume_campaigns(&client, namespace, &identity).await?;
+        if let Some(holder) = holder.as_ref().filter(|h| h.restarts()) {
+            eprintln!(
+                "{} holds the rollout Lease (serve --rollout=auto) and restarts what the resumed campaigns plan at its next plan; this run restarts nothing",
+                holder.name
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
     }
+    let standing = if args.confirm {
+        Some(Standing::take(&client, namespace, &identity, holder.as_ref()).await?)
+    } else {
+        None
+    };
     let options = engine_options(args, keys.clone());
     let feed = crate::cluster::drift_feed::start(client.clone(), keys);
     let mut synced = feed.synced.clone();
@@ -93,31 +117,52 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
             engine.use_published_revisions(revisions);
         }
     }
-    if args.resume {
-        let resumed = engine.resume();
-        if resumed.is_empty() {
-            eprintln!("no paused campaign to resume");
-        } else {
-            eprintln!("resuming the paused campaign of {}", resumed.join(", "));
-        }
-    }
-    if !args.confirm {
+    let Some(standing) = standing else {
         let plan = engine.tick(&feed, &sidecars, Authority::PlanOnly).await;
-        let nothing = if by_container {
-            format!(
-                "nothing to restart: no pod started before {} runs container {}",
-                started_before,
-                args.sidecar_container_name.join(", ")
-            )
-        } else {
-            "nothing to restart: no workload runs a stale sidecar".to_owned()
-        };
-        print_plan(args.cluster.output, &plan, &nothing)?;
+        print_plan(
+            args.cluster.output,
+            &plan,
+            &nothing_planned(args, started_before),
+        )?;
         return Ok(ExitCode::SUCCESS);
-    }
-    act_until_done(&mut engine, &feed, &sidecars, args).await;
+    };
+    let acted = act_until_done(&mut engine, &feed, &sidecars, args, &standing).await;
+    standing.give_up().await;
+    acted?;
     print_summary(args.cluster.output, &engine.summary)?;
     Ok(exit_code(&engine.summary))
+}
+
+fn nothing_planned(args: &RolloutArgs, started_before: Timestamp) -> String {
+    if args.sidecar_container_name.is_empty() {
+        "nothing to restart: no workload runs a stale sidecar".to_owned()
+    } else {
+        format!(
+            "nothing to restart: no pod started before {} runs container {}",
+            started_before,
+            args.sidecar_container_name.join(", ")
+        )
+    }
+}
+
+/// `--resume`: the paused campaigns resumed in the status ConfigMap, one line each.
+async fn resume_campaigns(
+    client: &kube::Client,
+    namespace: &str,
+    identity: &str,
+) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let resumed = crate::cluster::status::resume_paused(&api, namespace, identity).await?;
+    if resumed.is_empty() {
+        eprintln!("no paused campaign to resume");
+    }
+    for campaign in &resumed {
+        eprintln!(
+            "resumed the campaign of {} (revision {}): its earlier failures no longer count",
+            campaign.sidecar, campaign.revision
+        );
+    }
+    Ok(())
 }
 
 /// Exit status 3: what this run planned could not all be done now.
@@ -144,43 +189,125 @@ fn exit_code(summary: &RunSummary) -> ExitCode {
     ExitCode::from(EXIT_STILL_WAITING)
 }
 
-/// `--confirm` never acts beside a `serve --rollout=auto` that holds the Lease (it restarts
-/// stale workloads itself), unless `--force`.
-async fn refuse_beside_an_auto_holder(
-    client: &kube::Client,
-    args: &RolloutArgs,
-) -> anyhow::Result<()> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.cluster.injector_namespace);
-    let lease = leases
-        .get_opt(ROLLOUT_LEASE)
-        .await
-        .context("cannot read the rollout Lease")?;
-    let LeaseDecision::HeldBy {
-        holder,
-        mode,
-        until,
-    } = decide(
-        lease.as_ref(),
-        "sidecar-injector-rollout-cli",
-        Timestamp::now(),
-    )
-    else {
-        return Ok(());
-    };
-    if mode.as_deref() != Some("auto") {
-        return Ok(());
+/// Whoever holds the rollout Lease, live, other than this run.
+struct LeaseHolder {
+    name: String,
+    mode: Option<String>,
+    until: Timestamp,
+}
+
+impl LeaseHolder {
+    async fn read(client: &kube::Client, namespace: &str) -> anyhow::Result<Option<Self>> {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let lease = leases
+            .get_opt(ROLLOUT_LEASE)
+            .await
+            .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
+        Ok(match decide(lease.as_ref(), "", Timestamp::now()) {
+            LeaseDecision::HeldBy {
+                holder,
+                mode,
+                until,
+            } => Some(Self {
+                name: holder,
+                mode,
+                until,
+            }),
+            _ => None,
+        })
     }
-    if !args.force {
-        anyhow::bail!(
-            "refusing to act: {holder} holds the rollout Lease in {} ({MODE_ANNOTATION}=auto, until {until}); \
-             it restarts stale workloads itself. Pass --force to act anyway",
-            args.cluster.injector_namespace
-        );
+
+    /// A `serve --rollout=auto` (or another `rollout --confirm`): it restarts workloads.
+    fn restarts(&self) -> bool {
+        matches!(self.mode.as_deref(), Some("auto" | CLI_MODE))
     }
-    eprintln!(
-        "warning: {holder} (serve --rollout=auto) holds the rollout Lease; acting anyway (--force)"
-    );
-    Ok(())
+}
+
+/// The mode a `rollout --confirm` writes on the Lease it holds.
+const CLI_MODE: &str = "cli";
+/// How long the Lease this run holds lasts without renewal.
+const CLI_LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// How `--confirm` may act: holding the rollout Lease itself (so no `serve` replica acts
+/// meanwhile), or beside a holder that never restarts anything (`serve --rollout=dry-run`).
+enum Standing {
+    Holding {
+        grant: tokio::sync::watch::Receiver<Option<std::time::Instant>>,
+        stop: tokio::sync::watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    },
+    BesidePlanner,
+}
+
+impl Standing {
+    /// Never beside a live holder that restarts workloads: two actors would restart (or
+    /// evict) the same workloads at once.
+    async fn take(
+        client: &kube::Client,
+        namespace: &str,
+        identity: &str,
+        holder: Option<&LeaseHolder>,
+    ) -> anyhow::Result<Self> {
+        if let Some(holder) = holder {
+            if holder.restarts() {
+                anyhow::bail!(
+                    "refusing to act: {} holds the rollout Lease in {namespace} ({MODE_ANNOTATION}={}, until {}) and restarts \
+                     stale workloads itself. `sidecar-injector rollout` (no --confirm) shows the plan; \
+                     `sidecar-injector rollout --resume` resumes a paused campaign for it to act on",
+                    holder.name,
+                    holder.mode.as_deref().unwrap_or(""),
+                    holder.until
+                );
+            }
+            eprintln!(
+                "{} holds the rollout Lease in {} mode and restarts nothing; acting beside it",
+                holder.name,
+                holder.mode.as_deref().unwrap_or("an unknown")
+            );
+            return Ok(Self::BesidePlanner);
+        }
+        let settings = LeaseSettings {
+            namespace: namespace.to_owned(),
+            identity: identity.to_owned(),
+            mode: CLI_MODE.to_owned(),
+            duration: CLI_LEASE_DURATION,
+            renew_every: CLI_LEASE_DURATION / 3,
+        };
+        let (grant_tx, mut grant) = tokio::sync::watch::channel(None);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::cluster::lease::run(
+            client.clone(),
+            settings,
+            grant_tx,
+            stopping,
+        ));
+        let held = tokio::time::timeout(CLI_LEASE_DURATION, grant.wait_for(Option::is_some))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !held {
+            let _ = stop.send(true);
+            let _ = task.await;
+            anyhow::bail!(
+                "cannot take the rollout Lease in {namespace}: another process took it first; try again"
+            );
+        }
+        Ok(Self::Holding { grant, stop, task })
+    }
+
+    fn may_act(&self) -> bool {
+        match self {
+            Self::Holding { grant, .. } => may_act(grant),
+            Self::BesidePlanner => true,
+        }
+    }
+
+    /// Gives the Lease up (when held), so that a `serve` replica acts at once.
+    async fn give_up(self) {
+        if let Self::Holding { stop, task, .. } = self {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
+    }
 }
 
 fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
@@ -224,12 +351,27 @@ async fn act_until_done(
     feed: &DriftFeed,
     sidecars: &SidecarSet,
     args: &RolloutArgs,
-) {
+    standing: &Standing,
+) -> anyhow::Result<()> {
     let terminal = std::io::stderr().is_terminal() && args.cluster.output == OutputFormat::Table;
     let mut changes = feed.changes.clone();
     let mut progress: Option<Progress> = None;
+    let mut unheld_since: Option<std::time::Instant> = None;
     loop {
-        let plan = engine.tick(feed, sidecars, Authority::Act).await;
+        let authority = if standing.may_act() {
+            unheld_since = None;
+            Authority::Act
+        } else {
+            // The Lease was not renewed in time: act no more until it is.
+            let since = *unheld_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > CLI_LEASE_DURATION {
+                anyhow::bail!(
+                    "lost the rollout Lease for {CLI_LEASE_DURATION:?}; stopped acting (the summary would be partial)"
+                );
+            }
+            Authority::PlanOnly
+        };
+        let plan = engine.tick(feed, sidecars, authority).await;
         let progress = progress.get_or_insert_with(|| {
             print_plan_summary(&plan);
             Progress::of(&plan)
@@ -243,6 +385,7 @@ async fn act_until_done(
     if terminal {
         eprintln!();
     }
+    Ok(())
 }
 
 /// What this run planned, and which of those workloads it has reported done.
@@ -454,7 +597,7 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
             if plan.restarts.is_empty() && plan.rolling.is_empty() && plan.waiting.is_empty() {
                 writeln!(out, "{nothing}")?;
             } else {
-                writeln!(out, "dry run: nothing changed; pass --confirm to restart")?;
+                writeln!(out, "dry run: nothing restarted; pass --confirm to restart")?;
             }
         }
     }

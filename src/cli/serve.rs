@@ -82,7 +82,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let publication = match (&cluster, &injector_namespace) {
         (Some(_), Some(namespace)) => Some(crate::serve::PublicationOptions {
             namespace: namespace.clone(),
-            identity: process_identity(env),
+            identity: env.identity(),
             every: args.publish_interval,
         }),
         (Some(_), None) => {
@@ -122,7 +122,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,
-                    identity: process_identity(env),
+                    identity: env.identity(),
                     mode: mode.as_str().to_owned(),
                     duration: args.lease_duration,
                     renew_every: args.lease_duration / 3,
@@ -159,16 +159,6 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     };
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Who holds the Lease: the pod's name in a cluster, else host and process id.
-fn process_identity(env: &ProcessEnv) -> String {
-    let host = env
-        .pod_name
-        .clone()
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .unwrap_or_else(|| "sidecar-injector".into());
-    format!("{}-{}", host.trim(), std::process::id())
 }
 
 /// The cluster connection of `serve`: in-cluster, or exactly what the flags name. Never an

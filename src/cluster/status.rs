@@ -372,6 +372,58 @@ async fn withdraw(
     write(api, &object).await.map(|_| ())
 }
 
+/// Why `rollout --resume` could not record the resume.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("cannot read the status ConfigMap {STATUS_CONFIGMAP}: {0}")]
+    Read(#[source] kube::Error),
+    #[error(
+        "the {STATUS_CAMPAIGNS_KEY} item of the status ConfigMap {STATUS_CONFIGMAP} is malformed: {0}"
+    )]
+    Decode(#[source] serde_json::Error),
+    #[error("cannot write the status ConfigMap {STATUS_CONFIGMAP}: {0}")]
+    Write(#[source] kube::Error),
+    #[error("the status ConfigMap {STATUS_CONFIGMAP} kept changing under us; try again")]
+    Contended,
+}
+
+/// `rollout --resume`: the paused campaigns of the book in the cluster resumed, by a
+/// read-modify-write at the version read (retried when someone wrote in between). The Lease
+/// holder adopts the book at its next plan and acts on it; nobody else needs to.
+pub async fn resume_paused(
+    api: &Api<ConfigMap>,
+    namespace: &str,
+    by: &str,
+) -> Result<Vec<crate::rollout::Resumed>, ResumeError> {
+    for _ in 0..5 {
+        let Some(current) = api
+            .get_opt(STATUS_CONFIGMAP)
+            .await
+            .map_err(ResumeError::Read)?
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(mut book) = decode_book(&current).map_err(ResumeError::Decode)? else {
+            return Ok(Vec::new());
+        };
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let resumed = book.resume_paused(by, now);
+        if resumed.is_empty() {
+            return Ok(resumed);
+        }
+        let data = encode(current.data.as_ref(), &book);
+        let object = status_object(namespace, current.metadata.resource_version.clone(), data);
+        match write(api, &object).await {
+            Ok(_) => return Ok(resumed),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(ResumeError::Write(e)),
+        }
+    }
+    Err(ResumeError::Contended)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +456,7 @@ mod tests {
                 acknowledged_failures: 0,
                 pause_reason: Some("broken".into()),
                 changes: None,
+                resumed: None,
             },
         );
         // The replicas' publications stay as they are; only the book is replaced.

@@ -81,6 +81,17 @@ pub struct Campaign {
     pub pause_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<String>,
+    /// The last `rollout --resume` of this campaign: who asked and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumption>,
+}
+
+/// Who resumed a paused campaign, and when: written by `rollout --resume` into the status
+/// ConfigMap, where the Lease holder adopts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resumption {
+    pub by: String,
+    pub at: Time,
 }
 
 impl Campaign {
@@ -108,4 +119,34 @@ impl Campaign {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CampaignBook {
     pub campaigns: BTreeMap<String, Campaign>,
+}
+
+/// A campaign `rollout --resume` took out of its pause.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub sidecar: String,
+    pub revision: String,
+}
+
+impl CampaignBook {
+    /// `rollout --resume`: every paused campaign runs again (its failures so far no longer
+    /// count), marked with who resumed it and when.
+    pub fn resume_paused(&mut self, by: &str, at: Time) -> Vec<Resumed> {
+        let mut resumed = Vec::new();
+        for (sidecar, campaign) in &mut self.campaigns {
+            if campaign.state != CampaignState::Paused {
+                continue;
+            }
+            campaign.resume();
+            campaign.resumed = Some(Resumption {
+                by: by.to_owned(),
+                at: at.clone(),
+            });
+            resumed.push(Resumed {
+                sidecar: sidecar.clone(),
+                revision: campaign.revision.clone(),
+            });
+        }
+        resumed
+    }
 }

@@ -455,6 +455,7 @@ fn next_book(
                     acknowledged_failures: 0,
                     pause_reason: None,
                     changes: target.changes.clone(),
+                    resumed: None,
                 },
             };
             (name.clone(), campaign)

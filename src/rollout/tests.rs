@@ -485,8 +485,24 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
     let plan = world.step();
     assert!(plan.restarts.is_empty() && plan.failed.is_empty() && plan.paused.is_empty());
 
-    // `rollout --resume`: the failed canary is not retried; the next workload goes.
-    world.book.campaigns.get_mut(LOGGER).unwrap().resume();
+    // `rollout --resume`: the failed canary is not retried; the next workload goes. Only
+    // paused campaigns are resumed, each marked with who resumed it.
+    let resumed = world.book.resume_paused("ops@laptop", Time(at(9001)));
+    assert_eq!(
+        resumed,
+        [crate::rollout::Resumed {
+            sidecar: LOGGER.into(),
+            revision: world.book.campaigns[LOGGER].revision.clone()
+        }]
+    );
+    let campaign = &world.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Running);
+    assert_eq!(campaign.resumed.as_ref().unwrap().by, "ops@laptop");
+    assert!(campaign.pause_reason.is_none());
+    assert!(
+        world.book.resume_paused("again", Time(at(9002))).is_empty(),
+        "nothing paused left"
+    );
     let plan = world.step();
     assert_eq!(restarted(&plan), ["other"], "{plan:#?}");
 

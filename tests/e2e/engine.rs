@@ -210,6 +210,66 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
         "still paused after the restart"
     );
 
+    // One command resumes the pause, without --force: the resume is written into the status
+    // ConfigMap and the Lease holder acts on it; the command restarts nothing beside it.
+    let ns = "e2e-rollout-broken";
+    let output = rollout_command(ns, &["--force", "--confirm"]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--force is gone"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = rollout_command(ns, &["--confirm"]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refusing to act: ") && stderr.contains("rollout --resume"),
+        "{stderr}"
+    );
+    let output = rollout_command(ns, &["--resume", "--confirm"]);
+    let stdout = succeeded(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        stderr.contains("resumed the campaign of tracer:v1 (revision ")
+            && stderr.contains("holds the rollout Lease (serve --rollout=auto)"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("restarted"), "{stdout}");
+    let status = ctx
+        .api::<ConfigMap>()
+        .get("sidecar-injector-status")
+        .await
+        .unwrap();
+    let book: Value = serde_json::from_str(&status.data.unwrap()["campaigns"]).unwrap();
+    let resumed_by = book["campaigns"]["tracer:v1"]["resumed"]["by"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(resumed_by.starts_with("rollout-cli/"), "{book:#}");
+    // The holder goes on with the next workload (the failed canary is not retried), which
+    // fails on the same broken image and pauses the campaign again.
+    eventually(
+        Duration::from_secs(60),
+        "the holder restarts the next workload after the resume",
+        || async { (!unpatched("api").await || !unpatched("web").await).then_some(()) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "the campaign pauses again",
+        || async {
+            (injector.metric(
+                "sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}",
+            ) == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        unpatched("api").await != unpatched("web").await,
+        "exactly one more workload was restarted before the new pause"
+    );
+
     // A fixed revision is a new campaign: everything converges.
     let fixed = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", fixed).await;

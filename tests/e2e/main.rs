@@ -18,7 +18,7 @@ mod rollout_command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::cluster::{TestContext, configmap, kustomize, of_kind, put_config, rollout_args};

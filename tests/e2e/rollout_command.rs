@@ -37,7 +37,7 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     // Strict booleans: --confirm=false changes nothing, a wrong value is an error.
     let output = rollout_command(ns, &["--confirm=false"]);
     assert!(output.status.success());
-    assert!(String::from_utf8_lossy(&output.stdout).contains("dry run: nothing changed"));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("dry run: nothing restarted"));
     let output = rollout_command(ns, &["--confirm=yes"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid value 'yes'"));
@@ -96,6 +96,17 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
     for (app, count) in [("web", 2), ("db", 1), ("agent", NODES.len())] {
         wait_pods_at(&ctx, app, count, &v2, DEADLINE).await;
     }
+    // It held the rollout Lease while acting (no serve replica acts beside it) and gave it up.
+    let lease = ctx
+        .api::<k8s_openapi::api::coordination::v1::Lease>()
+        .get("sidecar-injector-rollout")
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.metadata.annotations.unwrap()["sidecar-injector/rollout-mode"],
+        "cli"
+    );
+    assert_eq!(lease.spec.unwrap().holder_identity, None, "released");
     let web = ctx.api::<Deployment>().get("web").await.unwrap();
     let reason = template_annotation(
         &web.spec.unwrap().template.metadata,
