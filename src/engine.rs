@@ -159,7 +159,7 @@ pub struct Engine {
     status: watch::Receiver<Option<ConfigMap>>,
     /// Workloads this process restarted whose success is not reported yet.
     awaiting_success: BTreeSet<WorkloadRef>,
-    last_dry_run: Vec<String>,
+    journal: rollout::journal::Journal,
     containers: Option<ContainerRun>,
     /// The revisions a running injector published, which the one-shot CLI brings pods to
     /// rather than the ones it computes from its own reading of the configs.
@@ -188,7 +188,7 @@ impl Engine {
             written: None,
             status,
             awaiting_success: BTreeSet::new(),
-            last_dry_run: Vec::new(),
+            journal: rollout::journal::Journal::default(),
             containers: None,
             published: None,
             summary: RunSummary::default(),
@@ -235,17 +235,25 @@ impl Engine {
         if version.is_some() && version == self.known_version {
             return;
         }
-        match status::decode_book(&configmap) {
-            Ok(Some(book)) => {
-                if book != self.book {
-                    info!("campaigns read from the status ConfigMap");
+        // Only a change of the campaigns item is someone else's book (a previous leader,
+        // `rollout --resume`); a publication or heartbeat leaves ours as it is.
+        let item = |data: Option<&BTreeMap<String, String>>| {
+            data.and_then(|d| d.get(STATUS_CAMPAIGNS_KEY)).cloned()
+        };
+        let theirs = item(configmap.data.as_ref());
+        if theirs != item(self.written.as_ref()) {
+            match status::decode_book(&configmap) {
+                Ok(Some(book)) => {
+                    for line in rollout::journal::resumptions(&self.book, &book) {
+                        say(&line);
+                    }
+                    self.book = book;
                 }
-                self.book = book;
+                Err(err) => warn!(
+                    "the status ConfigMap's {STATUS_CAMPAIGNS_KEY} item is malformed; starting fresh: {err}"
+                ),
+                Ok(None) => {}
             }
-            Err(err) => warn!(
-                "the status ConfigMap's {STATUS_CAMPAIGNS_KEY} item is malformed; starting fresh: {err}"
-            ),
-            Ok(None) => {}
         }
         self.written = configmap.data.clone().map(|d| d.into_iter().collect());
         self.known_version = version;
@@ -285,17 +293,26 @@ impl Engine {
             return plan;
         }
         self.book = plan.book.clone();
-        self.metrics.record_campaigns(&self.book);
         match self.options.mode {
             EngineMode::Auto => {
+                self.metrics.record_campaigns(&self.book);
                 self.act(&plan, evictions, now).await;
                 self.end_podless(podless);
+                for line in self.journal.campaigns(&plan, &self.book) {
+                    say(&line);
+                }
+                if self.containers.is_none() {
+                    self.write_status().await;
+                }
             }
-            EngineMode::DryRun => self.log_dry_run(&plan),
+            // A dry run acts on nothing, so its campaigns never progress: it keeps them to
+            // itself (no status write, no campaign gauge) and says the whole plan instead.
+            EngineMode::DryRun => {
+                for line in self.journal.dry_run(&plan) {
+                    say(&line);
+                }
+            }
             EngineMode::Off => {}
-        }
-        if self.containers.is_none() {
-            self.write_status().await;
         }
         plan
     }
@@ -369,20 +386,6 @@ impl Engine {
         }
         let podless = podless_outcomes(&self.awaiting_success, &report, &index);
         (plan, evictions, podless)
-    }
-
-    fn log_dry_run(&mut self, plan: &RolloutPlan) {
-        let lines: Vec<String> = plan
-            .restarts
-            .iter()
-            .map(|r| format!("{}: {}", r.workload, r.reason))
-            .collect();
-        if lines != self.last_dry_run {
-            for restart in &plan.restarts {
-                info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "dry run: would restart");
-            }
-            self.last_dry_run = lines;
-        }
     }
 
     async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
@@ -692,6 +695,17 @@ impl Engine {
             Err(source) => self.failed(&ActionError::WriteStatus { source }),
         }
     }
+}
+
+/// Logs one journal line, with its sidecar and workload as fields.
+fn say(line: &rollout::journal::Line) {
+    let workload = line.workload.as_ref().map(ToString::to_string);
+    info!(
+        sidecar = line.sidecar.as_deref(),
+        workload = workload.as_deref(),
+        "{}",
+        line.message
+    );
 }
 
 async fn merge_patch<K>(

@@ -10,6 +10,7 @@ pub mod change;
 pub mod eviction;
 mod gates;
 mod health;
+pub mod journal;
 pub mod outcome;
 mod plan;
 mod planner;

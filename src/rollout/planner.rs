@@ -15,7 +15,7 @@ use super::plan::{
     PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, Waiting,
 };
 use crate::config::RevisionStamp;
-use crate::drift::{DriftReport, WorkloadDrift, WorkloadEntry};
+use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
 use crate::workload::{UpdateStrategy, WorkloadRef};
 
 /// The rollout stamp for a set of (sidecar, revision): the `NS/revision` format, sorted.
@@ -95,12 +95,17 @@ fn survey_workload<'g, 'r>(
     out: &mut RolloutPlan,
 ) {
     let targets = input.targets;
+    // Rows outside the policy (another namespace, an ignored one) are reported only: they are
+    // another engine's to restart and to count.
     let relevant: Vec<&'r WorkloadDrift> = group
         .rows
         .iter()
         .copied()
-        .filter(|r| targets.contains_key(&r.sidecar))
+        .filter(|r| targets.contains_key(&r.sidecar) && r.state != DriftState::Excluded)
         .collect();
+    if relevant.is_empty() {
+        return;
+    }
     let target = target_stamp(
         relevant
             .iter()

@@ -48,6 +48,8 @@ struct World {
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
     now: Timestamp,
     keys: AnnotationKeys,
+    /// Where the next Deployment is created.
+    namespace: &'static str,
 }
 
 impl World {
@@ -62,6 +64,7 @@ impl World {
             finished_since: BTreeMap::new(),
             now: at(3600),
             keys: AnnotationKeys::default(),
+            namespace: "team",
         };
         world.target(LOGGER, NEW);
         world.book = world.plan().book;
@@ -118,8 +121,9 @@ impl World {
         entry: WorkloadEntry,
     ) -> &mut Self {
         let rs = format!("{name}-rs");
+        let namespace = self.namespace;
         self.index
-            .apply_replicaset(&PodMeta::new("team", &rs).owner("Deployment", name).0);
+            .apply_replicaset(&PodMeta::new(namespace, &rs).owner("Deployment", name).0);
         let names: Vec<String> = (0..replicas).map(|i| format!("{rs}-{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let stamp = revision.map(|r| {
@@ -129,9 +133,9 @@ impl World {
                 format!("{LOGGER}={r}")
             }
         });
-        self.pods("team", ("ReplicaSet", &rs), &names, stamp.as_deref());
+        self.pods(namespace, ("ReplicaSet", &rs), &names, stamp.as_deref());
         self.index
-            .apply_workload_entry(WorkloadKind::Deployment, "team", name, entry);
+            .apply_workload_entry(WorkloadKind::Deployment, namespace, name, entry);
         self
     }
 
@@ -824,5 +828,29 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
             .starts_with("restarted recently; cooldown ends in 10m ("),
         "{}",
         web.message
+    );
+}
+
+#[test]
+fn workloads_outside_the_policy_count_toward_no_campaign() {
+    // Another engine (another namespace's) rolled `done` to the same revision: this engine,
+    // limited to `team`, neither counts it as its success nor lets it stand in for the canary.
+    let mut world = World::new();
+    world.policy.include_namespaces.insert("team".into());
+    world.namespace = "elsewhere";
+    let mut entry = healthy(1);
+    entry.rollout_revision = Some(format!("{LOGGER}={NEW}").into());
+    world.deployment_with("done", 1, Some(NEW), entry);
+    world.namespace = "team";
+    world.deployment("small", 1, Some(OLD));
+    world.deployment("big", 3, Some(OLD));
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["small"], "only the canary: {plan:#?}");
+    assert!(plan.restarts[0].canary);
+    assert!(plan.succeeded.is_empty(), "{:?}", plan.succeeded);
+    assert_eq!(world.book.campaigns[LOGGER].counts.succeeded, 0);
+    assert_eq!(
+        world.book.campaigns[LOGGER].counts.pending, 2,
+        "small (now) and big (after it)"
     );
 }

@@ -118,6 +118,17 @@ async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_
             .then_some(())
     })
     .await;
+    // One line says so.
+    let complete = wait_logged(
+        injector,
+        &format!("campaign of tracer:v1 (revision {new_rev}) complete: "),
+    )
+    .await;
+    assert!(
+        complete.ends_with("3 workload(s) restarted, 0 failed"),
+        "{complete}"
+    );
+    assert_eq!(logged(injector, " complete: ").len(), 1);
     // What the injector injects is published under its identity.
     wait_published(&ctx, &format!("tracer:v1={new_rev}")).await;
 }
@@ -308,6 +319,17 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
     put_config(&ctx, "tracing", "tracer.yaml", v4).await;
     let v4_rev = stamp_of(v4).split('=').nth(1).unwrap().to_owned();
     let configmaps = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    // The log says why the campaign waits, once.
+    let waits = wait_logged(
+        injector,
+        "1 workload(s) wait: restarted recently; cooldown until ",
+    )
+    .await;
+    assert!(
+        waits.starts_with(&format!("campaign of tracer:v1 (revision {v4_rev}): "))
+            && waits.ends_with("(Deployment/e2e-rollout-settle/web)"),
+        "{waits}"
+    );
     eventually(DEADLINE, "the v4 campaign holds web back", || async {
         let status = configmaps.get("sidecar-injector-status").await.ok()?;
         let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
@@ -359,6 +381,76 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
         injector
             .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
         1.0
+    );
+    assert_eq!(
+        logged(injector, "cooldown until ").len(),
+        1,
+        "the wait is said once, not on every plan"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_in_dry_run_says_the_whole_plan_once_per_change_and_keeps_no_campaign() {
+    let ctx = engine_context(
+        "rollout-dry",
+        &[
+            "--rollout=dry-run",
+            "--settle",
+            "1s",
+            "--publish-interval",
+            "1s",
+        ],
+    )
+    .await;
+    for (name, replicas) in [("canary", 1), ("web", 2), ("api", 2)] {
+        create_deployment(&ctx, name, replicas, template(name, Some("tracer:v1"))).await;
+    }
+    for (app, count) in [("canary", 1), ("web", 2), ("api", 2)] {
+        wait_pods_at(&ctx, app, count, &stamp_of(TRACER_V1), DEADLINE).await;
+    }
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    wait_logged(
+        injector,
+        "would restart (canary) Deployment/e2e-rollout-dry/canary: ",
+    )
+    .await;
+    // The whole plan: the canary now, the others after it, each with its reason.
+    for app in ["web", "api"] {
+        wait_logged(
+            injector,
+            &format!(
+                "dry run: would wait Deployment/e2e-rollout-dry/{app}: waiting for the canary of tracer:v1"
+            ),
+        )
+        .await;
+    }
+    let said = logged(injector, "dry run: the plan changed").len();
+    // Heartbeats rewrite the status ConfigMap every second; the plan is not said again, and
+    // no campaign is written or reported as running (a dry run never moves it on).
+    let configmaps = ctx.api::<ConfigMap>();
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    eventually(DEADLINE, "three heartbeats", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let mut seen = seen.lock().unwrap();
+        seen.insert(status.metadata.resource_version.clone()?);
+        assert!(
+            !status.data.unwrap_or_default().contains_key("campaigns"),
+            "a dry run keeps its campaigns to itself"
+        );
+        (seen.len() > 3).then_some(())
+    })
+    .await;
+    assert_eq!(logged(injector, "dry run: the plan changed").len(), said);
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"running\"}"),
+        0.0
+    );
+    assert_eq!(
+        replicaset_count(&ctx, "canary").await,
+        1,
+        "nothing restarted"
     );
 }
 

@@ -151,6 +151,27 @@ pub async fn wait_in_force(injector: &super::injector::Injector, text: String, p
     .await
 }
 
+/// The injector's log messages (JSON lines) that contain `text`.
+pub fn logged(injector: &super::injector::Injector, text: &str) -> Vec<String> {
+    injector
+        .logs()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| l["message"].as_str().map(str::to_owned))
+        .filter(|m| m.contains(text))
+        .collect()
+}
+
+/// Waits until the injector logs a message containing `text`; returns it.
+pub async fn wait_logged(injector: &super::injector::Injector, text: &str) -> String {
+    eventually(
+        DEADLINE,
+        &format!("a log message with {text:?}"),
+        || async { logged(injector, text).pop() },
+    )
+    .await
+}
+
 /// The `injector/revision` item a config's text would stamp, computed by the library.
 pub fn stamp_of(text: &str) -> String {
     let config = sidecar_injector::config::parse_config("test", text)
