@@ -576,3 +576,93 @@ async fn serve_with_no_flags_generates_development_certificates_once() {
     assert_eq!(std::fs::read(dir.path().join("certs/ca.crt")).unwrap(), ca);
     assert!(TlsClient::new(&[&ca]).connect(again.tls).await.is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_http2_too_large_and_wrong_media_type_come_back_as_statuses_with_a_body() {
+    let setup = Setup::new();
+    let injector = setup.start(&["--max-body-bytes", "20000"]);
+    let client = setup.client();
+    let mut h2 = client.connect_h2(injector.tls).await.unwrap();
+    let big = vec![b' '; 6 * 1024 * 1024];
+    // Each answer arrives as a status with its text, while the client is still uploading;
+    // the connection stays usable after each.
+    for (content_type, streamed, status, text) in [
+        (
+            "text/plain",
+            false,
+            415,
+            "Content-Type must be application/json",
+        ),
+        (
+            "application/json",
+            false,
+            413,
+            "the body exceeds --max-body-bytes (20000 bytes)",
+        ),
+        (
+            "application/json",
+            true,
+            413,
+            "the body exceeds --max-body-bytes (20000 bytes)",
+        ),
+    ] {
+        let (got, body) = h2
+            .post("/mutate", content_type, big.clone(), streamed)
+            .await
+            .unwrap_or_else(|e| panic!("{content_type} streamed={streamed}: {e}"));
+        assert_eq!(got, status, "{content_type} streamed={streamed}");
+        assert_eq!(String::from_utf8_lossy(&body).trim(), text);
+    }
+    // curl, which gives up on a stream reset before the response: the same statuses and texts.
+    let file = setup.path("big.json");
+    std::fs::write(&file, &big).unwrap();
+    let url = format!("https://localhost:{}/mutate", injector.tls.port());
+    for (content_type, chunked, status, text) in [
+        (
+            "text/plain",
+            false,
+            "415",
+            "Content-Type must be application/json",
+        ),
+        (
+            "application/json",
+            false,
+            "413",
+            "the body exceeds --max-body-bytes (20000 bytes)",
+        ),
+        (
+            "application/json",
+            true,
+            "413",
+            "the body exceeds --max-body-bytes (20000 bytes)",
+        ),
+    ] {
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sS", "--http2", "--cacert"])
+            .arg(setup.path("tls/ca.crt"))
+            .args(["-w", "\n%{http_code} %{http_version}", "-H"])
+            .arg(format!("Content-Type: {content_type}"))
+            .arg("--data-binary")
+            .arg(format!("@{}", file.display()));
+        if chunked {
+            curl.args(["-H", "Transfer-Encoding: chunked"]);
+        }
+        let output = curl.arg(&url).output().expect("curl runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "curl {content_type} chunked={chunked}: {}{stdout}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(stdout, format!("{text}\n\n{status} 2"));
+    }
+
+    let review = serde_json::to_vec(&fixture("bare-pod.json")).unwrap();
+    let (status, body) = h2
+        .post("/mutate", "application/json", review, false)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let reply: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(reply["response"]["allowed"], true);
+}

@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tokio::sync::watch;
 use tracing::{Instrument, debug, debug_span, field, info, warn};
 
@@ -140,7 +140,8 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
         pod = field::Empty
     );
     async move {
-        match answer(&state, request).await {
+        let (parts, mut body) = request.into_parts();
+        match answer(&state, &parts.headers, &mut body).await {
             Ok(answer) => respond(&state, started, answer),
             Err(rejection) => {
                 state
@@ -152,6 +153,9 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
                     "{}",
                     rejection.message
                 );
+                if parts.version == axum::http::Version::HTTP_2 {
+                    tokio::spawn(drain(body, state.body_read_timeout));
+                }
                 rejection.into_response()
             }
         }
@@ -160,10 +164,35 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
     .await
 }
 
-/// Reads the body within the limits and answers the review in it.
-async fn answer(state: &WebhookState, request: Request<Body>) -> Result<Answer, Rejection> {
-    let (parts, body) = request.into_parts();
-    if !is_json(&parts.headers) {
+/// At most this much of a rejected HTTP/2 body is read (and thrown away).
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Reads the rest of a rejected HTTP/2 request body and throws it away, so that the stream
+/// ends cleanly after the error response: dropping it unread resets the stream, and clients
+/// still uploading (curl, for one) then report a stream error instead of the status. Past
+/// `DRAIN_LIMIT` or `deadline` the stream is reset after all (RST_STREAM NO_ERROR, the
+/// response already sent). HTTP/1.1 needs none of this: the connection is closed instead.
+async fn drain(mut body: Body, deadline: Duration) {
+    let discard = async {
+        let mut read = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, |d| d.len());
+            if read > DRAIN_LIMIT {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(deadline, discard).await;
+}
+
+/// Reads the body within the limits and answers the review in it. The body is read through
+/// `body` so that a rejected one can still be drained.
+async fn answer(
+    state: &WebhookState,
+    headers: &HeaderMap,
+    body: &mut Body,
+) -> Result<Answer, Rejection> {
+    if !is_json(headers) {
         return Err(Rejection::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             RequestResult::UnsupportedMediaType,
@@ -180,8 +209,7 @@ async fn answer(state: &WebhookState, request: Request<Body>) -> Result<Answer, 
             ),
         )
     };
-    let declared = parts
-        .headers
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
@@ -190,15 +218,13 @@ async fn answer(state: &WebhookState, request: Request<Body>) -> Result<Answer, 
     }
     let collected = tokio::time::timeout(
         state.body_read_timeout,
-        Limited::new(body, state.max_body_bytes).collect(),
+        read_limited(body, state.max_body_bytes),
     )
     .await;
     let bytes = match collected {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(too_large());
-        }
-        Ok(Err(err)) => {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(BodyError::TooLarge)) => return Err(too_large()),
+        Ok(Err(BodyError::Read(err))) => {
             return Err(Rejection::new(
                 StatusCode::BAD_REQUEST,
                 RequestResult::BadRequest,
@@ -224,6 +250,26 @@ async fn answer(state: &WebhookState, request: Request<Body>) -> Result<Answer, 
             err.to_string(),
         )
     })
+}
+
+enum BodyError {
+    TooLarge,
+    Read(axum::Error),
+}
+
+/// The whole body, or `TooLarge` as soon as it passes `limit` (the rest left unread).
+async fn read_limited(body: &mut Body, limit: usize) -> Result<Vec<u8>, BodyError> {
+    let mut buffer = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Read)?;
+        if let Some(data) = frame.data_ref() {
+            if buffer.len() + data.len() > limit {
+                return Err(BodyError::TooLarge);
+            }
+            buffer.extend_from_slice(data);
+        }
+    }
+    Ok(buffer)
 }
 
 /// Records and logs the answer, and sends its review back.

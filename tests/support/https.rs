@@ -1,5 +1,6 @@
-//! A real HTTPS/1.1 client on the same stack as the server (rustls with ring, hyper): one
-//! keep-alive connection per `Connection`, as the apiserver uses them.
+//! A real HTTPS client on the same stack as the server (rustls with ring, hyper): one
+//! keep-alive HTTP/1.1 connection per `Connection`, as the apiserver uses them, and HTTP/2
+//! connections (`H2Connection`) as a Go client negotiates them.
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 #[derive(Clone)]
 pub struct TlsClient {
     connector: TlsConnector,
+    h2_connector: TlsConnector,
 }
 
 impl TlsClient {
@@ -32,12 +34,17 @@ impl TlsClient {
                 roots.add(cert.expect("CA PEM")).expect("CA certificate");
             }
         }
-        let mut config = ClientConfig::builder()
+        let config = ClientConfig::builder()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let with_alpn = |protocol: &[u8]| {
+            let mut config = config.clone();
+            config.alpn_protocols = vec![protocol.to_vec()];
+            TlsConnector::from(Arc::new(config))
+        };
         Self {
-            connector: TlsConnector::from(Arc::new(config)),
+            connector: with_alpn(b"http/1.1"),
+            h2_connector: with_alpn(b"h2"),
         }
     }
 
@@ -66,6 +73,75 @@ impl TlsClient {
             sender,
             peer_certificate,
         })
+    }
+}
+
+impl TlsClient {
+    /// An HTTP/2 connection (ALPN `h2`).
+    pub async fn connect_h2(&self, addr: SocketAddr) -> io::Result<H2Connection> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from("localhost").expect("a DNS name");
+        let tls = self.h2_connector.connect(name, tcp).await?;
+        let (sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(tls),
+        )
+        .await
+        .map_err(io::Error::other)?;
+        tokio::spawn(connection);
+        Ok(H2Connection { sender })
+    }
+}
+
+type StreamedBody = http_body_util::StreamBody<
+    futures::stream::Iter<std::vec::IntoIter<Result<hyper::body::Frame<Bytes>, io::Error>>>,
+>;
+
+pub struct H2Connection {
+    sender:
+        hyper::client::conn::http2::SendRequest<http_body_util::Either<Full<Bytes>, StreamedBody>>,
+}
+
+impl H2Connection {
+    /// POSTs `body` in one piece (its length declared), or, with `streamed`, in 64 KiB DATA
+    /// frames without a length.
+    pub async fn post(
+        &mut self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+        streamed: bool,
+    ) -> io::Result<(StatusCode, Bytes)> {
+        let body = if streamed {
+            let frames: Vec<Result<hyper::body::Frame<Bytes>, io::Error>> = body
+                .chunks(64 * 1024)
+                .map(|c| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(c))))
+                .collect();
+            http_body_util::Either::Right(http_body_util::StreamBody::new(futures::stream::iter(
+                frames,
+            )))
+        } else {
+            http_body_util::Either::Left(Full::new(Bytes::from(body)))
+        };
+        let request = Request::post(format!("https://localhost{path}"))
+            .header("content-type", content_type)
+            .body(body)
+            .expect("a valid request");
+        self.sender.ready().await.map_err(io::Error::other)?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .map_err(io::Error::other)?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(io::Error::other)?
+            .to_bytes();
+        Ok((status, body))
     }
 }
 
