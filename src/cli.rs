@@ -35,7 +35,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", one_line(&err));
+            telemetry::notice(tracing::Level::ERROR, &one_line(&err), &[]);
             ExitCode::FAILURE
         }
     }

@@ -327,7 +327,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     for task in [lease_task, publisher_task].into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
-    info!(signal, delay = ?options.shutdown_delay, "shutting down: /ready now fails; draining in-flight requests");
+    info!(signal, delay = %humantime::format_duration(options.shutdown_delay), "shutting down: /ready now fails; draining in-flight requests");
     tokio::time::sleep(options.shutdown_delay).await;
     tls_handle.graceful_shutdown(Some(options.shutdown_timeout));
     lifecycle_handle.graceful_shutdown(Some(options.shutdown_timeout));

@@ -53,7 +53,8 @@ impl ConfigSources {
             info!(sidecar = %name, "the ConfigMap config overrides the disk config of the same name");
         }
         let names: Vec<&str> = set.iter().map(|s| s.stamp.as_str()).collect();
-        info!(source = changed_source, sidecars = ?names, "sidecar configs in force");
+        // A comma-separated string: a JSON log line carries it as one readable field.
+        info!(source = changed_source, sidecars = %names.join(","), "sidecar configs in force");
         self.publish.send_replace(Arc::new(set));
     }
 }

@@ -55,8 +55,59 @@ impl fmt::Display for LogLevel {
     }
 }
 
+/// The format chosen at [`init`], which [`notice`] follows too.
+static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// What a command says to its user on stderr (why it skipped something, a workload done, the
+/// error it ends on): the line as given in text mode (`error: ` before an error); in JSON mode
+/// one object per line shaped like the log events (`timestamp`, `level`, `message`, then
+/// `fields` as their own keys), so that stderr carries JSON only. Never filtered by the log
+/// level: it is the command's output, not a log.
+pub fn notice(level: Level, message: &str, fields: &[(&str, &str)]) {
+    eprintln!(
+        "{}",
+        render_notice(
+            FORMAT.get().copied().unwrap_or_default(),
+            level,
+            message,
+            fields,
+            k8s_openapi::jiff::Timestamp::now()
+        )
+    );
+}
+
+fn render_notice(
+    format: LogFormat,
+    level: Level,
+    message: &str,
+    fields: &[(&str, &str)],
+    now: k8s_openapi::jiff::Timestamp,
+) -> String {
+    match format {
+        LogFormat::Text if level == Level::ERROR => format!("error: {message}"),
+        LogFormat::Text => message.to_owned(),
+        LogFormat::Json => {
+            let mut object = serde_json::Map::new();
+            object.insert("timestamp".into(), now.to_string().into());
+            object.insert("level".into(), level.as_str().into());
+            object.insert("message".into(), message.into());
+            for (key, value) in fields {
+                object.insert((*key).to_owned(), (*value).into());
+            }
+            object.insert("target".into(), "sidecar_injector::notice".into());
+            serde_json::Value::Object(object).to_string()
+        }
+    }
+}
+
+/// Whether stderr carries text (a progress bar may be drawn on it).
+pub fn text_on_stderr() -> bool {
+    FORMAT.get().copied().unwrap_or_default() == LogFormat::Text
+}
+
 /// Installs the global subscriber. Other crates log at warn and above unless tracing.
 pub fn init(level: LogLevel, format: LogFormat) {
+    let _ = FORMAT.set(format);
     let others = if level.0 == Level::TRACE {
         "debug"
     } else {
@@ -76,6 +127,39 @@ pub fn init(level: LogLevel, format: LogFormat) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_notice_is_a_plain_line_in_text_and_one_json_object_in_json() {
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let fields = [("workload", "Deployment/team/web"), ("done", "3")];
+        assert_eq!(
+            render_notice(
+                LogFormat::Text,
+                Level::INFO,
+                "done Deployment/team/web (3/10)",
+                &fields,
+                now
+            ),
+            "done Deployment/team/web (3/10)"
+        );
+        assert_eq!(
+            render_notice(LogFormat::Text, Level::ERROR, "cannot read x", &[], now),
+            "error: cannot read x"
+        );
+        let json: serde_json::Value = serde_json::from_str(&render_notice(
+            LogFormat::Json,
+            Level::WARN,
+            "done Deployment/team/web (3/10)",
+            &fields,
+            now,
+        ))
+        .unwrap();
+        assert_eq!(json["level"], "WARN");
+        assert_eq!(json["message"], "done Deployment/team/web (3/10)");
+        assert_eq!(json["workload"], "Deployment/team/web");
+        assert_eq!(json["done"], "3");
+        assert_eq!(json["timestamp"], "2027-01-15T08:00:00Z");
+    }
 
     #[test]
     fn levels_by_name_or_glog_number() {

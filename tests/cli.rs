@@ -523,3 +523,66 @@ fn an_error_says_each_cause_once() {
         "{stderr}"
     );
 }
+
+#[test]
+fn with_json_logs_stderr_carries_json_only_with_fields_of_their_own() {
+    let lines = |output: &Output| -> Vec<Value> {
+        text(&output.stderr)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect()
+    };
+    // A skip reason: the object and the reason as fields.
+    let tumblr = pod("team", "injector.tumblr.com/request: logger:v1", "x");
+    let output = run(
+        &["--log-format", "json", "inject", "-f", "-"],
+        Some(&tumblr),
+    );
+    assert!(output.status.success());
+    let said = lines(&output);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["object"], "Pod/p");
+    assert!(
+        said[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no injector/request annotation"),
+        "{said:?}"
+    );
+    // A denial and the error a command ends on: level ERROR, one object each.
+    let missing = pod("team", "injector/request: logger:v9", "x");
+    let denied = run(
+        &["--log-format", "json", "inject", "-f", "-"],
+        Some(&missing),
+    );
+    assert!(!denied.status.success());
+    assert!(lines(&denied).iter().all(|l| l["level"] == "ERROR"));
+    let output = run(
+        &[
+            "--log-format",
+            "json",
+            "drift",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ],
+        None,
+    );
+    assert!(!output.status.success());
+    let said = lines(&output);
+    let error = said.last().unwrap();
+    assert_eq!(error["level"], "ERROR");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/kubeconfig"),
+        "{said:?}"
+    );
+    // validate's errors too.
+    let output = run(
+        &["--log-format", "json", "validate", "/nonexistent/config"],
+        None,
+    );
+    assert!(!output.status.success());
+    assert!(!lines(&output).is_empty());
+}

@@ -345,6 +345,18 @@ async fn a_config_edit_takes_effect_and_a_broken_edit_keeps_the_last_good() {
         injector.metric("sidecar_injector_configs_loaded{source=\"directory\"}"),
         4.0
     );
+    // In JSON, the list of configs in force is one plain field, not a debug-printed array.
+    let in_force: Value = injector
+        .logs()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "sidecar configs in force")
+        .unwrap();
+    let sidecars = in_force["sidecars"].as_str().unwrap();
+    assert!(
+        sidecars.starts_with("logger:v1=") && !sidecars.contains(['[', '"']),
+        "{sidecars}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -15,6 +15,8 @@ use crate::injection::SkipReason;
 use crate::injection::manifest::{ObjectOutcome, inject_manifest};
 use crate::injection::yaml::to_yaml;
 use crate::sources::directory::load_config_directory;
+use crate::telemetry::notice;
+use tracing::Level;
 
 pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
     let dir = &args.configs.config_directory;
@@ -42,18 +44,30 @@ pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
             match outcome {
                 ObjectOutcome::Injected { label, missing } => {
                     for name in missing {
-                        eprintln!(
-                            "{label}: warning: sidecar \"{name}\" not found; injected the rest"
+                        notice(
+                            Level::WARN,
+                            &format!(
+                                "{label}: warning: sidecar \"{name}\" not found; injected the rest"
+                            ),
+                            &[("object", &label), ("sidecar", &name.to_string())],
                         );
                     }
                 }
                 ObjectOutcome::Skipped { label, reason } => {
                     if let Some(why) = skip_message(&reason, &document, &settings) {
-                        eprintln!("{label}: not injected: {why}");
+                        notice(
+                            Level::INFO,
+                            &format!("{label}: not injected: {why}"),
+                            &[("object", &label), ("reason", &why)],
+                        );
                     }
                 }
                 ObjectOutcome::Denied { label, message } => {
-                    eprintln!("{label}: denied: {message}");
+                    notice(
+                        Level::ERROR,
+                        &format!("{label}: denied: {message}"),
+                        &[("object", &label)],
+                    );
                     denied = true;
                 }
             }

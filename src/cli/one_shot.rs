@@ -9,6 +9,8 @@ use super::args::*;
 use crate::cluster::client::counted_client;
 use crate::config::{LoadReport, SidecarSet};
 use crate::sources::directory::load_config_directory;
+use crate::telemetry::notice;
+use tracing::Level;
 
 /// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
 /// the running injectors publish when fresh and in agreement (what new pods actually get),
@@ -43,11 +45,11 @@ pub async fn revisions_in_force(
     );
     Ok(match choice {
         RevisionsChoice::Published { revisions, why } => {
-            eprintln!("{why}");
+            notice(Level::INFO, &why, &[("revisions_from", "published")]);
             Some(revisions)
         }
         RevisionsChoice::Configs { why } => {
-            eprintln!("{why}");
+            notice(Level::INFO, &why, &[("revisions_from", "configs")]);
             None
         }
     })
@@ -122,9 +124,13 @@ pub async fn one_shot_configs(
             if err.kind() == std::io::ErrorKind::NotFound
                 && dir == Path::new(DEFAULT_CONFIG_DIRECTORY) =>
         {
-            eprintln!(
-                "no {} directory here: no sidecar configs from disk (--config-directory to name one)",
-                dir.display()
+            notice(
+                Level::INFO,
+                &format!(
+                    "no {} directory here: no sidecar configs from disk (--config-directory to name one)",
+                    dir.display()
+                ),
+                &[],
             );
             LoadReport::default()
         }
@@ -154,9 +160,9 @@ pub async fn one_shot_configs(
 
 pub fn print_config_problems(report: &LoadReport) {
     for warning in &report.warnings {
-        eprintln!("{warning}");
+        notice(Level::WARN, &warning.to_string(), &[]);
     }
     for error in &report.errors {
-        eprintln!("error: {error}");
+        notice(Level::ERROR, &error.to_string(), &[]);
     }
 }

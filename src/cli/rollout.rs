@@ -31,7 +31,9 @@ use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions, 
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
+use crate::telemetry::notice;
 use crate::workload::{WorkloadKind, WorkloadRef};
+use tracing::Level;
 
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
@@ -73,9 +75,13 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     if args.resume {
         resume_campaigns(&client, namespace, &identity).await?;
         if let Some(holder) = holder.as_ref().filter(|h| h.restarts()) {
-            eprintln!(
-                "{} holds the rollout Lease (serve --rollout=auto) and restarts what the resumed campaigns plan at its next plan; this run restarts nothing",
-                holder.name
+            notice(
+                Level::INFO,
+                &format!(
+                    "{} holds the rollout Lease (serve --rollout=auto) and restarts what the resumed campaigns plan at its next plan; this run restarts nothing",
+                    holder.name
+                ),
+                &[("holder", &holder.name)],
             );
             return Ok(ExitCode::SUCCESS);
         }
@@ -103,9 +109,11 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     if by_container {
         let run = container_run(&client, args, &options, &feed, started_before).await?;
         for skipped in &run.selection.skipped {
-            eprintln!(
-                "skipping pod {}/{}: {}",
-                skipped.namespace, skipped.name, skipped.reason
+            let pod = format!("{}/{}", skipped.namespace, skipped.name);
+            notice(
+                Level::INFO,
+                &format!("skipping pod {pod}: {}", skipped.reason),
+                &[("pod", &pod), ("reason", &skipped.reason)],
             );
         }
         engine.select_containers(run);
@@ -154,12 +162,19 @@ async fn resume_campaigns(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let resumed = crate::cluster::status::resume_paused(&api, namespace, identity).await?;
     if resumed.is_empty() {
-        eprintln!("no paused campaign to resume");
+        notice(Level::INFO, "no paused campaign to resume", &[]);
     }
     for campaign in &resumed {
-        eprintln!(
-            "resumed the campaign of {} (revision {}): its earlier failures no longer count",
-            campaign.sidecar, campaign.revision
+        notice(
+            Level::INFO,
+            &format!(
+                "resumed the campaign of {} (revision {}): its earlier failures no longer count",
+                campaign.sidecar, campaign.revision
+            ),
+            &[
+                ("sidecar", &campaign.sidecar),
+                ("revision", &campaign.revision),
+            ],
         );
     }
     Ok(())
@@ -183,8 +198,12 @@ fn exit_code(summary: &RunSummary) -> ExitCode {
     if waiting == 0 {
         return ExitCode::SUCCESS;
     }
-    eprintln!(
-        "{waiting} planned workload(s) could not be restarted now (the `waiting` lines say why); exit status {EXIT_STILL_WAITING}"
+    notice(
+        Level::WARN,
+        &format!(
+            "{waiting} planned workload(s) could not be restarted now (the `waiting` lines say why); exit status {EXIT_STILL_WAITING}"
+        ),
+        &[("waiting", &waiting.to_string())],
     );
     ExitCode::from(EXIT_STILL_WAITING)
 }
@@ -259,10 +278,14 @@ impl Standing {
                     holder.until
                 );
             }
-            eprintln!(
-                "{} holds the rollout Lease in {} mode and restarts nothing; acting beside it",
-                holder.name,
-                holder.mode.as_deref().unwrap_or("an unknown")
+            notice(
+                Level::INFO,
+                &format!(
+                    "{} holds the rollout Lease in {} mode and restarts nothing; acting beside it",
+                    holder.name,
+                    holder.mode.as_deref().unwrap_or("an unknown")
+                ),
+                &[("holder", &holder.name)],
             );
             return Ok(Self::BesidePlanner);
         }
@@ -353,7 +376,10 @@ async fn act_until_done(
     args: &RolloutArgs,
     standing: &Standing,
 ) -> anyhow::Result<()> {
-    let terminal = std::io::stderr().is_terminal() && args.cluster.output == OutputFormat::Table;
+    // The bar is drawn only on a terminal, and only when stderr carries text.
+    let terminal = std::io::stderr().is_terminal()
+        && args.cluster.output == OutputFormat::Table
+        && crate::telemetry::text_on_stderr();
     let mut changes = feed.changes.clone();
     let mut progress: Option<Progress> = None;
     let mut unheld_since: Option<std::time::Instant> = None;
@@ -425,7 +451,17 @@ impl Progress {
                 if terminal {
                     eprint!("\r\x1b[2K");
                 }
-                eprintln!("{outcome} {workload} ({}/{total})", self.reported.len());
+                let (workload, done) = (workload.to_string(), self.reported.len().to_string());
+                notice(
+                    Level::INFO,
+                    &format!("{outcome} {workload} ({done}/{total})"),
+                    &[
+                        ("workload", &workload),
+                        ("outcome", outcome),
+                        ("done", &done),
+                        ("total", &total.to_string()),
+                    ],
+                );
             }
         }
         if terminal {
@@ -558,11 +594,15 @@ fn watch_live_pods(
 
 fn print_plan_summary(plan: &RolloutPlan) {
     for restart in &plan.restarts {
-        eprintln!(
-            "{} {}: {}",
-            restart.action(),
-            restart.workload,
-            restart.reason
+        let workload = restart.workload.to_string();
+        notice(
+            Level::INFO,
+            &format!("{} {workload}: {}", restart.action(), restart.reason),
+            &[
+                ("workload", &workload),
+                ("action", restart.action()),
+                ("reason", &restart.reason),
+            ],
         );
     }
 }

@@ -11,6 +11,8 @@ use crate::config::{LoadReport, Origin, load_directory};
 use crate::sources::directory::{
     is_config_file_name, load_config_directory, read_config_directory,
 };
+use crate::telemetry::notice;
+use tracing::Level;
 
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let targets: Vec<PathBuf> = if args.paths.is_empty() {
@@ -22,7 +24,11 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut stdout = io::stdout().lock();
     for target in &targets {
         if !target.exists() {
-            eprintln!("error: {}: no such file or directory", target.display());
+            notice(
+                Level::ERROR,
+                &format!("{}: no such file or directory", target.display()),
+                &[],
+            );
             failed = true;
             continue;
         }
@@ -49,7 +55,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
             writeln!(stdout, "{warning}")?;
         }
         for error in &report.errors {
-            eprintln!("error: {error}");
+            notice(Level::ERROR, &error.to_string(), &[]);
             failed = true;
         }
     }

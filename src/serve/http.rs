@@ -286,14 +286,23 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
         started.elapsed().as_secs_f64(),
     );
     let message = answer.message.as_deref().unwrap_or_default();
-    let sidecars: Vec<&str> = answer.sidecars.iter().map(|(s, _)| s.as_str()).collect();
     let (uid, namespace, pod) = (&answer.uid, &answer.namespace, &answer.pod);
     let result = answer.result.as_str();
     match answer.result {
         AdmissionResult::Skipped => debug!(result, "skipped {message}"),
         // A line per injected pod would cost a third of the throughput; the injections
         // metric counts them by sidecar, and --log-level debug shows each one.
-        AdmissionResult::Injected => debug!(result, sidecars = ?sidecars, "injected {message}"),
+        // Fields are evaluated only when debug is on.
+        AdmissionResult::Injected => debug!(
+            result,
+            sidecars = %answer
+                .sidecars
+                .iter()
+                .map(|(s, _)| s.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            "injected {message}"
+        ),
         AdmissionResult::Denied | AdmissionResult::InvalidPod => {
             info!(uid, namespace, pod, result, "denied: {message}");
         }
