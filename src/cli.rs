@@ -35,7 +35,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            telemetry::notice(tracing::Level::ERROR, &one_line(&err), &[]);
+            telemetry::error_notice(&one_line(&err), &[]);
             ExitCode::FAILURE
         }
     }

@@ -58,22 +58,24 @@ impl fmt::Display for LogLevel {
 /// The format chosen at [`init`], which [`notice`] follows too.
 static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 
-/// What a command says to its user on stderr (why it skipped something, a workload done, the
-/// error it ends on): the line as given in text mode (`error: ` before an error); in JSON mode
-/// one object per line shaped like the log events (`timestamp`, `level`, `message`, then
-/// `fields` as their own keys), so that stderr carries JSON only. Never filtered by the log
-/// level: it is the command's output, not a log.
+/// What a command says to its user on stderr (why it skipped something, a workload done):
+/// the line as given in text mode; in JSON mode one object per line shaped like the log
+/// events (`timestamp`, `level`, `message`, then `fields` as their own keys), so that stderr
+/// carries JSON only. Never filtered by the log level: it is the command's output, not a log.
 pub fn notice(level: Level, message: &str, fields: &[(&str, &str)]) {
-    eprintln!(
-        "{}",
-        render_notice(
-            FORMAT.get().copied().unwrap_or_default(),
-            level,
-            message,
-            fields,
-            k8s_openapi::jiff::Timestamp::now()
-        )
-    );
+    let format = FORMAT.get().copied().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    eprintln!("{}", render_notice(format, level, message, fields, now));
+}
+
+/// An error a command reports (the one it ends on, a config that does not load): `error: `
+/// before it in text mode, level ERROR in JSON.
+pub fn error_notice(message: &str, fields: &[(&str, &str)]) {
+    if FORMAT.get().copied().unwrap_or_default() == LogFormat::Text {
+        eprintln!("error: {message}");
+    } else {
+        notice(Level::ERROR, message, fields);
+    }
 }
 
 fn render_notice(
@@ -84,7 +86,6 @@ fn render_notice(
     now: k8s_openapi::jiff::Timestamp,
 ) -> String {
     match format {
-        LogFormat::Text if level == Level::ERROR => format!("error: {message}"),
         LogFormat::Text => message.to_owned(),
         LogFormat::Json => {
             let mut object = serde_json::Map::new();
@@ -141,10 +142,6 @@ mod tests {
                 now
             ),
             "done Deployment/team/web (3/10)"
-        );
-        assert_eq!(
-            render_notice(LogFormat::Text, Level::ERROR, "cannot read x", &[], now),
-            "error: cannot read x"
         );
         let json: serde_json::Value = serde_json::from_str(&render_notice(
             LogFormat::Json,

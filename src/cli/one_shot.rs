@@ -163,6 +163,6 @@ pub fn print_config_problems(report: &LoadReport) {
         notice(Level::WARN, &warning.to_string(), &[]);
     }
     for error in &report.errors {
-        notice(Level::ERROR, &error.to_string(), &[]);
+        crate::telemetry::error_notice(&error.to_string(), &[]);
     }
 }

@@ -11,8 +11,7 @@ use crate::config::{LoadReport, Origin, load_directory};
 use crate::sources::directory::{
     is_config_file_name, load_config_directory, read_config_directory,
 };
-use crate::telemetry::notice;
-use tracing::Level;
+use crate::telemetry::error_notice;
 
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let targets: Vec<PathBuf> = if args.paths.is_empty() {
@@ -24,8 +23,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut stdout = io::stdout().lock();
     for target in &targets {
         if !target.exists() {
-            notice(
-                Level::ERROR,
+            error_notice(
                 &format!("{}: no such file or directory", target.display()),
                 &[],
             );
@@ -55,7 +53,7 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
             writeln!(stdout, "{warning}")?;
         }
         for error in &report.errors {
-            notice(Level::ERROR, &error.to_string(), &[]);
+            error_notice(&error.to_string(), &[]);
             failed = true;
         }
     }
