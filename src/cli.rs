@@ -45,7 +45,11 @@ pub fn run(cli: Cli) -> ExitCode {
 /// source in their own text, and `{:#}` would repeat it.
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
+    let mut api_errors = Vec::new();
     for cause in err.chain() {
+        if let Some(kube::Error::Api(status)) = cause.downcast_ref::<kube::Error>() {
+            api_errors.push((cause.to_string(), describe_status(status)));
+        }
         let text = cause.to_string();
         if line.contains(&text) {
             continue;
@@ -55,7 +59,22 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
+    // kube prints an API error with a debug dump of the whole Status; say what the API server
+    // said instead, wherever an error quoted it.
+    for (raw, said) in api_errors {
+        line = line.replace(&raw, &said);
+    }
     line
+}
+
+/// An API server's error as it said it: `pods is forbidden: ... (Forbidden, 403)`.
+fn describe_status(status: &kube::core::Status) -> String {
+    let reason = if status.reason.is_empty() {
+        String::new()
+    } else {
+        format!("{}, ", status.reason)
+    };
+    format!("{} ({reason}{})", status.message, status.code)
 }
 
 #[cfg(test)]
@@ -77,5 +96,26 @@ mod tests {
         );
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(one_line(&plain), "outer: inner");
+    }
+
+    #[test]
+    fn an_api_error_is_what_the_api_server_said_not_a_dump() {
+        let status = kube::core::Status {
+            status: Some(kube::core::response::StatusSummary::Failure),
+            code: 403,
+            message: "pods is forbidden: User \"dev\" cannot list resource \"pods\" in API group \"\" at the cluster scope".into(),
+            metadata: None,
+            reason: "Forbidden".into(),
+            details: None,
+        };
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot list pods: {0}")]
+        struct List(#[source] kube::Error);
+        let err = anyhow::Error::new(List(kube::Error::Api(Box::new(status))))
+            .context("cannot build the drift report");
+        assert_eq!(
+            one_line(&err),
+            "cannot build the drift report: cannot list pods: pods is forbidden: User \"dev\" cannot list resource \"pods\" in API group \"\" at the cluster scope (Forbidden, 403)"
+        );
     }
 }
