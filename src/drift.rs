@@ -19,7 +19,8 @@ use serde::Serialize;
 
 use crate::workload::OwnerKind;
 
-/// The six states, in order of precedence: a pod-sidecar pair takes the first that applies.
+/// The six pod states, in order of precedence: a pod-sidecar pair takes the first that
+/// applies; and `denied`, for a workload that has no pod because the webhook denies them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DriftState {
@@ -29,6 +30,9 @@ pub enum DriftState {
     Unknown,
     Stale,
     Current,
+    /// A workload whose template requests a sidecar no config defines (or a request that
+    /// does not parse): the webhook denies its pods, so it has none to classify.
+    Denied,
 }
 
 impl std::str::FromStr for DriftState {
@@ -46,13 +50,24 @@ impl std::str::FromStr for DriftState {
 }
 
 impl DriftState {
-    pub const ALL: [DriftState; 6] = [
+    /// The states a pod can be in: the columns of the report's counts and the gauge.
+    pub const POD_STATES: [DriftState; 6] = [
         DriftState::Excluded,
         DriftState::Orphaned,
         DriftState::Uninjected,
         DriftState::Unknown,
         DriftState::Stale,
         DriftState::Current,
+    ];
+
+    pub const ALL: [DriftState; 7] = [
+        DriftState::Excluded,
+        DriftState::Orphaned,
+        DriftState::Uninjected,
+        DriftState::Unknown,
+        DriftState::Stale,
+        DriftState::Current,
+        DriftState::Denied,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +78,7 @@ impl DriftState {
             DriftState::Unknown => "unknown",
             DriftState::Stale => "stale",
             DriftState::Current => "current",
+            DriftState::Denied => "denied",
         }
     }
 
@@ -80,6 +96,7 @@ impl DriftState {
 
     fn severity(self) -> u8 {
         match self {
+            DriftState::Denied => 6,
             DriftState::Uninjected => 5,
             DriftState::Stale => 4,
             DriftState::Unknown => 3,
@@ -99,6 +116,9 @@ pub struct StateCounts {
     pub unknown: u32,
     pub stale: u32,
     pub current: u32,
+    /// Always 0: a denied pod does not exist. Not in the JSON.
+    #[serde(skip)]
+    pub denied: u32,
 }
 
 impl StateCounts {
@@ -114,6 +134,7 @@ impl StateCounts {
             DriftState::Unknown => &mut self.unknown,
             DriftState::Stale => &mut self.stale,
             DriftState::Current => &mut self.current,
+            DriftState::Denied => &mut self.denied,
         }
     }
 

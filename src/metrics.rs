@@ -342,7 +342,7 @@ impl Metrics {
     pub fn record_drift(&self, report: &crate::drift::DriftReport) {
         self.pods.clear();
         for sidecar in &report.sidecars {
-            for state in crate::drift::DriftState::ALL {
+            for state in crate::drift::DriftState::POD_STATES {
                 self.pods
                     .get_or_create(&DriftLabels {
                         sidecar: sidecar.name.clone(),

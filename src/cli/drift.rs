@@ -47,11 +47,11 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
 fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -> io::Result<()> {
     use crate::drift::DriftState;
     let counts = |pods: &crate::drift::StateCounts| {
-        DriftState::ALL
+        DriftState::POD_STATES
             .map(|s| format!("{:>10}", pods.get(s)))
             .join(" ")
     };
-    let header = DriftState::ALL
+    let header = DriftState::POD_STATES
         .map(|s| format!("{:>10}", s.as_str().to_uppercase()))
         .join(" ");
     writeln!(out, "{:<24} {:<12} {header}", "SIDECAR", "REVISION")?;

@@ -1,6 +1,6 @@
-//! One-shot reads for `sidecar-injector drift`: the pods, ReplicaSets and workloads of the
-//! cluster as metadata-only lists (never specs), fed into a [`DriftIndex`], and the ConfigMap
-//! configs as `serve` would load them.
+//! One-shot reads for `sidecar-injector drift`: the pods and ReplicaSets of the cluster as
+//! metadata-only lists (never specs), the workloads cut down to their index entries page by
+//! page, fed into a [`DriftIndex`], and the ConfigMap configs as `serve` would load them.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -13,7 +13,7 @@ use std::fmt::Debug;
 
 use crate::annotations::AnnotationKeys;
 use crate::config::{LoadReport, configmap_origin, load_configmap_items};
-use crate::drift::DriftIndex;
+use crate::drift::{DriftIndex, WorkloadEntry};
 use crate::workload::WorkloadKind;
 
 const PAGE: u32 = 500;
@@ -62,6 +62,35 @@ where
     Ok(metas)
 }
 
+/// Every object of a kind (cluster-wide, or in each of `namespaces`), page by page, each
+/// projected by `entry` as it arrives: (namespace, name, entry).
+async fn list_objects<K, T>(
+    client: &Client,
+    namespaces: &[String],
+    entry: impl Fn(&K) -> T,
+) -> Result<Vec<(String, String, T)>, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let project = |object: K| {
+        let meta = object.meta();
+        Some((
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+            entry(&object),
+        ))
+    };
+    if namespaces.is_empty() {
+        return list_paged(&Api::<K>::all(client.clone()), project).await;
+    }
+    let mut all = Vec::new();
+    for namespace in namespaces {
+        all.extend(list_paged(&Api::<K>::namespaced(client.clone(), namespace), project).await?);
+    }
+    Ok(all)
+}
+
 /// The drift index from one round of lists; `namespaces` empty means cluster-wide.
 pub async fn index(
     client: &Client,
@@ -71,21 +100,35 @@ pub async fn index(
     let mut index = DriftIndex::default();
     let replicasets = list_metadata::<ReplicaSet>(client, namespaces).await?;
     index.reset_replicasets(replicasets.iter());
-    for (kind, metas) in [
+    // Workloads with their specs, each cut down to its entry at once: the template's request
+    // shows a workload whose pods are all denied, and its rollout status the engine's view.
+    let entries = [
         (
             WorkloadKind::Deployment,
-            list_metadata::<Deployment>(client, namespaces).await?,
+            list_objects::<Deployment, _>(client, namespaces, |d| {
+                WorkloadEntry::from_deployment(d, keys)
+            })
+            .await?,
         ),
         (
             WorkloadKind::StatefulSet,
-            list_metadata::<StatefulSet>(client, namespaces).await?,
+            list_objects::<StatefulSet, _>(client, namespaces, |s| {
+                WorkloadEntry::from_statefulset(s, keys)
+            })
+            .await?,
         ),
         (
             WorkloadKind::DaemonSet,
-            list_metadata::<DaemonSet>(client, namespaces).await?,
+            list_objects::<DaemonSet, _>(client, namespaces, |d| {
+                WorkloadEntry::from_daemonset(d, keys)
+            })
+            .await?,
         ),
-    ] {
-        index.reset_workloads(kind, metas.iter(), keys);
+    ];
+    for (kind, entries) in entries {
+        for (namespace, name, entry) in entries {
+            index.apply_workload_entry(kind, &namespace, &name, entry);
+        }
     }
     let pods = list_metadata::<Pod>(client, namespaces).await?;
     index.reset_pods(pods.iter(), keys);

@@ -70,10 +70,90 @@ impl DriftIndex {
             .map(|(name, revision)| (name.to_owned(), revision))
             .collect();
         let tally = self.tally(&distinct, &current, policy);
+        let mut workloads = workload_rows(tally.by_workload, policy);
+        let denied = self.denied_rows(&current, policy, &workloads);
+        if !denied.is_empty() {
+            workloads.extend(denied);
+            workloads.sort_by(|a, b| {
+                (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
+                    &b.name,
+                    &b.namespace,
+                    &b.kind,
+                    &b.sidecar,
+                ))
+            });
+        }
         DriftReport {
             sidecars: sidecar_rows(&current, tally.by_sidecar),
-            workloads: workload_rows(tally.by_workload, policy),
+            workloads,
         }
+    }
+
+    /// Workloads with no pod in the index whose template requests a sidecar no config defines
+    /// (or a request that does not parse): the webhook denies their pods, so only the template
+    /// says they exist. Other reasons for a denial (a clash with the pod's own containers)
+    /// need the pod spec, which the index never keeps.
+    fn denied_rows(
+        &self,
+        current: &HashMap<String, &str>,
+        policy: &DriftPolicy,
+        listed: &[WorkloadDrift],
+    ) -> Vec<WorkloadDrift> {
+        let with_pods: HashSet<(WorkloadKind, &str, &str)> = listed
+            .iter()
+            .filter_map(|w| Some((w.kind.workload()?, w.namespace.as_str(), w.name.as_str())))
+            .collect();
+        let mut rows = Vec::new();
+        for kind in [
+            WorkloadKind::Deployment,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::DaemonSet,
+        ] {
+            for (namespace, names) in &self.workloads[kind as usize] {
+                if namespace_exclusion(namespace, policy).is_some() {
+                    continue;
+                }
+                for (name, entry) in names {
+                    let Some(request) = entry.template_request.as_deref() else {
+                        continue;
+                    };
+                    if entry.replicas == Some(0) || with_pods.contains(&(kind, namespace, name)) {
+                        continue;
+                    }
+                    let row = |sidecar: String, reason: String| WorkloadDrift {
+                        kind: OwnerKind::Workload(kind),
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        sidecar,
+                        state: DriftState::Denied,
+                        reason,
+                        pods: StateCounts::default(),
+                        needs_restart: false,
+                        from_revision: None,
+                    };
+                    match SidecarName::parse_list(request) {
+                        Err(err) => rows.push(row(
+                            request.to_owned(),
+                            format!(
+                                "no pods: its template's request {request:?} does not parse ({err}); the webhook denies its pods"
+                            ),
+                        )),
+                        Ok(list) => rows.extend(
+                            list.iter()
+                                .map(ToString::to_string)
+                                .filter(|sidecar| !current.contains_key(sidecar))
+                                .map(|sidecar| {
+                                    let reason = format!(
+                                        "no pods: its template requests {sidecar}, which no config defines; the webhook denies its pods (--on-missing-sidecar=deny)"
+                                    );
+                                    row(sidecar, reason)
+                                }),
+                        ),
+                    }
+                }
+            }
+        }
+        rows
     }
 
     /// Every pod's state per requested sidecar, counted per sidecar and per workload.

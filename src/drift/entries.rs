@@ -160,6 +160,9 @@ pub struct WorkloadEntry {
     pub update_revision_pending: bool,
     /// `NS/rolled-at` on the workload: when the engine last restarted it.
     pub rolled_at: Option<Timestamp>,
+    /// `NS/request` on the pod template: what its pods would request, so that a workload
+    /// whose pods are all denied still shows in the report.
+    pub template_request: Option<Box<str>>,
 }
 
 impl WorkloadEntry {
@@ -188,6 +191,10 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
+            template_request: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.request,
+            ),
             update_strategy: UpdateStrategy::parse(
                 spec.and_then(|s| s.strategy.as_ref()?.type_.as_deref()),
             ),
@@ -214,6 +221,10 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
+            template_request: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.request,
+            ),
             update_strategy: UpdateStrategy::parse(strategy.and_then(|u| u.type_.as_deref())),
             partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
             replicas: spec.and_then(|s| s.replicas),
@@ -238,6 +249,10 @@ impl WorkloadEntry {
             rollout_revision: template_annotation(
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
+            ),
+            template_request: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.request,
             ),
             update_strategy: UpdateStrategy::parse(
                 spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()),

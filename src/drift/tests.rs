@@ -552,6 +552,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
             status_replicas: Some(4),
             update_revision_pending: false,
             rolled_at: Some("2026-11-21T10:00:00Z".parse().unwrap()),
+            template_request: None,
         }
     );
     let statefulset: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
@@ -661,4 +662,85 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
             .unwrap_err()
             .contains("current")
     );
+}
+
+#[test]
+fn a_workload_whose_pods_are_all_denied_shows_from_its_template() {
+    let set = sidecars(&[LOGGER_V1]);
+    let mut index = DriftIndex::default();
+    let deployment = |request: &str, replicas: i32| {
+        let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "x", "namespace": "team"},
+            "spec": {"replicas": replicas, "selector": {},
+                     "template": {"metadata": {"annotations": {"injector/request": request}},
+                                  "spec": {"containers": [{"name": "app"}]}}}
+        }))
+        .unwrap();
+        WorkloadEntry::from_deployment(&deployment, &keys())
+    };
+    for (name, request, replicas) in [
+        ("missing", "logger:v1,logger:v9", 2),
+        ("garbled", "logger:v1:extra", 1),
+        ("scaled-down", "logger:v9", 0),
+        ("defined", "logger:v1", 1),
+    ] {
+        index.apply_workload_entry(
+            WorkloadKind::Deployment,
+            "team",
+            name,
+            deployment(request, replicas),
+        );
+    }
+    index.apply_workload_entry(
+        WorkloadKind::Deployment,
+        "kube-system",
+        "sys",
+        deployment("logger:v9", 1),
+    );
+    // A workload with pods is classified by its pods, not its template.
+    index.apply_replicaset(&rs("team", "running-1", Some("running")));
+    index.apply_workload_entry(
+        WorkloadKind::Deployment,
+        "team",
+        "running",
+        deployment("logger:v9", 1),
+    );
+    index.apply_pod(
+        &PodMeta::new("team", "running-1-a")
+            .request("logger:v9")
+            .owner("ReplicaSet", "running-1")
+            .0,
+        &keys(),
+    );
+    let policy = DriftPolicy {
+        ignore_namespaces: ["kube-system".to_owned()].into(),
+        ..Default::default()
+    };
+    let report = index.classify(&set, &policy);
+    let denied: Vec<(&str, &str, &str)> = report
+        .workloads
+        .iter()
+        .filter(|w| w.state == DriftState::Denied)
+        .map(|w| (w.name.as_str(), w.sidecar.as_str(), w.reason.as_str()))
+        .collect();
+    assert_eq!(denied.len(), 2, "{denied:#?}");
+    assert_eq!(denied[0].0, "garbled");
+    assert!(denied[0].2.contains("does not parse"), "{}", denied[0].2);
+    assert_eq!(
+        denied[1],
+        (
+            "missing",
+            "logger:v9",
+            "no pods: its template requests logger:v9, which no config defines; the webhook denies its pods (--on-missing-sidecar=deny)"
+        )
+    );
+    assert_eq!(
+        workload(&report, "Deployment", "running").state,
+        DriftState::Orphaned
+    );
+    assert!(
+        !report.needs_restart(),
+        "a denied workload is not restarted"
+    );
+    assert_eq!("denied".parse::<DriftState>().unwrap(), DriftState::Denied);
 }

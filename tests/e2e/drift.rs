@@ -73,6 +73,51 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"excluded\"}") >= 1.0,
         "the bare pod"
     );
+    // A Deployment requesting a sidecar no config defines: the webhook denies its pods, so it
+    // has none, yet drift shows it, from its template, with the reason.
+    create_deployment(&ctx, "refused", 1, template("refused", Some("tracer:v9"))).await;
+    let replicasets = ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>();
+    eventually(
+        DEADLINE,
+        "refused's ReplicaSet reports the denial",
+        || async {
+            let list = replicasets
+                .list(&ListParams::default().labels("app=refused"))
+                .await
+                .ok()?;
+            list.items
+                .iter()
+                .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter().flatten()))
+                .any(|c| {
+                    c.type_ == "ReplicaFailure"
+                        && c.message.as_deref().unwrap_or_default().contains("denied")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(pods_of(&ctx, "refused").await.is_empty());
+    let report = drift_report(&drift_args());
+    let refused = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "refused")
+        .unwrap_or_else(|| panic!("refused not in {report:#}"));
+    assert_eq!(refused["state"], "denied", "{refused}");
+    assert_eq!(refused["sidecar"], "tracer:v9");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("which no config defines"),
+        "{refused}"
+    );
+    ctx.api::<Deployment>()
+        .delete("refused", &Default::default())
+        .await
+        .unwrap();
+
     // The webhook bypassed (down, failurePolicy Ignore): this workload's pod is never injected.
     ctx.stop_injector();
     create_statefulset(&ctx, "late", 1, template("late", Some("tracer:v1"))).await;
