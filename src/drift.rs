@@ -230,6 +230,14 @@ pub struct SidecarDrift {
     /// `null` for a requested sidecar no config defines.
     pub revision: Option<String>,
     pub pods: StateCounts,
+    /// The state of the rollout engine's campaign for this revision (`paused`, `running`...),
+    /// when the running injector keeps one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<String>,
+    /// What an operator should know: why the campaign is paused, or that the sidecar's rollout
+    /// policy is manual.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

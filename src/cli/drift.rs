@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use super::args::*;
 use super::one_shot::*;
+use crate::telemetry::notice;
 
 pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -26,11 +27,34 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .cluster
             .drift
             .policy(args.cluster.ignore_namespaces.namespaces());
-        let report = match revisions_in_force(&client, &args.cluster).await? {
+        let status = read_status(&client, &args.cluster).await?;
+        let mut report = match revisions_from_status(status.as_ref(), &args.cluster)? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&sidecars, &policy),
         }
         .filtered(&args.sidecars, &args.states);
+        // Paused campaigns and manual sidecars are flagged: a stale count alone would not say
+        // that nothing is going to restart them.
+        let book = status
+            .as_ref()
+            .map(crate::cluster::status::decode_book)
+            .transpose()
+            .unwrap_or_else(|err| {
+                notice(
+                    tracing::Level::WARN,
+                    &format!("the status ConfigMap's campaigns item is malformed; campaigns not shown: {err}"),
+                    &[],
+                );
+                None
+            })
+            .flatten()
+            .unwrap_or_default();
+        let manual = sidecars
+            .iter()
+            .filter(|s| s.config.rollout_mode() == crate::config::RolloutMode::Manual)
+            .map(|s| s.config.name.to_string())
+            .collect();
+        book.flag(&mut report, &manual);
         let mut out = io::stdout().lock();
         match args.cluster.output {
             OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
@@ -54,15 +78,21 @@ fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -
     let header = DriftState::POD_STATES
         .map(|s| format!("{:>10}", s.as_str().to_uppercase()))
         .join(" ");
-    writeln!(out, "{:<24} {:<12} {header}", "SIDECAR", "REVISION")?;
+    writeln!(
+        out,
+        "{:<24} {:<12} {header} {:<9} NOTE",
+        "SIDECAR", "REVISION", "CAMPAIGN"
+    )?;
     for sidecar in &report.sidecars {
         let revision = sidecar.revision.as_deref().unwrap_or("(none)");
         writeln!(
             out,
-            "{:<24} {:<12} {}",
+            "{:<24} {:<12} {} {:<9} {}",
             sidecar.name,
             revision,
-            counts(&sidecar.pods)
+            counts(&sidecar.pods),
+            sidecar.campaign.as_deref().unwrap_or("-"),
+            sidecar.note.as_deref().unwrap_or_default()
         )?;
     }
     writeln!(out)?;

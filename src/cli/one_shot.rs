@@ -19,15 +19,30 @@ pub async fn revisions_in_force(
     client: &kube::Client,
     args: &OneShotArgs,
 ) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
-    use crate::cluster::status::{self, RevisionsChoice};
+    let status = read_status(client, args).await?;
+    revisions_from_status(status.as_ref(), args)
+}
+
+/// The running injector's status ConfigMap, when there is one.
+pub async fn read_status(
+    client: &kube::Client,
+    args: &OneShotArgs,
+) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(client.clone(), &args.injector_namespace);
-    let injectors = match api
-        .get_opt(status::STATUS_CONFIGMAP)
+    api.get_opt(crate::cluster::status::STATUS_CONFIGMAP)
         .await
-        .context("cannot read the injector's status ConfigMap")?
-    {
-        Some(configmap) => status::decode_injectors(&configmap).with_context(|| {
+        .context("cannot read the injector's status ConfigMap")
+}
+
+/// [`revisions_in_force`] from a status ConfigMap already read.
+pub fn revisions_from_status(
+    status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
+    args: &OneShotArgs,
+) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
+    use crate::cluster::status::{self, RevisionsChoice};
+    let injectors = match status {
+        Some(configmap) => status::decode_injectors(configmap).with_context(|| {
             format!(
                 "{}/{} item {} is malformed",
                 args.injector_namespace,

@@ -354,6 +354,8 @@ fn sidecar_rows(
             name: name.clone(),
             revision: Some((*revision).to_owned()),
             pods: by_sidecar.get(name.as_str()).copied().unwrap_or_default(),
+            campaign: None,
+            note: None,
         })
         .chain(
             by_sidecar
@@ -363,6 +365,8 @@ fn sidecar_rows(
                     name: (*name).to_owned(),
                     revision: None,
                     pods: *pods,
+                    campaign: None,
+                    note: None,
                 }),
         )
         .collect();

@@ -628,6 +628,8 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         name: name.into(),
         revision: None,
         pods: StateCounts::default(),
+        campaign: None,
+        note: None,
     };
     let row = |name: &str, sidecar: &str, state: DriftState| WorkloadDrift {
         kind: crate::workload::OwnerKind::Workload(WorkloadKind::Deployment),

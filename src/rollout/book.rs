@@ -150,3 +150,32 @@ impl CampaignBook {
         resumed
     }
 }
+
+impl CampaignBook {
+    /// Flags, on the drift report, the campaign of each sidecar's revision in force (a
+    /// paused one with its reason) and the sidecars whose rollout policy is manual.
+    pub fn flag(
+        &self,
+        report: &mut crate::drift::DriftReport,
+        manual: &std::collections::BTreeSet<String>,
+    ) {
+        for row in &mut report.sidecars {
+            let campaign = self
+                .campaigns
+                .get(&row.name)
+                .filter(|c| row.revision.as_deref() == Some(c.revision.as_str()));
+            if let Some(campaign) = campaign {
+                row.campaign = Some(campaign.state.as_str().to_owned());
+                if campaign.state == CampaignState::Paused {
+                    row.note = campaign.pause_reason.clone();
+                }
+            }
+            if manual.contains(&row.name) {
+                row.note = Some(
+                    "rollout policy manual: the engine leaves its restarts to `sidecar-injector rollout`"
+                        .to_owned(),
+                );
+            }
+        }
+    }
+}

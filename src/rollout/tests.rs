@@ -854,3 +854,53 @@ fn workloads_outside_the_policy_count_toward_no_campaign() {
         "small (now) and big (after it)"
     );
 }
+
+#[test]
+fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    let campaign = world.book.campaigns.get_mut(LOGGER).unwrap();
+    campaign.state = CampaignState::Paused;
+    campaign.pause_reason = Some("rollout of logger:v1 paused after 1 failed workload(s)".into());
+    let wanted: RevisionsInForce = [
+        (LOGGER.to_owned(), NEW.to_owned()),
+        ("tracer:v1".to_owned(), "cccccccccccc".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let mut report = world.index.classify_revisions(&wanted, &world.policy);
+    world
+        .book
+        .flag(&mut report, &["tracer:v1".to_owned()].into());
+    let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
+    assert_eq!(logger.campaign.as_deref(), Some("paused"));
+    assert!(
+        logger
+            .note
+            .as_deref()
+            .unwrap()
+            .starts_with("rollout of logger:v1 paused")
+    );
+    let tracer = report
+        .sidecars
+        .iter()
+        .find(|s| s.name == "tracer:v1")
+        .unwrap();
+    assert_eq!(tracer.campaign, None, "no campaign for it in the book");
+    assert!(
+        tracer
+            .note
+            .as_deref()
+            .unwrap()
+            .starts_with("rollout policy manual")
+    );
+    // A campaign for another revision than the one in force says nothing about it.
+    world.book.campaigns.get_mut(LOGGER).unwrap().revision = OLD.into();
+    let mut report = world.index.classify_revisions(&wanted, &world.policy);
+    world.book.flag(&mut report, &Default::default());
+    let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
+    assert_eq!(
+        (logger.campaign.as_deref(), logger.note.as_deref()),
+        (None, None)
+    );
+}
