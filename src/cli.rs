@@ -8,6 +8,7 @@ mod inject;
 mod one_shot;
 mod rollout;
 mod serve;
+mod status;
 mod validate;
 
 use std::process::ExitCode;
@@ -31,6 +32,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Certs(args) => certs::run(&args),
         Command::Drift(args) => drift::run(&args),
         Command::Rollout(args) => rollout::run(&args, &env),
+        Command::Status(args) => status::run(&args),
     };
     match result {
         Ok(code) => code,

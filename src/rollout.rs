@@ -24,6 +24,7 @@ pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use health::rolled_out;
 pub use plan::{
     PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
+    to_the_second,
 };
 pub use planner::{plan, target_stamp};
 

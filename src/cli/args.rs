@@ -52,6 +52,9 @@ pub enum Command {
     /// Report, per sidecar and per workload, which pods run a stale sidecar (one-shot, from the
     /// cluster: the usual kubeconfig resolution, or --kubeconfig).
     Drift(Box<DriftArgs>),
+    /// Show what the running injectors publish (who, when, which revisions; replicas that
+    /// disagree), who holds the rollout Lease, and every campaign with its counts and notes.
+    Status(StatusArgs),
     /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
     /// --confirm to act and wait until done (exit status 1 when any workload failed).
     Rollout(Box<RolloutArgs>),
@@ -251,6 +254,25 @@ pub struct RolloutArgs {
     /// `2022-05-01 13:00` (UTC) [default: when the command starts].
     #[arg(long, requires = "sidecar_container_name")]
     pub only_started_before: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use, as kubectl's --context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace of the running injector (its status ConfigMap and rollout Lease).
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
+    /// A publication older than this is stale (the injectors renew theirs every 30s).
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    pub published_max_age: Duration,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

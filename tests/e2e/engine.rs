@@ -233,6 +233,24 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
         "{tracer}"
     );
 
+    // `status` shows the paused campaign, the Lease holder and the publication.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("status")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["--injector-namespace", "e2e-rollout-broken", "-o", "json"])
+        .output()
+        .unwrap();
+    let view: Value = serde_json::from_slice(&status.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&status.stderr)));
+    assert_eq!(
+        view["campaigns"]["campaigns"]["tracer:v1"]["state"], "paused",
+        "{view:#}"
+    );
+    assert_eq!(view["lease"]["mode"], "auto", "{view:#}");
+    assert_eq!(view["injectors"].as_object().unwrap().len(), 1, "{view:#}");
+    assert!(view.get("disagreement").is_none(), "{view:#}");
+
     // The pause lives in the cluster: a restarted injector keeps it.
     ctx.restart_injector().await;
     let injector = ctx.injector.as_ref().unwrap();

@@ -1,0 +1,237 @@
+//! `status`: the running injectors' publications, the rollout Lease and the campaigns, as the
+//! status ConfigMap and the Lease say them.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use serde::Serialize;
+
+use super::args::*;
+use super::one_shot::one_shot_client;
+use crate::cluster::lease::{LeaseDecision, ROLLOUT_LEASE, decide};
+use crate::cluster::status::{self, Publication};
+use crate::rollout::{CampaignBook, to_the_second};
+
+/// Everything `status` shows, as `-o json` prints it.
+#[derive(Debug, Serialize)]
+struct StatusView {
+    injectors: BTreeMap<String, InjectorView>,
+    /// Set when fresh publications differ: new pods get different revisions by replica.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disagreement: Option<String>,
+    lease: LeaseView,
+    campaigns: CampaignBook,
+}
+
+#[derive(Debug, Serialize)]
+struct InjectorView {
+    #[serde(flatten)]
+    publication: Publication,
+    age_seconds: i64,
+    fresh: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseView {
+    holder: Option<String>,
+    mode: Option<String>,
+    until: Option<String>,
+}
+
+pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let namespace = &args.injector_namespace;
+        let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .get_opt(status::STATUS_CONFIGMAP)
+            .await
+            .with_context(|| format!("cannot read {namespace}/{}", status::STATUS_CONFIGMAP))?;
+        let lease = Api::<Lease>::namespaced(client, namespace)
+            .get_opt(ROLLOUT_LEASE)
+            .await
+            .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
+        let view = view(configmap.as_ref(), lease.as_ref(), args, Timestamp::now())?;
+        let mut out = std::io::stdout().lock();
+        match args.output {
+            OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
+            OutputFormat::Table => write_table(&mut out, &view, namespace)?,
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn view(
+    configmap: Option<&ConfigMap>,
+    lease: Option<&Lease>,
+    args: &StatusArgs,
+    now: Timestamp,
+) -> anyhow::Result<StatusView> {
+    let (injectors, campaigns) = match configmap {
+        Some(c) => (
+            status::decode_injectors(c).context("the injectors item is malformed")?,
+            status::decode_book(c)
+                .context("the campaigns item is malformed")?
+                .unwrap_or_default(),
+        ),
+        None => Default::default(),
+    };
+    let max_age = args.published_max_age.as_secs() as i64;
+    let injectors: BTreeMap<String, InjectorView> = injectors
+        .into_iter()
+        .map(|(identity, publication)| {
+            let age_seconds = (now.as_second() - publication.at.0.as_second()).max(0);
+            let view = InjectorView {
+                publication,
+                age_seconds,
+                fresh: age_seconds <= max_age,
+            };
+            (identity, view)
+        })
+        .collect();
+    let mut fresh = injectors.iter().filter(|(_, v)| v.fresh);
+    let disagreement = fresh.next().and_then(|(first, view)| {
+        let first_revisions = &view.publication.revisions;
+        fresh
+            .find(|(_, v)| &v.publication.revisions != first_revisions)
+            .map(|(other, _)| format!("{first} and {other} publish different revisions: new pods get different sidecars depending on the replica that answers"))
+    });
+    let lease = match decide(lease, "", now) {
+        LeaseDecision::HeldBy {
+            holder,
+            mode,
+            until,
+        } => LeaseView {
+            holder: Some(holder),
+            mode,
+            until: Some(to_the_second(until)),
+        },
+        _ => LeaseView {
+            holder: None,
+            mode: None,
+            until: None,
+        },
+    };
+    Ok(StatusView {
+        injectors,
+        disagreement,
+        lease,
+        campaigns,
+    })
+}
+
+fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std::io::Result<()> {
+    writeln!(out, "{:<40} {:<12} REVISIONS", "INJECTOR", "PUBLISHED")?;
+    for (identity, injector) in &view.injectors {
+        let revisions: Vec<String> = injector
+            .publication
+            .revisions
+            .iter()
+            .map(|(s, r)| format!("{s}={r}"))
+            .collect();
+        let age = format!(
+            "{}s ago{}",
+            injector.age_seconds,
+            if injector.fresh { "" } else { " (stale)" }
+        );
+        writeln!(out, "{identity:<40} {age:<12} {}", revisions.join(","))?;
+    }
+    if view.injectors.is_empty() {
+        writeln!(out, "(no injector publishes in {namespace})")?;
+    }
+    if let Some(disagreement) = &view.disagreement {
+        writeln!(out, "warning: {disagreement}")?;
+    }
+    writeln!(out)?;
+    match &view.lease.holder {
+        Some(holder) => writeln!(
+            out,
+            "rollout Lease: held by {holder} (mode {}) until {}",
+            view.lease.mode.as_deref().unwrap_or("unknown"),
+            view.lease.until.as_deref().unwrap_or_default()
+        )?,
+        None => writeln!(out, "rollout Lease: free (no engine acts now)")?,
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
+        "SIDECAR", "REVISION", "STATE", "PENDING", "ROLLING", "SUCCEEDED", "FAILED"
+    )?;
+    for (sidecar, c) in &view.campaigns.campaigns {
+        let note = match (&c.pause_reason, &c.resumed) {
+            (Some(reason), _) => reason.clone(),
+            (None, Some(r)) => format!("resumed by {} at {}", r.by, to_the_second(r.at.0)),
+            (None, None) => String::new(),
+        };
+        writeln!(
+            out,
+            "{sidecar:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  {:<21} {note}",
+            c.revision,
+            c.state.as_str(),
+            c.counts.pending,
+            c.counts.rolling,
+            c.counts.succeeded,
+            c.counts.failed,
+            to_the_second(c.since.0)
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_that_publish_different_revisions_are_called_out() {
+        let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let injectors = serde_json::json!({
+            "a-1": {"revisions": {"logger:v1": "aaaaaaaaaaaa"}, "at": "2027-01-15T08:00:00Z"},
+            "b-2": {"revisions": {"logger:v1": "bbbbbbbbbbbb"}, "at": "2027-01-15T08:00:10Z"},
+            "gone": {"revisions": {"logger:v1": "cccccccccccc"}, "at": "2027-01-15T07:00:00Z"}
+        });
+        let configmap = ConfigMap {
+            data: Some(
+                [(
+                    status::STATUS_INJECTORS_KEY.to_owned(),
+                    injectors.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let args = StatusArgs {
+            kubeconfig: None,
+            context: None,
+            injector_namespace: "injector-system".into(),
+            published_max_age: std::time::Duration::from_secs(90),
+            output: OutputFormat::Table,
+        };
+        let view = view(Some(&configmap), None, &args, at(30)).unwrap();
+        assert_eq!(
+            view.disagreement.as_deref(),
+            Some(
+                "a-1 and b-2 publish different revisions: new pods get different sidecars depending on the replica that answers"
+            )
+        );
+        assert!(!view.injectors["gone"].fresh, "an hour old");
+        assert_eq!(view.injectors["b-2"].age_seconds, 20);
+        assert_eq!(view.lease.holder, None);
+        let mut table = Vec::new();
+        write_table(&mut table, &view, "injector-system").unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(table.contains("3630s ago (stale)"), "{table}");
+        assert!(table.contains("rollout Lease: free"), "{table}");
+    }
+}
