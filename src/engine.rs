@@ -218,6 +218,12 @@ impl Engine {
         self.containers = Some(run);
     }
 
+    /// Workloads this process restarted that have no outcome yet (a workload scaled to zero
+    /// or deleted mid-rollout has no pods in the plan, yet still awaits one).
+    pub fn awaiting_outcomes(&self) -> usize {
+        self.awaiting_success.len()
+    }
+
     /// Waits for the first read of the status ConfigMap (present or not).
     pub async fn load_status(&mut self) {
         let _ = tokio::time::timeout(REQUEST_TIMEOUT, self.status.changed()).await;
@@ -466,9 +472,13 @@ impl Engine {
         }
         for failure in &plan.failed {
             error!(workload = %failure.workload, reason = %failure.reason, "rollout failed");
-            self.metrics
-                .record_rollout(failure.workload.kind, RolloutResult::Failed);
-            self.summary.failed.push(failure.clone());
+            // Counted as this process's failure only when it made the restart (a new leader
+            // still says it: the Event and the log line); either way nothing awaits it now.
+            if self.awaiting_success.remove(&failure.workload) {
+                self.metrics
+                    .record_rollout(failure.workload.kind, RolloutResult::Failed);
+                self.summary.failed.push(failure.clone());
+            }
             self.event(
                 &failure.workload,
                 EventType::Warning,

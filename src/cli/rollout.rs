@@ -383,6 +383,7 @@ async fn act_until_done(
     let mut changes = feed.changes.clone();
     let mut progress: Option<Progress> = None;
     let mut unheld_since: Option<std::time::Instant> = None;
+    let mut settled_since: Option<std::time::Instant> = None;
     loop {
         let authority = if standing.may_act() {
             unheld_since = None;
@@ -403,7 +404,15 @@ async fn act_until_done(
             Progress::of(&plan)
         });
         progress.report(&engine.summary, terminal, &plan);
-        if plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself()) {
+        let settled =
+            plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself());
+        // A restarted workload whose pods all went (scaled to zero, deleted) is in no plan
+        // list, yet ends as succeeded or gone once its controller says so: wait for that too,
+        // within the rollout timeout.
+        let since = *settled_since.get_or_insert_with(std::time::Instant::now);
+        if !settled {
+            settled_since = None;
+        } else if engine.awaiting_outcomes() == 0 || since.elapsed() > args.safety.rollout_timeout {
             break;
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;

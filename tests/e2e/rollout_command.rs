@@ -143,6 +143,85 @@ async fn the_rollout_command_plans_exactly_the_stale_workloads_and_confirms() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_workload_whose_pods_go_away_mid_rollout_ends_in_exactly_one_outcome() {
+    let ns = "e2e-rollout-gone";
+    let ctx = engine_context("rollout-gone", &[]).await;
+    for name in ["doomed", "shrink"] {
+        create_deployment(&ctx, name, 1, template(name, Some("tracer:v1"))).await;
+    }
+    for app in ["doomed", "shrink"] {
+        wait_pods_at(&ctx, app, 1, &stamp_of(TRACER_V1), DEADLINE).await;
+    }
+    // The new revision never becomes Ready: both workloads stay rolling once restarted.
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    wait_published(&ctx, &stamp_of(broken)).await;
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("rollout")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args([
+            "--include-namespace",
+            ns,
+            "--injector-namespace",
+            ns,
+            "--confirm",
+            "--canary",
+            "0",
+            "--rollout-timeout",
+            "5m",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deployments = ctx.api::<Deployment>();
+    eventually(DEADLINE, "both restarted", || async {
+        let mut patched = 0;
+        for name in ["doomed", "shrink"] {
+            let d = deployments.get(name).await.ok()?;
+            let template = d.spec?.template.metadata;
+            patched +=
+                usize::from(template_annotation(&template, "injector/rollout-revision").is_some());
+        }
+        (patched == 2).then_some(())
+    })
+    .await;
+    // Mid-rollout: one is deleted, the other scaled to zero.
+    deployments
+        .delete("doomed", &Default::default())
+        .await
+        .unwrap();
+    deployments
+        .patch(
+            "shrink",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    let output = tokio::task::spawn_blocking(move || run.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // Each in exactly one outcome, and the summary adds up to the plan.
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "restarted  Deployment/e2e-rollout-gone/shrink",
+            "gone       Deployment/e2e-rollout-gone/doomed (restarted, then deleted or evicted)",
+        ],
+        "{stderr}"
+    );
+    let done: Vec<&str> = stderr.lines().filter(|l| l.contains("/2)")).collect();
+    assert_eq!(done.len(), 2, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_rollout_command_selects_by_container_name_and_start_time() {
     let ns = "e2e-rollout-containers";
     let ctx = TestContext::with_deploy_rbac("rollout-containers", &rollout_args(ns, &[])).await;
