@@ -8,3 +8,4 @@ pub mod lease;
 pub mod list;
 pub mod status;
 pub mod watch;
+pub mod webhook_ca;

@@ -58,6 +58,8 @@ pub struct ServeOptions {
     pub pod_name: Option<String>,
     /// Where and as whom this replica publishes the revisions it injects.
     pub publication: Option<PublicationOptions>,
+    /// The webhook configuration whose caBundle to keep, and the CA file it comes from.
+    pub webhook_ca: Option<(String, PathBuf)>,
 }
 
 #[derive(Clone, Debug)]
@@ -149,10 +151,10 @@ fn record_expiry(cert_file: &Path, metrics: &Metrics) {
 /// pair that does not load leaves the current one serving.
 fn spawn_certificate_reloader(
     options: &ServeOptions,
-    cert_file: PathBuf,
-    key_file: PathBuf,
+    (cert_file, key_file): (PathBuf, PathBuf),
     tls: RustlsConfig,
     metrics: Arc<Metrics>,
+    reloaded: watch::Sender<()>,
 ) -> anyhow::Result<()> {
     let directories: Vec<PathBuf> = [&cert_file, &key_file]
         .iter()
@@ -173,6 +175,7 @@ fn spawn_certificate_reloader(
                     metrics.record_certificate_reload(true);
                     record_expiry(&cert_file, &metrics);
                     info!(cert = %cert_file.display(), "serving certificate reloaded");
+                    reloaded.send_replace(());
                 }
                 Err(err) => {
                     metrics.record_certificate_reload(false);
@@ -276,7 +279,30 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             .context("cannot load the serving certificate")?,
     );
     record_expiry(&cert_file, &metrics);
-    spawn_certificate_reloader(&options, cert_file, key_file, tls.clone(), metrics.clone())?;
+    let (reloaded_tx, reloaded) = watch::channel(());
+    spawn_certificate_reloader(
+        &options,
+        (cert_file, key_file),
+        tls.clone(),
+        metrics.clone(),
+        reloaded_tx,
+    )?;
+    match (&options.cluster, &options.webhook_ca) {
+        (Some(client), Some((name, ca_file))) => {
+            tokio::spawn(crate::cluster::webhook_ca::run(
+                client.clone(),
+                name.clone(),
+                ca_file.clone(),
+                reloaded,
+            ));
+        }
+        (None, Some(_)) => {
+            anyhow::bail!(
+                "--webhook-configuration needs a cluster connection (in a cluster, or --kubeconfig)"
+            );
+        }
+        _ => {}
+    }
 
     let state = Arc::new(WebhookState {
         sidecars,

@@ -156,6 +156,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
         metrics,
         pod_name: env.pod_name.clone(),
         publication,
+        webhook_ca: args.webhook_configuration.zip(args.ca_bundle_file),
     };
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)

@@ -35,8 +35,39 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
     );
     assert!(of_kind(&cert_manager, "MutatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
 
-    // v1.20 has no policy/v1, which current clusters need: the PodDisruptionBudget is checked
-    // here, against the Deployment it protects.
+    // No caBundle in the manifests (the injector keeps it), so a re-apply cannot reset it; the
+    // injector's namespace is excluded by a label the manifests set, on every version.
+    let webhook = &of_kind(&base, "MutatingWebhookConfiguration")["webhooks"][0];
+    assert!(
+        webhook["clientConfig"].get("caBundle").is_none(),
+        "{webhook}"
+    );
+    assert_eq!(
+        of_kind(&base, "Namespace")["metadata"]["labels"]["sidecar-injector.io/injection"],
+        "disabled"
+    );
+    assert!(
+        webhook["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["key"] == "sidecar-injector.io/injection" && e["values"][0] == "disabled"),
+        "{webhook}"
+    );
+    let args = of_kind(&base, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .to_string();
+    assert!(
+        args.contains("--webhook-configuration=sidecar-injector"),
+        "{args}"
+    );
+
+    // The PodDisruptionBudget, against the Deployment it protects: policy/v1 in deploy/, and
+    // policy/v1beta1 in the overlay for 1.20, which has no policy/v1.
+    let old = kustomize("deploy/overlays/kubernetes-1.20");
+    assert_eq!(
+        of_kind(&old, "PodDisruptionBudget")["apiVersion"],
+        "policy/v1beta1"
+    );
     let pdb = of_kind(&base, "PodDisruptionBudget");
     let deployment = of_kind(&base, "Deployment");
     assert_eq!(pdb["apiVersion"], "policy/v1");
@@ -55,7 +86,8 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
         true
     );
 
-    // Everything else, server-side: the namespace for real, then a dry run of the rest.
+    // The 1.20 overlay, server-side: the namespace for real, then a dry run of everything
+    // else, the PodDisruptionBudget included.
     let kubectl = |args: &[&str], input: &str| {
         use std::io::Write;
         let mut child = std::process::Command::new("kubectl")
@@ -89,12 +121,9 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
     };
     kubectl(
         &["apply", "-f", "-"],
-        &yaml(vec![of_kind(&base, "Namespace")]),
+        &yaml(vec![of_kind(&old, "Namespace")]),
     );
-    let rest: Vec<&Value> = base
-        .iter()
-        .filter(|d| d["kind"] != "Namespace" && d["kind"] != "PodDisruptionBudget")
-        .collect();
+    let rest: Vec<&Value> = old.iter().filter(|d| d["kind"] != "Namespace").collect();
     let applied = kubectl(
         &["apply", "--dry-run=server", "-f", "-"],
         &yaml(rest.clone()),
@@ -111,7 +140,25 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    // deploy/'s webhook configuration, without a caBundle and sent nothing (no namespace
+    // carries the label it selects): the injector, on deploy/'s RBAC, fills the caBundle.
+    let client = support::cluster::client().await;
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client);
+    let mut manifest = of_kind(&kustomize("deploy"), "MutatingWebhookConfiguration").clone();
+    manifest["webhooks"][0]["namespaceSelector"] =
+        json!({"matchLabels": {"sidecar-injector-e2e": "nothing"}});
+    let _ = configurations
+        .delete("sidecar-injector", &Default::default())
+        .await;
+    configurations
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(manifest).unwrap(),
+        )
+        .await
+        .unwrap();
     let ctx = TestContext::with_deploy_rbac(
         "rbac",
         &[
@@ -119,9 +166,44 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
             "e2e-rbac",
             "--configmap-labels",
             "sidecar-injector.io/config=true",
+            "--webhook-configuration",
+            "sidecar-injector",
+            "--ca-bundle-file",
+            "ca.crt",
         ],
     )
     .await;
+    let ca = ctx.certs.ca_pem.clone().into_bytes();
+    let bundle_of = |configurations: Api<MutatingWebhookConfiguration>| async move {
+        let c = configurations.get("sidecar-injector").await.ok()?;
+        c.webhooks?[0].client_config.ca_bundle.clone().map(|b| b.0)
+    };
+    eventually(DEADLINE, "the injector sets the caBundle", || async {
+        (bundle_of(configurations.clone()).await.as_deref() == Some(ca.as_slice())).then_some(())
+    })
+    .await;
+    // Blanked, as a re-apply of an older manifest would: set again at once, from the watch.
+    configurations
+        .patch(
+            "sidecar-injector",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(DEADLINE, "the injector sets the caBundle again", || async {
+        (bundle_of(configurations.clone()).await.as_deref() == Some(ca.as_slice())).then_some(())
+    })
+    .await;
+    configurations
+        .delete("sidecar-injector", &Default::default())
+        .await
+        .unwrap();
     let example = of_kind(&kustomize("deploy"), "ConfigMap").clone();
     let mut example: ConfigMap = serde_json::from_value(example).unwrap();
     example.metadata.namespace = None;
