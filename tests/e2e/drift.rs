@@ -290,22 +290,31 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
     // Another replica that publishes v1 (say, one that has not seen the edit) disagrees: the
     // report says so in one line and judges by the configs it reads.
     let v1_revision = stamp_of(v1).split('=').nth(1).unwrap().to_owned();
-    let mut status = configmaps.get("sidecar-injector-status").await.unwrap();
-    let mut injectors: Value =
-        serde_json::from_str(&status.data.as_ref().unwrap()["injectors"]).unwrap();
-    injectors["lagging-replica"] = json!({
-        "revisions": {"tracer:v1": v1_revision},
-        "at": k8s_openapi::jiff::Timestamp::now().to_string(),
-    });
-    status
-        .data
-        .as_mut()
-        .unwrap()
-        .insert("injectors".into(), injectors.to_string());
-    configmaps
-        .replace("sidecar-injector-status", &PostParams::default(), &status)
-        .await
-        .unwrap();
+    // A read-modify-write at the version read, retried when the injector's own heartbeat
+    // wrote in between (409), as every writer of the status ConfigMap does.
+    eventually(
+        DEADLINE,
+        "the lagging replica's publication written",
+        || async {
+            let mut status = configmaps.get("sidecar-injector-status").await.ok()?;
+            let mut injectors: Value =
+                serde_json::from_str(&status.data.as_ref()?["injectors"]).ok()?;
+            injectors["lagging-replica"] = json!({
+                "revisions": {"tracer:v1": v1_revision},
+                "at": k8s_openapi::jiff::Timestamp::now().to_string(),
+            });
+            status
+                .data
+                .as_mut()?
+                .insert("injectors".into(), injectors.to_string());
+            configmaps
+                .replace("sidecar-injector-status", &PostParams::default(), &status)
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
     let mut args = vec!["--injector-namespace", "e2e-drift"];
     args.extend(drift_args());
     let output = drift_command(checkout, &args);
