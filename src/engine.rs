@@ -748,13 +748,17 @@ async fn with_timeout<T>(
 }
 
 /// Runs the engine for `serve` until the process ends: plans on every change and on a timer,
-/// acts only while `grant` allows.
+/// acts only while `grant` allows, and only once this replica has been ready for
+/// `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
+/// Service sends the API server's calls to a ready replica, it would come back without its
+/// sidecars (failurePolicy Ignore).
 pub async fn run(
     mut engine: Engine,
     mut feed: DriftFeed,
     mut sidecars: watch::Receiver<Arc<SidecarSet>>,
-    configs_ready: impl Fn() -> bool,
+    ready: impl Fn() -> bool,
     mut grant: watch::Receiver<Option<Instant>>,
+    act_after_ready: Duration,
 ) {
     let mut synced = feed.synced.clone();
     if synced.wait_for(|s| *s).await.is_err() {
@@ -766,7 +770,15 @@ pub async fn run(
         "rollout engine started"
     );
     let mut leading = false;
+    let mut ready_since: Option<Instant> = None;
     loop {
+        // Until warmed up, wake when the warm-up ends rather than at the next replan.
+        let replan = match ready_since {
+            Some(since) if since.elapsed() < act_after_ready => {
+                replan.min(act_after_ready - since.elapsed())
+            }
+            _ => replan,
+        };
         tokio::select! {
             result = feed.changes.changed() => if result.is_err() { return },
             result = sidecars.changed() => if result.is_err() { return },
@@ -776,10 +788,12 @@ pub async fn run(
         }
         tokio::time::sleep(PLAN_DEBOUNCE).await;
         feed.changes.borrow_and_update();
-        if !configs_ready() {
+        if !ready() {
+            ready_since = None;
             continue;
         }
-        let may_act = crate::cluster::lease::may_act(&grant);
+        let warmed = ready_since.get_or_insert_with(Instant::now).elapsed() >= act_after_ready;
+        let may_act = warmed && crate::cluster::lease::may_act(&grant);
         if may_act != leading {
             engine.metrics.rollout_leader.set(i64::from(may_act));
             leading = may_act;

@@ -75,6 +75,8 @@ pub struct PublicationOptions {
 pub struct RolloutOptions {
     pub engine: crate::engine::EngineOptions,
     pub lease: crate::cluster::lease::LeaseSettings,
+    /// How long this replica must have been ready before the engine acts.
+    pub act_after_ready: Duration,
 }
 
 #[derive(Clone)]
@@ -265,11 +267,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 engine,
                 feed,
                 sidecars.clone(),
-                move || {
-                    ready.configs_loaded.load(Ordering::Acquire)
-                        && ready.configmaps_listed.load(Ordering::Acquire)
-                },
+                move || ready.not_ready_reason().is_none(),
                 grant,
+                rollout.act_after_ready,
             ));
         }
     }

@@ -381,6 +381,11 @@ pub struct ServeArgs {
     /// namespace in a cluster, else --configmap-namespace].
     #[arg(long, env = "POD_NAMESPACE")]
     pub injector_namespace: Option<String>,
+    /// The rollout engine restarts nothing until this replica has been ready this long: the
+    /// pods it restarts are created through the webhook, and until the Service sends the API
+    /// server's calls to a ready replica they would come back without their sidecars.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub act_after_ready: Duration,
     /// How long the rollout Lease lasts without renewal; the holder stops acting after two
     /// thirds of it.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, hide = true)]

@@ -127,6 +127,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
                     duration: args.lease_duration,
                     renew_every: args.lease_duration / 3,
                 },
+                act_after_ready: args.act_after_ready,
             })
         }
     };

@@ -248,12 +248,22 @@ fn not_current_failure(
         return None;
     }
     let row = stale[0];
+    let revision = &input.targets[&row.sidecar].revision;
+    // New pods with no sidecar at all say nothing against the revision: the webhook never saw
+    // them. Said as such, so that whoever reads the pause looks at the webhook.
+    if row.pods.uninjected > 0 && row.pods.stale + row.pods.unknown == 0 {
+        return Some(format!(
+            "finished rolling but {} of {} pods were created without {} (the webhook was bypassed: down, unreachable or too slow, with failurePolicy Ignore)",
+            row.pods.uninjected,
+            row.pods.total(),
+            row.sidecar
+        ));
+    }
     Some(format!(
-        "finished rolling but {} of {} pods still do not run {} {}",
+        "finished rolling but {} of {} pods still do not run {} {revision}",
         row.pods.stale + row.pods.uninjected + row.pods.unknown,
         row.pods.total(),
         row.sidecar,
-        input.targets[&row.sidecar].revision
     ))
 }
 

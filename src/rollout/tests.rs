@@ -904,3 +904,26 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
         (None, None)
     );
 }
+
+#[test]
+fn new_pods_created_without_the_sidecar_are_blamed_on_the_webhook_not_the_revision() {
+    let mut world = World::new();
+    world.deployment("late", 1, None);
+    world.patched("late", at(7100));
+    let mut entry = world.entry("late");
+    entry.observed_generation = entry.generation;
+    world.set_entry("late", entry);
+    let late = WorkloadRef::new(WorkloadKind::Deployment, "team", "late");
+    world.step();
+    world.finished_since.insert(late, world.now);
+    world.now = at(7205);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1, "{plan:#?}");
+    assert!(
+        plan.failed[0]
+            .reason
+            .contains("1 of 1 pods were created without logger:v1 (the webhook was bypassed"),
+        "{}",
+        plan.failed[0].reason
+    );
+}

@@ -197,6 +197,10 @@ impl TestContext {
             key.to_str().unwrap(),
             "--shutdown-delay",
             "0s",
+            // The API server calls this process by URL, not through a Service: reachable as
+            // soon as it listens.
+            "--act-after-ready",
+            "0s",
         ];
         args.extend(identity.iter().map(String::as_str));
         args.extend_from_slice(extra);

@@ -1,0 +1,414 @@
+//! End-to-end on a real node: the injector image built by scripts/image, installed by
+//! `kubectl apply -k` of a test overlay of deploy/ (2 replicas, its own ServiceAccount and
+//! RBAC, called by the API server through its Service), and real containers run by a real
+//! kubelet and containerd, with real readiness probes.
+#![allow(clippy::too_many_lines)] // a test reads as one scenario
+
+mod node;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use sidecar_injector::serve::tls::DevCertificates;
+
+use node::{client, eventually, injector_command, kubectl_ok, node};
+
+const INSTALL: Duration = Duration::from_secs(180);
+const DEADLINE: Duration = Duration::from_secs(120);
+const SYSTEM: &str = "injector-system";
+const TEAM: &str = "team";
+
+fn shipper(version: &str) -> String {
+    format!(
+        r#"name: shipper:v1
+containers:
+  - name: shipper
+    image: localhost/busybox:1.35
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo shipper {version}; exec sleep 100000"]
+    readinessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 2}}
+volumes:
+  - name: shared-logs
+    emptyDir: {{}}
+env:
+  - name: SHIPPER_ENDPOINT
+    value: http://127.0.0.1:2020
+volumeMounts:
+  - name: shared-logs
+    mountPath: /var/log/app
+"#
+    )
+}
+
+/// A Deployment of busybox whose app is Ready (a real exec probe) once it has written what
+/// it sees of the sidecar's env and volume.
+fn deployment(name: &str, replicas: i32, request: Option<&str>) -> Deployment {
+    let annotations = request.map_or(json!({}), |r| json!({"injector/request": r}));
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "app",
+                        "image": "localhost/busybox:1.35",
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c",
+                            "echo \"$SHIPPER_ENDPOINT\" > /tmp/endpoint; test -d /var/log/app && echo mounted > /tmp/volume; touch /tmp/ready; exec sleep 100000"],
+                        "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1},
+                    }],
+                },
+            },
+        },
+    }))
+    .unwrap()
+}
+
+async fn pods_of(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn stamp(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get("injector/revision")
+        .map(String::as_str)
+}
+
+/// Names of the containers the kubelet reports running and ready.
+fn running(pod: &Pod) -> BTreeSet<String> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|statuses| {
+            statuses
+                .iter()
+                .filter(|c| c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .map(|c| c.name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until `app` has exactly `count` pods, each Ready with `containers` running, and
+/// (when given) stamped with a revision containing `revision`; returns them.
+async fn wait_running(
+    pods: &Api<Pod>,
+    app: &str,
+    count: usize,
+    containers: &[&str],
+    revision: Option<&str>,
+) -> Vec<Pod> {
+    let wanted: BTreeSet<String> = containers.iter().map(|c| (*c).to_owned()).collect();
+    eventually(
+        DEADLINE,
+        &format!("{app}: {count} Ready pods running {containers:?} at {revision:?}"),
+        || async {
+            let list = pods_of(pods, app).await;
+            (list.len() == count
+                && list.iter().all(|p| {
+                    ready(p)
+                        && running(p) == wanted
+                        && revision.is_none_or(|r| stamp(p).is_some_and(|s| s.contains(r)))
+                }))
+            .then_some(list)
+        },
+    )
+    .await
+}
+
+async fn replicasets_of(client: &kube::Client, app: &str) -> usize {
+    Api::<ReplicaSet>::namespaced(client.clone(), TEAM)
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or_default()
+}
+
+fn pod_names(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_containers() {
+    node();
+    let client = client().await;
+
+    // Install as a user would: deploy/ (its 1.20 overlay, the local image), the Secret with
+    // the CA, and nothing else by hand.
+    kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
+    let certs =
+        DevCertificates::generate(&["sidecar-injector.injector-system.svc".to_owned()]).unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "sidecar-injector-tls", "namespace": SYSTEM},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": certs.cert_pem, "tls.key": certs.key_pem, "ca.crt": certs.ca_pem},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), SYSTEM)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let injectors: Api<Deployment> = Api::namespaced(client.clone(), SYSTEM);
+    let available = |want: i32| {
+        let injectors = injectors.clone();
+        async move {
+            let d = injectors.get("sidecar-injector").await.ok()?;
+            let status = d.status?;
+            (status.available_replicas.unwrap_or(0) == want && status.replicas.unwrap_or(0) == want)
+                .then_some(())
+        }
+    };
+    eventually(
+        INSTALL,
+        "2 injector replicas available (real probes)",
+        || available(2),
+    )
+    .await;
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let ca = certs.ca_pem.clone().into_bytes();
+    let bundle_set = || {
+        let configurations = configurations.clone();
+        let ca = ca.clone();
+        async move {
+            let c = configurations.get("sidecar-injector").await.ok()?;
+            (c.webhooks?[0].client_config.ca_bundle.as_ref()?.0 == ca).then_some(())
+        }
+    };
+    eventually(DEADLINE, "the injectors set the caBundle", bundle_set).await;
+
+    // A sidecar from a ConfigMap, and a team namespace with a requesting and a plain workload.
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM);
+    let config = |version: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "shipper", "labels": {"sidecar-injector.io/config": "true"}},
+            "data": {"shipper.yaml": shipper(version)},
+        }))
+        .unwrap()
+    };
+    configmaps
+        .create(&PostParams::default(), &config("v1"))
+        .await
+        .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": TEAM}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually(DEADLINE, "the team namespace's default token", || async {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), TEAM);
+        let list = secrets.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("default-token-"))
+            })
+            .then_some(())
+    })
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
+    // The configs reach every replica through its ConfigMap watch: wait until both publish.
+    eventually(DEADLINE, "both replicas publish shipper:v1", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        let publishing = injectors
+            .as_object()?
+            .values()
+            .filter(|p| p["revisions"].get("shipper:v1").is_some())
+            .count();
+        (publishing == 2).then_some(())
+    })
+    .await;
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", 2, Some("shipper:v1")),
+        )
+        .await
+        .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment("plain", 1, None))
+        .await
+        .unwrap();
+
+    // The sidecar really runs next to the app; its env and volume reach the app container;
+    // the revision is stamped.
+    let web = wait_running(&pods, "web", 2, &["app", "shipper"], Some("shipper:v1=")).await;
+    let plain = wait_running(&pods, "plain", 1, &["app"], None).await;
+    let first = web[0].metadata.name.clone().unwrap();
+    let seen = kubectl_ok(&[
+        "-n",
+        TEAM,
+        "exec",
+        &first,
+        "-c",
+        "app",
+        "--",
+        "cat",
+        "/tmp/endpoint",
+        "/tmp/volume",
+    ]);
+    assert_eq!(seen, "http://127.0.0.1:2020\nmounted\n");
+    let v1_stamp = stamp(&web[0]).unwrap().to_owned();
+    let logs = kubectl_ok(&["-n", TEAM, "logs", &first, "-c", "shipper"]);
+    assert_eq!(logs.trim(), "shipper v1");
+
+    // Edit the ConfigMap: the engine (one replica holds the Lease) restarts exactly the stale
+    // workload; its new pods pass their real readiness probes; the plain one is untouched.
+    configmaps
+        .replace("shipper", &PostParams::default(), &{
+            let mut c = configmaps.get("shipper").await.unwrap();
+            c.data = config("v2").data;
+            c
+        })
+        .await
+        .unwrap();
+    let web = eventually(
+        DEADLINE,
+        "web restarted onto the edited sidecar",
+        || async {
+            let list = pods_of(&pods, "web").await;
+            (list.len() == 2
+                && list.iter().all(|p| {
+                    ready(p)
+                        && running(p).len() == 2
+                        && stamp(p).is_some_and(|s| s.starts_with("shipper:v1=") && s != v1_stamp)
+                }))
+            .then_some(list)
+        },
+    )
+    .await;
+    let first = web[0].metadata.name.clone().unwrap();
+    let logs = kubectl_ok(&["-n", TEAM, "logs", &first, "-c", "shipper"]);
+    assert_eq!(logs.trim(), "shipper v2");
+    assert_eq!(replicasets_of(&client, "web").await, 2, "web rolled once");
+    assert_eq!(replicasets_of(&client, "plain").await, 1, "plain untouched");
+    assert_eq!(
+        pod_names(&pods_of(&pods, "plain").await),
+        pod_names(&plain),
+        "plain's pod untouched"
+    );
+    let lease = kubectl_ok(&[
+        "-n",
+        SYSTEM,
+        "get",
+        "lease",
+        "sidecar-injector-rollout",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert!(
+        lease.starts_with("sidecar-injector-"),
+        "held by a replica pod: {lease}"
+    );
+
+    // Re-apply deploy/ (the natural upgrade): the caBundle stays and injection keeps working.
+    kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
+    eventually(DEADLINE, "the caBundle after a re-apply", bundle_set).await;
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    wait_running(&pods, "web", 3, &["app", "shipper"], Some("shipper:v1=")).await;
+
+    // No injector at all: pods are created uninjected (failurePolicy Ignore) and drift says
+    // so; back up, the engine restarts them into injected pods.
+    injectors
+        .patch(
+            "sidecar-injector",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    eventually(DEADLINE, "no injector pod left", || async {
+        let system: Api<Pod> = Api::namespaced(client.clone(), SYSTEM);
+        let left = system
+            .list(&ListParams::default().labels("app=sidecar-injector"))
+            .await
+            .ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("late", 1, Some("shipper:v1")),
+        )
+        .await
+        .unwrap();
+    wait_running(&pods, "late", 1, &["app"], None).await;
+    let drift = injector_command(&[
+        "drift",
+        "-n",
+        TEAM,
+        "--injector-namespace",
+        SYSTEM,
+        "--configmap-namespace",
+        SYSTEM,
+        "--configmap-labels",
+        "sidecar-injector.io/config=true",
+        "--revisions-from",
+        "configs",
+        "-o",
+        "json",
+    ]);
+    let report: Value = serde_json::from_slice(&drift.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&drift.stderr)));
+    let late = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "late")
+        .unwrap_or_else(|| panic!("late not in {report:#}"));
+    assert_eq!(late["state"], "uninjected", "{late}");
+    injectors
+        .patch(
+            "sidecar-injector",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    eventually(INSTALL, "2 injector replicas available again", || {
+        available(2)
+    })
+    .await;
+    wait_running(&pods, "late", 1, &["app", "shipper"], Some("shipper:v1=")).await;
+}

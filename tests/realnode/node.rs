@@ -1,0 +1,152 @@
+//! One real node per test binary (testbed/realnode.sh: a v1.20.2 control plane, kubelet,
+//! containerd, kube-proxy and scheduler on this machine), with the injector image built by
+//! scripts/image imported into it. When the node cannot be built or started, tests fail with
+//! the reason: they never pass by skipping. A reaper process waits for this process to end,
+//! then runs `realnode.sh down`, which restores the host, also after a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+pub struct Node {
+    pub kubeconfig: PathBuf,
+}
+
+static NODE: OnceLock<Result<Node, String>> = OnceLock::new();
+
+/// The node of this test binary, started on first use.
+pub fn node() -> &'static Node {
+    NODE.get_or_init(start).as_ref().unwrap_or_else(|reason| {
+        panic!("the real-node tests need a real node, and it is not available: {reason}")
+    })
+}
+
+fn last_line(script: &str, command: &mut Command) -> Result<String, String> {
+    let output = command
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("{script} failed ({})", output.status));
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{script} printed nothing"))
+}
+
+fn start() -> Result<Node, String> {
+    let image = match std::env::var("SIDECAR_INJECTOR_IMAGE_TAR") {
+        Ok(path) if !path.is_empty() => path,
+        _ => {
+            eprintln!("realnode: building the injector image with scripts/image");
+            last_line(
+                "scripts/image",
+                Command::new("bash").arg(Path::new(ROOT).join("scripts/image")),
+            )?
+        }
+    };
+    // The reaper first, so that even a failed start is cleaned up.
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; bash '{root}/testbed/realnode.sh' down",
+            pid = std::process::id(),
+            root = ROOT,
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the reaper: {e}"))?;
+    eprintln!("realnode: starting the node with testbed/realnode.sh up");
+    let kubeconfig = last_line(
+        "testbed/realnode.sh up",
+        Command::new("bash")
+            .arg(Path::new(ROOT).join("testbed/realnode.sh"))
+            .arg("up")
+            .env("REALNODE_IMAGES", &image),
+    )?;
+    Ok(Node {
+        kubeconfig: PathBuf::from(kubeconfig),
+    })
+}
+
+pub async fn client() -> Client {
+    let kubeconfig = Kubeconfig::read_from(&node().kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// `kubectl ARGS` against the node, as an operator runs it; its output whatever its status.
+pub fn kubectl(args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&node().kubeconfig)
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .expect("kubectl runs")
+}
+
+/// `kubectl ARGS`, which must succeed; its stdout.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let output = kubectl(args);
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `sidecar-injector ARGS` against the node.
+pub fn injector_command(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&node().kubeconfig)
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("sidecar-injector runs")
+}
+
+/// Polls `check` until it returns `Some`, or fails the test after `deadline` naming `what`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if start.elapsed() > deadline {
+            let pods = kubectl(&["get", "pods", "-A", "-o", "wide"]);
+            let logs = kubectl(&[
+                "-n",
+                "injector-system",
+                "logs",
+                "-l",
+                "app=sidecar-injector",
+                "--tail=40",
+            ]);
+            panic!(
+                "{what}: not within {deadline:?}\n{}\ninjector logs:\n{}",
+                String::from_utf8_lossy(&pods.stdout),
+                String::from_utf8_lossy(&logs.stdout)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
