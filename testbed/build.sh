@@ -9,9 +9,12 @@
 # Adapted from the project's tested reference recipe (shared/testbed).
 set -euo pipefail
 if [[ -n ${K8S_TESTBED_BIN:-} ]]; then
-  for b in kube-apiserver kube-controller-manager etcd; do
+  for b in kube-apiserver kube-controller-manager; do
     [[ -x $K8S_TESTBED_BIN/$b ]] || { echo "k8s-testbed: K8S_TESTBED_BIN=$K8S_TESTBED_BIN has no executable $b" >&2; exit 1; }
   done
+  # etcd may sit beside them or on PATH (Debian's etcd-server), as up.sh takes it.
+  [[ -x $K8S_TESTBED_BIN/etcd ]] || command -v etcd >/dev/null \
+    || { echo "k8s-testbed: no etcd in K8S_TESTBED_BIN=$K8S_TESTBED_BIN nor on PATH" >&2; exit 1; }
   echo "$K8S_TESTBED_BIN"; exit 0
 fi
 CACHE=${1:-${K8S_TESTBED_CACHE:-$HOME/.cache/k8s-testbed}}

@@ -411,4 +411,209 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     })
     .await;
     wait_running(&pods, "late", 1, &["app", "shipper"], Some("shipper:v1=")).await;
+
+    // A broken sidecar (its container exits): the canary, the smallest workload, fails by
+    // the real rollout status (never Ready within --rollout-timeout), the campaign pauses,
+    // and the other workload is never touched.
+    let crash = |command: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "crash", "labels": {"sidecar-injector.io/config": "true"}},
+            "data": {"crash.yaml": format!(
+                "name: crash:v1\ncontainers:\n  - name: crash\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"{command}\"]\n"
+            )},
+        }))
+        .unwrap()
+    };
+    configmaps
+        .create(&PostParams::default(), &crash("exec sleep 100000"))
+        .await
+        .unwrap();
+    eventually(DEADLINE, "both replicas publish crash:v1", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        let publishing = injectors
+            .as_object()?
+            .values()
+            .filter(|p| p["revisions"].get("crash:v1").is_some())
+            .count();
+        (publishing == 2).then_some(())
+    })
+    .await;
+    for (name, replicas) in [("small", 1), ("big", 2)] {
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(name, replicas, Some("crash:v1")),
+            )
+            .await
+            .unwrap();
+    }
+    wait_running(&pods, "small", 1, &["app", "crash"], Some("crash:v1=")).await;
+    wait_running(&pods, "big", 2, &["app", "crash"], Some("crash:v1=")).await;
+    configmaps
+        .replace("crash", &PostParams::default(), &{
+            let mut c = configmaps.get("crash").await.unwrap();
+            c.data = crash("echo broken; exit 3").data;
+            c
+        })
+        .await
+        .unwrap();
+    let campaign = eventually(DEADLINE, "the crash:v1 campaign pauses", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
+        let campaign = book["campaigns"]["crash:v1"].clone();
+        (campaign["state"] == "paused").then_some(campaign)
+    })
+    .await;
+    let failures = campaign["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{campaign:#}");
+    assert_eq!(failures[0]["workload"]["name"], "small", "{campaign:#}");
+    let big = deployments.get("big").await.unwrap();
+    let template = big.spec.unwrap().template.metadata.unwrap_or_default();
+    assert!(
+        !template
+            .annotations
+            .unwrap_or_default()
+            .contains_key("injector/rollout-revision"),
+        "big was never restarted"
+    );
+    assert_eq!(replicasets_of(&client, "big").await, 1);
+    // The canary's new pod really ran the broken sidecar: the kubelet saw it exit.
+    let small = pods_of(&pods, "small").await;
+    let crashed = small.iter().any(|p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|statuses| {
+                statuses
+                    .iter()
+                    .any(|c| c.name == "crash" && c.restart_count >= 1)
+            })
+    });
+    assert!(crashed, "{small:#?}");
+    let events = kubectl_ok(&[
+        "-n",
+        TEAM,
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=small,reason=SidecarRolloutFailed",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(events.lines().count(), 1, "{events}");
+
+    // The Lease holder pod deleted mid-campaign: it gives the Lease up on SIGTERM, the other
+    // replica takes over and finishes, and each workload is restarted exactly once.
+    let tick = |message: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "tick", "labels": {"sidecar-injector.io/config": "true"}},
+            "data": {"tick.yaml": format!(
+                "name: tick:v1\ncontainers:\n  - name: tick\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"echo {message}; exec sleep 100000\"]\n"
+            )},
+        }))
+        .unwrap()
+    };
+    configmaps
+        .create(&PostParams::default(), &tick("one"))
+        .await
+        .unwrap();
+    eventually(DEADLINE, "both replicas publish tick:v1", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        let publishing = injectors
+            .as_object()?
+            .values()
+            .filter(|p| p["revisions"].get("tick:v1").is_some())
+            .count();
+        (publishing == 2).then_some(())
+    })
+    .await;
+    let ticks = ["t1", "t2", "t3", "t4"];
+    for name in ticks {
+        // Each restart takes a few seconds (minReadySeconds), so the campaign is still under
+        // way when the holder goes.
+        let mut tick = deployment(name, 1, Some("tick:v1"));
+        tick.spec.as_mut().unwrap().min_ready_seconds = Some(5);
+        deployments
+            .create(&PostParams::default(), &tick)
+            .await
+            .unwrap();
+    }
+    let mut before = Vec::new();
+    for name in ticks {
+        let pod = wait_running(&pods, name, 1, &["app", "tick"], Some("tick:v1=")).await;
+        before.push(stamp(&pod[0]).unwrap().to_owned());
+    }
+    configmaps
+        .replace("tick", &PostParams::default(), &{
+            let mut c = configmaps.get("tick").await.unwrap();
+            c.data = tick("two").data;
+            c
+        })
+        .await
+        .unwrap();
+    let restarted = |deployments: Api<Deployment>| async move {
+        let mut count = 0;
+        for name in ticks {
+            let d = deployments.get(name).await.ok()?;
+            let template = d.spec?.template.metadata.unwrap_or_default();
+            count += usize::from(
+                template
+                    .annotations
+                    .unwrap_or_default()
+                    .contains_key("injector/rollout-revision"),
+            );
+        }
+        Some(count)
+    };
+    eventually(DEADLINE, "the campaign under way", || async {
+        (restarted(deployments.clone()).await? >= 1).then_some(())
+    })
+    .await;
+    let holder = kubectl_ok(&[
+        "-n",
+        SYSTEM,
+        "get",
+        "lease",
+        "sidecar-injector-rollout",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    // The identity is the pod's name and the process id (1 in a container).
+    let holder_pod = holder.trim().trim_end_matches("-1").to_owned();
+    kubectl_ok(&["-n", SYSTEM, "delete", "pod", &holder_pod, "--wait=false"]);
+    for (name, old) in ticks.iter().zip(&before) {
+        eventually(DEADLINE, &format!("{name} on the new tick:v1"), || async {
+            let list = pods_of(&pods, name).await;
+            (list.len() == 1
+                && ready(&list[0])
+                && stamp(&list[0]).is_some_and(|s| s.starts_with("tick:v1=") && s != old))
+            .then_some(())
+        })
+        .await;
+    }
+    for name in ticks {
+        assert_eq!(
+            replicasets_of(&client, name).await,
+            2,
+            "{name} restarted exactly once"
+        );
+    }
+    let new_holder = kubectl_ok(&[
+        "-n",
+        SYSTEM,
+        "get",
+        "lease",
+        "sidecar-injector-rollout",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_ne!(
+        new_holder.trim(),
+        holder.trim(),
+        "the other replica took over"
+    );
 }
