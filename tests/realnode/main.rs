@@ -616,4 +616,137 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         holder.trim(),
         "the other replica took over"
     );
+
+    // An OnDelete StatefulSet behind a PodDisruptionBudget: while the budget allows no
+    // disruption the eviction is refused (429) and retried, never forced; once it allows one,
+    // pods are evicted one at a time, each really terminated and replaced before the next.
+    let agent = |message: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "agent", "labels": {"sidecar-injector.io/config": "true"}},
+            "data": {"agent.yaml": format!(
+                "name: agent:v1\ncontainers:\n  - name: agent\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"echo {message}; exec sleep 100000\"]\n"
+            )},
+        }))
+        .unwrap()
+    };
+    configmaps
+        .create(&PostParams::default(), &agent("one"))
+        .await
+        .unwrap();
+    eventually(DEADLINE, "both replicas publish agent:v1", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        let publishing = injectors
+            .as_object()?
+            .values()
+            .filter(|p| p["revisions"].get("agent:v1").is_some())
+            .count();
+        (publishing == 2).then_some(())
+    })
+    .await;
+    let template = deployment("db", 1, Some("agent:v1")).spec.unwrap().template;
+    let statefulset: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 3,
+            "serviceName": "db",
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": template,
+        },
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), TEAM)
+        .create(&PostParams::default(), &statefulset)
+        .await
+        .unwrap();
+    let db = wait_running(&pods, "db", 3, &["app", "agent"], Some("agent:v1=")).await;
+    let old_uids: BTreeSet<String> = db.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let apply_pdb = |min_available: i32| {
+        let file = std::env::temp_dir().join(format!("realnode-pdb-{}.yaml", std::process::id()));
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {{name: db, namespace: {TEAM}}}\nspec: {{minAvailable: {min_available}, selector: {{matchLabels: {{app: db}}}}}}\n"
+            ),
+        )
+        .unwrap();
+        kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
+    };
+    apply_pdb(3);
+    configmaps
+        .replace("agent", &PostParams::default(), &{
+            let mut c = configmaps.get("agent").await.unwrap();
+            c.data = agent("two").data;
+            c
+        })
+        .await
+        .unwrap();
+    // The holder's own count of refused evictions, read through the API server's pod proxy.
+    let blocked = || async {
+        let holder = kubectl_ok(&[
+            "-n",
+            SYSTEM,
+            "get",
+            "lease",
+            "sidecar-injector-rollout",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        let pod = holder.trim().trim_end_matches("-1").to_owned();
+        let metrics = node::kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/{SYSTEM}/pods/{pod}:9000/proxy/metrics"),
+        ]);
+        String::from_utf8_lossy(&metrics.stdout)
+            .lines()
+            .find(|l| {
+                l.starts_with("sidecar_injector_rollouts_total{")
+                    && l.contains("kind=\"StatefulSet\"")
+                    && l.contains("result=\"eviction_blocked\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .filter(|n| *n >= 1.0)
+    };
+    eventually(DEADLINE, "an eviction refused by the budget (429)", blocked).await;
+    let all_there = pods_of(&pods, "db").await;
+    assert_eq!(
+        all_there.len(),
+        3,
+        "nothing evicted while the budget says no"
+    );
+    assert!(
+        all_there
+            .iter()
+            .all(|p| old_uids.contains(p.metadata.uid.as_deref().unwrap())),
+        "nothing forced"
+    );
+    apply_pdb(2);
+    // One at a time: never fewer than two Ready db pods, until all three are new.
+    let fewest_ready = std::sync::Mutex::new(3usize);
+    eventually(
+        Duration::from_secs(180),
+        "every db pod evicted and replaced",
+        || async {
+            let list = pods_of(&pods, "db").await;
+            let ready_now = list.iter().filter(|p| ready(p)).count();
+            let mut fewest = fewest_ready.lock().unwrap();
+            *fewest = (*fewest).min(ready_now);
+            (list.len() == 3
+                && list.iter().all(|p| {
+                    ready(p)
+                        && !old_uids.contains(p.metadata.uid.as_deref().unwrap_or_default())
+                        && stamp(p).is_some_and(|s| s.starts_with("agent:v1="))
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        *fewest_ready.lock().unwrap() >= 2,
+        "one pod at a time: at least two stayed Ready throughout"
+    );
 }
