@@ -190,6 +190,8 @@ pub struct Metrics {
     pub config_reloads: Family<ReloadLabels, Counter>,
     pub configs_loaded: Family<SourceLabels, Gauge>,
     pub certificate_reloads: Family<CertificateLabels, Counter>,
+    /// Connections closed at accept because --max-connections were open.
+    pub connections_refused: Counter,
     pub certificate_expiration: Gauge,
     pub pods: Family<DriftLabels, Gauge>,
     pub rollouts: Family<RolloutLabels, Counter>,
@@ -251,6 +253,12 @@ impl Metrics {
             "certificate_reloads",
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
             certificate_reloads.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Webhook connections closed at accept because --max-connections were already open",
+            connections_refused.clone(),
         );
         let certificate_expiration = Gauge::default();
         registry.register_with_unit(
@@ -326,6 +334,7 @@ impl Metrics {
             config_reloads,
             configs_loaded,
             certificate_reloads,
+            connections_refused,
             certificate_expiration,
             pods,
             rollouts,
@@ -419,6 +428,10 @@ impl Metrics {
         self.configs_loaded
             .get_or_create(&SourceLabels { source })
             .set(i64::try_from(loaded).unwrap_or(i64::MAX));
+    }
+
+    pub fn record_connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     pub fn record_certificate_reload(&self, ok: bool) {

@@ -8,6 +8,22 @@ use thiserror::Error;
 /// The version a bare `name` stands for. A literal tag, never "the newest".
 pub const DEFAULT_VERSION: &str = "latest";
 
+/// The most sidecars one request may name. The API server checks an annotation's size only
+/// after mutation, so without a bound a pod creator could make every review parse and look up
+/// hundreds of thousands of names.
+pub const MAX_REQUESTED: usize = 64;
+
+/// How much of a name an error quotes: a bad name may be as long as the annotation.
+const QUOTED: usize = 64;
+
+/// `raw`, cut to [`QUOTED`] characters with `...` when longer.
+fn quoted(raw: &str) -> String {
+    match raw.char_indices().nth(QUOTED) {
+        Some((end, _)) => format!("{}...", &raw[..end]),
+        None => raw.to_owned(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SidecarName {
     name: String,
@@ -24,6 +40,8 @@ pub enum NameError {
     EmptyPart(String),
     #[error("sidecar name {0:?} contains {1:?}, which cannot appear in a name")]
     ForbiddenCharacter(String, char),
+    #[error("the request names {0} sidecars; at most {MAX_REQUESTED} are allowed")]
+    TooMany(usize),
 }
 
 impl SidecarName {
@@ -39,18 +57,18 @@ impl SidecarName {
             .chars()
             .find(|c| c.is_whitespace() || matches!(c, ',' | '=' | '"'))
         {
-            return Err(NameError::ForbiddenCharacter(trimmed.to_owned(), c));
+            return Err(NameError::ForbiddenCharacter(quoted(trimmed), c));
         }
         let lower = trimmed.to_lowercase();
         let mut parts = lower.split(':');
         let name = parts.next().unwrap_or_default();
         let version = parts.next();
         if parts.next().is_some() {
-            return Err(NameError::TooManyColons(trimmed.to_owned()));
+            return Err(NameError::TooManyColons(quoted(trimmed)));
         }
         let version = version.unwrap_or(DEFAULT_VERSION);
         if name.is_empty() || version.is_empty() {
-            return Err(NameError::EmptyPart(trimmed.to_owned()));
+            return Err(NameError::EmptyPart(quoted(trimmed)));
         }
         Ok(Self {
             name: name.to_owned(),
@@ -60,9 +78,15 @@ impl SidecarName {
 
     /// Parses a comma-separated request list, keeping request order and dropping repeats.
     /// Empty items (`a,,b`, a trailing comma) are ignored, as a person would expect.
+    /// At most [`MAX_REQUESTED`] items: counted before anything is parsed.
     pub fn parse_list(raw: &str) -> Result<Vec<Self>, NameError> {
-        let mut names: Vec<Self> = Vec::new();
-        for item in raw.split(',').filter(|item| !item.trim().is_empty()) {
+        let items = raw.split(',').filter(|item| !item.trim().is_empty());
+        let count = items.clone().count();
+        if count > MAX_REQUESTED {
+            return Err(NameError::TooMany(count));
+        }
+        let mut names: Vec<Self> = Vec::with_capacity(count);
+        for item in items {
             let name = Self::parse(item)?;
             if !names.contains(&name) {
                 names.push(name);
@@ -96,6 +120,21 @@ impl std::str::FromStr for SidecarName {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_request_names_at_most_64_sidecars_and_errors_quote_a_bounded_name() {
+        let many: Vec<String> = (0..100_000).map(|i| format!("s{i}")).collect();
+        assert_eq!(
+            SidecarName::parse_list(&many.join(",")),
+            Err(NameError::TooMany(100_000))
+        );
+        let most = many[..MAX_REQUESTED].join(",");
+        assert_eq!(SidecarName::parse_list(&most).unwrap().len(), MAX_REQUESTED);
+        let long = format!("{}:{}:x", "a".repeat(700_000), "b");
+        let message = SidecarName::parse(&long).unwrap_err().to_string();
+        assert!(message.len() < 200, "{message}");
+        assert!(message.contains("aaaa..."), "{message}");
+    }
+
     use super::*;
 
     #[test]

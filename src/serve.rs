@@ -13,6 +13,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+pub mod connection;
 pub mod http;
 pub mod tls;
 
@@ -45,6 +46,10 @@ pub struct ServeOptions {
     pub reload_debounce: Duration,
     pub shutdown_delay: Duration,
     pub shutdown_timeout: Duration,
+    /// At most this many webhook connections open at once.
+    pub max_connections: usize,
+    /// A webhook connection with no traffic this long is closed.
+    pub idle_timeout: Duration,
     /// The ConfigMap source, when `--configmap-labels` turned it on.
     pub configmaps: Option<ConfigMapOptions>,
     /// The cluster, when there is one: the drift index watches it.
@@ -315,9 +320,14 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 
     let tls_handle: Handle<SocketAddr> = Handle::new();
     let lifecycle_handle: Handle<SocketAddr> = Handle::new();
-    let mut tls_server =
-        axum_server::bind_rustls(SocketAddr::new(options.bind_address, options.tls_port), tls)
-            .handle(tls_handle.clone());
+    let guard = connection::GuardAcceptor::new(
+        options.max_connections,
+        options.idle_timeout,
+        metrics.clone(),
+    );
+    let mut tls_server = axum_server::bind(SocketAddr::new(options.bind_address, options.tls_port))
+        .acceptor(axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(guard))
+        .handle(tls_handle.clone());
     tls_server
         .http_builder()
         .http1()

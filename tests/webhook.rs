@@ -678,3 +678,61 @@ async fn over_http2_too_large_and_wrong_media_type_come_back_as_statuses_with_a_
     let reply: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(reply["response"]["allowed"], true);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_naming_too_many_sidecars_is_denied_with_a_short_reason() {
+    let setup = Setup::new();
+    let injector = setup.start(&[]);
+    let client = setup.client();
+    let mut review = fixture("bare-pod.json");
+    let names: Vec<String> = (0..100_000).map(|i| format!("s{i}:v1")).collect();
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"injector/request": names.join(",")});
+    let (status, reply) = post_review(&injector, &client, &review).await;
+    assert_eq!(status, 200);
+    assert_eq!(reply["response"]["allowed"], false);
+    let message = reply["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the request names 100000 sidecars; at most 64 are allowed"),
+        "{message}"
+    );
+    assert!(message.len() < 300, "{} bytes", message.len());
+    // The log line is as short.
+    let logged = injector
+        .logs()
+        .into_iter()
+        .find(|l| l.contains("at most 64"))
+        .unwrap();
+    assert!(logged.len() < 1000, "{} bytes", logged.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_are_capped_and_idle_http2_connections_are_closed() {
+    let setup = Setup::new();
+    let injector = setup.start(&["--max-connections", "5", "--idle-timeout", "1s"]);
+    let client = setup.client();
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(client.connect_h2(injector.tls).await.unwrap());
+    }
+    // One more is closed at accept, before its TLS handshake, and counted.
+    assert!(client.connect_h2(injector.tls).await.is_err());
+    assert_eq!(
+        injector.metric("sidecar_injector_connections_refused_total"),
+        1.0
+    );
+    // Idle HTTP/2 connections are closed by the server, which frees their slots.
+    eventually(DEADLINE, "the idle connections closed", || async {
+        held.iter()
+            .all(support::https::H2Connection::is_closed)
+            .then_some(())
+    })
+    .await;
+    let mut fresh = client.connect_h2(injector.tls).await.unwrap();
+    let review = serde_json::to_vec(&fixture("bare-pod.json")).unwrap();
+    let (status, _) = fresh
+        .post("/mutate", "application/json", review, false)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+}

@@ -350,6 +350,14 @@ pub struct ServeArgs {
     /// stop sending requests here first.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub shutdown_delay: Duration,
+    /// At most this many connections to the webhook port at once; one more is closed at
+    /// accept (counted in sidecar_injector_connections_refused_total).
+    #[arg(long, default_value_t = 1000)]
+    pub max_connections: usize,
+    /// A webhook connection (HTTP/1.1 or HTTP/2) with no traffic in either direction this long
+    /// is closed.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
     /// How long in-flight requests may take to finish once the listeners close.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,

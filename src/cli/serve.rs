@@ -150,6 +150,8 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
         reload_debounce: args.reload_debounce,
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
+        max_connections: args.max_connections,
+        idle_timeout: args.idle_timeout,
         configmaps,
         cluster,
         drift_policy,

@@ -104,6 +104,11 @@ pub struct H2Connection {
 }
 
 impl H2Connection {
+    /// Whether the server closed the connection.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
     /// POSTs `body` in one piece (its length declared), or, with `streamed`, in 64 KiB DATA
     /// frames without a length.
     pub async fn post(
