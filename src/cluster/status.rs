@@ -289,8 +289,9 @@ pub async fn run_publisher(
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut published: Option<RevisionsInForce> = None;
     let mut last = tokio::time::Instant::now();
+    let mut retry = false;
     loop {
-        let due = published.is_none() || last.elapsed() >= every;
+        let due = published.is_none() || retry || last.elapsed() >= every;
         let changed = published.as_ref() != Some(&sidecars.borrow().revisions_in_force());
         if ready() && (due || changed) {
             let revisions = sidecars.borrow_and_update().revisions_in_force();
@@ -301,12 +302,20 @@ pub async fn run_publisher(
                     }
                     published = Some(revisions);
                     last = tokio::time::Instant::now();
+                    retry = false;
                 }
-                // A conflict or an outage: the next round (soon) tries again.
-                Err(err) => tracing::warn!("cannot publish the revisions in force: {err}"),
+                // A conflict (the engine or another replica wrote in between) or an outage:
+                // tried again within a second, not at the next heartbeat, which would leave
+                // the old revisions published that long.
+                Err(err) => {
+                    tracing::warn!("cannot publish the revisions in force, retrying: {err}");
+                    retry = true;
+                }
             }
         }
-        let wait = if published.is_some() {
+        let wait = if retry {
+            std::time::Duration::from_secs(1)
+        } else if published.is_some() {
             every.saturating_sub(last.elapsed())
         } else {
             std::time::Duration::from_secs(1)
