@@ -33,7 +33,7 @@ struct StatusView {
 struct InjectorView {
     #[serde(flatten)]
     publication: Publication,
-    age_seconds: i64,
+    age_seconds: u64,
     fresh: bool,
 }
 
@@ -86,26 +86,22 @@ fn view(
         ),
         None => Default::default(),
     };
-    let max_age = args.published_max_age.as_secs() as i64;
+    let max_age = args.published_max_age;
+    let disagreement = status::disagreeing(&injectors, now, max_age).map(|[(first, _), (other, _)]| {
+        format!("{first} and {other} publish different revisions: new pods get different sidecars depending on the replica that answers")
+    });
     let injectors: BTreeMap<String, InjectorView> = injectors
         .into_iter()
         .map(|(identity, publication)| {
-            let age_seconds = (now.as_second() - publication.at.0.as_second()).max(0);
+            let age = publication.age(now);
             let view = InjectorView {
                 publication,
-                age_seconds,
-                fresh: age_seconds <= max_age,
+                age_seconds: age.as_secs(),
+                fresh: age <= max_age,
             };
             (identity, view)
         })
         .collect();
-    let mut fresh = injectors.iter().filter(|(_, v)| v.fresh);
-    let disagreement = fresh.next().and_then(|(first, view)| {
-        let first_revisions = &view.publication.revisions;
-        fresh
-            .find(|(_, v)| &v.publication.revisions != first_revisions)
-            .map(|(other, _)| format!("{first} and {other} publish different revisions: new pods get different sidecars depending on the replica that answers"))
-    });
     let lease = match decide(lease, "", now) {
         LeaseDecision::HeldBy {
             holder,

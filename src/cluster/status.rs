@@ -29,6 +29,28 @@ pub struct Publication {
     pub at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
+impl Publication {
+    /// How long ago it was renewed (zero for a clock ahead of ours).
+    pub fn age(&self, now: k8s_openapi::jiff::Timestamp) -> std::time::Duration {
+        let seconds = (now.as_second() - self.at.0.as_second()).max(0);
+        std::time::Duration::from_secs(seconds as u64)
+    }
+}
+
+/// Two fresh publications (renewed within `max_age`) with different revisions, the first
+/// fresh one and the first that differs from it; `None` when the fresh ones agree.
+pub fn disagreeing(
+    injectors: &BTreeMap<String, Publication>,
+    now: k8s_openapi::jiff::Timestamp,
+    max_age: std::time::Duration,
+) -> Option<[(&String, &Publication); 2]> {
+    let mut fresh = injectors.iter().filter(|(_, p)| p.age(now) <= max_age);
+    let first = fresh.next()?;
+    fresh
+        .find(|(_, p)| p.revisions != first.1.revisions)
+        .map(|other| [first, other])
+}
+
 /// Every replica's publication, by identity; `{}` when the item is absent.
 pub fn decode_injectors(
     status: &ConfigMap,
@@ -111,11 +133,7 @@ pub fn choose_revisions(
     now: k8s_openapi::jiff::Timestamp,
     max_age: std::time::Duration,
 ) -> RevisionsChoice {
-    let age = |p: &Publication| {
-        let seconds = (now.as_second() - p.at.0.as_second()).max(0);
-        std::time::Duration::from_secs(seconds as u64)
-    };
-    let describe = |p: &Publication| humantime::format_duration(age(p)).to_string() + " ago";
+    let describe = |p: &Publication| humantime::format_duration(p.age(now)).to_string() + " ago";
     let newest = injectors.iter().max_by_key(|(_, p)| p.at.0);
     if source == RevisionsSource::Configs {
         return RevisionsChoice::Configs {
@@ -136,7 +154,7 @@ pub fn choose_revisions(
     };
     let fresh: Vec<(&String, &Publication)> = injectors
         .iter()
-        .filter(|(_, p)| age(p) <= max_age)
+        .filter(|(_, p)| p.age(now) <= max_age)
         .collect();
     if source == RevisionsSource::Published {
         return RevisionsChoice::Published {
@@ -156,17 +174,16 @@ pub fn choose_revisions(
             ),
         };
     }
-    let first = &fresh[0].1.revisions;
-    if let Some((other, publication)) = fresh.iter().find(|(_, p)| &p.revisions != first) {
+    if let Some([(first, one), (other, another)]) = disagreeing(injectors, now, max_age) {
         return RevisionsChoice::Configs {
             why: format!(
-                "running injectors disagree ({} publishes {}, {other} publishes {}): using the configs read here",
-                fresh[0].0,
-                summary(first),
-                summary(&publication.revisions)
+                "running injectors disagree ({first} publishes {}, {other} publishes {}): using the configs read here",
+                summary(&one.revisions),
+                summary(&another.revisions)
             ),
         };
     }
+    let first = &fresh[0].1.revisions;
     let names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
     RevisionsChoice::Published {
         revisions: first.clone(),
