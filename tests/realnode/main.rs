@@ -154,6 +154,65 @@ fn pod_names(pods: &[Pod]) -> BTreeSet<String> {
         .collect()
 }
 
+/// A labelled ConfigMap `name` holding one config: sidecar `{name}:v1`, a busybox container
+/// `name` running `command`.
+fn busybox_config(name: &str, command: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"sidecar-injector.io/config": "true"}},
+        "data": {format!("{name}.yaml"): format!(
+            "name: {name}:v1\ncontainers:\n  - name: {name}\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"{command}\"]\n"
+        )},
+    }))
+    .unwrap()
+}
+
+/// Replaces the data of the ConfigMap named like `edited` with its data, as an operator's edit.
+async fn edit(configmaps: &Api<ConfigMap>, edited: ConfigMap) {
+    let name = edited.metadata.name.clone().unwrap();
+    let mut current = configmaps.get(&name).await.unwrap();
+    current.data = edited.data;
+    configmaps
+        .replace(&name, &PostParams::default(), &current)
+        .await
+        .unwrap();
+}
+
+/// Waits until both injector replicas publish a revision of `sidecar`.
+async fn wait_both_publish(configmaps: &Api<ConfigMap>, sidecar: &str) {
+    eventually(
+        DEADLINE,
+        &format!("both replicas publish {sidecar}"),
+        || async {
+            let status = configmaps.get("sidecar-injector-status").await.ok()?;
+            let injectors: Value =
+                serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+            let publishing = injectors
+                .as_object()?
+                .values()
+                .filter(|p| p["revisions"].get(sidecar).is_some())
+                .count();
+            (publishing == 2).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The identity holding the rollout Lease: the pod's name and the process id (1 in a
+/// container).
+fn lease_holder() -> String {
+    kubectl_ok(&[
+        "-n",
+        SYSTEM,
+        "get",
+        "lease",
+        "sidecar-injector-rollout",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .trim()
+    .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_containers() {
     node();
@@ -239,18 +298,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
     let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
     // The configs reach every replica through its ConfigMap watch: wait until both publish.
-    eventually(DEADLINE, "both replicas publish shipper:v1", || async {
-        let status = configmaps.get("sidecar-injector-status").await.ok()?;
-        let injectors: Value =
-            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
-        let publishing = injectors
-            .as_object()?
-            .values()
-            .filter(|p| p["revisions"].get("shipper:v1").is_some())
-            .count();
-        (publishing == 2).then_some(())
-    })
-    .await;
+    wait_both_publish(&configmaps, "shipper:v1").await;
     deployments
         .create(
             &PostParams::default(),
@@ -287,14 +335,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
 
     // Edit the ConfigMap: the engine (one replica holds the Lease) restarts exactly the stale
     // workload; its new pods pass their real readiness probes; the plain one is untouched.
-    configmaps
-        .replace("shipper", &PostParams::default(), &{
-            let mut c = configmaps.get("shipper").await.unwrap();
-            c.data = config("v2").data;
-            c
-        })
-        .await
-        .unwrap();
+    edit(&configmaps, config("v2")).await;
     let web = eventually(
         DEADLINE,
         "web restarted onto the edited sidecar",
@@ -320,15 +361,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         pod_names(&plain),
         "plain's pod untouched"
     );
-    let lease = kubectl_ok(&[
-        "-n",
-        SYSTEM,
-        "get",
-        "lease",
-        "sidecar-injector-rollout",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
+    let lease = lease_holder();
     assert!(
         lease.starts_with("sidecar-injector-"),
         "held by a replica pod: {lease}"
@@ -415,31 +448,12 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     // A broken sidecar (its container exits): the canary, the smallest workload, fails by
     // the real rollout status (never Ready within --rollout-timeout), the campaign pauses,
     // and the other workload is never touched.
-    let crash = |command: &str| -> ConfigMap {
-        serde_json::from_value(json!({
-            "metadata": {"name": "crash", "labels": {"sidecar-injector.io/config": "true"}},
-            "data": {"crash.yaml": format!(
-                "name: crash:v1\ncontainers:\n  - name: crash\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"{command}\"]\n"
-            )},
-        }))
-        .unwrap()
-    };
+    let crash = |command: &str| busybox_config("crash", command);
     configmaps
         .create(&PostParams::default(), &crash("exec sleep 100000"))
         .await
         .unwrap();
-    eventually(DEADLINE, "both replicas publish crash:v1", || async {
-        let status = configmaps.get("sidecar-injector-status").await.ok()?;
-        let injectors: Value =
-            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
-        let publishing = injectors
-            .as_object()?
-            .values()
-            .filter(|p| p["revisions"].get("crash:v1").is_some())
-            .count();
-        (publishing == 2).then_some(())
-    })
-    .await;
+    wait_both_publish(&configmaps, "crash:v1").await;
     for (name, replicas) in [("small", 1), ("big", 2)] {
         deployments
             .create(
@@ -451,14 +465,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
     wait_running(&pods, "small", 1, &["app", "crash"], Some("crash:v1=")).await;
     wait_running(&pods, "big", 2, &["app", "crash"], Some("crash:v1=")).await;
-    configmaps
-        .replace("crash", &PostParams::default(), &{
-            let mut c = configmaps.get("crash").await.unwrap();
-            c.data = crash("echo broken; exit 3").data;
-            c
-        })
-        .await
-        .unwrap();
+    edit(&configmaps, crash("echo broken; exit 3")).await;
     let campaign = eventually(DEADLINE, "the crash:v1 campaign pauses", || async {
         let status = configmaps.get("sidecar-injector-status").await.ok()?;
         let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
@@ -506,31 +513,13 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
 
     // The Lease holder pod deleted mid-campaign: it gives the Lease up on SIGTERM, the other
     // replica takes over and finishes, and each workload is restarted exactly once.
-    let tick = |message: &str| -> ConfigMap {
-        serde_json::from_value(json!({
-            "metadata": {"name": "tick", "labels": {"sidecar-injector.io/config": "true"}},
-            "data": {"tick.yaml": format!(
-                "name: tick:v1\ncontainers:\n  - name: tick\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"echo {message}; exec sleep 100000\"]\n"
-            )},
-        }))
-        .unwrap()
-    };
+    let tick =
+        |message: &str| busybox_config("tick", &format!("echo {message}; exec sleep 100000"));
     configmaps
         .create(&PostParams::default(), &tick("one"))
         .await
         .unwrap();
-    eventually(DEADLINE, "both replicas publish tick:v1", || async {
-        let status = configmaps.get("sidecar-injector-status").await.ok()?;
-        let injectors: Value =
-            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
-        let publishing = injectors
-            .as_object()?
-            .values()
-            .filter(|p| p["revisions"].get("tick:v1").is_some())
-            .count();
-        (publishing == 2).then_some(())
-    })
-    .await;
+    wait_both_publish(&configmaps, "tick:v1").await;
     let ticks = ["t1", "t2", "t3", "t4"];
     for name in ticks {
         // Each restart takes a few seconds (minReadySeconds), so the campaign is still under
@@ -547,14 +536,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         let pod = wait_running(&pods, name, 1, &["app", "tick"], Some("tick:v1=")).await;
         before.push(stamp(&pod[0]).unwrap().to_owned());
     }
-    configmaps
-        .replace("tick", &PostParams::default(), &{
-            let mut c = configmaps.get("tick").await.unwrap();
-            c.data = tick("two").data;
-            c
-        })
-        .await
-        .unwrap();
+    edit(&configmaps, tick("two")).await;
     let restarted = |deployments: Api<Deployment>| async move {
         let mut count = 0;
         for name in ticks {
@@ -573,15 +555,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         (restarted(deployments.clone()).await? >= 1).then_some(())
     })
     .await;
-    let holder = kubectl_ok(&[
-        "-n",
-        SYSTEM,
-        "get",
-        "lease",
-        "sidecar-injector-rollout",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
+    let holder = lease_holder();
     // The identity is the pod's name and the process id (1 in a container).
     let holder_pod = holder.trim().trim_end_matches("-1").to_owned();
     kubectl_ok(&["-n", SYSTEM, "delete", "pod", &holder_pod, "--wait=false"]);
@@ -602,15 +576,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
             "{name} restarted exactly once"
         );
     }
-    let new_holder = kubectl_ok(&[
-        "-n",
-        SYSTEM,
-        "get",
-        "lease",
-        "sidecar-injector-rollout",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
+    let new_holder = lease_holder();
     assert_ne!(
         new_holder.trim(),
         holder.trim(),
@@ -620,31 +586,13 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     // An OnDelete StatefulSet behind a PodDisruptionBudget: while the budget allows no
     // disruption the eviction is refused (429) and retried, never forced; once it allows one,
     // pods are evicted one at a time, each really terminated and replaced before the next.
-    let agent = |message: &str| -> ConfigMap {
-        serde_json::from_value(json!({
-            "metadata": {"name": "agent", "labels": {"sidecar-injector.io/config": "true"}},
-            "data": {"agent.yaml": format!(
-                "name: agent:v1\ncontainers:\n  - name: agent\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"echo {message}; exec sleep 100000\"]\n"
-            )},
-        }))
-        .unwrap()
-    };
+    let agent =
+        |message: &str| busybox_config("agent", &format!("echo {message}; exec sleep 100000"));
     configmaps
         .create(&PostParams::default(), &agent("one"))
         .await
         .unwrap();
-    eventually(DEADLINE, "both replicas publish agent:v1", || async {
-        let status = configmaps.get("sidecar-injector-status").await.ok()?;
-        let injectors: Value =
-            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
-        let publishing = injectors
-            .as_object()?
-            .values()
-            .filter(|p| p["revisions"].get("agent:v1").is_some())
-            .count();
-        (publishing == 2).then_some(())
-    })
-    .await;
+    wait_both_publish(&configmaps, "agent:v1").await;
     let template = deployment("db", 1, Some("agent:v1")).spec.unwrap().template;
     let statefulset: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "db"},
@@ -676,25 +624,10 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
     };
     apply_pdb(3);
-    configmaps
-        .replace("agent", &PostParams::default(), &{
-            let mut c = configmaps.get("agent").await.unwrap();
-            c.data = agent("two").data;
-            c
-        })
-        .await
-        .unwrap();
+    edit(&configmaps, agent("two")).await;
     // The holder's own count of refused evictions, read through the API server's pod proxy.
     let blocked = || async {
-        let holder = kubectl_ok(&[
-            "-n",
-            SYSTEM,
-            "get",
-            "lease",
-            "sidecar-injector-rollout",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ]);
+        let holder = lease_holder();
         let pod = holder.trim().trim_end_matches("-1").to_owned();
         let metrics = node::kubectl(&[
             "get",

@@ -139,14 +139,7 @@ impl H2Connection {
             .send_request(request)
             .await
             .map_err(io::Error::other)?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(io::Error::other)?
-            .to_bytes();
-        Ok((status, body))
+        status_and_body(response).await
     }
 }
 
@@ -186,13 +179,20 @@ impl Connection {
             .send_request(request)
             .await
             .map_err(io::Error::other)?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(io::Error::other)?
-            .to_bytes();
-        Ok((status, body))
+        status_and_body(response).await
     }
+}
+
+/// A response's status and whole body.
+async fn status_and_body(
+    response: hyper::Response<hyper::body::Incoming>,
+) -> io::Result<(StatusCode, Bytes)> {
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes();
+    Ok((status, body))
 }
