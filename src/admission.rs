@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::config::SidecarSet;
 use crate::injection::{
-    Decision, Denial, Injection, InjectionSettings, PodView, SkipReason, decide,
+    Decision, Denial, Injection, InjectionSettings, MAX_PATCH_BYTES, PodView, SkipReason, decide,
 };
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
@@ -356,6 +356,13 @@ fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
 }
 
 fn injected(answer: &mut Answer, injection: &Injection<'_>) -> Outcome {
+    // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
+    // writes costs several times more. The writer stops at the limit, so an oversized patch
+    // costs no more memory than the limit.
+    let mut patch = BoundedBuffer::new(MAX_PATCH_BYTES);
+    if serde_json::to_writer(&mut patch, &injection.patch).is_err() {
+        return denied(answer, &Denial::PatchTooLarge);
+    }
     answer.result = AdmissionResult::Injected;
     answer.sidecars = injection
         .injected
@@ -371,11 +378,37 @@ fn injected(answer: &mut Answer, injection: &Injection<'_>) -> Outcome {
     if !injection.missing.is_empty() {
         answer.message = Some(missing_message(&injection.missing));
     }
-    // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
-    // writes costs several times more.
-    let patch = serde_json::to_vec(&injection.patch).expect("the patch serializes");
     Outcome::Allow {
-        patch: Some(base64::engine::general_purpose::STANDARD.encode(patch)),
+        patch: Some(base64::engine::general_purpose::STANDARD.encode(patch.bytes)),
+    }
+}
+
+/// A buffer that refuses writes past `limit` bytes.
+struct BoundedBuffer {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl BoundedBuffer {
+    fn new(limit: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+        }
+    }
+}
+
+impl std::io::Write for BoundedBuffer {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + data.len() > self.limit {
+            return Err(std::io::Error::other("over the limit"));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -388,7 +421,10 @@ fn denied(answer: &mut Answer, denial: &Denial) -> Outcome {
         Denial::ContainerNameClash { sidecar, .. } => {
             vec![(sidecar.clone(), SidecarResult::NameClash)]
         }
-        Denial::InvalidRequest { .. } | Denial::NoPodSpec => Vec::new(),
+        Denial::InvalidRequest { .. }
+        | Denial::NoPodSpec
+        | Denial::TooManyContainers { .. }
+        | Denial::PatchTooLarge => Vec::new(),
     };
     answer.message = Some(denial.to_string());
     Outcome::Refuse { code: 403 }

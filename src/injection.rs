@@ -114,7 +114,24 @@ pub enum Denial {
     },
     #[error("the object has no pod spec to inject into")]
     NoPodSpec,
+    #[error(
+        "the pod would have {count} containers and init containers with its sidecars; sidecar-injector injects pods of at most {MAX_POD_CONTAINERS}"
+    )]
+    TooManyContainers { count: usize },
+    #[error(
+        "the injection patch would exceed {MAX_PATCH_BYTES} bytes; a pod grown by that much cannot be stored (etcd's default request limit is 1.5 MiB)"
+    )]
+    PatchTooLarge,
 }
+
+/// The most containers (init containers included) a pod may have once injected. Work and
+/// reply size grow with containers x sidecar additions; no real pod comes close.
+pub const MAX_POD_CONTAINERS: usize = 256;
+
+/// The largest JSON patch the webhook sends (before base64): a pod grown by more cannot be
+/// stored by an apiserver on etcd's default 1.5 MiB request limit, so building it only costs
+/// memory.
+pub const MAX_PATCH_BYTES: usize = 1536 * 1024;
 
 /// Decides what to do with one pod. `namespace` is the request's namespace: pods created by
 /// controllers carry none in the object.
@@ -166,6 +183,18 @@ pub fn decide<'s>(
     };
     if let Err(denial) = check_container_names(spec, &found) {
         return Decision::Deny(denial);
+    }
+    let count = [&spec.containers, &spec.init_containers]
+        .into_iter()
+        .flatten()
+        .map(Vec::len)
+        .sum::<usize>()
+        + found
+            .iter()
+            .map(|s| s.config.injected_containers().count())
+            .sum::<usize>();
+    if count > MAX_POD_CONTAINERS {
+        return Decision::Deny(Denial::TooManyContainers { count });
     }
     let patch = PatchBuilder::new(pod, spec).build(&found, keys);
     Decision::Inject(Injection {

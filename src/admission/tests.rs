@@ -174,3 +174,112 @@ fn bodies_that_are_not_reviews_are_errors() {
         "a request without uid cannot be answered"
     );
 }
+
+/// `bare-pod.json` with `containers` replaced by `count` copies of a container carrying
+/// `env` entries of its own.
+fn pod_with_containers(count: usize, env: usize) -> Value {
+    let mut review = fixture("bare-pod.json");
+    let env: Vec<Value> = (0..env)
+        .map(|i| json!({"name": format!("OWN_{i}"), "value": "x"}))
+        .collect();
+    let containers: Vec<Value> = (0..count)
+        .map(|i| json!({"name": format!("c{i}"), "image": "app:1", "env": env}))
+        .collect();
+    review["request"]["object"]["spec"]["containers"] = Value::Array(containers);
+    review
+}
+
+#[test]
+fn a_pod_with_too_many_containers_is_denied_naming_the_limit() {
+    use crate::injection::MAX_POD_CONTAINERS;
+    // With the one injected container the pod reaches the limit exactly.
+    let (at_limit, body) = answer(&pod_with_containers(MAX_POD_CONTAINERS - 1, 0));
+    assert_eq!(at_limit.result, AdmissionResult::Injected, "{body}");
+    let (over, body) = answer(&pod_with_containers(MAX_POD_CONTAINERS, 0));
+    assert_eq!(over.result, AdmissionResult::Denied);
+    assert_eq!(body["response"]["allowed"], false);
+    let message = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("257 containers") && message.contains("at most 256"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_injection_whose_patch_exceeds_the_limit_is_denied_not_built() {
+    // 40 env entries of ~8 KiB each, added to each of 5 containers: ~1.6 MB of patch.
+    let big = "v".repeat(8 * 1024);
+    let env: Vec<String> = (0..40)
+        .map(|i| format!("{{name: E{i}, value: '{big}'}}"))
+        .collect();
+    let config = format!(
+        "name: heavy:v1\ncontainers: [{{name: h, image: 'h:1'}}]\nenv: [{}]\n",
+        env.join(", ")
+    );
+    let set: SidecarSet = [LoadedSidecar::new(
+        parse_config("t.yaml", &config).unwrap().config,
+        "t.yaml",
+    )]
+    .into_iter()
+    .collect();
+    let mut review = pod_with_containers(4, 0);
+    review["request"]["object"]["metadata"]["annotations"]["injector/request"] = json!("heavy:v1");
+    let reply = super::review(
+        &serde_json::to_vec(&review).unwrap(),
+        &set,
+        &InjectionSettings::default(),
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(
+        reply.result,
+        AdmissionResult::Denied,
+        "{}",
+        reply.body.len()
+    );
+    assert!(
+        reply.body.len() < 4096,
+        "the reply stays small: {}",
+        reply.body.len()
+    );
+    let message = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("exceed 1572864 bytes"), "{message}");
+    // Fewer containers: the same config fits and is injected.
+    review["request"]["object"]["spec"]["containers"] =
+        pod_with_containers(1, 0)["request"]["object"]["spec"]["containers"].clone();
+    let reply = super::review(
+        &serde_json::to_vec(&review).unwrap(),
+        &set,
+        &InjectionSettings::default(),
+    )
+    .unwrap();
+    assert_eq!(reply.result, AdmissionResult::Injected);
+}
+
+#[test]
+fn injection_into_a_pod_whose_containers_have_many_env_entries_adds_only_what_is_missing() {
+    // The pod's containers already hold LOG_ENDPOINT among many others: nothing to add there.
+    let mut review = pod_with_containers(3, 2000);
+    for container in review["request"]["object"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+    {
+        container["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "LOG_ENDPOINT", "value": "own"}));
+    }
+    let (answer, body) = answer(&review);
+    assert_eq!(answer.result, AdmissionResult::Injected);
+    let patch = decoded_patch(&body);
+    let env_ops: Vec<&Value> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().contains("/env"))
+        .collect();
+    assert!(
+        env_ops.is_empty(),
+        "nothing added to the pod's own containers: {env_ops:?}"
+    );
+}

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use super::catalog::{LoadReport, LoadedSidecar};
 use super::origin::Origin;
-use super::parse::{ConfigError, ConfigErrorKind, ParsedConfig, parse_config, top_level_key_line};
+use super::parse::{
+    ConfigError, ConfigErrorKind, MAX_INHERITS_DEPTH, ParsedConfig, parse_config,
+    top_level_key_line,
+};
 use super::sidecar::SidecarConfig;
 use crate::name::SidecarName;
 
@@ -181,6 +184,15 @@ fn resolve_inheritance(
             ));
         }
         chain.push(parent_key);
+        if chain.len() > MAX_INHERITS_DEPTH + 1 {
+            return Err(ConfigErrorKind::InheritanceTooDeep(
+                chain[..4]
+                    .iter()
+                    .map(|f| origin_of(f).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" -> "),
+            ));
+        }
         current = parent_key;
     }
     // `lineage` runs child -> root and always holds at least the file itself.

@@ -64,6 +64,10 @@ pub enum ConfigErrorKind {
     InvalidParent { parent: String, reason: String },
     #[error("`inherits` forms a cycle: {0}")]
     InheritanceCycle(String),
+    #[error(
+        "`inherits` chain is longer than {MAX_INHERITS_DEPTH} configs ({0} -> ...); flatten it"
+    )]
+    InheritanceTooDeep(String),
     #[error("sidecar {name} is defined more than once in this source (also in {others})")]
     DuplicateName { name: String, others: String },
 }
@@ -89,6 +93,10 @@ pub struct ParsedConfig {
 }
 
 /// Parses one config document. `origin` names it in every message.
+/// How many parents a config may have above it: every config of the chain is merged for
+/// every file of the chain, so depth multiplies the cost of a reload.
+pub const MAX_INHERITS_DEPTH: usize = 16;
+
 pub fn parse_config(origin: impl Into<Origin>, text: &str) -> Result<ParsedConfig, ConfigError> {
     let origin = origin.into();
     let error = |line: Option<usize>, kind| ConfigError {

@@ -387,6 +387,56 @@ fn an_inheritance_cycle_is_an_error_showing_the_cycle() {
 }
 
 #[test]
+fn an_inherits_chain_deeper_than_the_limit_is_an_error_and_the_rest_loads() {
+    use crate::config::parse::MAX_INHERITS_DEPTH;
+    // c0 inherits c1 inherits ... c{depth}: c0 has `depth` parents above it.
+    let chain = |prefix: &str, depth: usize| -> Vec<(String, String)> {
+        (0..=depth)
+            .map(|i| {
+                let parent = if i < depth {
+                    format!("inherits: {prefix}{}.yaml\n", i + 1)
+                } else {
+                    String::new()
+                };
+                (
+                    format!("{prefix}{i}.yaml"),
+                    format!("name: {prefix}{i}\n{parent}env: [{{name: E{i}, value: v}}]\n"),
+                )
+            })
+            .collect()
+    };
+    let mut files = chain("ok", MAX_INHERITS_DEPTH);
+    files.extend(chain("deep", MAX_INHERITS_DEPTH + 1));
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let report = load(&borrowed);
+    let top = report
+        .sidecars
+        .iter()
+        .find(|s| s.config.name.name() == "ok0")
+        .unwrap_or_else(|| panic!("a chain at the limit loads: {:?}", report.errors));
+    assert_eq!(
+        top.config.env.len(),
+        MAX_INHERITS_DEPTH + 1,
+        "every ancestor merged"
+    );
+    let err = error_for(&report, "config/deep0.yaml");
+    assert!(
+        matches!(&err.kind, ConfigErrorKind::InheritanceTooDeep(chain) if chain.starts_with("config/deep0.yaml -> config/deep1.yaml")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("longer than 16"), "{err}");
+    assert_eq!(
+        report.errors.len(),
+        1,
+        "only the over-deep file: {:?}",
+        report.errors
+    );
+}
+
+#[test]
 fn a_broken_parent_breaks_its_children_but_nothing_else() {
     let report = load(&[
         ("base.yaml", "name: base\nbogus: 1\n"),

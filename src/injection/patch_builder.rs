@@ -1,6 +1,7 @@
 //! The patch builder: the pod as the requested sidecars leave it, kept as deltas against the
 //! received pod, turned into one explicit operation per change (one function per kind).
 
+use foldhash::{HashSet, HashSetExt};
 use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, VolumeMount};
 use serde_json::Value;
 
@@ -40,43 +41,99 @@ struct TargetContainer<'v, 's> {
     origin: Origin<'v, 's>,
     added_env: Vec<(&'s EnvVar, &'s Value)>,
     added_mounts: Vec<(&'s VolumeMount, &'s Value)>,
+    /// What the container holds, built on first use: a pod may carry many thousands of
+    /// containers or env entries, and scanning lists for each addition made injection
+    /// quadratic.
+    presence: Option<Presence<'v>>,
 }
 
-impl<'s> TargetContainer<'_, 's> {
-    fn has_env(&self, name: &str) -> bool {
-        let own = match &self.origin {
-            Origin::Pod { view, .. } => view.env.iter().flatten().any(|e| e.name == name),
-            Origin::Sidecar { container, .. } => {
-                container.env.iter().flatten().any(|e| e.name == name)
-            }
-        };
-        own || self.added_env.iter().any(|(e, _)| e.name == name)
+/// The env names, mount names and mount paths a container holds.
+#[derive(Default)]
+struct Presence<'a> {
+    env: HashSet<&'a str>,
+    mount_names: HashSet<&'a str>,
+    mount_paths: HashSet<&'a str>,
+}
+
+impl<'v, 's: 'v> TargetContainer<'v, 's> {
+    fn new(origin: Origin<'v, 's>) -> Self {
+        Self {
+            origin,
+            added_env: Vec::new(),
+            added_mounts: Vec::new(),
+            presence: None,
+        }
     }
 
-    fn has_mount(&self, mount: &VolumeMount) -> bool {
-        let clashes = |name: &str, path: &str| name == mount.name || path == mount.mount_path;
-        let own = match &self.origin {
-            Origin::Pod {
-                view,
-                removed_mounts,
-                ..
-            } => view
-                .volume_mounts
+    fn presence(&mut self) -> &mut Presence<'v> {
+        let origin = &self.origin;
+        let (added_env, added_mounts) = (&self.added_env, &self.added_mounts);
+        self.presence.get_or_insert_with(|| {
+            let mut presence = Presence::default();
+            let mounts: Vec<(&'v str, &'v str)> = match origin {
+                Origin::Pod {
+                    view,
+                    removed_mounts,
+                    ..
+                } => {
+                    presence.env = view.env.iter().flatten().map(|e| e.name.as_ref()).collect();
+                    let removed: HashSet<usize> = removed_mounts.iter().copied().collect();
+                    view.volume_mounts
+                        .iter()
+                        .flatten()
+                        .enumerate()
+                        .filter(|(index, _)| !removed.contains(index))
+                        .map(|(_, m)| (m.name.as_ref(), m.mount_path.as_ref()))
+                        .collect()
+                }
+                Origin::Sidecar { container, .. } => {
+                    presence.env = container
+                        .env
+                        .iter()
+                        .flatten()
+                        .map(|e| e.name.as_str())
+                        .collect();
+                    container
+                        .volume_mounts
+                        .iter()
+                        .flatten()
+                        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+                        .collect()
+                }
+            };
+            presence
+                .env
+                .extend(added_env.iter().map(|(e, _)| e.name.as_str()));
+            let added = added_mounts
                 .iter()
-                .flatten()
-                .enumerate()
-                .filter(|(index, _)| !removed_mounts.contains(index))
-                .any(|(_, m)| clashes(&m.name, &m.mount_path)),
-            Origin::Sidecar { container, .. } => container
-                .volume_mounts
-                .iter()
-                .flatten()
-                .any(|m| clashes(&m.name, &m.mount_path)),
-        };
-        own || self
-            .added_mounts
-            .iter()
-            .any(|(m, _)| clashes(&m.name, &m.mount_path))
+                .map(|(m, _)| (m.name.as_str(), m.mount_path.as_str()));
+            for (name, path) in mounts.into_iter().chain(added) {
+                presence.mount_names.insert(name);
+                presence.mount_paths.insert(path);
+            }
+            presence
+        })
+    }
+
+    /// Adds the env entry unless the container has one of that name.
+    fn add_env(&mut self, addition: (&'s EnvVar, &'s Value)) {
+        if self.presence().env.insert(addition.0.name.as_str()) {
+            self.added_env.push(addition);
+        }
+    }
+
+    /// Adds the mount unless the container has one of that name or at that path.
+    fn add_mount(&mut self, addition: (&'s VolumeMount, &'s Value)) {
+        let mount = addition.0;
+        let presence = self.presence();
+        if presence.mount_names.contains(mount.name.as_str())
+            || presence.mount_paths.contains(mount.mount_path.as_str())
+        {
+            return;
+        }
+        presence.mount_names.insert(&mount.name);
+        presence.mount_paths.insert(&mount.mount_path);
+        self.added_mounts.push(addition);
     }
 
     /// The injected container's JSON with the additions appended to its own lists.
@@ -105,13 +162,16 @@ pub(super) struct PatchBuilder<'v, 's> {
     containers: Vec<TargetContainer<'v, 's>>,
     removed_volumes: Vec<usize>,
     added_volumes: Vec<(&'s str, &'s Value)>,
+    /// The volume names the pod holds, built on first use (see [`TargetContainer::presence`]).
+    volume_names: Option<HashSet<&'v str>>,
+    legacy_token_removed: bool,
     added_host_aliases: Vec<(&'s HostAlias, &'s Value)>,
     host_network: bool,
     host_pid: bool,
     service_account: Option<&'s str>,
 }
 
-impl<'v, 's> PatchBuilder<'v, 's> {
+impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     pub(super) fn new(pod: &'v PodView<'v>, spec: &'v PodSpecView<'v>) -> Self {
         let containers = [
             ("containers", &spec.containers),
@@ -123,15 +183,13 @@ impl<'v, 's> PatchBuilder<'v, 's> {
                 .iter()
                 .flatten()
                 .enumerate()
-                .map(move |(index, view)| TargetContainer {
-                    origin: Origin::Pod {
+                .map(move |(index, view)| {
+                    TargetContainer::new(Origin::Pod {
                         list,
                         index,
                         view,
                         removed_mounts: Vec::new(),
-                    },
-                    added_env: Vec::new(),
-                    added_mounts: Vec::new(),
+                    })
                 })
         })
         .collect();
@@ -141,6 +199,8 @@ impl<'v, 's> PatchBuilder<'v, 's> {
             containers,
             removed_volumes: Vec::new(),
             added_volumes: Vec::new(),
+            volume_names: None,
+            legacy_token_removed: false,
             added_host_aliases: Vec::new(),
             host_network: false,
             host_pid: false,
@@ -155,14 +215,23 @@ impl<'v, 's> PatchBuilder<'v, 's> {
             .filter(|name| !name.is_empty())
     }
 
-    fn has_volume(&self, name: &str) -> bool {
-        self.spec
-            .volumes
-            .iter()
-            .flatten()
-            .enumerate()
-            .any(|(index, v)| v.name == name && !self.removed_volumes.contains(&index))
-            || self.added_volumes.iter().any(|(n, _)| *n == name)
+    /// Adds the volume unless the pod has one of that name.
+    fn add_volume(&mut self, name: &'s str, value: &'s Value) {
+        let (spec, removed, added) = (self.spec, &self.removed_volumes, &self.added_volumes);
+        let names = self.volume_names.get_or_insert_with(|| {
+            let removed: HashSet<usize> = removed.iter().copied().collect();
+            spec.volumes
+                .iter()
+                .flatten()
+                .enumerate()
+                .filter(|(index, _)| !removed.contains(index))
+                .map(|(_, v)| v.name.as_ref())
+                .chain(added.iter().map(|(n, _)| *n))
+                .collect()
+        });
+        if names.insert(name) {
+            self.added_volumes.push((name, value));
+        }
     }
 
     fn has_host_alias(&self, alias: &HostAlias) -> bool {
@@ -187,15 +256,11 @@ impl<'v, 's> PatchBuilder<'v, 's> {
             (Placement::Append, &config.containers, &rendered.containers),
         ] {
             for (container, rendered) in typed.iter().zip(values) {
-                self.containers.push(TargetContainer {
-                    origin: Origin::Sidecar {
-                        placement,
-                        container,
-                        rendered,
-                    },
-                    added_env: Vec::new(),
-                    added_mounts: Vec::new(),
-                });
+                self.containers.push(TargetContainer::new(Origin::Sidecar {
+                    placement,
+                    container,
+                    rendered,
+                }));
             }
         }
 
@@ -212,22 +277,16 @@ impl<'v, 's> PatchBuilder<'v, 's> {
 
         for addition in config.env.iter().zip(&rendered.env) {
             for container in &mut self.containers {
-                if !container.has_env(&addition.0.name) {
-                    container.added_env.push(addition);
-                }
+                container.add_env(addition);
             }
         }
         for addition in config.volume_mounts.iter().zip(&rendered.volume_mounts) {
             for container in &mut self.containers {
-                if !container.has_mount(addition.0) {
-                    container.added_mounts.push(addition);
-                }
+                container.add_mount(addition);
             }
         }
         for (volume, value) in config.volumes.iter().zip(&rendered.volumes) {
-            if !self.has_volume(&volume.name) {
-                self.added_volumes.push((&volume.name, value));
-            }
+            self.add_volume(&volume.name, value);
         }
         for addition in config.host_aliases.iter().zip(&rendered.host_aliases) {
             if !self.has_host_alias(addition.0) {
@@ -242,30 +301,34 @@ impl<'v, 's> PatchBuilder<'v, 's> {
     /// ServiceAccount admission plugin mounts the right one when it runs again after us.
     /// Projected `kube-api-access-*` volumes follow the account by themselves and stay.
     fn remove_legacy_default_token(&mut self) {
-        let legacy = self
-            .spec
-            .volumes
-            .iter()
-            .flatten()
-            .enumerate()
-            .filter(|(_, v)| v.secret.is_some() && v.name.starts_with(LEGACY_DEFAULT_TOKEN_PREFIX));
-        for (index, volume) in legacy {
-            if !self.removed_volumes.contains(&index) {
+        if std::mem::replace(&mut self.legacy_token_removed, true) {
+            return;
+        }
+        let mut legacy: HashSet<&str> = HashSet::new();
+        for (index, volume) in self.spec.volumes.iter().flatten().enumerate() {
+            if volume.secret.is_some() && volume.name.starts_with(LEGACY_DEFAULT_TOKEN_PREFIX) {
+                legacy.insert(&volume.name);
                 self.removed_volumes.push(index);
             }
-            for container in &mut self.containers {
-                let Origin::Pod {
-                    view,
-                    removed_mounts,
-                    ..
-                } = &mut container.origin
-                else {
-                    continue;
-                };
-                for (mount_index, mount) in view.volume_mounts.iter().flatten().enumerate() {
-                    if mount.name == volume.name && !removed_mounts.contains(&mount_index) {
-                        removed_mounts.push(mount_index);
-                    }
+        }
+        if legacy.is_empty() {
+            return;
+        }
+        // What was present has changed: presence is rebuilt on next use.
+        self.volume_names = None;
+        for container in &mut self.containers {
+            let Origin::Pod {
+                view,
+                removed_mounts,
+                ..
+            } = &mut container.origin
+            else {
+                continue;
+            };
+            for (mount_index, mount) in view.volume_mounts.iter().flatten().enumerate() {
+                if legacy.contains(mount.name.as_ref()) {
+                    removed_mounts.push(mount_index);
+                    container.presence = None;
                 }
             }
         }
