@@ -33,6 +33,10 @@ pub enum RequestResult {
     UnsupportedMediaType,
     PayloadTooLarge,
     Timeout,
+    /// The byte budget or every review slot was in use.
+    Busy,
+    /// The review did not finish within --review-timeout.
+    ReviewTimeout,
 }
 
 impl RequestResult {
@@ -43,6 +47,8 @@ impl RequestResult {
             RequestResult::UnsupportedMediaType => "unsupported_media_type",
             RequestResult::PayloadTooLarge => "payload_too_large",
             RequestResult::Timeout => "timeout",
+            RequestResult::Busy => "busy",
+            RequestResult::ReviewTimeout => "review_timeout",
         }
     }
 }

@@ -42,6 +42,10 @@ pub struct ServeOptions {
     pub config_directory: PathBuf,
     pub settings: InjectionSettings,
     pub max_body_bytes: usize,
+    /// Request bodies held at once, over all connections.
+    pub max_buffered_bytes: usize,
+    /// How long one review may take.
+    pub review_timeout: Duration,
     pub body_read_timeout: Duration,
     pub reload_debounce: Duration,
     pub shutdown_delay: Duration,
@@ -309,14 +313,24 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         _ => {}
     }
 
-    let state = Arc::new(WebhookState {
+    anyhow::ensure!(
+        options.max_buffered_bytes >= options.max_body_bytes,
+        "--max-buffered-bytes ({}) is less than --max-body-bytes ({}): the largest body would never be read",
+        options.max_buffered_bytes,
+        options.max_body_bytes
+    );
+    let state = Arc::new(WebhookState::new(
         sidecars,
-        settings: options.settings.clone(),
-        metrics: metrics.clone(),
-        max_body_bytes: options.max_body_bytes,
-        body_read_timeout: options.body_read_timeout,
-        readiness: readiness.clone(),
-    });
+        options.settings.clone(),
+        metrics.clone(),
+        http::Limits {
+            max_body_bytes: options.max_body_bytes,
+            max_buffered_bytes: options.max_buffered_bytes,
+            body_read_timeout: options.body_read_timeout,
+            review_timeout: options.review_timeout,
+        },
+        readiness.clone(),
+    ));
 
     let tls_handle: Handle<SocketAddr> = Handle::new();
     let lifecycle_handle: Handle<SocketAddr> = Handle::new();
@@ -333,6 +347,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(options.body_read_timeout);
+    // Each stream may buffer a body: the byte budget bounds memory, this bounds how many
+    // bodies one connection can have in flight.
+    tls_server
+        .http_builder()
+        .http2()
+        .max_concurrent_streams(http::MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(http::MAX_HEADER_LIST_BYTES);
     let tls_task =
         tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
     let lifecycle_task = tokio::spawn(

@@ -343,6 +343,14 @@ pub struct ServeArgs {
     /// Largest AdmissionReview accepted; larger bodies get 413.
     #[arg(long, default_value_t = 6 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Request bodies held in memory at once, over all connections; a request that would
+    /// pass it gets 503 (counted as result "busy"). At least --max-body-bytes.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub max_buffered_bytes: usize,
+    /// How long the review of one body may take; past it the request gets 503 (counted as
+    /// result "review_timeout"). Bodies over 64 KiB are reviewed off the async workers.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub review_timeout: Duration,
     /// How long a client may take to send its headers and body; slower ones get 408.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub body_read_timeout: Duration,

@@ -146,6 +146,8 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
             on_missing_sidecar: args.on_missing_sidecar,
         },
         max_body_bytes: args.max_body_bytes,
+        max_buffered_bytes: args.max_buffered_bytes,
+        review_timeout: args.review_timeout,
         body_read_timeout: args.body_read_timeout,
         reload_debounce: args.reload_debounce,
         shutdown_delay: args.shutdown_delay,

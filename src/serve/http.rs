@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tracing::{Instrument, debug, debug_span, field, info, warn};
 
 use crate::admission::{self, AdmissionResult, Answer};
@@ -20,14 +20,55 @@ use crate::config::SidecarSet;
 use crate::injection::InjectionSettings;
 use crate::metrics::{Metrics, RequestResult};
 
+/// Streams one HTTP/2 connection may have open at once (hyper's default is 200).
+pub const MAX_CONCURRENT_STREAMS: u32 = 32;
+/// The largest header block an HTTP/2 client may send.
+pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
+/// Bodies up to this size are reviewed on the async worker that read them (well under a
+/// millisecond); larger ones go to the blocking pool, so no request stalls the others.
+pub const INLINE_REVIEW_BYTES: usize = 64 * 1024;
+
+/// The bounds on what one request, and all of them together, may cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_buffered_bytes: usize,
+    pub body_read_timeout: Duration,
+    pub review_timeout: Duration,
+}
+
 /// Everything a request handler needs, shared by all connections.
 pub struct WebhookState {
     pub sidecars: watch::Receiver<Arc<SidecarSet>>,
     pub settings: InjectionSettings,
     pub metrics: Arc<Metrics>,
-    pub max_body_bytes: usize,
-    pub body_read_timeout: Duration,
+    pub limits: Limits,
+    /// One permit per byte of request body held in memory, over all connections.
+    pub body_budget: Arc<Semaphore>,
+    /// One permit per review running on the blocking pool.
+    pub review_slots: Arc<Semaphore>,
     pub readiness: Arc<Readiness>,
+}
+
+impl WebhookState {
+    pub fn new(
+        sidecars: watch::Receiver<Arc<SidecarSet>>,
+        settings: InjectionSettings,
+        metrics: Arc<Metrics>,
+        limits: Limits,
+        readiness: Arc<Readiness>,
+    ) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Self {
+            sidecars,
+            settings,
+            metrics,
+            body_budget: Arc::new(Semaphore::new(limits.max_buffered_bytes)),
+            review_slots: Arc::new(Semaphore::new(cores)),
+            limits,
+            readiness,
+        }
+    }
 }
 
 /// `/ready` is the conjunction of these; shutting down turns it off first.
@@ -141,7 +182,7 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
     );
     async move {
         let (parts, mut body) = request.into_parts();
-        match answer(&state, &parts.headers, &mut body).await {
+        match answer(state.clone(), &parts.headers, &mut body).await {
             Ok(answer) => respond(&state, started, answer),
             Err(rejection) => {
                 state
@@ -154,7 +195,7 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
                     rejection.message
                 );
                 if parts.version == axum::http::Version::HTTP_2 {
-                    tokio::spawn(drain(body, state.body_read_timeout));
+                    tokio::spawn(drain(body, state.limits.body_read_timeout));
                 }
                 rejection.into_response()
             }
@@ -188,7 +229,7 @@ async fn drain(mut body: Body, deadline: Duration) {
 /// Reads the body within the limits and answers the review in it. The body is read through
 /// `body` so that a rejected one can still be drained.
 async fn answer(
-    state: &WebhookState,
+    state: Arc<WebhookState>,
     headers: &HeaderMap,
     body: &mut Body,
 ) -> Result<Answer, Rejection> {
@@ -199,51 +240,40 @@ async fn answer(
             "Content-Type must be application/json".to_owned(),
         ));
     }
-    let too_large = || {
-        Rejection::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            RequestResult::PayloadTooLarge,
-            format!(
-                "the body exceeds --max-body-bytes ({} bytes)",
-                state.max_body_bytes
-            ),
-        )
-    };
+    let limits = state.limits;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|length| length > state.max_body_bytes) {
-        return Err(too_large());
+    if declared.is_some_and(|length| length > limits.max_body_bytes) {
+        return Err(BodyError::TooLarge.rejection(&limits));
     }
     let collected = tokio::time::timeout(
-        state.body_read_timeout,
-        read_limited(body, state.max_body_bytes),
+        limits.body_read_timeout,
+        read_limited(body, declared, limits.max_body_bytes, &state.body_budget),
     )
     .await;
-    let bytes = match collected {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(BodyError::TooLarge)) => return Err(too_large()),
-        Ok(Err(BodyError::Read(err))) => {
-            return Err(Rejection::new(
-                StatusCode::BAD_REQUEST,
-                RequestResult::BadRequest,
-                format!("cannot read the body: {err}"),
-            ));
-        }
+    let (bytes, _held) = match collected {
+        Ok(Ok(read)) => read,
+        Ok(Err(err)) => return Err(err.rejection(&limits)),
         Err(_) => {
             return Err(Rejection::new(
                 StatusCode::REQUEST_TIMEOUT,
                 RequestResult::Timeout,
                 format!(
                     "the body did not arrive within {:?}",
-                    state.body_read_timeout
+                    limits.body_read_timeout
                 ),
             ));
         }
     };
-    let sidecars = state.sidecars.borrow().clone();
-    admission::review(&bytes, &sidecars, &state.settings).map_err(|err| {
+    let review = if bytes.len() <= INLINE_REVIEW_BYTES {
+        let sidecars = state.sidecars.borrow().clone();
+        admission::review(&bytes, &sidecars, &state.settings)
+    } else {
+        review_off_workers(state.clone(), bytes).await?
+    };
+    review.map_err(|err| {
         Rejection::new(
             StatusCode::BAD_REQUEST,
             RequestResult::BadRequest,
@@ -252,24 +282,125 @@ async fn answer(
     })
 }
 
+/// Reviews a large body on the blocking pool, at most one per core at once, within
+/// `--review-timeout` (waiting for a slot included). A review past its deadline is answered
+/// 503 and left to finish on its thread: its cost is bounded by the body limit.
+async fn review_off_workers(
+    state: Arc<WebhookState>,
+    bytes: Vec<u8>,
+) -> Result<Result<Answer, admission::ReviewError>, Rejection> {
+    let timeout = state.limits.review_timeout;
+    let late = || {
+        Rejection::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            RequestResult::ReviewTimeout,
+            format!("the review did not finish within --review-timeout ({timeout:?})"),
+        )
+    };
+    let work = async {
+        let slot = state
+            .review_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the review slots are never closed");
+        let shared = state.clone();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let sidecars = shared.sidecars.borrow().clone();
+            admission::review(&bytes, &sidecars, &shared.settings)
+        })
+        .await
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(review)) => Ok(review),
+        Ok(Err(join)) => Err(Rejection::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            RequestResult::BadRequest,
+            format!("the review failed: {join}"),
+        )),
+        Err(_) => Err(late()),
+    }
+}
+
 enum BodyError {
     TooLarge,
+    /// The byte budget shared by all requests is spent.
+    OverBudget,
     Read(axum::Error),
 }
 
-/// The whole body, or `TooLarge` as soon as it passes `limit` (the rest left unread).
-async fn read_limited(body: &mut Body, limit: usize) -> Result<Vec<u8>, BodyError> {
+impl BodyError {
+    fn rejection(self, limits: &Limits) -> Rejection {
+        match self {
+            BodyError::TooLarge => Rejection::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                RequestResult::PayloadTooLarge,
+                format!(
+                    "the body exceeds --max-body-bytes ({} bytes)",
+                    limits.max_body_bytes
+                ),
+            ),
+            BodyError::OverBudget => Rejection::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RequestResult::Busy,
+                format!(
+                    "the webhook already holds --max-buffered-bytes ({} bytes) of request bodies; retry",
+                    limits.max_buffered_bytes
+                ),
+            ),
+            BodyError::Read(err) => Rejection::new(
+                StatusCode::BAD_REQUEST,
+                RequestResult::BadRequest,
+                format!("cannot read the body: {err}"),
+            ),
+        }
+    }
+}
+
+/// The whole body, or `TooLarge` as soon as it passes `limit` (the rest left unread). Every
+/// byte kept is paid for from `budget` first (the declared length up front), and the permit
+/// returned holds it until the caller is done with the body.
+async fn read_limited(
+    body: &mut Body,
+    declared: Option<usize>,
+    limit: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<(Vec<u8>, Option<OwnedSemaphorePermit>), BodyError> {
+    let mut held: Option<OwnedSemaphorePermit> = None;
+    let reserve = |held: &mut Option<OwnedSemaphorePermit>, total: usize| {
+        let have = held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        if total <= have {
+            return Ok(());
+        }
+        let more = u32::try_from(total - have).map_err(|_| BodyError::TooLarge)?;
+        let permit = budget
+            .clone()
+            .try_acquire_many_owned(more)
+            .map_err(|_| BodyError::OverBudget)?;
+        match held {
+            Some(held) => held.merge(permit),
+            None => *held = Some(permit),
+        }
+        Ok(())
+    };
     let mut buffer = Vec::new();
+    if let Some(length) = declared {
+        reserve(&mut held, length)?;
+        buffer.reserve_exact(length);
+    }
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(BodyError::Read)?;
         if let Some(data) = frame.data_ref() {
-            if buffer.len() + data.len() > limit {
+            let total = buffer.len() + data.len();
+            if total > limit {
                 return Err(BodyError::TooLarge);
             }
+            reserve(&mut held, total)?;
             buffer.extend_from_slice(data);
         }
     }
-    Ok(buffer)
+    Ok((buffer, held))
 }
 
 /// Records and logs the answer, and sends its review back.
@@ -325,6 +456,15 @@ mod tests {
     use crate::config::{LoadedSidecar, parse_config};
 
     fn state() -> Arc<WebhookState> {
+        state_with(Limits {
+            max_body_bytes: 64 * 1024,
+            max_buffered_bytes: 64 * 1024,
+            body_read_timeout: Duration::from_secs(5),
+            review_timeout: Duration::from_secs(5),
+        })
+    }
+
+    fn state_with(limits: Limits) -> Arc<WebhookState> {
         let logger = parse_config(
             "t.yaml",
             "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n",
@@ -333,14 +473,132 @@ mod tests {
         .config;
         let set: SidecarSet = [LoadedSidecar::new(logger, "t.yaml")].into_iter().collect();
         let (_publish, sidecars) = watch::channel(Arc::new(set));
-        Arc::new(WebhookState {
+        Arc::new(WebhookState::new(
             sidecars,
-            settings: InjectionSettings::default(),
-            metrics: Arc::new(Metrics::new()),
-            max_body_bytes: 64 * 1024,
+            InjectionSettings::default(),
+            Arc::new(Metrics::new()),
+            limits,
+            Arc::new(Readiness::default()),
+        ))
+    }
+
+    /// A review of `bare-pod.json` padded with an ignored field to `size` bytes.
+    fn review_of_size(size: usize) -> String {
+        let mut review: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/admission/bare-pod.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let base = review.to_string().len();
+        review["request"]["object"]["metadata"]["labels"] =
+            serde_json::json!({"padding": "p".repeat(size.saturating_sub(base + 30))});
+        review.to_string()
+    }
+
+    #[tokio::test]
+    async fn bodies_share_one_byte_budget_and_a_request_past_it_gets_503() {
+        let state = state_with(Limits {
+            max_body_bytes: 100 * 1024,
+            max_buffered_bytes: 120 * 1024,
+            body_read_timeout: Duration::from_secs(30),
+            review_timeout: Duration::from_secs(5),
+        });
+        // A slow upload holds 80 KiB of the budget and does not finish yet.
+        let review = review_of_size(80 * 1024);
+        let (first_half, second_half) = review.split_at(review.len() / 2);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+        let slow = Request::post("/mutate")
+            .header("content-type", "application/json")
+            .header("content-length", review.len().to_string())
+            .body(Body::from_stream(tokio_stream_from(rx)))
+            .unwrap();
+        let slow = tokio::spawn(call(webhook_router(state.clone()), slow));
+        tx.send(Ok(first_half.as_bytes().to_vec())).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while state.body_budget.available_permits() > 120 * 1024 - review.len() {
+            assert!(
+                Instant::now() < deadline,
+                "the slow upload never took its budget"
+            );
+            tokio::task::yield_now().await;
+        }
+        // 60 KiB more does not fit beside it: 503, counted as busy.
+        let (status, body) = call(
+            webhook_router(state.clone()),
+            post("application/json", &review_of_size(60 * 1024)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(
+            body.contains("--max-buffered-bytes (122880 bytes)"),
+            "{body}"
+        );
+        assert!(
+            state
+                .metrics
+                .encode()
+                .contains("sidecar_injector_admission_requests_total{result=\"busy\"} 1"),
+            "{}",
+            state.metrics.encode()
+        );
+        // The slow upload finishes and is answered; its budget comes back.
+        tx.send(Ok(second_half.as_bytes().to_vec())).await.unwrap();
+        drop(tx);
+        assert_eq!(slow.await.unwrap().0, StatusCode::OK);
+        assert_eq!(state.body_budget.available_permits(), 120 * 1024);
+        let (status, _) = call(
+            webhook_router(state.clone()),
+            post("application/json", &review_of_size(60 * 1024)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+
+    fn tokio_stream_from(
+        mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+    ) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+
+    #[tokio::test]
+    async fn a_large_body_is_reviewed_off_the_workers_within_the_review_timeout() {
+        let limits = Limits {
+            max_body_bytes: 1024 * 1024,
+            max_buffered_bytes: 1024 * 1024,
             body_read_timeout: Duration::from_secs(5),
-            readiness: Arc::new(Readiness::default()),
-        })
+            review_timeout: Duration::from_secs(5),
+        };
+        let large = review_of_size(INLINE_REVIEW_BYTES * 4);
+        let (status, body) = call(
+            webhook_router(state_with(limits)),
+            post("application/json", &large),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains("\"patchType\":\"JSONPatch\""), "{body}");
+        // No time at all for the review: 503 naming the flag, counted.
+        let state = state_with(Limits {
+            review_timeout: Duration::ZERO,
+            ..limits
+        });
+        let (status, body) = call(
+            webhook_router(state.clone()),
+            post("application/json", &large),
+        )
+        .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("--review-timeout"), "{body}");
+        assert!(
+            state
+                .metrics
+                .encode()
+                .contains("result=\"review_timeout\"} 1"),
+            "{}",
+            state.metrics.encode()
+        );
     }
 
     async fn call(router: Router, request: Request<Body>) -> (StatusCode, String) {
