@@ -15,7 +15,10 @@ pub use catalog::{
 };
 pub use load::{configmap_origin, load_configmap_items, load_directory};
 pub use origin::Origin;
-pub use parse::{ConfigError, ConfigErrorKind, ConfigWarning, ParsedConfig, parse_config};
+pub use parse::{
+    ConfigError, ConfigErrorKind, ConfigWarning, MAX_CONFIG_BYTES, MAX_FLOW_DEPTH,
+    MAX_INHERITS_DEPTH, ParsedConfig, parse_config,
+};
 pub use revision::{Revision, RevisionStamp, RevisionsInForce};
 pub use sidecar::{RolloutMode, RolloutPolicy, SidecarConfig, TOP_LEVEL_KEYS};
 

@@ -21,7 +21,9 @@ use crate::cluster::events::recorder;
 use crate::config::SidecarSet;
 use crate::injection::InjectionSettings;
 use crate::metrics::Metrics;
-use crate::sources::{ConfigSources, reload_configs, spawn_config_reloader, watch_paths};
+use crate::sources::{
+    ConfigSources, WatchedDirectory, reload_configs, spawn_config_reloader, watch_paths,
+};
 pub use http::{Readiness, WebhookState, lifecycle_router, webhook_router};
 use tls::{DevCertificates, not_after, server_config_from_files};
 
@@ -167,24 +169,49 @@ fn spawn_certificate_reloader(
     metrics: Arc<Metrics>,
     reloaded: watch::Sender<()>,
 ) -> anyhow::Result<()> {
-    let directories: Vec<PathBuf> = [&cert_file, &key_file]
-        .iter()
-        .map(|f| {
-            f.parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."))
-                .to_path_buf()
-        })
-        .collect();
-    let mut changes = watch_paths(&directories, options.reload_debounce)
+    // Only the pair (and a Secret volume's `..data` swap) matters: anything else written
+    // beside it, a log file say, must not reload the pair five times a second.
+    let mut by_directory: Vec<WatchedDirectory> = Vec::new();
+    for file in [&cert_file, &key_file] {
+        let directory = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match by_directory.iter_mut().find(|w| w.directory == directory) {
+            Some(watched) => watched.names.push(name),
+            None => by_directory.push(WatchedDirectory::files(directory, vec![name])),
+        }
+    }
+    let mut changes = watch_paths(by_directory, options.reload_debounce)
         .context("cannot watch the certificate files")?;
     tokio::spawn(async move {
         while changes.recv().await.is_some() {
-            match server_config_from_files(&cert_file, &key_file) {
+            let (cert, key, expiry_metrics) =
+                (cert_file.clone(), key_file.clone(), metrics.clone());
+            let loaded = crate::sources::load_off_workers(move || {
+                let config = server_config_from_files(&cert, &key);
+                if config.is_ok() {
+                    record_expiry(&cert, &expiry_metrics);
+                }
+                config
+            })
+            .await;
+            let Some(loaded) = loaded else {
+                metrics.record_certificate_reload(false);
+                error!(
+                    "reading the serving certificate did not finish in time; the previous one keeps serving"
+                );
+                continue;
+            };
+            match loaded {
                 Ok(config) => {
                     tls.reload_from_config(config);
                     metrics.record_certificate_reload(true);
-                    record_expiry(&cert_file, &metrics);
                     info!(cert = %cert_file.display(), "serving certificate reloaded");
                     reloaded.send_replace(());
                 }
@@ -207,7 +234,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 
     let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
     let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
-    reload_configs(&options.config_directory, &sources, &metrics);
+    reload_configs(&options.config_directory, &sources, &metrics).await;
     readiness.configs_loaded.store(true, Ordering::Release);
     spawn_config_reloader(
         options.config_directory.clone(),

@@ -16,7 +16,7 @@ use tracing::{error, info, warn};
 use crate::config::{SidecarSet, SourceState, merge_sources};
 use crate::metrics::Metrics;
 use directory::load_config_directory;
-pub use directory_watch::watch_paths;
+pub use directory_watch::{WatchedDirectory, watch_paths};
 
 pub const CONFIG_SOURCE_DIRECTORY: &str = "directory";
 
@@ -59,14 +59,43 @@ impl ConfigSources {
     }
 }
 
-/// Loads the config directory into the sources, publishes the result, and records it.
-pub fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, metrics: &Metrics) {
+/// How long reading and parsing one source may take. Past it the reload is given up and the
+/// configs in force stay; the work itself is bounded by the config limits.
+pub const LOAD_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Runs `load` on the blocking pool within [`LOAD_DEADLINE`]: file reads and YAML parsing
+/// never stall the async workers that answer `/mutate` and `/health`. `None` when it is late
+/// (its result, when it comes, is dropped).
+pub async fn load_off_workers<R: Send + 'static>(
+    load: impl FnOnce() -> R + Send + 'static,
+) -> Option<R> {
+    match tokio::time::timeout(LOAD_DEADLINE, tokio::task::spawn_blocking(load)).await {
+        Ok(Ok(result)) => Some(result),
+        Ok(Err(join)) => {
+            error!("loading configs failed: {join}");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Loads the config directory into the sources, publishes the result, and records it. The
+/// files are read and parsed without holding the sources, so a read that never returns
+/// (a FIFO swapped in after the check) blocks nothing else.
+pub async fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, metrics: &Metrics) {
+    let dir = directory.to_path_buf();
+    let loaded = load_off_workers(move || load_config_directory(&dir)).await;
     let mut sources = sources.lock().expect("config sources lock");
     let state = &mut sources.directory;
-    let report = match load_config_directory(directory) {
-        Ok(report) => report,
-        Err(err) => {
+    let report = match loaded {
+        Some(Ok(report)) => report,
+        Some(Err(err)) => {
             error!(directory = %directory.display(), "cannot read the config directory; keeping the configs in force: {err}");
+            metrics.record_config_reload(CONFIG_SOURCE_DIRECTORY, false, state.len());
+            return;
+        }
+        None => {
+            error!(directory = %directory.display(), deadline = ?LOAD_DEADLINE, "reading the config directory did not finish in time; keeping the configs in force");
             metrics.record_config_reload(CONFIG_SOURCE_DIRECTORY, false, state.len());
             return;
         }
@@ -92,16 +121,14 @@ pub fn spawn_config_reloader(
     sources: Arc<Mutex<ConfigSources>>,
     metrics: Arc<Metrics>,
 ) -> Result<(), SourceError> {
-    let mut changes =
-        watch_paths(std::slice::from_ref(&directory), debounce).map_err(|source| {
-            SourceError::WatchDirectory {
-                directory: directory.clone(),
-                source,
-            }
+    let mut changes = watch_paths(vec![WatchedDirectory::configs(directory.clone())], debounce)
+        .map_err(|source| SourceError::WatchDirectory {
+            directory: directory.clone(),
+            source,
         })?;
     tokio::spawn(async move {
         while changes.recv().await.is_some() {
-            reload_configs(&directory, &sources, &metrics);
+            reload_configs(&directory, &sources, &metrics).await;
         }
     });
     Ok(())

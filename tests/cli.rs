@@ -337,6 +337,19 @@ fn validate_reports_errors_by_file_and_line_and_fails() {
     assert_eq!(text(&good.stdout).lines().count(), 1);
     let typo = run(&["validate", &format!("{dir_arg}/typo.yaml")], None);
     assert_eq!(typo.status.code(), Some(1));
+
+    // A config name that is no readable file fails validation; it is never skipped.
+    std::os::unix::fs::symlink(dir.path().join("gone.yaml"), dir.path().join("link.yaml")).unwrap();
+    std::fs::create_dir(dir.path().join("folder.yaml")).unwrap();
+    let output = run(&["validate", dir_arg], None);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    for expected in [
+        format!("error: {dir_arg}/link.yaml: cannot read: a symlink whose target does not exist"),
+        format!("error: {dir_arg}/folder.yaml: cannot read: a directory, not a regular file"),
+    ] {
+        assert!(stderr.contains(&expected), "{expected}\n{stderr}");
+    }
 }
 
 #[test]

@@ -49,13 +49,14 @@ impl Setup {
         let cert = self.path("tls/tls.crt");
         let key = self.path("tls/tls.key");
         let mut args = vec![
-            "--config-directory",
-            config.to_str().unwrap(),
             "--tls-cert-file",
             cert.to_str().unwrap(),
             "--tls-key-file",
             key.to_str().unwrap(),
         ];
+        if !extra.contains(&"--config-directory") {
+            args.extend(["--config-directory", config.to_str().unwrap()]);
+        }
         if !extra.contains(&"--shutdown-delay") {
             args.extend(["--shutdown-delay", "0s"]);
         }
@@ -735,4 +736,129 @@ async fn connections_are_capped_and_idle_http2_connections_are_closed() {
         .await
         .unwrap();
     assert_eq!(status, 200);
+}
+
+/// The image of the injected `log-shipper` for `review`, or `None` when nothing is injected.
+async fn shipper_image(injector: &Injector, client: &TlsClient, review: &Value) -> Option<String> {
+    let (_, reply) = post_review(injector, client, review).await;
+    reply["response"]["patch"].as_str()?;
+    let pod = patched(review, &reply);
+    pod["spec"]["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == "log-shipper")
+        .and_then(|c| c["image"].as_str().map(str::to_owned))
+}
+
+/// Copies `config/` to `target` with the shipper image set to `image`.
+fn config_copy(setup: &Setup, target: &Path, image: &str) {
+    std::fs::create_dir_all(target).unwrap();
+    for entry in std::fs::read_dir(setup.path("config")).unwrap() {
+        let entry = entry.unwrap();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        std::fs::write(
+            target.join(entry.file_name()),
+            text.replace("fluent/fluent-bit:2.2.0", image),
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_pointed_or_recreated_config_directory_is_followed() {
+    let setup = Setup::new();
+    // --config-directory is a symlink, as git-sync keeps one.
+    config_copy(&setup, &setup.path("rev-a"), "fluent/fluent-bit:2.2.0");
+    std::os::unix::fs::symlink(setup.path("rev-a"), setup.path("live")).unwrap();
+    let live = setup.path("live");
+    let injector = setup.start(&[
+        "--reload-debounce",
+        "50ms",
+        "--config-directory",
+        live.to_str().unwrap(),
+    ]);
+    let client = setup.client();
+    let review = fixture("statefulset-pod.json");
+    let image = || shipper_image(&injector, &client, &review);
+    assert_eq!(image().await.as_deref(), Some("fluent/fluent-bit:2.2.0"));
+
+    // The symlink swapped atomically to a new revision.
+    config_copy(&setup, &setup.path("rev-b"), "fluent/fluent-bit:2.2.1");
+    std::os::unix::fs::symlink(setup.path("rev-b"), setup.path("live.tmp")).unwrap();
+    std::fs::rename(setup.path("live.tmp"), &live).unwrap();
+    eventually(DEADLINE, "the new target is served", || async {
+        (image().await.as_deref() == Some("fluent/fluent-bit:2.2.1")).then_some(())
+    })
+    .await;
+    // An edit in the new target is seen: it is watched now.
+    let logger = setup.path("rev-b/logger-v1.yaml");
+    let text = std::fs::read_to_string(&logger).unwrap();
+    std::fs::write(&logger, text.replace("2.2.1", "2.2.2")).unwrap();
+    eventually(DEADLINE, "an edit in the new target is served", || async {
+        (image().await.as_deref() == Some("fluent/fluent-bit:2.2.2")).then_some(())
+    })
+    .await;
+
+    // The target deleted: the configs in force stay (an error counted, nothing dropped).
+    let errors = "sidecar_injector_config_reloads_total{source=\"directory\",result=\"error\"}";
+    std::fs::remove_dir_all(setup.path("rev-b")).unwrap();
+    eventually(DEADLINE, "the missing directory is counted", || async {
+        (injector.metric(errors) >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(image().await.as_deref(), Some("fluent/fluent-bit:2.2.2"));
+    // ...and recreated: followed, and later edits in it too.
+    config_copy(&setup, &setup.path("rev-b"), "fluent/fluent-bit:2.2.3");
+    eventually(DEADLINE, "the recreated directory is served", || async {
+        (image().await.as_deref() == Some("fluent/fluent-bit:2.2.3")).then_some(())
+    })
+    .await;
+    let logger = setup.path("rev-b/logger-v1.yaml");
+    let text = std::fs::read_to_string(&logger).unwrap();
+    std::fs::write(&logger, text.replace("2.2.3", "2.2.4")).unwrap();
+    eventually(
+        DEADLINE,
+        "an edit in the recreated directory is served",
+        || async { (image().await.as_deref() == Some("fluent/fluent-bit:2.2.4")).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_written_in_two_parts_is_served_only_once_complete() {
+    use std::io::Write;
+    let setup = Setup::new();
+    let injector = setup.start(&["--reload-debounce", "50ms"]);
+    let client = setup.client();
+    let review = fixture("statefulset-pod.json");
+    let reloads = "sidecar_injector_config_reloads_total{source=\"directory\",result=\"success\"}";
+    let before = injector.metric(reloads);
+
+    // The first part alone is a valid config; the writer pauses well past the quiet time
+    // before it writes the rest and closes the file.
+    let mut file = std::fs::File::create(setup.path("config/logger-v1.yaml")).unwrap();
+    file.write_all(
+        b"name: logger:v1\ncontainers: [{name: log-shipper, image: 'fluent/fluent-bit:9.0.0'}]\n",
+    )
+    .unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    file.write_all(b"env: [{name: PART, value: two}]\n")
+        .unwrap();
+    drop(file);
+
+    let env_of = |reply: &Value| patched(&review, reply)["spec"]["containers"][0]["env"].clone();
+    eventually(DEADLINE, "the complete file is served", || async {
+        let (_, reply) = post_review(&injector, &client, &review).await;
+        env_of(&reply)
+            .as_array()
+            .is_some_and(|env| env.iter().any(|e| e["name"] == "PART"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric(reloads),
+        before + 1.0,
+        "one reload, of the complete file; the half-written one was never loaded"
+    );
 }

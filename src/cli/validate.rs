@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::args::*;
 use crate::config::{LoadReport, Origin, load_directory};
 use crate::sources::directory::{
-    is_config_file_name, load_config_directory, read_config_directory,
+    is_config_file_name, load_config_directory, read_config_directory, read_config_file,
 };
 use crate::telemetry::error_notice;
 
@@ -79,10 +79,7 @@ fn load_single_file(file: &Path) -> anyhow::Result<LoadReport> {
     let mut files = read_config_directory(&dir)
         .with_context(|| format!("cannot read directory {}", dir.display()))?;
     if !is_config_file_name(&file_name) || !files.contains_key(&file_name) {
-        files.insert(
-            file_name.clone(),
-            std::fs::read_to_string(file).map_err(|e| e.to_string()),
-        );
+        files.insert(file_name.clone(), read_config_file(file));
     }
     let dir_label = dir.display().to_string();
     let mut report = load_directory(&dir_label, &files);

@@ -38,6 +38,10 @@ pub enum ConfigErrorKind {
     Read(String),
     #[error("invalid YAML: {0}")]
     Syntax(String),
+    #[error(
+        "`[` and `{{` nest more than {MAX_FLOW_DEPTH} levels deep (counted over the text, quoted strings included)"
+    )]
+    TooDeep,
     #[error("the document is empty; a sidecar config needs at least a `name`")]
     Empty,
     #[error("expected a mapping of config keys, found {0}")]
@@ -93,6 +97,13 @@ pub struct ParsedConfig {
 }
 
 /// Parses one config document. `origin` names it in every message.
+/// The largest config file read: a ConfigMap cannot hold more either.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// How deep `[` and `{` may nest. The YAML scanner's cost grows with the square of this depth
+/// (100,000 levels took minutes); no config needs more than a handful.
+pub const MAX_FLOW_DEPTH: usize = 64;
+
 /// How many parents a config may have above it: every config of the chain is merged for
 /// every file of the chain, so depth multiplies the cost of a reload.
 pub const MAX_INHERITS_DEPTH: usize = 16;
@@ -141,6 +152,9 @@ type Located = (Option<usize>, ConfigErrorKind);
 
 /// The document as a mapping of known top-level keys.
 fn read_mapping(text: &str) -> Result<serde_json::Map<String, Value>, Located> {
+    if let Some(line) = flow_depth_exceeded(text) {
+        return Err((Some(line), ConfigErrorKind::TooDeep));
+    }
     let document: Value = serde_yaml::from_str(text).map_err(|e| {
         (
             e.location().map(|l| l.line()),
@@ -162,6 +176,29 @@ fn read_mapping(text: &str) -> Result<serde_json::Map<String, Value>, Located> {
         ));
     }
     Ok(map)
+}
+
+/// The line where `[`/`{` first nest past [`MAX_FLOW_DEPTH`], counting every bracket in the
+/// text. Conservative: brackets inside strings count too, so a legitimate config is refused
+/// only if it holds more than 64 unbalanced brackets, and the YAML parser never sees a deep
+/// one.
+fn flow_depth_exceeded(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut line = 1;
+    for byte in text.bytes() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_FLOW_DEPTH {
+                    return Some(line);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'\n' => line += 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 fn take_name(map: &mut serde_json::Map<String, Value>, text: &str) -> Result<SidecarName, Located> {

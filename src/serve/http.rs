@@ -579,11 +579,18 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert!(body.contains("\"patchType\":\"JSONPatch\""), "{body}");
-        // No time at all for the review: 503 naming the flag, counted.
+        // Every review slot busy for longer than the deadline: 503 naming the flag, counted.
         let state = state_with(Limits {
-            review_timeout: Duration::ZERO,
+            review_timeout: Duration::from_millis(100),
             ..limits
         });
+        let slots = state.review_slots.available_permits();
+        let _busy = state
+            .review_slots
+            .clone()
+            .acquire_many_owned(u32::try_from(slots).unwrap())
+            .await
+            .unwrap();
         let (status, body) = call(
             webhook_router(state.clone()),
             post("application/json", &large),

@@ -24,6 +24,22 @@ pub enum TlsError {
     NoCertificate { path: String },
     #[error("{path}: invalid certificate PEM: {message}")]
     CertificatePem { path: String, message: String },
+    #[error("{path}: certificate {index} of the chain is not a valid X.509 certificate: {message}")]
+    Certificate {
+        path: String,
+        index: usize,
+        message: String,
+    },
+    #[error(
+        "{path}: certificate {next} of the chain ({subject}) did not issue certificate {index} (issued by {issuer}); list the chain leaf first, each certificate followed by its issuer"
+    )]
+    ChainOrder {
+        path: String,
+        index: usize,
+        next: usize,
+        issuer: String,
+        subject: String,
+    },
     #[error("{path}: no usable private key: {message}")]
     PrivateKey { path: String, message: String },
     #[error("certificate and key do not form a usable pair: {0}")]
@@ -81,6 +97,7 @@ pub fn server_config(
             path: cert_label.to_owned(),
         });
     }
+    check_chain(&chain, cert_label)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::PrivateKey {
         path: key_label.to_owned(),
         message: e.to_string(),
@@ -96,14 +113,69 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// Every certificate of the chain parses, and each is issued by the next: rustls checks only
+/// that the key matches the first, and a chain with a broken block would be served, failing
+/// every handshake, while the old pair could have kept serving.
+fn check_chain(chain: &[CertificateDer<'_>], label: &str) -> Result<(), TlsError> {
+    let parsed = chain
+        .iter()
+        .enumerate()
+        .map(|(index, der)| {
+            x509_parser::parse_x509_certificate(der.as_ref())
+                .map(|(_, cert)| cert)
+                .map_err(|e| TlsError::Certificate {
+                    path: label.to_owned(),
+                    index: index + 1,
+                    message: e.to_string(),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for (index, pair) in parsed.windows(2).enumerate() {
+        if pair[0].issuer() != pair[1].subject() {
+            return Err(TlsError::ChainOrder {
+                path: label.to_owned(),
+                index: index + 1,
+                next: index + 2,
+                issuer: pair[0].issuer().to_string(),
+                subject: pair[1].subject().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The largest certificate or key file read.
+const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// Reads a PEM file: only a regular file (a FIFO would block the reader forever) of at most
+/// [`MAX_PEM_BYTES`].
+fn read_pem_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    let error = |source: io::Error| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let metadata = fs::metadata(path).map_err(error)?;
+    if !metadata.is_file() {
+        return Err(error(io::Error::other("not a regular file")));
+    }
+    if metadata.len() > MAX_PEM_BYTES {
+        return Err(error(io::Error::other(format!(
+            "{} bytes, more than {MAX_PEM_BYTES}",
+            metadata.len()
+        ))));
+    }
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|file| {
+            io::Read::read_to_end(&mut io::Read::take(file, MAX_PEM_BYTES), &mut bytes)
+        })
+        .map_err(error)?;
+    Ok(bytes)
+}
+
 /// Reads both files and builds the configuration.
 pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
-    let read = |path: &Path| {
-        fs::read(path).map_err(|source| TlsError::Read {
-            path: path.display().to_string(),
-            source,
-        })
-    };
+    let read = read_pem_file;
     server_config(
         &read(cert)?,
         &cert.display().to_string(),
@@ -260,6 +332,49 @@ mod tests {
                 .starts_with("tls.key: no usable private key"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_chain_with_a_broken_or_misordered_certificate_is_refused() {
+        install_crypto_provider();
+        let certs = DevCertificates::generate(&["a".into()]).unwrap();
+        let key = certs.key_pem.as_bytes();
+        // A PEM block whose base64 is fine but whose content is no certificate.
+        let garbage = "-----BEGIN CERTIFICATE-----\nZ2FyYmFnZQ==\n-----END CERTIFICATE-----\n";
+        let broken = format!("{}{garbage}", certs.cert_pem);
+        let err = server_config(broken.as_bytes(), "tls.crt", key, "k").unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "tls.crt: certificate 2 of the chain is not a valid X.509 certificate"
+            ),
+            "{err}"
+        );
+        // Leaf followed by its CA: fine. Followed by an unrelated CA: refused.
+        let full = format!("{}{}", certs.cert_pem, certs.ca_pem);
+        server_config(full.as_bytes(), "tls.crt", key, "k").expect("leaf then issuer");
+        let other = DevCertificates::generate(&["b".into()]).unwrap();
+        let wrong = format!("{}{}", certs.cert_pem, other.cert_pem);
+        let err = server_config(wrong.as_bytes(), "tls.crt", key, "k").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("certificate 2 of the chain (CN=b) did not issue certificate 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_certificate_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("tls.crt");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let err = server_config_from_files(&fifo, &fifo).unwrap_err();
+        assert!(err.to_string().ends_with("not a regular file"), "{err}");
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub async fn run(
                 store.remove(&name);
             }
         }
-        let problems = reload(&namespace, &store, &sources, &metrics);
+        let problems = reload(&namespace, &store, &sources, &metrics).await;
         listed();
         report_new_problems(&recorder, &store, problems, &mut reported).await;
     }
@@ -69,7 +69,7 @@ pub async fn run(
 
 /// Loads every item of every ConfigMap in `store` into the ConfigMap source and publishes.
 /// Returns the errors (each names its ConfigMap in its origin).
-fn reload(
+async fn reload(
     namespace: &str,
     store: &BTreeMap<String, ConfigMap>,
     sources: &Mutex<ConfigSources>,
@@ -81,7 +81,16 @@ fn reload(
             items.push((configmap_origin(namespace, name, key), text.clone()));
         }
     }
-    let report = load_configmap_items(&items);
+    let Some(report) = super::load_off_workers(move || load_configmap_items(&items)).await else {
+        error!(deadline = ?super::LOAD_DEADLINE, "parsing the sidecar ConfigMaps did not finish in time; keeping the configs in force");
+        let served = sources
+            .lock()
+            .expect("config sources lock")
+            .configmaps
+            .len();
+        metrics.record_config_reload(CONFIG_SOURCE_CONFIGMAP, false, served);
+        return Vec::new();
+    };
     for warning in &report.warnings {
         warn!("{warning}");
     }

@@ -2,15 +2,18 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
-use crate::config::{LoadReport, load_directory};
+use crate::config::{LoadReport, MAX_CONFIG_BYTES, load_directory};
 
 /// The text of every `*.yaml` / `*.yml` file in `dir` (not recursive), by file name. Hidden
 /// entries are skipped: a mounted ConfigMap keeps its real files under `..data/` and
 /// timestamped `..2024_...` directories, and exposes them as symlinks beside them.
-/// A file that cannot be read is kept with its error, so the report names it.
+/// A config name that cannot be read as a file (a dangling symlink, a directory, a FIFO...)
+/// is kept with its error, so the report names it and its last good version stays: skipping
+/// it would make the sidecar vanish without a word.
 pub fn read_config_directory(dir: &Path) -> io::Result<BTreeMap<String, Result<String, String>>> {
     let mut files = BTreeMap::new();
     for entry in fs::read_dir(dir)? {
@@ -19,17 +22,50 @@ pub fn read_config_directory(dir: &Path) -> io::Result<BTreeMap<String, Result<S
         if file_name.starts_with('.') || !is_config_file_name(&file_name) {
             continue;
         }
-        let path = entry.path();
-        // Follows symlinks, which is how ConfigMap volumes present their files.
-        if !path.is_file() {
-            continue;
-        }
-        files.insert(
-            file_name,
-            fs::read_to_string(&path).map_err(|e| e.to_string()),
-        );
+        files.insert(file_name, read_config_file(&entry.path()));
     }
     Ok(files)
+}
+
+/// The text of one config file. Symlinks are followed (ConfigMap volumes present their files
+/// that way); only a regular file of at most [`MAX_CONFIG_BYTES`] is opened, so a FIFO or a
+/// device never blocks the reader.
+pub fn read_config_file(path: &Path) -> Result<String, String> {
+    let metadata = fs::metadata(path).map_err(|err| {
+        let dangling = err.kind() == io::ErrorKind::NotFound
+            && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        if dangling {
+            "a symlink whose target does not exist".to_owned()
+        } else {
+            err.to_string()
+        }
+    })?;
+    let file_type = metadata.file_type();
+    if !file_type.is_file() {
+        let kind = if file_type.is_dir() {
+            "a directory"
+        } else if file_type.is_fifo() {
+            "a FIFO"
+        } else if file_type.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(format!("{kind}, not a regular file"));
+    }
+    let too_large =
+        |bytes: u64| format!("{bytes} bytes; a sidecar config is at most {MAX_CONFIG_BYTES} bytes");
+    if metadata.len() > MAX_CONFIG_BYTES {
+        return Err(too_large(metadata.len()));
+    }
+    let mut text = String::new();
+    fs::File::open(path)
+        .and_then(|file| file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text))
+        .map_err(|err| err.to_string())?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_large(text.len() as u64));
+    }
+    Ok(text)
 }
 
 pub fn is_config_file_name(name: &str) -> bool {
@@ -40,4 +76,82 @@ pub fn is_config_file_name(name: &str) -> bool {
 pub fn load_config_directory(dir: &Path) -> io::Result<LoadReport> {
     let files = read_config_directory(dir)?;
     Ok(load_directory(&dir.display().to_string(), &files))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+    use crate::config::SourceState;
+
+    fn config(name: &str) -> String {
+        format!("name: {name}:v1\ncontainers: [{{name: {name}, image: '{name}:1'}}]\n")
+    }
+
+    #[test]
+    fn a_config_name_that_is_not_a_readable_file_is_an_error_and_its_last_good_version_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let names = ["dangling", "loop", "directory", "fifo", "huge", "deep"];
+        for name in names.iter().chain(&["fine"]) {
+            fs::write(path(&format!("{name}.yaml")), config(name)).unwrap();
+        }
+        let mut state = SourceState::default();
+        let first = state.apply(&load_config_directory(dir.path()).unwrap());
+        assert_eq!((first.errors, first.served), (0, 7));
+
+        for name in names {
+            fs::remove_file(path(&format!("{name}.yaml"))).unwrap();
+        }
+        symlink(path("nowhere.yaml"), path("dangling.yaml")).unwrap();
+        symlink(path("loop.yaml"), path("loop.yaml")).unwrap();
+        fs::create_dir(path("directory.yaml")).unwrap();
+        let mkfifo = std::process::Command::new("mkfifo")
+            .arg(path("fifo.yaml"))
+            .status()
+            .unwrap();
+        assert!(mkfifo.success());
+        let huge_len = usize::try_from(MAX_CONFIG_BYTES).unwrap() + 1;
+        fs::write(
+            path("huge.yaml"),
+            format!("{}\n{}", config("huge"), "#".repeat(huge_len)),
+        )
+        .unwrap();
+        fs::write(
+            path("deep.yaml"),
+            format!("{}rollout: {}\n", config("deep"), "[".repeat(100_000)),
+        )
+        .unwrap();
+
+        let files = read_config_directory(dir.path()).unwrap();
+        let error = |name: &str| files[&format!("{name}.yaml")].clone().unwrap_err();
+        assert_eq!(error("dangling"), "a symlink whose target does not exist");
+        assert!(
+            error("loop").contains("symbolic links"),
+            "{}",
+            error("loop")
+        );
+        assert_eq!(error("directory"), "a directory, not a regular file");
+        assert_eq!(error("fifo"), "a FIFO, not a regular file");
+        assert!(error("huge").contains("a sidecar config is at most 1048576 bytes"));
+
+        let label = dir.path().display().to_string();
+        let report = load_directory(&label, &files);
+        let deep = report
+            .errors
+            .iter()
+            .find(|e| e.origin.to_string() == format!("{label}/deep.yaml"))
+            .expect("the deep config is an error");
+        assert_eq!(deep.line, Some(3), "{deep}");
+        assert!(deep.to_string().contains("more than 64 levels"), "{deep}");
+        let summary = state.apply(&report);
+        assert_eq!(summary.errors, names.len(), "each fault counts as an error");
+        assert_eq!(
+            summary.served, 7,
+            "every sidecar keeps its last good version: {:?}",
+            summary.kept
+        );
+        assert_eq!(summary.kept.len(), names.len());
+    }
 }
