@@ -196,7 +196,9 @@ pub fn decide<'s>(
     if count > MAX_POD_CONTAINERS {
         return Decision::Deny(Denial::TooManyContainers { count });
     }
-    let patch = PatchBuilder::new(pod, spec).build(&found, keys);
+    let Ok(patch) = PatchBuilder::new(pod, spec).build(&found, keys) else {
+        return Decision::Deny(Denial::PatchTooLarge);
+    };
     Decision::Inject(Injection {
         patch,
         injected: found

@@ -380,7 +380,12 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .http_builder()
         .http2()
         .max_concurrent_streams(http::MAX_CONCURRENT_STREAMS)
-        .max_header_list_size(http::MAX_HEADER_LIST_BYTES);
+        .max_header_list_size(http::MAX_HEADER_LIST_BYTES)
+        // What a client may send ahead of our reads sits outside the byte budget: hyper's
+        // defaults (2 MiB a stream, 5 MiB a connection) times many connections would be
+        // hundreds of MiB. Loopback and cluster networks refill small windows fast.
+        .initial_stream_window_size(http::STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(http::CONNECTION_WINDOW_BYTES);
     let tls_task =
         tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
     let lifecycle_task = tokio::spawn(

@@ -207,9 +207,9 @@ fn a_pod_with_too_many_containers_is_denied_naming_the_limit() {
 
 #[test]
 fn an_injection_whose_patch_exceeds_the_limit_is_denied_not_built() {
-    // 40 env entries of ~8 KiB each, added to each of 5 containers: ~1.6 MB of patch.
+    // 24 env entries of ~8 KiB each, added to each of 11 containers: ~2.1 MB of patch.
     let big = "v".repeat(8 * 1024);
-    let env: Vec<String> = (0..40)
+    let env: Vec<String> = (0..24)
         .map(|i| format!("{{name: E{i}, value: '{big}'}}"))
         .collect();
     let config = format!(

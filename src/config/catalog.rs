@@ -48,6 +48,10 @@ pub struct RenderedSidecar {
     pub env: Vec<Value>,
     pub volume_mounts: Vec<Value>,
     pub host_aliases: Vec<Value>,
+    /// The JSON size of each `env` and `volumeMounts` item: these are added to every
+    /// container, so a request's patch grows with their product and is bounded as it is built.
+    pub env_bytes: Vec<usize>,
+    pub volume_mount_bytes: Vec<usize>,
 }
 
 impl RenderedSidecar {
@@ -58,13 +62,23 @@ impl RenderedSidecar {
                 .map(|item| serde_json::to_value(item).expect("Kubernetes types serialize to JSON"))
                 .collect()
         }
+        let sizes = |values: &[Value]| -> Vec<usize> {
+            values
+                .iter()
+                .map(|v| serde_json::to_vec(v).map_or(0, |bytes| bytes.len()))
+                .collect()
+        };
+        let env = render(&config.env);
+        let volume_mounts = render(&config.volume_mounts);
         Self {
+            env_bytes: sizes(&env),
+            volume_mount_bytes: sizes(&volume_mounts),
+            env,
+            volume_mounts,
             containers: render(&config.containers),
             prepend_containers: render(&config.prepend_containers),
             init_containers: render(&config.init_containers),
             volumes: render(&config.volumes),
-            env: render(&config.env),
-            volume_mounts: render(&config.volume_mounts),
             host_aliases: render(&config.host_aliases),
         }
     }

@@ -38,6 +38,8 @@ pub enum ConfigErrorKind {
     Read(String),
     #[error("invalid YAML: {0}")]
     Syntax(String),
+    #[error("{0} bytes; a sidecar config is at most {MAX_CONFIG_BYTES} bytes")]
+    TooLarge(usize),
     #[error(
         "`[` and `{{` nest more than {MAX_FLOW_DEPTH} levels deep (counted over the text, quoted strings included)"
     )]
@@ -97,8 +99,10 @@ pub struct ParsedConfig {
 }
 
 /// Parses one config document. `origin` names it in every message.
-/// The largest config file read: a ConfigMap cannot hold more either.
-pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// The largest config read. Loading takes about 90 times a config's size in memory for a
+/// moment (YAML events, JSON values, typed items, rendered items); real configs are a few
+/// KiB.
+pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 
 /// How deep `[` and `{` may nest. The YAML scanner's cost grows with the square of this depth
 /// (100,000 levels took minutes); no config needs more than a handful.
@@ -152,6 +156,9 @@ type Located = (Option<usize>, ConfigErrorKind);
 
 /// The document as a mapping of known top-level keys.
 fn read_mapping(text: &str) -> Result<serde_json::Map<String, Value>, Located> {
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err((None, ConfigErrorKind::TooLarge(text.len())));
+    }
     if let Some(line) = flow_depth_exceeded(text) {
         return Err((Some(line), ConfigErrorKind::TooDeep));
     }

@@ -7,7 +7,16 @@ use serde_json::Value;
 
 use super::json_patch::{JsonPatch, PatchValue};
 use super::pod::{ContainerView, PodSpecView, PodView};
-use super::{DEFAULT_SERVICE_ACCOUNT, LEGACY_DEFAULT_TOKEN_PREFIX};
+use super::{DEFAULT_SERVICE_ACCOUNT, LEGACY_DEFAULT_TOKEN_PREFIX, MAX_PATCH_BYTES};
+
+/// Roughly what one operation adds to the patch besides its value
+/// (`{"op":"add","path":"/spec/containers/12/env/-","value":}`). Only the order matters: the
+/// exact bound is applied when the patch is serialized.
+const OP_BYTES: usize = 48;
+
+/// The per-container additions passed [`MAX_PATCH_BYTES`]; building stopped there.
+#[derive(Debug)]
+pub(super) struct PatchTooLarge;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::{LoadedSidecar, RevisionStamp};
 
@@ -115,25 +124,29 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
         })
     }
 
-    /// Adds the env entry unless the container has one of that name.
-    fn add_env(&mut self, addition: (&'s EnvVar, &'s Value)) {
-        if self.presence().env.insert(addition.0.name.as_str()) {
+    /// Adds the env entry unless the container has one of that name; true when added.
+    fn add_env(&mut self, addition: (&'s EnvVar, &'s Value)) -> bool {
+        let added = self.presence().env.insert(addition.0.name.as_str());
+        if added {
             self.added_env.push(addition);
         }
+        added
     }
 
-    /// Adds the mount unless the container has one of that name or at that path.
-    fn add_mount(&mut self, addition: (&'s VolumeMount, &'s Value)) {
+    /// Adds the mount unless the container has one of that name or at that path; true when
+    /// added.
+    fn add_mount(&mut self, addition: (&'s VolumeMount, &'s Value)) -> bool {
         let mount = addition.0;
         let presence = self.presence();
         if presence.mount_names.contains(mount.name.as_str())
             || presence.mount_paths.contains(mount.mount_path.as_str())
         {
-            return;
+            return false;
         }
         presence.mount_names.insert(&mount.name);
         presence.mount_paths.insert(&mount.mount_path);
         self.added_mounts.push(addition);
+        true
     }
 
     /// The injected container's JSON with the additions appended to its own lists.
@@ -165,6 +178,9 @@ pub(super) struct PatchBuilder<'v, 's> {
     /// The volume names the pod holds, built on first use (see [`TargetContainer::presence`]).
     volume_names: Option<HashSet<&'v str>>,
     legacy_token_removed: bool,
+    /// Bytes of patch the per-container additions and removals come to so far: they multiply
+    /// (env x containers), so building stops once they pass [`MAX_PATCH_BYTES`].
+    patch_bytes: usize,
     added_host_aliases: Vec<(&'s HostAlias, &'s Value)>,
     host_network: bool,
     host_pid: bool,
@@ -201,6 +217,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
             added_volumes: Vec::new(),
             volume_names: None,
             legacy_token_removed: false,
+            patch_bytes: 0,
             added_host_aliases: Vec::new(),
             host_network: false,
             host_pid: false,
@@ -275,14 +292,34 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
             self.remove_legacy_default_token();
         }
 
-        for addition in config.env.iter().zip(&rendered.env) {
+        let env = config
+            .env
+            .iter()
+            .zip(&rendered.env)
+            .zip(&rendered.env_bytes);
+        for (addition, bytes) in env {
             for container in &mut self.containers {
-                container.add_env(addition);
+                if container.add_env(addition) {
+                    self.patch_bytes += bytes + OP_BYTES;
+                }
+            }
+            if self.patch_bytes > MAX_PATCH_BYTES {
+                return;
             }
         }
-        for addition in config.volume_mounts.iter().zip(&rendered.volume_mounts) {
+        let mounts = config
+            .volume_mounts
+            .iter()
+            .zip(&rendered.volume_mounts)
+            .zip(&rendered.volume_mount_bytes);
+        for (addition, bytes) in mounts {
             for container in &mut self.containers {
-                container.add_mount(addition);
+                if container.add_mount(addition) {
+                    self.patch_bytes += bytes + OP_BYTES;
+                }
+            }
+            if self.patch_bytes > MAX_PATCH_BYTES {
+                return;
             }
         }
         for (volume, value) in config.volumes.iter().zip(&rendered.volumes) {
@@ -309,6 +346,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
             if volume.secret.is_some() && volume.name.starts_with(LEGACY_DEFAULT_TOKEN_PREFIX) {
                 legacy.insert(&volume.name);
                 self.removed_volumes.push(index);
+                self.patch_bytes += OP_BYTES;
             }
         }
         if legacy.is_empty() {
@@ -329,6 +367,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
                 if legacy.contains(mount.name.as_ref()) {
                     removed_mounts.push(mount_index);
                     container.presence = None;
+                    self.patch_bytes += OP_BYTES;
                 }
             }
         }
@@ -342,9 +381,12 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         mut self,
         sidecars: &[&'s LoadedSidecar],
         keys: &AnnotationKeys,
-    ) -> JsonPatch<'s> {
+    ) -> Result<JsonPatch<'s>, PatchTooLarge> {
         for sidecar in sidecars {
             self.apply(sidecar);
+            if self.patch_bytes > MAX_PATCH_BYTES {
+                return Err(PatchTooLarge);
+            }
         }
         let mut ops = JsonPatch::default();
         self.removal_ops(&mut ops);
@@ -353,7 +395,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         self.pod_field_ops(&mut ops);
         let stamp = RevisionStamp::from_items(sidecars.iter().map(|s| s.stamp.as_str()));
         self.annotation_ops(&mut ops, &stamp, keys);
-        ops
+        Ok(ops)
     }
 
     fn removal_ops(&mut self, ops: &mut JsonPatch<'s>) {

@@ -474,7 +474,9 @@ fn annotations_map_is_created_when_absent() {
     let view = PodView::deserialize(&pod).unwrap();
     let spec = view.spec.as_ref().unwrap();
     let sidecar = set.iter().next().unwrap();
-    let patch = PatchBuilder::new(&view, spec).build(&[sidecar], &AnnotationKeys::default());
+    let patch = PatchBuilder::new(&view, spec)
+        .build(&[sidecar], &AnnotationKeys::default())
+        .expect("a small patch");
     let result = apply(&pod, &patch);
     assert_eq!(
         result["metadata"]["annotations"]["injector/status"],

@@ -22,6 +22,12 @@ use crate::metrics::{Metrics, RequestResult};
 
 /// Streams one HTTP/2 connection may have open at once (hyper's default is 200).
 pub const MAX_CONCURRENT_STREAMS: u32 = 32;
+/// What small bodies may hold at once: 128 bodies at the small-body size.
+pub const SMALL_BODY_BUDGET: usize = 128 * INLINE_REVIEW_BYTES;
+/// How much of a body an HTTP/2 client may send before the server reads it, per stream and
+/// per connection.
+pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+pub const CONNECTION_WINDOW_BYTES: u32 = 512 * 1024;
 /// The largest header block an HTTP/2 client may send.
 pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 /// Bodies up to this size are reviewed on the async worker that read them (well under a
@@ -43,8 +49,11 @@ pub struct WebhookState {
     pub settings: InjectionSettings,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
-    /// One permit per byte of request body held in memory, over all connections.
+    /// One permit per byte of request body held in memory, over all connections: large
+    /// bodies (over [`INLINE_REVIEW_BYTES`]) draw from `body_budget`, small ones from
+    /// `small_body_budget`, so a flood of large bodies never starves ordinary pods.
     pub body_budget: Arc<Semaphore>,
+    pub small_body_budget: Arc<Semaphore>,
     /// One permit per review running on the blocking pool.
     pub review_slots: Arc<Semaphore>,
     pub readiness: Arc<Readiness>,
@@ -64,6 +73,7 @@ impl WebhookState {
             settings,
             metrics,
             body_budget: Arc::new(Semaphore::new(limits.max_buffered_bytes)),
+            small_body_budget: Arc::new(Semaphore::new(SMALL_BODY_BUDGET)),
             review_slots: Arc::new(Semaphore::new(cores)),
             limits,
             readiness,
@@ -250,7 +260,7 @@ async fn answer(
     }
     let collected = tokio::time::timeout(
         limits.body_read_timeout,
-        read_limited(body, declared, limits.max_body_bytes, &state.body_budget),
+        read_limited(body, declared, limits.max_body_bytes, &state),
     )
     .await;
     let (bytes, _held) = match collected {
@@ -359,17 +369,32 @@ impl BodyError {
 }
 
 /// The whole body, or `TooLarge` as soon as it passes `limit` (the rest left unread). Every
-/// byte kept is paid for from `budget` first (the declared length up front), and the permit
-/// returned holds it until the caller is done with the body.
+/// byte of buffer is paid for from `budget` before it is allocated (the declared length up
+/// front, else each growth of the buffer's capacity), and the permit returned holds it until
+/// the caller is done with the body.
 async fn read_limited(
     body: &mut Body,
     declared: Option<usize>,
     limit: usize,
-    budget: &Arc<Semaphore>,
+    state: &WebhookState,
 ) -> Result<(Vec<u8>, Option<OwnedSemaphorePermit>), BodyError> {
     let mut held: Option<OwnedSemaphorePermit> = None;
     let reserve = |held: &mut Option<OwnedSemaphorePermit>, total: usize| {
-        let have = held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        let small = total <= INLINE_REVIEW_BYTES;
+        let budget = if small {
+            &state.small_body_budget
+        } else {
+            &state.body_budget
+        };
+        // Crossing into the large budget: what the small one lent is given back.
+        let have = match held {
+            Some(permit) if !small && permit.num_permits() <= INLINE_REVIEW_BYTES => {
+                *held = None;
+                0
+            }
+            Some(permit) => permit.num_permits(),
+            None => 0,
+        };
         if total <= have {
             return Ok(());
         }
@@ -396,7 +421,11 @@ async fn read_limited(
             if total > limit {
                 return Err(BodyError::TooLarge);
             }
-            reserve(&mut held, total)?;
+            if total > buffer.capacity() {
+                let capacity = total.max(buffer.capacity() * 2).min(limit);
+                reserve(&mut held, capacity)?;
+                buffer.reserve_exact(capacity - buffer.len());
+            }
             buffer.extend_from_slice(data);
         }
     }
@@ -525,10 +554,10 @@ mod tests {
             );
             tokio::task::yield_now().await;
         }
-        // 60 KiB more does not fit beside it: 503, counted as busy.
+        // 70 KiB more does not fit beside it: 503, counted as busy.
         let (status, body) = call(
             webhook_router(state.clone()),
-            post("application/json", &review_of_size(60 * 1024)),
+            post("application/json", &review_of_size(70 * 1024)),
         )
         .await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
@@ -544,6 +573,13 @@ mod tests {
             "{}",
             state.metrics.encode()
         );
+        // An ordinary pod draws from its own budget and is answered meanwhile.
+        let (status, _) = call(
+            webhook_router(state.clone()),
+            post("application/json", &review_of_size(30 * 1024)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "small bodies are never starved");
         // The slow upload finishes and is answered; its budget comes back.
         tx.send(Ok(second_half.as_bytes().to_vec())).await.unwrap();
         drop(tx);
@@ -551,10 +587,14 @@ mod tests {
         assert_eq!(state.body_budget.available_permits(), 120 * 1024);
         let (status, _) = call(
             webhook_router(state.clone()),
-            post("application/json", &review_of_size(60 * 1024)),
+            post("application/json", &review_of_size(70 * 1024)),
         )
         .await;
         assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            state.small_body_budget.available_permits(),
+            SMALL_BODY_BUDGET
+        );
     }
 
     fn tokio_stream_from(

@@ -134,7 +134,7 @@ mod tests {
         );
         assert_eq!(error("directory"), "a directory, not a regular file");
         assert_eq!(error("fifo"), "a FIFO, not a regular file");
-        assert!(error("huge").contains("a sidecar config is at most 1048576 bytes"));
+        assert!(error("huge").contains("a sidecar config is at most 262144 bytes"));
 
         let label = dir.path().display().to_string();
         let report = load_directory(&label, &files);

@@ -21,7 +21,17 @@ impl Injector {
     /// Starts `serve` in `cwd` with `args` (ports and log format are set here) and waits for
     /// its "listening" line.
     pub fn start(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"));
+        Self::start_binary(
+            Path::new(env!("CARGO_BIN_EXE_sidecar-injector")),
+            cwd,
+            args,
+            env,
+        )
+    }
+
+    /// As [`Injector::start`], with another build of the binary (the release one).
+    pub fn start_binary(binary: &Path, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(binary);
         command
             .current_dir(cwd)
             .args([
