@@ -222,7 +222,7 @@ fn an_injection_whose_patch_exceeds_the_limit_is_denied_not_built() {
     )]
     .into_iter()
     .collect();
-    let mut review = pod_with_containers(4, 0);
+    let mut review = pod_with_containers(10, 0);
     review["request"]["object"]["metadata"]["annotations"]["injector/request"] = json!("heavy:v1");
     let reply = super::review(
         &serde_json::to_vec(&review).unwrap(),
