@@ -9,6 +9,9 @@
 #                       prints the kubeconfig's path on its last line
 #   realnode.sh down    stop everything `up` started, remove containers, netns, cgroups, iptables
 #                       chains, bridge/route, and restore sysctls and directories as `up` found them
+#   realnode.sh restart-apiserver   stop the API server and start it again with the same flags (every
+#                       client's watch breaks; resumed watches older than the new watch cache get 410)
+#   realnode.sh kill-container ID   SIGKILL a container's task, as the kernel's OOM killer would
 # env: RN (work and cache dir, default ~/.cache/k8s-realnode), REALNODE_IMAGES (image tarballs to
 #      import), AGG_ROUTING=1 (apiserver --enable-aggregator-routing=true)
 # Addresses: service CIDR 10.213.0.0/24, pod CIDR 10.214.0.0/24 on bridge rnbr0 (10.214.0.1 = node IP);
@@ -355,8 +358,25 @@ down() {
   log "down"
 }
 
+restart_apiserver() {
+  local pid; pid=$(cat $S/apiserver.pid)
+  local -a cmd; mapfile -d '' cmd < /proc/$pid/cmdline
+  local port; port=$(printf '%s\n' "${cmd[@]}" | sed -n 's/^--secure-port=//p')
+  log "restarting the apiserver (pid $pid, port $port)"
+  stop_pid $S/apiserver.pid 20
+  "${cmd[@]}" >>"$S/apiserver.log" 2>&1 </dev/null &
+  echo $! > $S/apiserver.pid
+  local i; for i in $(seq 1 120); do
+    curl -sf --cacert "$P/ca.crt" -H 'Authorization: Bearer admin-token' "https://$NODE_IP:$port/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  log "apiserver did not become ready again; see $S/apiserver.log"; exit 1
+}
+
 case ${1:-} in
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  restart-apiserver) restart_apiserver ;;
+  kill-container) $CTR tasks kill -s SIGKILL "${2:?container id}" ;;
+  *) echo "usage: $0 up|down|restart-apiserver|kill-container ID" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sidecar_injector::serve::tls::DevCertificates;
 
-use node::{client, eventually, injector_command, kubectl_ok, node};
+use node::{client, eventually, injector_command, kubectl_ok, node, realnode};
 
 const INSTALL: Duration = Duration::from_secs(180);
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -682,4 +682,158 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         *fewest_ready.lock().unwrap() >= 2,
         "one pod at a time: at least two stayed Ready throughout"
     );
+
+    // Chaos mid-campaign: the status ConfigMap corrupted, then deleted, the API server
+    // restarted (every watch breaks and resumes past the new watch cache: 410 Gone), and the
+    // Lease holder's container SIGKILLed as the OOM killer would. Every stale workload is still
+    // restarted exactly once, nothing else is touched, and no pod is left uninjected.
+    let chaos =
+        |message: &str| busybox_config("chaos", &format!("echo {message}; exec sleep 100000"));
+    configmaps
+        .create(&PostParams::default(), &chaos("one"))
+        .await
+        .unwrap();
+    wait_both_publish(&configmaps, "chaos:v1").await;
+    let stale = ["k1", "k2", "k3", "k4", "k5"];
+    for name in stale {
+        let mut workload = deployment(name, 1, Some("chaos:v1"));
+        workload.spec.as_mut().unwrap().min_ready_seconds = Some(4);
+        deployments
+            .create(&PostParams::default(), &workload)
+            .await
+            .unwrap();
+    }
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("calm", 1, Some("tick:v1")),
+        )
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for name in stale {
+        let pod = wait_running(&pods, name, 1, &["app", "chaos"], Some("chaos:v1=")).await;
+        before.push(stamp(&pod[0]).unwrap().to_owned());
+    }
+    let calm = wait_running(&pods, "calm", 1, &["app", "tick"], Some("tick:v1=")).await;
+    edit(&configmaps, chaos("two")).await;
+    let under_way = |deployments: Api<Deployment>| async move {
+        let mut count = 0;
+        for name in stale {
+            let d = deployments.get(name).await.ok()?;
+            let template = d.spec?.template.metadata.unwrap_or_default();
+            count += usize::from(
+                template
+                    .annotations
+                    .unwrap_or_default()
+                    .contains_key("injector/rollout-revision"),
+            );
+        }
+        Some(count)
+    };
+    eventually(DEADLINE, "the chaos campaign under way", || async {
+        (under_way(deployments.clone()).await? >= 1).then_some(())
+    })
+    .await;
+    let mut status = configmaps.get("sidecar-injector-status").await.unwrap();
+    status.data = Some(
+        [
+            ("injectors".to_owned(), "{not json".to_owned()),
+            ("campaigns".to_owned(), "[[[".to_owned()),
+        ]
+        .into(),
+    );
+    configmaps
+        .replace("sidecar-injector-status", &PostParams::default(), &status)
+        .await
+        .unwrap();
+    realnode(&["restart-apiserver"]);
+    let _ = configmaps
+        .delete("sidecar-injector-status", &Default::default())
+        .await;
+    let holder_pod = lease_holder().trim_end_matches("-1").to_owned();
+    let injector_pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM);
+    let holder = injector_pods.get(&holder_pod).await.unwrap();
+    let container_id = holder.status.unwrap().container_statuses.unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap();
+    realnode(&[
+        "kill-container",
+        container_id.trim_start_matches("containerd://"),
+    ]);
+    for (name, old) in stale.iter().zip(&before) {
+        eventually(
+            Duration::from_secs(180),
+            &format!("{name} on the new chaos:v1"),
+            || async {
+                let list = pods_of(&pods, name).await;
+                (list.len() == 1
+                    && ready(&list[0])
+                    && running(&list[0]).len() == 2
+                    && stamp(&list[0]).is_some_and(|s| s.starts_with("chaos:v1=") && s != old))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    for name in stale {
+        assert_eq!(
+            replicasets_of(&client, name).await,
+            2,
+            "{name} restarted exactly once through the chaos"
+        );
+    }
+    assert_eq!(replicasets_of(&client, "calm").await, 1, "calm untouched");
+    assert_eq!(
+        pod_names(&pods_of(&pods, "calm").await),
+        pod_names(&calm),
+        "calm's pod untouched"
+    );
+    let killed = eventually(DEADLINE, "the killed injector back and Ready", || async {
+        let pod = injector_pods.get(&holder_pod).await.ok()?;
+        let status = pod.status.clone()?;
+        let container = status.container_statuses?.into_iter().next()?;
+        (container.restart_count >= 1 && container.ready).then_some(container)
+    })
+    .await;
+    let last = killed.last_state.and_then(|s| s.terminated).unwrap();
+    assert_eq!(last.exit_code, 137, "killed by SIGKILL: {last:?}");
+    eventually(DEADLINE, "the status ConfigMap written again", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        (injectors.as_object()?.len() >= 2).then_some(())
+    })
+    .await;
+    eventually(
+        DEADLINE,
+        "drift says every chaos workload is current",
+        || async {
+            let drift = injector_command(&[
+                "drift",
+                "-n",
+                TEAM,
+                "--injector-namespace",
+                SYSTEM,
+                "--configmap-namespace",
+                SYSTEM,
+                "--configmap-labels",
+                "sidecar-injector.io/config=true",
+                "--revisions-from",
+                "configs",
+                "-o",
+                "json",
+            ]);
+            let report: Value = serde_json::from_slice(&drift.stdout).ok()?;
+            let current = report["workloads"]
+                .as_array()?
+                .iter()
+                .filter(|w| stale.contains(&w["name"].as_str().unwrap_or_default()))
+                .filter(|w| w["state"] == "current")
+                .count();
+            (current == stale.len()).then_some(())
+        },
+    )
+    .await;
 }

@@ -150,3 +150,19 @@ where
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// `testbed/realnode.sh ARGS` (a fault to inject: `restart-apiserver`, `kill-container ID`),
+/// which must succeed.
+pub fn realnode(args: &[&str]) {
+    let output = Command::new("bash")
+        .arg(Path::new(ROOT).join("testbed/realnode.sh"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("realnode.sh runs");
+    assert!(
+        output.status.success(),
+        "realnode.sh {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
