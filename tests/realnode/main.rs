@@ -836,4 +836,57 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         },
     )
     .await;
+
+    // A config flapping between two contents every 4 s for a minute: each workload is
+    // restarted at most once (the cooldown), nothing else is touched, and every pod stays
+    // injected.
+    let flap =
+        |message: &str| busybox_config("flap", &format!("echo {message}; exec sleep 100000"));
+    configmaps
+        .create(&PostParams::default(), &flap("a"))
+        .await
+        .unwrap();
+    wait_both_publish(&configmaps, "flap:v1").await;
+    let flapping = ["f1", "f2", "f3"];
+    for name in flapping {
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(name, 1, Some("flap:v1")),
+            )
+            .await
+            .unwrap();
+    }
+    for name in flapping {
+        wait_running(&pods, name, 1, &["app", "flap"], Some("flap:v1=")).await;
+    }
+    let started = tokio::time::Instant::now();
+    let mut flips = 0;
+    while started.elapsed() < Duration::from_secs(60) {
+        flips += 1;
+        edit(&configmaps, flap(if flips % 2 == 1 { "b" } else { "a" })).await;
+        // The flapping itself: a new content every 4 s.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        for name in flapping {
+            assert!(
+                replicasets_of(&client, name).await <= 2,
+                "{name} restarted more than once within the cooldown (flip {flips})"
+            );
+        }
+    }
+    let mut restarted = 0;
+    for name in flapping {
+        let count = replicasets_of(&client, name).await;
+        assert!(count <= 2, "{name}: {count} ReplicaSets");
+        restarted += count - 1;
+        for pod in pods_of(&pods, name).await {
+            assert!(
+                stamp(&pod).is_some_and(|s| s.starts_with("flap:v1=")),
+                "{name}: a pod left uninjected: {:?}",
+                pod.metadata.name
+            );
+        }
+    }
+    assert!(restarted >= 1, "the engine acted during the flapping");
+    assert_eq!(replicasets_of(&client, "calm").await, 1, "calm untouched");
 }
