@@ -862,3 +862,30 @@ async fn a_file_written_in_two_parts_is_served_only_once_complete() {
         "one reload, of the complete file; the half-written one was never loaded"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_http2_client_does_not_hold_shutdown() {
+    let setup = Setup::new();
+    let mut injector = setup.start(&["--shutdown-timeout", "20s"]);
+    let mut idle = setup.client().connect_h2(injector.tls).await.unwrap();
+    let (status, _) = idle
+        .post(
+            "/mutate",
+            "application/json",
+            serde_json::to_vec(&fixture("bare-pod.json")).unwrap(),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let started = std::time::Instant::now();
+    injector.signal("TERM");
+    let status = injector.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the idle connection held shutdown for {:?}",
+        started.elapsed()
+    );
+    assert!(idle.is_closed(), "the server closed the idle connection");
+}

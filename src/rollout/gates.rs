@@ -164,9 +164,18 @@ fn workload_gate(input: &PlanInput<'_>, workload: &WorkloadRef) -> Result<(), Wa
         return Err(WaitReason::Partition { partition });
     }
     // The cooldown spares healthy workloads repeated restarts; one stuck mid-rollout (a
-    // broken revision) gets the fix at once.
+    // broken revision, not rolled out --rollout-timeout after its restart) gets the fix at
+    // once. One still rolling out within that time waits for it: a config flapping faster
+    // than a rollout would otherwise restart it on every flip.
     if !rolled_out(kind, entry) {
-        return Ok(());
+        return match entry
+            .rolled_at
+            .map(|t| after(t, input.settings.rollout_timeout))
+            .filter(|until| *until > input.now)
+        {
+            Some(until) => Err(WaitReason::RollingOut { until: Time(until) }),
+            None => Ok(()),
+        };
     }
     match entry
         .rolled_at

@@ -84,16 +84,36 @@ pub struct Rolling {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum WaitReason {
-    Settling { until: Time },
-    Canary { sidecar: String },
-    MaxParallel { limit: usize },
-    RateLimit { per_minute: usize },
-    Cooldown { until: Time },
-    CampaignPaused { sidecar: String },
-    Manual { sidecar: String },
+    Settling {
+        until: Time,
+    },
+    Canary {
+        sidecar: String,
+    },
+    MaxParallel {
+        limit: usize,
+    },
+    RateLimit {
+        per_minute: usize,
+    },
+    Cooldown {
+        until: Time,
+    },
+    CampaignPaused {
+        sidecar: String,
+    },
+    Manual {
+        sidecar: String,
+    },
     DeploymentPaused,
-    Partition { partition: i32 },
+    Partition {
+        partition: i32,
+    },
     NotKnownYet,
+    /// Its last restart is still rolling out, for at most --rollout-timeout.
+    RollingOut {
+        until: Time,
+    },
 }
 
 impl WaitReason {
@@ -108,6 +128,7 @@ impl WaitReason {
                 | WaitReason::Canary { .. }
                 | WaitReason::Settling { .. }
                 | WaitReason::NotKnownYet
+                | WaitReason::RollingOut { .. }
         )
     }
 }
@@ -134,6 +155,10 @@ impl WaitReason {
             }
             WaitReason::Partition { partition } => format!(
                 "partition {partition} holds pods back; not overridden (lower the partition to roll them)"
+            ),
+            WaitReason::RollingOut { until } => format!(
+                "its last restart is still rolling out; restarted again once that is done, or {} if it is stuck (--rollout-timeout to change)",
+                from_now(until.0, now)
             ),
             other => other.to_string(),
         }
@@ -196,6 +221,11 @@ impl fmt::Display for WaitReason {
                 write!(f, "partition {partition} holds pods back; not overridden")
             }
             WaitReason::NotKnownYet => write!(f, "the workload is not in the index yet"),
+            WaitReason::RollingOut { until } => write!(
+                f,
+                "its last restart is still rolling out (until {} at most)",
+                to_the_second(until.0)
+            ),
         }
     }
 }

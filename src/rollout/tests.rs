@@ -386,11 +386,20 @@ fn a_workload_restarted_within_the_cooldown_waits() {
     world.now = at(7200 - 60 + 600);
     assert_eq!(restarted(&world.plan()), ["web"]);
 
-    // Stuck mid-rollout (its last revision never became healthy): the fix goes in at once.
+    // Still rolling out a minute after its restart: it waits for that rollout (a config
+    // flapping faster than rollouts must not restart it on every flip).
     world.now = at(7200);
     let mut entry = world.entry("web");
     entry.available_replicas = Some(0);
     world.set_entry("web", entry);
+    let plan = world.plan();
+    assert!(plan.restarts.is_empty());
+    assert!(
+        matches!(waiting(&plan, "web"), WaitReason::RollingOut { until } if until.0 == at(7200 - 60 + 300))
+    );
+    // Stuck mid-rollout (not rolled out --rollout-timeout after its restart: a broken
+    // revision): the fix goes in at once, cooldown or not.
+    world.now = at(7200 - 60 + 300);
     assert_eq!(restarted(&world.plan()), ["web"]);
 }
 
