@@ -448,9 +448,23 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     // A broken sidecar (its container exits): the canary, the smallest workload, fails by
     // the real rollout status (never Ready within --rollout-timeout), the campaign pauses,
     // and the other workload is never touched.
-    let crash = |command: &str| busybox_config("crash", command);
+    // The sidecar is Ready only once its command got past its start: without a probe, a
+    // container that exits at once can look Ready for an instant and pass the canary
+    // (catching that needs a health bake after the rollout, which the engine lacks so far).
+    let crash = |command: &str| {
+        let mut config = busybox_config("crash", command);
+        let data = config.data.as_mut().unwrap();
+        let yaml = data.get_mut("crash.yaml").unwrap();
+        yaml.push_str(
+            "    readinessProbe: {exec: {command: [\"test\", \"-f\", \"/tmp/started\"]}, periodSeconds: 1}\n",
+        );
+        config
+    };
     configmaps
-        .create(&PostParams::default(), &crash("exec sleep 100000"))
+        .create(
+            &PostParams::default(),
+            &crash("touch /tmp/started; exec sleep 100000"),
+        )
         .await
         .unwrap();
     wait_both_publish(&configmaps, "crash:v1").await;
@@ -889,4 +903,96 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
     assert!(restarted >= 1, "the engine acted during the flapping");
     assert_eq!(replicasets_of(&client, "calm").await, 1, "calm untouched");
+
+    // A node drain during a campaign (the workloads' pods evicted and held Pending while the
+    // node is cordoned, then rescheduled): each stale workload still restarted exactly once,
+    // every pod injected.
+    let drain =
+        |message: &str| busybox_config("drain", &format!("echo {message}; exec sleep 100000"));
+    configmaps
+        .create(&PostParams::default(), &drain("one"))
+        .await
+        .unwrap();
+    wait_both_publish(&configmaps, "drain:v1").await;
+    let drained = ["d1", "d2", "d3"];
+    for name in drained {
+        let mut workload = deployment(name, 1, Some("drain:v1"));
+        workload.spec.as_mut().unwrap().min_ready_seconds = Some(3);
+        deployments
+            .create(&PostParams::default(), &workload)
+            .await
+            .unwrap();
+    }
+    let mut before = Vec::new();
+    for name in drained {
+        let pod = wait_running(&pods, name, 1, &["app", "drain"], Some("drain:v1=")).await;
+        before.push(stamp(&pod[0]).unwrap().to_owned());
+    }
+    edit(&configmaps, drain("two")).await;
+    let under_way = |deployments: Api<Deployment>| async move {
+        let mut count = 0;
+        for name in drained {
+            let d = deployments.get(name).await.ok()?;
+            let template = d.spec?.template.metadata.unwrap_or_default();
+            count += usize::from(
+                template
+                    .annotations
+                    .unwrap_or_default()
+                    .contains_key("injector/rollout-revision"),
+            );
+        }
+        Some(count)
+    };
+    eventually(DEADLINE, "the drain campaign under way", || async {
+        (under_way(deployments.clone()).await? >= 1).then_some(())
+    })
+    .await;
+    kubectl_ok(&[
+        "drain",
+        "realnode",
+        "--pod-selector",
+        "app in (d1,d2,d3)",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=60s",
+    ]);
+    eventually(
+        DEADLINE,
+        "the drained pods Pending on the cordoned node",
+        || async {
+            let mut pending = 0;
+            for name in drained {
+                pending += pods_of(&pods, name)
+                    .await
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+                    .count();
+            }
+            (pending >= 1).then_some(())
+        },
+    )
+    .await;
+    kubectl_ok(&["uncordon", "realnode"]);
+    for (name, old) in drained.iter().zip(&before) {
+        eventually(
+            Duration::from_secs(180),
+            &format!("{name} on the new drain:v1"),
+            || async {
+                let list = pods_of(&pods, name).await;
+                (list.len() == 1
+                    && ready(&list[0])
+                    && running(&list[0]).len() == 2
+                    && stamp(&list[0]).is_some_and(|s| s.starts_with("drain:v1=") && s != old))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    for name in drained {
+        assert_eq!(
+            replicasets_of(&client, name).await,
+            2,
+            "{name} restarted exactly once through the drain"
+        );
+    }
 }
