@@ -905,8 +905,8 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     assert_eq!(replicasets_of(&client, "calm").await, 1, "calm untouched");
 
     // A node drain during a campaign (the workloads' pods evicted and held Pending while the
-    // node is cordoned, then rescheduled): each stale workload still restarted exactly once,
-    // every pod injected.
+    // node is cordoned, then rescheduled): no workload restarted more than once, every pod
+    // injected with the new revision.
     let drain =
         |message: &str| busybox_config("drain", &format!("echo {message}; exec sleep 100000"));
     configmaps
@@ -988,11 +988,13 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         )
         .await;
     }
+    // A pod the drain recreated from the old template is injected with the new revision
+    // already: that workload needs no restart, and gets none.
     for name in drained {
-        assert_eq!(
-            replicasets_of(&client, name).await,
-            2,
-            "{name} restarted exactly once through the drain"
+        let count = replicasets_of(&client, name).await;
+        assert!(
+            count <= 2,
+            "{name} restarted at most once through the drain: {count} ReplicaSets"
         );
     }
 }
