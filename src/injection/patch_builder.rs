@@ -14,6 +14,17 @@ use super::{DEFAULT_SERVICE_ACCOUNT, LEGACY_DEFAULT_TOKEN_PREFIX, MAX_PATCH_BYTE
 /// exact bound is applied when the patch is serialized.
 const OP_BYTES: usize = 48;
 
+/// The items of a pod list except those at `removed` (the legacy token's volume and mounts).
+fn kept<'a, T>(items: &'a Option<Vec<T>>, removed: &[usize]) -> impl Iterator<Item = &'a T> {
+    let removed: HashSet<usize> = removed.iter().copied().collect();
+    items
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(move |(index, _)| !removed.contains(index))
+        .map(|(_, item)| item)
+}
+
 /// The per-container additions passed [`MAX_PATCH_BYTES`]; building stopped there.
 #[derive(Debug)]
 pub(super) struct PatchTooLarge;
@@ -86,13 +97,8 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
                     ..
                 } => {
                     presence.env = view.env.iter().flatten().map(|e| e.name.as_ref()).collect();
-                    let removed: HashSet<usize> = removed_mounts.iter().copied().collect();
-                    view.volume_mounts
-                        .iter()
-                        .flatten()
-                        .enumerate()
-                        .filter(|(index, _)| !removed.contains(index))
-                        .map(|(_, m)| (m.name.as_ref(), m.mount_path.as_ref()))
+                    kept(&view.volume_mounts, removed_mounts)
+                        .map(|m| (m.name.as_ref(), m.mount_path.as_ref()))
                         .collect()
                 }
                 Origin::Sidecar { container, .. } => {
@@ -236,13 +242,8 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     fn add_volume(&mut self, name: &'s str, value: &'s Value) {
         let (spec, removed, added) = (self.spec, &self.removed_volumes, &self.added_volumes);
         let names = self.volume_names.get_or_insert_with(|| {
-            let removed: HashSet<usize> = removed.iter().copied().collect();
-            spec.volumes
-                .iter()
-                .flatten()
-                .enumerate()
-                .filter(|(index, _)| !removed.contains(index))
-                .map(|(_, v)| v.name.as_ref())
+            kept(&spec.volumes, removed)
+                .map(|v| v.name.as_ref())
                 .chain(added.iter().map(|(n, _)| *n))
                 .collect()
         });
