@@ -175,14 +175,16 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
             .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
         1.0
     );
+    // The gauge is set before the Events are posted: wait for them rather than race them.
+    let paused = eventually(Duration::from_secs(10), "the pause Event", || async {
+        let events = events_for(&ctx, "canary", "SidecarRolloutPaused").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(paused[0].type_.as_deref(), Some("Warning"));
     let failed = events_for(&ctx, "canary", "SidecarRolloutFailed").await;
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
-    assert!(
-        !events_for(&ctx, "canary", "SidecarRolloutPaused")
-            .await
-            .is_empty()
-    );
     let deployments = ctx.api::<Deployment>();
     let unpatched = |name: &'static str| {
         let api = deployments.clone();
