@@ -14,6 +14,9 @@ pub struct AnnotationKeys {
     pub rollout: String,
     pub rollout_revision: String,
     pub rollout_reason: String,
+    /// On the pod template: the target of a restart made again because pods of the first
+    /// were created while the webhook was bypassed (made once per target).
+    pub rollout_heal: String,
     pub rolled_at: String,
 }
 
@@ -27,6 +30,7 @@ impl AnnotationKeys {
             rollout: key("rollout"),
             rollout_revision: key("rollout-revision"),
             rollout_reason: key("rollout-reason"),
+            rollout_heal: key("rollout-heal"),
             rolled_at: key("rolled-at"),
         }
     }

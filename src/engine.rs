@@ -543,6 +543,9 @@ impl Engine {
             None => restart.reason.clone(),
         };
         let cause = format!("sidecar-injector: {reason}");
+        // A first restart clears the mark, so a target the workload comes back to may be
+        // healed again.
+        let heal = restart.heal.then_some(restart.target.as_ref()).flatten();
         let body = json!({
             "metadata": {"annotations": {
                 keys.rolled_at.as_str(): now.to_string(),
@@ -551,6 +554,7 @@ impl Engine {
             "spec": {"template": {"metadata": {"annotations": {
                 keys.rollout_revision.as_str(): restart.target,
                 keys.rollout_reason.as_str(): reason,
+                keys.rollout_heal.as_str(): heal,
             }}}}
         });
         let (client, namespace, name) = (

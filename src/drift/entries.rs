@@ -143,6 +143,9 @@ pub struct WorkloadEntry {
     pub rollout_disabled: bool,
     /// `NS/rollout-revision` on the pod template: the target the engine last set.
     pub rollout_revision: Option<Box<str>>,
+    /// `NS/rollout-heal` on the pod template: the target already restarted again for pods
+    /// the webhook never saw.
+    pub rollout_heal: Option<Box<str>>,
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,
     pub update_strategy: UpdateStrategy,
@@ -191,6 +194,10 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
+            rollout_heal: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_heal,
+            ),
             template_request: template_annotation(
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.request,
@@ -221,6 +228,10 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
             ),
+            rollout_heal: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_heal,
+            ),
             template_request: template_annotation(
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.request,
@@ -249,6 +260,10 @@ impl WorkloadEntry {
             rollout_revision: template_annotation(
                 spec.and_then(|s| s.template.metadata.as_ref()),
                 &keys.rollout_revision,
+            ),
+            rollout_heal: template_annotation(
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                &keys.rollout_heal,
             ),
             template_request: template_annotation(
                 spec.and_then(|s| s.template.metadata.as_ref()),

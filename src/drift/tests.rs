@@ -529,7 +529,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
         "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z"},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
         "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
-                 "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc"}},
+                 "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=abc"}},
                               "spec": {"containers": [{"name": "app", "image": "app:1"}]}}},
         "status": {"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3}
     }))
@@ -540,6 +540,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
         WorkloadEntry {
             rollout_disabled: true,
             rollout_revision: Some("logger:v1=abc".into()),
+            rollout_heal: Some("logger:v1=abc".into()),
             generation: Some(4),
             observed_generation: Some(3),
             update_strategy: UpdateStrategy::RollingUpdate,

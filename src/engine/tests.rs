@@ -110,6 +110,7 @@ fn restart_of_web() -> Restart {
         changes,
         canary: true,
         on_delete: false,
+        heal: false,
         pods: 2,
     }
 }
@@ -159,6 +160,7 @@ async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
             "spec": {"template": {"metadata": {"annotations": {
                 "injector/rollout-revision": "logger:v1=bbbbbbbbbbbb",
                 "injector/rollout-reason": reason,
+                "injector/rollout-heal": null,
             }}}}
         })
     );
@@ -184,6 +186,28 @@ async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
         r#"sidecar_injector_rollouts_total{kind="Deployment",result="restarted"} 1"#
     ));
     assert!(engine.summary.restarted.contains(&restart.workload));
+}
+
+#[tokio::test]
+async fn a_heal_marks_the_template_with_its_target() {
+    let (client, sent) = mock_client(answer_ok);
+    let (mut engine, _metrics) = engine(client);
+    let restart = Restart {
+        heal: true,
+        ..restart_of_web()
+    };
+    engine.restart(&restart, Timestamp::now()).await;
+    let sent = sent.lock().unwrap().clone();
+    let patch = sent.iter().find(|s| s.method == "PATCH").unwrap();
+    let annotations = &patch.body["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(
+        annotations["injector/rollout-heal"],
+        "logger:v1=bbbbbbbbbbbb"
+    );
+    assert_eq!(
+        annotations["injector/rollout-revision"],
+        "logger:v1=bbbbbbbbbbbb"
+    );
 }
 
 #[tokio::test]

@@ -26,11 +26,14 @@ pub(super) struct Group<'r> {
     pub(super) rows: Vec<&'r WorkloadDrift>,
 }
 
-/// A workload that needs a restart and does not carry the target yet.
+/// A workload that needs a restart: it does not carry the target yet, or it is healed.
 pub(super) struct Candidate<'g, 'r> {
     pub(super) group: &'g Group<'r>,
     pub(super) restart_for: Vec<&'r WorkloadDrift>,
     pub(super) target: RevisionStamp,
+    /// It carries the target already, and pods of that restart were created while the
+    /// webhook was bypassed: restarted once more.
+    pub(super) heal: bool,
 }
 
 impl Candidate<'_, '_> {
@@ -94,7 +97,7 @@ pub(super) fn admit<'r>(
         });
     }
     settle_gate(input, book, &auto)?;
-    workload_gate(input, &candidate.group.workload)?;
+    workload_gate(input, &candidate.group.workload, candidate.heal)?;
     let canary = canary_gate(settings, &auto, counts, pace)?;
     if pace.in_flight >= settings.max_parallel {
         return Err(WaitReason::MaxParallel {
@@ -142,8 +145,13 @@ fn settle_gate(
     }
 }
 
-/// What the workload itself says: not known yet, paused, a partition, a cooldown.
-fn workload_gate(input: &PlanInput<'_>, workload: &WorkloadRef) -> Result<(), WaitReason> {
+/// What the workload itself says: not known yet, paused, a partition, a cooldown (which a heal
+/// does not wait for: its restart's pods missed the webhook, and it was rolled out).
+fn workload_gate(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    heal: bool,
+) -> Result<(), WaitReason> {
     let Some(kind) = workload.controller_kind() else {
         return Ok(());
     };
@@ -162,6 +170,9 @@ fn workload_gate(input: &PlanInput<'_>, workload: &WorkloadRef) -> Result<(), Wa
         && let Some(partition) = entry.partition.filter(|p| *p > 0)
     {
         return Err(WaitReason::Partition { partition });
+    }
+    if heal {
+        return Ok(());
     }
     // The cooldown spares healthy workloads repeated restarts; one stuck mid-rollout (a
     // broken revision, not rolled out --rollout-timeout after its restart) gets the fix at

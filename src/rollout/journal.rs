@@ -328,6 +328,7 @@ mod tests {
             changes: Vec::new(),
             canary: true,
             on_delete: false,
+            heal: false,
             pods: 1,
         };
         let plan = RolloutPlan {

@@ -71,6 +71,10 @@ pub struct Restart {
     /// OnDelete: the controller will not replace pods by itself; the executor evicts them.
     pub on_delete: bool,
     pub pods: u32,
+    /// The workload carries the target already; pods of its restart missed the webhook, and
+    /// this restart (made once per target) replaces them. The executor marks it
+    /// `NS/rollout-heal`.
+    pub heal: bool,
 }
 
 /// A workload carrying the target, not yet rolled out.

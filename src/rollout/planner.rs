@@ -136,7 +136,7 @@ fn survey_workload<'g, 'r>(
             let active: Vec<&str> = relevant.iter().map(|r| r.sidecar.as_str()).collect();
             let stale: Vec<&WorkloadDrift> = restart_for;
             let carrier = Carrier {
-                workload: &group.workload,
+                group,
                 entry,
                 active: &active,
                 stale: &stale,
@@ -157,37 +157,40 @@ fn survey_workload<'g, 'r>(
                 group,
                 restart_for,
                 target,
+                heal: false,
             });
         }
     }
 }
 
 /// A workload that carries the target: what the survey knows of it.
-struct Carrier<'a> {
-    workload: &'a WorkloadRef,
+struct Carrier<'a, 'g, 'r> {
+    group: &'g Group<'r>,
     entry: &'a WorkloadEntry,
     /// The sidecars in force that it requests.
     active: &'a [&'a str],
     /// Its rows still stale, uninjected (or unknown with `--restart-unknown`).
-    stale: &'a [&'a WorkloadDrift],
+    stale: &'a [&'r WorkloadDrift],
     target: RevisionStamp,
 }
 
-/// Rolling, succeeded, or failed (finished but not current after the grace, or timed out).
-fn judge_carrier(
+/// Rolling, succeeded, failed (finished but not current after the grace, or timed out), or
+/// restarted once more when the only pods not current were never seen by the webhook.
+fn judge_carrier<'g, 'r>(
     input: &PlanInput<'_>,
     book: &CampaignBook,
-    carrier: Carrier<'_>,
-    survey: &mut Survey<'_, '_>,
+    carrier: Carrier<'_, 'g, 'r>,
+    survey: &mut Survey<'g, 'r>,
     out: &mut RolloutPlan,
 ) {
     let Carrier {
-        workload,
+        group,
         entry,
         active,
         stale,
         target,
     } = carrier;
+    let workload = &group.workload;
     let already_failed = active
         .iter()
         .any(|s| book.campaigns.get(*s).is_some_and(|c| c.failed(workload)));
@@ -202,8 +205,34 @@ fn judge_carrier(
         out.succeeded.push(workload.clone());
         return;
     }
+    if finished && in_finish_grace(input, workload) {
+        out.finished_not_current.push(workload.clone());
+        survey.count(active, |c| c.rolling += 1);
+        out.rolling.push(Rolling {
+            workload: workload.clone(),
+            target,
+            on_delete,
+        });
+        return;
+    }
+    // Pods created while the webhook was down or unreachable (failurePolicy Ignore) say
+    // nothing against the revision: the restart is made once more, cooldown or not. Once
+    // only: a webhook that never sees this workload's pods must not restart it forever.
+    let only_uninjected = stale
+        .iter()
+        .all(|r| r.pods.uninjected > 0 && r.pods.stale + r.pods.unknown == 0);
+    if finished && only_uninjected && entry.rollout_heal.as_deref() != Some(target.as_str()) {
+        survey.count(active, |c| c.pending += 1);
+        survey.candidates.push(Candidate {
+            group,
+            restart_for: stale.to_vec(),
+            target,
+            heal: true,
+        });
+        return;
+    }
     let failure = if finished {
-        not_current_failure(input, workload, stale, out)
+        Some(not_current_failure(input, stale))
     } else {
         timeout_failure(input, book, workload, entry, active)
     };
@@ -230,41 +259,37 @@ fn judge_carrier(
     }
 }
 
-/// Finished rolling with pods still not current: a failure once the grace is over (pod
-/// deletions and workload status arrive on different watches).
-fn not_current_failure(
-    input: &PlanInput<'_>,
-    workload: &WorkloadRef,
-    stale: &[&WorkloadDrift],
-    out: &mut RolloutPlan,
-) -> Option<String> {
+/// Finished rolling with pods still not current, within the grace that pod deletions get to
+/// catch up with the workload's status (they arrive on different watches).
+fn in_finish_grace(input: &PlanInput<'_>, workload: &WorkloadRef) -> bool {
     let first = input
         .finished_since
         .get(workload)
         .copied()
         .unwrap_or(input.now);
-    if after(first, input.settings.finish_grace) > input.now {
-        out.finished_not_current.push(workload.clone());
-        return None;
-    }
+    after(first, input.settings.finish_grace) > input.now
+}
+
+/// Finished rolling, past the grace, with pods still not current.
+fn not_current_failure(input: &PlanInput<'_>, stale: &[&WorkloadDrift]) -> String {
     let row = stale[0];
     let revision = &input.targets[&row.sidecar].revision;
     // New pods with no sidecar at all say nothing against the revision: the webhook never saw
     // them. Said as such, so that whoever reads the pause looks at the webhook.
     if row.pods.uninjected > 0 && row.pods.stale + row.pods.unknown == 0 {
-        return Some(format!(
-            "finished rolling but {} of {} pods were created without {} (the webhook was bypassed: down, unreachable or too slow, with failurePolicy Ignore)",
+        return format!(
+            "finished rolling, twice, but {} of {} pods were created without {} (the webhook was bypassed: down, unreachable or too slow, with failurePolicy Ignore)",
             row.pods.uninjected,
             row.pods.total(),
             row.sidecar
-        ));
+        );
     }
-    Some(format!(
+    format!(
         "finished rolling but {} of {} pods still do not run {} {revision}",
         row.pods.stale + row.pods.uninjected + row.pods.unknown,
         row.pods.total(),
         row.sidecar,
-    ))
+    )
 }
 
 /// Still rolling after `--rollout-timeout` from the restart (or the campaign's start).
@@ -398,10 +423,24 @@ fn restart(
             }
         })
         .collect();
+    let reason = if candidate.heal {
+        let missed: u32 = candidate
+            .restart_for
+            .iter()
+            .map(|r| r.pods.uninjected)
+            .sum();
+        format!(
+            "{missed} pod(s) were created while the webhook was bypassed (down, unreachable or too slow, with failurePolicy Ignore); restarted once more: {}",
+            rollout_reason(&changes)
+        )
+    } else {
+        rollout_reason(&changes)
+    };
     Restart {
         pods: candidate.pods(),
+        heal: candidate.heal,
         target: workload.kind.is_controller().then_some(candidate.target),
-        reason: rollout_reason(&changes),
+        reason,
         changes,
         canary,
         on_delete,

@@ -915,7 +915,8 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
 }
 
 #[test]
-fn new_pods_created_without_the_sidecar_are_blamed_on_the_webhook_not_the_revision() {
+fn pods_a_restart_created_while_the_webhook_was_bypassed_get_one_more_restart_then_blame_the_webhook()
+ {
     let mut world = World::new();
     world.deployment("late", 1, None);
     world.patched("late", at(7100));
@@ -923,16 +924,66 @@ fn new_pods_created_without_the_sidecar_are_blamed_on_the_webhook_not_the_revisi
     entry.observed_generation = entry.generation;
     world.set_entry("late", entry);
     let late = WorkloadRef::new(WorkloadKind::Deployment, "team", "late");
-    world.step();
-    world.finished_since.insert(late, world.now);
-    world.now = at(7205);
     let plan = world.step();
+    assert!(
+        plan.restarts.is_empty(),
+        "within the finish grace: {plan:#?}"
+    );
+    assert_eq!(plan.rolling.len(), 1);
+    world.finished_since.insert(late.clone(), world.now);
+    world.now = at(7205);
+
+    // Past the grace, its one pod still uninjected: restarted once more although it was
+    // restarted 105 s ago (the cooldown is 10 min), and not counted as a failure.
+    let plan = world.step();
+    assert!(plan.failed.is_empty(), "{plan:#?}");
+    assert_eq!(restarted(&plan), ["late"]);
+    let heal = &plan.restarts[0];
+    assert!(heal.heal);
+    let target = heal.target.clone().unwrap();
+    assert_eq!(target.as_str(), format!("{LOGGER}={NEW}"));
+    assert!(
+        heal.reason.starts_with(
+            "1 pod(s) were created while the webhook was bypassed (down, unreachable or too slow, with failurePolicy Ignore); restarted once more: sidecar logger:v1 (not injected) -> "
+        ),
+        "{}",
+        heal.reason
+    );
+
+    // The heal is marked on the template; its pods missed the webhook again: now a failure
+    // that names the webhook, and no third restart.
+    world.patched("late", at(7205));
+    let mut entry = world.entry("late");
+    entry.rollout_heal = Some(target.as_str().into());
+    entry.observed_generation = entry.generation;
+    world.set_entry("late", entry);
+    world.finished_since.insert(late, at(7205));
+    world.now = at(7300);
+    let plan = world.step();
+    assert!(plan.restarts.is_empty(), "{plan:#?}");
     assert_eq!(plan.failed.len(), 1, "{plan:#?}");
     assert!(
-        plan.failed[0]
-            .reason
-            .contains("1 of 1 pods were created without logger:v1 (the webhook was bypassed"),
+        plan.failed[0].reason.contains(
+            "finished rolling, twice, but 1 of 1 pods were created without logger:v1 (the webhook was bypassed"
+        ),
         "{}",
         plan.failed[0].reason
     );
+}
+
+#[test]
+fn a_heal_waits_for_the_campaign_and_the_paused_deployment_but_not_the_cooldown() {
+    let mut world = World::new();
+    let mut paused = healthy(1);
+    paused.paused = true;
+    world.deployment_with("late", 1, None, paused);
+    world.patched("late", at(7100));
+    let mut entry = world.entry("late");
+    entry.observed_generation = entry.generation;
+    world.set_entry("late", entry);
+    let late = WorkloadRef::new(WorkloadKind::Deployment, "team", "late");
+    world.finished_since.insert(late, at(7000));
+    let plan = world.step();
+    assert!(plan.restarts.is_empty(), "{plan:#?}");
+    assert_eq!(waiting(&plan, "late"), &WaitReason::DeploymentPaused);
 }

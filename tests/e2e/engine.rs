@@ -640,3 +640,61 @@ async fn a_holder_stopped_gracefully_releases_the_lease_and_the_next_replica_act
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_a_restart_created_while_the_webhook_was_down_are_restarted_once_more_despite_the_cooldown()
+ {
+    let mut ctx = engine_context("rollout-heal", &["--rollout=auto", "--settle", "1s"]).await;
+    let v1 = stamp_of(TRACER_V1);
+    // What an engine's restart to v1 leaves when the webhook is down while the new pods are
+    // created: the template carries the target, `rolled-at` is a minute old (well within the
+    // 10 min cooldown), and the pods have no sidecar.
+    ctx.stop_injector();
+    let rolled_at = k8s_openapi::jiff::Timestamp::now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(60))
+        .unwrap()
+        .to_string();
+    let mut missed = template("missed", Some("tracer:v1"));
+    missed["metadata"]["annotations"]["injector/rollout-revision"] = json!(v1);
+    create(
+        &ctx.api::<Deployment>(),
+        json!({
+            "metadata": {"name": "missed", "annotations": {"injector/rolled-at": rolled_at}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "missed"}}, "template": missed}
+        }),
+    )
+    .await;
+    wait_ready(&ctx, "missed", 2).await;
+    for pod in pods_of(&ctx, "missed").await {
+        assert_eq!(container_names(&pod), ["app"], "created uninjected");
+    }
+
+    ctx.restart_injector().await;
+    wait_pods_at(&ctx, "missed", 2, &v1, Duration::from_secs(90)).await;
+    assert_eq!(replicaset_count(&ctx, "missed").await, 2, "restarted once");
+    let deployment = ctx.api::<Deployment>().get("missed").await.unwrap();
+    let template = &deployment.spec.as_ref().unwrap().template.metadata;
+    assert_eq!(
+        template_annotation(template, "injector/rollout-heal"),
+        Some(v1.clone())
+    );
+    let reason = template_annotation(template, "injector/rollout-reason").unwrap();
+    assert!(
+        reason.starts_with("2 pod(s) were created while the webhook was bypassed"),
+        "{reason}"
+    );
+    let injector = ctx.injector.as_ref().unwrap();
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        0.0
+    );
+    // Healed, and nothing more: it stays at two ReplicaSets while the engine keeps planning.
+    eventually(DEADLINE, "the heal counted as succeeded", || async {
+        (injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(replicaset_count(&ctx, "missed").await, 2);
+}
