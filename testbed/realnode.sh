@@ -9,8 +9,9 @@
 #                       prints the kubeconfig's path on its last line
 #   realnode.sh down    stop everything `up` started, remove containers, netns, cgroups, iptables
 #                       chains, bridge/route, and restore sysctls and directories as `up` found them
-#   realnode.sh restart-apiserver   stop the API server and start it again with the same flags (every
-#                       client's watch breaks; resumed watches older than the new watch cache get 410)
+#   realnode.sh restart-apiserver [--compact]   stop the API server and start it again with the same
+#                       flags (every client's watch breaks; resumed watches older than the new watch
+#                       cache get 410); --compact compacts etcd to its current revision first
 #   realnode.sh kill-container ID   SIGKILL a container's task, as the kernel's OOM killer would
 # env: RN (work and cache dir, default ~/.cache/k8s-realnode), REALNODE_IMAGES (image tarballs to
 #      import), AGG_ROUTING=1 (apiserver --enable-aggregator-routing=true)
@@ -362,6 +363,13 @@ restart_apiserver() {
   local pid; pid=$(cat $S/apiserver.pid)
   local -a cmd; mapfile -d '' cmd < /proc/$pid/cmdline
   local port; port=$(printf '%s\n' "${cmd[@]}" | sed -n 's/^--secure-port=//p')
+  if [[ ${1:-} = --compact ]]; then
+    local etcd rev; etcd=$(printf '%s\n' "${cmd[@]}" | sed -n 's/^--etcd-servers=//p')
+    rev=$(curl -sf -X POST "$etcd/v3/kv/range" -d '{"key":"AA=="}' \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["header"]["revision"])')
+    log "compacting etcd to revision $rev"
+    curl -sf -X POST "$etcd/v3/kv/compaction" -d "{\"revision\": \"$rev\", \"physical\": true}" >/dev/null
+  fi
   log "restarting the apiserver (pid $pid, port $port)"
   stop_pid $S/apiserver.pid 20
   "${cmd[@]}" >>"$S/apiserver.log" 2>&1 </dev/null &
@@ -376,7 +384,7 @@ restart_apiserver() {
 case ${1:-} in
   up) up ;;
   down) down ;;
-  restart-apiserver) restart_apiserver ;;
+  restart-apiserver) restart_apiserver "${2:-}" ;;
   kill-container) $CTR tasks kill -s SIGKILL "${2:?container id}" ;;
   *) echo "usage: $0 up|down|restart-apiserver|kill-container ID" >&2; exit 2 ;;
 esac

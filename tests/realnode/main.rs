@@ -761,7 +761,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         .replace("sidecar-injector-status", &PostParams::default(), &status)
         .await
         .unwrap();
-    realnode(&["restart-apiserver"]);
+    realnode(&["restart-apiserver", "--compact"]);
     let _ = configmaps
         .delete("sidecar-injector-status", &Default::default())
         .await;
@@ -813,6 +813,32 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     .await;
     let last = killed.last_state.and_then(|s| s.terminated).unwrap();
     assert_eq!(last.exit_code, 137, "killed by SIGKILL: {last:?}");
+    // The restart after the compaction expired the injectors' watches: each resumed from a
+    // resource version the new API server no longer had (410 Gone) and relisted.
+    eventually(
+        DEADLINE,
+        "a watch expired with 410 and was relisted",
+        || async {
+            let logs = node::kubectl(&[
+                "-n",
+                SYSTEM,
+                "logs",
+                "-l",
+                "app=sidecar-injector",
+                "--tail=-1",
+            ]);
+            let text = String::from_utf8_lossy(&logs.stdout).into_owned();
+            text.lines()
+                .any(|l| {
+                    l.contains("watch failed, retrying")
+                        && (l.contains("410")
+                            || l.contains("too old resource version")
+                            || l.contains("Expired"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
     eventually(DEADLINE, "the status ConfigMap written again", || async {
         let status = configmaps.get("sidecar-injector-status").await.ok()?;
         let injectors: Value =
