@@ -148,6 +148,19 @@ async fn replicasets_of(client: &kube::Client, app: &str) -> usize {
         .unwrap_or_default()
 }
 
+/// Whether the engine restarted `name` once more to heal pods created while the webhook was
+/// bypassed (the API server restart or the holder's kill can fall inside a rollout).
+async fn healed(deployments: &Api<Deployment>, name: &str) -> bool {
+    let Ok(d) = deployments.get(name).await else {
+        return false;
+    };
+    let template = d.spec.and_then(|s| s.template.metadata).unwrap_or_default();
+    template
+        .annotations
+        .unwrap_or_default()
+        .contains_key("injector/rollout-heal")
+}
+
 fn pod_names(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter()
         .filter_map(|p| p.metadata.name.clone())
@@ -792,10 +805,12 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         .await;
     }
     for name in stale {
-        assert_eq!(
-            replicasets_of(&client, name).await,
-            2,
-            "{name} restarted exactly once through the chaos"
+        let count = replicasets_of(&client, name).await;
+        let healed = healed(&deployments, name).await;
+        println!("chaos: {name}: {count} ReplicaSets, healed: {healed}");
+        assert!(
+            count == 2 || (count == 3 && healed),
+            "{name} restarted exactly once through the chaos (once more only to heal pods that missed the webhook): {count} ReplicaSets, healed: {healed}"
         );
     }
     assert_eq!(replicasets_of(&client, "calm").await, 1, "calm untouched");
