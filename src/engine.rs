@@ -26,7 +26,7 @@ use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
-use crate::rollout::eviction::{LastEviction, next_eviction};
+use crate::rollout::eviction::{EVICTION_SPACING, LastEviction, next_eviction};
 use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
@@ -36,7 +36,13 @@ use crate::workload::{WorkloadKind, WorkloadRef};
 /// Every API call of the engine gets this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Quiet time after a change before planning, so a burst of watch events costs one plan.
-const PLAN_DEBOUNCE: Duration = Duration::from_millis(200);
+const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
+/// A failed action, or an eviction a PodDisruptionBudget refused, is tried again this long
+/// after (or sooner, if something watched changes).
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Progress counts alone are written to the status ConfigMap at most this often; a change of
+/// a campaign's state, failures or pause is written at once.
+const STATUS_COUNTS_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineMode {
@@ -156,6 +162,11 @@ pub struct Engine {
     /// The resourceVersion of the status ConfigMap our book corresponds to.
     known_version: Option<String>,
     written: Option<BTreeMap<String, String>>,
+    /// The book this process last wrote, counts aside, and when.
+    written_shape: Option<(String, Timestamp)>,
+    /// The next moment a plan can change by time alone (see [`RolloutPlan::wake_at`]), or an
+    /// action is due again.
+    wake_at: Option<Timestamp>,
     status: watch::Receiver<Option<ConfigMap>>,
     /// Workloads this process restarted whose success is not reported yet.
     awaiting_success: BTreeSet<WorkloadRef>,
@@ -186,6 +197,8 @@ impl Engine {
             book: CampaignBook::default(),
             known_version: None,
             written: None,
+            written_shape: None,
+            wake_at: None,
             status,
             awaiting_success: BTreeSet::new(),
             journal: rollout::journal::Journal::default(),
@@ -248,6 +261,8 @@ impl Engine {
         };
         let theirs = item(configmap.data.as_ref());
         if theirs != item(self.written.as_ref()) {
+            // Theirs is in the ConfigMap now: whatever differs from it is written at once.
+            self.written_shape = None;
             match status::decode_book(&configmap) {
                 Ok(Some(book)) => {
                     for line in rollout::journal::resumptions(&self.book, &book) {
@@ -285,6 +300,7 @@ impl Engine {
             .collect();
         let now = Timestamp::now();
         let (plan, evictions, podless) = self.plan_now(feed, &targets, &wanted, now);
+        self.wake_at = plan.wake_at;
         let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
         self.finished_since = plan
             .finished_not_current
@@ -440,6 +456,7 @@ impl Engine {
         };
         if let Err(err) = result {
             self.failed(&err);
+            self.retry_later();
             self.metrics
                 .record_rollout(restart.workload.kind, RolloutResult::Error);
             return;
@@ -527,6 +544,20 @@ impl Engine {
         .await;
     }
 
+    /// When the engine next needs to plan with nothing watched changing; `None`: only a
+    /// change wakes it.
+    pub fn next_wake(&self) -> Option<Timestamp> {
+        self.wake_at
+    }
+
+    fn wake_at(&mut self, at: Timestamp) {
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+    }
+
+    fn retry_later(&mut self) {
+        self.wake_at(rollout::after(Timestamp::now(), RETRY_AFTER));
+    }
+
     /// Logs and counts a failed action; the next plan retries it.
     fn failed(&self, err: &ActionError) {
         warn!(
@@ -599,12 +630,16 @@ impl Engine {
 
     /// OnDelete: one stale pod at a time, only while the workload is healthy.
     async fn evict_next(&mut self, workload: &WorkloadRef, pods: &[String], healthy: bool) {
-        let Some(pod) = next_eviction(
-            pods,
-            healthy,
-            self.evictions.get(workload),
-            Timestamp::now(),
-        ) else {
+        let now = Timestamp::now();
+        let last = self.evictions.get(workload);
+        let Some(pod) = next_eviction(pods, healthy, last, now) else {
+            // Spaced out: due again when the spacing ends (health comes by the watch).
+            if let Some(spaced) = last.map(|l| rollout::after(l.at, EVICTION_SPACING))
+                && spaced > now
+                && !pods.is_empty()
+            {
+                self.wake_at(spaced);
+            }
             return;
         };
         match self.evict(&workload.namespace, pod).await {
@@ -612,20 +647,26 @@ impl Engine {
                 info!(workload = %workload, pod, "evicted a stale pod (OnDelete)");
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::Evicted);
+                let at = Timestamp::now();
                 self.evictions.insert(
                     workload.clone(),
                     LastEviction {
                         pod: pod.to_owned(),
-                        at: Timestamp::now(),
+                        at,
                     },
                 );
+                self.wake_at(rollout::after(at, EVICTION_SPACING));
             }
             Ok(false) => {
+                self.retry_later();
                 info!(workload = %workload, pod, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
             }
-            Err(err) => self.failed(&err),
+            Err(err) => {
+                self.failed(&err);
+                self.retry_later();
+            }
         }
     }
 
@@ -681,9 +722,36 @@ impl Engine {
     /// Writes revisions and campaigns to the status ConfigMap when they changed.
     /// The campaign book; the revisions in force are each serving replica's to publish.
     async fn write_status(&mut self) {
+        self.write_status_when(false).await;
+    }
+
+    /// Writes what the progress counts alone have changed since the last write (the one-shot
+    /// CLI, as it ends).
+    pub async fn flush_status(&mut self) {
+        if self.containers.is_none() && self.options.mode == EngineMode::Auto {
+            self.write_status_when(true).await;
+        }
+    }
+
+    /// Writes the book when it changed: at once when a campaign's state, failures or pause
+    /// changed, at most every [`STATUS_COUNTS_EVERY`] when only its counts did (a campaign
+    /// would otherwise rewrite the ConfigMap at nearly every restart); `flush` writes now.
+    async fn write_status_when(&mut self, flush: bool) {
         let data = status::encode(self.written.as_ref(), &self.book);
         if self.written.as_ref() == Some(&data) {
             return;
+        }
+        let shape = status::book_shape(&self.book);
+        let now = Timestamp::now();
+        if !flush
+            && let Some((written, at)) = &self.written_shape
+            && *written == shape
+        {
+            let due = rollout::after(*at, STATUS_COUNTS_EVERY);
+            if due > now {
+                self.wake_at(due);
+                return;
+            }
         }
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
         let configmap = status::status_object(
@@ -697,6 +765,7 @@ impl Engine {
             Ok(written) => {
                 self.known_version = written.metadata.resource_version;
                 self.written = Some(data);
+                self.written_shape = Some((shape, now));
             }
             // Someone else wrote it since (or it exists already): the watch brings their copy,
             // which is adopted before the next write.
@@ -706,7 +775,10 @@ impl Engine {
                     self.known_version = Some(String::new());
                 }
             }
-            Err(source) => self.failed(&ActionError::WriteStatus { source }),
+            Err(source) => {
+                self.failed(&ActionError::WriteStatus { source });
+                self.retry_later();
+            }
         }
     }
 }
@@ -740,6 +812,13 @@ where
         .map(|_| ())
 }
 
+/// How long from now until `at` (zero when past); `None` stays `None`.
+pub fn until(at: Option<Timestamp>) -> Option<Duration> {
+    let at = at?;
+    let left = Timestamp::now().duration_until(at);
+    Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
+}
+
 async fn with_timeout<T>(
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {
@@ -751,7 +830,8 @@ async fn with_timeout<T>(
     }
 }
 
-/// Runs the engine for `serve` until the process ends: plans on every change and on a timer,
+/// Runs the engine for `serve` until the process ends: plans on every change and whenever the
+/// last plan said it would change by time alone,
 /// acts only while `grant` allows, and only once this replica has been ready for
 /// `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
 /// Service sends the API server's calls to a ready replica, it would come back without its
@@ -775,24 +855,34 @@ pub async fn run(
     );
     let mut leading = false;
     let mut ready_since: Option<Instant> = None;
+    let mut was_ready = true;
     loop {
-        // Until warmed up, wake when the warm-up ends rather than at the next replan.
-        let replan = match ready_since {
-            Some(since) if since.elapsed() < act_after_ready => {
-                replan.min(act_after_ready - since.elapsed())
-            }
-            _ => replan,
-        };
-        tokio::select! {
-            result = feed.changes.changed() => if result.is_err() { return },
-            result = sidecars.changed() => if result.is_err() { return },
-            result = grant.changed() => if result.is_err() { return },
-            result = engine.status.changed() => if result.is_err() { return },
-            () = tokio::time::sleep(replan) => {}
+        // Wake when something watched changes, or when the plan says it changes by time
+        // alone; `replan_every` is only a safety net, not what paces a campaign.
+        let mut sleep = until(engine.next_wake()).map_or(replan, |d| d.min(replan));
+        // Until warmed up, wake when the warm-up ends; readiness is not watched, so while
+        // not ready it is checked every second.
+        if let Some(since) = ready_since
+            && since.elapsed() < act_after_ready
+        {
+            sleep = sleep.min(act_after_ready - since.elapsed());
         }
-        tokio::time::sleep(PLAN_DEBOUNCE).await;
+        if !was_ready {
+            sleep = sleep.min(Duration::from_secs(1));
+        }
+        let changed = tokio::select! {
+            result = feed.changes.changed() => if result.is_err() { return } else { true },
+            result = sidecars.changed() => if result.is_err() { return } else { true },
+            result = grant.changed() => if result.is_err() { return } else { true },
+            result = engine.status.changed() => if result.is_err() { return } else { true },
+            () = tokio::time::sleep(sleep) => false,
+        };
+        if changed {
+            tokio::time::sleep(PLAN_DEBOUNCE).await;
+        }
         feed.changes.borrow_and_update();
-        if !ready() {
+        was_ready = ready();
+        if !was_ready {
             ready_since = None;
             continue;
         }

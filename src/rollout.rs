@@ -21,6 +21,7 @@ pub use book::{
     Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Resumed, Resumption,
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
+pub use gates::after;
 pub use health::rolled_out;
 pub use plan::{
     PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,

@@ -415,8 +415,13 @@ async fn act_until_done(
         } else if engine.awaiting_outcomes() == 0 || since.elapsed() > args.safety.rollout_timeout {
             break;
         }
-        let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+        // As `serve` does: on a change, or when the plan changes by time alone; at least
+        // every second, for the Lease and the outcomes of workloads with no pods left.
+        let sleep = crate::engine::until(engine.next_wake())
+            .map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1)));
+        let _ = tokio::time::timeout(sleep, changes.changed()).await;
     }
+    engine.flush_status().await;
     if terminal {
         eprintln!();
     }

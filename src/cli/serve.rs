@@ -115,7 +115,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
                     keys,
                     policy: drift_policy.clone(),
                     namespace: namespace.clone(),
-                    replan_every: Duration::from_secs(5),
+                    replan_every: Duration::from_secs(60),
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,

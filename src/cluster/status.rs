@@ -229,6 +229,15 @@ pub fn encode(
     data
 }
 
+/// The book without its progress counts: what must reach the status ConfigMap at once.
+pub fn book_shape(book: &CampaignBook) -> String {
+    let mut shape = book.clone();
+    for campaign in shape.campaigns.values_mut() {
+        campaign.counts = Default::default();
+    }
+    serde_json::to_string(&shape).expect("the book serializes")
+}
+
 /// The status ConfigMap holding `data`; with the `resource_version` it was read at, a
 /// replace of it fails (409) when someone wrote it since.
 pub fn status_object(

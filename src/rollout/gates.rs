@@ -15,7 +15,7 @@ use crate::drift::WorkloadDrift;
 use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
 
 /// `time + duration`, saturating.
-pub(super) fn after(time: Timestamp, duration: Duration) -> Timestamp {
+pub fn after(time: Timestamp, duration: Duration) -> Timestamp {
     time.checked_add(SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX))
         .unwrap_or(Timestamp::MAX)
 }

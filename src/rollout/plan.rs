@@ -260,6 +260,11 @@ pub struct RolloutPlan {
     pub finished_not_current: Vec<WorkloadRef>,
     #[serde(skip)]
     pub book: CampaignBook,
+    /// The next moment this plan can change with nothing watched changing: a settle window,
+    /// a cooldown or a rate-limit minute ending, a rollout timing out, a finish grace
+    /// running out. The engine sleeps until then, or until a watched object changes.
+    #[serde(skip)]
+    pub wake_at: Option<Timestamp>,
 }
 
 impl Restart {

@@ -3,6 +3,7 @@
 //! schedule candidates through the gates, settle the book. No I/O, no clock.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -12,7 +13,7 @@ use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
 use super::health::{progress, rolled_out};
 use super::plan::{
-    PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, Waiting,
+    PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
 };
 use crate::config::RevisionStamp;
 use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
@@ -30,6 +31,10 @@ struct Survey<'g, 'r> {
     candidates: Vec<Candidate<'g, 'r>>,
     /// Restarts in the last minute, for `--max-restarts-per-minute`.
     recent_restarts: usize,
+    /// When the earliest of those restarts leaves the minute.
+    oldest_recent_restart: Option<Timestamp>,
+    /// Moments at which a carrier's outcome changes by time alone (timeout, finish grace).
+    wakes: Vec<Timestamp>,
     /// Failures found in this pass, with the sidecars whose campaigns they count against.
     failures: Vec<(Failure, Vec<String>)>,
 }
@@ -50,6 +55,8 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
         counts: BTreeMap::new(),
         candidates: Vec::new(),
         recent_restarts: 0,
+        oldest_recent_restart: None,
+        wakes: Vec::new(),
         failures: Vec::new(),
     };
     for group in groups.values() {
@@ -60,8 +67,38 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
     pause_campaigns(&mut book, input.settings, &mut out);
     schedule(&input, &book, &mut survey, &mut out);
     settle_book(&mut book, &input, &survey.counts);
+    out.wake_at = wake_at(&input, &book, &survey, &out);
     out.book = book;
     out
+}
+
+/// The earliest moment after `now` at which the plan changes by time alone.
+fn wake_at(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    survey: &Survey<'_, '_>,
+    out: &RolloutPlan,
+) -> Option<Timestamp> {
+    let waits = out.waiting.iter().filter_map(|w| match &w.reason {
+        WaitReason::Settling { until }
+        | WaitReason::Cooldown { until }
+        | WaitReason::RollingOut { until } => Some(until.0),
+        WaitReason::RateLimit { .. } => survey
+            .oldest_recent_restart
+            .map(|t| after(t, Duration::from_secs(60))),
+        _ => None,
+    });
+    // A campaign still settling turns complete or running when its window ends.
+    let settling = book
+        .campaigns
+        .values()
+        .filter(|c| c.state == CampaignState::Settling)
+        .map(|c| after(c.since.0, input.settings.settle));
+    waits
+        .chain(settling)
+        .chain(survey.wakes.iter().copied())
+        .filter(|t| *t > input.now)
+        .min()
 }
 
 /// Report rows by workload; rows of other owners (Jobs, ReplicaSets without a Deployment...)
@@ -125,11 +162,9 @@ fn survey_workload<'g, 'r>(
         .now
         .checked_sub(SignedDuration::from_secs(60))
         .unwrap_or(Timestamp::MIN);
-    if entry
-        .and_then(|e| e.rolled_at)
-        .is_some_and(|t| t > minute_ago)
-    {
+    if let Some(t) = entry.and_then(|e| e.rolled_at).filter(|t| *t > minute_ago) {
         survey.recent_restarts += 1;
+        survey.oldest_recent_restart = Some(survey.oldest_recent_restart.map_or(t, |o| o.min(t)));
     }
     match entry {
         Some(entry) if entry.rollout_revision.as_deref() == Some(target.as_str()) => {
@@ -205,7 +240,8 @@ fn judge_carrier<'g, 'r>(
         out.succeeded.push(workload.clone());
         return;
     }
-    if finished && in_finish_grace(input, workload) {
+    if finished && let Some(ends) = finish_grace_end(input, workload) {
+        survey.wakes.push(ends);
         out.finished_not_current.push(workload.clone());
         survey.count(active, |c| c.rolling += 1);
         out.rolling.push(Rolling {
@@ -234,7 +270,9 @@ fn judge_carrier<'g, 'r>(
     let failure = if finished {
         Some(not_current_failure(input, stale))
     } else {
-        timeout_failure(input, book, workload, entry, active)
+        let (failure, deadline) = timeout_failure(input, book, workload, entry, active);
+        survey.wakes.extend(deadline);
+        failure
     };
     match failure {
         Some(reason) => {
@@ -260,14 +298,14 @@ fn judge_carrier<'g, 'r>(
 }
 
 /// Finished rolling with pods still not current, within the grace that pod deletions get to
-/// catch up with the workload's status (they arrive on different watches).
-fn in_finish_grace(input: &PlanInput<'_>, workload: &WorkloadRef) -> bool {
+/// catch up with the workload's status (they arrive on different watches): when it ends.
+fn finish_grace_end(input: &PlanInput<'_>, workload: &WorkloadRef) -> Option<Timestamp> {
     let first = input
         .finished_since
         .get(workload)
         .copied()
         .unwrap_or(input.now);
-    after(first, input.settings.finish_grace) > input.now
+    Some(after(first, input.settings.finish_grace)).filter(|end| *end > input.now)
 }
 
 /// Finished rolling, past the grace, with pods still not current.
@@ -292,14 +330,15 @@ fn not_current_failure(input: &PlanInput<'_>, stale: &[&WorkloadDrift]) -> Strin
     )
 }
 
-/// Still rolling after `--rollout-timeout` from the restart (or the campaign's start).
+/// Still rolling after `--rollout-timeout` from the restart (or the campaign's start); if not
+/// yet, when it would be.
 fn timeout_failure(
     input: &PlanInput<'_>,
     book: &CampaignBook,
     workload: &WorkloadRef,
     entry: &WorkloadEntry,
     active: &[&str],
-) -> Option<String> {
+) -> (Option<String>, Option<Timestamp>) {
     let started = entry.rolled_at.or_else(|| {
         active
             .iter()
@@ -308,15 +347,18 @@ fn timeout_failure(
             .max()
     });
     let timeout = input.settings.rollout_timeout;
-    started
-        .is_some_and(|t| after(t, timeout) <= input.now)
-        .then(|| {
-            format!(
-                "not rolled out within {} ({})",
-                humantime::format_duration(timeout),
-                progress(workload.kind, entry)
-            )
-        })
+    let Some(deadline) = started.map(|t| after(t, timeout)) else {
+        return (None, None);
+    };
+    if deadline > input.now {
+        return (None, Some(deadline));
+    }
+    let reason = format!(
+        "not rolled out within {} ({})",
+        humantime::format_duration(timeout),
+        progress(workload.kind, entry)
+    );
+    (Some(reason), None)
 }
 
 /// The failures found in this pass count against every campaign of their workload.

@@ -366,6 +366,11 @@ fn restarts_per_minute_are_limited_by_the_rolled_at_stamps() {
         waiting(&plan, "b"),
         WaitReason::RateLimit { per_minute: 2 }
     ));
+    assert_eq!(
+        plan.wake_at,
+        Some(at(7200 + 30)),
+        "when the old restart leaves the minute"
+    );
     // A minute later the old restart no longer counts.
     world.now = at(7200 + 31);
     assert_eq!(restarted(&world.plan()), ["a", "b"]);
@@ -383,6 +388,7 @@ fn a_workload_restarted_within_the_cooldown_waits() {
     assert!(
         matches!(waiting(&plan, "web"), WaitReason::Cooldown { until } if until.0 == at(7200 - 60 + 600))
     );
+    assert_eq!(plan.wake_at, Some(at(7200 - 60 + 600)));
     world.now = at(7200 - 60 + 600);
     assert_eq!(restarted(&world.plan()), ["web"]);
 
@@ -397,6 +403,7 @@ fn a_workload_restarted_within_the_cooldown_waits() {
     assert!(
         matches!(waiting(&plan, "web"), WaitReason::RollingOut { until } if until.0 == at(7200 - 60 + 300))
     );
+    assert_eq!(plan.wake_at, Some(at(7200 - 60 + 300)));
     // Stuck mid-rollout (not rolled out --rollout-timeout after its restart: a broken
     // revision): the fix goes in at once, cooldown or not.
     world.now = at(7200 - 60 + 300);
@@ -986,4 +993,49 @@ fn a_heal_waits_for_the_campaign_and_the_paused_deployment_but_not_the_cooldown(
     let plan = world.step();
     assert!(plan.restarts.is_empty(), "{plan:#?}");
     assert_eq!(waiting(&plan, "late"), &WaitReason::DeploymentPaused);
+}
+
+#[test]
+fn the_plan_says_when_it_changes_by_time_alone() {
+    let mut world = World::new();
+    world.deployment("web", 2, Some(OLD));
+    // Nothing waits on time: only a change can alter the plan.
+    world.targets.clear();
+    world.target(LOGGER, OLD);
+    world.book = world.plan().book;
+    world.now = at(9000);
+    let plan = world.plan();
+    assert!(
+        plan.restarts.is_empty() && plan.waiting.is_empty(),
+        "{plan:#?}"
+    );
+    assert_eq!(plan.wake_at, None);
+
+    // A new revision settles for --settle (10 s): the plan changes when that ends.
+    world.target(LOGGER, NEW);
+    let plan = world.step();
+    assert!(matches!(waiting(&plan, "web"), WaitReason::Settling { .. }));
+    assert_eq!(plan.wake_at, Some(at(9010)));
+    world.now = at(9010);
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["web"]);
+
+    // Patched and rolling: the plan changes by time when --rollout-timeout (5 min) ends,
+    // unless the rollout finishes first (a watched change).
+    world.patched("web", at(9010));
+    world.now = at(9011);
+    let plan = world.step();
+    assert_eq!(plan.rolling.len(), 1, "{plan:#?}");
+    assert_eq!(plan.wake_at, Some(at(9010 + 300)));
+
+    // Finished rolling yet a pod not current: when the finish grace (5 s) ends.
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
+    let mut entry = world.entry("web");
+    entry.observed_generation = entry.generation;
+    world.set_entry("web", entry);
+    world.finished_since.insert(web, at(9020));
+    world.now = at(9021);
+    let plan = world.step();
+    assert_eq!(plan.finished_not_current.len(), 1, "{plan:#?}");
+    assert_eq!(plan.wake_at, Some(at(9025)));
 }

@@ -274,6 +274,15 @@ impl TestContext {
         Injector::start(self.dir.path(), &args, &[])
     }
 
+    /// Stops the injector gracefully (a Lease holder releases the Lease) and starts it again
+    /// with `--rollout=MODE` instead of the mode it had (the webhook follows it).
+    pub async fn restart_injector_in_mode(&mut self, mode: &str) {
+        self.stop_injector();
+        self.args.retain(|a| !a.starts_with("--rollout="));
+        self.args.push(format!("--rollout={mode}"));
+        self.restart_injector().await;
+    }
+
     /// Stops the injector and starts it again with the same arguments; the webhook
     /// configuration follows its new port.
     pub async fn restart_injector(&mut self) {
