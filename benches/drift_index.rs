@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sidecar_injector::annotations::AnnotationKeys;
 use sidecar_injector::config::{LoadedSidecar, SidecarSet, parse_config};
-use sidecar_injector::drift::{DriftIndex, DriftPolicy};
+use sidecar_injector::drift::{DriftGauge, DriftIndex, DriftPolicy};
 
 fn sidecars(image: &str) -> SidecarSet {
     let text = format!("name: logger:v1\ncontainers: [{{name: log-shipper, image: '{image}'}}]\n");
@@ -85,6 +85,7 @@ fn main() {
     let rss_before = rss_kib();
     let started = Instant::now();
     let mut index = DriftIndex::default();
+    index.track_changes();
     for rs in &replicasets {
         index.apply_replicaset(rs);
     }
@@ -116,6 +117,48 @@ fn main() {
         median,
         timings[0],
         timings[timings.len() - 1]
+    );
+
+    // The gauge: one full count, then single pod events (a pod replaced at the new revision,
+    // as a rollout does), each followed by a gauge update.
+    let mut gauge = DriftGauge::new(policy.clone());
+    let wanted = after.revisions_in_force();
+    let rss_before_gauge = rss_kib();
+    let started = Instant::now();
+    let rows = black_box(gauge.update(&mut index, &wanted));
+    let full_count = started.elapsed();
+    let gauge_per_pod =
+        (rss_kib().saturating_sub(rss_before_gauge) * 1024) as f64 / pods.len() as f64;
+    assert_eq!(rows[0].pods.total() as usize, pods.len());
+    let new_stamp = after.iter().next().unwrap().stamp.clone();
+    let events = if full { 2_000 } else { 20 };
+    let mut singles: Vec<Duration> = Vec::with_capacity(events);
+    for pod in pods.iter().take(events) {
+        let mut pod = pod.clone();
+        pod.annotations
+            .as_mut()
+            .unwrap()
+            .insert(keys.revision.clone(), new_stamp.clone());
+        let started = Instant::now();
+        index.apply_pod(&pod, &keys);
+        let rows = black_box(gauge.update(&mut index, &wanted));
+        singles.push(started.elapsed());
+        black_box(rows);
+    }
+    let rows = gauge.update(&mut index, &wanted);
+    assert_eq!(
+        rows[0].pods.current as usize, events,
+        "each event counted once"
+    );
+    singles.sort();
+    let single = singles[singles.len() / 2];
+    println!(
+        "drift gauge: {gauge_per_pod:.0} bytes per pod (RSS growth); full count of {} pods {:?}; one pod event then a gauge update: median {:?} (p99 {:?}); full count / one event = {:.0}",
+        pods.len(),
+        full_count,
+        single,
+        singles[singles.len() * 99 / 100],
+        full_count.as_secs_f64() / single.as_secs_f64()
     );
     if full {
         println!(

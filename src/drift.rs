@@ -5,9 +5,11 @@
 
 mod classify;
 mod entries;
+mod gauge;
 mod index;
 
 pub use entries::{PodEntry, PodOwner, WorkloadEntry};
+pub use gauge::DriftGauge;
 pub use index::DriftIndex;
 
 use std::collections::BTreeSet;
@@ -124,6 +126,11 @@ pub struct StateCounts {
 impl StateCounts {
     fn add(&mut self, state: DriftState) {
         *self.get_mut(state) += 1;
+    }
+
+    fn remove(&mut self, state: DriftState) {
+        let count = self.get_mut(state);
+        *count = count.saturating_sub(1);
     }
 
     fn get_mut(&mut self, state: DriftState) -> &mut u32 {

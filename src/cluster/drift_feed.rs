@@ -21,7 +21,7 @@ use tracing::info;
 use super::watch::{Change, watch};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
-use crate::drift::{DriftIndex, DriftPolicy, WorkloadEntry};
+use crate::drift::{DriftGauge, DriftIndex, DriftPolicy, DriftReport, WorkloadEntry};
 use crate::metrics::Metrics;
 use crate::workload::WorkloadKind;
 
@@ -235,7 +235,8 @@ pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
     }
 }
 
-/// Keeps the `sidecar_injector_pods` gauge current; runs until the process ends.
+/// Keeps the `sidecar_injector_pods` gauge current, counting again only the pods that changed
+/// since the last count; runs until the process ends.
 pub fn spawn_gauge(
     feed: DriftFeed,
     policy: DriftPolicy,
@@ -245,6 +246,8 @@ pub fn spawn_gauge(
     let DriftFeed {
         index, mut changes, ..
     } = feed;
+    index.lock().expect("drift index lock").track_changes();
+    let mut gauge = DriftGauge::new(policy);
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -253,12 +256,12 @@ pub fn spawn_gauge(
             }
             tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
             changes.borrow_and_update();
-            let set = sidecars.borrow_and_update().clone();
-            let report = index
-                .lock()
-                .expect("drift index lock")
-                .classify(&set, &policy);
-            metrics.record_drift(&report);
+            let wanted = sidecars.borrow_and_update().revisions_in_force();
+            let rows = gauge.update(&mut index.lock().expect("drift index lock"), &wanted);
+            metrics.record_drift(&DriftReport {
+                sidecars: rows,
+                workloads: Vec::new(),
+            });
         }
     });
 }

@@ -220,6 +220,17 @@ impl DriftIndex {
     }
 
     /// The workload a pod belongs to (kind, name) and, when its owner excludes it, why.
+    /// Whether a pod's owner leaves it out (a Job's, a bare pod, a workload that opted out...).
+    pub(super) fn owner_excludes(
+        &self,
+        namespace: &Arc<str>,
+        pod_name: &str,
+        pod: &PodEntry,
+        policy: &DriftPolicy,
+    ) -> bool {
+        self.resolve(namespace, pod_name, pod, policy).2.is_some()
+    }
+
     fn resolve<'s>(
         &'s self,
         namespace: &Arc<str>,

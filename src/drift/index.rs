@@ -14,7 +14,25 @@ use crate::workload::WorkloadKind;
 
 use super::entries::{PodEntry, PodOwner, WorkloadEntry};
 
-type Key = (Arc<str>, Box<str>);
+pub(super) type Key = (Arc<str>, Box<str>);
+
+/// What changed in the index since the gauge last looked: the pods, the ReplicaSets whose
+/// pods may have changed owner, or everything (a relist, a workload's opt-out changed).
+#[derive(Debug, Default)]
+pub(super) struct IndexChanges {
+    pub(super) pods: HashSet<Key>,
+    pub(super) replicasets: HashSet<Key>,
+    pub(super) everything: bool,
+}
+
+impl IndexChanges {
+    fn everything() -> Self {
+        IndexChanges {
+            everything: true,
+            ..Default::default()
+        }
+    }
+}
 
 /// Namespace -> name -> value.
 type ByNamespace<V> = HashMap<Arc<str>, HashMap<Box<str>, V>>;
@@ -31,6 +49,8 @@ pub struct DriftIndex {
     /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry. Bare pods have no
     /// entry; their slot stays empty.
     pub(super) workloads: [ByNamespace<WorkloadEntry>; 4],
+    /// Kept only once [`DriftIndex::track_changes`] was called (by the gauge's owner).
+    changes: Option<IndexChanges>,
 }
 
 impl DriftIndex {
@@ -42,6 +62,52 @@ impl DriftIndex {
                 interned.insert(shared.clone());
                 shared
             }
+        }
+    }
+
+    /// Starts recording what changes, for [`super::DriftGauge`]; until the first
+    /// [`DriftIndex::take_changes`], everything counts as changed.
+    pub fn track_changes(&mut self) {
+        self.changes = Some(IndexChanges::everything());
+    }
+
+    /// What changed since the last call (everything when changes are not tracked).
+    pub(super) fn take_changes(&mut self) -> IndexChanges {
+        match &mut self.changes {
+            Some(changes) => std::mem::take(changes),
+            None => IndexChanges::everything(),
+        }
+    }
+
+    fn changed_pod(&mut self, key: &Key) {
+        let pods = self.pods.len();
+        if let Some(changes) = &mut self.changes
+            && !changes.everything
+        {
+            changes.pods.insert(key.clone());
+            // Past a quarter of the index a recount is cheaper than the set.
+            if changes.pods.len() > 1024 && changes.pods.len() > pods / 4 {
+                *changes = IndexChanges::everything();
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn pending_changes(&self) -> Option<&IndexChanges> {
+        self.changes.as_ref()
+    }
+
+    fn changed_replicaset(&mut self, key: Key) {
+        if let Some(changes) = &mut self.changes
+            && !changes.everything
+        {
+            changes.replicasets.insert(key);
+        }
+    }
+
+    fn changed_everything(&mut self) {
+        if let Some(changes) = &mut self.changes {
+            *changes = IndexChanges::everything();
         }
     }
 
@@ -59,18 +125,25 @@ impl DriftIndex {
         };
         let interned = &mut self.interned;
         match PodEntry::project(meta, keys, &mut |text| Self::intern(interned, text)) {
-            Some(entry) => {
+            // A status-only update (most pod events) changes nothing here.
+            Some(entry) if self.pods.get(&key) != Some(&entry) => {
+                self.changed_pod(&key);
                 self.pods.insert(key, entry);
             }
+            Some(_) => {}
             None => {
-                self.pods.remove(&key);
+                if self.pods.remove(&key).is_some() {
+                    self.changed_pod(&key);
+                }
             }
         }
     }
 
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
         let key = self.key(namespace, name);
-        self.pods.remove(&key);
+        if self.pods.remove(&key).is_some() {
+            self.changed_pod(&key);
+        }
         self.deletes_since_prune += 1;
         // Amortised: strings of deleted pods' owners (a Job name, an old revision) go once no
         // entry refers to them, so churn does not grow the interner for ever.
@@ -95,6 +168,7 @@ impl DriftIndex {
             self.apply_pod(meta, keys);
         }
         self.prune_interned();
+        self.changed_everything();
     }
 
     pub fn apply_replicaset(&mut self, meta: &ObjectMeta) {
@@ -107,15 +181,24 @@ impl DriftIndex {
             .flatten()
             .find(|o| o.controller == Some(true) && o.kind == "Deployment")
             .map(|o| Self::intern(&mut self.interned, &o.name));
-        self.replicasets
-            .entry(namespace)
+        let previous = self
+            .replicasets
+            .entry(namespace.clone())
             .or_default()
-            .insert(name, deployment);
+            .insert(name.clone(), deployment.clone());
+        if previous != Some(deployment) {
+            self.changed_replicaset((namespace, name));
+        }
     }
 
     pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {
-        if let Some(names) = self.replicasets.get_mut(namespace) {
-            names.remove(name);
+        let removed = self
+            .replicasets
+            .get_mut(namespace)
+            .and_then(|names| names.remove(name));
+        if removed.is_some() {
+            let key = self.key(namespace, name);
+            self.changed_replicaset(key);
         }
     }
 
@@ -124,6 +207,7 @@ impl DriftIndex {
         for meta in metas {
             self.apply_replicaset(meta);
         }
+        self.changed_everything();
     }
 
     pub fn apply_workload(&mut self, kind: WorkloadKind, meta: &ObjectMeta, keys: &AnnotationKeys) {
@@ -143,10 +227,15 @@ impl DriftIndex {
         entry: WorkloadEntry,
     ) {
         let (namespace, name) = self.key(namespace, name);
-        self.workloads[kind as usize]
+        let disabled = entry.rollout_disabled;
+        let previous = self.workloads[kind as usize]
             .entry(namespace)
             .or_default()
             .insert(name, entry);
+        // Only the opt-out reaches the gauge (its pods become excluded or not).
+        if previous.map_or(disabled, |p| p.rollout_disabled != disabled) {
+            self.changed_everything();
+        }
     }
 
     /// After a relist of one kind: exactly these (namespace, name, entry).
@@ -159,6 +248,7 @@ impl DriftIndex {
         for (namespace, name, entry) in entries {
             self.apply_workload_entry(kind, &namespace, &name, entry);
         }
+        self.changed_everything();
     }
 
     pub fn workload(
@@ -171,8 +261,11 @@ impl DriftIndex {
     }
 
     pub fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
-        if let Some(names) = self.workloads[kind as usize].get_mut(namespace) {
-            names.remove(name);
+        let removed = self.workloads[kind as usize]
+            .get_mut(namespace)
+            .and_then(|names| names.remove(name));
+        if removed.is_some_and(|w| w.rollout_disabled) {
+            self.changed_everything();
         }
     }
 
@@ -186,6 +279,7 @@ impl DriftIndex {
         for meta in metas {
             self.apply_workload(kind, meta, keys);
         }
+        self.changed_everything();
     }
 
     /// The Deployment controlling a ReplicaSet, as the index knows it.
