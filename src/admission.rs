@@ -345,12 +345,21 @@ fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<String> {
 }
 
 fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
-    if let SkipReason::NothingFound(missing) = reason {
-        answer.sidecars = missing
-            .iter()
-            .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound))
-            .collect();
-        answer.message = Some(missing_message(missing));
+    match reason {
+        SkipReason::NothingFound(missing) => {
+            answer.sidecars = missing
+                .iter()
+                .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound))
+                .collect();
+            answer.message = Some(missing_message(missing));
+        }
+        SkipReason::InvalidRequest { annotation, error } => {
+            answer.sidecars = vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)];
+            answer.message = Some(format!(
+                "annotation {annotation}: {error}; not injected, let through by --on-missing-sidecar=allow"
+            ));
+        }
+        _ => {}
     }
     Outcome::Allow { patch: None }
 }

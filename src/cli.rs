@@ -24,6 +24,13 @@ pub fn run(cli: Cli) -> ExitCode {
         _ => telemetry::LogLevel(tracing::Level::WARN),
     });
     telemetry::init(level, cli.log_format);
+    let glog = cli.glog.given();
+    if !glog.is_empty() {
+        tracing::info!(
+            flags = glog.join(" "),
+            "glog flags accepted and ignored: logs go to stderr, and -v is the log level"
+        );
+    }
     let env = ProcessEnv::read();
     let result = match cli.command {
         Command::Inject(args) => inject::run(&args),

@@ -83,6 +83,12 @@ pub enum SkipReason {
     IgnoredNamespace(String),
     /// Every requested sidecar is missing and `--on-missing-sidecar=allow` let the pod through.
     NothingFound(Vec<SidecarName>),
+    /// The request does not parse, and `--on-missing-sidecar=allow` let the pod through as
+    /// Tumblr's injector does (no name in it can be found).
+    InvalidRequest {
+        annotation: String,
+        error: NameError,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +160,12 @@ pub fn decide<'s>(
     let requested = match SidecarName::parse_list(request) {
         Ok(names) if names.is_empty() => return Decision::Skip(SkipReason::NoRequest),
         Ok(names) => names,
+        Err(error) if settings.on_missing_sidecar == MissingSidecarPolicy::Allow => {
+            return Decision::Skip(SkipReason::InvalidRequest {
+                annotation: keys.request.clone(),
+                error,
+            });
+        }
         Err(error) => {
             return Decision::Deny(Denial::InvalidRequest {
                 annotation: keys.request.clone(),

@@ -599,3 +599,36 @@ fn with_json_logs_stderr_carries_json_only_with_fields_of_their_own() {
     assert!(!output.status.success());
     assert!(!lines(&output).is_empty());
 }
+
+#[test]
+fn tumblr_glog_flags_are_accepted_and_said_to_be_ignored() {
+    let output = run(
+        &[
+            "--logtostderr",
+            "--alsologtostderr=false",
+            "--stderrthreshold=INFO",
+            "--log_dir=/tmp/glog",
+            "--vmodule=webhook=3",
+            "-v=2",
+            "validate",
+        ],
+        None,
+    );
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("glog flags accepted and ignored"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "--logtostderr=true --alsologtostderr=false --stderrthreshold=INFO --log_dir=/tmp/glog --vmodule=webhook=3"
+        ),
+        "{stderr}"
+    );
+    assert!(text(&output.stdout).contains("logger:v1"));
+}

@@ -36,6 +36,40 @@ pub struct Cli {
     /// Log format on stderr.
     #[arg(long, env = "LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub glog: GlogFlags,
+}
+
+/// The glog flags a Tumblr deployment passes. Logs always go to stderr here, so they are
+/// accepted and mean nothing (one info line says so); `-v` is the log level above.
+#[derive(Debug, Default, Args)]
+pub struct GlogFlags {
+    #[arg(long, global = true, hide = true, num_args = 0..=1, default_missing_value = "true")]
+    pub logtostderr: Option<String>,
+    #[arg(long, global = true, hide = true, num_args = 0..=1, default_missing_value = "true")]
+    pub alsologtostderr: Option<String>,
+    #[arg(long, global = true, hide = true)]
+    pub stderrthreshold: Option<String>,
+    #[arg(long = "log_dir", global = true, hide = true)]
+    pub log_dir: Option<String>,
+    #[arg(long, global = true, hide = true)]
+    pub vmodule: Option<String>,
+}
+
+impl GlogFlags {
+    /// The flags given, as `--name=value`, for the line that says they are ignored.
+    pub fn given(&self) -> Vec<String> {
+        [
+            ("logtostderr", &self.logtostderr),
+            ("alsologtostderr", &self.alsologtostderr),
+            ("stderrthreshold", &self.stderrthreshold),
+            ("log_dir", &self.log_dir),
+            ("vmodule", &self.vmodule),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("--{name}={}", value.as_ref()?)))
+        .collect()
+    }
 }
 
 #[derive(Debug, Subcommand)]

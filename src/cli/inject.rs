@@ -121,6 +121,9 @@ fn skip_message(
                 names.join(", ")
             ))
         }
+        SkipReason::InvalidRequest { annotation, error } => Some(format!(
+            "annotation {annotation}: {error}; let through by --on-missing-sidecar=allow"
+        )),
         SkipReason::NoRequest => {
             let other = other_request_key(document, &settings.keys.request)?;
             Some(format!(

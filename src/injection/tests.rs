@@ -773,6 +773,22 @@ fn allow_policy_injects_what_exists_and_skips_when_nothing_does() {
             "tracing:v1".parse().unwrap()
         ]))
     );
+    // A request that does not parse names nothing that could be found: let through as well,
+    // as Tumblr's injector does, where the deny policy refuses it.
+    let malformed = PodBuilder::new()
+        .request("init-containers:extra:data:v3")
+        .build();
+    let Decision::Skip(SkipReason::InvalidRequest { annotation, error }) =
+        decide_on(&malformed, "team-a", &set, &settings)
+    else {
+        panic!("not let through")
+    };
+    assert_eq!(annotation, "injector/request");
+    assert!(error.to_string().contains("extra:data:v3"), "{error}");
+    assert!(matches!(
+        try_inject(&malformed, &set),
+        Decision::Deny(Denial::InvalidRequest { .. })
+    ));
 }
 
 #[test]
