@@ -9,11 +9,14 @@ COPY . .
 # glibc, linked statically: nothing to load at run time on an empty image.
 RUN RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked --target x86_64-unknown-linux-gnu --bin sidecar-injector \
- && mkdir -p /out/config \
- && cp target/x86_64-unknown-linux-gnu/release/sidecar-injector /out/sidecar-injector
+ && mkdir -p /out/config /out/conf /out/bin \
+ && cp target/x86_64-unknown-linux-gnu/release/sidecar-injector /out/sidecar-injector \
+ && ln -s /sidecar-injector /out/bin/entrypoint.sh
 
 FROM scratch
-# The empty config/ is the default config directory.
+# The empty config/ is the default config directory. For a Tumblr Deployment whose image is
+# swapped: bin/entrypoint.sh (its `command`) runs the binary as Tumblr's entrypoint script did,
+# and conf/ stands for Tumblr's CONFIG_DIR (conf/ or /conf).
 COPY --from=build /out/ /
 USER 65532:65532
 EXPOSE 9443 9000

@@ -123,6 +123,8 @@ pub struct Answer {
     pub sidecars: Vec<(String, SidecarResult)>,
     /// The denial message or the warning, when there is one.
     pub message: Option<String>,
+    /// The pod requested sidecars under another annotation namespace than ours.
+    pub other_annotation_namespace: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -257,6 +259,7 @@ fn answer_review(
         pod: String::new(),
         sidecars: Vec::new(),
         message: None,
+        other_annotation_namespace: false,
     };
     let outcome = decide_outcome(&request, object, &mut answer, sidecars, settings);
     answer.body = encode_reply(api_version, &answer, outcome);
@@ -357,6 +360,12 @@ fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
             answer.sidecars = vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)];
             answer.message = Some(format!(
                 "annotation {annotation}: {error}; not injected, let through by --on-missing-sidecar=allow"
+            ));
+        }
+        SkipReason::OtherAnnotationNamespace { key, ours } => {
+            answer.other_annotation_namespace = true;
+            answer.message = Some(format!(
+                "not injected: the pod requests sidecars with {key}, but this injector reads {ours}; is --annotation-namespace right?"
             ));
         }
         _ => {}

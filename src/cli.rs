@@ -24,6 +24,13 @@ pub fn run(cli: Cli) -> ExitCode {
         _ => telemetry::LogLevel(tracing::Level::WARN),
     });
     telemetry::init(level, cli.log_format);
+    if let Some(defaults) = &cli.entrypoint_defaults {
+        tracing::info!(
+            "run as Tumblr's {}: {}",
+            args::TUMBLR_ENTRYPOINT,
+            defaults.join(" ")
+        );
+    }
     let glog = cli.glog.given();
     if !glog.is_empty() {
         tracing::info!(

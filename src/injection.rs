@@ -89,6 +89,12 @@ pub enum SkipReason {
         annotation: String,
         error: NameError,
     },
+    /// No request under our annotation (`ours`), but one under another prefix (`key`): most
+    /// likely a Tumblr deployment whose `injector.tumblr.com` prefix was not carried over.
+    OtherAnnotationNamespace {
+        key: String,
+        ours: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -149,7 +155,13 @@ pub fn decide<'s>(
 ) -> Decision<'s> {
     let keys = &settings.keys;
     let Some(request) = pod.annotation(&keys.request) else {
-        return Decision::Skip(SkipReason::NoRequest);
+        return Decision::Skip(other_request_key(pod, &keys.request).map_or(
+            SkipReason::NoRequest,
+            |key| SkipReason::OtherAnnotationNamespace {
+                key,
+                ours: keys.request.clone(),
+            },
+        ));
     };
     if pod.annotation(&keys.status) == Some(STATUS_INJECTED) {
         return Decision::Skip(SkipReason::AlreadyInjected);
@@ -239,6 +251,17 @@ fn known_names(sidecars: &SidecarSet, wanted: &SidecarName) -> String {
         n if n > SHOWN => format!("{} and {} more", names[..SHOWN].join(", "), n - SHOWN),
         _ => names.join(", "),
     }
+}
+
+/// A `PREFIX/request` annotation under another prefix than ours (at most 253 characters, as
+/// Kubernetes allows a prefix, so an echoed key stays short).
+fn other_request_key(pod: &PodView<'_>, ours: &str) -> Option<String> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .keys()
+        .find(|k| k.len() <= 253 + "/request".len() && k.ends_with("/request") && *k != ours)
+        .map(|k| k.to_string())
 }
 
 fn check_container_names(spec: &PodSpecView<'_>, found: &[&LoadedSidecar]) -> Result<(), Denial> {

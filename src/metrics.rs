@@ -198,6 +198,7 @@ pub struct Metrics {
     pub certificate_reloads: Family<CertificateLabels, Counter>,
     /// Connections closed at accept because --max-connections were open.
     pub connections_refused: Counter,
+    pub other_annotation_namespace: Counter,
     pub certificate_expiration: Gauge,
     pub pods: Family<DriftLabels, Gauge>,
     pub rollouts: Family<RolloutLabels, Counter>,
@@ -259,6 +260,12 @@ impl Metrics {
             "certificate_reloads",
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
             certificate_reloads.clone(),
+        );
+        let other_annotation_namespace = Counter::default();
+        registry.register(
+            "requests_other_annotation_namespace",
+            "Pods let through uninjected because they request sidecars under another annotation namespace than --annotation-namespace (e.g. injector.tumblr.com)",
+            other_annotation_namespace.clone(),
         );
         let connections_refused = Counter::default();
         registry.register(
@@ -341,6 +348,7 @@ impl Metrics {
             configs_loaded,
             certificate_reloads,
             connections_refused,
+            other_annotation_namespace,
             certificate_expiration,
             pods,
             rollouts,
@@ -434,6 +442,10 @@ impl Metrics {
         self.configs_loaded
             .get_or_create(&SourceLabels { source })
             .set(i64::try_from(loaded).unwrap_or(i64::MAX));
+    }
+
+    pub fn record_other_annotation_namespace(&self) {
+        self.other_annotation_namespace.inc();
     }
 
     pub fn record_connection_refused(&self) {

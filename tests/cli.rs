@@ -632,3 +632,32 @@ fn tumblr_glog_flags_are_accepted_and_said_to_be_ignored() {
     );
     assert!(text(&output.stdout).contains("logger:v1"));
 }
+
+#[test]
+fn run_as_tumblrs_entrypoint_sh_the_binary_serves_with_the_scripts_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("entrypoint.sh");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sidecar-injector"), &link).unwrap();
+    // No cluster here: serve stops at the ConfigMap source the script's defaults turn on.
+    let output = Command::new(&link)
+        .args(["--v=2", "--tls-port", "0", "--lifecycle-port", "0"])
+        .current_dir(ROOT)
+        .env("KUBECONFIG", dir.path().join("none"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("ANNOTATION_NAMESPACE")
+        .env_remove("CONFIGMAP_LABELS")
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "run as Tumblr's entrypoint.sh: serve --annotation-namespace=injector.tumblr.com --configmap-labels=app=k8s-sidecar-injector"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--configmap-labels needs a cluster connection"),
+        "{stderr}"
+    );
+}

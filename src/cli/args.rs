@@ -38,6 +38,9 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(flatten)]
     pub glog: GlogFlags,
+    /// The defaults Tumblr's entrypoint script would have given, when run as `entrypoint.sh`.
+    #[arg(skip)]
+    pub entrypoint_defaults: Option<Vec<String>>,
 }
 
 /// The glog flags a Tumblr deployment passes. Logs always go to stderr here, so they are
@@ -542,10 +545,56 @@ impl Cli {
             .get_subcommands()
             .map(|sub| sub.get_name().to_owned())
             .collect();
-        let args = bare_verbosity(std::env::args_os(), &subcommands);
+        let given: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let given_count = given.len();
+        let args = tumblr_entrypoint(given, |name| {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        });
+        // What the entrypoint added: argv[0], `serve`, then the defaults, then what was given.
+        let added = args.len() - given_count;
+        let entrypoint_defaults = (added > 0).then(|| {
+            args[1..=added]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        });
+        let args = bare_verbosity(args, &subcommands);
         let matches = command.get_matches_from(args);
-        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+        let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)
+            .unwrap_or_else(|err| err.exit());
+        cli.entrypoint_defaults = entrypoint_defaults;
+        cli
     }
+}
+
+/// The name Tumblr's Deployment runs (`command: ["entrypoint.sh"]`); the image links it to the
+/// binary.
+pub const TUMBLR_ENTRYPOINT: &str = "entrypoint.sh";
+
+/// Run as `entrypoint.sh`, the binary does what Tumblr's entrypoint script did: `serve`, with
+/// the script's defaults for what the environment leaves unset (annotation namespace
+/// `injector.tumblr.com`, ConfigMap labels `app=k8s-sidecar-injector`), so that a Tumblr
+/// Deployment whose image is swapped keeps injecting the pods it injected.
+pub fn tumblr_entrypoint(
+    args: Vec<std::ffi::OsString>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<std::ffi::OsString> {
+    let invoked_as = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == TUMBLR_ENTRYPOINT);
+    if !invoked_as {
+        return args;
+    }
+    let mut out: Vec<std::ffi::OsString> = vec![args[0].clone(), "serve".into()];
+    if env("ANNOTATION_NAMESPACE").is_none() {
+        out.push("--annotation-namespace=injector.tumblr.com".into());
+    }
+    if env("CONFIGMAP_LABELS").is_none() {
+        out.push("--configmap-labels=app=k8s-sidecar-injector".into());
+    }
+    out.extend(args.into_iter().skip(1));
+    out
 }
 
 /// `-v` (or `--v`) without a value means debug, as a person types it: `sidecar-injector -v
@@ -569,4 +618,46 @@ pub fn bare_verbosity(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[std::ffi::OsString]) -> Vec<&str> {
+        args.iter().map(|a| a.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn run_as_tumblrs_entrypoint_it_serves_with_the_scripts_defaults() {
+        let args = vec!["/bin/entrypoint.sh".into(), "--v=2".into()];
+        let none = |_: &str| None;
+        assert_eq!(
+            strings(&tumblr_entrypoint(args.clone(), none)),
+            [
+                "/bin/entrypoint.sh",
+                "serve",
+                "--annotation-namespace=injector.tumblr.com",
+                "--configmap-labels=app=k8s-sidecar-injector",
+                "--v=2"
+            ]
+        );
+        // What the environment sets, it keeps (the flags read the same variables).
+        let set = |name: &str| (name == "ANNOTATION_NAMESPACE").then(|| "example.com".to_owned());
+        assert_eq!(
+            strings(&tumblr_entrypoint(args, set)),
+            [
+                "/bin/entrypoint.sh",
+                "serve",
+                "--configmap-labels=app=k8s-sidecar-injector",
+                "--v=2"
+            ]
+        );
+        // Under its own name nothing changes.
+        let own = vec!["sidecar-injector".into(), "validate".into()];
+        assert_eq!(
+            strings(&tumblr_entrypoint(own, none)),
+            ["sidecar-injector", "validate"]
+        );
+    }
 }

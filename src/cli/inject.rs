@@ -124,6 +124,9 @@ fn skip_message(
         SkipReason::InvalidRequest { annotation, error } => Some(format!(
             "annotation {annotation}: {error}; let through by --on-missing-sidecar=allow"
         )),
+        SkipReason::OtherAnnotationNamespace { key, ours } => Some(format!(
+            "no {ours} annotation, but {key} is set: is --annotation-namespace right?"
+        )),
         SkipReason::NoRequest => {
             let other = other_request_key(document, &settings.keys.request)?;
             Some(format!(

@@ -1,7 +1,7 @@
 //! Parsing and validating one config document: unknown keys, YAML 1.1 forms, nested fields
 //! the Kubernetes types would drop, every error with its origin and line.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -241,23 +241,31 @@ fn check_container_names(config: &SidecarConfig, text: &str) -> Result<(), Locat
             ));
         }
     }
-    let mut seen = BTreeSet::new();
-    match config
-        .injected_containers()
-        .find(|c| !seen.insert(c.name.as_str()))
-    {
-        Some(container) => Err((
-            None,
-            ConfigErrorKind::InvalidField {
-                path: "containers".into(),
-                message: format!(
-                    "container name {:?} appears more than once in this config",
-                    container.name
-                ),
-            },
-        )),
-        None => Ok(()),
+    // Kubernetes refuses a pod whose containers and init containers share a name, so such a
+    // config could never be injected: both places are named.
+    let mut seen: BTreeMap<&str, String> = BTreeMap::new();
+    for (kind, containers) in [
+        ("containers", &config.containers),
+        ("prependContainers", &config.prepend_containers),
+        ("initContainers", &config.init_containers),
+    ] {
+        for (index, container) in containers.iter().enumerate() {
+            let place = format!("{kind}[{index}]");
+            if let Some(first) = seen.insert(container.name.as_str(), place.clone()) {
+                return Err((
+                    top_level_key_line(text, kind),
+                    ConfigErrorKind::InvalidField {
+                        path: format!("{place}.name"),
+                        message: format!(
+                            "container name {:?} appears more than once in this config (also {first}); a pod's containers and init containers share one set of names",
+                            container.name
+                        ),
+                    },
+                ));
+            }
+        }
     }
+    Ok(())
 }
 
 /// Takes typed top-level fields out of the document, collecting warnings as it goes.

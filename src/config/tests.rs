@@ -208,6 +208,20 @@ fn injected_containers_need_distinct_names() {
         err.to_string().contains("\"a\" appears more than once"),
         "{err}"
     );
+    // The other copy in initContainers is named, with where it is.
+    let err = parse_err(
+        "name: x\ncontainers: [{name: b}, {name: a}]\ninitContainers: [{name: c}, {name: a}]\n",
+    );
+    assert!(
+        matches!(&err.kind, ConfigErrorKind::InvalidField { path, message }
+            if path == "initContainers[1].name" && message.contains("(also containers[1])")),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("init containers share one set of names"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -710,11 +710,15 @@ fn annotation_keys_are_escaped_and_existing_ones_replaced() {
         .find(|op| op["path"] == "/metadata/annotations/injector.tumblr.com~1revision")
         .unwrap();
     assert_eq!(revision["op"], "replace");
-    // The default namespace's request is not ours under this setting.
+    // The default namespace's request is not ours under this setting: let through, and
+    // named as a request under another annotation namespace.
     let default_ns = PodBuilder::new().request("logger:v2").build();
     assert_eq!(
         decide_on(&default_ns, "team-a", &set, &settings),
-        Decision::Skip(SkipReason::NoRequest)
+        Decision::Skip(SkipReason::OtherAnnotationNamespace {
+            key: "injector/request".into(),
+            ours: "injector.tumblr.com/request".into(),
+        })
     );
 }
 

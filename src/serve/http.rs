@@ -449,6 +449,12 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
     let (uid, namespace, pod) = (&answer.uid, &answer.namespace, &answer.pod);
     let result = answer.result.as_str();
     match answer.result {
+        // The sign of a swapped-in image whose annotation namespace was not carried over:
+        // said at warn, and counted, since every such pod misses its sidecars.
+        AdmissionResult::Skipped if answer.other_annotation_namespace => {
+            state.metrics.record_other_annotation_namespace();
+            warn!(uid, namespace, pod, result, "{message}");
+        }
         AdmissionResult::Skipped => debug!(result, "skipped {message}"),
         // A line per injected pod would cost a third of the throughput; the injections
         // metric counts them by sidecar, and --log-level debug shows each one.
@@ -643,6 +649,43 @@ mod tests {
                 .metrics
                 .encode()
                 .contains("result=\"review_timeout\"} 1"),
+            "{}",
+            state.metrics.encode()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_under_another_annotation_namespace_is_warned_about_and_counted() {
+        let mut review: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/admission/bare-pod.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        review["request"]["object"]["metadata"]["annotations"] =
+            serde_json::json!({"injector.tumblr.com/request": "logger:v1"});
+        let state = state();
+        let (status, body) = call(
+            webhook_router(state.clone()),
+            post("application/json", &review.to_string()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(reply["response"]["allowed"], true);
+        assert!(reply["response"].get("patch").is_none(), "{reply}");
+        assert_eq!(
+            reply["response"]["warnings"][0],
+            "not injected: the pod requests sidecars with injector.tumblr.com/request, but this injector reads injector/request; is --annotation-namespace right?"
+        );
+        assert!(
+            state
+                .metrics
+                .encode()
+                .lines()
+                .any(|l| l == "sidecar_injector_requests_other_annotation_namespace_total 1"),
             "{}",
             state.metrics.encode()
         );
