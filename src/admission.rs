@@ -125,6 +125,8 @@ pub struct Answer {
     pub message: Option<String>,
     /// The pod requested sidecars under another annotation namespace than ours.
     pub other_annotation_namespace: bool,
+    /// Why, in the words of the `reason` label of Tumblr's `injections` series.
+    pub tumblr_reason: &'static str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -260,6 +262,7 @@ fn answer_review(
         sidecars: Vec::new(),
         message: None,
         other_annotation_namespace: false,
+        tumblr_reason: "no_annotation",
     };
     let outcome = decide_outcome(&request, object, &mut answer, sidecars, settings);
     answer.body = encode_reply(api_version, &answer, outcome);
@@ -348,6 +351,12 @@ fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<String> {
 }
 
 fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
+    answer.tumblr_reason = match reason {
+        SkipReason::NoRequest | SkipReason::OtherAnnotationNamespace { .. } => "no_annotation",
+        SkipReason::AlreadyInjected => "already_injected",
+        SkipReason::IgnoredNamespace(_) => "ignored_namespace",
+        SkipReason::NothingFound(_) | SkipReason::InvalidRequest { .. } => "missing_config",
+    };
     match reason {
         SkipReason::NothingFound(missing) => {
             answer.sidecars = missing
@@ -382,6 +391,7 @@ fn injected(answer: &mut Answer, injection: &Injection<'_>) -> Outcome {
         return denied(answer, &Denial::PatchTooLarge);
     }
     answer.result = AdmissionResult::Injected;
+    answer.tumblr_reason = "all_groovy";
     answer.sidecars = injection
         .injected
         .iter()
@@ -432,6 +442,10 @@ impl std::io::Write for BoundedBuffer {
 
 fn denied(answer: &mut Answer, denial: &Denial) -> Outcome {
     answer.result = AdmissionResult::Denied;
+    answer.tumblr_reason = match denial {
+        Denial::SidecarNotFound { .. } | Denial::InvalidRequest { .. } => "missing_config",
+        _ => "patching_error",
+    };
     answer.sidecars = match denial {
         Denial::SidecarNotFound { .. } => {
             vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)]
@@ -450,6 +464,7 @@ fn denied(answer: &mut Answer, denial: &Denial) -> Outcome {
 
 fn invalid_pod(answer: &mut Answer, message: String) -> Outcome {
     answer.result = AdmissionResult::InvalidPod;
+    answer.tumblr_reason = "unmarshal_error";
     answer.message = Some(message);
     Outcome::Refuse { code: 400 }
 }

@@ -7,6 +7,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+pub mod tumblr;
+
 use crate::admission::{AdmissionResult, SidecarResult};
 use crate::workload::WorkloadKind;
 
@@ -208,6 +210,8 @@ pub struct Metrics {
     pub rollout_api_requests: Family<CallLabels, Counter>,
     pub rollout_api_errors: Family<CallLabels, Counter>,
     pub kube_requests: Family<VerbLabels, Counter>,
+    /// Tumblr's series too, with `serve --tumblr-metrics`.
+    pub tumblr: Option<tumblr::TumblrMetrics>,
 }
 
 impl Default for Metrics {
@@ -358,6 +362,7 @@ impl Metrics {
             rollout_api_requests,
             rollout_api_errors,
             kube_requests,
+            tumblr: None,
         }
     }
 
@@ -410,10 +415,20 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of every metric.
+    /// Also exports Tumblr's series under their names (see [`tumblr::TumblrMetrics`]).
+    pub fn with_tumblr_names(mut self) -> Self {
+        self.tumblr = Some(tumblr::TumblrMetrics::new());
+        self
+    }
+
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
+        encode_registry(&mut out, &self.registry).expect("writing to a String cannot fail");
+        if let Some(tumblr) = &self.tumblr {
+            encode_registry(&mut out, &tumblr.registry).expect("writing to a String cannot fail");
+        }
+        encode_eof(&mut out).expect("writing to a String cannot fail");
         out
     }
 

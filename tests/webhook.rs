@@ -889,3 +889,46 @@ async fn an_idle_http2_client_does_not_hold_shutdown() {
     );
     assert!(idle.is_closed(), "the server closed the idle connection");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_tumblr_metrics_tumblrs_series_are_exported_under_their_names() {
+    let setup = Setup::new();
+    let injector = setup.start(&["--tumblr-metrics"]);
+    let client = setup.client();
+    let mut requesting = fixture("bare-pod.json");
+    requesting["request"]["object"]["metadata"]["annotations"] =
+        json!({"injector/request": "logger:v1"});
+    let mut plain = fixture("bare-pod.json");
+    plain["request"]["object"]["metadata"]["annotations"] = json!({});
+    assert_eq!(post_review(&injector, &client, &requesting).await.0, 200);
+    assert_eq!(post_review(&injector, &client, &plain).await.0, 200);
+    assert_eq!(post_review(&injector, &client, &json!([1])).await.0, 400);
+    let (_, metrics) = injector.lifecycle_get("/metrics");
+    for line in [
+        r#"injections{status="success",reason="all_groovy",requested="logger:v1"} 1"#,
+        r#"injections{status="skipped",reason="no_annotation",requested=""} 1"#,
+        r#"injections{status="error",reason="unmarshal_error",requested=""} 1"#,
+        r#"http_api_requests_total{code="200",method="post"} 2"#,
+        r#"http_api_requests_total{code="400",method="post"} 1"#,
+        r#"http_request_duration_seconds_count{handler="mutate",method="post"} 3"#,
+        r#"http_request_duration_seconds_bucket{le="0.001",handler="mutate",method="post"}"#,
+        r#"http_response_size_bytes_bucket{le="5000.0"}"#,
+        "# TYPE http_in_flight_requests gauge",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(line)),
+            "{line} not in:\n{metrics}"
+        );
+    }
+    // The project's own series are still there, and the exposition ends once.
+    assert!(metrics.contains("sidecar_injector_admission_requests_total"));
+    assert_eq!(metrics.matches("# EOF").count(), 1);
+    assert!(metrics.ends_with("# EOF\n"));
+
+    // Without the switch, none of Tumblr's names.
+    let other = setup.start(&[]);
+    assert_eq!(post_review(&other, &client, &requesting).await.0, 200);
+    let (_, metrics) = other.lifecycle_get("/metrics");
+    assert!(!metrics.contains("injections{"), "{metrics}");
+    assert!(!metrics.contains("http_api_requests_total"), "{metrics}");
+}

@@ -353,6 +353,12 @@ pub struct ServeArgs {
     /// Plain HTTP port of /health, /ready and /metrics.
     #[arg(long, env = "LIFECYCLE_PORT", default_value_t = 9000)]
     pub lifecycle_port: u16,
+    /// Also export the series of Tumblr's k8s-sidecar-injector under their names and labels
+    /// (injections, http_api_requests_total, http_request_duration_seconds,
+    /// http_in_flight_requests, http_response_size_bytes), so that its dashboards and alerts
+    /// keep working during a migration.
+    #[arg(long, env = "TUMBLR_METRICS")]
+    pub tumblr_metrics: bool,
     /// Address both ports listen on.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,

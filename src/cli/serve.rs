@@ -36,7 +36,11 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(if args.tumblr_metrics {
+        Metrics::new().with_tumblr_names()
+    } else {
+        Metrics::new()
+    });
     let cluster = match runtime.block_on(cluster_config(&args, env))? {
         Some(config) => {
             let _guard = runtime.enter();

@@ -109,19 +109,68 @@ impl Readiness {
 
 /// The TLS port: `/mutate` and `/health`.
 pub fn webhook_router(state: Arc<WebhookState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/mutate", post(mutate))
-        .route("/health", get(health))
-        .with_state(state)
+        .route("/health", get(health));
+    with_tumblr_http_metrics(router, &state).with_state(state)
 }
 
 /// The plain lifecycle port: `/health`, `/ready`, `/metrics`.
 pub fn lifecycle_router(state: Arc<WebhookState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
-        .with_state(state)
+        .route("/metrics", get(metrics));
+    with_tumblr_http_metrics(router, &state).with_state(state)
+}
+
+/// With `--tumblr-metrics`, every request is counted as Tumblr's handlers were (in flight,
+/// by code and method, duration by handler, response size); without it, no layer at all.
+fn with_tumblr_http_metrics(
+    router: Router<Arc<WebhookState>>,
+    state: &Arc<WebhookState>,
+) -> Router<Arc<WebhookState>> {
+    if state.metrics.tumblr.is_none() {
+        return router;
+    }
+    router.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        tumblr_http_metrics,
+    ))
+}
+
+async fn tumblr_http_metrics(
+    State(state): State<Arc<WebhookState>>,
+    request: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(tumblr) = &state.metrics.tumblr else {
+        return next.run(request).await;
+    };
+    let handler = match request.uri().path() {
+        "/mutate" => "mutate",
+        "/health" => "health",
+        "/metrics" => "metrics",
+        _ => return next.run(request).await,
+    };
+    // promhttp's labels: the method in lower case, the status code as a number.
+    let method = match *request.method() {
+        axum::http::Method::GET => "get",
+        axum::http::Method::POST => "post",
+        _ => "other",
+    };
+    let started = Instant::now();
+    tumblr.request_started();
+    let response = next.run(request).await;
+    let bytes = axum::body::HttpBody::size_hint(response.body()).exact();
+    tumblr.request_ended(
+        handler,
+        method,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+        bytes,
+    );
+    response
 }
 
 async fn health() -> &'static str {
@@ -198,6 +247,16 @@ async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) 
                 state
                     .metrics
                     .record_admission(rejection.result, started.elapsed().as_secs_f64());
+                // Tumblr counted a body that is no review as an unmarshal error.
+                if let Some(tumblr) = &state.metrics.tumblr
+                    && rejection.status == StatusCode::BAD_REQUEST
+                {
+                    tumblr.record_injection(crate::metrics::tumblr::InjectionLabels {
+                        status: "error",
+                        reason: "unmarshal_error",
+                        requested: String::new(),
+                    });
+                }
                 warn!(
                     status = rejection.status.as_u16(),
                     result = rejection.result.as_str(),
@@ -441,6 +500,9 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
     for (sidecar, result) in &answer.sidecars {
         state.metrics.record_injection(sidecar, *result);
     }
+    if let Some(tumblr) = &state.metrics.tumblr {
+        tumblr.record_injection(tumblr_injection(&answer));
+    }
     state.metrics.record_admission(
         RequestResult::Answered(answer.result),
         started.elapsed().as_secs_f64(),
@@ -480,6 +542,28 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// Tumblr's `injections` labels for an answer: success when injected, skipped when let
+/// through, error when refused. `requested` names only loaded sidecars (what was injected).
+fn tumblr_injection(answer: &Answer) -> crate::metrics::tumblr::InjectionLabels {
+    let status = match answer.result {
+        AdmissionResult::Injected => "success",
+        AdmissionResult::Skipped | AdmissionResult::NotAPod => "skipped",
+        AdmissionResult::Denied | AdmissionResult::InvalidPod => "error",
+    };
+    let requested = answer
+        .sidecars
+        .iter()
+        .filter(|(_, result)| *result == crate::admission::SidecarResult::Injected)
+        .map(|(name, _)| name.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    crate::metrics::tumblr::InjectionLabels {
+        status,
+        reason: answer.tumblr_reason,
+        requested,
+    }
 }
 
 #[cfg(test)]

@@ -274,6 +274,30 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     };
     eventually(DEADLINE, "the injectors set the caBundle", bundle_set).await;
 
+    // A Tumblr Deployment runs `command: ["entrypoint.sh"]`: the image resolves it on PATH to
+    // the binary, which serves with the script's defaults (here it only prints serve's help).
+    let tumblr: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "tumblr-entrypoint"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "injector", "image": "localhost/sidecar-injector:dev",
+            "imagePullPolicy": "Never", "command": ["entrypoint.sh"], "args": ["--help"]}]},
+    }))
+    .unwrap();
+    let system_pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM);
+    system_pods
+        .create(&PostParams::default(), &tumblr)
+        .await
+        .unwrap();
+    eventually(DEADLINE, "entrypoint.sh ran to completion", || async {
+        let pod = system_pods.get("tumblr-entrypoint").await.ok()?;
+        let phase = pod.status?.phase?;
+        assert_ne!(phase, "Failed", "entrypoint.sh failed in the image");
+        (phase == "Succeeded").then_some(())
+    })
+    .await;
+    let help = kubectl_ok(&["-n", SYSTEM, "logs", "tumblr-entrypoint"]);
+    assert!(help.contains("Run the admission webhook"), "{help}");
+
     // A sidecar from a ConfigMap, and a team namespace with a requesting and a plain workload.
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM);
     let config = |version: &str| -> ConfigMap {
