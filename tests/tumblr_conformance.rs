@@ -11,7 +11,9 @@ use base64::Engine;
 use serde_json::{Value, json};
 use sidecar_injector::admission;
 use sidecar_injector::annotations::AnnotationKeys;
-use sidecar_injector::config::{LoadReport, load_directory};
+use sidecar_injector::config::{
+    LoadReport, configmap_origin, load_configmap_items, load_directory,
+};
 use sidecar_injector::injection::{InjectionSettings, MissingSidecarPolicy};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tumblr");
@@ -81,7 +83,40 @@ fn configs_load_as_tumblrs_loader_reports_them() {
             .map(ToString::to_string)
             .find(|e| e.contains(&format!("bad/{file}")))
             .unwrap_or_else(|| panic!("{file}: no error in {:?}", report.errors));
-        assert!(error.contains(says), "{file}: {error:?} does not say {says:?}");
+        assert!(
+            error.contains(says),
+            "{file}: {error:?} does not say {says:?}"
+        );
+    }
+}
+
+#[test]
+fn configmap_items_load_as_the_same_configs_in_files_do() {
+    // One ConfigMap holding one config, and one holding several, as Tumblr's loader tests do.
+    let files = load("sidecars");
+    let item = |configmap: &str, file: &str| {
+        let text =
+            std::fs::read_to_string(Path::new(FIXTURES).join("sidecars").join(file)).unwrap();
+        (configmap_origin("team", configmap, file), text)
+    };
+    let items = vec![
+        item("environ", "environ.yaml"),
+        item("several", "relay.yaml"),
+        item("several", "bundle.yaml"),
+        item("several", "hosts.yaml"),
+    ];
+    let report = load_configmap_items(&items);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.sidecars.len(), 4);
+    for sidecar in &report.sidecars {
+        let file = files
+            .sidecars
+            .iter()
+            .find(|s| s.config.name == sidecar.config.name)
+            .unwrap();
+        assert_eq!(sidecar.config, file.config, "{}", sidecar.config.name);
+        // Same content, same revision, wherever it was read from.
+        assert_eq!(sidecar.revision, file.revision, "{}", sidecar.config.name);
     }
 }
 
@@ -153,17 +188,27 @@ fn pods_come_out_as_tumblrs_injector_makes_them() {
             assert_eq!(response["allowed"], false, "{name}: {response}");
             let message = response["status"]["message"].as_str().unwrap_or_default();
             assert!(message.contains(says), "{name}: {message:?}");
-            assert!(case["difference"].is_string(), "{name}: a denial is a difference");
+            assert!(
+                case["difference"].is_string(),
+                "{name}: a denial is a difference"
+            );
             continue;
         }
         assert_eq!(response["allowed"], true, "{name}: {response}");
         if let Some(reason) = expect["unchanged"].as_str() {
-            assert!(response.get("patch").is_none(), "{name}: patched: {response}");
+            assert!(
+                response.get("patch").is_none(),
+                "{name}: patched: {response}"
+            );
             assert_eq!(answer.tumblr_reason, reason, "{name}");
             continue;
         }
         let patch = base64::engine::general_purpose::STANDARD
-            .decode(response["patch"].as_str().unwrap_or_else(|| panic!("{name}: no patch")))
+            .decode(
+                response["patch"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name}: no patch")),
+            )
             .unwrap();
         let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
         let mut got = pod.clone();
