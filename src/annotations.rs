@@ -18,6 +18,8 @@ pub struct AnnotationKeys {
     /// were created while the webhook was bypassed (made once per target).
     pub rollout_heal: String,
     pub rolled_at: String,
+    /// On a workload: an integer; lower is restarted first (staging before production).
+    pub rollout_priority: String,
 }
 
 impl AnnotationKeys {
@@ -32,6 +34,7 @@ impl AnnotationKeys {
             rollout_reason: key("rollout-reason"),
             rollout_heal: key("rollout-heal"),
             rolled_at: key("rolled-at"),
+            rollout_priority: key("rollout-priority"),
         }
     }
 }

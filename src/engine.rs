@@ -23,7 +23,7 @@ use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
 use crate::cluster::status::{self, STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP};
 use crate::config::{RevisionsInForce, SidecarSet};
-use crate::drift::DriftPolicy;
+use crate::drift::{DriftPolicy, PodToReplace};
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
 use crate::rollout::eviction::{EVICTION_SPACING, LastEviction, next_eviction};
@@ -145,7 +145,7 @@ pub enum Authority {
 /// An OnDelete workload rolling: the pods still to evict, one at a time while it is healthy.
 struct Eviction {
     workload: WorkloadRef,
-    pods: Vec<String>,
+    pods: Vec<PodToReplace>,
     healthy: bool,
 }
 
@@ -629,7 +629,7 @@ impl Engine {
     }
 
     /// OnDelete: one stale pod at a time, only while the workload is healthy.
-    async fn evict_next(&mut self, workload: &WorkloadRef, pods: &[String], healthy: bool) {
+    async fn evict_next(&mut self, workload: &WorkloadRef, pods: &[PodToReplace], healthy: bool) {
         let now = Timestamp::now();
         let last = self.evictions.get(workload);
         let Some(pod) = next_eviction(pods, healthy, last, now) else {
@@ -642,24 +642,24 @@ impl Engine {
             }
             return;
         };
-        match self.evict(&workload.namespace, pod).await {
+        let (pod, name) = (pod.clone(), pod.name.as_str());
+        match self.evict(&workload.namespace, name).await {
             Ok(true) => {
-                info!(workload = %workload, pod, "evicted a stale pod (OnDelete)");
+                if pod.injected {
+                    info!(workload = %workload, pod = name, "evicted a stale pod (OnDelete)");
+                } else {
+                    info!(workload = %workload, pod = name, "evicted a pod created without its sidecars (OnDelete; the webhook was bypassed)");
+                }
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::Evicted);
                 let at = Timestamp::now();
-                self.evictions.insert(
-                    workload.clone(),
-                    LastEviction {
-                        pod: pod.to_owned(),
-                        at,
-                    },
-                );
+                self.evictions
+                    .insert(workload.clone(), LastEviction { pod, at });
                 self.wake_at(rollout::after(at, EVICTION_SPACING));
             }
             Ok(false) => {
                 self.retry_later();
-                info!(workload = %workload, pod, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
+                info!(workload = %workload, pod = name, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
             }

@@ -194,6 +194,13 @@ pub struct RolloutSafetyArgs {
     /// How long a restarted workload may take to roll out (kubectl's rollout-status rule).
     #[arg(long, visible_alias = "timeout", default_value = "5m", value_parser = humantime::parse_duration)]
     pub rollout_timeout: Duration,
+    /// Workloads rolling at once in any one namespace (0: only --max-parallel applies).
+    #[arg(long, default_value_t = 0)]
+    pub max_parallel_per_namespace: usize,
+    /// Namespaces whose workloads are restarted first, so that the canary comes from them
+    /// (repeatable; e.g. staging).
+    #[arg(long = "canary-namespace")]
+    pub canary_namespaces: Vec<String>,
 }
 
 impl RolloutSafetyArgs {
@@ -206,6 +213,8 @@ impl RolloutSafetyArgs {
             max_failures: self.max_failures as usize,
             rollout_timeout: self.rollout_timeout,
             settle,
+            max_parallel_per_namespace: self.max_parallel_per_namespace,
+            canary_namespaces: self.canary_namespaces.iter().cloned().collect(),
             ..Default::default()
         }
     }

@@ -116,6 +116,25 @@ impl PodEntry {
     }
 }
 
+/// A pod an OnDelete workload still has to replace, and whether the webhook injected it: a
+/// StatefulSet's replacement keeps its pod's name, and one created while the webhook was
+/// bypassed is told from the pod evicted before it by this.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodToReplace {
+    pub name: String,
+    pub injected: bool,
+}
+
+impl PodToReplace {
+    /// An injected pod of that name.
+    pub fn injected(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            injected: true,
+        }
+    }
+}
+
 impl PodEntry {
     /// Whether this pod runs something other than `wanted` for a sidecar it requests.
     pub fn needs_restart(&self, wanted: &RevisionsInForce, restart_unknown: bool) -> bool {
@@ -163,6 +182,8 @@ pub struct WorkloadEntry {
     pub update_revision_pending: bool,
     /// `NS/rolled-at` on the workload: when the engine last restarted it.
     pub rolled_at: Option<Timestamp>,
+    /// `NS/rollout-priority` on the workload: lower is restarted first; not an integer: none.
+    pub rollout_priority: Option<i32>,
     /// `NS/request` on the pod template: what its pods would request, so that a workload
     /// whose pods are all denied still shows in the report.
     pub template_request: Option<Box<str>>,
@@ -179,6 +200,11 @@ impl WorkloadEntry {
                 .as_ref()
                 .and_then(|a| a.get(&keys.rolled_at))
                 .and_then(|t| t.parse().ok()),
+            rollout_priority: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&keys.rollout_priority))
+                .and_then(|p| p.trim().parse().ok()),
             ..Default::default()
         }
     }

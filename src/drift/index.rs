@@ -12,7 +12,7 @@ use crate::annotations::AnnotationKeys;
 use crate::config::RevisionsInForce;
 use crate::workload::WorkloadKind;
 
-use super::entries::{PodEntry, PodOwner, WorkloadEntry};
+use super::entries::{PodEntry, PodOwner, PodToReplace, WorkloadEntry};
 
 pub(super) type Key = (Arc<str>, Box<str>);
 
@@ -302,7 +302,7 @@ impl DriftIndex {
         name: &str,
         wanted: &RevisionsInForce,
         restart_unknown: bool,
-    ) -> Vec<String> {
+    ) -> Vec<PodToReplace> {
         let owned = |owner: &PodOwner| match (kind, owner) {
             (WorkloadKind::StatefulSet, PodOwner::StatefulSet(n))
             | (WorkloadKind::DaemonSet, PodOwner::DaemonSet(n)) => n.as_ref() == name,
@@ -313,14 +313,17 @@ impl DriftIndex {
                 .is_some_and(|d| d.as_deref() == Some(name)),
             _ => false,
         };
-        let mut names: Vec<String> = self
+        let mut pods: Vec<PodToReplace> = self
             .pods
             .iter()
             .filter(|((ns, _), pod)| ns.as_ref() == namespace && owned(&pod.owner))
             .filter(|(_, pod)| pod.needs_restart(wanted, restart_unknown))
-            .map(|((_, pod_name), _)| pod_name.to_string())
+            .map(|((_, pod_name), pod)| PodToReplace {
+                name: pod_name.to_string(),
+                injected: pod.injected,
+            })
             .collect();
-        names.sort();
-        names
+        pods.sort();
+        pods
     }
 }

@@ -526,7 +526,7 @@ fn strings_of_deleted_pods_do_not_accumulate() {
 #[test]
 fn workloads_are_stripped_to_what_planning_needs() {
     let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z"},
+        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 "},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
         "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
                  "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=abc"}},
@@ -553,6 +553,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
             status_replicas: Some(4),
             update_revision_pending: false,
             rolled_at: Some("2026-11-21T10:00:00Z".parse().unwrap()),
+            rollout_priority: Some(-5),
             template_request: None,
         }
     );

@@ -245,7 +245,10 @@ async fn an_eviction_refused_by_a_budget_is_retried_later_never_forced() {
     let (client, sent) = mock_client(budget);
     let (mut engine, metrics) = engine(client);
     let db = WorkloadRef::new(WorkloadKind::StatefulSet, "team", "db");
-    let pods = ["db-0".to_owned(), "db-1".to_owned()];
+    let pods = [
+        crate::drift::PodToReplace::injected("db-0"),
+        crate::drift::PodToReplace::injected("db-1"),
+    ];
     engine.evict_next(&db, &pods, true).await;
     // Not healthy: no eviction at all.
     engine.evict_next(&db, &pods, false).await;

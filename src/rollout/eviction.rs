@@ -6,11 +6,12 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::gates::after;
+use crate::drift::PodToReplace;
 
 /// The last eviction made in a workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LastEviction {
-    pub pod: String,
+    pub pod: PodToReplace,
     pub at: Timestamp,
 }
 
@@ -20,13 +21,14 @@ pub const EVICTION_SPACING: Duration = Duration::from_secs(2);
 
 /// The next pod to evict of a rolling OnDelete workload (`stale` sorted), or none: only while
 /// the workload is healthy, once the last evicted pod is gone from the stale ones, and not
-/// within [`EVICTION_SPACING`] of it.
+/// within [`EVICTION_SPACING`] of it. A replacement under the same name that the webhook never
+/// saw (uninjected, where the evicted pod was injected) is another pod: it is evicted in turn.
 pub fn next_eviction<'p>(
-    stale: &'p [String],
+    stale: &'p [PodToReplace],
     healthy: bool,
     last: Option<&LastEviction>,
     now: Timestamp,
-) -> Option<&'p str> {
+) -> Option<&'p PodToReplace> {
     let pod = stale.last()?;
     if !healthy {
         return None;
@@ -49,19 +51,51 @@ mod tests {
 
     #[test]
     fn one_pod_at_a_time_only_while_healthy() {
-        let stale = ["db-0".to_owned(), "db-1".to_owned()];
-        assert_eq!(next_eviction(&stale, true, None, at(0)), Some("db-1"));
+        let pod = PodToReplace::injected;
+        let stale = [pod("db-0"), pod("db-1")];
+        assert_eq!(next_eviction(&stale, true, None, at(0)), Some(&pod("db-1")));
         assert_eq!(next_eviction(&stale, false, None, at(0)), None);
         assert_eq!(next_eviction(&[], true, None, at(0)), None);
         let last = LastEviction {
-            pod: "db-1".into(),
+            pod: pod("db-1"),
             at: at(0),
         };
         // The evicted pod is still stale (not yet gone): wait.
         assert_eq!(next_eviction(&stale, true, Some(&last), at(60)), None);
         // Gone, but within the spacing: wait; after it: the next one.
-        let rest = ["db-0".to_owned()];
+        let rest = [pod("db-0")];
         assert_eq!(next_eviction(&rest, true, Some(&last), at(1)), None);
-        assert_eq!(next_eviction(&rest, true, Some(&last), at(2)), Some("db-0"));
+        assert_eq!(
+            next_eviction(&rest, true, Some(&last), at(2)),
+            Some(&pod("db-0"))
+        );
+    }
+
+    #[test]
+    fn a_same_named_replacement_that_missed_the_webhook_is_evicted_in_turn() {
+        let last = LastEviction {
+            pod: PodToReplace::injected("db-0"),
+            at: at(0),
+        };
+        let missed = PodToReplace {
+            name: "db-0".into(),
+            injected: false,
+        };
+        let stale = [missed.clone()];
+        assert_eq!(
+            next_eviction(&stale, true, Some(&last), at(1)),
+            None,
+            "spacing"
+        );
+        assert_eq!(
+            next_eviction(&stale, true, Some(&last), at(5)),
+            Some(&missed)
+        );
+        // A second miss is not chased: the rollout times out and says why.
+        let again = LastEviction {
+            pod: missed.clone(),
+            at: at(5),
+        };
+        assert_eq!(next_eviction(&stale, true, Some(&again), at(60)), None);
     }
 }

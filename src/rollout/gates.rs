@@ -51,6 +51,8 @@ impl Candidate<'_, '_> {
 /// What restarts already use of the limits in this pass.
 pub(super) struct Pace<'r> {
     pub(super) in_flight: usize,
+    /// The same, per namespace, for `--max-parallel-per-namespace`.
+    pub(super) in_flight_by_namespace: BTreeMap<String, usize>,
     pub(super) recent_restarts: usize,
     /// Canaries chosen in this pass, per sidecar.
     pub(super) canaries: BTreeMap<&'r str, usize>,
@@ -64,7 +66,11 @@ pub(super) struct Admitted<'r> {
 }
 
 impl<'r> Pace<'r> {
-    pub(super) fn take(&mut self, admitted: &Admitted<'r>) {
+    pub(super) fn take(&mut self, admitted: &Admitted<'r>, workload: &WorkloadRef) {
+        *self
+            .in_flight_by_namespace
+            .entry(workload.namespace.clone())
+            .or_default() += 1;
         if admitted.canary {
             for row in &admitted.auto {
                 *self.canaries.entry(row.sidecar.as_str()).or_default() += 1;
@@ -102,6 +108,19 @@ pub(super) fn admit<'r>(
     if pace.in_flight >= settings.max_parallel {
         return Err(WaitReason::MaxParallel {
             limit: settings.max_parallel,
+        });
+    }
+    let namespace = &candidate.group.workload.namespace;
+    let limit = settings.max_parallel_per_namespace;
+    if limit > 0
+        && pace
+            .in_flight_by_namespace
+            .get(namespace)
+            .is_some_and(|n| *n >= limit)
+    {
+        return Err(WaitReason::MaxParallelInNamespace {
+            namespace: namespace.clone(),
+            limit,
         });
     }
     if pace.recent_restarts >= settings.max_restarts_per_minute {

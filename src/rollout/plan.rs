@@ -28,6 +28,10 @@ pub struct RolloutSettings {
     /// How long a workload that finished rolling may still show stale pods before that counts
     /// as a failure: pod deletions and workload status arrive on different watches.
     pub finish_grace: Duration,
+    /// Workloads rolling at once in one namespace; 0 for no limit of its own.
+    pub max_parallel_per_namespace: usize,
+    /// Namespaces restarted first, so that canaries come from them.
+    pub canary_namespaces: std::collections::BTreeSet<String>,
 }
 
 impl Default for RolloutSettings {
@@ -41,6 +45,8 @@ impl Default for RolloutSettings {
             rollout_timeout: Duration::from_secs(300),
             settle: Duration::from_secs(10),
             finish_grace: Duration::from_secs(5),
+            max_parallel_per_namespace: 0,
+            canary_namespaces: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -97,6 +103,11 @@ pub enum WaitReason {
     MaxParallel {
         limit: usize,
     },
+    /// `--max-parallel-per-namespace` workloads of its namespace are rolling.
+    MaxParallelInNamespace {
+        namespace: String,
+        limit: usize,
+    },
     RateLimit {
         per_minute: usize,
     },
@@ -128,6 +139,7 @@ impl WaitReason {
         matches!(
             self,
             WaitReason::MaxParallel { .. }
+                | WaitReason::MaxParallelInNamespace { .. }
                 | WaitReason::RateLimit { .. }
                 | WaitReason::Canary { .. }
                 | WaitReason::Settling { .. }
@@ -204,6 +216,10 @@ impl fmt::Display for WaitReason {
             WaitReason::MaxParallel { limit } => {
                 write!(f, "{limit} workloads already rolling (--max-parallel)")
             }
+            WaitReason::MaxParallelInNamespace { namespace, limit } => write!(
+                f,
+                "{limit} workloads of namespace {namespace} already rolling (--max-parallel-per-namespace)"
+            ),
             WaitReason::RateLimit { per_minute } => write!(
                 f,
                 "{per_minute} restarts in the last minute (--max-restarts-per-minute)"

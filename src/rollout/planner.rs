@@ -407,9 +407,38 @@ fn schedule(
     out: &mut RolloutPlan,
 ) {
     let mut candidates = std::mem::take(&mut survey.candidates);
-    candidates.sort_by(|a, b| (a.pods(), &a.group.workload).cmp(&(b.pods(), &b.group.workload)));
+    // Canary namespaces first (so the canary comes from them), then `NS/rollout-priority`
+    // ascending, then the smallest workload (the canary risks the fewest pods).
+    let order = |c: &Candidate<'_, '_>| {
+        let workload = &c.group.workload;
+        let priority = workload
+            .controller_kind()
+            .and_then(|kind| {
+                input
+                    .index
+                    .workload(kind, &workload.namespace, &workload.name)
+            })
+            .and_then(|e| e.rollout_priority)
+            .unwrap_or(0);
+        (
+            !input
+                .settings
+                .canary_namespaces
+                .contains(&workload.namespace),
+            priority,
+            c.pods(),
+        )
+    };
+    candidates.sort_by(|a, b| (order(a), &a.group.workload).cmp(&(order(b), &b.group.workload)));
+    let mut in_flight_by_namespace: BTreeMap<String, usize> = BTreeMap::new();
+    for rolling in &out.rolling {
+        *in_flight_by_namespace
+            .entry(rolling.workload.namespace.clone())
+            .or_default() += 1;
+    }
     let mut pace = Pace {
         in_flight: out.rolling.len(),
+        in_flight_by_namespace,
         recent_restarts: survey.recent_restarts,
         canaries: BTreeMap::new(),
     };
@@ -427,7 +456,7 @@ fn schedule(
                 reason,
             }),
             Ok(admitted) => {
-                pace.take(&admitted);
+                pace.take(&admitted, &candidate.group.workload);
                 out.restarts
                     .push(restart(input, book, candidate, admitted.canary));
             }

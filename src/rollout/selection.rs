@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crate::drift::{DriftPolicy, DriftReport, DriftState, StateCounts, WorkloadDrift};
+use crate::drift::{
+    DriftPolicy, DriftReport, DriftState, PodToReplace, StateCounts, WorkloadDrift,
+};
 use crate::rollout::SidecarTarget;
 use crate::workload::{PodWorkload, ReplicaSetOwner, WorkloadRef, resolve_pod_owner};
 
@@ -256,17 +258,18 @@ impl ContainerSelection {
         &self,
         workload: &WorkloadRef,
         live: &HashSet<String>,
-    ) -> Vec<String> {
-        let mut names: Vec<String> = self
+    ) -> Vec<PodToReplace> {
+        // Chosen by uid: a replacement under the same name is never among them.
+        let mut pods: Vec<PodToReplace> = self
             .workloads
             .get(workload)
             .into_iter()
             .flatten()
             .filter(|p| live.contains(&p.uid))
-            .map(|p| p.name.clone())
+            .map(|p| PodToReplace::injected(&p.name))
             .collect();
-        names.sort();
-        names
+        pods.sort();
+        pods
     }
 
     /// The `NS/rollout-reason` of a restart.

@@ -636,7 +636,10 @@ fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are
         world
             .index
             .pods_needing_restart(WorkloadKind::StatefulSet, "team", "db", &wanted, false),
-        ["db-0", "db-1"]
+        [
+            crate::drift::PodToReplace::injected("db-0"),
+            crate::drift::PodToReplace::injected("db-1")
+        ]
     );
 }
 
@@ -1038,4 +1041,117 @@ fn the_plan_says_when_it_changes_by_time_alone() {
     let plan = world.step();
     assert_eq!(plan.finished_not_current.len(), 1, "{plan:#?}");
     assert_eq!(plan.wake_at, Some(at(9025)));
+}
+
+/// Stale Deployments `names` of one pod each in `namespace`, with `priority` if given.
+fn stale_in(world: &mut World, namespace: &'static str, names: &[&str], priority: Option<i32>) {
+    world.namespace = namespace;
+    for name in names {
+        let entry = WorkloadEntry {
+            rollout_priority: priority,
+            ..healthy(1)
+        };
+        world.deployment_with(name, 1, Some(OLD), entry);
+    }
+    world.namespace = "team";
+}
+
+#[test]
+fn the_namespace_limit_holds_alongside_the_global_one() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    world.settings.max_parallel = 10;
+    world.settings.max_parallel_per_namespace = 1;
+    stale_in(&mut world, "prod", &["p1", "p2", "p3"], None);
+    stale_in(&mut world, "staging", &["s1", "s2"], None);
+    let plan = world.step();
+    let mut by_namespace: BTreeMap<&str, usize> = BTreeMap::new();
+    for restart in &plan.restarts {
+        *by_namespace
+            .entry(restart.workload.namespace.as_str())
+            .or_default() += 1;
+    }
+    assert_eq!(by_namespace, BTreeMap::from([("prod", 1), ("staging", 1)]));
+    let waiting_in_prod: Vec<&WaitReason> = plan
+        .waiting
+        .iter()
+        .filter(|w| w.workload.namespace == "prod")
+        .map(|w| &w.reason)
+        .collect();
+    assert_eq!(waiting_in_prod.len(), 2);
+    for reason in waiting_in_prod {
+        assert_eq!(
+            reason,
+            &WaitReason::MaxParallelInNamespace {
+                namespace: "prod".into(),
+                limit: 1
+            }
+        );
+        assert_eq!(
+            reason.to_string(),
+            "1 workloads of namespace prod already rolling (--max-parallel-per-namespace)"
+        );
+        assert!(reason.clears_by_itself());
+    }
+    // A workload of prod already rolling takes prod's slot: nothing more starts there.
+    let rolling = plan
+        .restarts
+        .iter()
+        .find(|r| r.workload.namespace == "prod")
+        .unwrap()
+        .workload
+        .clone();
+    let mut entry = world
+        .index
+        .workload(WorkloadKind::Deployment, "prod", &rolling.name)
+        .unwrap()
+        .clone();
+    entry.rollout_revision = Some(format!("{LOGGER}={NEW}").into());
+    entry.rolled_at = Some(world.now);
+    entry.generation = Some(2);
+    world
+        .index
+        .apply_workload_entry(WorkloadKind::Deployment, "prod", &rolling.name, entry);
+    world.now = at(7201);
+    let plan = world.step();
+    assert!(
+        plan.restarts.iter().all(|r| r.workload.namespace != "prod"),
+        "{plan:#?}"
+    );
+    // Without the namespace limit, only --max-parallel applies.
+    world.settings.max_parallel_per_namespace = 0;
+    let plan = world.plan();
+    assert_eq!(
+        plan.restarts
+            .iter()
+            .filter(|r| r.workload.namespace == "prod")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn canaries_come_from_canary_namespaces_then_by_rollout_priority() {
+    // By size alone the canary would be the smallest workload (a1, one pod, in prod).
+    let mut world = World::new();
+    stale_in(&mut world, "prod", &["a1"], None);
+    stale_in(&mut world, "staging", &["z9"], Some(-1));
+    world.namespace = "staging";
+    world.deployment("big", 3, Some(OLD));
+    world.namespace = "team";
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["z9"], "lower rollout-priority first");
+    assert!(plan.restarts[0].canary);
+
+    // A canary namespace comes before any priority.
+    let mut world = World::new();
+    world.settings.canary_namespaces = ["canary".to_owned()].into();
+    stale_in(&mut world, "prod", &["a1"], Some(-5));
+    world.namespace = "canary";
+    world.deployment("big", 3, Some(OLD));
+    world.namespace = "team";
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["big"]);
+    assert!(plan.restarts[0].canary);
+    assert!(matches!(waiting(&plan, "a1"), WaitReason::Canary { .. }));
 }

@@ -698,3 +698,142 @@ async fn pods_a_restart_created_while_the_webhook_was_down_are_restarted_once_mo
     .await;
     assert_eq!(replicaset_count(&ctx, "missed").await, 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_namespace_limit_holds_while_a_campaign_spans_namespaces() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::runtime::watcher;
+    use sidecar_injector::annotations::AnnotationKeys;
+    use sidecar_injector::drift::WorkloadEntry;
+    use sidecar_injector::rollout::rolled_out;
+    use sidecar_injector::workload::WorkloadKind;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::{Arc, Mutex};
+
+    let first = "e2e-rollout-ns-limit";
+    let second = "e2e-rollout-ns-limit-b";
+    let ctx = engine_context(
+        "rollout-ns-limit",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--canary",
+            "0",
+            "--max-parallel",
+            "10",
+            "--max-parallel-per-namespace",
+            "1",
+            "--include-namespace",
+            second,
+        ],
+    )
+    .await;
+    // The second namespace carries the first's label, so the test's webhook serves it too.
+    Api::<Namespace>::all(ctx.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": second, "labels": {"sidecar-injector-e2e": first}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let apis = [
+        ctx.api::<Deployment>(),
+        Api::<Deployment>::namespaced(ctx.client.clone(), second),
+    ];
+    for api in &apis {
+        for i in 0..3 {
+            let name = format!("w{i}");
+            let deployment = json!({
+                "metadata": {"name": name, "labels": {"e2e-ns-limit": "yes"}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                         "template": template(&name, Some("tracer:v1"))}
+            });
+            // The ServiceAccount admission of a new namespace may refuse pods for a moment;
+            // the ReplicaSet controller retries.
+            create(api, deployment).await;
+        }
+    }
+    let v1 = stamp_of(TRACER_V1);
+    eventually(DEADLINE, "3 ready pods at v1 in each namespace", || async {
+        three_ready_at(&ctx, first, &v1).await?;
+        three_ready_at(&ctx, second, &v1).await
+    })
+    .await;
+
+    // Watch every Deployment of both namespaces and keep, per namespace, the most that were
+    // restarted and not yet rolled out (kubectl's rule) at the same time.
+    let keys = AnnotationKeys::default();
+    let peak: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let watch = tokio::spawn({
+        let (api, peak) = (Api::<Deployment>::all(ctx.client.clone()), peak.clone());
+        async move {
+            let config = watcher::Config::default().labels("e2e-ns-limit=yes");
+            let mut rolling: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let mut events = std::pin::pin!(watcher(api, config));
+            while let Some(event) = events.next().await {
+                let Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) = event else {
+                    continue;
+                };
+                let namespace = d.metadata.namespace.clone().unwrap_or_default();
+                let name = d.metadata.name.clone().unwrap_or_default();
+                let entry = WorkloadEntry::from_deployment(&d, &keys);
+                let set = rolling.entry(namespace.clone()).or_default();
+                if entry.rollout_revision.is_some() && !rolled_out(WorkloadKind::Deployment, &entry)
+                {
+                    set.insert(name);
+                } else {
+                    set.remove(&name);
+                }
+                let mut peak = peak.lock().unwrap();
+                let top = peak.entry(namespace).or_default();
+                *top = (*top).max(set.len());
+            }
+        }
+    });
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    eventually(
+        Duration::from_secs(120),
+        "every pod at v2 in both namespaces",
+        || async {
+            three_ready_at(&ctx, first, &v2).await?;
+            three_ready_at(&ctx, second, &v2).await
+        },
+    )
+    .await;
+    watch.abort();
+    let peak = peak.lock().unwrap().clone();
+    assert_eq!(
+        peak,
+        BTreeMap::from([(first.to_owned(), 1), (second.to_owned(), 1)]),
+        "at most one rolling per namespace, and each namespace rolled"
+    );
+    let injector = ctx.injector.as_ref().unwrap();
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        6.0
+    );
+}
+
+/// Exactly three pods in `namespace`, all Ready and stamped `stamp`.
+async fn three_ready_at(
+    ctx: &support::cluster::TestContext,
+    namespace: &str,
+    stamp: &str,
+) -> Option<()> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let list = pods.list(&ListParams::default()).await.ok()?;
+    (list.items.len() == 3
+        && list
+            .items
+            .iter()
+            .all(|p| annotation(p, "injector/revision") == Some(stamp) && is_ready(p)))
+    .then_some(())
+}

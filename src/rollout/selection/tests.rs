@@ -206,12 +206,21 @@ fn a_workload_is_stale_until_its_chosen_pods_are_gone() {
     assert_eq!(row.sidecar, "container/istio-proxy");
     assert!(row.needs_restart);
     assert_eq!((row.pods.stale, row.pods.current), (2, 0));
-    assert_eq!(selection.pods_needing_restart(&db, &live), ["db-0", "db-1"]);
+    assert_eq!(
+        selection.pods_needing_restart(&db, &live),
+        [
+            PodToReplace::injected("db-0"),
+            PodToReplace::injected("db-1")
+        ]
+    );
 
     // db-1 was evicted and came back under the same name with a new uid.
     live.remove("uid-shop-db-1");
     live.insert("uid-shop-db-1-new".into());
-    assert_eq!(selection.pods_needing_restart(&db, &live), ["db-0"]);
+    assert_eq!(
+        selection.pods_needing_restart(&db, &live),
+        [PodToReplace::injected("db-0")]
+    );
     live.remove("uid-shop-db-0");
     let report = selection.report(&live);
     assert!(!report.workloads[0].needs_restart);
