@@ -120,6 +120,16 @@ pub fn injector_command(args: &[&str]) -> Output {
         .expect("sidecar-injector runs")
 }
 
+/// The API server's log lines about calling webhooks (a failed call admits a pod uninjected
+/// under failurePolicy Ignore), the last 20.
+fn apiserver_webhook_lines() -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let dir = std::env::var("RN").unwrap_or_else(|_| format!("{home}/.cache/k8s-realnode"));
+    let log = std::fs::read_to_string(format!("{dir}/state/apiserver.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("webhook")).collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 /// Polls `check` until it returns `Some`, or fails the test after `deadline` naming `what`.
 pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
 where
@@ -142,9 +152,10 @@ where
                 "--tail=40",
             ]);
             panic!(
-                "{what}: not within {deadline:?}\n{}\ninjector logs:\n{}",
+                "{what}: not within {deadline:?}\n{}\ninjector logs:\n{}\nAPI server, about webhooks:\n{}",
                 String::from_utf8_lossy(&pods.stdout),
-                String::from_utf8_lossy(&logs.stdout)
+                String::from_utf8_lossy(&logs.stdout),
+                apiserver_webhook_lines()
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
