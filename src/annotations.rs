@@ -20,6 +20,8 @@ pub struct AnnotationKeys {
     pub rolled_at: String,
     /// On a workload: an integer; lower is restarted first (staging before production).
     pub rollout_priority: String,
+    /// On a workload: `"true"` accepts the downtime a restart of it causes.
+    pub allow_downtime: String,
 }
 
 impl AnnotationKeys {
@@ -35,6 +37,7 @@ impl AnnotationKeys {
             rollout_heal: key("rollout-heal"),
             rolled_at: key("rolled-at"),
             rollout_priority: key("rollout-priority"),
+            allow_downtime: key("allow-downtime"),
         }
     }
 }

@@ -8,7 +8,7 @@ mod entries;
 mod gauge;
 mod index;
 
-pub use entries::{PodEntry, PodOwner, PodToReplace, WorkloadEntry};
+pub use entries::{Downtime, PodEntry, PodOwner, PodToReplace, WorkloadEntry};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
 

@@ -201,6 +201,11 @@ pub struct RolloutSafetyArgs {
     /// (repeatable; e.g. staging).
     #[arg(long = "canary-namespace")]
     pub canary_namespaces: Vec<String>,
+    /// Restart workloads whose restart means downtime (a Recreate Deployment, or one replica
+    /// with maxUnavailable >= 1); without it they wait, with the reason. Per workload:
+    /// NS/allow-downtime: "true".
+    #[arg(long)]
+    pub allow_downtime: bool,
 }
 
 impl RolloutSafetyArgs {
@@ -215,6 +220,7 @@ impl RolloutSafetyArgs {
             settle,
             max_parallel_per_namespace: self.max_parallel_per_namespace,
             canary_namespaces: self.canary_namespaces.iter().cloned().collect(),
+            allow_downtime: self.allow_downtime,
             ..Default::default()
         }
     }

@@ -116,6 +116,44 @@ impl PodEntry {
     }
 }
 
+/// Why a restart of a workload means downtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Downtime {
+    /// `strategy: Recreate`: every old pod goes before a new one starts.
+    Recreate,
+    /// One replica, and `maxUnavailable` lets it go before its replacement is ready.
+    SingleReplicaMaxUnavailable,
+}
+
+impl Downtime {
+    /// A Deployment's, from its replicas and strategy (maxUnavailable an int or a percentage
+    /// of replicas, rounded down as the Deployment controller does; absent: 25%).
+    pub fn of_deployment(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<Self> {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let strategy = spec.strategy.as_ref();
+        if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+            return Some(Downtime::Recreate);
+        }
+        let replicas = spec.replicas.unwrap_or(1);
+        if replicas != 1 {
+            return None;
+        }
+        let max_unavailable = strategy
+            .and_then(|s| s.rolling_update.as_ref()?.max_unavailable.clone())
+            .unwrap_or(IntOrString::String("25%".into()));
+        let unavailable = match max_unavailable {
+            IntOrString::Int(n) => n,
+            IntOrString::String(text) => text
+                .trim_end_matches('%')
+                .trim()
+                .parse::<i32>()
+                .map_or(0, |percent| percent * replicas / 100),
+        };
+        (unavailable >= 1).then_some(Downtime::SingleReplicaMaxUnavailable)
+    }
+}
+
 /// A pod an OnDelete workload still has to replace, and whether the webhook injected it: a
 /// StatefulSet's replacement keeps its pod's name, and one created while the webhook was
 /// bypassed is told from the pod evicted before it by this.
@@ -184,6 +222,11 @@ pub struct WorkloadEntry {
     pub rolled_at: Option<Timestamp>,
     /// `NS/rollout-priority` on the workload: lower is restarted first; not an integer: none.
     pub rollout_priority: Option<i32>,
+    /// Why restarting it takes its service down (a Deployment that is Recreate, or of one
+    /// replica whose rollingUpdate.maxUnavailable is at least one), unless accepted.
+    pub downtime: Option<Downtime>,
+    /// `NS/allow-downtime: "true"` on the workload.
+    pub allow_downtime: bool,
     /// `NS/request` on the pod template: what its pods would request, so that a workload
     /// whose pods are all denied still shows in the report.
     pub template_request: Option<Box<str>>,
@@ -205,6 +248,11 @@ impl WorkloadEntry {
                 .as_ref()
                 .and_then(|a| a.get(&keys.rollout_priority))
                 .and_then(|p| p.trim().parse().ok()),
+            allow_downtime: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&keys.allow_downtime))
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
             ..Default::default()
         }
     }
@@ -231,6 +279,7 @@ impl WorkloadEntry {
             update_strategy: UpdateStrategy::parse(
                 spec.and_then(|s| s.strategy.as_ref()?.type_.as_deref()),
             ),
+            downtime: spec.and_then(Downtime::of_deployment),
             paused: spec.and_then(|s| s.paused).unwrap_or(false),
             replicas: spec.and_then(|s| s.replicas),
             status_replicas: status.and_then(|s| s.replicas),

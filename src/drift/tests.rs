@@ -526,7 +526,7 @@ fn strings_of_deleted_pods_do_not_accumulate() {
 #[test]
 fn workloads_are_stripped_to_what_planning_needs() {
     let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 "},
+        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 ", "injector/allow-downtime": "True"},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
         "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
                  "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=abc"}},
@@ -554,6 +554,8 @@ fn workloads_are_stripped_to_what_planning_needs() {
             update_revision_pending: false,
             rolled_at: Some("2026-11-21T10:00:00Z".parse().unwrap()),
             rollout_priority: Some(-5),
+            downtime: None,
+            allow_downtime: true,
             template_request: None,
         }
     );

@@ -190,6 +190,12 @@ fn workload_gate(
     {
         return Err(WaitReason::Partition { partition });
     }
+    if let Some(why) = entry.downtime
+        && !input.settings.allow_downtime
+        && !entry.allow_downtime
+    {
+        return Err(WaitReason::Downtime { why });
+    }
     if heal {
         return Ok(());
     }

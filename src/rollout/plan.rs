@@ -32,6 +32,8 @@ pub struct RolloutSettings {
     pub max_parallel_per_namespace: usize,
     /// Namespaces restarted first, so that canaries come from them.
     pub canary_namespaces: std::collections::BTreeSet<String>,
+    /// Restart workloads even when that means downtime (`--allow-downtime`).
+    pub allow_downtime: bool,
 }
 
 impl Default for RolloutSettings {
@@ -47,6 +49,7 @@ impl Default for RolloutSettings {
             finish_grace: Duration::from_secs(5),
             max_parallel_per_namespace: 0,
             canary_namespaces: std::collections::BTreeSet::new(),
+            allow_downtime: false,
         }
     }
 }
@@ -125,6 +128,10 @@ pub enum WaitReason {
         partition: i32,
     },
     NotKnownYet,
+    /// Restarting it would take its service down; waits until accepted.
+    Downtime {
+        why: crate::drift::Downtime,
+    },
     /// Its last restart is still rolling out, for at most --rollout-timeout.
     RollingOut {
         until: Time,
@@ -241,6 +248,16 @@ impl fmt::Display for WaitReason {
                 write!(f, "partition {partition} holds pods back; not overridden")
             }
             WaitReason::NotKnownYet => write!(f, "the workload is not in the index yet"),
+            WaitReason::Downtime { why } => write!(
+                f,
+                "a restart would take it down: {} (--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept)",
+                match why {
+                    crate::drift::Downtime::Recreate =>
+                        "strategy Recreate stops every pod before starting new ones",
+                    crate::drift::Downtime::SingleReplicaMaxUnavailable =>
+                        "one replica, and maxUnavailable lets it go before its replacement is ready",
+                }
+            ),
             WaitReason::RollingOut { until } => write!(
                 f,
                 "its last restart is still rolling out (until {} at most)",

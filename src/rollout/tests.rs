@@ -1155,3 +1155,91 @@ fn canaries_come_from_canary_namespaces_then_by_rollout_priority() {
     assert!(plan.restarts[0].canary);
     assert!(matches!(waiting(&plan, "a1"), WaitReason::Canary { .. }));
 }
+
+#[test]
+fn downtime_is_judged_from_the_strategy_and_replicas() {
+    use crate::drift::Downtime;
+    let spec = |replicas: i32, strategy: serde_json::Value| {
+        serde_json::from_value::<k8s_openapi::api::apps::v1::DeploymentSpec>(json!({
+            "replicas": replicas, "selector": {}, "strategy": strategy,
+            "template": {"spec": {"containers": []}}
+        }))
+        .unwrap()
+    };
+    let cases = [
+        (3, json!({"type": "Recreate"}), Some(Downtime::Recreate)),
+        (1, json!({"type": "RollingUpdate"}), None),
+        (1, json!({}), None),
+        (
+            1,
+            json!({"rollingUpdate": {"maxUnavailable": 1}}),
+            Some(Downtime::SingleReplicaMaxUnavailable),
+        ),
+        (
+            1,
+            json!({"rollingUpdate": {"maxUnavailable": "100%"}}),
+            Some(Downtime::SingleReplicaMaxUnavailable),
+        ),
+        (1, json!({"rollingUpdate": {"maxUnavailable": "50%"}}), None),
+        (
+            1,
+            json!({"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+            None,
+        ),
+        (2, json!({"rollingUpdate": {"maxUnavailable": 1}}), None),
+    ];
+    for (replicas, strategy, want) in cases {
+        assert_eq!(
+            Downtime::of_deployment(&spec(replicas, strategy.clone())),
+            want,
+            "{replicas} replicas, {strategy}"
+        );
+    }
+}
+
+#[test]
+fn a_restart_that_means_downtime_waits_until_accepted() {
+    use crate::drift::Downtime;
+    let mut world = World::new();
+    let entry = WorkloadEntry {
+        downtime: Some(Downtime::Recreate),
+        ..healthy(1)
+    };
+    world.deployment_with("solo", 1, Some(OLD), entry.clone());
+    let plan = world.plan();
+    assert!(plan.restarts.is_empty(), "{plan:#?}");
+    let reason = waiting(&plan, "solo");
+    assert_eq!(
+        reason,
+        &WaitReason::Downtime {
+            why: Downtime::Recreate
+        }
+    );
+    assert!(!reason.clears_by_itself());
+    assert_eq!(
+        reason.to_string(),
+        "a restart would take it down: strategy Recreate stops every pod before starting new ones (--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept)"
+    );
+    // Accepted for this workload by its annotation...
+    world.set_entry(
+        "solo",
+        WorkloadEntry {
+            allow_downtime: true,
+            ..entry
+        },
+    );
+    assert_eq!(restarted(&world.plan()), ["solo"]);
+    // ...or for all by the flag.
+    let mut world = World::new();
+    world.settings.allow_downtime = true;
+    world.deployment_with(
+        "solo",
+        1,
+        Some(OLD),
+        WorkloadEntry {
+            downtime: Some(Downtime::SingleReplicaMaxUnavailable),
+            ..healthy(1)
+        },
+    );
+    assert_eq!(restarted(&world.plan()), ["solo"]);
+}

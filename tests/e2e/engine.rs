@@ -837,3 +837,45 @@ async fn three_ready_at(
             .all(|p| annotation(p, "injector/revision") == Some(stamp) && is_ready(p)))
     .then_some(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_replica_recreate_deployment_waits_with_its_reason_until_downtime_is_accepted() {
+    let ctx = engine_context("rollout-downtime", &["--rollout=auto", "--settle", "1s"]).await;
+    let solo = json!({
+        "metadata": {"name": "solo"},
+        "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                 "selector": {"matchLabels": {"app": "solo"}},
+                 "template": template("solo", Some("tracer:v1"))}
+    });
+    create(&ctx.api::<Deployment>(), solo).await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "solo", 1, &v1, DEADLINE).await;
+    wait_pods_at(&ctx, "web", 1, &v1, DEADLINE).await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    // web is restarted; solo waits, and the engine says why.
+    wait_pods_at(&ctx, "web", 1, &v2, Duration::from_secs(90)).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let line = wait_logged(injector, "a restart would take it down: strategy Recreate").await;
+    assert!(
+        line.contains("Deployment/e2e-rollout-downtime/solo"),
+        "{line}"
+    );
+    assert_eq!(replicaset_count(&ctx, "solo").await, 1, "solo untouched");
+
+    // Accepted on the workload: restarted.
+    ctx.api::<Deployment>()
+        .patch(
+            "solo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"injector/allow-downtime": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_pods_at(&ctx, "solo", 1, &v2, Duration::from_secs(90)).await;
+    assert_eq!(replicaset_count(&ctx, "solo").await, 2);
+}
