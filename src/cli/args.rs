@@ -421,10 +421,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000)]
     pub max_connections: usize,
     /// A webhook connection (HTTP/1.1 or HTTP/2) with no traffic in either direction this long
-    /// is closed. Keep it above the API server's own idle timeout for webhook connections
-    /// (90 s): a connection the server closes may be the one the API server is sending the
-    /// next review on, and with failurePolicy Ignore that pod is admitted without sidecars.
-    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    /// is closed.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
     /// How long in-flight requests may take to finish once the listeners close.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
