@@ -601,16 +601,21 @@ mod tests {
         ))
     }
 
-    /// A review of `bare-pod.json` padded with an ignored field to `size` bytes.
-    fn review_of_size(size: usize) -> String {
-        let mut review: serde_json::Value = serde_json::from_str(
+    /// The AdmissionReview the API server sent for a bare pod.
+    fn bare_pod_review() -> serde_json::Value {
+        serde_json::from_str(
             &std::fs::read_to_string(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/tests/fixtures/admission/bare-pod.json"
             ))
             .unwrap(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A review of `bare-pod.json` padded with an ignored field to `size` bytes.
+    fn review_of_size(size: usize) -> String {
+        let mut review = bare_pod_review();
         let base = review.to_string().len();
         review["request"]["object"]["metadata"]["labels"] =
             serde_json::json!({"padding": "p".repeat(size.saturating_sub(base + 30))});
@@ -740,14 +745,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_under_another_annotation_namespace_is_warned_about_and_counted() {
-        let mut review: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/admission/bare-pod.json"
-            ))
-            .unwrap(),
-        )
-        .unwrap();
+        let mut review = bare_pod_review();
         review["request"]["object"]["metadata"]["annotations"] =
             serde_json::json!({"injector.tumblr.com/request": "logger:v1"});
         let state = state();
