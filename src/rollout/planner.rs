@@ -429,7 +429,8 @@ fn schedule(
             c.pods(),
         )
     };
-    candidates.sort_by(|a, b| (order(a), &a.group.workload).cmp(&(order(b), &b.group.workload)));
+    // Each key once: it looks the workload up in the index.
+    candidates.sort_by_cached_key(|c| (order(c), c.group.workload.clone()));
     let mut in_flight_by_namespace: BTreeMap<String, usize> = BTreeMap::new();
     for rolling in &out.rolling {
         *in_flight_by_namespace
