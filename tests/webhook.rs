@@ -698,12 +698,15 @@ async fn a_request_naming_too_many_sidecars_is_denied_with_a_short_reason() {
         "{message}"
     );
     assert!(message.len() < 300, "{} bytes", message.len());
-    // The log line is as short.
-    let logged = injector
-        .logs()
-        .into_iter()
-        .find(|l| l.contains("at most 64"))
-        .unwrap();
+    // The log line is as short. It reaches the test through a reader of the process's
+    // stderr, possibly after the reply: waited for, not read at once.
+    let logged = eventually(DEADLINE, "the denial's log line", || async {
+        injector
+            .logs()
+            .into_iter()
+            .find(|l| l.contains("at most 64"))
+    })
+    .await;
     assert!(logged.len() < 1000, "{} bytes", logged.len());
 }
 
