@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand, their arguments in [`args`], what the one-shot
 //! commands share in [`one_shot`]. This file only dispatches.
 
+mod allocator;
 mod args;
 mod certs;
 mod drift;
@@ -18,6 +19,10 @@ use crate::telemetry;
 pub use args::{Cli, Command, OutputFormat, ProcessEnv};
 
 pub fn run(cli: Cli) -> ExitCode {
+    let allocator = match cli.command {
+        Command::Serve(_) => allocator::fix_mmap_threshold(),
+        _ => Ok(()),
+    };
     tls::install_crypto_provider();
     let level = cli.log_level.unwrap_or(match cli.command {
         Command::Serve(_) => telemetry::LogLevel(tracing::Level::INFO),
@@ -37,6 +42,18 @@ pub fn run(cli: Cli) -> ExitCode {
             flags = glog.join(" "),
             "glog flags accepted and ignored: logs go to stderr, and -v is the log level"
         );
+    }
+    match allocator {
+        Ok(()) => {}
+        Err(allocator::Unfixed::UserTunables(given)) => tracing::info!(
+            "GLIBC_TUNABLES={} is set, so the malloc tunables sidecar-injector sets ({}) are not: large request bodies may leave more memory resident",
+            given.to_string_lossy(),
+            allocator::TUNABLES
+        ),
+        Err(allocator::Unfixed::ExecFailed(err)) => tracing::warn!(
+            "could not re-execute with GLIBC_TUNABLES={} ({err}): running with glibc's malloc defaults, so large request bodies may leave more memory resident",
+            allocator::TUNABLES
+        ),
     }
     let env = ProcessEnv::read();
     let result = match cli.command {
