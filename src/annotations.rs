@@ -22,6 +22,9 @@ pub struct AnnotationKeys {
     pub rollout_priority: String,
     /// On a workload: `"true"` accepts the downtime a restart of it causes.
     pub allow_downtime: String,
+    /// On a workload: the maintenance windows its restarts start in (`;`-separated, or
+    /// `always`), replacing `--maintenance-window` for it.
+    pub maintenance_window: String,
 }
 
 impl AnnotationKeys {
@@ -38,6 +41,7 @@ impl AnnotationKeys {
             rolled_at: key("rolled-at"),
             rollout_priority: key("rollout-priority"),
             allow_downtime: key("allow-downtime"),
+            maintenance_window: key("maintenance-window"),
         }
     }
 }

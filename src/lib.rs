@@ -9,7 +9,8 @@
 //!   [`annotations`] and [`name`] (the vocabulary), [`workload`] (kinds and references),
 //!   [`config`] (parse, load, revision, the set in force), [`injection`] (the decision and the
 //!   JSON patch), [`admission`] (an AdmissionReview in, a reply out), [`drift`] (the index and
-//!   its classification) and [`rollout`] (the planner, campaigns, health, change text).
+//!   its classification), [`maintenance`] (when restarts may start) and [`rollout`] (the
+//!   planner, campaigns, health, change text).
 //! - The I/O shell: [`cluster`] (client, watches, lists, the status ConfigMap, Events, the
 //!   Lease), [`sources`] (the directory and ConfigMap config sources behind one snapshot),
 //!   [`engine`] (the rollout executor), [`serve`] (HTTPS, readiness, certificate reload),
@@ -21,6 +22,7 @@ pub mod annotations;
 pub mod config;
 pub mod drift;
 pub mod injection;
+pub mod maintenance;
 pub mod name;
 pub mod rollout;
 pub mod workload;

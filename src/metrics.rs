@@ -174,6 +174,11 @@ pub struct CampaignLabels {
     pub state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SidecarLabels {
+    pub sidecar: String,
+}
+
 /// The kube client's requests by API verb (`sidecar_injector_kube_requests_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
@@ -206,6 +211,8 @@ pub struct Metrics {
     pub rollouts: Family<RolloutLabels, Counter>,
     pub campaigns: Family<CampaignLabels, Gauge>,
     pub rollouts_in_flight: Gauge,
+    pub rollout_pending: Family<SidecarLabels, Gauge>,
+    pub maintenance_window_open: Gauge,
     pub rollout_leader: Gauge,
     pub rollout_api_requests: Family<CallLabels, Counter>,
     pub rollout_api_errors: Family<CallLabels, Counter>,
@@ -308,6 +315,19 @@ impl Metrics {
             "Workloads restarted by the engine and not yet rolled out",
             rollouts_in_flight.clone(),
         );
+        let rollout_pending = Family::<SidecarLabels, Gauge>::default();
+        registry.register(
+            "rollout_pending",
+            "Workloads of each sidecar's campaign still to restart (waiting for a window, a slot, the canary...)",
+            rollout_pending.clone(),
+        );
+        let maintenance_window_open = Gauge::default();
+        registry.register(
+            "maintenance_window_open",
+            "1 while a --maintenance-window is open (or none is set), 0 while restarts wait for one",
+            maintenance_window_open.clone(),
+        );
+        maintenance_window_open.set(1);
         let rollout_leader = Gauge::default();
         registry.register(
             "rollout_leader",
@@ -358,6 +378,8 @@ impl Metrics {
             rollouts,
             campaigns,
             rollouts_in_flight,
+            rollout_pending,
+            maintenance_window_open,
             rollout_leader,
             rollout_api_requests,
             rollout_api_errors,
@@ -402,7 +424,15 @@ impl Metrics {
     /// Replaces the campaign gauge with the book's states.
     pub fn record_campaigns(&self, book: &crate::rollout::CampaignBook) {
         self.campaigns.clear();
+        self.rollout_pending.clear();
+        self.maintenance_window_open
+            .set(i64::from(book.maintenance.as_ref().is_none_or(|m| m.open)));
         for (sidecar, campaign) in &book.campaigns {
+            self.rollout_pending
+                .get_or_create(&SidecarLabels {
+                    sidecar: sidecar.clone(),
+                })
+                .set(i64::from(campaign.counts.pending));
             for state in crate::rollout::CampaignState::ALL {
                 self.campaigns
                     .get_or_create(&CampaignLabels {

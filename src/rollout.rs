@@ -18,7 +18,8 @@ pub mod selection;
 pub mod targets;
 
 pub use book::{
-    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Resumed, Resumption,
+    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, MaintenanceStatus, Resumed,
+    Resumption,
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;

@@ -206,6 +206,17 @@ pub struct RolloutSafetyArgs {
     /// NS/allow-downtime: "true".
     #[arg(long)]
     pub allow_downtime: bool,
+    /// Restarts start only inside these windows (repeatable, or `;`-separated):
+    /// `[DAYS] HH:MM-HH:MM [ZONE]`, e.g. `Sat-Sun 00:00-04:00` or
+    /// `Mon-Fri 22:00-06:00 Europe/Oslo` (days every day and the zone UTC when left out; a
+    /// span past midnight belongs to the day it starts). A restart in progress is never cut
+    /// off. Per workload: NS/maintenance-window, which replaces these.
+    #[arg(
+        long = "maintenance-window",
+        env = "MAINTENANCE_WINDOW",
+        value_delimiter = ';'
+    )]
+    pub maintenance_windows: Vec<crate::maintenance::MaintenanceWindow>,
 }
 
 impl RolloutSafetyArgs {
@@ -221,6 +232,9 @@ impl RolloutSafetyArgs {
             max_parallel_per_namespace: self.max_parallel_per_namespace,
             canary_namespaces: self.canary_namespaces.iter().cloned().collect(),
             allow_downtime: self.allow_downtime,
+            maintenance_windows: crate::maintenance::MaintenanceWindows::new(
+                self.maintenance_windows.clone(),
+            ),
             ..Default::default()
         }
     }

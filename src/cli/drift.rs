@@ -55,6 +55,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .map(|s| s.config.name.to_string())
             .collect();
         book.flag(&mut report, &manual);
+        book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
         let mut out = io::stdout().lock();
         match args.cluster.output {
             OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,

@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::RevisionsInForce;
 use crate::config::revision::stamp_items;
+use crate::maintenance::MaintenanceWindows;
 use crate::name::SidecarName;
 use crate::workload::UpdateStrategy;
 
@@ -227,6 +228,8 @@ pub struct WorkloadEntry {
     pub downtime: Option<Downtime>,
     /// `NS/allow-downtime: "true"` on the workload.
     pub allow_downtime: bool,
+    /// `NS/maintenance-window` on the workload, parsed (or why it does not parse).
+    pub maintenance_window: Option<Result<MaintenanceWindows, String>>,
     /// `NS/request` on the pod template: what its pods would request, so that a workload
     /// whose pods are all denied still shows in the report.
     pub template_request: Option<Box<str>>,
@@ -253,6 +256,11 @@ impl WorkloadEntry {
                 .as_ref()
                 .and_then(|a| a.get(&keys.allow_downtime))
                 .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+            maintenance_window: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&keys.maintenance_window))
+                .map(|text| MaintenanceWindows::parse_list(text).map_err(|err| err.to_string())),
             ..Default::default()
         }
     }

@@ -526,7 +526,7 @@ fn strings_of_deleted_pods_do_not_accumulate() {
 #[test]
 fn workloads_are_stripped_to_what_planning_needs() {
     let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 ", "injector/allow-downtime": "True"},
+        "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 ", "injector/allow-downtime": "True", "injector/maintenance-window": "Sat-Sun 00:00-04:00 Europe/Oslo"},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
         "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
                  "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=abc"}},
@@ -556,6 +556,10 @@ fn workloads_are_stripped_to_what_planning_needs() {
             rollout_priority: Some(-5),
             downtime: None,
             allow_downtime: true,
+            maintenance_window: Some(Ok(crate::maintenance::MaintenanceWindows::parse_list(
+                "Sat-Sun 00:00-04:00 Europe/Oslo"
+            )
+            .unwrap())),
             template_request: None,
         }
     );

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
+use crate::maintenance::MaintenanceWindows;
 use crate::workload::WorkloadRef;
+use k8s_openapi::jiff::Timestamp;
 
 /// Where a sidecar's campaign stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +121,30 @@ impl Campaign {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CampaignBook {
     pub campaigns: BTreeMap<String, Campaign>,
+    /// The engine's `--maintenance-window`s, for `drift` to show; none without any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
+}
+
+/// Whether the engine's maintenance windows are open, and when that changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintenanceStatus {
+    pub windows: String,
+    pub open: bool,
+    /// The next opening (closed) or closing (open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Time>,
+}
+
+impl MaintenanceStatus {
+    pub fn of(windows: &MaintenanceWindows, now: Timestamp) -> Option<Self> {
+        let state = windows.state(now);
+        (!windows.is_empty()).then(|| Self {
+            windows: windows.text(),
+            open: state.is_open(),
+            until: state.changes_at().map(Time),
+        })
+    }
 }
 
 /// A campaign `rollout --resume` took out of its pause.
@@ -175,6 +201,30 @@ impl CampaignBook {
                     "rollout policy manual: the engine leaves its restarts to `sidecar-injector rollout`"
                         .to_owned(),
                 );
+            }
+        }
+    }
+
+    /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
+    /// maintenance window is closed and when it opens.
+    pub fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
+        let Some(status) = self.maintenance.as_ref().filter(|m| !m.open) else {
+            return;
+        };
+        let opens = match &status.until {
+            Some(at) => format!(
+                "opens {}, at {}",
+                super::plan::from_now(at.0, now),
+                super::plan::to_the_second(at.0)
+            ),
+            None => "none opens within a week".to_owned(),
+        };
+        for row in &mut report.sidecars {
+            if row.note.is_none() && row.pods.stale + row.pods.uninjected > 0 {
+                row.note = Some(format!(
+                    "outside maintenance window ({opens}; {})",
+                    status.windows
+                ));
             }
         }
     }

@@ -12,6 +12,7 @@ use super::health::rolled_out;
 use super::plan::{PlanInput, RolloutSettings, WaitReason};
 use crate::config::RevisionStamp;
 use crate::drift::WorkloadDrift;
+use crate::maintenance::WindowState;
 use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
 
 /// `time + duration`, saturating.
@@ -104,6 +105,9 @@ pub(super) fn admit<'r>(
     }
     settle_gate(input, book, &auto)?;
     workload_gate(input, &candidate.group.workload, candidate.heal)?;
+    if !candidate.heal {
+        window_gate(input, &candidate.group.workload)?;
+    }
     let canary = canary_gate(settings, &auto, counts, pace)?;
     if pace.in_flight >= settings.max_parallel {
         return Err(WaitReason::MaxParallel {
@@ -220,6 +224,33 @@ fn workload_gate(
     {
         Some(until) => Err(WaitReason::Cooldown { until: Time(until) }),
         None => Ok(()),
+    }
+}
+
+/// Restarts start inside a maintenance window: the workload's own `NS/maintenance-window`,
+/// else `--maintenance-window`. A heal is not held: it finishes a restart already made.
+fn window_gate(input: &PlanInput<'_>, workload: &WorkloadRef) -> Result<(), WaitReason> {
+    let own = workload.controller_kind().and_then(|kind| {
+        input
+            .index
+            .workload(kind, &workload.namespace, &workload.name)
+            .and_then(|e| e.maintenance_window.as_ref())
+    });
+    let windows = match own {
+        Some(Err(error)) => {
+            return Err(WaitReason::MaintenanceWindowInvalid {
+                error: error.clone(),
+            });
+        }
+        Some(Ok(windows)) => windows,
+        None => &input.settings.maintenance_windows,
+    };
+    match windows.state(input.now) {
+        WindowState::Closed { opens } => Err(WaitReason::OutsideMaintenanceWindow {
+            windows: windows.text(),
+            opens: opens.map(Time),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -34,6 +34,8 @@ pub struct RolloutSettings {
     pub canary_namespaces: std::collections::BTreeSet<String>,
     /// Restart workloads even when that means downtime (`--allow-downtime`).
     pub allow_downtime: bool,
+    /// When restarts may start (`--maintenance-window`); none: at any time.
+    pub maintenance_windows: crate::maintenance::MaintenanceWindows,
 }
 
 impl Default for RolloutSettings {
@@ -50,6 +52,7 @@ impl Default for RolloutSettings {
             max_parallel_per_namespace: 0,
             canary_namespaces: std::collections::BTreeSet::new(),
             allow_downtime: false,
+            maintenance_windows: Default::default(),
         }
     }
 }
@@ -136,6 +139,16 @@ pub enum WaitReason {
     RollingOut {
         until: Time,
     },
+    /// No maintenance window of the workload is open; `opens` is `None` when none opens
+    /// within a week (a window inside a skipped DST hour).
+    OutsideMaintenanceWindow {
+        windows: String,
+        opens: Option<Time>,
+    },
+    /// Its `NS/maintenance-window` does not parse: it waits rather than guess.
+    MaintenanceWindowInvalid {
+        error: String,
+    },
 }
 
 impl WaitReason {
@@ -182,6 +195,14 @@ impl WaitReason {
             WaitReason::RollingOut { until } => format!(
                 "its last restart is still rolling out; restarted again once that is done, or {} if it is stuck (--rollout-timeout to change)",
                 from_now(until.0, now)
+            ),
+            WaitReason::OutsideMaintenanceWindow {
+                windows,
+                opens: Some(opens),
+            } => format!(
+                "outside maintenance window (opens {}, at {}; {windows})",
+                from_now(opens.0, now),
+                to_the_second(opens.0)
             ),
             other => other.to_string(),
         }
@@ -262,6 +283,21 @@ impl fmt::Display for WaitReason {
                 f,
                 "its last restart is still rolling out (until {} at most)",
                 to_the_second(until.0)
+            ),
+            WaitReason::OutsideMaintenanceWindow { windows, opens } => match opens {
+                Some(opens) => write!(
+                    f,
+                    "outside maintenance window (opens at {}; {windows})",
+                    to_the_second(opens.0)
+                ),
+                None => write!(
+                    f,
+                    "outside maintenance window, and none opens within a week ({windows})"
+                ),
+            },
+            WaitReason::MaintenanceWindowInvalid { error } => write!(
+                f,
+                "its NS/maintenance-window annotation is invalid, so it waits: {error}"
             ),
         }
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure};
+use super::book::{
+    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, MaintenanceStatus,
+};
 use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
 use super::health::{progress, rolled_out};
@@ -67,6 +69,7 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
     pause_campaigns(&mut book, input.settings, &mut out);
     schedule(&input, &book, &mut survey, &mut out);
     settle_book(&mut book, &input, &survey.counts);
+    book.maintenance = MaintenanceStatus::of(&input.settings.maintenance_windows, input.now);
     out.wake_at = wake_at(&input, &book, &survey, &out);
     out.book = book;
     out
@@ -83,6 +86,7 @@ fn wake_at(
         WaitReason::Settling { until }
         | WaitReason::Cooldown { until }
         | WaitReason::RollingOut { until } => Some(until.0),
+        WaitReason::OutsideMaintenanceWindow { opens, .. } => opens.as_ref().map(|t| t.0),
         WaitReason::RateLimit { .. } => survey
             .oldest_recent_restart
             .map(|t| after(t, Duration::from_secs(60))),
@@ -94,8 +98,15 @@ fn wake_at(
         .values()
         .filter(|c| c.state == CampaignState::Settling)
         .map(|c| after(c.since.0, input.settings.settle));
+    // The global window's changes, for its gauge and the status.
+    let window = input
+        .settings
+        .maintenance_windows
+        .state(input.now)
+        .changes_at();
     waits
         .chain(settling)
+        .chain(window)
         .chain(survey.wakes.iter().copied())
         .filter(|t| *t > input.now)
         .min()
@@ -587,5 +598,8 @@ fn next_book(
             (name.clone(), campaign)
         })
         .collect();
-    CampaignBook { campaigns }
+    CampaignBook {
+        campaigns,
+        maintenance: None,
+    }
 }

@@ -1243,3 +1243,88 @@ fn a_restart_that_means_downtime_waits_until_accepted() {
     );
     assert_eq!(restarted(&world.plan()), ["solo"]);
 }
+
+#[test]
+fn restarts_start_only_inside_a_maintenance_window_and_rolling_ones_go_on() {
+    use crate::maintenance::MaintenanceWindows;
+    // World::new's now is Friday 2027-01-15 10:00 UTC, at(7200).
+    let saturday = at(7200 + 14 * 3600);
+    let mut world = World::new();
+    world.settings.maintenance_windows = MaintenanceWindows::parse_list("Sat 00:00-04:00").unwrap();
+    world.deployment("web", 2, Some(OLD));
+    world.deployment("api", 2, Some(OLD));
+    world.patched("api", at(7000));
+    let plan = world.step();
+    // Outside the window: web waits, with the opening; api, restarted before, keeps rolling.
+    assert!(plan.restarts.is_empty(), "{plan:#?}");
+    assert_eq!(plan.rolling.len(), 1, "{plan:#?}");
+    let reason = waiting(&plan, "web");
+    assert_eq!(
+        reason,
+        &WaitReason::OutsideMaintenanceWindow {
+            windows: "Sat 00:00-04:00".into(),
+            opens: Some(Time(saturday)),
+        }
+    );
+    assert!(!reason.clears_by_itself());
+    assert_eq!(
+        plan.waiting[0].message,
+        "outside maintenance window (opens in 14h, at 2027-01-16T00:00:00Z; Sat 00:00-04:00)"
+    );
+    // api's --rollout-timeout ends first; once it has rolled out, the opening is next.
+    assert_eq!(plan.wake_at, Some(at(7000 + 300)));
+    world.rolled("api", 2);
+    let plan = world.step();
+    assert_eq!(plan.succeeded.len(), 1, "{plan:#?}");
+    assert_eq!(plan.wake_at, Some(saturday));
+    assert_eq!(
+        plan.book.maintenance,
+        Some(crate::rollout::MaintenanceStatus {
+            windows: "Sat 00:00-04:00".into(),
+            open: false,
+            until: Some(Time(saturday)),
+        })
+    );
+    assert_eq!(plan.book.campaigns[LOGGER].counts.pending, 1);
+
+    // The window opens: web is restarted.
+    world.now = saturday;
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["web"]);
+    assert_eq!(plan.book.maintenance.as_ref().map(|m| m.open), Some(true));
+    // It closes at 04:00: that is when the plan changes next by time alone.
+    assert_eq!(plan.wake_at, Some(at(7200 + 18 * 3600)));
+}
+
+#[test]
+fn a_workloads_own_maintenance_window_replaces_the_global_one() {
+    use crate::maintenance::MaintenanceWindows;
+    let own = |text: &str| WorkloadEntry {
+        maintenance_window: Some(MaintenanceWindows::parse_list(text).map_err(|e| e.to_string())),
+        ..healthy(2)
+    };
+    let mut world = World::new();
+    world.settings.maintenance_windows = MaintenanceWindows::parse_list("Sat 00:00-04:00").unwrap();
+    world.deployment_with("always", 2, Some(OLD), own("always"));
+    // Friday 10:00 UTC is 11:00 in Oslo.
+    world.deployment_with("oslo", 2, Some(OLD), own("Fri 10:30-12:00 Europe/Oslo"));
+    world.deployment_with("later", 2, Some(OLD), own("Fri 12:00-13:00"));
+    world.deployment_with("broken", 2, Some(OLD), own("Fri 12:00"));
+    world.settings.max_parallel = 10;
+    world.settings.canary = 0;
+    let plan = world.plan();
+    let mut names = restarted(&plan);
+    names.sort_unstable();
+    assert_eq!(names, ["always", "oslo"]);
+    assert_eq!(
+        waiting(&plan, "later"),
+        &WaitReason::OutsideMaintenanceWindow {
+            windows: "Fri 12:00-13:00".into(),
+            opens: Some(Time(at(7200 + 2 * 3600))),
+        }
+    );
+    assert_eq!(
+        waiting(&plan, "broken").to_string(),
+        "its NS/maintenance-window annotation is invalid, so it waits: `12:00` is not a span of wall-clock times (HH:MM-HH:MM, e.g. 22:00-06:00)"
+    );
+}

@@ -879,3 +879,92 @@ async fn a_one_replica_recreate_deployment_waits_with_its_reason_until_downtime_
     wait_pods_at(&ctx, "solo", 1, &v2, Duration::from_secs(90)).await;
     assert_eq!(replicaset_count(&ctx, "solo").await, 2);
 }
+
+/// `HH:MM` (UTC) of a moment `seconds` after the Unix epoch.
+fn wall_clock(seconds: i64) -> String {
+    let minute = seconds.rem_euclid(86_400) / 60;
+    format!("{:02}:{:02}", minute / 60, minute % 60)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_workload_waits_for_the_maintenance_window_and_is_restarted_when_it_opens() {
+    // A daily window opening at the first whole minute at least 20 s from now (UTC).
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let opens = (now + 20 + 59) / 60 * 60;
+    let window = format!("{}-{}", wall_clock(opens), wall_clock(opens + 1800));
+    let ctx = engine_context(
+        "rollout-window",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--maintenance-window",
+            &window,
+        ],
+    )
+    .await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "web", 1, &v1, DEADLINE).await;
+    let injector = ctx.injector.as_ref().unwrap();
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    let line = wait_logged(injector, "outside maintenance window (opens at").await;
+    assert!(line.contains("Deployment/e2e-rollout-window/web"), "{line}");
+    assert!(line.contains(&window), "{line}");
+    eventually(DEADLINE, "the pending gauge counts web", || async {
+        (injector.metric("sidecar_injector_rollout_pending{sidecar=\"tracer:v1\"}") == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_maintenance_window_open"),
+        0.0
+    );
+    // `drift` shows the wait and the opening, from the engine's status.
+    let namespace = "e2e-rollout-window";
+    let report = eventually(DEADLINE, "drift notes the closed window", || async {
+        let report = drift_report(&[
+            "--configmap-namespace",
+            namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "--include-namespace",
+            namespace,
+            "--injector-namespace",
+            namespace,
+        ]);
+        let note = report["sidecars"]
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == "tracer:v1")?["note"]
+            .as_str()?
+            .to_owned();
+        note.starts_with("outside maintenance window (opens in")
+            .then_some(note)
+    })
+    .await;
+    assert!(report.contains(&window), "{report}");
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        1,
+        "web restarted early"
+    );
+
+    // The window opens: web is restarted then, not before.
+    wait_pods_at(&ctx, "web", 1, &v2, Duration::from_secs(150)).await;
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    let rolled_at: k8s_openapi::jiff::Timestamp =
+        web.metadata.annotations.as_ref().unwrap()["injector/rolled-at"]
+            .parse()
+            .unwrap();
+    assert!(
+        rolled_at.as_second() >= opens,
+        "restarted at {rolled_at}, before the window opened ({opens})"
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_maintenance_window_open"),
+        1.0
+    );
+}
