@@ -171,6 +171,8 @@ pub struct Engine {
     /// Workloads this process restarted whose success is not reported yet.
     awaiting_success: BTreeSet<WorkloadRef>,
     journal: rollout::journal::Journal,
+    notices: rollout::notice::NoticeTracker,
+    notifier: Option<notifier::Notifier>,
     containers: Option<ContainerRun>,
     /// The revisions a running injector published, which the one-shot CLI brings pods to
     /// rather than the ones it computes from its own reading of the configs.
@@ -202,10 +204,17 @@ impl Engine {
             status,
             awaiting_success: BTreeSet::new(),
             journal: rollout::journal::Journal::default(),
+            notices: Default::default(),
+            notifier: None,
             containers: None,
             published: None,
             summary: RunSummary::default(),
         }
+    }
+
+    /// Sends campaign notices (started, paused, completed) through `notifier`.
+    pub fn notify_with(&mut self, notifier: notifier::Notifier) {
+        self.notifier = Some(notifier);
     }
 
     /// Brings pods to `revisions` (what the running injector injects) instead of the revisions
@@ -322,6 +331,15 @@ impl Engine {
                 self.end_podless(podless);
                 for line in self.journal.campaigns(&plan, &self.book) {
                     say(&line);
+                }
+                if let Some(notifier) = &self.notifier {
+                    for notice in self.notices.notices(
+                        &plan,
+                        &self.book,
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                    ) {
+                        notifier.notify(notice);
+                    }
                 }
                 if self.containers.is_none() {
                     self.write_status().await;
@@ -901,6 +919,8 @@ pub async fn run(
         engine.tick(&feed, &set, authority).await;
     }
 }
+
+pub mod notifier;
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario

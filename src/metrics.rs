@@ -83,6 +83,33 @@ impl RolloutResult {
 }
 label_value!(RolloutResult);
 
+/// What became of a `--notify-url` notice (`sidecar_injector_notifications_total`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum NotificationResult {
+    Sent,
+    /// Every attempt failed.
+    Failed,
+    /// The queue was full.
+    Dropped,
+}
+
+impl NotificationResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationResult::Sent => "sent",
+            NotificationResult::Failed => "failed",
+            NotificationResult::Dropped => "dropped",
+        }
+    }
+}
+label_value!(NotificationResult);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    pub event: &'static str,
+    pub result: NotificationResult,
+}
+
 /// A reload's outcome, for configs and certificates alike.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ReloadResult {
@@ -214,6 +241,7 @@ pub struct Metrics {
     pub rollout_pending: Family<SidecarLabels, Gauge>,
     pub maintenance_window_open: Gauge,
     pub rollout_leader: Gauge,
+    pub notifications: Family<NotificationLabels, Counter>,
     pub rollout_api_requests: Family<CallLabels, Counter>,
     pub rollout_api_errors: Family<CallLabels, Counter>,
     pub kube_requests: Family<VerbLabels, Counter>,
@@ -334,6 +362,12 @@ impl Metrics {
             "1 while this replica holds the rollout Lease and may act",
             rollout_leader.clone(),
         );
+        let notifications = Family::<NotificationLabels, Counter>::default();
+        registry.register(
+            "notifications",
+            "Campaign notices for --notify-url by event (started, paused, completed) and result (sent, failed after every retry, dropped from a full queue)",
+            notifications.clone(),
+        );
         let rollout_api_requests = Family::<CallLabels, Counter>::default();
         registry.register(
             "rollout_api_requests",
@@ -381,6 +415,7 @@ impl Metrics {
             rollout_pending,
             maintenance_window_open,
             rollout_leader,
+            notifications,
             rollout_api_requests,
             rollout_api_errors,
             kube_requests,
@@ -406,6 +441,19 @@ impl Metrics {
     pub fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
         self.rollouts
             .get_or_create(&RolloutLabels { kind, result })
+            .inc();
+    }
+
+    pub fn record_notification(
+        &self,
+        event: crate::rollout::notice::NoticeEvent,
+        result: NotificationResult,
+    ) {
+        self.notifications
+            .get_or_create(&NotificationLabels {
+                event: event.as_str(),
+                result,
+            })
             .inc();
     }
 

@@ -11,6 +11,7 @@ pub mod eviction;
 mod gates;
 mod health;
 pub mod journal;
+pub mod notice;
 pub mod outcome;
 mod plan;
 mod planner;

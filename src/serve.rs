@@ -88,6 +88,8 @@ pub struct RolloutOptions {
     pub lease: crate::cluster::lease::LeaseSettings,
     /// How long this replica must have been ready before the engine acts.
     pub act_after_ready: Duration,
+    /// `--notify-url`: where campaign notices go.
+    pub notify: Option<crate::engine::notifier::NotifierOptions>,
 }
 
 #[derive(Clone)]
@@ -292,12 +294,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 grant_tx,
                 stop.clone(),
             )));
-            let engine = crate::engine::Engine::new(
+            let mut engine = crate::engine::Engine::new(
                 client.clone(),
                 rollout.engine.clone(),
                 metrics.clone(),
                 recorder(client.clone(), options.pod_name.clone()),
             );
+            if let Some(notify) = &rollout.notify {
+                engine.notify_with(crate::engine::notifier::Notifier::spawn(
+                    notify.clone(),
+                    metrics.clone(),
+                ));
+            }
             let ready = readiness.clone();
             tokio::spawn(crate::engine::run(
                 engine,

@@ -482,6 +482,17 @@ pub struct ServeArgs {
     /// commands treat a publication older than a few of these as stale).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub publish_interval: Duration,
+    /// POST a JSON notice to this URL when a campaign starts restarting, pauses (with the
+    /// reason) or completes, with its counts; its `text` field makes it a Slack incoming-webhook
+    /// message as it is. Sent by the Lease holder, retried, never in the rollout's way.
+    #[arg(long, env = "NOTIFY_URL", value_parser = crate::engine::notifier::parse_notify_url, hide_env_values = true)]
+    pub notify_url: Option<http::Uri>,
+    /// How long one attempt to deliver a notice may take.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub notify_timeout: Duration,
+    /// Attempts after the first failed one (the waits between them double from one second).
+    #[arg(long, default_value_t = 3)]
+    pub notify_retries: u32,
 }
 
 #[derive(Debug, Args)]

@@ -1328,3 +1328,80 @@ fn a_workloads_own_maintenance_window_replaces_the_global_one() {
         "its NS/maintenance-window annotation is invalid, so it waits: `12:00` is not a span of wall-clock times (HH:MM-HH:MM, e.g. 22:00-06:00)"
     );
 }
+
+#[test]
+fn notices_say_a_campaign_started_completed_or_paused_once_each() {
+    use crate::rollout::notice::{NoticeEvent, NoticeTracker};
+    let mut tracker = NoticeTracker::default();
+    let mut notices = |world: &mut World| {
+        let plan = world.step();
+        tracker
+            .notices(&plan, &world.book, Time(world.now))
+            .into_iter()
+            .map(|n| (n.event, n.counts.pending, n.counts.rolling, n.text))
+            .collect::<Vec<_>>()
+    };
+    let mut world = World::new();
+    world
+        .deployment("small", 1, Some(OLD))
+        .deployment("big", 2, Some(OLD));
+    // The canary restart starts the campaign.
+    assert_eq!(
+        notices(&mut world),
+        [(
+            NoticeEvent::Started,
+            1,
+            1,
+            format!(
+                "sidecar-injector: campaign of {LOGGER} (revision {NEW}) started: 1 workload(s) restarting, 1 to go"
+            )
+        )]
+    );
+    world.patched("small", world.now);
+    assert_eq!(notices(&mut world), []);
+    world.now = at(7230);
+    world.rolled("small", 1);
+    // The rest restarted: still the same campaign, nothing to announce.
+    assert_eq!(notices(&mut world), []);
+    world.patched("big", world.now);
+    world.rolled("big", 2);
+    let done = notices(&mut world);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].0, NoticeEvent::Completed);
+    assert_eq!(
+        done[0].3,
+        format!(
+            "sidecar-injector: campaign of {LOGGER} (revision {NEW}) completed: 2 workload(s) restarted, 0 failed"
+        )
+    );
+    assert_eq!(notices(&mut world), []);
+
+    // A new revision whose canary times out: started, then paused with the reason.
+    let mut world = World::new();
+    let mut tracker = NoticeTracker::default();
+    world
+        .deployment("canary", 1, Some(OLD))
+        .deployment("other", 2, Some(OLD));
+    let plan = world.step();
+    let started = tracker.notices(&plan, &world.book, Time(world.now));
+    assert_eq!(started[0].event, NoticeEvent::Started);
+    world.patched("canary", at(7200));
+    world.now = at(7200 + 300);
+    let plan = world.step();
+    let paused = tracker.notices(&plan, &world.book, Time(world.now));
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].event, NoticeEvent::Paused);
+    assert_eq!(paused[0].counts.failed, 1);
+    assert!(
+        paused[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("not rolled out within 5m")),
+        "{paused:?}"
+    );
+    let json = serde_json::to_value(&paused[0]).unwrap();
+    assert_eq!(json["event"], "paused");
+    assert!(json["text"].as_str().unwrap().contains("paused"), "{json}");
+    let plan = world.step();
+    assert_eq!(tracker.notices(&plan, &world.book, Time(world.now)), []);
+}

@@ -968,3 +968,98 @@ async fn a_stale_workload_waits_for_the_maintenance_window_and_is_restarted_when
         1.0
     );
 }
+
+/// A generic webhook receiver on loopback: answers 500 to its first POST, then 200, and keeps
+/// every body it was sent.
+async fn notice_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::sync::{Arc, Mutex};
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let kept = received.clone();
+    let app = axum::Router::new().route(
+        "/hooks/team",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (kept, attempts) = (kept.clone(), attempts.clone());
+            async move {
+                if attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+                }
+                kept.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hooks/team", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_campaign_is_announced_to_the_notify_url_when_it_starts_and_completes() {
+    let (url, received) = notice_receiver().await;
+    let ctx = engine_context(
+        "rollout-notify",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--notify-url",
+            &url,
+            "--notify-timeout",
+            "2s",
+        ],
+    )
+    .await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    create_deployment(&ctx, "api", 1, template("api", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "web", 1, &v1, DEADLINE).await;
+    wait_pods_at(&ctx, "api", 1, &v1, DEADLINE).await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    wait_pods_at(&ctx, "web", 1, &v2, Duration::from_secs(90)).await;
+    wait_pods_at(&ctx, "api", 1, &v2, Duration::from_secs(90)).await;
+    let notices = eventually(DEADLINE, "started and completed were received", || async {
+        let notices = received.lock().unwrap().clone();
+        (notices.len() >= 2).then_some(notices)
+    })
+    .await;
+    let revision = v2.split('=').nth(1).unwrap();
+    assert_eq!(notices.len(), 2, "{notices:#?}");
+    let (started, completed) = (&notices[0], &notices[1]);
+    assert_eq!(started["event"], "started", "{notices:#?}");
+    assert_eq!(started["sidecar"], "tracer:v1");
+    assert_eq!(started["revision"], revision);
+    assert_eq!(
+        started["counts"]["rolling"], 1,
+        "the canary first: {started}"
+    );
+    assert_eq!(started["counts"]["pending"], 1, "{started}");
+    assert!(
+        started["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("sidecar-injector: campaign of tracer:v1"),
+        "{started}"
+    );
+    assert_eq!(completed["event"], "completed", "{notices:#?}");
+    assert_eq!(completed["counts"]["succeeded"], 2, "{completed}");
+    // The receiver's first answer was a 500: retried, logged, counted as sent in the end.
+    let injector = ctx.injector.as_ref().unwrap();
+    let line = wait_logged(injector, "notification to --notify-url not delivered").await;
+    assert!(line.contains("500"), "{line}");
+    assert!(!line.contains("/hooks/team"), "the URL is a secret: {line}");
+    assert_eq!(
+        injector.metric("sidecar_injector_notifications_total{event=\"started\",result=\"sent\"}"),
+        1.0
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_notifications_total{event=\"completed\",result=\"sent\"}"),
+        1.0
+    );
+}
