@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::book::{CampaignBook, CampaignCounts, CampaignState};
-use super::health::rolled_out;
+use super::health::{progress, rolled_out};
 use super::plan::{PlanInput, RolloutSettings, WaitReason};
 use crate::config::RevisionStamp;
 use crate::drift::WorkloadDrift;
@@ -214,7 +214,14 @@ fn workload_gate(
             .filter(|until| *until > input.now)
         {
             Some(until) => Err(WaitReason::RollingOut { until: Time(until) }),
-            None => Ok(()),
+            // Stuck on a revision this engine rolled it to: the fix goes in at once.
+            None if entry.rolled_at.is_some() || entry.rollout_revision.is_some() => Ok(()),
+            // Unhealthy before any restart of ours (its app, its own rollout): a restart would
+            // not make it healthy and would fail the campaign at its canary. It waits until
+            // it is healthy, never counted as a failure.
+            None => Err(WaitReason::Unhealthy {
+                progress: progress(kind, entry),
+            }),
         };
     }
     match entry

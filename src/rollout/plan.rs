@@ -145,6 +145,10 @@ pub enum WaitReason {
         windows: String,
         opens: Option<Time>,
     },
+    /// Not rolled out or not all available before any restart of ours: restarted once it is.
+    Unhealthy {
+        progress: String,
+    },
     /// Its `NS/maintenance-window` does not parse: it waits rather than guess.
     MaintenanceWindowInvalid {
         error: String,
@@ -295,6 +299,10 @@ impl fmt::Display for WaitReason {
                     "outside maintenance window, and none opens within a week ({windows})"
                 ),
             },
+            WaitReason::Unhealthy { progress } => write!(
+                f,
+                "not healthy before its restart ({progress}); restarted once it is, and not counted as a failure"
+            ),
             WaitReason::MaintenanceWindowInvalid { error } => write!(
                 f,
                 "its NS/maintenance-window annotation is invalid, so it waits: {error}"

@@ -1405,3 +1405,42 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     let plan = world.step();
     assert_eq!(tracker.notices(&plan, &world.book, Time(world.now)), []);
 }
+
+#[test]
+fn a_workload_unhealthy_before_any_restart_of_ours_waits_and_is_never_the_failed_canary() {
+    let mut world = World::new();
+    world.settings.canary = 1;
+    // The smallest workload would be the canary, but its only pod is not available: its app
+    // is down, not our sidecar.
+    let mut sick = healthy(1);
+    sick.available_replicas = Some(0);
+    sick.ready_replicas = Some(0);
+    world.deployment_with("sick", 1, Some(OLD), sick.clone());
+    world.deployment("web", 2, Some(OLD));
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["web"], "{plan:#?}");
+    assert!(plan.restarts[0].canary);
+    let reason = waiting(&plan, "sick");
+    assert_eq!(
+        reason.to_string(),
+        "not healthy before its restart (1 of 1 updated, 0 available); restarted once it is, and not counted as a failure"
+    );
+    assert!(!reason.clears_by_itself());
+    // The canary succeeds while sick stays sick: no failure, no pause, sick still waits.
+    world.patched("web", world.now);
+    world.now = at(7300);
+    world.rolled("web", 2);
+    let plan = world.step();
+    assert!(
+        plan.failed.is_empty() && plan.paused.is_empty(),
+        "{plan:#?}"
+    );
+    assert!(matches!(
+        waiting(&plan, "sick"),
+        WaitReason::Unhealthy { .. }
+    ));
+    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Running);
+    // Healthy again: restarted.
+    world.set_entry("sick", healthy(1));
+    assert_eq!(restarted(&world.step()), ["sick"]);
+}

@@ -1063,3 +1063,49 @@ async fn a_campaign_is_announced_to_the_notify_url_when_it_starts_and_completes(
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workload_unhealthy_before_the_campaign_waits_and_does_not_fail_the_canary() {
+    let ctx = engine_context("rollout-unhealthy", &["--rollout=auto", "--settle", "1s"]).await;
+    // sick's app never becomes Ready (the test kubelet's `:broken` tag): unhealthy before
+    // any restart of ours.
+    let mut sick = template("sick", Some("tracer:v1"));
+    sick["spec"]["containers"][0]["image"] = json!("example.org/app:broken");
+    create_deployment(&ctx, "sick", 1, sick).await;
+    create_deployment(&ctx, "web", 2, template("web", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "web", 2, &v1, DEADLINE).await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    // web, though larger, is the canary and is restarted; sick waits with the reason.
+    wait_pods_at(&ctx, "web", 2, &v2, Duration::from_secs(90)).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let line = wait_logged(injector, "not healthy before its restart").await;
+    assert!(
+        line.contains("Deployment/e2e-rollout-unhealthy/sick"),
+        "{line}"
+    );
+    assert_eq!(replicaset_count(&ctx, "sick").await, 1, "sick untouched");
+    // No failure, no pause: the campaign runs on, sick pending.
+    eventually(DEADLINE, "web's restart counts as succeeded", || async {
+        (injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        0.0
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"running\"}"),
+        1.0
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_rollout_pending{sidecar=\"tracer:v1\"}"),
+        1.0
+    );
+}
