@@ -26,7 +26,9 @@ use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::{DriftPolicy, PodToReplace};
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
-use crate::rollout::eviction::{EVICTION_SPACING, LastEviction, next_eviction};
+use crate::rollout::eviction::{
+    BlockNews, BlockedEviction, EVICTION_SPACING, LastEviction, next_eviction, on_blocked,
+};
 use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
@@ -158,6 +160,8 @@ pub struct Engine {
     history: ContentHistory,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
     evictions: BTreeMap<WorkloadRef, LastEviction>,
+    /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
+    blocked: BTreeMap<WorkloadRef, BlockedEviction>,
     book: CampaignBook,
     /// The resourceVersion of the status ConfigMap our book corresponds to.
     known_version: Option<String>,
@@ -196,6 +200,7 @@ impl Engine {
             history: ContentHistory::default(),
             finished_since: BTreeMap::new(),
             evictions: BTreeMap::new(),
+            blocked: BTreeMap::new(),
             book: CampaignBook::default(),
             known_version: None,
             written: None,
@@ -432,6 +437,11 @@ impl Engine {
         for restart in &plan.restarts {
             self.restart(restart, now).await;
         }
+        self.blocked.retain(|w, _| {
+            evictions
+                .iter()
+                .any(|e| &e.workload == w && !e.pods.is_empty())
+        });
         for eviction in evictions {
             self.evict_next(&eviction.workload, &eviction.pods, eviction.healthy)
                 .await;
@@ -670,16 +680,42 @@ impl Engine {
                 }
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::Evicted);
+                self.blocked.remove(workload);
                 let at = Timestamp::now();
                 self.evictions
                     .insert(workload.clone(), LastEviction { pod, at });
                 self.wake_at(rollout::after(at, EVICTION_SPACING));
             }
             Ok(false) => {
-                self.retry_later();
-                info!(workload = %workload, pod = name, "eviction blocked by a PodDisruptionBudget; retrying later, not forcing");
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
+                let timeout = self.options.settings.eviction_timeout;
+                let (state, news, retry) = on_blocked(self.blocked.get(workload), now, timeout);
+                self.blocked.insert(workload.clone(), state);
+                self.wake_at(rollout::after(now, retry));
+                match news {
+                    BlockNews::First => {
+                        info!(workload = %workload, pod = name, "eviction blocked by a PodDisruptionBudget; retrying, never forcing");
+                    }
+                    BlockNews::Quiet => {}
+                    BlockNews::Overdue { blocked_for } => {
+                        let note = format!(
+                            "a PodDisruptionBudget has refused to let {name} go for {} (--eviction-timeout {}): its rollout waits, retried every {}s and never forced, and fails at --rollout-timeout unless the budget allows a disruption",
+                            humantime::format_duration(Duration::from_secs(blocked_for.as_secs())),
+                            humantime::format_duration(timeout),
+                            rollout::eviction::OVERDUE_RETRY.as_secs()
+                        );
+                        warn!(workload = %workload, pod = name, "{note}");
+                        self.event(
+                            workload,
+                            EventType::Warning,
+                            "EvictionBlocked",
+                            "Evict",
+                            &note,
+                        )
+                        .await;
+                    }
+                }
             }
             Err(err) => {
                 self.failed(&err);

@@ -206,6 +206,11 @@ pub struct RolloutSafetyArgs {
     /// NS/allow-downtime: "true".
     #[arg(long)]
     pub allow_downtime: bool,
+    /// How long a PodDisruptionBudget may refuse to let a pod go before that is reported (a
+    /// warning and a Warning Event on the workload; retries then slow to every 30s). Never
+    /// forced either way.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub eviction_timeout: Duration,
     /// Restarts start only inside these windows (repeatable, or `;`-separated):
     /// `[DAYS] HH:MM-HH:MM [ZONE]`, e.g. `Sat-Sun 00:00-04:00` or
     /// `Mon-Fri 22:00-06:00 Europe/Oslo` (days every day and the zone UTC when left out; a
@@ -232,6 +237,7 @@ impl RolloutSafetyArgs {
             max_parallel_per_namespace: self.max_parallel_per_namespace,
             canary_namespaces: self.canary_namespaces.iter().cloned().collect(),
             allow_downtime: self.allow_downtime,
+            eviction_timeout: self.eviction_timeout,
             maintenance_windows: crate::maintenance::MaintenanceWindows::new(
                 self.maintenance_windows.clone(),
             ),

@@ -41,9 +41,87 @@ pub fn next_eviction<'p>(
     Some(pod)
 }
 
+/// A workload whose evictions a PodDisruptionBudget refuses, since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedEviction {
+    pub since: Timestamp,
+    /// Said once it passed `--eviction-timeout`.
+    pub reported: bool,
+}
+
+/// What to say about a refused eviction, and when to try again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlockNews {
+    /// The first refusal: one info line.
+    First,
+    /// Refused again, within `--eviction-timeout`, or already reported: nothing.
+    Quiet,
+    /// Refused for longer than `--eviction-timeout`: one warning and a Warning Event.
+    Overdue { blocked_for: Duration },
+}
+
+/// Retries while a budget refuses: every few seconds at first, then, once the refusal is
+/// reported, at this pace: a budget that allows no disruption for minutes is not spun on.
+pub const BLOCKED_RETRY: Duration = Duration::from_secs(5);
+pub const OVERDUE_RETRY: Duration = Duration::from_secs(30);
+
+/// The state after one more refusal at `now`, what to say, and when to retry.
+pub fn on_blocked(
+    previous: Option<&BlockedEviction>,
+    now: Timestamp,
+    timeout: Duration,
+) -> (BlockedEviction, BlockNews, Duration) {
+    let Some(previous) = previous else {
+        return (
+            BlockedEviction {
+                since: now,
+                reported: false,
+            },
+            BlockNews::First,
+            BLOCKED_RETRY,
+        );
+    };
+    let blocked_for = Duration::try_from(now.duration_since(previous.since)).unwrap_or_default();
+    if previous.reported {
+        return (previous.clone(), BlockNews::Quiet, OVERDUE_RETRY);
+    }
+    if blocked_for >= timeout {
+        return (
+            BlockedEviction {
+                since: previous.since,
+                reported: true,
+            },
+            BlockNews::Overdue { blocked_for },
+            OVERDUE_RETRY,
+        );
+    }
+    (previous.clone(), BlockNews::Quiet, BLOCKED_RETRY)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_is_said_once_then_reported_once_past_the_timeout_and_retried_slower() {
+        let timeout = Duration::from_secs(120);
+        let (first, news, retry) = on_blocked(None, at(0), timeout);
+        assert_eq!(news, BlockNews::First);
+        assert_eq!(retry, BLOCKED_RETRY);
+        let (again, news, retry) = on_blocked(Some(&first), at(60), timeout);
+        assert_eq!((news, retry), (BlockNews::Quiet, BLOCKED_RETRY));
+        let (overdue, news, retry) = on_blocked(Some(&again), at(125), timeout);
+        assert_eq!(
+            news,
+            BlockNews::Overdue {
+                blocked_for: Duration::from_secs(125)
+            }
+        );
+        assert_eq!(retry, OVERDUE_RETRY);
+        assert!(overdue.reported);
+        let (_, news, retry) = on_blocked(Some(&overdue), at(155), timeout);
+        assert_eq!((news, retry), (BlockNews::Quiet, OVERDUE_RETRY));
+    }
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + seconds).unwrap()

@@ -34,6 +34,8 @@ pub struct RolloutSettings {
     pub canary_namespaces: std::collections::BTreeSet<String>,
     /// Restart workloads even when that means downtime (`--allow-downtime`).
     pub allow_downtime: bool,
+    /// How long a PodDisruptionBudget may refuse an eviction before that is reported.
+    pub eviction_timeout: Duration,
     /// When restarts may start (`--maintenance-window`); none: at any time.
     pub maintenance_windows: crate::maintenance::MaintenanceWindows,
 }
@@ -52,6 +54,7 @@ impl Default for RolloutSettings {
             max_parallel_per_namespace: 0,
             canary_namespaces: std::collections::BTreeSet::new(),
             allow_downtime: false,
+            eviction_timeout: Duration::from_secs(120),
             maintenance_windows: Default::default(),
         }
     }

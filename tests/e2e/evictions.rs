@@ -4,7 +4,17 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_never_forced() {
-    let ctx = engine_context("rollout-ondelete", &["--rollout=auto", "--settle", "1s"]).await;
+    let ctx = engine_context(
+        "rollout-ondelete",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--eviction-timeout",
+            "4s",
+        ],
+    )
+    .await;
     create(&ctx.api::<StatefulSet>(), json!({
         "metadata": {"name": "db"},
         "spec": {"replicas": 3, "serviceName": "db", "podManagementPolicy": "Parallel",
@@ -51,6 +61,18 @@ async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_neve
         || async { (injector.metric(blocked) >= 3.0).then_some(()) },
     )
     .await;
+    // Refused past --eviction-timeout: reported once, on the workload, with what happens next.
+    let reported = eventually(DEADLINE, "the blocked eviction reported", || async {
+        events_for(&ctx, "db", "EvictionBlocked").await.pop()
+    })
+    .await;
+    let note = reported.message.unwrap_or_default();
+    assert!(
+        note.starts_with("a PodDisruptionBudget has refused to let db-"),
+        "{note}"
+    );
+    assert!(note.contains("(--eviction-timeout 4s)"), "{note}");
+    assert_eq!(reported.type_.as_deref(), Some("Warning"));
     // Retried, never forced: the template is stamped, yet every pod is the one from before.
     let db = ctx.api::<StatefulSet>().get("db").await.unwrap();
     assert_eq!(
@@ -93,6 +115,11 @@ async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_neve
         .collect();
     assert!(new_uids.is_disjoint(&first_uids), "every pod replaced");
     assert_eq!(seen.len(), 6, "each pod replaced exactly once: {seen:?}");
+    assert_eq!(
+        events_for(&ctx, "db", "EvictionBlocked").await.len(),
+        1,
+        "reported once"
+    );
     assert_eq!(
         injector
             .metric("sidecar_injector_rollouts_total{kind=\"StatefulSet\",result=\"restarted\"}"),
