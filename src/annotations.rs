@@ -25,6 +25,9 @@ pub struct AnnotationKeys {
     /// On a workload: the maintenance windows its restarts start in (`;`-separated, or
     /// `always`), replacing `--maintenance-window` for it.
     pub maintenance_window: String,
+    /// On a workload: `evict` restarts it by evicting its stale pods, never writing its
+    /// template; `template` (the default) stamps the template.
+    pub restart_method: String,
 }
 
 impl AnnotationKeys {
@@ -42,6 +45,7 @@ impl AnnotationKeys {
             rollout_priority: key("rollout-priority"),
             allow_downtime: key("allow-downtime"),
             maintenance_window: key("maintenance-window"),
+            restart_method: key("restart-method"),
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
 use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
-use crate::workload::{WorkloadKind, WorkloadRef};
+use crate::workload::{RestartMethod, WorkloadKind, WorkloadRef};
 
 /// Every API call of the engine gets this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -160,6 +160,11 @@ pub struct Engine {
     history: ContentHistory,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
     evictions: BTreeMap<WorkloadRef, LastEviction>,
+    /// The template stamps this process wrote and whose rollout is not over: one found gone
+    /// with the pods still stale was reverted.
+    stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
+    /// Restarts by eviction under way (the template is never written for them).
+    evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
     /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
     blocked: BTreeMap<WorkloadRef, BlockedEviction>,
     book: CampaignBook,
@@ -201,6 +206,8 @@ impl Engine {
             finished_since: BTreeMap::new(),
             evictions: BTreeMap::new(),
             blocked: BTreeMap::new(),
+            stamped: BTreeMap::new(),
+            evicting: BTreeMap::new(),
             book: CampaignBook::default(),
             known_version: None,
             written: None,
@@ -395,6 +402,8 @@ impl Engine {
             targets,
             book: &self.book,
             finished_since: &self.finished_since,
+            stamped: &self.stamped,
+            evicting: &self.evicting,
             settings: &self.options.settings,
             now,
         });
@@ -434,6 +443,20 @@ impl Engine {
     }
 
     async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
+        // A restart by eviction ends when its workload no longer rolls to its target; a stamp
+        // matters until its workload's outcome is known.
+        self.evicting.retain(|w, e| {
+            plan.rolling
+                .iter()
+                .any(|r| &r.workload == w && r.target == e.target)
+        });
+        for done in plan
+            .succeeded
+            .iter()
+            .chain(plan.failed.iter().map(|f| &f.workload))
+        {
+            self.stamped.remove(done);
+        }
         for restart in &plan.restarts {
             self.restart(restart, now).await;
         }
@@ -475,12 +498,32 @@ impl Engine {
 
     /// One restart: a template patch, or the eviction of a bare pod; an Event either way.
     async fn restart(&mut self, restart: &rollout::Restart, now: Timestamp) {
-        let result = if restart.workload.kind == WorkloadKind::Pod {
-            self.evict(&restart.workload.namespace, &restart.workload.name)
+        let result = match (&restart.target, restart.method) {
+            _ if restart.workload.kind == WorkloadKind::Pod => self
+                .evict(&restart.workload.namespace, &restart.workload.name)
                 .await
-                .map(|_| ())
-        } else {
-            self.patch(restart, now).await
+                .map(|_| ()),
+            (Some(target), RestartMethod::Evict) => {
+                // Nothing is written: the next plan rolls it by evicting its stale pods.
+                info!(workload = %restart.workload, "restarting by eviction: {}", restart.reason);
+                self.evicting.insert(
+                    restart.workload.clone(),
+                    rollout::EvictionRestart {
+                        target: target.clone(),
+                        since: now,
+                    },
+                );
+                self.wake_at(now);
+                Ok(())
+            }
+            _ => {
+                let patched = self.patch(restart, now).await;
+                if let (Ok(()), Some(target)) = (&patched, &restart.target) {
+                    self.stamped
+                        .insert(restart.workload.clone(), target.clone());
+                }
+                patched
+            }
         };
         if let Err(err) = result {
             self.failed(&err);
@@ -489,7 +532,7 @@ impl Engine {
                 .record_rollout(restart.workload.kind, RolloutResult::Error);
             return;
         }
-        info!(workload = %restart.workload, canary = restart.canary, reason = %restart.reason, "restarted for a new sidecar revision");
+        info!(workload = %restart.workload, canary = restart.canary, method = restart.method.as_str(), reason = %restart.reason, "restarted for a new sidecar revision");
         self.metrics
             .record_rollout(restart.workload.kind, RolloutResult::Restarted);
         self.summary.restarted.insert(restart.workload.clone());

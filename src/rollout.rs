@@ -26,8 +26,8 @@ pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;
 pub use health::rolled_out;
 pub use plan::{
-    PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
-    to_the_second,
+    EvictionRestart, PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget,
+    WaitReason, Waiting, to_the_second,
 };
 pub use planner::{plan, target_stamp};
 

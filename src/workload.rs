@@ -206,6 +206,35 @@ pub fn resolve_pod_owner<'a>(
     }
 }
 
+/// How the engine restarts a workload: by stamping its pod template (its controller rolls
+/// it), or by evicting its stale pods one at a time (for templates a GitOps controller
+/// reverts: the template is never written).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMethod {
+    #[default]
+    Template,
+    Evict,
+}
+
+impl RestartMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartMethod::Template => "template",
+            RestartMethod::Evict => "evict",
+        }
+    }
+
+    /// `NS/restart-method`'s value; anything else is no choice.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "template" => Some(RestartMethod::Template),
+            "evict" => Some(RestartMethod::Evict),
+            _ => None,
+        }
+    }
+}
+
 /// A workload's `spec.updateStrategy.type` (`strategy.type` for a Deployment).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpdateStrategy {

@@ -206,6 +206,12 @@ pub struct RolloutSafetyArgs {
     /// NS/allow-downtime: "true".
     #[arg(long)]
     pub allow_downtime: bool,
+    /// How workloads are restarted: `template` stamps the pod template (the controller rolls
+    /// it); `evict` evicts the stale pods one at a time within PodDisruptionBudgets, never
+    /// writing the template (for GitOps-managed workloads). Per workload:
+    /// NS/restart-method. A template stamp found reverted switches that workload to `evict`.
+    #[arg(long, value_enum, default_value_t = crate::workload::RestartMethod::Template)]
+    pub restart_method: crate::workload::RestartMethod,
     /// How long a PodDisruptionBudget may refuse to let a pod go before that is reported (a
     /// warning and a Warning Event on the workload; retries then slow to every 30s). Never
     /// forced either way.
@@ -238,6 +244,7 @@ impl RolloutSafetyArgs {
             canary_namespaces: self.canary_namespaces.iter().cloned().collect(),
             allow_downtime: self.allow_downtime,
             eviction_timeout: self.eviction_timeout,
+            restart_method: self.restart_method,
             maintenance_windows: crate::maintenance::MaintenanceWindows::new(
                 self.maintenance_windows.clone(),
             ),

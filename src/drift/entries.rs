@@ -230,6 +230,8 @@ pub struct WorkloadEntry {
     pub allow_downtime: bool,
     /// `NS/maintenance-window` on the workload, parsed (or why it does not parse).
     pub maintenance_window: Option<Result<MaintenanceWindows, String>>,
+    /// `NS/restart-method` on the workload, when it names one.
+    pub restart_method: Option<crate::workload::RestartMethod>,
     /// `NS/request` on the pod template: what its pods would request, so that a workload
     /// whose pods are all denied still shows in the report.
     pub template_request: Option<Box<str>>,
@@ -261,6 +263,11 @@ impl WorkloadEntry {
                 .as_ref()
                 .and_then(|a| a.get(&keys.maintenance_window))
                 .map(|text| MaintenanceWindows::parse_list(text).map_err(|err| err.to_string())),
+            restart_method: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&keys.restart_method))
+                .and_then(|m| crate::workload::RestartMethod::parse(m)),
             ..Default::default()
         }
     }

@@ -560,6 +560,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
                 "Sat-Sun 00:00-04:00 Europe/Oslo"
             )
             .unwrap())),
+            restart_method: None,
             template_request: None,
         }
     );

@@ -111,6 +111,8 @@ fn restart_of_web() -> Restart {
         canary: true,
         on_delete: false,
         heal: false,
+        method: crate::workload::RestartMethod::Template,
+        reverted: false,
         pods: 2,
     }
 }

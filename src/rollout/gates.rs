@@ -13,7 +13,7 @@ use super::plan::{PlanInput, RolloutSettings, WaitReason};
 use crate::config::RevisionStamp;
 use crate::drift::WorkloadDrift;
 use crate::maintenance::WindowState;
-use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
+use crate::workload::{RestartMethod, UpdateStrategy, WorkloadKind, WorkloadRef};
 
 /// `time + duration`, saturating.
 pub fn after(time: Timestamp, duration: Duration) -> Timestamp {
@@ -35,6 +35,9 @@ pub(super) struct Candidate<'g, 'r> {
     /// It carries the target already, and pods of that restart were created while the
     /// webhook was bypassed: restarted once more.
     pub(super) heal: bool,
+    pub(super) method: RestartMethod,
+    /// The stamp this engine set for this target was reverted (see [`super::Restart`]).
+    pub(super) reverted: bool,
 }
 
 impl Candidate<'_, '_> {
@@ -104,7 +107,13 @@ pub(super) fn admit<'r>(
         });
     }
     settle_gate(input, book, &auto)?;
-    workload_gate(input, &candidate.group.workload, candidate.heal)?;
+    // A reverted restart was made already, and undone by someone else: its cooldown is not
+    // a reason to wait.
+    workload_gate(
+        input,
+        &candidate.group.workload,
+        candidate.heal || candidate.reverted,
+    )?;
     if !candidate.heal {
         window_gate(input, &candidate.group.workload)?;
     }

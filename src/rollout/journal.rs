@@ -330,6 +330,8 @@ mod tests {
             canary: true,
             on_delete: false,
             heal: false,
+            method: crate::workload::RestartMethod::Template,
+            reverted: false,
             pods: 1,
         };
         let plan = RolloutPlan {

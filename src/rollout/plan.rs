@@ -34,6 +34,8 @@ pub struct RolloutSettings {
     pub canary_namespaces: std::collections::BTreeSet<String>,
     /// Restart workloads even when that means downtime (`--allow-downtime`).
     pub allow_downtime: bool,
+    /// How workloads are restarted unless their `NS/restart-method` says otherwise.
+    pub restart_method: crate::workload::RestartMethod,
     /// How long a PodDisruptionBudget may refuse an eviction before that is reported.
     pub eviction_timeout: Duration,
     /// When restarts may start (`--maintenance-window`); none: at any time.
@@ -54,6 +56,7 @@ impl Default for RolloutSettings {
             max_parallel_per_namespace: 0,
             canary_namespaces: std::collections::BTreeSet::new(),
             allow_downtime: false,
+            restart_method: crate::workload::RestartMethod::Template,
             eviction_timeout: Duration::from_secs(120),
             maintenance_windows: Default::default(),
         }
@@ -90,6 +93,19 @@ pub struct Restart {
     /// this restart (made once per target) replaces them. The executor marks it
     /// `NS/rollout-heal`.
     pub heal: bool,
+    /// `evict`: the template is not written; the executor evicts the stale pods one at a time.
+    pub method: crate::workload::RestartMethod,
+    /// The template stamp this engine set for this very target is gone while the pods stayed
+    /// (a GitOps controller reverted it): restarted by eviction instead.
+    pub reverted: bool,
+}
+
+/// A restart by eviction this engine began: the target its pods are brought to, and since
+/// when (its --rollout-timeout runs from there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionRestart {
+    pub target: RevisionStamp,
+    pub since: Timestamp,
 }
 
 /// A workload carrying the target, not yet rolled out.
@@ -374,6 +390,11 @@ pub struct PlanInput<'a> {
     pub book: &'a CampaignBook,
     /// Since when each workload has been seen finished rolling yet not current.
     pub finished_since: &'a BTreeMap<WorkloadRef, Timestamp>,
+    /// The template stamps this engine wrote, by workload: one gone while its pods stayed
+    /// stale was reverted.
+    pub stamped: &'a BTreeMap<WorkloadRef, RevisionStamp>,
+    /// The restarts by eviction under way.
+    pub evicting: &'a BTreeMap<WorkloadRef, EvictionRestart>,
     pub settings: &'a RolloutSettings,
     pub now: Timestamp,
 }

@@ -19,7 +19,7 @@ use super::plan::{
 };
 use crate::config::RevisionStamp;
 use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
-use crate::workload::{UpdateStrategy, WorkloadRef};
+use crate::workload::{RestartMethod, UpdateStrategy, WorkloadRef};
 
 /// The rollout stamp for a set of (sidecar, revision): the `NS/revision` format, sorted.
 pub fn target_stamp<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> RevisionStamp {
@@ -177,6 +177,8 @@ fn survey_workload<'g, 'r>(
         survey.recent_restarts += 1;
         survey.oldest_recent_restart = Some(survey.oldest_recent_restart.map_or(t, |o| o.min(t)));
     }
+    let by_eviction = entry.and_then(|entry| by_eviction(input, &group.workload, entry, &target));
+    let entry = by_eviction.as_ref().or(entry);
     match entry {
         Some(entry) if entry.rollout_revision.as_deref() == Some(target.as_str()) => {
             let active: Vec<&str> = relevant.iter().map(|r| r.sidecar.as_str()).collect();
@@ -199,14 +201,60 @@ fn survey_workload<'g, 'r>(
                     .or_default()
                     .pending += 1;
             }
+            let (method, reverted) = restart_method(input, &group.workload, entry, &target);
             survey.candidates.push(Candidate {
                 group,
                 restart_for,
                 target,
                 heal: false,
+                method,
+                reverted,
             });
         }
     }
+}
+
+/// A restart by eviction under way carries the target as a stamped OnDelete workload would:
+/// its pods are evicted one at a time, its --rollout-timeout runs from its start.
+fn by_eviction(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    entry: &WorkloadEntry,
+    target: &RevisionStamp,
+) -> Option<WorkloadEntry> {
+    let started = input
+        .evicting
+        .get(workload)
+        .filter(|e| &e.target == target)?;
+    Some(WorkloadEntry {
+        update_strategy: UpdateStrategy::OnDelete,
+        rolled_at: Some(started.since),
+        rollout_revision: Some(target.as_str().into()),
+        ..entry.clone()
+    })
+}
+
+/// How a candidate is restarted, and whether because its stamp was reverted: the stamp this
+/// engine set for this very target is gone and the pods stayed, so someone (a GitOps
+/// controller's self-heal) reverts the template; writing it again would loop, evicting the
+/// pods does not touch it. An explicit `template` on the workload keeps the template method.
+fn restart_method(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    entry: Option<&WorkloadEntry>,
+    target: &RevisionStamp,
+) -> (RestartMethod, bool) {
+    let own = entry.and_then(|e| e.restart_method);
+    let reverted = workload.kind.is_controller()
+        && own != Some(RestartMethod::Template)
+        && input.stamped.get(workload) == Some(target);
+    let evict = reverted || own.unwrap_or(input.settings.restart_method) == RestartMethod::Evict;
+    let method = if evict {
+        RestartMethod::Evict
+    } else {
+        RestartMethod::Template
+    };
+    (method, reverted)
 }
 
 /// A workload that carries the target: what the survey knows of it.
@@ -275,6 +323,8 @@ fn judge_carrier<'g, 'r>(
             restart_for: stale.to_vec(),
             target,
             heal: true,
+            method: RestartMethod::Template,
+            reverted: false,
         });
         return;
     }
@@ -491,7 +541,7 @@ fn restart(
             .is_some_and(|e| e.update_strategy == UpdateStrategy::OnDelete),
         // A bare pod is evicted.
         None => true,
-    };
+    } || candidate.method == RestartMethod::Evict;
     let changes: Vec<SidecarChange> = candidate
         .restart_for
         .iter()
@@ -506,7 +556,13 @@ fn restart(
             }
         })
         .collect();
-    let reason = if candidate.heal {
+    let reason = if candidate.reverted {
+        format!(
+            "the template stamp this engine set ({}) was reverted while the pods stayed (a GitOps controller's self-heal?); restarting by eviction instead, the template untouched: {}",
+            candidate.target,
+            rollout_reason(&changes)
+        )
+    } else if candidate.heal {
         let missed: u32 = candidate
             .restart_for
             .iter()
@@ -522,6 +578,8 @@ fn restart(
     Restart {
         pods: candidate.pods(),
         heal: candidate.heal,
+        method: candidate.method,
+        reverted: candidate.reverted,
         target: workload.kind.is_controller().then_some(candidate.target),
         reason,
         changes,

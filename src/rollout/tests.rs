@@ -46,6 +46,8 @@ struct World {
     settings: RolloutSettings,
     policy: DriftPolicy,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
+    stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
+    evicting: BTreeMap<WorkloadRef, crate::rollout::EvictionRestart>,
     now: Timestamp,
     keys: AnnotationKeys,
     /// Where the next Deployment is created.
@@ -62,6 +64,8 @@ impl World {
             settings: RolloutSettings::default(),
             policy: DriftPolicy::default(),
             finished_since: BTreeMap::new(),
+            stamped: BTreeMap::new(),
+            evicting: BTreeMap::new(),
             now: at(3600),
             keys: AnnotationKeys::default(),
             namespace: "team",
@@ -200,6 +204,8 @@ impl World {
             targets: &self.targets,
             book: &self.book,
             finished_since: &self.finished_since,
+            stamped: &self.stamped,
+            evicting: &self.evicting,
             settings: &self.settings,
             now: self.now,
         })
@@ -1443,4 +1449,86 @@ fn a_workload_unhealthy_before_any_restart_of_ours_waits_and_is_never_the_failed
     // Healthy again: restarted.
     world.set_entry("sick", healthy(1));
     assert_eq!(restarted(&world.step()), ["sick"]);
+}
+
+#[test]
+fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it() {
+    use crate::config::RevisionStamp;
+    use crate::workload::RestartMethod;
+    let target = RevisionStamp::sorted([(LOGGER, NEW)]);
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
+    let mut world = World::new();
+    world.deployment("web", 2, Some(OLD));
+    // This engine stamped the template a minute ago; the stamp is gone (the entry carries
+    // none) and the pods are still stale: reverted.
+    let mut entry = world.entry("web");
+    entry.rolled_at = Some(at(7200 - 60));
+    world.set_entry("web", entry);
+    world.stamped.insert(web.clone(), target.clone());
+    let plan = world.step();
+    assert_eq!(
+        restarted(&plan),
+        ["web"],
+        "no cooldown for a reverted restart"
+    );
+    let restart = &plan.restarts[0];
+    assert_eq!(
+        (restart.method, restart.reverted, restart.on_delete),
+        (RestartMethod::Evict, true, true)
+    );
+    assert!(
+        restart.reason.starts_with(
+            "the template stamp this engine set (logger:v1=bbbbbbbbbbbb) was reverted"
+        ),
+        "{}",
+        restart.reason
+    );
+
+    // The executor began it: rolling, by eviction, until the pods are current.
+    world.evicting.insert(
+        web.clone(),
+        crate::rollout::EvictionRestart {
+            target: target.clone(),
+            since: at(7200),
+        },
+    );
+    world.now = at(7210);
+    let plan = world.step();
+    assert!(plan.restarts.is_empty(), "{plan:#?}");
+    assert_eq!(plan.rolling.len(), 1);
+    assert!(plan.rolling[0].on_delete, "its stale pods are evicted");
+    // Its --rollout-timeout runs from the start of the eviction.
+    assert_eq!(plan.wake_at, Some(at(7200 + 300)));
+    world.rolled("web", 2);
+    let plan = world.step();
+    assert_eq!(plan.succeeded, std::slice::from_ref(&web));
+
+    // Not stamped by this engine: a template restart, as always.
+    let mut world = World::new();
+    world.deployment("web", 2, Some(OLD));
+    let plan = world.plan();
+    assert_eq!(plan.restarts[0].method, RestartMethod::Template);
+    // An explicit `template` on the workload keeps the template method, reverted or not.
+    world.stamped.insert(web.clone(), target.clone());
+    let mut entry = world.entry("web");
+    entry.restart_method = Some(RestartMethod::Template);
+    world.set_entry("web", entry.clone());
+    let plan = world.plan();
+    assert_eq!(
+        (plan.restarts[0].method, plan.restarts[0].reverted),
+        (RestartMethod::Template, false)
+    );
+    // `evict` on the workload, or --restart-method evict: evicted from the first restart.
+    world.stamped.clear();
+    entry.restart_method = Some(RestartMethod::Evict);
+    world.set_entry("web", entry.clone());
+    assert_eq!(world.plan().restarts[0].method, RestartMethod::Evict);
+    entry.restart_method = None;
+    world.set_entry("web", entry);
+    world.settings.restart_method = RestartMethod::Evict;
+    let plan = world.plan();
+    assert_eq!(
+        (plan.restarts[0].method, plan.restarts[0].reverted),
+        (RestartMethod::Evict, false)
+    );
 }

@@ -1109,3 +1109,106 @@ async fn a_workload_unhealthy_before_the_campaign_waits_and_does_not_fail_the_ca
         1.0
     );
 }
+
+/// A GitOps controller's self-heal, as Argo CD does it: whenever the Deployment's template
+/// carries the engine's stamp, it is put back as it was. Counts its reverts.
+fn gitops_self_heal(
+    ctx: &support::cluster::TestContext,
+    name: &str,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let reverts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let api: Api<Deployment> = ctx.api();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let count = reverts.clone();
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let mut stream = watcher(api.clone(), config).boxed();
+        while let Some(event) = stream.next().await {
+            let (Ok(watcher::Event::Apply(d)) | Ok(watcher::Event::InitApply(d))) = event else {
+                continue;
+            };
+            let stamped = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.annotations.as_ref())
+                .is_some_and(|a| a.contains_key("injector/rollout-revision"));
+            if !stamped {
+                continue;
+            }
+            let revert = json!({
+                "metadata": {"annotations": {"injector/rolled-at": null, "kubernetes.io/change-cause": null}},
+                "spec": {"template": {"metadata": {"annotations": {
+                    "injector/rollout-revision": null, "injector/rollout-reason": null}}}}
+            });
+            if api
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(revert),
+                )
+                .await
+                .is_ok()
+            {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    reverts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stamp_reverted_by_a_gitops_controller_is_restarted_by_eviction_exactly_once() {
+    let ctx = engine_context("rollout-gitops", &["--rollout=auto", "--settle", "1s"]).await;
+    create_deployment(&ctx, "web", 2, template("web", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "web", 2, &v1, DEADLINE).await;
+    let reverts = gitops_self_heal(&ctx, "web");
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    // The stamp is reverted; the engine notices and evicts the pods instead, once.
+    wait_pods_at(&ctx, "web", 2, &v2, Duration::from_secs(120)).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let switched = logged(
+        injector,
+        "restarting by eviction: the template stamp this engine set",
+    );
+    assert_eq!(switched.len(), 1, "{switched:#?}");
+    assert!(switched[0].contains(&v2), "{}", switched[0]);
+    eventually(DEADLINE, "the eviction restart succeeded", || async {
+        (injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"evicted\"}"),
+        2.0,
+        "each stale pod evicted once"
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        2.0,
+        "the template restart, then the one by eviction"
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        0.0
+    );
+    // The GitOps controller had one stamp to revert: the engine never wrote the template
+    // again, and the template is as git has it.
+    assert_eq!(reverts.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    assert_eq!(
+        template_annotation(
+            &web.spec.unwrap().template.metadata,
+            "injector/rollout-revision"
+        ),
+        None
+    );
+}
