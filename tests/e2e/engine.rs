@@ -1125,6 +1125,7 @@ fn gitops_self_heal(
     let name = name.to_owned();
     tokio::spawn(async move {
         let mut stream = watcher(api.clone(), config).boxed();
+        let mut last_revert: Option<i64> = None;
         while let Some(event) = stream.next().await {
             let (Ok(watcher::Event::Apply(d)) | Ok(watcher::Event::InitApply(d))) = event else {
                 continue;
@@ -1143,15 +1144,20 @@ fn gitops_self_heal(
                 "spec": {"template": {"metadata": {"annotations": {
                     "injector/rollout-revision": null, "injector/rollout-reason": null}}}}
             });
-            if api
+            // Events of the stamped generation may still arrive after its revert: a stamp is
+            // new only in a generation after the last one this loop produced.
+            if d.metadata.generation <= last_revert {
+                continue;
+            }
+            let reverted = api
                 .patch(
                     &name,
                     &kube::api::PatchParams::default(),
                     &kube::api::Patch::Merge(revert),
                 )
-                .await
-                .is_ok()
-            {
+                .await;
+            if let Ok(after) = reverted {
+                last_revert = after.metadata.generation;
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         }
