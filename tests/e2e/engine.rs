@@ -925,16 +925,8 @@ async fn a_stale_workload_waits_for_the_maintenance_window_and_is_restarted_when
     // `drift` shows the wait and the opening, from the engine's status.
     let namespace = "e2e-rollout-window";
     let report = eventually(DEADLINE, "drift notes the closed window", || async {
-        let report = drift_report(&[
-            "--configmap-namespace",
-            namespace,
-            "--configmap-labels",
-            "sidecar-injector-e2e/config=true",
-            "--include-namespace",
-            namespace,
-            "--injector-namespace",
-            namespace,
-        ]);
+        // The same ConfigMaps, namespace and status as the engine under test.
+        let report = drift_report(&rollout_args(namespace, &[]));
         let note = report["sidecars"]
             .as_array()?
             .iter()
