@@ -72,6 +72,9 @@ async fn run(deployments: usize, measure: bool) {
                 // The default 30 a minute would make the rate, not --max-parallel, the bound.
                 "--max-restarts-per-minute",
                 "600",
+                // The peers compared have no health bake: a deliberate wait is not speed.
+                "--bake",
+                "0s",
             ],
         ),
     )
@@ -210,7 +213,7 @@ async fn run(deployments: usize, measure: bool) {
         "rollout_control_plane: {deployments} Deployments x {REPLICAS} replicas, {stale} stale after one ConfigMap edit"
     );
     println!(
-        "  settings: --max-parallel {MAX_PARALLEL} --settle 1s --canary 1 --max-restarts-per-minute 600"
+        "  settings: --max-parallel {MAX_PARALLEL} --settle 1s --canary 1 --max-restarts-per-minute 600 --bake 0s"
     );
     println!(
         "  edit -> zero drift: {:.1} s ({:.2} s per restarted Deployment)",
@@ -320,6 +323,8 @@ async fn one_shot_rollout(ctx: &mut TestContext, namespace: &'static str) -> One
                 "--max-restarts-per-minute",
                 "600",
                 "--cooldown",
+                "0s",
+                "--bake",
                 "0s",
             ],
         )

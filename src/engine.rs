@@ -122,6 +122,12 @@ pub enum ActionError {
     RecordEvent { object: String, source: kube::Error },
     #[error("cannot write the status ConfigMap: {source}")]
     WriteStatus { source: kube::Error },
+    #[error("cannot read pod {namespace}/{pod} for its health bake: {source}")]
+    ReadPod {
+        namespace: String,
+        pod: String,
+        source: kube::Error,
+    },
 }
 
 impl ActionError {
@@ -132,6 +138,7 @@ impl ActionError {
             ActionError::Evict { .. } => EngineCall::Evict,
             ActionError::RecordEvent { .. } => EngineCall::Event,
             ActionError::WriteStatus { .. } => EngineCall::Status,
+            ActionError::ReadPod { .. } => EngineCall::ReadPod,
         }
     }
 }
@@ -151,6 +158,15 @@ struct Eviction {
     healthy: bool,
 }
 
+/// A plan, with what the executor needs from the index to carry it out.
+struct Planned {
+    plan: RolloutPlan,
+    evictions: Vec<Eviction>,
+    podless: BTreeMap<WorkloadRef, PodlessOutcome>,
+    /// The pods of each workload whose bake the plan asks to check.
+    bake_reads: Vec<(WorkloadRef, Vec<String>)>,
+}
+
 pub struct Engine {
     client: Client,
     options: EngineOptions,
@@ -165,6 +181,8 @@ pub struct Engine {
     stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
     /// Restarts by eviction under way (the template is never written for them).
     evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
+    /// Workloads in their health bake.
+    baking: BTreeMap<WorkloadRef, rollout::Bake>,
     /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
     blocked: BTreeMap<WorkloadRef, BlockedEviction>,
     book: CampaignBook,
@@ -206,6 +224,7 @@ impl Engine {
             finished_since: BTreeMap::new(),
             evictions: BTreeMap::new(),
             blocked: BTreeMap::new(),
+            baking: BTreeMap::new(),
             stamped: BTreeMap::new(),
             evicting: BTreeMap::new(),
             book: CampaignBook::default(),
@@ -320,7 +339,12 @@ impl Engine {
             .map(|(name, t)| (name.clone(), t.revision.clone()))
             .collect();
         let now = Timestamp::now();
-        let (plan, evictions, podless) = self.plan_now(feed, &targets, &wanted, now);
+        let Planned {
+            plan,
+            evictions,
+            podless,
+            bake_reads,
+        } = self.plan_now(feed, &targets, &wanted, now);
         self.wake_at = plan.wake_at;
         let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
         self.finished_since = plan
@@ -340,6 +364,7 @@ impl Engine {
             EngineMode::Auto => {
                 self.metrics.record_campaigns(&self.book);
                 self.act(&plan, evictions, now).await;
+                self.read_bakes(bake_reads).await;
                 self.end_podless(podless);
                 for line in self.journal.campaigns(&plan, &self.book) {
                     say(&line);
@@ -377,11 +402,7 @@ impl Engine {
         targets: &BTreeMap<String, SidecarTarget>,
         wanted: &RevisionsInForce,
         now: Timestamp,
-    ) -> (
-        RolloutPlan,
-        Vec<Eviction>,
-        BTreeMap<WorkloadRef, PodlessOutcome>,
-    ) {
+    ) -> Planned {
         let index = feed.index.lock().expect("drift index lock");
         let live = self
             .containers
@@ -404,6 +425,7 @@ impl Engine {
             finished_since: &self.finished_since,
             stamped: &self.stamped,
             evicting: &self.evicting,
+            baking: &self.baking,
             settings: &self.options.settings,
             now,
         });
@@ -439,10 +461,35 @@ impl Engine {
             }
         }
         let podless = podless_outcomes(&self.awaiting_success, &report, &index);
-        (plan, evictions, podless)
+        let bake_reads = plan
+            .bake_checks
+            .iter()
+            .filter_map(|workload| {
+                let kind = workload.controller_kind()?;
+                let pods = index.pod_names(kind, &workload.namespace, &workload.name);
+                Some((workload.clone(), pods))
+            })
+            .collect();
+        Planned {
+            plan,
+            evictions,
+            podless,
+            bake_reads,
+        }
     }
 
     async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
+        self.baking
+            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
+        for started in &plan.bakes_started {
+            self.baking.insert(
+                started.clone(),
+                rollout::Bake {
+                    since: now,
+                    ..Default::default()
+                },
+            );
+        }
         // A restart by eviction ends when its workload no longer rolls to its target; a stamp
         // matters until its workload's outcome is known.
         self.evicting.retain(|w, e| {
@@ -681,6 +728,45 @@ impl Engine {
             workload: restart.workload.clone(),
             source,
         })
+    }
+
+    /// Reads the pods of each workload whose bake the plan asks about, and remembers what
+    /// their containers show for the next plan (which follows at once). A read that fails is
+    /// asked again by a later plan.
+    async fn read_bakes(&mut self, reads: Vec<(WorkloadRef, Vec<String>)>) {
+        for (workload, pods) in reads {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &workload.namespace);
+            let mut problems = Vec::new();
+            let mut complete = true;
+            for pod in &pods {
+                self.metrics.record_api_request(EngineCall::ReadPod);
+                match with_timeout(api.get_opt(pod)).await {
+                    Ok(Some(found)) => problems.extend(rollout::container_problems(&found)),
+                    Ok(None) => {}
+                    Err(source) => {
+                        self.failed(&ActionError::ReadPod {
+                            namespace: workload.namespace.clone(),
+                            pod: pod.clone(),
+                            source,
+                        });
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if !complete {
+                self.retry_later();
+                continue;
+            }
+            let read_at = Timestamp::now();
+            if let Some(bake) = self.baking.get_mut(&workload) {
+                bake.read_at = Some(read_at);
+                if bake.problem.is_none() && !problems.is_empty() {
+                    bake.problem = Some(problems.join("; "));
+                }
+                self.wake_at(read_at);
+            }
+        }
     }
 
     /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).

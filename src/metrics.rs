@@ -142,6 +142,8 @@ pub enum EngineCall {
     Evict,
     Event,
     Status,
+    /// Reading a baking workload's pods.
+    ReadPod,
 }
 
 impl EngineCall {
@@ -151,6 +153,7 @@ impl EngineCall {
             EngineCall::Evict => "evict",
             EngineCall::Event => "event",
             EngineCall::Status => "status",
+            EngineCall::ReadPod => "read_pod",
         }
     }
 }

@@ -24,10 +24,10 @@ pub use book::{
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;
-pub use health::rolled_out;
+pub use health::{container_problems, rolled_out};
 pub use plan::{
-    EvictionRestart, PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget,
-    WaitReason, Waiting, to_the_second,
+    Bake, EvictionRestart, PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings,
+    SidecarTarget, WaitReason, Waiting, to_the_second,
 };
 pub use planner::{plan, target_stamp};
 

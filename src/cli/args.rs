@@ -206,6 +206,12 @@ pub struct RolloutSafetyArgs {
     /// NS/allow-downtime: "true".
     #[arg(long)]
     pub allow_downtime: bool,
+    /// After a restarted workload rolled out, how long it must stay healthy to succeed: its
+    /// health dropping meanwhile, or a container of its pods restarted, crash-looping or
+    /// OOM-killed when they are read at the end, fails the restart (and so stops a campaign
+    /// at its canary). 0s: no bake.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub bake: Duration,
     /// How workloads are restarted: `template` stamps the pod template (the controller rolls
     /// it); `evict` evicts the stale pods one at a time within PodDisruptionBudgets, never
     /// writing the template (for GitOps-managed workloads). Per workload:
@@ -245,6 +251,7 @@ impl RolloutSafetyArgs {
             allow_downtime: self.allow_downtime,
             eviction_timeout: self.eviction_timeout,
             restart_method: self.restart_method,
+            bake: self.bake,
             maintenance_windows: crate::maintenance::MaintenanceWindows::new(
                 self.maintenance_windows.clone(),
             ),

@@ -303,7 +303,35 @@ impl DriftIndex {
         wanted: &RevisionsInForce,
         restart_unknown: bool,
     ) -> Vec<PodToReplace> {
-        let owned = |owner: &PodOwner| match (kind, owner) {
+        let mut pods: Vec<PodToReplace> = self
+            .pods_of(kind, namespace, name)
+            .filter(|(_, pod)| pod.needs_restart(wanted, restart_unknown))
+            .map(|((_, pod_name), pod)| PodToReplace {
+                name: pod_name.to_string(),
+                injected: pod.injected,
+            })
+            .collect();
+        pods.sort();
+        pods
+    }
+
+    /// The names of a workload's pods (that request a sidecar), sorted.
+    pub fn pod_names(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pods_of(kind, namespace, name)
+            .map(|((_, pod_name), _)| pod_name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn pods_of<'a>(
+        &'a self,
+        kind: WorkloadKind,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a Key, &'a PodEntry)> + 'a {
+        let owned = move |owner: &PodOwner| match (kind, owner) {
             (WorkloadKind::StatefulSet, PodOwner::StatefulSet(n))
             | (WorkloadKind::DaemonSet, PodOwner::DaemonSet(n)) => n.as_ref() == name,
             (WorkloadKind::Deployment, PodOwner::ReplicaSet(rs)) => self
@@ -313,17 +341,8 @@ impl DriftIndex {
                 .is_some_and(|d| d.as_deref() == Some(name)),
             _ => false,
         };
-        let mut pods: Vec<PodToReplace> = self
-            .pods
+        self.pods
             .iter()
-            .filter(|((ns, _), pod)| ns.as_ref() == namespace && owned(&pod.owner))
-            .filter(|(_, pod)| pod.needs_restart(wanted, restart_unknown))
-            .map(|((_, pod_name), pod)| PodToReplace {
-                name: pod_name.to_string(),
-                injected: pod.injected,
-            })
-            .collect();
-        pods.sort();
-        pods
+            .filter(move |((ns, _), pod)| ns.as_ref() == namespace && owned(&pod.owner))
     }
 }

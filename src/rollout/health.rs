@@ -60,3 +60,97 @@ pub(super) fn progress(kind: WorkloadKind, w: &WorkloadEntry) -> String {
         ),
     }
 }
+
+/// What is wrong with a pod's containers, as a person reads it: each container that
+/// restarted, is waiting in a back-off, was OOM-killed or is not ready, with what its status
+/// says; `None` when nothing is.
+pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let name = pod.metadata.name.as_deref().unwrap_or("?");
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let problems: Vec<String> = statuses
+        .iter()
+        .filter_map(|c| {
+            let waiting = c
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.clone());
+            let last = c
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .or_else(|| c.state.as_ref().and_then(|s| s.terminated.as_ref()))
+                .map(|t| match t.reason.as_deref() {
+                    Some(reason) => format!("last exit: {reason}, code {}", t.exit_code),
+                    None => format!("last exit: code {}", t.exit_code),
+                });
+            let mut what = Vec::new();
+            if c.restart_count > 0 {
+                let times = if c.restart_count == 1 {
+                    "time"
+                } else {
+                    "times"
+                };
+                what.push(format!("restarted {} {times}", c.restart_count));
+            }
+            what.extend(waiting);
+            if !what.is_empty() || !c.ready {
+                what.extend(last);
+            }
+            if what.is_empty() && !c.ready {
+                what.push("not ready".to_owned());
+            }
+            (!what.is_empty()).then(|| format!("container {} ({})", c.name, what.join(", ")))
+        })
+        .collect();
+    (!problems.is_empty()).then(|| format!("pod {name}: {}", problems.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn pod(statuses: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1"},
+            "status": {"containerStatuses": statuses}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn container_problems_name_the_container_and_what_happened() {
+        let healthy = pod(serde_json::json!([
+            {"name": "app", "ready": true, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {}}}
+        ]));
+        assert_eq!(container_problems(&healthy), None);
+        let crashing = pod(serde_json::json!([
+            {"name": "app", "ready": true, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {}}},
+            {"name": "tracer", "ready": false, "restartCount": 2, "image": "", "imageID": "",
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+        ]));
+        assert_eq!(
+            container_problems(&crashing).as_deref(),
+            Some(
+                "pod web-1: container tracer (restarted 2 times, CrashLoopBackOff, last exit: Error, code 3)"
+            )
+        );
+        let oom = pod(serde_json::json!([
+            {"name": "tracer", "ready": true, "restartCount": 1, "image": "", "imageID": "",
+             "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+        ]));
+        assert_eq!(
+            container_problems(&oom).as_deref(),
+            Some("pod web-1: container tracer (restarted 1 time, last exit: OOMKilled, code 137)")
+        );
+        let unready = pod(serde_json::json!([
+            {"name": "tracer", "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {}}}
+        ]));
+        assert_eq!(
+            container_problems(&unready).as_deref(),
+            Some("pod web-1: container tracer (not ready)")
+        );
+    }
+}

@@ -36,6 +36,10 @@ pub struct RolloutSettings {
     pub allow_downtime: bool,
     /// How workloads are restarted unless their `NS/restart-method` says otherwise.
     pub restart_method: crate::workload::RestartMethod,
+    /// How long a restarted workload must stay healthy after it rolled out to succeed (its
+    /// pods read at the end for restarted, crash-looping or OOM-killed containers); zero: no
+    /// bake.
+    pub bake: Duration,
     /// How long a PodDisruptionBudget may refuse an eviction before that is reported.
     pub eviction_timeout: Duration,
     /// When restarts may start (`--maintenance-window`); none: at any time.
@@ -58,6 +62,7 @@ impl Default for RolloutSettings {
             allow_downtime: false,
             restart_method: crate::workload::RestartMethod::Template,
             eviction_timeout: Duration::from_secs(120),
+            bake: Duration::ZERO,
             maintenance_windows: Default::default(),
         }
     }
@@ -98,6 +103,16 @@ pub struct Restart {
     /// The template stamp this engine set for this very target is gone while the pods stayed
     /// (a GitOps controller reverted it): restarted by eviction instead.
     pub reverted: bool,
+}
+
+/// A workload in its health bake: since when, and what the last read of its pods found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bake {
+    pub since: Timestamp,
+    /// When its pods were last read (`bake_checks`).
+    pub read_at: Option<Timestamp>,
+    /// A container problem that read found: the bake fails with it.
+    pub problem: Option<String>,
 }
 
 /// A restart by eviction this engine began: the target its pods are brought to, and since
@@ -361,6 +376,13 @@ pub struct RolloutPlan {
     /// running out. The engine sleeps until then, or until a watched object changes.
     #[serde(skip)]
     pub wake_at: Option<Timestamp>,
+    /// Rolled out and current, their bake starting now: the executor remembers since when.
+    #[serde(skip)]
+    pub bakes_started: Vec<WorkloadRef>,
+    /// Baking workloads whose pods the executor should read (the bake ends, or their
+    /// health dropped) and pass back.
+    #[serde(skip)]
+    pub bake_checks: Vec<WorkloadRef>,
 }
 
 impl Restart {
@@ -395,6 +417,8 @@ pub struct PlanInput<'a> {
     pub stamped: &'a BTreeMap<WorkloadRef, RevisionStamp>,
     /// The restarts by eviction under way.
     pub evicting: &'a BTreeMap<WorkloadRef, EvictionRestart>,
+    /// The workloads in their health bake.
+    pub baking: &'a BTreeMap<WorkloadRef, Bake>,
     pub settings: &'a RolloutSettings,
     pub now: Timestamp,
 }

@@ -294,20 +294,29 @@ fn judge_carrier<'g, 'r>(
     }
     let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
     let finished = rolled_out(workload.kind, entry) && (stale.is_empty() || !on_delete);
-    if finished && stale.is_empty() {
-        survey.count(active, |c| c.succeeded += 1);
-        out.succeeded.push(workload.clone());
+    // Current: rolled out (or was, and bakes), it succeeds once its bake passed.
+    let current = stale.is_empty() && (finished || input.baking.contains_key(workload));
+    let mut bake_failure = None;
+    if current {
+        match bake(input, workload, entry, finished, survey, out) {
+            BakeVerdict::Passed => {
+                survey.count(active, |c| c.succeeded += 1);
+                out.succeeded.push(workload.clone());
+                return;
+            }
+            BakeVerdict::Baking => {}
+            BakeVerdict::Failed(reason) => bake_failure = Some(reason),
+        }
+    }
+    let still = (workload, active);
+    if current && bake_failure.is_none() {
+        roll_or_fail(input, survey, out, still, target, on_delete, None);
         return;
     }
     if finished && let Some(ends) = finish_grace_end(input, workload) {
         survey.wakes.push(ends);
         out.finished_not_current.push(workload.clone());
-        survey.count(active, |c| c.rolling += 1);
-        out.rolling.push(Rolling {
-            workload: workload.clone(),
-            target,
-            on_delete,
-        });
+        roll_or_fail(input, survey, out, still, target, on_delete, None);
         return;
     }
     // Pods created while the webhook was down or unreachable (failurePolicy Ignore) say
@@ -328,13 +337,36 @@ fn judge_carrier<'g, 'r>(
         });
         return;
     }
-    let failure = if finished {
+    let failure = if bake_failure.is_some() {
+        bake_failure
+    } else if finished {
         Some(not_current_failure(input, stale))
     } else {
         let (failure, deadline) = timeout_failure(input, book, workload, entry, active);
         survey.wakes.extend(deadline);
         failure
     };
+    roll_or_fail(
+        input,
+        survey,
+        out,
+        (workload, active),
+        target,
+        on_delete,
+        failure,
+    );
+}
+
+/// A carrier still rolling, or failed with `failure`.
+fn roll_or_fail(
+    input: &PlanInput<'_>,
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+    (workload, active): (&WorkloadRef, &[&str]),
+    target: RevisionStamp,
+    on_delete: bool,
+    failure: Option<String>,
+) {
     match failure {
         Some(reason) => {
             survey.count(active, |c| c.failed += 1);
@@ -356,6 +388,67 @@ fn judge_carrier<'g, 'r>(
             });
         }
     }
+}
+
+enum BakeVerdict {
+    Passed,
+    Baking,
+    Failed(String),
+}
+
+/// The health bake of a workload rolled out to the target with every pod current: it
+/// passes once it stayed healthy for `--bake` and a read of its pods at the end found no
+/// container restarted, crash-looping or OOM-killed; it fails when its health drops within
+/// the bake, or the read finds such a container (the executor reads the pods when the plan
+/// asks, in `bake_checks`, and passes what it found back).
+fn bake(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    entry: &WorkloadEntry,
+    healthy: bool,
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+) -> BakeVerdict {
+    let length = input.settings.bake;
+    if length.is_zero() || workload.kind == crate::workload::WorkloadKind::Pod {
+        return if healthy {
+            BakeVerdict::Passed
+        } else {
+            BakeVerdict::Baking
+        };
+    }
+    let Some(state) = input.baking.get(workload) else {
+        out.bakes_started.push(workload.clone());
+        survey.wakes.push(after(input.now, length));
+        return BakeVerdict::Baking;
+    };
+    let bake_text = humantime::format_duration(length);
+    if let Some(problem) = &state.problem {
+        return BakeVerdict::Failed(format!(
+            "within --bake ({bake_text}) of rolling out: {problem}"
+        ));
+    }
+    let ends = after(state.since, length);
+    if !healthy {
+        // Read its pods first, so that the failure names what happened.
+        if state.read_at.is_none_or(|read| read < state.since) {
+            out.bake_checks.push(workload.clone());
+            return BakeVerdict::Baking;
+        }
+        return BakeVerdict::Failed(format!(
+            "became unhealthy within --bake ({bake_text}) of rolling out ({})",
+            progress(workload.kind, entry)
+        ));
+    }
+    if input.now < ends {
+        survey.wakes.push(ends);
+        return BakeVerdict::Baking;
+    }
+    if state.read_at.is_none_or(|read| read < ends) {
+        out.bake_checks.push(workload.clone());
+        return BakeVerdict::Baking;
+    }
+    BakeVerdict::Passed
 }
 
 /// Finished rolling with pods still not current, within the grace that pod deletions get to

@@ -48,6 +48,7 @@ struct World {
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
     stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
     evicting: BTreeMap<WorkloadRef, crate::rollout::EvictionRestart>,
+    baking: BTreeMap<WorkloadRef, crate::rollout::Bake>,
     now: Timestamp,
     keys: AnnotationKeys,
     /// Where the next Deployment is created.
@@ -66,6 +67,7 @@ impl World {
             finished_since: BTreeMap::new(),
             stamped: BTreeMap::new(),
             evicting: BTreeMap::new(),
+            baking: BTreeMap::new(),
             now: at(3600),
             keys: AnnotationKeys::default(),
             namespace: "team",
@@ -206,6 +208,7 @@ impl World {
             finished_since: &self.finished_since,
             stamped: &self.stamped,
             evicting: &self.evicting,
+            baking: &self.baking,
             settings: &self.settings,
             now: self.now,
         })
@@ -1530,5 +1533,117 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
     assert_eq!(
         (plan.restarts[0].method, plan.restarts[0].reverted),
         (RestartMethod::Evict, false)
+    );
+}
+
+#[test]
+fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the_canary() {
+    use crate::rollout::Bake;
+    let mut world = World::new();
+    world.settings.bake = Duration::from_secs(30);
+    world
+        .deployment("canary", 1, Some(OLD))
+        .deployment("other", 2, Some(OLD));
+    assert_eq!(restarted(&world.step()), ["canary"]);
+    world.patched("canary", at(7200));
+    world.now = at(7210);
+    world.rolled("canary", 1);
+    let canary = WorkloadRef::new(WorkloadKind::Deployment, "team", "canary");
+    // Rolled out and current: its bake starts; it is still rolling, the rest wait for it.
+    let plan = world.step();
+    assert_eq!(plan.bakes_started, std::slice::from_ref(&canary));
+    assert!(plan.succeeded.is_empty(), "{plan:#?}");
+    assert_eq!(plan.rolling.len(), 1);
+    assert!(matches!(waiting(&plan, "other"), WaitReason::Canary { .. }));
+    assert_eq!(plan.wake_at, Some(at(7240)));
+    world.baking.insert(
+        canary.clone(),
+        Bake {
+            since: at(7210),
+            ..Default::default()
+        },
+    );
+    world.now = at(7220);
+    let plan = world.step();
+    assert!(plan.bakes_started.is_empty() && plan.bake_checks.is_empty());
+    assert_eq!(plan.wake_at, Some(at(7240)));
+
+    // Its sidecar crashes 15 s in: the health drop asks for a read of its pods...
+    world.now = at(7225);
+    let mut entry = world.entry("canary");
+    entry.available_replicas = Some(0);
+    entry.ready_replicas = Some(0);
+    world.set_entry("canary", entry);
+    let plan = world.step();
+    assert_eq!(plan.bake_checks, std::slice::from_ref(&canary));
+    assert!(plan.failed.is_empty());
+    // ...which names the container: the restart fails, the campaign pauses at the canary.
+    world.baking.insert(
+        canary.clone(),
+        Bake {
+            since: at(7210),
+            read_at: Some(at(7225)),
+            problem: Some(
+                "pod canary-rs2-0: container logger (restarted 1 time, CrashLoopBackOff, last exit: Error, code 3)".into(),
+            ),
+        },
+    );
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1, "{plan:#?}");
+    assert_eq!(
+        plan.failed[0].reason,
+        "within --bake (30s) of rolling out: pod canary-rs2-0: container logger (restarted 1 time, CrashLoopBackOff, last exit: Error, code 3)"
+    );
+    assert_eq!(plan.paused.len(), 1);
+    assert!(matches!(
+        waiting(&plan, "other"),
+        WaitReason::CampaignPaused { .. }
+    ));
+}
+
+#[test]
+fn a_bake_passes_once_its_end_read_finds_nothing_and_fails_on_a_drop_its_pods_do_not_explain() {
+    use crate::rollout::Bake;
+    let mut world = World::new();
+    world.settings.bake = Duration::from_secs(30);
+    world.settings.canary = 0;
+    world.deployment("web", 2, Some(OLD));
+    world.patched("web", at(7100));
+    world.rolled("web", 2);
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
+    world.baking.insert(
+        web.clone(),
+        Bake {
+            since: at(7150),
+            ..Default::default()
+        },
+    );
+    // The bake's end: its pods are read first...
+    world.now = at(7180);
+    let plan = world.step();
+    assert_eq!(plan.bake_checks, std::slice::from_ref(&web));
+    assert!(plan.succeeded.is_empty());
+    // ...and found fine: it succeeded.
+    world.baking.get_mut(&web).unwrap().read_at = Some(at(7180));
+    assert_eq!(world.step().succeeded, std::slice::from_ref(&web));
+
+    // Unhealthy within the bake, and its pods show nothing: it fails with the workload's
+    // own progress.
+    world.baking.insert(
+        web.clone(),
+        Bake {
+            since: at(7150),
+            read_at: Some(at(7160)),
+            problem: None,
+        },
+    );
+    world.now = at(7160);
+    let mut entry = world.entry("web");
+    entry.available_replicas = Some(1);
+    world.set_entry("web", entry);
+    let plan = world.step();
+    assert_eq!(
+        plan.failed[0].reason,
+        "became unhealthy within --bake (30s) of rolling out (2 of 2 updated, 1 available)"
     );
 }

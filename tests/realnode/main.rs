@@ -482,12 +482,10 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     .await;
     wait_running(&pods, "late", 1, &["app", "shipper"], Some("shipper:v1=")).await;
 
-    // A broken sidecar (its container exits): the canary, the smallest workload, fails by
-    // the real rollout status (never Ready within --rollout-timeout), the campaign pauses,
-    // and the other workload is never touched.
-    // The sidecar is Ready only once its command got past its start: without a probe, a
-    // container that exits at once can look Ready for an instant and pass the canary
-    // (catching that needs a health bake after the rollout, which the engine lacks so far).
+    // A sidecar that starts, is Ready, and crashes 5 s later: the canary, the smallest
+    // workload, rolls out, and fails within its health bake (--bake 15s in the overlay), the
+    // reason naming the container; the campaign pauses, and the other workload is never
+    // touched. The sidecar is Ready once its command got past its start (its probe).
     let crash = |command: &str| {
         let mut config = busybox_config("crash", command);
         let data = config.data.as_mut().unwrap();
@@ -516,7 +514,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
     wait_running(&pods, "small", 1, &["app", "crash"], Some("crash:v1=")).await;
     wait_running(&pods, "big", 2, &["app", "crash"], Some("crash:v1=")).await;
-    edit(&configmaps, crash("echo broken; exit 3")).await;
+    edit(&configmaps, crash("touch /tmp/started; sleep 5; exit 3")).await;
     let campaign = eventually(DEADLINE, "the crash:v1 campaign pauses", || async {
         let status = configmaps.get("sidecar-injector-status").await.ok()?;
         let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
@@ -527,6 +525,13 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     let failures = campaign["failures"].as_array().unwrap();
     assert_eq!(failures.len(), 1, "{campaign:#}");
     assert_eq!(failures[0]["workload"]["name"], "small", "{campaign:#}");
+    let reason = failures[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("within --bake (15s) of rolling out: pod small-")
+            || reason.starts_with("became unhealthy within --bake (15s)"),
+        "{reason}"
+    );
+    assert!(reason.contains("container crash ("), "{reason}");
     let big = deployments.get("big").await.unwrap();
     let template = big.spec.unwrap().template.metadata.unwrap_or_default();
     assert!(

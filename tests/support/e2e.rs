@@ -347,6 +347,12 @@ pub fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
             namespace,
         ])
         .args(args)
+        // As for serve in these tests (see `rollout_args`).
+        .args(if args.contains(&"--bake") {
+            &[][..]
+        } else {
+            &["--bake", "1s"][..]
+        })
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("rollout runs")
