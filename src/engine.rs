@@ -356,6 +356,9 @@ impl Engine {
             .rollouts_in_flight
             .set(plan.rolling.len() as i64);
         self.summary.waiting = plan.waiting.clone();
+        if self.options.mode != EngineMode::Off {
+            self.follow_bakes(&plan, bake_reads, now).await;
+        }
         if authority == Authority::PlanOnly {
             return plan;
         }
@@ -364,7 +367,6 @@ impl Engine {
             EngineMode::Auto => {
                 self.metrics.record_campaigns(&self.book);
                 self.act(&plan, evictions, now).await;
-                self.read_bakes(bake_reads).await;
                 self.end_podless(podless);
                 for line in self.journal.campaigns(&plan, &self.book) {
                     say(&line);
@@ -478,18 +480,37 @@ impl Engine {
         }
     }
 
-    async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
-        self.baking
-            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
-        for started in &plan.bakes_started {
+    /// Bakes are followed by every process that plans, acting or not: the one-shot CLI
+    /// watching a `serve` that acts must see them end too (reads are GETs, and rare).
+    async fn follow_bakes(
+        &mut self,
+        plan: &RolloutPlan,
+        reads: Vec<(WorkloadRef, Vec<String>)>,
+        now: Timestamp,
+    ) {
+        // Kept while rolling, and once passed while succeeded (so it is not baked again).
+        self.baking.retain(|w, _| {
+            plan.rolling.iter().any(|r| &r.workload == w) || plan.succeeded.contains(w)
+        });
+        for passed in &plan.succeeded {
+            if let Some(bake) = self.baking.get_mut(passed) {
+                bake.passed = true;
+            }
+        }
+        for (started, target) in &plan.bakes_started {
             self.baking.insert(
                 started.clone(),
                 rollout::Bake {
+                    target: target.clone(),
                     since: now,
                     ..Default::default()
                 },
             );
         }
+        self.read_bakes(reads).await;
+    }
+
+    async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
         // A restart by eviction ends when its workload no longer rolls to its target; a stamp
         // matters until its workload's outcome is known.
         self.evicting.retain(|w, e| {

@@ -108,11 +108,15 @@ pub struct Restart {
 /// A workload in its health bake: since when, and what the last read of its pods found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bake {
+    /// The target of the restart it bakes; a bake of another target is not this one.
+    pub target: RevisionStamp,
     pub since: Timestamp,
     /// When its pods were last read (`bake_checks`).
     pub read_at: Option<Timestamp>,
     /// A container problem that read found: the bake fails with it.
     pub problem: Option<String>,
+    /// It passed: succeeded from then on, not baked again.
+    pub passed: bool,
 }
 
 /// A restart by eviction this engine began: the target its pods are brought to, and since
@@ -376,9 +380,10 @@ pub struct RolloutPlan {
     /// running out. The engine sleeps until then, or until a watched object changes.
     #[serde(skip)]
     pub wake_at: Option<Timestamp>,
-    /// Rolled out and current, their bake starting now: the executor remembers since when.
+    /// Rolled out and current, their bake starting now (for the target they carry): the
+    /// executor remembers since when.
     #[serde(skip)]
-    pub bakes_started: Vec<WorkloadRef>,
+    pub bakes_started: Vec<(WorkloadRef, RevisionStamp)>,
     /// Baking workloads whose pods the executor should read (the bake ends, or their
     /// health dropped) and pass back.
     #[serde(skip)]

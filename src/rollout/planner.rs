@@ -298,7 +298,7 @@ fn judge_carrier<'g, 'r>(
     let current = stale.is_empty() && (finished || input.baking.contains_key(workload));
     let mut bake_failure = None;
     if current {
-        match bake(input, workload, entry, finished, survey, out) {
+        match bake(input, (workload, &target), entry, finished, survey, out) {
             BakeVerdict::Passed => {
                 survey.count(active, |c| c.succeeded += 1);
                 out.succeeded.push(workload.clone());
@@ -403,22 +403,29 @@ enum BakeVerdict {
 /// asks, in `bake_checks`, and passes what it found back).
 fn bake(
     input: &PlanInput<'_>,
-    workload: &WorkloadRef,
+    (workload, target): (&WorkloadRef, &RevisionStamp),
     entry: &WorkloadEntry,
     healthy: bool,
     survey: &mut Survey<'_, '_>,
     out: &mut RolloutPlan,
 ) -> BakeVerdict {
     let length = input.settings.bake;
-    if length.is_zero() || workload.kind == crate::workload::WorkloadKind::Pod {
+    let state = input.baking.get(workload).filter(|b| &b.target == target);
+    // Restarted longer ago than a rollout and a bake can take, it baked whether or not this
+    // process saw it (a process that starts does not bake every done workload again).
+    let long_done = entry
+        .rolled_at
+        .is_none_or(|at| after(after(at, input.settings.rollout_timeout), length) <= input.now);
+    let unbaked = length.is_zero() || workload.kind == crate::workload::WorkloadKind::Pod;
+    if unbaked || state.is_some_and(|b| b.passed) || (state.is_none() && long_done) {
         return if healthy {
             BakeVerdict::Passed
         } else {
             BakeVerdict::Baking
         };
     }
-    let Some(state) = input.baking.get(workload) else {
-        out.bakes_started.push(workload.clone());
+    let Some(state) = state else {
+        out.bakes_started.push((workload.clone(), target.clone()));
         survey.wakes.push(after(input.now, length));
         return BakeVerdict::Baking;
     };

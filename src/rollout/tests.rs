@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::*;
 use crate::annotations::AnnotationKeys;
@@ -1551,7 +1551,8 @@ fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the
     let canary = WorkloadRef::new(WorkloadKind::Deployment, "team", "canary");
     // Rolled out and current: its bake starts; it is still rolling, the rest wait for it.
     let plan = world.step();
-    assert_eq!(plan.bakes_started, std::slice::from_ref(&canary));
+    let target = crate::config::RevisionStamp::sorted([(LOGGER, NEW)]);
+    assert_eq!(plan.bakes_started, [(canary.clone(), target.clone())]);
     assert!(plan.succeeded.is_empty(), "{plan:#?}");
     assert_eq!(plan.rolling.len(), 1);
     assert!(matches!(waiting(&plan, "other"), WaitReason::Canary { .. }));
@@ -1559,6 +1560,7 @@ fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the
     world.baking.insert(
         canary.clone(),
         Bake {
+            target: target.clone(),
             since: at(7210),
             ..Default::default()
         },
@@ -1581,11 +1583,13 @@ fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the
     world.baking.insert(
         canary.clone(),
         Bake {
+            target: target.clone(),
             since: at(7210),
             read_at: Some(at(7225)),
             problem: Some(
                 "pod canary-rs2-0: container logger (restarted 1 time, CrashLoopBackOff, last exit: Error, code 3)".into(),
             ),
+            passed: false,
         },
     );
     let plan = world.step();
@@ -1611,9 +1615,11 @@ fn a_bake_passes_once_its_end_read_finds_nothing_and_fails_on_a_drop_its_pods_do
     world.patched("web", at(7100));
     world.rolled("web", 2);
     let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
+    let target = crate::config::RevisionStamp::sorted([(LOGGER, NEW)]);
     world.baking.insert(
         web.clone(),
         Bake {
+            target: target.clone(),
             since: at(7150),
             ..Default::default()
         },
@@ -1632,9 +1638,11 @@ fn a_bake_passes_once_its_end_read_finds_nothing_and_fails_on_a_drop_its_pods_do
     world.baking.insert(
         web.clone(),
         Bake {
+            target,
             since: at(7150),
             read_at: Some(at(7160)),
             problem: None,
+            passed: false,
         },
     );
     world.now = at(7160);
@@ -1646,4 +1654,71 @@ fn a_bake_passes_once_its_end_read_finds_nothing_and_fails_on_a_drop_its_pods_do
         plan.failed[0].reason,
         "became unhealthy within --bake (30s) of rolling out (2 of 2 updated, 1 available)"
     );
+}
+
+#[test]
+fn each_restart_bakes_once_and_a_passed_bake_stays_succeeded() {
+    use crate::rollout::Bake;
+    let mut world = World::new();
+    world.settings.bake = Duration::from_secs(1);
+    world
+        .deployment("canary", 1, Some(OLD))
+        .deployment("other", 2, Some(OLD));
+    // The executor's part: bakes kept while rolling or succeeded, passed once succeeded,
+    // pods read when asked (nothing found).
+    let mut started: Vec<String> = Vec::new();
+    let mut first_success: BTreeMap<String, usize> = BTreeMap::new();
+    for step in 0..30 {
+        let plan = world.step();
+        for r in &plan.restarts {
+            world.patched(&r.workload.name, world.now);
+        }
+        let bakes = &mut world.baking;
+        bakes.retain(|w, _| {
+            plan.rolling.iter().any(|r| &r.workload == w) || plan.succeeded.contains(w)
+        });
+        for done in &plan.succeeded {
+            bakes.get_mut(done).unwrap().passed = true;
+            first_success.entry(done.name.clone()).or_insert(step);
+        }
+        for (w, target) in &plan.bakes_started {
+            started.push(w.name.clone());
+            let since = world.now;
+            bakes.insert(
+                w.clone(),
+                Bake {
+                    target: target.clone(),
+                    since,
+                    ..Default::default()
+                },
+            );
+        }
+        for w in &plan.bake_checks {
+            bakes.get_mut(w).unwrap().read_at = Some(world.now);
+        }
+        for (name, since) in &first_success {
+            assert!(
+                plan.succeeded.iter().any(|w| &w.name == name),
+                "{name} succeeded at step {since}, then not at step {step}: {plan:#?}"
+            );
+        }
+        if step == 2 {
+            world.rolled("canary", 1);
+        }
+        if step == 8 {
+            world.rolled("other", 2);
+        }
+        world.now = world
+            .now
+            .checked_add(SignedDuration::from_millis(500))
+            .unwrap();
+    }
+    assert_eq!(started, ["canary", "other"], "each baked once");
+    assert_eq!(first_success.len(), 2);
+    // A process that starts later does not bake them again: restarted long enough ago.
+    world.baking.clear();
+    world.now = at(7200 + 3600);
+    let plan = world.step();
+    assert_eq!(plan.succeeded.len(), 2, "{plan:#?}");
+    assert!(plan.bakes_started.is_empty());
 }
