@@ -62,8 +62,9 @@ pub(super) fn progress(kind: WorkloadKind, w: &WorkloadEntry) -> String {
 }
 
 /// What is wrong with a pod's containers, as a person reads it: each container that
-/// restarted, is waiting in a back-off, was OOM-killed or is not ready, with what its status
-/// says; `None` when nothing is.
+/// restarted, is waiting for anything but its creation (a back-off, an image it cannot pull),
+/// or has terminated, with what its status says; `None` when nothing is. A container merely
+/// not ready yet (a new pod of a scale-up) is not a problem.
 pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     let name = pod.metadata.name.as_deref().unwrap_or("?");
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
@@ -74,7 +75,9 @@ pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Strin
                 .state
                 .as_ref()
                 .and_then(|s| s.waiting.as_ref())
-                .and_then(|w| w.reason.clone());
+                .and_then(|w| w.reason.clone())
+                .filter(|r| r != "ContainerCreating" && r != "PodInitializing");
+            let terminated = c.state.as_ref().is_some_and(|s| s.terminated.is_some());
             let last = c
                 .last_state
                 .as_ref()
@@ -94,11 +97,8 @@ pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Strin
                 what.push(format!("restarted {} {times}", c.restart_count));
             }
             what.extend(waiting);
-            if !what.is_empty() || !c.ready {
+            if !what.is_empty() || terminated {
                 what.extend(last);
-            }
-            if what.is_empty() && !c.ready {
-                what.push("not ready".to_owned());
             }
             (!what.is_empty()).then(|| format!("container {} ({})", c.name, what.join(", ")))
         })
@@ -145,12 +145,20 @@ mod tests {
             container_problems(&oom).as_deref(),
             Some("pod web-1: container tracer (restarted 1 time, last exit: OOMKilled, code 137)")
         );
-        let unready = pod(serde_json::json!([
-            {"name": "tracer", "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {}}}
+        let exited = pod(serde_json::json!([
+            {"name": "tracer", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+             "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
         ]));
         assert_eq!(
-            container_problems(&unready).as_deref(),
-            Some("pod web-1: container tracer (not ready)")
+            container_problems(&exited).as_deref(),
+            Some("pod web-1: container tracer (last exit: Error, code 3)")
         );
+        // Not ready yet, or still being created: a scale-up's new pod, no problem.
+        let starting = pod(serde_json::json!([
+            {"name": "app", "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {}}},
+            {"name": "tracer", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+             "state": {"waiting": {"reason": "ContainerCreating"}}}
+        ]));
+        assert_eq!(container_problems(&starting), None);
     }
 }
