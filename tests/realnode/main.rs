@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerState, ContainerStatus, Namespace, Pod, Secret,
+};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sidecar_injector::serve::tls::DevCertificates;
@@ -542,19 +544,33 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         "big was never restarted"
     );
     assert_eq!(replicasets_of(&client, "big").await, 1);
-    // The canary's new pod really ran the broken sidecar: the kubelet saw it exit.
-    let small = pods_of(&pods, "small").await;
-    let crashed = small.iter().any(|p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|statuses| {
-                statuses
-                    .iter()
-                    .any(|c| c.name == "crash" && c.restart_count >= 1)
-            })
-    });
-    assert!(crashed, "{small:#?}");
+    // The canary's new pod really ran the broken sidecar: the kubelet saw it exit with status 3
+    // (the bake may judge the pod from the terminated state, before the kubelet restarts it).
+    let exited = |c: &ContainerStatus| {
+        let code =
+            |s: Option<&ContainerState>| s.and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code);
+        c.name == "crash"
+            && (c.restart_count >= 1
+                || code(c.state.as_ref()) == Some(3)
+                || code(c.last_state.as_ref()) == Some(3))
+    };
+    eventually(
+        DEADLINE,
+        "the kubelet sees small's crash sidecar exit",
+        || async {
+            let small = pods_of(&pods, "small").await;
+            small
+                .iter()
+                .any(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .is_some_and(|statuses| statuses.iter().any(exited))
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let events = kubectl_ok(&[
         "-n",
         TEAM,
