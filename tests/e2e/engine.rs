@@ -926,7 +926,7 @@ async fn a_stale_workload_waits_for_the_maintenance_window_and_is_restarted_when
     let namespace = "e2e-rollout-window";
     let report = eventually(DEADLINE, "drift notes the closed window", || async {
         // The same ConfigMaps, namespace and status as the engine under test.
-        let report = drift_report(&rollout_args(namespace, &[]));
+        let report = drift_report(&scope_args(namespace));
         let note = report["sidecars"]
             .as_array()?
             .iter()

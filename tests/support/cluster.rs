@@ -477,10 +477,10 @@ pub async fn put_config(ctx: &TestContext, name: &str, key: &str, text: &str) {
     }
 }
 
-/// `serve` flags for a test of the rollout engine: configs from the test's ConfigMaps, the
-/// engine scoped to the test's namespace.
-pub fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
+/// The flags `serve`, `drift` and `rollout` share in a rollout test: configs from the test's
+/// ConfigMaps, scoped to the test's namespace, the status ConfigMap there.
+pub fn scope_args(namespace: &str) -> Vec<&str> {
+    vec![
         "--configmap-namespace",
         namespace,
         "--configmap-labels",
@@ -489,7 +489,12 @@ pub fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         namespace,
         "--injector-namespace",
         namespace,
-    ];
+    ]
+}
+
+/// `serve` (or `rollout`) flags for a test of the rollout engine: [`scope_args`], then `extra`.
+pub fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = scope_args(namespace);
     args.extend_from_slice(extra);
     // The test kubelet's pods do not crash on their own: a short bake still runs every
     // restart through it (its end read included) without making each canary wait 30 s.
