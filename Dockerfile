@@ -1,10 +1,13 @@
 # The injector image: a static binary on an empty image, run as a numeric non-root user.
-#   docker build -t sidecar-injector .
+#   docker build --build-arg SIDECAR_INJECTOR_COMMIT=$(git rev-parse --short=12 HEAD) -t sidecar-injector .
 # scripts/image builds the same image without Docker or a registry (buildah, the binary built on
 # the host): it takes the last stage of this file as it is, with the binary in place of the
 # build stage's /out.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# .git stays out of the context: the commit `--version` reports comes in as an argument.
+ARG SIDECAR_INJECTOR_COMMIT=unknown
+ENV SIDECAR_INJECTOR_COMMIT=$SIDECAR_INJECTOR_COMMIT
 COPY . .
 # glibc, linked statically: nothing to load at run time on an empty image.
 RUN RUSTFLAGS="-C target-feature=+crt-static" \

@@ -4,6 +4,7 @@
 mod allocator;
 mod args;
 mod certs;
+mod completion;
 mod drift;
 mod inject;
 mod one_shot;
@@ -64,6 +65,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Drift(args) => drift::run(&args),
         Command::Rollout(args) => rollout::run(&args, &env),
         Command::Status(args) => status::run(&args),
+        Command::Completion(args) => completion::completion(&args),
+        Command::Man(args) => completion::man(&args),
     };
     match result {
         Ok(code) => code,

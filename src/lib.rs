@@ -17,6 +17,17 @@
 //!   [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per subcommand).
 #![forbid(unsafe_code)]
 
+/// The crate version and the git commit it was built from (`0.1.0 (commit 650ebd9c1a2b)`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SIDECAR_INJECTOR_COMMIT"),
+    ")"
+);
+
+/// The git commit the binary was built from, or `unknown`.
+pub const COMMIT: &str = env!("SIDECAR_INJECTOR_COMMIT");
+
 pub mod admission;
 pub mod annotations;
 pub mod config;

@@ -187,6 +187,11 @@ pub struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabels {
+    pub mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DriftLabels {
     pub sidecar: String,
     pub state: &'static str,
@@ -223,6 +228,7 @@ pub struct CallLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
+    commit: &'static str,
 }
 
 pub struct Metrics {
@@ -232,6 +238,9 @@ pub struct Metrics {
     pub injections: Family<InjectionLabels, Counter>,
     pub config_reloads: Family<ReloadLabels, Counter>,
     pub configs_loaded: Family<SourceLabels, Gauge>,
+    /// 1 while the last load of a source failed (a level to alert on; the counter above only
+    /// says that some load failed once).
+    pub config_source_failing: Family<SourceLabels, Gauge>,
     pub certificate_reloads: Family<CertificateLabels, Counter>,
     /// Connections closed at accept because --max-connections were open.
     pub connections_refused: Counter,
@@ -244,6 +253,8 @@ pub struct Metrics {
     pub rollout_pending: Family<SidecarLabels, Gauge>,
     pub maintenance_window_open: Gauge,
     pub rollout_leader: Gauge,
+    /// 1 for the rollout mode this replica runs in (off when it has no engine).
+    pub rollout_mode: Family<ModeLabels, Gauge>,
     pub notifications: Family<NotificationLabels, Counter>,
     pub rollout_api_requests: Family<CallLabels, Counter>,
     pub rollout_api_errors: Family<CallLabels, Counter>,
@@ -269,9 +280,10 @@ impl Metrics {
             "AdmissionReview requests answered, by result (injected, skipped, denied, not_a_pod, invalid_pod, or the HTTP error)",
             admission_requests.clone(),
         );
-        // 50 µs to about 1.6 s: a decision takes microseconds; the tail shows trouble.
+        // 50 µs to about 6.6 s: a decision takes microseconds; the tail shows trouble, up to
+        // past the API server's webhook timeout (deploy/ sets 5 s), which an alert compares to.
         let admission_duration = Family::<ResultLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
         });
         registry.register_with_unit(
             "admission_duration",
@@ -296,6 +308,12 @@ impl Metrics {
             "configs_loaded",
             "Sidecar configs currently served, by source",
             configs_loaded.clone(),
+        );
+        let config_source_failing = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "config_source_failing",
+            "1 while the last load of a config source failed (a config in it is broken; its last good version, if any, is served), else 0",
+            config_source_failing.clone(),
         );
         let certificate_reloads = Family::<CertificateLabels, Counter>::default();
         registry.register(
@@ -365,6 +383,12 @@ impl Metrics {
             "1 while this replica holds the rollout Lease and may act",
             rollout_leader.clone(),
         );
+        let rollout_mode = Family::<ModeLabels, Gauge>::default();
+        registry.register(
+            "rollout_mode",
+            "1 for the --rollout mode this replica runs (auto, dry-run, or off, also when it has no cluster)",
+            rollout_mode.clone(),
+        );
         let notifications = Family::<NotificationLabels, Counter>::default();
         registry.register(
             "notifications",
@@ -398,6 +422,7 @@ impl Metrics {
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
+                commit: crate::COMMIT,
             })
             .set(1);
         Self {
@@ -407,6 +432,7 @@ impl Metrics {
             injections,
             config_reloads,
             configs_loaded,
+            config_source_failing,
             certificate_reloads,
             connections_refused,
             other_annotation_namespace,
@@ -418,6 +444,7 @@ impl Metrics {
             rollout_pending,
             maintenance_window_open,
             rollout_leader,
+            rollout_mode,
             notifications,
             rollout_api_requests,
             rollout_api_errors,
@@ -538,6 +565,15 @@ impl Metrics {
         self.configs_loaded
             .get_or_create(&SourceLabels { source })
             .set(i64::try_from(loaded).unwrap_or(i64::MAX));
+        self.config_source_failing
+            .get_or_create(&SourceLabels { source })
+            .set(i64::from(!ok));
+    }
+
+    /// The rollout mode in force (`off` when there is no engine), for the alert on a missing
+    /// Lease holder, which only an `auto` deployment should have.
+    pub fn record_rollout_mode(&self, mode: &'static str) {
+        self.rollout_mode.get_or_create(&ModeLabels { mode }).set(1);
     }
 
     pub fn record_other_annotation_namespace(&self) {
@@ -590,8 +626,9 @@ mod tests {
         );
         assert!(
             text.contains(&format!(
-                "sidecar_injector_build_info{{version=\"{}\"}} 1",
-                env!("CARGO_PKG_VERSION")
+                "sidecar_injector_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION"),
+                crate::COMMIT
             )),
             "{text}"
         );

@@ -661,3 +661,135 @@ fn run_as_tumblrs_entrypoint_sh_the_binary_serves_with_the_scripts_defaults() {
         "{stderr}"
     );
 }
+
+#[test]
+fn version_names_the_git_commit_it_was_built_from() {
+    let output = run(&["--version"], None);
+    assert!(output.status.success());
+    let git = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(ROOT)
+        .output()
+        .expect("git runs");
+    let commit = text(&git.stdout).trim().to_owned();
+    assert!(git.status.success() && commit.len() == 12, "{commit}");
+    assert_eq!(
+        text(&output.stdout).trim(),
+        format!(
+            "sidecar-injector {} (commit {commit})",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
+
+#[test]
+fn the_bash_completion_completes_subcommands_and_flags() {
+    let script = run(&["completion", "bash"], None);
+    assert!(script.status.success(), "{}", text(&script.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sidecar-injector.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash does on TAB: the registered function, called with the words typed so far.
+    let complete = |words: &str| {
+        let program = format!(
+            r#"source {path}
+COMP_WORDS=({words})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="{words}"
+COMP_POINT=${{#COMP_LINE}}
+fn=$(complete -p sidecar-injector | sed -E 's/.* -F ([^ ]+) .*/\1/')
+"$fn" sidecar-injector "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}""#,
+            path = path.display()
+        );
+        let output = Command::new("bash")
+            .args(["-c", &program])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let commands = complete("sidecar-injector dr");
+    assert_eq!(commands, ["drift"]);
+    let flags = complete("sidecar-injector rollout --max-parallel");
+    assert!(
+        flags.contains(&"--max-parallel-per-namespace".to_owned()),
+        "{flags:?}"
+    );
+}
+
+#[test]
+fn zsh_and_fish_completions_name_every_subcommand() {
+    for shell in ["zsh", "fish"] {
+        let script = run(&["completion", shell], None);
+        assert!(script.status.success(), "{}", text(&script.stderr));
+        let script = text(&script.stdout);
+        for command in ["inject", "validate", "serve", "drift", "status", "rollout"] {
+            assert!(script.contains(command), "{shell}: no {command}");
+        }
+    }
+    let unknown = run(&["completion", "tcsh"], None);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("invalid value 'tcsh'"));
+}
+
+#[test]
+fn man_pages_render_without_warnings() {
+    let page = run(&["man"], None);
+    assert!(page.status.success(), "{}", text(&page.stderr));
+    assert!(text(&page.stdout).starts_with(".ie \\n(.g .ds Aq"));
+    let dir = tempfile::tempdir().unwrap();
+    let written = run(&["man", "--dir", dir.path().to_str().unwrap()], None);
+    assert!(written.status.success(), "{}", text(&written.stderr));
+    for name in [
+        "sidecar-injector",
+        "sidecar-injector-serve",
+        "sidecar-injector-rollout",
+    ] {
+        let file = dir.path().join(format!("{name}.1"));
+        assert!(file.exists(), "{} missing", file.display());
+        // groff (Debian's groff-base, priority important) as man would run it, every warning on.
+        let rendered = Command::new("groff")
+            .args(["-man", "-Tutf8", "-ww", "-z"])
+            .arg(&file)
+            .output()
+            .expect("groff runs (Debian package groff-base)");
+        assert!(
+            rendered.status.success() && rendered.stderr.is_empty(),
+            "{name}: {}",
+            text(&rendered.stderr)
+        );
+    }
+    let text_page = Command::new("groff")
+        .args(["-man", "-Tutf8", "-P", "-cbou"])
+        .arg(dir.path().join("sidecar-injector-rollout.1"))
+        .output()
+        .unwrap();
+    let text_page = text(&text_page.stdout);
+    assert!(
+        text_page.contains("--max-parallel-per-namespace"),
+        "{text_page}"
+    );
+}
+
+#[test]
+fn run_as_kubectl_sidecar_injector_usage_names_the_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("kubectl-sidecar_injector");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sidecar-injector"), &plugin).unwrap();
+    let help = Command::new(&plugin)
+        .args(["drift", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    assert!(
+        text(&help.stdout).contains("Usage: kubectl sidecar-injector drift [OPTIONS]"),
+        "{}",
+        text(&help.stdout)
+    );
+    let direct = run(&["drift", "--help"], None);
+    assert!(text(&direct.stdout).contains("Usage: sidecar-injector drift [OPTIONS]"));
+}

@@ -16,7 +16,7 @@ use crate::telemetry::{LogFormat, LogLevel};
 #[derive(Debug, Parser)]
 #[command(
     name = "sidecar-injector",
-    version,
+    version = crate::VERSION,
     about = "Inject sidecars by pod annotation, and keep them current"
 )]
 pub struct Cli {
@@ -95,6 +95,27 @@ pub enum Command {
     /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
     /// --confirm to act and wait until done (exit status 1 when any workload failed).
     Rollout(Box<RolloutArgs>),
+    /// Print a shell completion script generated from these commands' definitions, e.g.
+    /// `source <(sidecar-injector completion bash)`.
+    Completion(CompletionArgs),
+    /// Print the man page (roff) generated from these commands' definitions, or with --dir
+    /// write one page per command there (`sidecar-injector.1`, `sidecar-injector-serve.1`...).
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell the script is for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write every page into this directory (created if missing) instead of printing the
+    /// top-level page.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -303,6 +324,10 @@ pub struct RolloutArgs {
     pub cluster: OneShotArgs,
     #[command(flatten)]
     pub safety: RolloutSafetyArgs,
+    /// Only these namespaces, as kubectl's -n (repeatable; the same as --include-namespace):
+    /// planned, listed and restarted in them alone.
+    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
+    pub namespaces: Vec<String>,
     /// Act: restart the planned workloads and wait until they are done (`--confirm=false` only
     /// plans).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
@@ -604,14 +629,18 @@ impl Cli {
                 .is_some_and(|value| value.is_empty());
             if empty { arg.env(None) } else { arg }
         }
-        let command = <Self as clap::CommandFactory>::command()
+        let given: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let mut command = <Self as clap::CommandFactory>::command()
             .mut_args(unset_if_empty)
             .mut_subcommands(|sub| sub.mut_args(unset_if_empty));
+        if is_kubectl_plugin(given.first()) {
+            // Usage and errors then show what the user typed.
+            command = command.bin_name("kubectl sidecar-injector");
+        }
         let subcommands: Vec<String> = command
             .get_subcommands()
             .map(|sub| sub.get_name().to_owned())
             .collect();
-        let given: Vec<std::ffi::OsString> = std::env::args_os().collect();
         let given_count = given.len();
         let args = tumblr_entrypoint(given, |name| {
             std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -631,6 +660,18 @@ impl Cli {
         cli.entrypoint_defaults = entrypoint_defaults;
         cli
     }
+}
+
+/// The file name kubectl runs for `kubectl sidecar-injector ARGS...` (kubectl turns the dash of
+/// a plugin's command into an underscore): a symlink to this binary, which then behaves as
+/// `sidecar-injector ARGS...`. kubectl passes `--context`, `--kubeconfig`, `-n` through, and
+/// `KUBECONFIG` in the environment, which the commands read as kubectl does.
+pub const KUBECTL_PLUGIN: &str = "kubectl-sidecar_injector";
+
+fn is_kubectl_plugin(argv0: Option<&std::ffi::OsString>) -> bool {
+    argv0
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == KUBECTL_PLUGIN)
 }
 
 /// The name Tumblr's Deployment runs (`command: ["entrypoint.sh"]`); the image links it to the

@@ -356,10 +356,16 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
         // The operator asked for it now: no settle window.
         settings: args.safety.settings(Duration::ZERO),
         keys,
-        policy: args
-            .cluster
-            .drift
-            .policy(args.cluster.ignore_namespaces.namespaces()),
+        policy: {
+            let mut policy = args
+                .cluster
+                .drift
+                .policy(args.cluster.ignore_namespaces.namespaces());
+            policy
+                .include_namespaces
+                .extend(args.namespaces.iter().cloned());
+            policy
+        },
         namespace: args.cluster.injector_namespace.clone(),
         replan_every: Duration::from_secs(1),
         ignore_manual_policy: true,

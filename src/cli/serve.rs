@@ -142,6 +142,10 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
             })
         }
     };
+    metrics.record_rollout_mode(match &rollout {
+        Some(options) => options.engine.mode.as_str(),
+        None => EngineMode::Off.as_str(),
+    });
     let options = ServeOptions {
         bind_address: args.bind_address,
         tls_port: args.tls_port,

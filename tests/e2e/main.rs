@@ -14,6 +14,7 @@ mod engine;
 mod evictions;
 mod injection;
 mod rollout_command;
+mod toolbox;
 
 use std::time::Duration;
 
@@ -21,7 +22,9 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::cluster::{TestContext, configmap, kustomize, of_kind, put_config, rollout_args};
+use support::cluster::{
+    TestContext, configmap, kustomize, of_kind, put_config, rollout_args, scope_args,
+};
 use support::e2e::*;
 use support::injector::eventually;
 use support::kubelet::NODES;
