@@ -42,6 +42,21 @@ pub enum RequestResult {
 }
 
 impl RequestResult {
+    /// Every result, for series that start at zero.
+    pub const ALL: [RequestResult; 11] = [
+        RequestResult::Answered(AdmissionResult::Injected),
+        RequestResult::Answered(AdmissionResult::Skipped),
+        RequestResult::Answered(AdmissionResult::Denied),
+        RequestResult::Answered(AdmissionResult::NotAPod),
+        RequestResult::Answered(AdmissionResult::InvalidPod),
+        RequestResult::BadRequest,
+        RequestResult::UnsupportedMediaType,
+        RequestResult::PayloadTooLarge,
+        RequestResult::Timeout,
+        RequestResult::Busy,
+        RequestResult::ReviewTimeout,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RequestResult::Answered(result) => result.as_str(),
@@ -419,6 +434,20 @@ impl Metrics {
             "Build information; always 1",
             build_info.clone(),
         );
+        // Counters an alert takes increase() or a ratio of exist from the start at 0, so the
+        // first error is an increase and not the appearance of a series.
+        for result in RequestResult::ALL {
+            admission_requests
+                .get_or_create(&ResultLabels { result })
+                .inc_by(0);
+        }
+        for ok in [true, false] {
+            certificate_reloads
+                .get_or_create(&CertificateLabels {
+                    result: ReloadResult::of(ok),
+                })
+                .inc_by(0);
+        }
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),

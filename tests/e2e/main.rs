@@ -13,6 +13,7 @@ mod drift;
 mod engine;
 mod evictions;
 mod injection;
+mod monitoring;
 mod rollout_command;
 mod toolbox;
 

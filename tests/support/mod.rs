@@ -5,3 +5,4 @@ pub mod e2e;
 pub mod https;
 pub mod injector;
 pub mod kubelet;
+pub mod prometheus;
