@@ -6,6 +6,7 @@ mod args;
 mod certs;
 mod completion;
 mod drift;
+mod explain;
 mod inject;
 mod one_shot;
 mod rollout;
@@ -65,6 +66,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Drift(args) => drift::run(&args),
         Command::Rollout(args) => rollout::run(&args, &env),
         Command::Status(args) => status::run(&args),
+        Command::Explain(args) => explain::run(&args),
         Command::Completion(args) => completion::completion(&args),
         Command::Man(args) => completion::man(&args),
     };

@@ -97,6 +97,35 @@ pub enum SkipReason {
     },
 }
 
+impl SkipReason {
+    /// Why a pod that asks for sidecars (or looks as if it does) was let through unchanged, in
+    /// a person's words; `None` for a pod that asks for nothing.
+    pub fn describe(&self, keys: &AnnotationKeys) -> Option<String> {
+        match self {
+            SkipReason::NoRequest => None,
+            SkipReason::AlreadyInjected => {
+                Some(format!("already injected ({} is set)", keys.status))
+            }
+            SkipReason::IgnoredNamespace(namespace) => Some(format!(
+                "namespace {namespace} is ignored (--ignore-namespace)"
+            )),
+            SkipReason::NothingFound(missing) => {
+                let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
+                Some(format!(
+                    "no requested sidecar exists ({}); let through by --on-missing-sidecar=allow",
+                    names.join(", ")
+                ))
+            }
+            SkipReason::InvalidRequest { annotation, error } => Some(format!(
+                "annotation {annotation}: {error}; let through by --on-missing-sidecar=allow"
+            )),
+            SkipReason::OtherAnnotationNamespace { key, ours } => Some(format!(
+                "no {ours} annotation, but {key} is set: is --annotation-namespace right?"
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injection<'s> {
     /// Borrows from the sidecar configs it injects.

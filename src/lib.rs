@@ -32,6 +32,7 @@ pub mod admission;
 pub mod annotations;
 pub mod config;
 pub mod drift;
+pub mod explain;
 pub mod injection;
 pub mod maintenance;
 pub mod name;

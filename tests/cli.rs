@@ -793,3 +793,45 @@ fn run_as_kubectl_sidecar_injector_usage_names_the_plugin() {
     let direct = run(&["drift", "--help"], None);
     assert!(text(&direct.stdout).contains("Usage: sidecar-injector drift [OPTIONS]"));
 }
+
+#[test]
+fn explain_judges_a_manifest_offline_with_each_check() {
+    let output = run(&["explain", "-f", "examples/deployment.yaml", "-o", "json"], None);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let explained: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(explained["injection"]["verdict"], "inject");
+    assert_eq!(explained["judged"], "the pods of this Deployment");
+    let revision = validated_revision("logger:v1");
+    assert_eq!(
+        explained["injection"]["message"],
+        format!("injects logger:v1 (revision {revision})")
+    );
+
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team",
+        "annotations": {"injector/request": "logger:v9"}}, "spec": {"containers": [{"name": "app", "image": "a"}]}}"#;
+    let denied = run(&["explain", "-f", "-"], Some(pod));
+    assert!(denied.status.success(), "{}", text(&denied.stderr));
+    let page = text(&denied.stdout);
+    assert!(page.starts_with("Pod team/p (from -)"), "{page}");
+    assert!(page.contains("NO  config logger:v9"), "{page}");
+    assert!(
+        page.contains("=>  denied: sidecar \"logger:v9\" not found; known: logger:v1, logger:v2"),
+        "{page}"
+    );
+    let allowed = run(
+        &["explain", "-f", "-", "--on-missing-sidecar=allow", "-o", "json"],
+        Some(pod),
+    );
+    let allowed: Value = serde_json::from_slice(&allowed.stdout).unwrap();
+    assert_eq!(allowed["injection"]["verdict"], "skip");
+
+    let nothing = run(&["explain"], None);
+    assert_eq!(nothing.status.code(), Some(2));
+    let configmap = run(&["explain", "-f", "-"], Some("kind: ConfigMap\nmetadata: {name: c}\n"));
+    assert!(!configmap.status.success());
+    assert!(
+        text(&configmap.stderr).contains("-: a ConfigMap has no pod to explain"),
+        "{}",
+        text(&configmap.stderr)
+    );
+}

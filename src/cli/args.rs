@@ -95,12 +95,39 @@ pub enum Command {
     /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
     /// --confirm to act and wait until done (exit status 1 when any workload failed).
     Rollout(Box<RolloutArgs>),
+    /// Explain one pod: why it was or was not injected (annotation, namespace, request, configs
+    /// and revisions, clashes, policy), the drift state of each sidecar it asks for, and what
+    /// the rollout engine plans for its workload and when. `-f` judges a manifest offline.
+    Explain(Box<ExplainArgs>),
     /// Print a shell completion script generated from these commands' definitions, e.g.
     /// `source <(sidecar-injector completion bash)`.
     Completion(CompletionArgs),
     /// Print the man page (roff) generated from these commands' definitions, or with --dir
     /// write one page per command there (`sidecar-injector.1`, `sidecar-injector-serve.1`...).
     Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod, `pod/NAME` or `NAME`, read from the cluster (in -n).
+    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    pub pod: Option<String>,
+    /// A manifest instead (a Pod, or an object with a pod template, the first document;
+    /// `-` for standard input), judged offline against the config directory.
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<String>,
+    /// The pod's namespace [default: the kubeconfig context's, or the manifest's].
+    #[arg(short = 'n', long = "namespace")]
+    pub namespace: Option<String>,
+    /// What the webhook does when a requested sidecar does not exist (as `serve` runs).
+    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
+    pub on_missing_sidecar: MissingSidecarPolicy,
+    #[command(flatten)]
+    pub cluster: OneShotArgs,
+    /// The engine's limits the plan is made with (as `rollout` takes them: pass those your
+    /// `serve --rollout=auto` runs with).
+    #[command(flatten)]
+    pub safety: RolloutSafetyArgs,
 }
 
 #[derive(Debug, Args)]

@@ -107,26 +107,6 @@ fn skip_message(
     settings: &InjectionSettings,
 ) -> Option<String> {
     match reason {
-        SkipReason::AlreadyInjected => Some(format!(
-            "already injected ({} is set)",
-            settings.keys.status
-        )),
-        SkipReason::IgnoredNamespace(namespace) => Some(format!(
-            "namespace {namespace} is ignored (--ignore-namespace)"
-        )),
-        SkipReason::NothingFound(missing) => {
-            let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
-            Some(format!(
-                "no requested sidecar exists ({}); let through by --on-missing-sidecar=allow",
-                names.join(", ")
-            ))
-        }
-        SkipReason::InvalidRequest { annotation, error } => Some(format!(
-            "annotation {annotation}: {error}; let through by --on-missing-sidecar=allow"
-        )),
-        SkipReason::OtherAnnotationNamespace { key, ours } => Some(format!(
-            "no {ours} annotation, but {key} is set: is --annotation-namespace right?"
-        )),
         SkipReason::NoRequest => {
             let other = other_request_key(document, &settings.keys.request)?;
             Some(format!(
@@ -134,6 +114,7 @@ fn skip_message(
                 settings.keys.request
             ))
         }
+        _ => reason.describe(&settings.keys),
     }
 }
 

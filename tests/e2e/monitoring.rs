@@ -76,7 +76,11 @@ async fn a_real_prometheus_fires_the_campaign_alert_when_a_broken_revision_pause
     };
     assert_eq!(in_state("firing"), ["SidecarInjectorCampaignPaused"]);
     // The canary still runs the old revision: stale, pending until it has been for 6 hours.
-    assert_eq!(in_state("pending"), ["SidecarInjectorStalePods"], "{alerts:#?}");
+    assert_eq!(
+        in_state("pending"),
+        ["SidecarInjectorStalePods"],
+        "{alerts:#?}"
+    );
 
     // Every dashboard query is valid PromQL that Prometheus evaluates.
     let dashboard = dashboard();

@@ -161,3 +161,136 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         text(&help.stdout)
     );
 }
+
+/// `sidecar-injector explain ARGS -o json` against the control plane.
+fn explain(args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("explain")
+        .arg("--kubeconfig")
+        .arg(&control_plane().kubeconfig)
+        .args(["-o", "json"])
+        .args(args)
+        .output()
+        .expect("explain runs");
+    assert!(
+        output.status.success(),
+        "explain {args:?}: {}",
+        text(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine_plans() {
+    // The engine only plans (dry-run), so the stale workload stays for explain to look at.
+    let ctx = engine_context("explain", &["--rollout=dry-run"]).await;
+    let namespace = ctx.namespace.clone();
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "web", 1, &v1, DEADLINE).await;
+    let web = pods_of(&ctx, "web").await[0].metadata.name.clone().unwrap();
+    let pod_arg = format!("pod/{web}");
+    let mut args = scope_args(&namespace);
+    args.extend(["-n", namespace.as_str(), pod_arg.as_str()]);
+
+    let current = explain(&args);
+    assert_eq!(current["injection"]["verdict"], "inject", "{current:#}");
+    assert!(
+        current["judged"]
+            .as_str()
+            .unwrap()
+            .starts_with("new pods of ReplicaSet web-"),
+        "{current:#}"
+    );
+    let (_, revision) = v1.split_once('=').unwrap();
+    assert_eq!(current["pod"]["injected"], true);
+    assert_eq!(current["pod"]["revisions"]["tracer:v1"], revision);
+    assert_eq!(current["sidecars"][0]["state"], "current", "{current:#}");
+    assert_eq!(current["workload"], format!("Deployment {namespace}/web"));
+    assert_eq!(current["rollout"]["action"], "nothing", "{current:#}");
+
+    // The config changes: the pod is stale, and the engine would restart it as the canary...
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    wait_published(&ctx, &v2).await;
+    let stale = explain(&args);
+    assert_eq!(stale["sidecars"][0]["state"], "stale", "{stale:#}");
+    assert_eq!(stale["sidecars"][0]["carried"], revision);
+    assert_eq!(
+        stale["sidecars"][0]["wanted"],
+        v2.split_once('=').unwrap().1
+    );
+    assert_eq!(stale["rollout"]["action"], "restart", "{stale:#}");
+    assert_eq!(stale["rollout"]["canary"], true, "{stale:#}");
+
+    // ...but not outside its maintenance window, and it says until when.
+    let now = k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
+    let opens = now
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_hours(2))
+        .unwrap();
+    let closes = now
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_hours(3))
+        .unwrap();
+    let window = format!(
+        "{:02}:{:02}-{:02}:{:02} UTC",
+        opens.hour(),
+        opens.minute(),
+        closes.hour(),
+        closes.minute()
+    );
+    let mut windowed = args.clone();
+    windowed.extend(["--maintenance-window", window.as_str()]);
+    let waiting = explain(&windowed);
+    assert_eq!(waiting["rollout"]["action"], "waiting", "{waiting:#}");
+    let message = waiting["rollout"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("outside maintenance window (opens"),
+        "{message}"
+    );
+
+    // A pod let through uninjected: the check that decided, in words.
+    create(&ctx.api::<Pod>(), json!({
+        "metadata": {"name": "tumblr", "annotations": {"injector.tumblr.com/request": "tracer:v1"}},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    }))
+    .await;
+    let mut args = scope_args(&namespace);
+    args.extend(["-n", namespace.as_str(), "tumblr"]);
+    let skipped = explain(&args);
+    assert_eq!(skipped["injection"]["verdict"], "skip", "{skipped:#}");
+    assert_eq!(skipped["judged"], "this pod");
+    let check = &skipped["injection"]["checks"][0];
+    assert_eq!(check["passed"], false);
+    assert!(
+        check["detail"].as_str().unwrap().contains(
+            "injector.tumblr.com/request is set, but this injector reads the injector prefix"
+        ),
+        "{skipped:#}"
+    );
+    assert_eq!(skipped["pod"]["injected"], false);
+    assert!(skipped.get("rollout").is_none(), "{skipped:#}");
+
+    // The text form reads as one answer.
+    let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("explain")
+        .arg("--kubeconfig")
+        .arg(&control_plane().kubeconfig)
+        .args(&windowed)
+        .output()
+        .unwrap();
+    let page = text(&output.stdout);
+    assert!(
+        page.contains("Injection (new pods of ReplicaSet web-"),
+        "{page}"
+    );
+    assert!(page.contains("=>  injects tracer:v1 (revision "), "{page}");
+    assert!(page.contains("stale"), "{page}");
+    assert!(
+        page.contains(&format!("Rollout of Deployment {namespace}/web:")),
+        "{page}"
+    );
+    assert!(
+        page.contains("waits: outside maintenance window (opens"),
+        "{page}"
+    );
+}

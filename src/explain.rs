@@ -1,0 +1,452 @@
+//! `explain`'s answer, from values (no I/O): why a pod, or the pods of a workload's template,
+//! are or are not injected, the drift state of each sidecar a live pod asks for, and what the
+//! rollout engine plans for its workload. The command gathers the values (a file, or the
+//! cluster) and prints this.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::annotations::AnnotationKeys;
+use crate::config::SidecarSet;
+use crate::config::revision::stamp_items;
+use crate::drift::{DriftState, sidecar_state};
+use crate::injection::{Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide};
+use crate::name::SidecarName;
+use crate::rollout::RolloutPlan;
+use crate::workload::WorkloadRef;
+
+/// One check of the webhook's, in the order it makes them, with what it found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub check: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Inject,
+    Skip,
+    Deny,
+}
+
+/// What the webhook does with a pod: its checks up to the one that decides, and the outcome
+/// (taken from the webhook's own decision, so the two cannot disagree).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InjectionExplanation {
+    pub checks: Vec<Check>,
+    pub verdict: Verdict,
+    pub message: String,
+}
+
+/// The webhook's decision on `pod` (in `namespace`), explained.
+pub fn injection(
+    pod: &PodView<'_>,
+    namespace: &str,
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> InjectionExplanation {
+    let keys = &settings.keys;
+    let decision = decide(pod, namespace, sidecars, settings);
+    let (verdict, message) = match &decision {
+        Decision::Inject(injection) => {
+            let injected: Vec<String> = injection
+                .injected
+                .iter()
+                .map(|(name, revision)| format!("{name} (revision {revision})"))
+                .collect();
+            let mut message = format!("injects {}", injected.join(", "));
+            if !injection.missing.is_empty() {
+                let missing: Vec<String> =
+                    injection.missing.iter().map(ToString::to_string).collect();
+                message.push_str(&format!(
+                    "; {} not found, let through by --on-missing-sidecar=allow",
+                    missing.join(", ")
+                ));
+            }
+            (Verdict::Inject, message)
+        }
+        Decision::Skip(reason) => (
+            Verdict::Skip,
+            reason.describe(keys).map_or_else(
+                || format!("not injected: it asks for no sidecar (no {})", keys.request),
+                |why| format!("not injected: {why}"),
+            ),
+        ),
+        Decision::Deny(denial) => (Verdict::Deny, format!("denied: {denial}")),
+    };
+    InjectionExplanation {
+        checks: checks(pod, namespace, sidecars, settings),
+        verdict,
+        message,
+    }
+}
+
+/// The webhook's checks in its order, stopping at the first that ends the decision.
+fn checks(
+    pod: &PodView<'_>,
+    namespace: &str,
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> Vec<Check> {
+    let keys = &settings.keys;
+    let annotations = pod.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(AsRef::as_ref);
+    let mut checks = Vec::new();
+    let mut check = |check: &str, passed: bool, detail: String| {
+        checks.push(Check {
+            check: check.to_owned(),
+            passed,
+            detail,
+        });
+        passed
+    };
+    let Some(request) = annotation(&keys.request) else {
+        check("request annotation", false, no_request(pod, keys));
+        return checks;
+    };
+    check(
+        "request annotation",
+        true,
+        format!("{}: {request:?}", keys.request),
+    );
+    let status = annotation(&keys.status);
+    if !check(
+        "not injected yet",
+        status != Some(crate::annotations::STATUS_INJECTED),
+        match status {
+            Some(value) => format!("{}: {value:?}", keys.status),
+            None => format!("{} is not set", keys.status),
+        },
+    ) {
+        return checks;
+    }
+    let ignored = settings.ignored_namespaces.contains(namespace);
+    if !check(
+        "namespace",
+        !ignored,
+        if ignored {
+            format!("{namespace} is ignored (--ignore-namespace)")
+        } else {
+            format!("{namespace} is not ignored")
+        },
+    ) {
+        return checks;
+    }
+    let parsed = SidecarName::parse_list(request);
+    let mut settled = check(
+        "request parses",
+        parsed.is_ok(),
+        match &parsed {
+            Ok(names) => {
+                let list: Vec<String> = names.iter().map(ToString::to_string).collect();
+                format!("asks for {}", list.join(", "))
+            }
+            Err(error) => error.to_string(),
+        },
+    );
+    for name in parsed.iter().flatten() {
+        let found = sidecars.get(name).is_some();
+        settled &= found;
+        check(
+            &format!("config {name}"),
+            found,
+            config_detail(name, sidecars),
+        );
+    }
+    if !settled {
+        check(
+            "policy",
+            settings.on_missing_sidecar == MissingSidecarPolicy::Allow,
+            policy_detail(settings.on_missing_sidecar),
+        );
+    }
+    checks
+}
+
+/// Why there is no request: none at all, or one under another annotation namespace.
+fn no_request(pod: &PodView<'_>, keys: &AnnotationKeys) -> String {
+    let other = pod.metadata.annotations.as_ref().and_then(|a| {
+        a.keys()
+            .find(|k| k.ends_with("/request") && k.as_ref() != keys.request)
+    });
+    match other {
+        Some(other) => format!(
+            "no {} annotation; {other} is set, but this injector reads the {} prefix (--annotation-namespace)",
+            keys.request,
+            keys.request.trim_end_matches("/request")
+        ),
+        None => format!(
+            "no {} annotation: the pod asks for no sidecar",
+            keys.request
+        ),
+    }
+}
+
+/// What a requested sidecar's config is, or that none defines it.
+fn config_detail(name: &SidecarName, sidecars: &SidecarSet) -> String {
+    let Some(sidecar) = sidecars.get(name) else {
+        let known: Vec<String> = sidecars.names().map(ToString::to_string).collect();
+        return format!(
+            "no config defines it; known: {}",
+            if known.is_empty() {
+                "(none loaded)".to_owned()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    let containers: Vec<&str> = sidecar
+        .config
+        .injected_containers()
+        .map(|c| c.name.as_str())
+        .collect();
+    format!(
+        "revision {} from {} (containers: {}; rollout: {})",
+        sidecar.revision,
+        sidecar.origin,
+        containers.join(", "),
+        match sidecar.config.rollout_mode() {
+            crate::config::RolloutMode::Auto => "auto",
+            crate::config::RolloutMode::Manual => "manual",
+        }
+    )
+}
+
+fn policy_detail(policy: MissingSidecarPolicy) -> String {
+    match policy {
+        MissingSidecarPolicy::Deny => {
+            "--on-missing-sidecar=deny: a pod asking for what does not exist is refused".to_owned()
+        }
+        MissingSidecarPolicy::Allow => {
+            "--on-missing-sidecar=allow: what exists is injected, the pod is let through".to_owned()
+        }
+    }
+}
+
+/// A live pod's own state: injected or not, and the revisions it carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PodState {
+    pub injected: bool,
+    pub revisions: BTreeMap<String, String>,
+    pub containers: Vec<String>,
+}
+
+impl PodState {
+    pub fn read(
+        annotations: &BTreeMap<String, String>,
+        keys: &AnnotationKeys,
+        containers: Vec<String>,
+    ) -> Self {
+        Self {
+            injected: annotations.get(&keys.status).map(String::as_str)
+                == Some(crate::annotations::STATUS_INJECTED),
+            revisions: annotations
+                .get(&keys.revision)
+                .map(|stamp| {
+                    stamp_items(stamp)
+                        .map(|(s, r)| (s.to_owned(), r.to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            containers,
+        }
+    }
+}
+
+/// One sidecar a live pod asks for: what it carries, what is in force, and the drift state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SidecarDrift {
+    pub sidecar: String,
+    pub carried: Option<String>,
+    pub wanted: Option<String>,
+    pub state: DriftState,
+}
+
+/// The drift state of each sidecar `request` names, by the one staleness rule; `wanted` gives
+/// the revision in force of a sidecar.
+pub fn sidecar_drift(
+    request: &str,
+    pod: &PodState,
+    wanted: impl Fn(&str) -> Option<String>,
+) -> Vec<SidecarDrift> {
+    let Ok(names) = SidecarName::parse_list(request) else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .map(|name| {
+            let sidecar = name.to_string();
+            let carried = pod.revisions.get(&sidecar).cloned();
+            let wanted = wanted(&sidecar);
+            SidecarDrift {
+                state: sidecar_state(pod.injected, carried.as_deref(), wanted.as_deref()),
+                sidecar,
+                carried,
+                wanted,
+            }
+        })
+        .collect()
+}
+
+/// What the engine plans for a workload now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum WorkloadAction {
+    /// Restarted by the next plan.
+    Restart {
+        canary: bool,
+        reason: String,
+        pods: u32,
+    },
+    /// Restarted already, rolling out.
+    Rolling { target: String },
+    /// Stale, waiting (the message says for what, and until when).
+    Waiting { message: String },
+    /// Restarted and rolled out; current.
+    Succeeded,
+    /// Its restart failed.
+    Failed { reason: String },
+    /// Nothing to do.
+    Nothing { why: String },
+}
+
+pub fn workload_action(
+    plan: &RolloutPlan,
+    workload: &WorkloadRef,
+    sidecars: &[SidecarDrift],
+) -> WorkloadAction {
+    if let Some(restart) = plan.restarts.iter().find(|r| &r.workload == workload) {
+        return WorkloadAction::Restart {
+            canary: restart.canary,
+            reason: restart.reason.clone(),
+            pods: restart.pods,
+        };
+    }
+    if let Some(rolling) = plan.rolling.iter().find(|r| &r.workload == workload) {
+        return WorkloadAction::Rolling {
+            target: rolling.target.as_str().to_owned(),
+        };
+    }
+    if let Some(waiting) = plan.waiting.iter().find(|w| &w.workload == workload) {
+        return WorkloadAction::Waiting {
+            message: waiting.message.clone(),
+        };
+    }
+    if let Some(failure) = plan.failed.iter().find(|f| &f.workload == workload) {
+        return WorkloadAction::Failed {
+            reason: failure.reason.clone(),
+        };
+    }
+    if plan.succeeded.contains(workload) {
+        return WorkloadAction::Succeeded;
+    }
+    let needs = sidecars.iter().any(|s| s.state.needs_restart(false));
+    WorkloadAction::Nothing {
+        why: if needs {
+            "its pods are not current, but the engine plans nothing for it (excluded by its namespace, kind or the sidecar's manual rollout policy: see `sidecar-injector drift`)".to_owned()
+        } else {
+            "its pods run the revisions in force".to_owned()
+        },
+    }
+}
+
+/// The whole answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// `Pod team-a/web-7d9f` or the file's object.
+    pub subject: String,
+    /// What the injection part judged: the pod itself, or its workload's pod template (what
+    /// new pods get).
+    pub judged: String,
+    pub injection: InjectionExplanation,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodState>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sidecars: Vec<SidecarDrift>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<WorkloadAction>,
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.subject)?;
+        writeln!(f, "\nInjection ({}):", self.judged)?;
+        for check in &self.injection.checks {
+            let mark = if check.passed { "ok " } else { "NO " };
+            writeln!(f, "  {mark} {:<22} {}", check.check, check.detail)?;
+        }
+        writeln!(f, "  =>  {}", self.injection.message)?;
+        if let Some(pod) = &self.pod {
+            writeln!(f, "\nThis pod:")?;
+            if pod.injected {
+                let revisions: Vec<String> = pod
+                    .revisions
+                    .iter()
+                    .map(|(s, r)| format!("{s}={r}"))
+                    .collect();
+                writeln!(
+                    f,
+                    "  injected: {}",
+                    if revisions.is_empty() {
+                        "yes (no revision recorded: injected by an older injector)".to_owned()
+                    } else {
+                        revisions.join(", ")
+                    }
+                )?;
+            } else {
+                writeln!(f, "  not injected")?;
+            }
+            writeln!(f, "  containers: {}", pod.containers.join(", "))?;
+        }
+        if !self.sidecars.is_empty() {
+            writeln!(f, "\nDrift:")?;
+            for sidecar in &self.sidecars {
+                writeln!(
+                    f,
+                    "  {:<24} {:<10} carries {}, in force {}",
+                    sidecar.sidecar,
+                    sidecar.state.as_str(),
+                    sidecar.carried.as_deref().unwrap_or("-"),
+                    sidecar.wanted.as_deref().unwrap_or("- (no config)")
+                )?;
+            }
+        }
+        if let Some(workload) = &self.workload {
+            writeln!(f, "\nRollout of {workload}:")?;
+            let line = match &self.rollout {
+                Some(WorkloadAction::Restart {
+                    canary,
+                    reason,
+                    pods,
+                }) => format!(
+                    "restarted by the next plan{} ({pods} pod(s)): {reason}",
+                    if *canary {
+                        ", as its campaign's canary"
+                    } else {
+                        ""
+                    }
+                ),
+                Some(WorkloadAction::Rolling { target }) => {
+                    format!("restarted, rolling out to {target}")
+                }
+                Some(WorkloadAction::Waiting { message }) => format!("waits: {message}"),
+                Some(WorkloadAction::Succeeded) => "restarted and rolled out".to_owned(),
+                Some(WorkloadAction::Failed { reason }) => format!("its restart failed: {reason}"),
+                Some(WorkloadAction::Nothing { why }) => format!("nothing to do: {why}"),
+                None => "not planned here".to_owned(),
+            };
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::too_many_lines)] // a test reads as one scenario
+mod tests;

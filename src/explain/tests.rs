@@ -1,0 +1,258 @@
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::{LoadedSidecar, parse_config};
+use crate::rollout::{Restart, WaitReason, Waiting};
+use crate::workload::WorkloadKind;
+
+fn sidecars() -> SidecarSet {
+    let text = "name: logger:v1\ncontainers: [{name: log-shipper, image: shipper:1}]\n";
+    let config = parse_config("config/logger-v1.yaml", text).unwrap().config;
+    std::iter::once(LoadedSidecar::new(config, "config/logger-v1.yaml")).collect()
+}
+
+fn settings(policy: MissingSidecarPolicy) -> InjectionSettings {
+    InjectionSettings {
+        keys: AnnotationKeys::new("injector"),
+        ignored_namespaces: ["kube-system".to_owned()].into(),
+        on_missing_sidecar: policy,
+    }
+}
+
+fn pod(annotations: Value) -> Value {
+    json!({
+        "kind": "Pod",
+        "metadata": {"name": "web", "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]}
+    })
+}
+
+fn explain(pod: &Value, namespace: &str, policy: MissingSidecarPolicy) -> InjectionExplanation {
+    let view = PodView::deserialize(pod).unwrap();
+    injection(&view, namespace, &sidecars(), &settings(policy))
+}
+
+fn failed(explanation: &InjectionExplanation) -> Vec<(&str, &str)> {
+    explanation
+        .checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| (c.check.as_str(), c.detail.as_str()))
+        .collect()
+}
+
+#[test]
+fn an_injected_request_names_the_config_revision_and_origin() {
+    let explained = explain(
+        &pod(json!({"injector/request": "logger:v1"})),
+        "team",
+        MissingSidecarPolicy::Deny,
+    );
+    assert_eq!(explained.verdict, Verdict::Inject);
+    let revision = sidecars().iter().next().unwrap().revision.to_string();
+    assert_eq!(
+        explained.message,
+        format!("injects logger:v1 (revision {revision})")
+    );
+    let config = explained
+        .checks
+        .iter()
+        .find(|c| c.check == "config logger:v1")
+        .unwrap();
+    assert!(config.passed);
+    assert_eq!(
+        config.detail,
+        format!(
+            "revision {revision} from config/logger-v1.yaml (containers: log-shipper; rollout: auto)"
+        )
+    );
+    assert!(failed(&explained).is_empty(), "{explained:#?}");
+}
+
+#[test]
+fn each_reason_to_skip_or_deny_is_the_failing_check_and_the_verdict() {
+    use MissingSidecarPolicy::{Allow, Deny};
+    // (annotations, namespace, policy, verdict, failing check, its detail contains, message contains)
+    let cases = [
+        (
+            json!({}),
+            "team",
+            Deny,
+            Verdict::Skip,
+            "request annotation",
+            "no injector/request annotation: the pod asks for no sidecar",
+            "it asks for no sidecar",
+        ),
+        (
+            json!({"injector.tumblr.com/request": "logger:v1"}),
+            "team",
+            Deny,
+            Verdict::Skip,
+            "request annotation",
+            "injector.tumblr.com/request is set, but this injector reads the injector prefix",
+            "is --annotation-namespace right?",
+        ),
+        (
+            json!({"injector/request": "logger:v1", "injector/status": "injected"}),
+            "team",
+            Deny,
+            Verdict::Skip,
+            "not injected yet",
+            "injector/status: \"injected\"",
+            "already injected",
+        ),
+        (
+            json!({"injector/request": "logger:v1"}),
+            "kube-system",
+            Deny,
+            Verdict::Skip,
+            "namespace",
+            "kube-system is ignored",
+            "namespace kube-system is ignored",
+        ),
+        (
+            json!({"injector/request": "logger:v1,,:x"}),
+            "team",
+            Deny,
+            Verdict::Deny,
+            "request parses",
+            "",
+            "denied: annotation injector/request:",
+        ),
+        (
+            json!({"injector/request": "logger:v9"}),
+            "team",
+            Deny,
+            Verdict::Deny,
+            "config logger:v9",
+            "no config defines it; known: logger:v1",
+            "denied: sidecar \"logger:v9\" not found",
+        ),
+        (
+            json!({"injector/request": "logger:v9"}),
+            "team",
+            Allow,
+            Verdict::Skip,
+            "config logger:v9",
+            "known: logger:v1",
+            "let through by --on-missing-sidecar=allow",
+        ),
+    ];
+    for (annotations, namespace, policy, verdict, check, detail, message) in cases {
+        let explained = explain(&pod(annotations.clone()), namespace, policy);
+        assert_eq!(explained.verdict, verdict, "{annotations}: {explained:#?}");
+        let failing = failed(&explained);
+        assert!(
+            failing
+                .iter()
+                .any(|(c, d)| *c == check && d.contains(detail)),
+            "{annotations}: {failing:?}"
+        );
+        assert!(
+            explained.message.contains(message),
+            "{annotations}: {}",
+            explained.message
+        );
+        // The checks stop at the one that decides, except the policy note after it.
+        let last = explained.checks.last().unwrap();
+        assert!(
+            last.check == check || last.check == "policy",
+            "{annotations}: {:#?}",
+            explained.checks
+        );
+    }
+}
+
+#[test]
+fn drift_of_a_live_pod_follows_the_one_staleness_rule() {
+    let keys = AnnotationKeys::new("injector");
+    let annotations: BTreeMap<String, String> = [
+        ("injector/status", "injected"),
+        ("injector/revision", "logger:v1=aaa,tracer:v1=bbb"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let pod = PodState::read(&annotations, &keys, vec!["app".into()]);
+    assert!(pod.injected);
+    let wanted = |sidecar: &str| match sidecar {
+        "logger:v1" => Some("aaa".to_owned()),
+        "tracer:v1" => Some("ccc".to_owned()),
+        _ => None,
+    };
+    let drift = sidecar_drift("logger:v1, tracer:v1, gone:v1", &pod, wanted);
+    let states: Vec<(&str, DriftState)> = drift
+        .iter()
+        .map(|d| (d.sidecar.as_str(), d.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("logger:v1", DriftState::Current),
+            ("tracer:v1", DriftState::Stale),
+            ("gone:v1", DriftState::Orphaned)
+        ]
+    );
+    let uninjected = PodState::read(&BTreeMap::new(), &keys, vec!["app".into()]);
+    let drift = sidecar_drift("logger:v1", &uninjected, wanted);
+    assert_eq!(drift[0].state, DriftState::Uninjected);
+}
+
+#[test]
+fn the_workload_action_is_what_the_plan_says_for_it() {
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
+    let api = WorkloadRef::new(WorkloadKind::Deployment, "team", "api");
+    let stale = [SidecarDrift {
+        sidecar: "logger:v1".into(),
+        carried: Some("aaa".into()),
+        wanted: Some("bbb".into()),
+        state: DriftState::Stale,
+    }];
+    let plan = RolloutPlan {
+        restarts: vec![Restart {
+            workload: web.clone(),
+            target: None,
+            reason: "sidecar logger:v1 changed".into(),
+            changes: Vec::new(),
+            canary: true,
+            on_delete: false,
+            pods: 2,
+            heal: false,
+            method: crate::workload::RestartMethod::Template,
+            reverted: false,
+        }],
+        waiting: vec![Waiting {
+            workload: api.clone(),
+            sidecars: vec!["logger:v1".into()],
+            reason: WaitReason::Canary {
+                sidecar: "logger:v1".into(),
+            },
+            message: "waits for the canary of logger:v1".into(),
+        }],
+        ..RolloutPlan::default()
+    };
+    assert_eq!(
+        workload_action(&plan, &web, &stale),
+        WorkloadAction::Restart {
+            canary: true,
+            reason: "sidecar logger:v1 changed".into(),
+            pods: 2
+        }
+    );
+    assert_eq!(
+        workload_action(&plan, &api, &stale),
+        WorkloadAction::Waiting {
+            message: "waits for the canary of logger:v1".into()
+        }
+    );
+    let other = WorkloadRef::new(WorkloadKind::Deployment, "team", "other");
+    let WorkloadAction::Nothing { why } = workload_action(&plan, &other, &stale) else {
+        panic!()
+    };
+    assert!(why.contains("not current"), "{why}");
+    let WorkloadAction::Nothing { why } = workload_action(&plan, &other, &[]) else {
+        panic!()
+    };
+    assert_eq!(why, "its pods run the revisions in force");
+}
