@@ -796,7 +796,10 @@ fn run_as_kubectl_sidecar_injector_usage_names_the_plugin() {
 
 #[test]
 fn explain_judges_a_manifest_offline_with_each_check() {
-    let output = run(&["explain", "-f", "examples/deployment.yaml", "-o", "json"], None);
+    let output = run(
+        &["explain", "-f", "examples/deployment.yaml", "-o", "json"],
+        None,
+    );
     assert!(output.status.success(), "{}", text(&output.stderr));
     let explained: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(explained["injection"]["verdict"], "inject");
@@ -819,7 +822,14 @@ fn explain_judges_a_manifest_offline_with_each_check() {
         "{page}"
     );
     let allowed = run(
-        &["explain", "-f", "-", "--on-missing-sidecar=allow", "-o", "json"],
+        &[
+            "explain",
+            "-f",
+            "-",
+            "--on-missing-sidecar=allow",
+            "-o",
+            "json",
+        ],
         Some(pod),
     );
     let allowed: Value = serde_json::from_slice(&allowed.stdout).unwrap();
@@ -827,7 +837,10 @@ fn explain_judges_a_manifest_offline_with_each_check() {
 
     let nothing = run(&["explain"], None);
     assert_eq!(nothing.status.code(), Some(2));
-    let configmap = run(&["explain", "-f", "-"], Some("kind: ConfigMap\nmetadata: {name: c}\n"));
+    let configmap = run(
+        &["explain", "-f", "-"],
+        Some("kind: ConfigMap\nmetadata: {name: c}\n"),
+    );
     assert!(!configmap.status.success());
     assert!(
         text(&configmap.stderr).contains("-: a ConfigMap has no pod to explain"),
