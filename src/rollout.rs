@@ -20,7 +20,7 @@ pub mod targets;
 
 pub use book::{
     Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, MaintenanceStatus, Resumed,
-    Resumption,
+    Resumption, Reversion,
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;

@@ -492,6 +492,8 @@ mod tests {
                 pause_reason: Some("broken".into()),
                 changes: None,
                 resumed: None,
+                reverted: None,
+                failed_before: Vec::new(),
             },
         );
         // The replicas' publications stay as they are; only the book is replaced.

@@ -86,6 +86,23 @@ pub struct Campaign {
     /// The last `rollout --resume` of this campaign: who asked and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<Resumption>,
+    /// This campaign brings pods back to the revision a failed campaign was leaving (the config
+    /// was reverted): which revision failed, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<Reversion>,
+    /// Revisions of this sidecar whose campaigns failed before this one (the last few): pods
+    /// still carrying one are broken by it, so their workload's ill health is no reason to
+    /// hold its restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_before: Vec<String>,
+}
+
+/// A campaign that undoes a failed one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reversion {
+    /// The revision whose campaign failed.
+    pub from: String,
+    pub reason: String,
 }
 
 /// Who resumed a paused campaign, and when: written by `rollout --resume` into the status
@@ -99,6 +116,11 @@ pub struct Resumption {
 impl Campaign {
     pub(super) fn failed(&self, workload: &WorkloadRef) -> bool {
         self.failures.iter().any(|f| &f.workload == workload)
+    }
+
+    /// Its pause or a failure of one of its restarts.
+    pub(super) fn has_failed(&self) -> bool {
+        self.state == CampaignState::Paused || !self.failures.is_empty()
     }
 
     pub(super) fn unacknowledged_failures(&self) -> usize {
@@ -194,6 +216,11 @@ impl CampaignBook {
                 row.campaign = Some(campaign.state.as_str().to_owned());
                 if campaign.state == CampaignState::Paused {
                     row.note = campaign.pause_reason.clone();
+                } else if let Some(reverted) = &campaign.reverted {
+                    row.note = Some(format!(
+                        "reverted from {} ({})",
+                        reverted.from, reverted.reason
+                    ));
                 }
             }
             if manual.contains(&row.name) {

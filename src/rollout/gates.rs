@@ -113,6 +113,7 @@ pub(super) fn admit<'r>(
         input,
         &candidate.group.workload,
         candidate.heal || candidate.reverted,
+        carries_failed_revision(book, candidate),
     )?;
     if !candidate.heal {
         window_gate(input, &candidate.group.workload)?;
@@ -183,6 +184,7 @@ fn workload_gate(
     input: &PlanInput<'_>,
     workload: &WorkloadRef,
     heal: bool,
+    carries_failed: bool,
 ) -> Result<(), WaitReason> {
     let Some(kind) = workload.controller_kind() else {
         return Ok(());
@@ -225,6 +227,9 @@ fn workload_gate(
             Some(until) => Err(WaitReason::RollingOut { until: Time(until) }),
             // Stuck on a revision this engine rolled it to: the fix goes in at once.
             None if entry.rolled_at.is_some() || entry.rollout_revision.is_some() => Ok(()),
+            // Its stale pods carry a revision whose campaign failed (created while it was
+            // paused): that revision is what is wrong with it, and the restart the cure.
+            None if carries_failed => Ok(()),
             // Unhealthy before any restart of ours (its app, its own rollout): a restart would
             // not make it healthy and would fail the campaign at its canary. It waits until
             // it is healthy, never counted as a failure.
@@ -241,6 +246,16 @@ fn workload_gate(
         Some(until) => Err(WaitReason::Cooldown { until: Time(until) }),
         None => Ok(()),
     }
+}
+
+/// Whether the candidate's stale pods carry a revision whose campaign failed.
+fn carries_failed_revision(book: &CampaignBook, candidate: &Candidate<'_, '_>) -> bool {
+    candidate.restart_for.iter().any(|row| {
+        let campaign = book.campaigns.get(&row.sidecar);
+        row.from_revision
+            .as_ref()
+            .is_some_and(|from| campaign.is_some_and(|c| c.failed_before.contains(from)))
+    })
 }
 
 /// Restarts start inside a maintenance window: the workload's own `NS/maintenance-window`,

@@ -221,6 +221,8 @@ mod tests {
             pause_reason: None,
             changes: None,
             resumed: None,
+            reverted: None,
+            failed_before: Vec::new(),
         };
         CampaignBook {
             campaigns: [("tracer:v1".to_owned(), campaign)].into(),

@@ -730,6 +730,36 @@ fn settle_book(
     }
 }
 
+/// A campaign to `revision` undoes `previous` when `previous` failed while taking pods away
+/// from that very revision.
+pub(super) fn reversion(previous: &Campaign, revision: &str) -> Option<crate::rollout::Reversion> {
+    (previous.has_failed() && previous.previous.as_deref() == Some(revision)).then(|| {
+        crate::rollout::Reversion {
+            from: previous.revision.clone(),
+            reason: previous
+                .pause_reason
+                .clone()
+                .or_else(|| previous.failures.first().map(|f| f.reason.clone()))
+                .unwrap_or_else(|| "its campaign failed".to_owned()),
+        }
+    })
+}
+
+/// How many failed revisions a campaign remembers.
+const FAILED_REMEMBERED: usize = 10;
+
+/// The failed revisions a campaign replacing `previous` remembers.
+pub(super) fn failed_before(previous: &Campaign) -> Vec<String> {
+    let mut failed = previous.failed_before.clone();
+    if previous.has_failed() {
+        failed.retain(|r| *r != previous.revision);
+        failed.push(previous.revision.clone());
+    }
+    let excess = failed.len().saturating_sub(FAILED_REMEMBERED);
+    failed.drain(..excess);
+    failed
+}
+
 /// The book for the revisions in force: a new revision starts a new campaign (settling), a
 /// sidecar that is gone takes its campaign with it.
 fn next_book(
@@ -745,6 +775,8 @@ fn next_book(
                 previous => Campaign {
                     revision: target.revision.clone(),
                     previous: previous.map(|c| c.revision.clone()),
+                    reverted: previous.and_then(|c| reversion(c, &target.revision)),
+                    failed_before: previous.map(failed_before).unwrap_or_default(),
                     since: Time(now),
                     state: CampaignState::Settling,
                     counts: CampaignCounts::default(),

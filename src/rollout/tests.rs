@@ -1455,6 +1455,29 @@ fn a_workload_unhealthy_before_any_restart_of_ours_waits_and_is_never_the_failed
 }
 
 #[test]
+fn a_workload_sick_from_a_revision_whose_campaign_failed_is_restarted_not_held() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    // Scaled up while OLD's campaign was paused: its new pod runs OLD and is not available.
+    let mut sick = healthy(2);
+    sick.available_replicas = Some(1);
+    sick.ready_replicas = Some(1);
+    world.deployment_with("web", 2, Some(OLD), sick);
+    let plan = world.step();
+    assert!(matches!(waiting(&plan, "web"), WaitReason::Unhealthy { .. }));
+    // The book says OLD failed (its campaign paused before NEW replaced it): that is what
+    // ails web, and the restart to NEW the cure.
+    world
+        .book
+        .campaigns
+        .get_mut(LOGGER)
+        .unwrap()
+        .failed_before
+        .push(OLD.to_owned());
+    assert_eq!(restarted(&world.step()), ["web"]);
+}
+
+#[test]
 fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it() {
     use crate::config::RevisionStamp;
     use crate::workload::RestartMethod;
@@ -1730,4 +1753,45 @@ fn each_restart_bakes_once_and_a_passed_bake_stays_succeeded() {
     let plan = world.step();
     assert_eq!(plan.succeeded.len(), 2, "{plan:#?}");
     assert!(plan.bakes_started.is_empty());
+}
+
+#[test]
+fn a_campaign_back_to_the_revision_a_failed_one_left_is_a_reversion() {
+    let failed = Campaign {
+        revision: "broken000000".into(),
+        previous: Some("good00000000".into()),
+        since: Time(Timestamp::UNIX_EPOCH),
+        state: CampaignState::Paused,
+        counts: Default::default(),
+        failures: Vec::new(),
+        acknowledged_failures: 0,
+        pause_reason: Some("paused after 1 failed workload(s)".into()),
+        changes: None,
+        resumed: None,
+        reverted: None,
+        failed_before: Vec::new(),
+    };
+    let reverted = super::planner::reversion(&failed, "good00000000").unwrap();
+    assert_eq!(reverted.from, "broken000000");
+    assert_eq!(reverted.reason, "paused after 1 failed workload(s)");
+    // A fix with new content is a new campaign, not a reversion.
+    assert_eq!(super::planner::reversion(&failed, "fixed0000000"), None);
+    // Going back from a campaign that did not fail is an ordinary change.
+    let completed = Campaign {
+        state: CampaignState::Complete,
+        pause_reason: None,
+        ..failed.clone()
+    };
+    assert_eq!(super::planner::reversion(&completed, "good00000000"), None);
+    // The failed revisions are remembered across campaigns, the last ten.
+    assert_eq!(super::planner::failed_before(&failed), ["broken000000"]);
+    assert!(super::planner::failed_before(&completed).is_empty());
+    let many = Campaign {
+        failed_before: (0..10).map(|i| format!("old{i:09}")).collect(),
+        ..failed.clone()
+    };
+    let remembered = super::planner::failed_before(&many);
+    assert_eq!(remembered.len(), 10);
+    assert_eq!(remembered.first().unwrap(), "old000000001");
+    assert_eq!(remembered.last().unwrap(), "broken000000");
 }

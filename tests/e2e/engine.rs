@@ -1210,3 +1210,84 @@ async fn a_stamp_reverted_by_a_gitops_controller_is_restarted_by_eviction_exactl
         None
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_during_the_pause() {
+    let ctx = engine_context(
+        "rollout-revert",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--rollout-timeout",
+            "6s",
+            "--lease-duration",
+            "3s",
+        ],
+    )
+    .await;
+    for name in ["canary", "web"] {
+        create_deployment(&ctx, name, 1, template(name, Some("tracer:v1"))).await;
+    }
+    let v1 = stamp_of(TRACER_V1);
+    for app in ["canary", "web"] {
+        wait_pods_at(&ctx, app, 1, &v1, DEADLINE).await;
+    }
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(Duration::from_secs(60), "the campaign pauses", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+
+    // While it is paused, web scales up: its new pod gets the broken sidecar.
+    let broken_stamp = stamp_of(broken);
+    ctx.api::<Deployment>()
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        DEADLINE,
+        "web's new pod runs the broken revision",
+        || async {
+            pods_of(&ctx, "web")
+                .await
+                .iter()
+                .any(|p| annotation(p, "injector/revision") == Some(broken_stamp.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The revert the pause message recommends: the last good content back. Every pod comes
+    // back to it, the canary's broken pod and web's included.
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
+    for (app, count) in [("canary", 1), ("web", 2)] {
+        wait_pods_at(&ctx, app, count, &v1, Duration::from_secs(120)).await;
+    }
+    let status = ctx
+        .api::<ConfigMap>()
+        .get("sidecar-injector-status")
+        .await
+        .unwrap();
+    let book: Value = serde_json::from_str(&status.data.unwrap()["campaigns"]).unwrap();
+    let campaign = &book["campaigns"]["tracer:v1"];
+    assert_eq!(
+        campaign["revision"],
+        v1.split_once('=').unwrap().1,
+        "{book:#}"
+    );
+    assert_eq!(
+        campaign["reverted"]["from"],
+        broken_stamp.split_once('=').unwrap().1,
+        "{book:#}"
+    );
+}
