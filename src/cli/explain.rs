@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::args::{ExplainArgs, OutputFormat};
-use super::one_shot::{OneShot, revisions_in_force};
+use super::one_shot::{OneShot, revisions_in_force, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
 use crate::engine::{Authority, Engine, EngineMode, EngineOptions};
@@ -26,9 +26,6 @@ use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::sources::directory::load_config_directory;
 use crate::workload::{WorkloadKind, WorkloadRef};
-
-/// How long the cluster may take to be listed for the plan.
-const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let explanation = match &args.file {
@@ -317,12 +314,7 @@ async fn plan_now(
         kinds: Some(kinds),
         reason_prefix: None,
     };
-    let feed = crate::cluster::drift_feed::start(client.clone(), keys);
-    let mut synced = feed.synced.clone();
-    tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
-        .await
-        .context("the cluster was not listed in time")?
-        .context("the watches stopped")?;
+    let feed = synced_feed(client, keys).await?;
     let recorder = crate::cluster::events::recorder(client.clone(), None);
     let mut engine = Engine::new(client.clone(), options, Arc::new(Metrics::new()), recorder);
     engine.load_status().await;

@@ -70,6 +70,23 @@ pub fn revisions_from_status(
     })
 }
 
+/// How long the cluster may take to be listed by a one-shot command.
+const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The drift feed (pods, ReplicaSets, workloads), once the cluster has been listed.
+pub async fn synced_feed(
+    client: &kube::Client,
+    keys: crate::annotations::AnnotationKeys,
+) -> anyhow::Result<crate::cluster::drift_feed::DriftFeed> {
+    let feed = crate::cluster::drift_feed::start(client.clone(), keys);
+    let mut synced = feed.synced.clone();
+    tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
+        .await
+        .context("the cluster was not listed in time")?
+        .context("the watches stopped")?;
+    Ok(feed)
+}
+
 /// What every one-shot command starts from: the cluster, the annotation keys, and the
 /// configs as `serve` would load them.
 pub struct OneShot {

@@ -18,7 +18,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
-use super::one_shot::{OneShot, revisions_in_force};
+use super::one_shot::{OneShot, revisions_in_force, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::lease::{
@@ -92,12 +92,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         None
     };
     let options = engine_options(args, keys.clone());
-    let feed = crate::cluster::drift_feed::start(client.clone(), keys);
-    let mut synced = feed.synced.clone();
-    tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
-        .await
-        .context("the cluster was not listed in time")?
-        .context("the watches stopped")?;
+    let feed = synced_feed(&client, keys).await?;
     let by_container = !args.sidecar_container_name.is_empty();
     let recorder = crate::cluster::events::recorder(client.clone(), env.pod_name.clone());
     let mut engine = Engine::new(

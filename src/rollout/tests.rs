@@ -1464,7 +1464,10 @@ fn a_workload_sick_from_a_revision_whose_campaign_failed_is_restarted_not_held()
     sick.ready_replicas = Some(1);
     world.deployment_with("web", 2, Some(OLD), sick);
     let plan = world.step();
-    assert!(matches!(waiting(&plan, "web"), WaitReason::Unhealthy { .. }));
+    assert!(matches!(
+        waiting(&plan, "web"),
+        WaitReason::Unhealthy { .. }
+    ));
     // The book says OLD failed (its campaign paused before NEW replaced it): that is what
     // ails web, and the restart to NEW the cure.
     world

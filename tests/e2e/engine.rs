@@ -135,19 +135,7 @@ async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converges() {
-    let mut ctx = engine_context(
-        "rollout-broken",
-        &[
-            "--rollout=auto",
-            "--settle",
-            "1s",
-            "--rollout-timeout",
-            "6s",
-            "--lease-duration",
-            "3s",
-        ],
-    )
-    .await;
+    let mut ctx = engine_context("rollout-broken", QUICK_FAILURE).await;
     for (name, replicas) in [("canary", 1), ("web", 2), ("api", 2)] {
         create_deployment(&ctx, name, replicas, template(name, Some("tracer:v1"))).await;
     }
@@ -159,13 +147,7 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
     let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", broken).await;
     let injector = ctx.injector.as_ref().unwrap();
-    eventually(Duration::from_secs(60), "the campaign pauses", || async {
-        (injector
-            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign_paused(injector, "tracer:v1").await;
     assert_eq!(
         injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
         1.0
@@ -1213,19 +1195,7 @@ async fn a_stamp_reverted_by_a_gitops_controller_is_restarted_by_eviction_exactl
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_during_the_pause() {
-    let ctx = engine_context(
-        "rollout-revert",
-        &[
-            "--rollout=auto",
-            "--settle",
-            "1s",
-            "--rollout-timeout",
-            "6s",
-            "--lease-duration",
-            "3s",
-        ],
-    )
-    .await;
+    let ctx = engine_context("rollout-revert", QUICK_FAILURE).await;
     for name in ["canary", "web"] {
         create_deployment(&ctx, name, 1, template(name, Some("tracer:v1"))).await;
     }
@@ -1236,13 +1206,7 @@ async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_d
     let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", broken).await;
     let injector = ctx.injector.as_ref().unwrap();
-    eventually(Duration::from_secs(60), "the campaign pauses", || async {
-        (injector
-            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"paused\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign_paused(injector, "tracer:v1").await;
 
     // While it is paused, web scales up: its new pod gets the broken sidecar.
     let broken_stamp = stamp_of(broken);

@@ -20,19 +20,7 @@ fn campaign_alert(prometheus: &Prometheus) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_prometheus_fires_the_campaign_alert_when_a_broken_revision_pauses_it() {
-    let ctx = engine_context(
-        "monitoring",
-        &[
-            "--rollout=auto",
-            "--settle",
-            "1s",
-            "--rollout-timeout",
-            "6s",
-            "--lease-duration",
-            "3s",
-        ],
-    )
-    .await;
+    let ctx = engine_context("monitoring", QUICK_FAILURE).await;
     create_deployment(&ctx, "canary", 1, template("canary", Some("tracer:v1"))).await;
     wait_pods_at(&ctx, "canary", 1, &stamp_of(TRACER_V1), DEADLINE).await;
     let injector = ctx.injector.as_ref().unwrap();

@@ -237,6 +237,28 @@ pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
 
 /// A rollout test's world: the injector (with `extra`, under deploy/'s RBAC) reads the test's
 /// ConfigMaps, and `tracer:v1` is in force.
+/// Engine flags for a test that breaks a revision: campaigns settle in 1 s, a restart that does
+/// not roll out fails at 6 s, the Lease moves within 3 s.
+pub const QUICK_FAILURE: &[&str] = &[
+    "--rollout=auto",
+    "--settle",
+    "1s",
+    "--rollout-timeout",
+    "6s",
+    "--lease-duration",
+    "3s",
+];
+
+/// Waits until the injector's engine reports the campaign of `sidecar` paused.
+pub async fn wait_campaign_paused(injector: &super::injector::Injector, sidecar: &str) {
+    let sample =
+        format!("sidecar_injector_rollout_campaign{{sidecar=\"{sidecar}\",state=\"paused\"}}");
+    eventually(Duration::from_secs(60), "the campaign pauses", || async {
+        (injector.metric(&sample) == 1.0).then_some(())
+    })
+    .await;
+}
+
 pub async fn engine_context(test: &str, extra: &[&str]) -> TestContext {
     let namespace = format!("e2e-{test}");
     let ctx = TestContext::with_deploy_rbac(test, &rollout_args(&namespace, extra)).await;
