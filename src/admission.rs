@@ -123,6 +123,8 @@ pub struct Answer {
     pub sidecars: Vec<(String, SidecarResult)>,
     /// The denial message or the warning, when there is one.
     pub message: Option<String>,
+    /// Warnings beside the message (an injected sidecar whose campaign is paused).
+    pub warnings: Vec<String>,
     /// The pod requested sidecars under another annotation namespace than ours.
     pub other_annotation_namespace: bool,
     /// Why, in the words of the `reason` label of Tumblr's `injections` series.
@@ -261,6 +263,7 @@ fn answer_review(
         pod: String::new(),
         sidecars: Vec::new(),
         message: None,
+        warnings: Vec::new(),
         other_annotation_namespace: false,
         tumblr_reason: "no_annotation",
     };
@@ -329,7 +332,7 @@ fn decide_outcome(
     }
     match decide(&pod, &answer.namespace, sidecars, settings) {
         Decision::Skip(reason) => skipped(answer, &reason),
-        Decision::Inject(injection) => injected(answer, &injection),
+        Decision::Inject(injection) => injected(answer, &injection, sidecars),
         Decision::Deny(denial) => denied(answer, &denial),
     }
 }
@@ -382,7 +385,7 @@ fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
     Outcome::Allow { patch: None }
 }
 
-fn injected(answer: &mut Answer, injection: &Injection<'_>) -> Outcome {
+fn injected(answer: &mut Answer, injection: &Injection<'_>, sidecars: &SidecarSet) -> Outcome {
     // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
     // writes costs several times more. The writer stops at the limit, so an oversized patch
     // costs no more memory than the limit.
@@ -406,6 +409,12 @@ fn injected(answer: &mut Answer, injection: &Injection<'_>) -> Outcome {
     if !injection.missing.is_empty() {
         answer.message = Some(missing_message(&injection.missing));
     }
+    answer.warnings = injection
+        .injected
+        .iter()
+        .filter_map(|(name, _)| sidecars.warning(name))
+        .map(str::to_owned)
+        .collect();
     Outcome::Allow {
         patch: Some(base64::engine::general_purpose::STANDARD.encode(patch.bytes)),
     }
@@ -474,7 +483,16 @@ fn invalid_pod(answer: &mut Answer, message: String) -> Outcome {
 fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome) -> Vec<u8> {
     let message = answer.message.as_deref();
     let (allowed, patch, status, warnings) = match outcome {
-        Outcome::Allow { patch } => (true, patch, None, message.map(str::to_owned)),
+        Outcome::Allow { patch } => (
+            true,
+            patch,
+            None,
+            message
+                .map(str::to_owned)
+                .into_iter()
+                .chain(answer.warnings.iter().cloned())
+                .collect(),
+        ),
         Outcome::Refuse { code } => (
             false,
             None,
@@ -482,7 +500,7 @@ fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome) -> Vec<u8>
                 code,
                 message: message.unwrap_or_default(),
             }),
-            None,
+            Vec::new(),
         ),
     };
     serde_json::to_vec(&ReviewOut {
@@ -494,7 +512,7 @@ fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome) -> Vec<u8>
             patch_type: patch.as_ref().map(|_| "JSONPatch"),
             patch,
             status,
-            warnings: warnings.into_iter().collect(),
+            warnings,
         },
     })
     .expect("the reply serializes")

@@ -354,8 +354,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         options.max_buffered_bytes,
         options.max_body_bytes
     );
+    // What the webhook injects is what the sources serve, with a warning on sidecars whose
+    // campaign is paused (known from the status ConfigMap when there is a cluster).
+    let injected = match (&options.cluster, &options.publication) {
+        (Some(client), Some(publication)) => crate::cluster::status::warn_paused_campaigns(
+            client.clone(),
+            &publication.namespace,
+            sidecars,
+        ),
+        _ => sidecars,
+    };
     let state = Arc::new(WebhookState::new(
-        sidecars,
+        injected,
         options.settings.clone(),
         metrics.clone(),
         http::Limits {

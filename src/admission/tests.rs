@@ -283,3 +283,20 @@ fn injection_into_a_pod_whose_containers_have_many_env_entries_adds_only_what_is
         "nothing added to the pod's own containers: {env_ops:?}"
     );
 }
+
+#[test]
+fn an_injection_of_a_sidecar_with_a_warning_carries_it_and_others_do_not() {
+    let input = fixture("deployment-pod.json");
+    let set = sidecars();
+    let logger: crate::name::SidecarName = "logger:v1".parse().unwrap();
+    let warned = set.with_warnings([(logger, std::sync::Arc::from("logger:v1 is paused"))].into());
+    let review_bytes = serde_json::to_vec(&input).unwrap();
+    let answer = review(&review_bytes, &warned, &InjectionSettings::default()).unwrap();
+    assert_eq!(answer.result, AdmissionResult::Injected);
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(body["response"]["warnings"], json!(["logger:v1 is paused"]));
+    assert!(body["response"]["patch"].is_string());
+    // Without the warning, nothing to say.
+    let (_, body) = super::tests::answer(&input);
+    assert!(body["response"].get("warnings").is_none(), "{body}");
+}

@@ -275,6 +275,35 @@ pub async fn write(api: &Api<ConfigMap>, status: &ConfigMap) -> Result<ConfigMap
     }
 }
 
+/// The configs the webhook injects: `configs`, with a warning on each sidecar whose campaign
+/// the status ConfigMap in `namespace` shows paused at the revision injected (so `kubectl`
+/// tells whoever creates such a pod that it gets a revision that failed).
+pub fn warn_paused_campaigns(
+    client: Client,
+    namespace: &str,
+    mut configs: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
+) -> signal::Receiver<std::sync::Arc<crate::config::SidecarSet>> {
+    let mut status = watch_status(client, namespace);
+    let (publish, receive) = signal::channel(configs.borrow().clone());
+    tokio::spawn(async move {
+        loop {
+            let book = status
+                .borrow_and_update()
+                .as_ref()
+                .and_then(|c| decode_book(c).ok().flatten())
+                .unwrap_or_default();
+            let set = configs.borrow_and_update().clone();
+            let warnings = book.admission_warnings(&set);
+            publish.send_replace(std::sync::Arc::new(set.with_warnings(warnings)));
+            tokio::select! {
+                changed = configs.changed() => if changed.is_err() { break },
+                changed = status.changed() => if changed.is_err() { break },
+            }
+        }
+    });
+    receive
+}
+
 /// The status ConfigMap as it changes (`None` while it does not exist); the first value is
 /// published once the first read is done, whether it exists or not.
 pub fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<ConfigMap>> {

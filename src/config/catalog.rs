@@ -88,6 +88,9 @@ impl RenderedSidecar {
 #[derive(Debug, Clone, Default)]
 pub struct SidecarSet {
     by_name: BTreeMap<SidecarName, Arc<LoadedSidecar>>,
+    /// What the webhook tells the creator of a pod it injects with a sidecar (its campaign is
+    /// paused, say), by sidecar.
+    warnings: BTreeMap<SidecarName, Arc<str>>,
 }
 
 impl SidecarSet {
@@ -110,6 +113,19 @@ impl SidecarSet {
             .iter()
             .map(|(name, s)| (name.to_string(), s.revision.to_string()))
             .collect()
+    }
+
+    /// The same configs, each injection of a sidecar in `warnings` warned about with its text.
+    pub fn with_warnings(&self, warnings: BTreeMap<SidecarName, Arc<str>>) -> Self {
+        Self {
+            by_name: self.by_name.clone(),
+            warnings,
+        }
+    }
+
+    /// The warning for injecting `name`, when there is one.
+    pub fn warning(&self, name: &SidecarName) -> Option<&str> {
+        self.warnings.get(name).map(AsRef::as_ref)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &SidecarName> {

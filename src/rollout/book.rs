@@ -232,6 +232,30 @@ impl CampaignBook {
         }
     }
 
+    /// What the webhook tells the creator of a pod injected with a sidecar whose campaign is
+    /// paused at the revision `set` injects: the pod gets a revision that failed.
+    pub fn admission_warnings(
+        &self,
+        set: &crate::config::SidecarSet,
+    ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
+        set.iter()
+            .filter_map(|sidecar| {
+                let name = &sidecar.config.name;
+                let campaign = self.campaigns.get(&name.to_string())?;
+                (campaign.state == CampaignState::Paused
+                    && campaign.revision == sidecar.revision.as_str())
+                .then(|| {
+                    let text = format!(
+                        "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or `sidecar-injector rollout --resume`",
+                        campaign.revision,
+                        campaign.failures.len()
+                    );
+                    (name.clone(), std::sync::Arc::from(text))
+                })
+            })
+            .collect()
+    }
+
     /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
     /// maintenance window is closed and when it opens.
     pub fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {

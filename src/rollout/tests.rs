@@ -1798,3 +1798,53 @@ fn a_campaign_back_to_the_revision_a_failed_one_left_is_a_reversion() {
     assert_eq!(remembered.first().unwrap(), "old000000001");
     assert_eq!(remembered.last().unwrap(), "broken000000");
 }
+
+#[test]
+fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
+    use crate::config::{LoadedSidecar, parse_config};
+    let text = "name: logger:v1\ncontainers: [{name: log-shipper, image: 'shipper:1'}]\n";
+    let set: crate::config::SidecarSet = std::iter::once(LoadedSidecar::new(
+        parse_config("t.yaml", text).unwrap().config,
+        "t.yaml",
+    ))
+    .collect();
+    let revision = set.iter().next().unwrap().revision.to_string();
+    let campaign = |revision: &str, state| Campaign {
+        revision: revision.to_owned(),
+        previous: None,
+        since: Time(Timestamp::UNIX_EPOCH),
+        state,
+        counts: Default::default(),
+        failures: Vec::new(),
+        acknowledged_failures: 0,
+        pause_reason: None,
+        changes: None,
+        resumed: None,
+        reverted: None,
+        failed_before: Vec::new(),
+    };
+    let book = |c: Campaign| CampaignBook {
+        campaigns: [("logger:v1".to_owned(), c)].into(),
+        maintenance: None,
+    };
+    let warnings = book(campaign(&revision, CampaignState::Paused)).admission_warnings(&set);
+    let text = &warnings[&"logger:v1".parse().unwrap()];
+    assert!(
+        text.starts_with(&format!(
+            "the rollout of sidecar logger:v1 (revision {revision}) is paused"
+        )),
+        "{text}"
+    );
+    assert!(text.len() <= 256, "kubectl shows it whole: {}", text.len());
+    // Running, or paused at another revision (the config moved on): nothing to warn about.
+    assert!(
+        book(campaign(&revision, CampaignState::Running))
+            .admission_warnings(&set)
+            .is_empty()
+    );
+    assert!(
+        book(campaign("0123456789ab", CampaignState::Paused))
+            .admission_warnings(&set)
+            .is_empty()
+    );
+}

@@ -1208,6 +1208,53 @@ async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_d
     let injector = ctx.injector.as_ref().unwrap();
     wait_campaign_paused(injector, "tracer:v1").await;
 
+    // Whoever creates a pod now is told by kubectl that it gets the revision that failed
+    // (a server-side dry run goes through the webhook and creates nothing).
+    let broken_revision = stamp_of(broken).split_once('=').unwrap().1.to_owned();
+    let warning = format!(
+        "Warning: the rollout of sidecar tracer:v1 (revision {broken_revision}) is paused after 1 failed restart(s)"
+    );
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "annotations": {"injector/request": "tracer:v1"}},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    });
+    let kubeconfig = support::cluster::control_plane().kubeconfig.clone();
+    eventually(
+        DEADLINE,
+        "kubectl shows the paused campaign's warning",
+        || {
+            let mut kubectl = std::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args([
+                    "-n",
+                    &ctx.namespace,
+                    "create",
+                    "--dry-run=server",
+                    "-f",
+                    "-",
+                ])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            kubectl
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(pod.to_string().as_bytes())
+                .unwrap();
+            let output = kubectl.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            let warned = output.status.success() && stderr.contains(&warning);
+            async move { warned.then_some(()) }
+        },
+    )
+    .await;
+
     // While it is paused, web scales up: its new pod gets the broken sidecar.
     let broken_stamp = stamp_of(broken);
     ctx.api::<Deployment>()
