@@ -10,6 +10,7 @@ pub mod change;
 pub mod eviction;
 mod gates;
 mod health;
+mod instant;
 pub mod journal;
 pub mod notice;
 pub mod outcome;
@@ -25,9 +26,10 @@ pub use book::{
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;
 pub use health::{container_problems, rolled_out};
+pub use instant::{from_now, to_the_second};
 pub use plan::{
     Bake, EvictionRestart, PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings,
-    SidecarTarget, WaitReason, Waiting, to_the_second,
+    SidecarTarget, WaitReason, Waiting,
 };
 pub use planner::{plan, target_stamp};
 

@@ -265,8 +265,8 @@ impl CampaignBook {
         let opens = match &status.until {
             Some(at) => format!(
                 "opens {}, at {}",
-                super::plan::from_now(at.0, now),
-                super::plan::to_the_second(at.0)
+                super::instant::from_now(at.0, now),
+                super::instant::to_the_second(at.0)
             ),
             None => "none opens within a week".to_owned(),
         };

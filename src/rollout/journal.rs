@@ -184,7 +184,7 @@ pub fn resumptions(before: &CampaignBook, after: &CampaignBook) -> Vec<Line> {
                         "campaign of {sidecar} (revision {}) resumed by {} at {}; its earlier failures no longer count",
                         campaign.revision,
                         resumed.by,
-                        super::plan::to_the_second(resumed.at.0)
+                        super::instant::to_the_second(resumed.at.0)
                     ),
                 )
             })

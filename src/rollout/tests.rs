@@ -826,10 +826,10 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
         cooldown.describe(now),
         "restarted recently; cooldown ends in 8m (2027-01-15T08:07:55Z; --cooldown to change)"
     );
-    assert_eq!(plan::from_now(at(45), now), "in 45s");
-    assert_eq!(plan::from_now(at(2 * 3600 + 5 * 60), now), "in 2h 5m");
-    assert_eq!(plan::from_now(at(3600), now), "in 1h");
-    assert_eq!(plan::from_now(at(-1), now), "now");
+    assert_eq!(instant::from_now(at(45), now), "in 45s");
+    assert_eq!(instant::from_now(at(2 * 3600 + 5 * 60), now), "in 2h 5m");
+    assert_eq!(instant::from_now(at(3600), now), "in 1h");
+    assert_eq!(instant::from_now(at(-1), now), "now");
     let paused = WaitReason::CampaignPaused {
         sidecar: LOGGER.into(),
     };
