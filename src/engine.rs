@@ -208,13 +208,15 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// `status` watches the status ConfigMap in `options.namespace`
+    /// ([`status::watch_status`]), which `serve` shares with the webhook's warnings.
     pub fn new(
         client: Client,
         options: EngineOptions,
         metrics: Arc<Metrics>,
         recorder: Recorder,
+        status: watch::Receiver<Option<ConfigMap>>,
     ) -> Self {
-        let status = status::watch_status(client.clone(), &options.namespace);
         Self {
             client,
             options,

@@ -278,6 +278,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             stop.clone(),
         )));
     }
+    // One watch of the status ConfigMap (the injector's namespace, where the engine keeps it
+    // too) for the engine and the webhook's warnings.
+    let status = match (&options.cluster, &options.publication) {
+        (Some(client), Some(publication)) => Some(crate::cluster::status::watch_status(
+            client.clone(),
+            &publication.namespace,
+        )),
+        _ => None,
+    };
     if let Some(client) = &options.cluster {
         let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
         crate::cluster::drift_feed::spawn_gauge(
@@ -299,6 +308,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 rollout.engine.clone(),
                 metrics.clone(),
                 recorder(client.clone(), options.pod_name.clone()),
+                status.clone().unwrap_or_else(|| {
+                    crate::cluster::status::watch_status(client.clone(), &rollout.engine.namespace)
+                }),
             );
             if let Some(notify) = &rollout.notify {
                 engine.notify_with(crate::engine::notifier::Notifier::spawn(
@@ -356,13 +368,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     );
     // What the webhook injects is what the sources serve, with a warning on sidecars whose
     // campaign is paused (known from the status ConfigMap when there is a cluster).
-    let injected = match (&options.cluster, &options.publication) {
-        (Some(client), Some(publication)) => crate::cluster::status::warn_paused_campaigns(
-            client.clone(),
-            &publication.namespace,
-            sidecars,
-        ),
-        _ => sidecars,
+    let injected = match status {
+        Some(status) => crate::cluster::status::warn_paused_campaigns(status, sidecars),
+        None => sidecars,
     };
     let state = Arc::new(WebhookState::new(
         injected,

@@ -316,7 +316,14 @@ async fn plan_now(
     };
     let feed = synced_feed(client, keys).await?;
     let recorder = crate::cluster::events::recorder(client.clone(), None);
-    let mut engine = Engine::new(client.clone(), options, Arc::new(Metrics::new()), recorder);
+    let status = crate::cluster::status::watch_status(client.clone(), &options.namespace);
+    let mut engine = Engine::new(
+        client.clone(),
+        options,
+        Arc::new(Metrics::new()),
+        recorder,
+        status,
+    );
     engine.load_status().await;
     if let Some(revisions) = published {
         engine.use_published_revisions(revisions);

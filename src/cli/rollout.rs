@@ -100,6 +100,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         options.clone(),
         Arc::new(Metrics::new()),
         recorder,
+        crate::cluster::status::watch_status(client.clone(), &options.namespace),
     );
     if by_container {
         let run = container_run(&client, args, &options, &feed, started_before).await?;

@@ -102,12 +102,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let rollout = match (&cluster, args.rollout) {
         (None, _) | (_, EngineMode::Off) => None,
         (Some(_), mode) => {
-            let namespace = args
-                .injector_namespace
-                .clone()
-                .or(own_namespace.clone())
-                .or(args.configmaps.configmap_namespace.clone())
-                .context(
+            let namespace = injector_namespace.clone().context(
                     "the rollout engine keeps its status ConfigMap and Lease in the injector's namespace: \
                      pass --injector-namespace (or --rollout=off)",
                 )?;

@@ -276,14 +276,12 @@ pub async fn write(api: &Api<ConfigMap>, status: &ConfigMap) -> Result<ConfigMap
 }
 
 /// The configs the webhook injects: `configs`, with a warning on each sidecar whose campaign
-/// the status ConfigMap in `namespace` shows paused at the revision injected (so `kubectl`
-/// tells whoever creates such a pod that it gets a revision that failed).
+/// the status ConfigMap (`status`, from [`watch_status`]) shows paused at the revision
+/// injected (so `kubectl` tells whoever creates such a pod that it gets a revision that failed).
 pub fn warn_paused_campaigns(
-    client: Client,
-    namespace: &str,
+    mut status: signal::Receiver<Option<ConfigMap>>,
     mut configs: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
 ) -> signal::Receiver<std::sync::Arc<crate::config::SidecarSet>> {
-    let mut status = watch_status(client, namespace);
     let (publish, receive) = signal::channel(configs.borrow().clone());
     tokio::spawn(async move {
         loop {
@@ -509,20 +507,14 @@ mod tests {
         book.campaigns.insert(
             "logger:v1".into(),
             crate::rollout::Campaign {
-                revision: "aaaaaaaaaaaa".into(),
-                previous: None,
-                since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-                ),
-                state: crate::rollout::CampaignState::Paused,
-                counts: Default::default(),
-                failures: Vec::new(),
-                acknowledged_failures: 0,
                 pause_reason: Some("broken".into()),
-                changes: None,
-                resumed: None,
-                reverted: None,
-                failed_before: Vec::new(),
+                ..crate::test_fixtures::campaign(
+                    "aaaaaaaaaaaa",
+                    crate::rollout::CampaignState::Paused,
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                )
             },
         );
         // The replicas' publications stay as they are; only the book is replaced.

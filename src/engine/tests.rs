@@ -87,7 +87,13 @@ fn engine(client: Client) -> (Engine, Arc<Metrics>) {
     };
     let recorder = crate::cluster::events::recorder(client.clone(), Some("injector-0".into()));
     (
-        Engine::new(client, options, metrics.clone(), recorder),
+        Engine::new(
+            client.clone(),
+            options.clone(),
+            metrics.clone(),
+            recorder,
+            crate::cluster::status::watch_status(client, &options.namespace),
+        ),
         metrics,
     )
 }
