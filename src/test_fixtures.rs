@@ -45,3 +45,25 @@ impl PodMeta {
         self
     }
 }
+
+/// A campaign at `revision` in `state` since `since`, with no failures, notes or history.
+pub(crate) fn campaign(
+    revision: &str,
+    state: crate::rollout::CampaignState,
+    since: Time,
+) -> crate::rollout::Campaign {
+    crate::rollout::Campaign {
+        revision: revision.to_owned(),
+        previous: None,
+        since,
+        state,
+        counts: Default::default(),
+        failures: Vec::new(),
+        acknowledged_failures: 0,
+        pause_reason: None,
+        changes: None,
+        resumed: None,
+        reverted: None,
+        failed_before: Vec::new(),
+    }
+}

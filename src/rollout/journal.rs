@@ -198,7 +198,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::rollout::{Campaign, Resumption, WaitReason, Waiting};
+    use crate::rollout::{Resumption, WaitReason, Waiting};
     use crate::workload::WorkloadKind;
 
     fn at(second: i64) -> Time {
@@ -210,20 +210,7 @@ mod tests {
     }
 
     fn book(state: CampaignState) -> CampaignBook {
-        let campaign = Campaign {
-            revision: "aaaaaaaaaaaa".into(),
-            previous: None,
-            since: at(0),
-            state,
-            counts: Default::default(),
-            failures: Vec::new(),
-            acknowledged_failures: 0,
-            pause_reason: None,
-            changes: None,
-            resumed: None,
-            reverted: None,
-            failed_before: Vec::new(),
-        };
+        let campaign = crate::test_fixtures::campaign("aaaaaaaaaaaa", state, at(0));
         CampaignBook {
             campaigns: [("tracer:v1".to_owned(), campaign)].into(),
             maintenance: None,

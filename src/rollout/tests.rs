@@ -1761,18 +1761,13 @@ fn each_restart_bakes_once_and_a_passed_bake_stays_succeeded() {
 #[test]
 fn a_campaign_back_to_the_revision_a_failed_one_left_is_a_reversion() {
     let failed = Campaign {
-        revision: "broken000000".into(),
         previous: Some("good00000000".into()),
-        since: Time(Timestamp::UNIX_EPOCH),
-        state: CampaignState::Paused,
-        counts: Default::default(),
-        failures: Vec::new(),
-        acknowledged_failures: 0,
         pause_reason: Some("paused after 1 failed workload(s)".into()),
-        changes: None,
-        resumed: None,
-        reverted: None,
-        failed_before: Vec::new(),
+        ..crate::test_fixtures::campaign(
+            "broken000000",
+            CampaignState::Paused,
+            Time(Timestamp::UNIX_EPOCH),
+        )
     };
     let reverted = super::planner::reversion(&failed, "good00000000").unwrap();
     assert_eq!(reverted.from, "broken000000");
@@ -1809,19 +1804,8 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
     ))
     .collect();
     let revision = set.iter().next().unwrap().revision.to_string();
-    let campaign = |revision: &str, state| Campaign {
-        revision: revision.to_owned(),
-        previous: None,
-        since: Time(Timestamp::UNIX_EPOCH),
-        state,
-        counts: Default::default(),
-        failures: Vec::new(),
-        acknowledged_failures: 0,
-        pause_reason: None,
-        changes: None,
-        resumed: None,
-        reverted: None,
-        failed_before: Vec::new(),
+    let campaign = |revision: &str, state| {
+        crate::test_fixtures::campaign(revision, state, Time(Timestamp::UNIX_EPOCH))
     };
     let book = |c: Campaign| CampaignBook {
         campaigns: [("logger:v1".to_owned(), c)].into(),

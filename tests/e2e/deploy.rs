@@ -89,23 +89,7 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
     // The 1.20 overlay, server-side: the namespace for real, then a dry run of everything
     // else, the PodDisruptionBudget included.
     let kubectl = |args: &[&str], input: &str| {
-        use std::io::Write;
-        let mut child = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&plane.kubeconfig)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
+        let output = kubectl(args, &[("KUBECONFIG", plane.kubeconfig.as_os_str())], input);
         assert!(
             output.status.success(),
             "kubectl {args:?}: {}",

@@ -282,12 +282,7 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
         "{stderr}"
     );
     assert!(!stdout.contains("restarted"), "{stdout}");
-    let status = ctx
-        .api::<ConfigMap>()
-        .get("sidecar-injector-status")
-        .await
-        .unwrap();
-    let book: Value = serde_json::from_str(&status.data.unwrap()["campaigns"]).unwrap();
+    let book = campaign_book(&ctx).await.expect("a campaign book");
     let resumed_by = book["campaigns"]["tracer:v1"]["resumed"]["by"]
         .as_str()
         .unwrap_or_default();
@@ -353,7 +348,6 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
     let v4 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:4'}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", v4).await;
     let v4_rev = stamp_of(v4).split('=').nth(1).unwrap().to_owned();
-    let configmaps = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
     // The log says why the campaign waits, once.
     let waits = wait_logged(
         injector,
@@ -366,8 +360,7 @@ async fn edits_inside_the_settle_window_make_one_campaign_and_the_cooldown_holds
         "{waits}"
     );
     eventually(DEADLINE, "the v4 campaign holds web back", || async {
-        let status = configmaps.get("sidecar-injector-status").await.ok()?;
-        let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
+        let book = campaign_book(&ctx).await?;
         let campaign = &book["campaigns"]["tracer:v1"];
         (campaign["revision"] == v4_rev.as_str()
             && campaign["state"] == "running"
@@ -1220,34 +1213,21 @@ async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_d
         "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
     });
     let kubeconfig = support::cluster::control_plane().kubeconfig.clone();
+    let args = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "-n",
+        &ctx.namespace,
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+    ];
     eventually(
         DEADLINE,
         "kubectl shows the paused campaign's warning",
         || {
-            let mut kubectl = std::process::Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args([
-                    "-n",
-                    &ctx.namespace,
-                    "create",
-                    "--dry-run=server",
-                    "-f",
-                    "-",
-                ])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use std::io::Write;
-            kubectl
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(pod.to_string().as_bytes())
-                .unwrap();
-            let output = kubectl.wait_with_output().unwrap();
+            let output = kubectl(&args, &[], &pod.to_string());
             let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
             let warned = output.status.success() && stderr.contains(&warning);
             async move { warned.then_some(()) }
@@ -1284,12 +1264,7 @@ async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_d
     for (app, count) in [("canary", 1), ("web", 2)] {
         wait_pods_at(&ctx, app, count, &v1, Duration::from_secs(120)).await;
     }
-    let status = ctx
-        .api::<ConfigMap>()
-        .get("sidecar-injector-status")
-        .await
-        .unwrap();
-    let book: Value = serde_json::from_str(&status.data.unwrap()["campaigns"]).unwrap();
+    let book = campaign_book(&ctx).await.expect("a campaign book");
     let campaign = &book["campaigns"]["tracer:v1"];
     assert_eq!(
         campaign["revision"],

@@ -1,30 +1,10 @@
 //! The operator's toolbox against the real apiserver: the webhook's warnings as kubectl shows
 //! them, and the binary run by kubectl as its `sidecar-injector` plugin.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use super::*;
 use support::cluster::control_plane;
-
-fn kubectl(args: &[&str], env: &[(&str, &std::ffi::OsStr)], stdin: Option<&Value>) -> Output {
-    let mut command = Command::new("kubectl");
-    command
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (*k, *v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().expect("kubectl runs");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(document) = stdin {
-        input
-            .write_all(serde_json::to_string(document).unwrap().as_bytes())
-            .unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -55,7 +35,7 @@ async fn kubectl_shows_the_webhooks_warnings() {
                 "-",
             ],
             &[],
-            Some(&document),
+            &document.to_string(),
         );
         assert!(output.status.success(), "{}", text(&output.stderr));
         text(&output.stderr)
@@ -107,7 +87,7 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         ("KUBECONFIG", kubeconfig.as_os_str()),
     ];
 
-    let listed = kubectl(&["plugin", "list"], &env, None);
+    let listed = kubectl(&["plugin", "list"], &env, "");
     assert!(
         text(&listed.stdout).contains(plugin.to_str().unwrap()),
         "{}{}",
@@ -129,7 +109,7 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
             config,
         ];
         args.extend_from_slice(extra);
-        kubectl(&args, &env, None)
+        kubectl(&args, &env, "")
     };
     for extra in [&[][..], &["--context", "testbed"][..]] {
         let output = drift(extra);
@@ -154,7 +134,7 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
     );
 
     // Usage speaks of the command the user typed.
-    let help = kubectl(&["sidecar-injector", "drift", "--help"], &env, None);
+    let help = kubectl(&["sidecar-injector", "drift", "--help"], &env, "");
     assert!(
         text(&help.stdout).contains("Usage: kubectl sidecar-injector drift"),
         "{}",

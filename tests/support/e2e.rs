@@ -237,6 +237,42 @@ pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
 
 /// A rollout test's world: the injector (with `extra`, under deploy/'s RBAC) reads the test's
 /// ConfigMaps, and `tracer:v1` is in force.
+/// `kubectl ARGS` with `env` added to its environment and `stdin` written to it; whatever its
+/// exit status.
+pub fn kubectl(
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+    stdin: &str,
+) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The campaign book of the test's status ConfigMap, when it has one.
+pub async fn campaign_book(ctx: &TestContext) -> Option<Value> {
+    let status = ctx
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get_opt("sidecar-injector-status")
+        .await
+        .ok()??;
+    serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()
+}
+
 /// Engine flags for a test that breaks a revision: campaigns settle in 1 s, a restart that does
 /// not roll out fails at 6 s, the Lease moves within 3 s.
 pub const QUICK_FAILURE: &[&str] = &[
