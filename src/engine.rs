@@ -29,6 +29,7 @@ use crate::rollout::change::restart_action;
 use crate::rollout::eviction::{
     BlockNews, BlockedEviction, EVICTION_SPACING, LastEviction, next_eviction, on_blocked,
 };
+use crate::rollout::history::RevisionHistory;
 use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
@@ -122,6 +123,8 @@ pub enum ActionError {
     RecordEvent { object: String, source: kube::Error },
     #[error("cannot write the status ConfigMap: {source}")]
     WriteStatus { source: kube::Error },
+    #[error("cannot write the revision history ConfigMap: {source}")]
+    WriteHistory { source: kube::Error },
     #[error("cannot read pod {namespace}/{pod} for its health bake: {source}")]
     ReadPod {
         namespace: String,
@@ -137,7 +140,9 @@ impl ActionError {
             ActionError::Patch { .. } => EngineCall::Patch,
             ActionError::Evict { .. } => EngineCall::Evict,
             ActionError::RecordEvent { .. } => EngineCall::Event,
-            ActionError::WriteStatus { .. } => EngineCall::Status,
+            ActionError::WriteStatus { .. } | ActionError::WriteHistory { .. } => {
+                EngineCall::Status
+            }
             ActionError::ReadPod { .. } => EngineCall::ReadPod,
         }
     }
@@ -174,6 +179,13 @@ pub struct Engine {
     recorder: Recorder,
     /// Each sidecar's content as last seen: what a new revision is described against.
     history: ContentHistory,
+    /// Each sidecar's remembered revisions, as in the history ConfigMap once read.
+    revisions: RevisionHistory,
+    /// The resourceVersion of the history ConfigMap `revisions` was read at (`None`: it did not
+    /// exist); unknown until read, and nothing is written before.
+    revisions_version: Option<Option<String>>,
+    /// What the pins and holds of the book could not serve, as last said.
+    overlay_errors: Vec<String>,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
     evictions: BTreeMap<WorkloadRef, LastEviction>,
     /// The template stamps this process wrote and whose rollout is not over: one found gone
@@ -223,6 +235,9 @@ impl Engine {
             metrics,
             recorder,
             history: ContentHistory::default(),
+            revisions: RevisionHistory::default(),
+            revisions_version: None,
+            overlay_errors: Vec::new(),
             finished_since: BTreeMap::new(),
             evictions: BTreeMap::new(),
             blocked: BTreeMap::new(),
@@ -261,8 +276,113 @@ impl Engine {
     fn targets(&mut self, set: &SidecarSet) -> BTreeMap<String, SidecarTarget> {
         let honour_manual = !self.options.ignore_manual_policy;
         match &self.published {
-            Some(published) => published_targets(published, set, honour_manual),
-            None => self.history.targets(set, honour_manual),
+            Some(published) => {
+                let mut targets = published_targets(published, set, honour_manual);
+                // Replicas publish the pinned revision once they have read the pin; until then
+                // they publish the config's, which the pin replaces.
+                for (sidecar, pin) in &self.book.pins {
+                    if let Some(target) = targets.get_mut(sidecar)
+                        && target.revision == pin.over
+                    {
+                        target.revision.clone_from(&pin.revision);
+                    }
+                }
+                targets
+            }
+            None => {
+                let (pinned, errors) = self.book.pinned(set);
+                self.say_overlay_errors(&errors);
+                self.history.targets(&pinned, honour_manual)
+            }
+        }
+    }
+
+    /// The targets of a plan by revision: the cluster's book adopted, pins whose config changed
+    /// dropped (when this process writes the book), the history read.
+    async fn revision_targets(
+        &mut self,
+        set: &SidecarSet,
+        may_write: bool,
+    ) -> BTreeMap<String, SidecarTarget> {
+        self.adopt_cluster_book();
+        if may_write && self.published.is_none() {
+            for (sidecar, pin) in self.book.drop_stale_pins(set) {
+                info!(
+                    sidecar,
+                    "the pin of {sidecar} at {} ends: its config changed since it was pinned over {}",
+                    pin.revision,
+                    pin.over
+                );
+            }
+        }
+        self.load_revisions().await;
+        self.targets(set)
+    }
+
+    /// Logs what a pin could not serve, once while it stays the same.
+    fn say_overlay_errors(&mut self, errors: &[rollout::history::HistoryError]) {
+        let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        if texts != self.overlay_errors {
+            for text in &texts {
+                warn!("a pinned revision is not served: {text}");
+            }
+            self.overlay_errors = texts;
+        }
+    }
+
+    /// Reads the revision history ConfigMap until it has been read once; a failure is said and
+    /// tried again at the next plan (the history is never written before it was read).
+    async fn load_revisions(&mut self) {
+        if self.revisions_version.is_some() {
+            return;
+        }
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
+        self.metrics.record_api_request(EngineCall::Status);
+        match status::read_history(&api).await {
+            Ok((history, version)) => {
+                self.revisions = history;
+                self.revisions_version = Some(version);
+            }
+            Err(err) => warn!(
+                "{err}; a paused campaign cannot hold new pods at a good revision until it is read"
+            ),
+        }
+    }
+
+    /// Notes the revisions served and their outcomes in the history, and writes it when that
+    /// changed it (or it was never written).
+    async fn record_revisions(&mut self, served: &SidecarSet, now: Timestamp) {
+        let Some(version) = self.revisions_version.clone() else {
+            return;
+        };
+        let changed = self.revisions.observe(
+            served,
+            &self.book,
+            now,
+            self.options.settings.good_after,
+            self.options.settings.history_limit,
+        );
+        if !changed && version.is_some() {
+            return;
+        }
+        if self.revisions.sidecars.is_empty() {
+            return;
+        }
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
+        let object = status::history_object(&self.options.namespace, version, &self.revisions);
+        self.metrics.record_api_request(EngineCall::Status);
+        match with_timeout(status::write_history(&api, &object)).await {
+            Ok(written) => self.revisions_version = Some(written.metadata.resource_version),
+            // Another holder wrote it since: read it again and note this plan's view on it.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                info!("the revision history changed under us; re-reading it");
+                self.revisions_version = None;
+                self.retry_later();
+            }
+            Err(source) => {
+                self.failed(&ActionError::WriteHistory { source });
+                self.retry_later();
+            }
         }
     }
 
@@ -329,12 +449,10 @@ impl Engine {
         set: &SidecarSet,
         authority: Authority,
     ) -> RolloutPlan {
+        let may_write = authority == Authority::Act && self.options.mode == EngineMode::Auto;
         let targets = match &self.containers {
             Some(run) => run.selection.targets(),
-            None => {
-                self.adopt_cluster_book();
-                self.targets(set)
-            }
+            None => self.revision_targets(set, may_write).await,
         };
         let wanted: RevisionsInForce = targets
             .iter()
@@ -384,6 +502,10 @@ impl Engine {
                 }
                 if self.containers.is_none() {
                     self.write_status().await;
+                    if self.published.is_none() {
+                        let (pinned, _) = self.book.pinned(set);
+                        self.record_revisions(&pinned, now).await;
+                    }
                 }
             }
             // A dry run acts on nothing, so its campaigns never progress: it keeps them to
@@ -431,6 +553,7 @@ impl Engine {
             evicting: &self.evicting,
             baking: &self.baking,
             settings: &self.options.settings,
+            history: &self.revisions,
             now,
         });
         let evictions = plan

@@ -10,6 +10,7 @@ pub mod change;
 pub mod eviction;
 mod gates;
 mod health;
+pub mod history;
 mod instant;
 pub mod journal;
 pub mod notice;
@@ -20,16 +21,16 @@ pub mod selection;
 pub mod targets;
 
 pub use book::{
-    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, MaintenanceStatus, Resumed,
-    Resumption, Reversion,
+    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold, MaintenanceStatus, Pin,
+    Resumed, Resumption, Reversion,
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;
 pub use health::{container_problems, rolled_out};
 pub use instant::{from_now, to_the_second};
 pub use plan::{
-    Bake, EvictionRestart, PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings,
-    SidecarTarget, WaitReason, Waiting,
+    Bake, EvictionRestart, OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan,
+    RolloutSettings, SidecarTarget, WaitReason, Waiting,
 };
 pub use planner::{plan, target_stamp};
 

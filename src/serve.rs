@@ -263,13 +263,30 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let (stop_tx, stop) = watch::channel(false);
     let mut lease_task = None;
     let mut publisher_task = None;
+    // One watch of the status ConfigMap (the injector's namespace, where the engine keeps it
+    // too) for the engine, the pins and holds the webhook serves, and its warnings.
+    let status = match (&options.cluster, &options.publication) {
+        (Some(client), Some(publication)) => Some(crate::cluster::status::watch_status(
+            client.clone(),
+            &publication.namespace,
+        )),
+        _ => None,
+    };
+    let book_signals = status
+        .clone()
+        .map(|status| crate::cluster::status::apply_book(status, sidecars.clone()));
     if let (Some(client), Some(publication)) = (&options.cluster, &options.publication) {
         let ready = readiness.clone();
+        // What this replica injects with pins applied: a pinned revision is what new pods
+        // get, and the one-shot commands judge pods by it.
+        let published = book_signals
+            .as_ref()
+            .map_or_else(|| sidecars.clone(), |b| b.pinned.clone());
         publisher_task = Some(tokio::spawn(crate::cluster::status::run_publisher(
             client.clone(),
             publication.namespace.clone(),
             publication.identity.clone(),
-            sidecars.clone(),
+            published,
             publication.every,
             move || {
                 ready.configs_loaded.load(Ordering::Acquire)
@@ -278,15 +295,6 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             stop.clone(),
         )));
     }
-    // One watch of the status ConfigMap (the injector's namespace, where the engine keeps it
-    // too) for the engine and the webhook's warnings.
-    let status = match (&options.cluster, &options.publication) {
-        (Some(client), Some(publication)) => Some(crate::cluster::status::watch_status(
-            client.clone(),
-            &publication.namespace,
-        )),
-        _ => None,
-    };
     if let Some(client) = &options.cluster {
         let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
         crate::cluster::drift_feed::spawn_gauge(
@@ -366,10 +374,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         options.max_buffered_bytes,
         options.max_body_bytes
     );
-    // What the webhook injects is what the sources serve, with a warning on sidecars whose
-    // campaign is paused (known from the status ConfigMap when there is a cluster).
-    let injected = match status {
-        Some(status) => crate::cluster::status::warn_paused_campaigns(status, sidecars),
+    // What the webhook injects is what the sources serve with the pins and holds of the
+    // campaign book, and a warning on sidecars whose campaign is paused (known from the
+    // status ConfigMap when there is a cluster).
+    let injected = match book_signals {
+        Some(signals) => signals.served,
         None => sidecars,
     };
     let state = Arc::new(WebhookState::new(

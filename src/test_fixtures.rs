@@ -65,5 +65,6 @@ pub(crate) fn campaign(
         resumed: None,
         reverted: None,
         failed_before: Vec::new(),
+        held: None,
     }
 }

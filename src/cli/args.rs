@@ -282,6 +282,19 @@ pub struct RolloutSafetyArgs {
         value_delimiter = ';'
     )]
     pub maintenance_windows: Vec<crate::maintenance::MaintenanceWindow>,
+    /// What new pods get while a sidecar's campaign is paused on failures: `hold` gives them
+    /// the sidecar's last good revision (from its revision history) until the campaign
+    /// resumes, the config changes or `rollout --release-hold`; `continue` gives them the
+    /// revision that failed.
+    #[arg(long, value_enum, default_value_t = crate::rollout::OnCampaignFailure::Hold)]
+    pub on_campaign_failure: crate::rollout::OnCampaignFailure,
+    /// A revision served this long with no failure of its campaign counts as good (as does one
+    /// whose campaign completed): what a hold falls back to.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub good_after: Duration,
+    /// Revisions remembered per sidecar in the sidecar-injector-history ConfigMap.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub history_limit: u16,
 }
 
 impl RolloutSafetyArgs {
@@ -303,6 +316,9 @@ impl RolloutSafetyArgs {
             maintenance_windows: crate::maintenance::MaintenanceWindows::new(
                 self.maintenance_windows.clone(),
             ),
+            on_campaign_failure: self.on_campaign_failure,
+            good_after: self.good_after,
+            history_limit: usize::from(self.history_limit),
             ..Default::default()
         }
     }
@@ -367,6 +383,21 @@ pub struct RolloutArgs {
     /// holder, `--confirm` acts here.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub resume: bool,
+    /// Roll back or forward to a remembered revision: `SIDECAR=REVISION` from its history
+    /// (`drift` and the sidecar-injector-history ConfigMap list them), or `SIDECAR=previous`
+    /// (the newest before the one in force that did not fail). Pinned in the status
+    /// ConfigMap: every replica injects it and the engine rolls it out even though the config
+    /// says otherwise, until the config changes or --unpin.
+    #[arg(long, value_name = "SIDECAR=REVISION", conflicts_with_all = ["resume", "unpin", "release_hold"])]
+    pub to: Option<String>,
+    /// Ends the pin of this sidecar (`rollout --to`): its config's revision is served and
+    /// rolled out again.
+    #[arg(long, value_name = "SIDECAR", conflicts_with_all = ["resume", "release_hold"])]
+    pub unpin: Option<String>,
+    /// Ends the hold of this sidecar's paused campaign: new pods get the revision that failed
+    /// again (the campaign stays paused).
+    #[arg(long, value_name = "SIDECAR", conflicts_with = "resume")]
+    pub release_hold: Option<String>,
     /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
     /// passing it gets a message saying what to do instead.
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]

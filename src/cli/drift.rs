@@ -28,11 +28,6 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .drift
             .policy(args.cluster.ignore_namespaces.namespaces());
         let status = read_status(&client, &args.cluster).await?;
-        let mut report = match revisions_from_status(status.as_ref(), &args.cluster)? {
-            Some(revisions) => index.classify_revisions(&revisions, &policy),
-            None => index.classify(&sidecars, &policy),
-        }
-        .filtered(&args.sidecars, &args.states);
         // Paused campaigns and manual sidecars are flagged: a stale count alone would not say
         // that nothing is going to restart them.
         let book = status
@@ -49,6 +44,12 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             })
             .flatten()
             .unwrap_or_default();
+        // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
+        let mut report = match revisions_from_status(status.as_ref(), &args.cluster)? {
+            Some(revisions) => index.classify_revisions(&revisions, &policy),
+            None => index.classify(&book.pinned(&sidecars).0, &policy),
+        }
+        .filtered(&args.sidecars, &args.states);
         let manual = sidecars
             .iter()
             .filter(|s| s.config.rollout_mode() == crate::config::RolloutMode::Manual)

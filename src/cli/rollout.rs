@@ -46,6 +46,13 @@ pub fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
              (the Lease holder acts on it); to act from here, run serve with --rollout=dry-run or off"
         );
     }
+    if !args.sidecar_container_name.is_empty()
+        && (args.to.is_some() || args.unpin.is_some() || args.release_hold.is_some())
+    {
+        anyhow::bail!(
+            "--to, --unpin and --release-hold act on revisions; a --sidecar-container-name run keeps none"
+        );
+    }
     if !args.sidecar_container_name.is_empty() && args.resume {
         anyhow::bail!(
             "--resume clears paused revision campaigns; a --sidecar-container-name run keeps no campaign to resume"
@@ -85,6 +92,9 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
             );
             return Ok(ExitCode::SUCCESS);
         }
+    }
+    if let Some(done) = overrides(args, &client, &sidecars, &identity, holder.as_ref()).await? {
+        return Ok(done);
     }
     let standing = if args.confirm {
         Some(Standing::take(&client, namespace, &identity, holder.as_ref()).await?)
@@ -173,6 +183,167 @@ async fn resume_campaigns(
             ],
         );
     }
+    Ok(())
+}
+
+/// `--unpin`, `--release-hold` and `--to`: written into the status ConfigMap. Returns the exit
+/// status when nothing else is left to do here (a `serve --rollout=auto` acts on a pin).
+async fn overrides(
+    args: &RolloutArgs,
+    client: &kube::Client,
+    sidecars: &SidecarSet,
+    identity: &str,
+    holder: Option<&LeaseHolder>,
+) -> anyhow::Result<Option<ExitCode>> {
+    let namespace = &args.cluster.injector_namespace;
+    if let Some(sidecar) = &args.unpin {
+        edit_overrides(client, namespace, Override::Unpin(sidecar)).await?;
+        return Ok(Some(ExitCode::SUCCESS));
+    }
+    if let Some(sidecar) = &args.release_hold {
+        edit_overrides(client, namespace, Override::ReleaseHold(sidecar)).await?;
+        return Ok(Some(ExitCode::SUCCESS));
+    }
+    if let Some(spec) = &args.to {
+        pin_revision(client, args, spec, sidecars, identity).await?;
+        if let Some(holder) = holder.filter(|h| h.restarts()) {
+            notice(
+                Level::INFO,
+                &format!(
+                    "{} holds the rollout Lease (serve --rollout=auto): every replica injects the pinned revision and it rolls it out at its next plan (`sidecar-injector drift` follows it); this run restarts nothing",
+                    holder.name
+                ),
+                &[("holder", &holder.name)],
+            );
+            return Ok(Some(ExitCode::SUCCESS));
+        }
+    }
+    Ok(None)
+}
+
+/// What `--unpin` and `--release-hold` end.
+enum Override<'a> {
+    Unpin(&'a str),
+    ReleaseHold(&'a str),
+}
+
+/// `--unpin` and `--release-hold`: the pin or hold of one sidecar removed from the book in the
+/// status ConfigMap (every replica stops serving it at once; the Lease holder plans from it).
+async fn edit_overrides(
+    client: &kube::Client,
+    namespace: &str,
+    what: Override<'_>,
+) -> anyhow::Result<()> {
+    let (raw, verb) = match &what {
+        Override::Unpin(s) => (*s, "pinned"),
+        Override::ReleaseHold(s) => (*s, "held"),
+    };
+    let sidecar = crate::name::SidecarName::parse(raw)
+        .with_context(|| format!("invalid sidecar name {raw:?}"))?
+        .to_string();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let ended = crate::cluster::status::edit_book(&api, namespace, false, |book| match &what {
+        Override::Unpin(_) => book.pins.remove(&sidecar).map(|p| p.revision),
+        Override::ReleaseHold(_) => book
+            .campaigns
+            .get_mut(&sidecar)
+            .and_then(|c| c.held.take())
+            .map(|h| h.revision),
+    })
+    .await?;
+    match ended {
+        Some(revision) => notice(
+            Level::INFO,
+            &format!(
+                "{sidecar} is no longer {verb} at {revision}: new pods get its configured revision{}",
+                match what {
+                    Override::Unpin(_) => ", and the engine rolls it out",
+                    Override::ReleaseHold(_) => " (its campaign stays paused)",
+                }
+            ),
+            &[("sidecar", &sidecar), ("revision", &revision)],
+        ),
+        None => notice(
+            Level::INFO,
+            &format!("{sidecar} is not {verb}; nothing to do"),
+            &[("sidecar", &sidecar)],
+        ),
+    }
+    Ok(())
+}
+
+/// `--to SIDECAR=REVISION`: the revision looked up in the history ConfigMap and pinned in the
+/// status ConfigMap over the revision in force.
+async fn pin_revision(
+    client: &kube::Client,
+    args: &RolloutArgs,
+    spec: &str,
+    sidecars: &SidecarSet,
+    identity: &str,
+) -> anyhow::Result<()> {
+    let namespace = &args.cluster.injector_namespace;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let (history, _) = crate::cluster::status::read_history(&api).await?;
+    let status = super::one_shot::read_status(client, &args.cluster).await?;
+    let book = status
+        .as_ref()
+        .map(crate::cluster::status::decode_book)
+        .transpose()
+        .context("the status ConfigMap's campaigns item is malformed")?
+        .flatten()
+        .unwrap_or_default();
+    let published = super::one_shot::revisions_from_status(status.as_ref(), &args.cluster)?;
+    // What the config says: what is published (or read here), unless a pin already serves
+    // in its place.
+    let configured = |sidecar: &str| -> Option<String> {
+        if let Some(pin) = book.pins.get(sidecar) {
+            return Some(pin.over.clone());
+        }
+        match &published {
+            Some(published) => published.get(sidecar).map(str::to_owned),
+            None => sidecars
+                .iter()
+                .find(|s| s.config.name.to_string() == sidecar)
+                .map(|s| s.revision.to_string()),
+        }
+    };
+    let (sidecar, entry) = history.resolve(spec, |sidecar| {
+        book.pins
+            .get(sidecar)
+            .map(|p| p.revision.clone())
+            .or_else(|| configured(sidecar))
+    })?;
+    let over = configured(&sidecar).with_context(|| {
+        format!("sidecar {sidecar} is not in force (no config of that name is loaded)")
+    })?;
+    let pin = crate::rollout::Pin {
+        revision: entry.revision.clone(),
+        content: entry.content.clone(),
+        over: over.clone(),
+        by: identity.to_owned(),
+        at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+    };
+    if let Some(own) = sidecars
+        .iter()
+        .find(|s| s.config.name.to_string() == sidecar)
+    {
+        crate::rollout::history::sidecar_with_content(own, &pin.revision, &pin.content)?;
+    }
+    let pinned = entry.revision.clone();
+    crate::cluster::status::edit_book(&api, namespace, true, |book| {
+        book.pins.insert(sidecar.clone(), pin.clone());
+        Some(())
+    })
+    .await?;
+    notice(
+        Level::INFO,
+        &format!(
+            "pinned {sidecar} at {pinned} ({}, first served {}) over its configured revision {over}: new pods get it and stale workloads are restarted to it, until the config changes or `sidecar-injector rollout --unpin {sidecar}`",
+            entry.outcome.as_str(),
+            crate::rollout::to_the_second(entry.first_served.0)
+        ),
+        &[("sidecar", &sidecar), ("revision", &pinned)],
+    );
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use tokio::sync::watch as signal;
 use super::watch::{Change, watch};
 use crate::config::RevisionsInForce;
 use crate::rollout::CampaignBook;
+use crate::rollout::history::RevisionHistory;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
@@ -275,15 +276,19 @@ pub async fn write(api: &Api<ConfigMap>, status: &ConfigMap) -> Result<ConfigMap
     }
 }
 
-/// The configs the webhook injects: `configs`, with a warning on each sidecar whose campaign
-/// the status ConfigMap (`status`, from [`watch_status`]) shows paused at the revision
-/// injected (so `kubectl` tells whoever creates such a pod that it gets a revision that failed).
-pub fn warn_paused_campaigns(
+/// What the configs become once the campaign book in the status ConfigMap (`status`, from
+/// [`watch_status`]) is applied, as two signals: `pinned`, the configs with each pin of
+/// `rollout --to` in force (what replicas publish as injected and the engine rolls out), and
+/// `served`, that with each hold of a paused campaign in force and a warning on each sidecar
+/// whose campaign is paused (what the webhook injects; kubectl shows the warnings).
+pub fn apply_book(
     mut status: signal::Receiver<Option<ConfigMap>>,
     mut configs: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
-) -> signal::Receiver<std::sync::Arc<crate::config::SidecarSet>> {
-    let (publish, receive) = signal::channel(configs.borrow().clone());
+) -> BookSignals {
+    let (publish_pinned, pinned) = signal::channel(configs.borrow().clone());
+    let (publish_served, served) = signal::channel(configs.borrow().clone());
     tokio::spawn(async move {
+        let mut said: Vec<String> = Vec::new();
         loop {
             let book = status
                 .borrow_and_update()
@@ -291,15 +296,35 @@ pub fn warn_paused_campaigns(
                 .and_then(|c| decode_book(c).ok().flatten())
                 .unwrap_or_default();
             let set = configs.borrow_and_update().clone();
-            let warnings = book.admission_warnings(&set);
-            publish.send_replace(std::sync::Arc::new(set.with_warnings(warnings)));
+            let (with_pins, mut errors) = book.pinned(&set);
+            let (with_holds, hold_errors) = book.served(&with_pins);
+            errors.extend(hold_errors);
+            let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            if texts != said {
+                for text in &texts {
+                    tracing::warn!("a pinned or held revision is not served: {text}");
+                }
+                said = texts;
+            }
+            publish_pinned.send_if_modified(|current| {
+                let changed = current.revisions_in_force() != with_pins.revisions_in_force();
+                *current = std::sync::Arc::new(with_pins);
+                changed
+            });
+            publish_served.send_replace(std::sync::Arc::new(with_holds));
             tokio::select! {
                 changed = configs.changed() => if changed.is_err() { break },
                 changed = status.changed() => if changed.is_err() { break },
             }
         }
     });
-    receive
+    BookSignals { pinned, served }
+}
+
+/// The signals of [`apply_book`].
+pub struct BookSignals {
+    pub pinned: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
+    pub served: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
 }
 
 /// The status ConfigMap as it changes (`None` while it does not exist); the first value is
@@ -434,7 +459,83 @@ async fn withdraw(
     write(api, &object).await.map(|_| ())
 }
 
-/// Why `rollout --resume` could not record the resume.
+/// The ConfigMap holding each sidecar's revision history, next to the status ConfigMap; only
+/// the Lease holder writes it.
+pub const HISTORY_CONFIGMAP: &str = "sidecar-injector-history";
+/// Its data item (JSON).
+pub const HISTORY_KEY: &str = "history";
+
+/// The revision history in `configmap`; empty when the item is absent.
+pub fn decode_history(configmap: &ConfigMap) -> Result<RevisionHistory, serde_json::Error> {
+    configmap
+        .data
+        .as_ref()
+        .and_then(|d| d.get(HISTORY_KEY))
+        .map(|text| serde_json::from_str(text))
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
+/// The history ConfigMap holding `history`; with the `resource_version` it was read at, a
+/// replace fails (409) when someone wrote it since.
+pub fn history_object(
+    namespace: &str,
+    resource_version: Option<String>,
+    history: &RevisionHistory,
+) -> ConfigMap {
+    let mut object = status_object(
+        namespace,
+        resource_version,
+        [(
+            HISTORY_KEY.to_owned(),
+            serde_json::to_string_pretty(history).expect("the history serializes"),
+        )]
+        .into(),
+    );
+    object.metadata.name = Some(HISTORY_CONFIGMAP.into());
+    object
+}
+
+/// The history in the cluster and the version read; `None` and an empty history when the
+/// ConfigMap does not exist.
+pub async fn read_history(
+    api: &Api<ConfigMap>,
+) -> Result<(RevisionHistory, Option<String>), HistoryReadError> {
+    let Some(configmap) = api
+        .get_opt(HISTORY_CONFIGMAP)
+        .await
+        .map_err(HistoryReadError::Read)?
+    else {
+        return Ok((RevisionHistory::default(), None));
+    };
+    let history = decode_history(&configmap).map_err(HistoryReadError::Decode)?;
+    Ok((history, configmap.metadata.resource_version))
+}
+
+/// Why the revision history could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryReadError {
+    #[error("cannot read the revision history ConfigMap {HISTORY_CONFIGMAP}: {0}")]
+    Read(#[source] kube::Error),
+    #[error("the {HISTORY_KEY} item of the ConfigMap {HISTORY_CONFIGMAP} is malformed: {0}")]
+    Decode(#[source] serde_json::Error),
+}
+
+/// Creates the history ConfigMap (no version known yet) or replaces the version read.
+pub async fn write_history(
+    api: &Api<ConfigMap>,
+    object: &ConfigMap,
+) -> Result<ConfigMap, kube::Error> {
+    match object.metadata.resource_version {
+        None => api.create(&PostParams::default(), object).await,
+        Some(_) => {
+            api.replace(HISTORY_CONFIGMAP, &PostParams::default(), object)
+                .await
+        }
+    }
+}
+
+/// Why `rollout --resume` (or `--to`, `--unpin`, `--release-hold`) could not record its change.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
     #[error("cannot read the status ConfigMap {STATUS_CONFIGMAP}: {0}")]
@@ -449,36 +550,55 @@ pub enum ResumeError {
     Contended,
 }
 
-/// `rollout --resume`: the paused campaigns of the book in the cluster resumed, by a
-/// read-modify-write at the version read (retried when someone wrote in between). The Lease
+/// `rollout --resume`: the paused campaigns of the book in the cluster resumed. The Lease
 /// holder adopts the book at its next plan and acts on it; nobody else needs to.
 pub async fn resume_paused(
     api: &Api<ConfigMap>,
     namespace: &str,
     by: &str,
 ) -> Result<Vec<crate::rollout::Resumed>, ResumeError> {
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let resumed = edit_book(api, namespace, false, |book| {
+        let resumed = book.resume_paused(by, now.clone());
+        (!resumed.is_empty()).then_some(resumed)
+    })
+    .await?;
+    Ok(resumed.unwrap_or_default())
+}
+
+/// A read-modify-write of the campaign book in the cluster at the version read (retried when
+/// someone wrote in between). `edit` returns `None` when it changed nothing (nothing is
+/// written). With no status ConfigMap (or no book in it), `edit` gets an empty book when
+/// `create` says so, else nothing happens.
+pub async fn edit_book<T>(
+    api: &Api<ConfigMap>,
+    namespace: &str,
+    create: bool,
+    mut edit: impl FnMut(&mut CampaignBook) -> Option<T>,
+) -> Result<Option<T>, ResumeError> {
     for _ in 0..5 {
-        let Some(current) = api
+        let current = api
             .get_opt(STATUS_CONFIGMAP)
             .await
-            .map_err(ResumeError::Read)?
-        else {
-            return Ok(Vec::new());
+            .map_err(ResumeError::Read)?;
+        let book = match &current {
+            Some(current) => decode_book(current).map_err(ResumeError::Decode)?,
+            None => None,
         };
-        let Some(mut book) = decode_book(&current).map_err(ResumeError::Decode)? else {
-            return Ok(Vec::new());
+        let mut book = match book {
+            Some(book) => book,
+            None if create => CampaignBook::default(),
+            None => return Ok(None),
         };
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let resumed = book.resume_paused(by, now);
-        if resumed.is_empty() {
-            return Ok(resumed);
-        }
-        let data = encode(current.data.as_ref(), &book);
-        let object = status_object(namespace, current.metadata.resource_version.clone(), data);
+        let Some(result) = edit(&mut book) else {
+            return Ok(None);
+        };
+        let data = encode(current.as_ref().and_then(|c| c.data.as_ref()), &book);
+        let version = current.and_then(|c| c.metadata.resource_version);
+        let object = status_object(namespace, version, data);
         match write(api, &object).await {
-            Ok(_) => return Ok(resumed),
+            Ok(_) => return Ok(Some(result)),
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(ResumeError::Write(e)),
         }

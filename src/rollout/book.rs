@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
+use super::history::{HistoryError, sidecar_with_content};
+use crate::config::SidecarSet;
 use crate::maintenance::MaintenanceWindows;
 use crate::workload::WorkloadRef;
 use k8s_openapi::jiff::Timestamp;
@@ -95,6 +97,32 @@ pub struct Campaign {
     /// hold its restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_before: Vec<String>,
+    /// Paused under `--on-campaign-failure=hold`: new pods get this last good revision instead
+    /// of the one that failed, until the campaign resumes, a new revision arrives or the hold
+    /// is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Hold>,
+}
+
+/// The revision new pods get while a campaign is paused, with its content (every replica
+/// serving the webhook injects it from here).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub revision: String,
+    pub content: serde_json::Value,
+    pub since: Time,
+}
+
+/// A revision served and rolled out in place of the config's (`rollout --to`), until the
+/// config changes or `rollout --unpin`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    pub revision: String,
+    pub content: serde_json::Value,
+    /// The config's revision when it was pinned: a config change ends the pin.
+    pub over: String,
+    pub by: String,
+    pub at: Time,
 }
 
 /// A campaign that undoes a failed one.
@@ -133,6 +161,7 @@ impl Campaign {
     pub fn resume(&mut self) {
         self.acknowledged_failures = self.failures.len();
         self.pause_reason = None;
+        self.held = None;
         if self.state == CampaignState::Paused {
             self.state = CampaignState::Running;
         }
@@ -146,6 +175,9 @@ pub struct CampaignBook {
     /// The engine's `--maintenance-window`s, for `drift` to show; none without any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceStatus>,
+    /// Revisions pinned by `rollout --to`, by sidecar.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pins: BTreeMap<String, Pin>,
 }
 
 /// Whether the engine's maintenance windows are open, and when that changes.
@@ -214,7 +246,21 @@ impl CampaignBook {
                 .filter(|c| row.revision.as_deref() == Some(c.revision.as_str()));
             if let Some(campaign) = campaign {
                 row.campaign = Some(campaign.state.as_str().to_owned());
-                if campaign.state == CampaignState::Paused {
+                if let Some(hold) = campaign
+                    .held
+                    .as_ref()
+                    .filter(|_| campaign.state == CampaignState::Paused)
+                {
+                    row.note = Some(format!(
+                        "held at {} ({} failed: {})",
+                        hold.revision,
+                        campaign.revision,
+                        campaign
+                            .pause_reason
+                            .as_deref()
+                            .unwrap_or("its campaign paused")
+                    ));
+                } else if campaign.state == CampaignState::Paused {
                     row.note = campaign.pause_reason.clone();
                 } else if let Some(reverted) = &campaign.reverted {
                     row.note = Some(format!(
@@ -222,6 +268,16 @@ impl CampaignBook {
                         reverted.from, reverted.reason
                     ));
                 }
+            }
+            if let Some(pin) = self
+                .pins
+                .get(&row.name)
+                .filter(|p| row.revision.as_deref() == Some(p.revision.as_str()))
+            {
+                row.note = Some(format!(
+                    "pinned at {} by {} (the config says {}): `sidecar-injector rollout --unpin {}` or a config change ends it",
+                    pin.revision, pin.by, pin.over, row.name
+                ));
             }
             if manual.contains(&row.name) {
                 row.note = Some(
@@ -232,18 +288,99 @@ impl CampaignBook {
         }
     }
 
+    /// `config` with each pin in force (the config still at the revision it was pinned over)
+    /// serving its revision: what the engine rolls out and the replicas publish.
+    pub fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<HistoryError>) {
+        let mut set = config.clone();
+        let mut errors = Vec::new();
+        for (sidecar, pin) in &self.pins {
+            let Some(own) = config
+                .iter()
+                .find(|s| s.config.name.to_string() == *sidecar)
+            else {
+                continue;
+            };
+            if own.revision.as_str() != pin.over {
+                continue;
+            }
+            match sidecar_with_content(own, &pin.revision, &pin.content) {
+                Ok(pinned) => set.insert(pinned),
+                Err(err) => errors.push(err),
+            }
+        }
+        (set, errors)
+    }
+
+    /// Pins whose config changed since: a config change ends a pin.
+    pub fn drop_stale_pins(&mut self, config: &SidecarSet) -> Vec<(String, Pin)> {
+        let stale: Vec<String> = self
+            .pins
+            .iter()
+            .filter(|(sidecar, pin)| {
+                config
+                    .iter()
+                    .find(|s| s.config.name.to_string() == **sidecar)
+                    .is_none_or(|s| s.revision.as_str() != pin.over)
+            })
+            .map(|(sidecar, _)| sidecar.clone())
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|sidecar| self.pins.remove_entry(&sidecar))
+            .collect()
+    }
+
+    /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
+    /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
+    /// and the warnings kubectl shows the creator of such a pod.
+    pub fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<HistoryError>) {
+        let mut set = pinned.clone();
+        let mut errors = Vec::new();
+        for sidecar in pinned.iter() {
+            let name = sidecar.config.name.to_string();
+            let Some(campaign) = self.campaigns.get(&name) else {
+                continue;
+            };
+            let Some(hold) = campaign.held.as_ref().filter(|_| {
+                campaign.state == CampaignState::Paused
+                    && campaign.revision == sidecar.revision.as_str()
+            }) else {
+                continue;
+            };
+            match sidecar_with_content(sidecar, &hold.revision, &hold.content) {
+                Ok(held) => set.insert(held),
+                Err(err) => errors.push(err),
+            }
+        }
+        let warnings = self.admission_warnings(&set);
+        (set.with_warnings(warnings), errors)
+    }
+
     /// What the webhook tells the creator of a pod injected with a sidecar whose campaign is
-    /// paused at the revision `set` injects: the pod gets a revision that failed.
+    /// paused: the pod gets a revision that failed, or the last good one it is held at.
     pub fn admission_warnings(
         &self,
-        set: &crate::config::SidecarSet,
+        set: &SidecarSet,
     ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
         set.iter()
             .filter_map(|sidecar| {
                 let name = &sidecar.config.name;
                 let campaign = self.campaigns.get(&name.to_string())?;
-                (campaign.state == CampaignState::Paused
-                    && campaign.revision == sidecar.revision.as_str())
+                if campaign.state != CampaignState::Paused {
+                    return None;
+                }
+                if let Some(hold) = campaign
+                    .held
+                    .as_ref()
+                    .filter(|h| h.revision == sidecar.revision.as_str())
+                {
+                    let text = format!(
+                        "sidecar {name} is held at its last good revision {}: the rollout of {} failed; new pods get {} until the config changes, `sidecar-injector rollout --resume` or `--release-hold {name}`",
+                        hold.revision, campaign.revision, hold.revision
+                    );
+                    return Some((name.clone(), std::sync::Arc::from(text)));
+                }
+                (campaign.revision == sidecar.revision.as_str())
                 .then(|| {
                     let text = format!(
                         "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or `sidecar-injector rollout --resume`",

@@ -45,6 +45,24 @@ pub struct RolloutSettings {
     pub eviction_timeout: Duration,
     /// When restarts may start (`--maintenance-window`); none: at any time.
     pub maintenance_windows: crate::maintenance::MaintenanceWindows,
+    /// What new pods get while a campaign is paused (`--on-campaign-failure`).
+    pub on_campaign_failure: OnCampaignFailure,
+    /// A revision served this long without a failure of its campaign is good (as is one whose
+    /// campaign completed).
+    pub good_after: Duration,
+    /// Revisions remembered per sidecar.
+    pub history_limit: usize,
+}
+
+/// What new pods get while a sidecar's campaign is paused on failures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnCampaignFailure {
+    /// The sidecar's last good revision (from its revision history), so that the failing one
+    /// does not spread through scale-ups, drains and crashes.
+    #[default]
+    Hold,
+    /// The revision that failed, as configured.
+    Continue,
 }
 
 impl Default for RolloutSettings {
@@ -65,6 +83,9 @@ impl Default for RolloutSettings {
             eviction_timeout: Duration::from_secs(120),
             bake: Duration::ZERO,
             maintenance_windows: Default::default(),
+            on_campaign_failure: OnCampaignFailure::Hold,
+            good_after: Duration::from_secs(600),
+            history_limit: super::history::DEFAULT_HISTORY_LIMIT,
         }
     }
 }
@@ -405,5 +426,7 @@ pub struct PlanInput<'a> {
     /// The workloads in their health bake.
     pub baking: &'a BTreeMap<WorkloadRef, Bake>,
     pub settings: &'a RolloutSettings,
+    /// Each sidecar's remembered revisions: a paused campaign holds new pods at the last good.
+    pub history: &'a super::history::RevisionHistory,
     pub now: Timestamp,
 }

@@ -9,13 +9,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::book::{
-    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, MaintenanceStatus,
+    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold, MaintenanceStatus,
 };
 use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
 use super::health::{progress, rolled_out};
 use super::plan::{
-    PlanInput, Restart, Rolling, RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
+    OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan, SidecarTarget, WaitReason, Waiting,
 };
 use crate::config::RevisionStamp;
 use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
@@ -66,7 +66,7 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
     }
     record_failures(&mut book, &survey.failures);
     // Pauses take effect before anything new is planned.
-    pause_campaigns(&mut book, input.settings, &mut out);
+    pause_campaigns(&mut book, &input, &mut out);
     schedule(&input, &book, &mut survey, &mut out);
     settle_book(&mut book, &input, &survey.counts);
     book.maintenance = MaintenanceStatus::of(&input.settings.maintenance_windows, input.now);
@@ -536,13 +536,33 @@ fn record_failures(book: &mut CampaignBook, failures: &[(Failure, Vec<String>)])
 }
 
 /// Campaigns whose unacknowledged failures reached `--max-failures` pause.
-fn pause_campaigns(book: &mut CampaignBook, settings: &RolloutSettings, out: &mut RolloutPlan) {
+fn pause_campaigns(book: &mut CampaignBook, input: &PlanInput<'_>, out: &mut RolloutPlan) {
+    let settings = input.settings;
     for (sidecar, campaign) in &mut book.campaigns {
         if campaign.state == CampaignState::Paused
             || campaign.unacknowledged_failures() < settings.max_failures.max(1)
         {
             continue;
         }
+        let held = (settings.on_campaign_failure == OnCampaignFailure::Hold)
+            .then(|| input.history.last_good(sidecar, &campaign.revision))
+            .flatten();
+        let new_pods = match held {
+            Some(good) => format!(
+                "new pods get the last good revision {} meanwhile (--on-campaign-failure=hold)",
+                good.revision
+            ),
+            None if settings.on_campaign_failure == OnCampaignFailure::Hold => {
+                "new pods still get this revision (no good revision of it is remembered to hold them at)"
+                    .to_owned()
+            }
+            None => "new pods still get this revision".to_owned(),
+        };
+        campaign.held = held.map(|good| Hold {
+            revision: good.revision.clone(),
+            content: good.content.clone(),
+            since: Time(input.now),
+        });
         let names: Vec<String> = campaign
             .failures
             .iter()
@@ -550,7 +570,7 @@ fn pause_campaigns(book: &mut CampaignBook, settings: &RolloutSettings, out: &mu
             .map(|f| format!("{}: {}", f.workload, f.reason))
             .collect();
         let reason = format!(
-            "rollout of {sidecar} {} paused after {} failed workload(s) ({}); new pods still get this revision: fix or revert the config, or run `sidecar-injector rollout --resume`",
+            "rollout of {sidecar} {} paused after {} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with `sidecar-injector rollout --to {sidecar}=previous`, or run `sidecar-injector rollout --resume`",
             campaign.revision,
             names.len(),
             names.join("; ")
@@ -785,6 +805,7 @@ fn next_book(
                     pause_reason: None,
                     changes: target.changes.clone(),
                     resumed: None,
+                    held: None,
                 },
             };
             (name.clone(), campaign)
@@ -793,5 +814,6 @@ fn next_book(
     CampaignBook {
         campaigns,
         maintenance: None,
+        pins: book.pins.clone(),
     }
 }

@@ -49,6 +49,7 @@ struct World {
     stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
     evicting: BTreeMap<WorkloadRef, crate::rollout::EvictionRestart>,
     baking: BTreeMap<WorkloadRef, crate::rollout::Bake>,
+    history: crate::rollout::history::RevisionHistory,
     now: Timestamp,
     keys: AnnotationKeys,
     /// Where the next Deployment is created.
@@ -68,6 +69,7 @@ impl World {
             stamped: BTreeMap::new(),
             evicting: BTreeMap::new(),
             baking: BTreeMap::new(),
+            history: Default::default(),
             now: at(3600),
             keys: AnnotationKeys::default(),
             namespace: "team",
@@ -210,6 +212,7 @@ impl World {
             evicting: &self.evicting,
             baking: &self.baking,
             settings: &self.settings,
+            history: &self.history,
             now: self.now,
         })
     }
@@ -1810,6 +1813,7 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
     let book = |c: Campaign| CampaignBook {
         campaigns: [("logger:v1".to_owned(), c)].into(),
         maintenance: None,
+        pins: Default::default(),
     };
     let warnings = book(campaign(&revision, CampaignState::Paused)).admission_warnings(&set);
     let text = &warnings[&"logger:v1".parse().unwrap()];
@@ -1831,4 +1835,221 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
             .admission_warnings(&set)
             .is_empty()
     );
+}
+
+/// A history where OLD served well and NEW is the revision in force.
+fn history_with_old_good() -> crate::rollout::history::RevisionHistory {
+    use crate::rollout::history::{HistoryEntry, Outcome};
+    let entry = |revision: &str, outcome| HistoryEntry {
+        revision: revision.into(),
+        content: serde_json::json!({"containers": [{"name": "logger", "image": revision}]}),
+        first_served: Time(at(0)),
+        outcome,
+        reason: None,
+    };
+    crate::rollout::history::RevisionHistory {
+        sidecars: [(
+            LOGGER.to_owned(),
+            vec![entry(OLD, Outcome::Good), entry(NEW, Outcome::Pending)],
+        )]
+        .into(),
+    }
+}
+
+#[test]
+fn a_paused_campaign_holds_new_pods_at_the_last_good_revision_until_resumed_or_replaced() {
+    let mut world = World::new();
+    world.history = history_with_old_good();
+    world
+        .deployment("canary", 1, Some(OLD))
+        .deployment("other", 2, Some(OLD));
+    assert_eq!(restarted(&world.step()), ["canary"]);
+    world.patched("canary", at(7200));
+    world.now = at(7200 + 300);
+    let plan = world.step();
+    assert_eq!(plan.paused.len(), 1);
+    assert!(
+        plan.paused[0].1.contains(&format!(
+            "new pods get the last good revision {OLD} meanwhile"
+        )),
+        "{}",
+        plan.paused[0].1
+    );
+    let held = world.book.campaigns[LOGGER].held.clone().expect("a hold");
+    assert_eq!(held.revision, OLD);
+    assert_eq!(held.content["containers"][0]["image"], OLD);
+    assert_eq!(held.since, Time(at(7500)));
+    // The hold outlives a restart of the injector, and plans after the pause keep it.
+    let text = serde_json::to_string(&world.book).unwrap();
+    world.book = serde_json::from_str(&text).unwrap();
+    world.now = at(9000);
+    world.step();
+    assert_eq!(world.book.campaigns[LOGGER].held.as_ref(), Some(&held));
+
+    // `rollout --resume` ends it.
+    world.book.resume_paused("ops", Time(at(9001)));
+    assert!(world.book.campaigns[LOGGER].held.is_none());
+
+    // A new revision ends it: its campaign starts with no hold.
+    let mut world2 = World::new();
+    world2.history = history_with_old_good();
+    world2.deployment("web", 1, Some(OLD));
+    world2.step();
+    world2.patched("web", at(7200));
+    world2.now = at(7500);
+    world2.step();
+    assert!(world2.book.campaigns[LOGGER].held.is_some());
+    world2.target(LOGGER, "eeeeeeeeeeee");
+    world2.step();
+    assert!(world2.book.campaigns[LOGGER].held.is_none());
+}
+
+#[test]
+fn with_continue_or_no_good_revision_a_paused_campaign_holds_nothing() {
+    for (on_failure, history, says) in [
+        (
+            crate::rollout::OnCampaignFailure::Continue,
+            history_with_old_good(),
+            "new pods still get this revision: ",
+        ),
+        (
+            crate::rollout::OnCampaignFailure::Hold,
+            Default::default(),
+            "no good revision of it is remembered",
+        ),
+    ] {
+        let mut world = World::new();
+        world.settings.on_campaign_failure = on_failure;
+        world.history = history;
+        world.deployment("canary", 1, Some(OLD));
+        world.step();
+        world.patched("canary", at(7200));
+        world.now = at(7500);
+        let plan = world.step();
+        assert!(plan.paused[0].1.contains(says), "{}", plan.paused[0].1);
+        assert!(world.book.campaigns[LOGGER].held.is_none());
+    }
+}
+
+#[test]
+fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision() {
+    use crate::config::revision::injected_content;
+    use crate::config::{LoadedSidecar, parse_config};
+    let loaded = |image: &str| {
+        let text =
+            format!("name: logger:v1\ncontainers: [{{name: log-shipper, image: '{image}'}}]\n");
+        LoadedSidecar::new(parse_config("t.yaml", &text).unwrap().config, "t.yaml")
+    };
+    let (good, broken, fixed) = (
+        loaded("shipper:1"),
+        loaded("shipper:broken"),
+        loaded("shipper:3"),
+    );
+    let config: crate::config::SidecarSet = std::iter::once(broken.clone()).collect();
+    let name: crate::name::SidecarName = LOGGER.parse().unwrap();
+    let served_revision =
+        |set: &crate::config::SidecarSet| set.get(&name).unwrap().revision.to_string();
+
+    // Paused at the broken revision, held at the good one: the webhook injects the good
+    // content (same name and origin), warns about it, and the pinned set is the config.
+    let mut campaign = crate::test_fixtures::campaign(
+        broken.revision.as_str(),
+        CampaignState::Paused,
+        Time(Timestamp::UNIX_EPOCH),
+    );
+    campaign.pause_reason = Some("canary not rolled out".into());
+    campaign.held = Some(crate::rollout::Hold {
+        revision: good.revision.to_string(),
+        content: injected_content(&good.config),
+        since: Time(Timestamp::UNIX_EPOCH),
+    });
+    let mut book = CampaignBook::default();
+    book.campaigns.insert(LOGGER.into(), campaign);
+    let (pinned, errors) = book.pinned(&config);
+    assert!(errors.is_empty());
+    assert_eq!(served_revision(&pinned), broken.revision.to_string());
+    let (served, errors) = book.served(&pinned);
+    assert!(errors.is_empty(), "{errors:?}");
+    let held = served.get(&name).unwrap();
+    assert_eq!(held.revision, good.revision);
+    assert_eq!(held.stamp, good.stamp);
+    assert_eq!(held.config.containers, good.config.containers);
+    let warning = served.warning(&name).unwrap();
+    assert!(
+        warning.starts_with(&format!(
+            "sidecar logger:v1 is held at its last good revision {}: the rollout of {} failed",
+            good.revision, broken.revision
+        )),
+        "{warning}"
+    );
+    assert!(warning.len() <= 256, "{}", warning.len());
+
+    // The drift report says it.
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    let wanted: RevisionsInForce = [(LOGGER.to_owned(), broken.revision.to_string())]
+        .into_iter()
+        .collect();
+    let mut report = world.index.classify_revisions(&wanted, &world.policy);
+    book.flag(&mut report, &Default::default());
+    assert_eq!(
+        report.sidecars[0].note.as_deref(),
+        Some(
+            format!(
+                "held at {} ({} failed: canary not rolled out)",
+                good.revision, broken.revision
+            )
+            .as_str()
+        )
+    );
+
+    // A config changed since: no hold applies (the campaign is for another revision).
+    let changed: crate::config::SidecarSet = std::iter::once(fixed.clone()).collect();
+    let (served, _) = book.served(&book.pinned(&changed).0);
+    assert_eq!(served_revision(&served), fixed.revision.to_string());
+    assert!(served.warning(&name).is_none());
+
+    // A pin over the broken config serves the good revision to the engine and the webhook
+    // alike, and a config change ends it.
+    let mut book = CampaignBook::default();
+    book.pins.insert(
+        LOGGER.into(),
+        crate::rollout::Pin {
+            revision: good.revision.to_string(),
+            content: injected_content(&good.config),
+            over: broken.revision.to_string(),
+            by: "ops".into(),
+            at: Time(Timestamp::UNIX_EPOCH),
+        },
+    );
+    let (pinned, _) = book.pinned(&config);
+    assert_eq!(served_revision(&pinned), good.revision.to_string());
+    assert_eq!(
+        served_revision(&book.served(&pinned).0),
+        good.revision.to_string()
+    );
+    assert!(book.clone().drop_stale_pins(&config).is_empty());
+    assert_eq!(
+        served_revision(&book.pinned(&changed).0),
+        fixed.revision.to_string()
+    );
+    let ended = book.drop_stale_pins(&changed);
+    assert_eq!(ended.len(), 1);
+    assert!(book.pins.is_empty());
+
+    // A pin whose content does not hash to its revision is refused, and said.
+    let mut book = CampaignBook::default();
+    book.pins.insert(
+        LOGGER.into(),
+        crate::rollout::Pin {
+            revision: good.revision.to_string(),
+            content: injected_content(&fixed.config),
+            over: broken.revision.to_string(),
+            by: "ops".into(),
+            at: Time(Timestamp::UNIX_EPOCH),
+        },
+    );
+    let (pinned, errors) = book.pinned(&config);
+    assert_eq!(served_revision(&pinned), broken.revision.to_string());
+    assert_eq!(errors.len(), 1);
 }

@@ -12,6 +12,7 @@ mod deploy;
 mod drift;
 mod engine;
 mod evictions;
+mod history;
 mod injection;
 mod monitoring;
 mod rollout_command;

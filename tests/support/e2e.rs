@@ -263,6 +263,43 @@ pub fn kubectl(
     child.wait_with_output().unwrap()
 }
 
+/// What kubectl prints on stderr (its warnings) for a server-side dry run of a pod requesting
+/// `request` in the test's namespace: it goes through the webhook and creates nothing.
+/// `None` when kubectl fails.
+pub fn dry_run_warnings(ctx: &TestContext, request: &str) -> Option<String> {
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "annotations": {"injector/request": request}},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    });
+    let kubeconfig = super::cluster::control_plane().kubeconfig.clone();
+    let args = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "-n",
+        &ctx.namespace,
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+    ];
+    let output = kubectl(&args, &[], &pod.to_string());
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// The revision history the engine keeps in the test's namespace, when there is one.
+pub async fn revision_history(ctx: &TestContext) -> Option<Value> {
+    let history = ctx
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get_opt("sidecar-injector-history")
+        .await
+        .ok()??;
+    serde_json::from_str(history.data.as_ref()?.get("history")?).ok()
+}
+
 /// The campaign book of the test's status ConfigMap, when it has one.
 pub async fn campaign_book(ctx: &TestContext) -> Option<Value> {
     let status = ctx
