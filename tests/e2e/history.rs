@@ -132,6 +132,32 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
         "{row:#}"
     );
 
+    // Releasing the hold gives new pods the failed revision again (the campaign stays
+    // paused); kubectl says so.
+    let run = cli(&ctx, &["rollout", "--release-hold", "tracer:v1"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let paused = format!(
+        "Warning: the rollout of sidecar tracer:v1 (revision {}) is paused",
+        revision(&broken_stamp)
+    );
+    eventually(DEADLINE, "the paused warning once released", || async {
+        dry_run_warnings(&ctx, "tracer:v1").filter(|w| w.contains(&paused))
+    })
+    .await;
+    let book = campaign_book(&ctx).await.expect("a campaign book");
+    assert!(
+        book["campaigns"]["tracer:v1"].get("held").is_none(),
+        "{book:#}"
+    );
+    assert_eq!(
+        book["campaigns"]["tracer:v1"]["state"], "paused",
+        "{book:#}"
+    );
+
     // Roll back: `rollout --to tracer:v1=previous` pins v1; the Lease holder rolls it out.
     let run = cli(&ctx, &["rollout", "--to", "tracer:v1=previous"]);
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -182,4 +208,20 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
     }
     let book = campaign_book(&ctx).await.expect("a campaign book");
     assert!(book.get("pins").is_none(), "{book:#}");
+    let run = cli(&ctx, &["rollout", "--unpin", "tracer:v1"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tracer:v1 is not pinned; nothing to do"),
+        "{stderr}"
+    );
+    // A revision the history does not hold is refused, naming those it does.
+    let run = cli(&ctx, &["rollout", "--to", "tracer:v1=0123456789ab"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(
+        stderr.contains("sidecar tracer:v1 has no revision 0123456789ab in its history; known: ")
+            && stderr.contains(&format!("{} (good)", revision(&v1))),
+        "{stderr}"
+    );
 }
