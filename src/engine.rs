@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, EvictParams, Patch, PatchParams};
+use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -30,6 +30,7 @@ use crate::rollout::eviction::{
     BlockNews, BlockedEviction, EVICTION_SPACING, LastEviction, next_eviction, on_blocked,
 };
 use crate::rollout::history::RevisionHistory;
+use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress};
 use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
@@ -125,6 +126,12 @@ pub enum ActionError {
     WriteStatus { source: kube::Error },
     #[error("cannot write the revision history ConfigMap: {source}")]
     WriteHistory { source: kube::Error },
+    #[error("cannot upgrade pod {namespace}/{pod} in place: {source}")]
+    PatchPod {
+        namespace: String,
+        pod: String,
+        source: kube::Error,
+    },
     #[error("cannot read pod {namespace}/{pod} for its health bake: {source}")]
     ReadPod {
         namespace: String,
@@ -144,6 +151,7 @@ impl ActionError {
                 EngineCall::Status
             }
             ActionError::ReadPod { .. } => EngineCall::ReadPod,
+            ActionError::PatchPod { .. } => EngineCall::PatchPod,
         }
     }
 }
@@ -195,6 +203,11 @@ pub struct Engine {
     evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
     /// Workloads in their health bake.
     baking: BTreeMap<WorkloadRef, rollout::Bake>,
+    /// The pod of each workload being upgraded in place (one at a time).
+    upgrades: BTreeMap<WorkloadRef, InPlaceUpgrade>,
+    /// Pods upgraded in place, by uid: their containers' restart counts once upgraded, which
+    /// the health bake counts restarts from (the upgraded container restarted on purpose).
+    upgraded: BTreeMap<String, BTreeMap<String, i32>>,
     /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
     blocked: BTreeMap<WorkloadRef, BlockedEviction>,
     book: CampaignBook,
@@ -242,6 +255,8 @@ impl Engine {
             evictions: BTreeMap::new(),
             blocked: BTreeMap::new(),
             baking: BTreeMap::new(),
+            upgrades: BTreeMap::new(),
+            upgraded: BTreeMap::new(),
             stamped: BTreeMap::new(),
             evicting: BTreeMap::new(),
             book: CampaignBook::default(),
@@ -658,9 +673,20 @@ impl Engine {
                 .iter()
                 .any(|e| &e.workload == w && !e.pods.is_empty())
         });
+        self.follow_upgrades().await;
         for eviction in evictions {
-            self.evict_next(&eviction.workload, &eviction.pods, eviction.healthy)
-                .await;
+            let in_place = self
+                .evicting
+                .get(&eviction.workload)
+                .filter(|e| e.in_place)
+                .map(|e| e.target.clone());
+            match in_place {
+                Some(target) => self.upgrade_next(&eviction, &target).await,
+                None => {
+                    self.evict_next(&eviction.workload, &eviction.pods, eviction.healthy)
+                        .await;
+                }
+            }
         }
         self.report_outcomes(plan).await;
         for (sidecar, reason) in &plan.paused {
@@ -696,14 +722,22 @@ impl Engine {
                 .evict(&restart.workload.namespace, &restart.workload.name)
                 .await
                 .map(|_| ()),
-            (Some(target), RestartMethod::Evict) => {
-                // Nothing is written: the next plan rolls it by evicting its stale pods.
-                info!(workload = %restart.workload, "restarting by eviction: {}", restart.reason);
+            (Some(target), method @ (RestartMethod::Evict | RestartMethod::InPlace)) => {
+                // Nothing is written: the next plan rolls it by evicting its stale pods, or
+                // upgrading them in place.
+                let in_place = method == RestartMethod::InPlace;
+                if in_place {
+                    info!(workload = %restart.workload, "upgrading in place, pod by pod: {}", restart.reason);
+                } else {
+                    info!(workload = %restart.workload, "restarting by eviction: {}", restart.reason);
+                }
                 self.evicting.insert(
                     restart.workload.clone(),
                     rollout::EvictionRestart {
                         target: target.clone(),
                         since: now,
+                        in_place,
+                        problem: None,
                     },
                 );
                 self.wake_at(now);
@@ -736,7 +770,15 @@ impl Engine {
             EventType::Normal,
             "SidecarRestart",
             &format!("Restart {}", restart_action(&restart.changes)),
-            &format!("restarted by sidecar-injector{canary}: {}", restart.reason),
+            &format!(
+                "{} by sidecar-injector{canary}: {}",
+                if restart.method == RestartMethod::InPlace {
+                    "upgrading pod by pod"
+                } else {
+                    "restarted"
+                },
+                restart.reason
+            ),
         )
         .await;
     }
@@ -887,7 +929,14 @@ impl Engine {
             for pod in &pods {
                 self.metrics.record_api_request(EngineCall::ReadPod);
                 match with_timeout(api.get_opt(pod)).await {
-                    Ok(Some(found)) => problems.extend(rollout::container_problems(&found)),
+                    Ok(Some(found)) => {
+                        let baseline = found
+                            .metadata
+                            .uid
+                            .as_ref()
+                            .and_then(|uid| self.upgraded.get(uid));
+                        problems.extend(rollout::container_problems_since(&found, baseline));
+                    }
                     Ok(None) => {}
                     Err(source) => {
                         self.failed(&ActionError::ReadPod {
@@ -911,6 +960,174 @@ impl Engine {
                     bake.problem = Some(problems.join("; "));
                 }
                 self.wake_at(read_at);
+            }
+        }
+    }
+
+    /// Judges each pod being upgraded in place, read again: done, it frees its workload for the
+    /// next pod; failed, its workload's restart fails with the reason at the next plan; still
+    /// under way, read again in a second (container states come with no watched change).
+    async fn follow_upgrades(&mut self) {
+        let upgrades: Vec<(WorkloadRef, InPlaceUpgrade)> = self
+            .upgrades
+            .iter()
+            .map(|(w, u)| (w.clone(), u.clone()))
+            .collect();
+        for (workload, upgrade) in upgrades {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &upgrade.namespace);
+            self.metrics.record_api_request(EngineCall::ReadPod);
+            let pod = match with_timeout(api.get_opt(&upgrade.pod)).await {
+                Ok(pod) => pod,
+                Err(source) => {
+                    self.failed(&ActionError::ReadPod {
+                        namespace: upgrade.namespace.clone(),
+                        pod: upgrade.pod.clone(),
+                        source,
+                    });
+                    self.retry_later();
+                    continue;
+                }
+            };
+            match upgrade.progress(pod.as_ref()) {
+                UpgradeProgress::Pending => {
+                    self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)))
+                }
+                UpgradeProgress::Done(restarts) => {
+                    info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, no other container restarted",
+                        upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
+                    self.upgrades.remove(&workload);
+                    self.upgraded.insert(upgrade.uid.clone(), restarts);
+                    self.wake_at(Timestamp::now());
+                }
+                UpgradeProgress::Failed(reason) => {
+                    warn!(workload = %workload, pod = upgrade.pod, "in-place upgrade failed: {reason}");
+                    self.metrics
+                        .record_rollout(workload.kind, RolloutResult::InPlaceFailed);
+                    self.upgrades.remove(&workload);
+                    if let Some(restart) = self.evicting.get_mut(&workload) {
+                        restart.problem = Some(format!("in-place upgrade failed: {reason}"));
+                    }
+                    self.wake_at(Timestamp::now());
+                }
+            }
+        }
+    }
+
+    /// Whether the PodDisruptionBudgets would let `pod` go now, asked by a dry-run eviction;
+    /// when they would not (or the API cannot say), a later plan asks again.
+    async fn budget_allows(&mut self, workload: &WorkloadRef, pod: &str) -> bool {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &workload.namespace);
+        self.metrics.record_api_request(EngineCall::Evict);
+        // `?dryRun=All` on the eviction (a create of its subresource): the API server checks
+        // the budgets and evicts nothing.
+        let dry_run = EvictParams {
+            post_options: PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match with_timeout(api.evict(pod, &dry_run)).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(e)) if e.code == 429 => {
+                self.metrics
+                    .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
+                info!(workload = %workload, pod, "in-place upgrade waits: a PodDisruptionBudget allows no disruption now");
+                self.wake_at(rollout::after(
+                    Timestamp::now(),
+                    rollout::eviction::BLOCKED_RETRY,
+                ));
+                false
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => false,
+            Err(source) => {
+                self.failed(&ActionError::Evict {
+                    namespace: workload.namespace.clone(),
+                    pod: pod.to_owned(),
+                    source,
+                });
+                self.retry_later();
+                false
+            }
+        }
+    }
+
+    /// The next stale pod of a workload upgraded in place: only while the workload is healthy
+    /// and no other pod of it is being upgraded, only when a PodDisruptionBudget would let it
+    /// go (a dry-run eviction asks), and evicted instead when its own revision cannot be
+    /// upgraded in place (a pod several revisions behind).
+    async fn upgrade_next(&mut self, eviction: &Eviction, target: &crate::config::RevisionStamp) {
+        let workload = &eviction.workload;
+        if self.upgrades.contains_key(workload) || !eviction.healthy {
+            return;
+        }
+        let Some(next) = eviction.pods.last() else {
+            return;
+        };
+        let namespace = workload.namespace.as_str();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        if !self.budget_allows(workload, &next.name).await {
+            return;
+        }
+        self.metrics.record_api_request(EngineCall::ReadPod);
+        let pod = match with_timeout(api.get_opt(&next.name)).await {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return,
+            Err(source) => {
+                self.failed(&ActionError::ReadPod {
+                    namespace: namespace.to_owned(),
+                    pod: next.name.clone(),
+                    source,
+                });
+                self.retry_later();
+                return;
+            }
+        };
+        let patch = match in_place::pod_patch(&pod, &self.options.keys, target, &self.revisions) {
+            Ok(patch) => patch,
+            Err(why) => {
+                info!(workload = %workload, pod = next.name, "not upgradable in place ({why}); evicting it instead");
+                self.evict_next(workload, std::slice::from_ref(next), eviction.healthy)
+                    .await;
+                return;
+            }
+        };
+        let upgrade = InPlaceUpgrade::of(&pod, &patch);
+        self.metrics.record_api_request(EngineCall::PatchPod);
+        let json: json_patch::Patch = match serde_json::from_value(patch.patch.clone()) {
+            Ok(json) => json,
+            Err(err) => {
+                error!("an in-place patch does not parse as a JSON patch: {err}");
+                return;
+            }
+        };
+        match with_timeout(api.patch(
+            &next.name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(json),
+        ))
+        .await
+        {
+            Ok(_) => {
+                info!(workload = %workload, pod = next.name, revision = patch.revision, "upgrading in place: {}",
+                    patch.upgraded.iter().map(|(c, i)| format!("{c} -> {i}")).collect::<Vec<_>>().join(", "));
+                self.metrics
+                    .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
+                self.upgrades.insert(workload.clone(), upgrade);
+                self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
+            }
+            // The pod changed since it was read (the test of its uid or a container failed):
+            // read again at the next plan.
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+                self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
+            }
+            Err(source) => {
+                self.failed(&ActionError::PatchPod {
+                    namespace: namespace.to_owned(),
+                    pod: next.name.clone(),
+                    source,
+                });
+                self.retry_later();
             }
         }
     }

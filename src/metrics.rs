@@ -82,6 +82,10 @@ pub enum RolloutResult {
     Evicted,
     /// A PodDisruptionBudget refused the eviction (429); retried later.
     EvictionBlocked,
+    /// A pod's sidecar images were patched in place.
+    UpgradedInPlace,
+    /// An in-place upgrade of a pod failed (its restart fails with it).
+    InPlaceFailed,
 }
 
 impl RolloutResult {
@@ -93,6 +97,8 @@ impl RolloutResult {
             RolloutResult::Failed => "failed",
             RolloutResult::Evicted => "evicted",
             RolloutResult::EvictionBlocked => "eviction_blocked",
+            RolloutResult::UpgradedInPlace => "upgraded_in_place",
+            RolloutResult::InPlaceFailed => "in_place_failed",
         }
     }
 }
@@ -159,6 +165,8 @@ pub enum EngineCall {
     Status,
     /// Reading a baking workload's pods.
     ReadPod,
+    /// Patching a pod's sidecar images in place.
+    PatchPod,
 }
 
 impl EngineCall {
@@ -169,6 +177,7 @@ impl EngineCall {
             EngineCall::Event => "event",
             EngineCall::Status => "status",
             EngineCall::ReadPod => "read_pod",
+            EngineCall::PatchPod => "patch_pod",
         }
     }
 }

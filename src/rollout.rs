@@ -11,6 +11,7 @@ pub mod eviction;
 mod gates;
 mod health;
 pub mod history;
+pub mod in_place;
 mod instant;
 pub mod journal;
 pub mod notice;
@@ -26,7 +27,7 @@ pub use book::{
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;
-pub use health::{container_problems, rolled_out};
+pub use health::{container_problems, container_problems_since, rolled_out};
 pub use instant::{from_now, to_the_second};
 pub use plan::{
     Bake, EvictionRestart, OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan,

@@ -215,6 +215,11 @@ pub enum RestartMethod {
     #[default]
     Template,
     Evict,
+    /// The images of the injected containers patched in the live pods, one pod at a time (the
+    /// engine's own choice when only images change: never a flag or annotation value).
+    #[value(skip)]
+    #[serde(rename = "in-place")]
+    InPlace,
 }
 
 impl RestartMethod {
@@ -222,6 +227,7 @@ impl RestartMethod {
         match self {
             RestartMethod::Template => "template",
             RestartMethod::Evict => "evict",
+            RestartMethod::InPlace => "in-place",
         }
     }
 

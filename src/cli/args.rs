@@ -295,6 +295,12 @@ pub struct RolloutSafetyArgs {
     /// Revisions remembered per sidecar in the sidecar-injector-history ConfigMap.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub history_limit: u16,
+    /// `auto`: when a new revision changes only the images of a sidecar's injected containers,
+    /// patch them in the live pods (one pod of a workload at a time, within its maxUnavailable
+    /// and PodDisruptionBudgets; the kubelet restarts just those containers) instead of
+    /// restarting the workload; `off`: always restart. Per sidecar: `rollout: {inPlace: false}`.
+    #[arg(long, value_enum, default_value_t = crate::rollout::in_place::InPlaceMode::Auto)]
+    pub in_place: crate::rollout::in_place::InPlaceMode,
 }
 
 impl RolloutSafetyArgs {
@@ -319,6 +325,7 @@ impl RolloutSafetyArgs {
             on_campaign_failure: self.on_campaign_failure,
             good_after: self.good_after,
             history_limit: usize::from(self.history_limit),
+            in_place: self.in_place,
             ..Default::default()
         }
     }

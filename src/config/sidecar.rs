@@ -38,6 +38,10 @@ pub enum RolloutMode {
 pub struct RolloutPolicy {
     #[serde(default)]
     pub policy: RolloutMode,
+    /// `false`: a change of this sidecar's images restarts workloads like any other change,
+    /// never upgrading pods in place.
+    #[serde(default, rename = "inPlace", skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<bool>,
 }
 
 /// One sidecar as it will be injected (after inheritance once resolved).
@@ -80,6 +84,11 @@ impl SidecarConfig {
 
     pub fn rollout_mode(&self) -> RolloutMode {
         self.rollout.map(|r| r.policy).unwrap_or_default()
+    }
+
+    /// Whether its pods may be upgraded in place (`rollout: {inPlace: false}` says no).
+    pub fn in_place_allowed(&self) -> bool {
+        self.rollout.and_then(|r| r.in_place).unwrap_or(true)
     }
 
     /// Every container this config injects, in the order the pod will list them.

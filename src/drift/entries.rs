@@ -127,6 +127,28 @@ pub enum Downtime {
     SingleReplicaMaxUnavailable,
 }
 
+/// A Deployment's `rollingUpdate.maxUnavailable` as a pod count (an int, or a percentage of
+/// replicas rounded down as the Deployment controller does; absent: 25%); `None` for Recreate.
+pub fn max_unavailable(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<i32> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let strategy = spec.strategy.as_ref();
+    if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        return None;
+    }
+    let replicas = spec.replicas.unwrap_or(1);
+    let max_unavailable = strategy
+        .and_then(|s| s.rolling_update.as_ref()?.max_unavailable.clone())
+        .unwrap_or(IntOrString::String("25%".into()));
+    Some(match max_unavailable {
+        IntOrString::Int(n) => n,
+        IntOrString::String(text) => text
+            .trim_end_matches('%')
+            .trim()
+            .parse::<i32>()
+            .map_or(0, |percent| percent * replicas / 100),
+    })
+}
+
 impl Downtime {
     /// A Deployment's, from its replicas and strategy (maxUnavailable an int or a percentage
     /// of replicas, rounded down as the Deployment controller does; absent: 25%).
@@ -235,6 +257,9 @@ pub struct WorkloadEntry {
     /// `NS/request` on the pod template: what its pods would request, so that a workload
     /// whose pods are all denied still shows in the report.
     pub template_request: Option<Box<str>>,
+    /// A Deployment's maxUnavailable as a pod count (see [`max_unavailable`]); `None` for other
+    /// kinds (one at a time) and a Recreate Deployment.
+    pub max_unavailable: Option<i32>,
 }
 
 impl WorkloadEntry {
@@ -295,6 +320,7 @@ impl WorkloadEntry {
                 spec.and_then(|s| s.strategy.as_ref()?.type_.as_deref()),
             ),
             downtime: spec.and_then(Downtime::of_deployment),
+            max_unavailable: spec.and_then(max_unavailable),
             paused: spec.and_then(|s| s.paused).unwrap_or(false),
             replicas: spec.and_then(|s| s.replicas),
             status_replicas: status.and_then(|s| s.replicas),

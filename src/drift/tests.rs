@@ -555,6 +555,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
             rolled_at: Some("2026-11-21T10:00:00Z".parse().unwrap()),
             rollout_priority: Some(-5),
             downtime: None,
+            max_unavailable: Some(0),
             allow_downtime: true,
             maintenance_window: Some(Ok(crate::maintenance::MaintenanceWindows::parse_list(
                 "Sat-Sun 00:00-04:00 Europe/Oslo"

@@ -38,6 +38,8 @@ pub(super) struct Candidate<'g, 'r> {
     pub(super) method: RestartMethod,
     /// The stamp this engine set for this target was reverted (see [`super::Restart`]).
     pub(super) reverted: bool,
+    /// Why its pods are not upgraded in place, when that was considered.
+    pub(super) not_in_place: Option<String>,
 }
 
 impl Candidate<'_, '_> {

@@ -66,6 +66,15 @@ pub(super) fn progress(kind: WorkloadKind, w: &WorkloadEntry) -> String {
 /// or has terminated, with what its status says; `None` when nothing is. A container merely
 /// not ready yet (a new pod of a scale-up) is not a problem.
 pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    container_problems_since(pod, None)
+}
+
+/// [`container_problems`], counting restarts from `baseline` (each container's restart count
+/// when the pod was upgraded in place, the upgraded container having restarted on purpose).
+pub fn container_problems_since(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    baseline: Option<&std::collections::BTreeMap<String, i32>>,
+) -> Option<String> {
     let name = pod.metadata.name.as_deref().unwrap_or("?");
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     let problems: Vec<String> = statuses
@@ -88,13 +97,11 @@ pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Strin
                     None => format!("last exit: code {}", t.exit_code),
                 });
             let mut what = Vec::new();
-            if c.restart_count > 0 {
-                let times = if c.restart_count == 1 {
-                    "time"
-                } else {
-                    "times"
-                };
-                what.push(format!("restarted {} {times}", c.restart_count));
+            let before = baseline.and_then(|b| b.get(&c.name)).copied().unwrap_or(0);
+            let restarts = c.restart_count - before;
+            if restarts > 0 {
+                let times = if restarts == 1 { "time" } else { "times" };
+                what.push(format!("restarted {restarts} {times}"));
             }
             what.extend(waiting);
             if !what.is_empty() || terminated {

@@ -52,6 +52,8 @@ pub struct RolloutSettings {
     pub good_after: Duration,
     /// Revisions remembered per sidecar.
     pub history_limit: usize,
+    /// Whether pods may be upgraded in place when only images change (`--in-place`).
+    pub in_place: super::in_place::InPlaceMode,
 }
 
 /// What new pods get while a sidecar's campaign is paused on failures.
@@ -86,6 +88,7 @@ impl Default for RolloutSettings {
             on_campaign_failure: OnCampaignFailure::Hold,
             good_after: Duration::from_secs(600),
             history_limit: super::history::DEFAULT_HISTORY_LIMIT,
+            in_place: super::in_place::InPlaceMode::Auto,
         }
     }
 }
@@ -96,6 +99,8 @@ pub struct SidecarTarget {
     pub revision: String,
     /// `rollout: {policy: manual}`: reports and the CLI only.
     pub manual: bool,
+    /// Its config allows in-place upgrades (not `rollout: {inPlace: false}`).
+    pub in_place: bool,
     /// What changed from the previous revision, when the engine saw both.
     pub changes: Option<String>,
     /// What changed from each older revision this process saw, by that revision: a pod
@@ -147,6 +152,10 @@ pub struct Bake {
 pub struct EvictionRestart {
     pub target: RevisionStamp,
     pub since: Timestamp,
+    /// Its pods are upgraded in place (images patched) rather than evicted.
+    pub in_place: bool,
+    /// Why an in-place upgrade of one of its pods failed: the restart fails with it.
+    pub problem: Option<String>,
 }
 
 /// A workload carrying the target, not yet rolled out.

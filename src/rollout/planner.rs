@@ -14,6 +14,7 @@ use super::book::{
 use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
 use super::health::{progress, rolled_out};
+use super::in_place::InPlaceMode;
 use super::plan::{
     OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan, SidecarTarget, WaitReason, Waiting,
 };
@@ -182,6 +183,23 @@ fn survey_workload<'g, 'r>(
     match entry {
         Some(entry) if entry.rollout_revision.as_deref() == Some(target.as_str()) => {
             let active: Vec<&str> = relevant.iter().map(|r| r.sidecar.as_str()).collect();
+            // An in-place upgrade of one of its pods failed (a crash loop, an app container
+            // restarted): the restart fails with it.
+            let workload = &group.workload;
+            let upgrade = input.evicting.get(workload).filter(|e| e.target == target);
+            if let Some(problem) = upgrade.and_then(|e| e.problem.clone()) {
+                let failed = Some(problem);
+                roll_or_fail(
+                    input,
+                    survey,
+                    out,
+                    (workload, &active),
+                    target,
+                    true,
+                    failed,
+                );
+                return;
+            }
             let stale: Vec<&WorkloadDrift> = restart_for;
             let carrier = Carrier {
                 group,
@@ -193,25 +211,42 @@ fn survey_workload<'g, 'r>(
             judge_carrier(input, book, carrier, survey, out);
         }
         _ if restart_for.is_empty() => {}
-        _ => {
-            for row in &restart_for {
-                survey
-                    .counts
-                    .entry(row.sidecar.clone())
-                    .or_default()
-                    .pending += 1;
-            }
-            let (method, reverted) = restart_method(input, &group.workload, entry, &target);
-            survey.candidates.push(Candidate {
-                group,
-                restart_for,
-                target,
-                heal: false,
-                method,
-                reverted,
-            });
-        }
+        _ => candidate(input, group, entry, restart_for, target, survey),
     }
+}
+
+/// A workload not carrying the target, with pods to restart: a candidate, restarted in place
+/// when it can be.
+fn candidate<'g, 'r>(
+    input: &PlanInput<'_>,
+    group: &'g Group<'r>,
+    entry: Option<&WorkloadEntry>,
+    restart_for: Vec<&'r WorkloadDrift>,
+    target: RevisionStamp,
+    survey: &mut Survey<'g, 'r>,
+) {
+    for row in &restart_for {
+        survey
+            .counts
+            .entry(row.sidecar.clone())
+            .or_default()
+            .pending += 1;
+    }
+    let (method, reverted) = restart_method(input, &group.workload, entry, &target);
+    let (method, not_in_place) = match (method, in_place(input, entry, &restart_for)) {
+        (RestartMethod::Template, Some(Ok(()))) => (RestartMethod::InPlace, None),
+        (_, Some(Err(why))) => (method, Some(why)),
+        _ => (method, None),
+    };
+    survey.candidates.push(Candidate {
+        group,
+        restart_for,
+        target,
+        heal: false,
+        method,
+        reverted,
+        not_in_place,
+    });
 }
 
 /// A restart by eviction under way carries the target as a stamped OnDelete workload would:
@@ -255,6 +290,51 @@ fn restart_method(
         RestartMethod::Template
     };
     (method, reverted)
+}
+
+/// Whether a candidate's pods can be upgraded in place: `None` when that is not considered
+/// (`--in-place=off`, a bare pod, a workload restarted by eviction on purpose), else why not.
+fn in_place(
+    input: &PlanInput<'_>,
+    entry: Option<&WorkloadEntry>,
+    restart_for: &[&WorkloadDrift],
+) -> Option<Result<(), String>> {
+    let entry = entry?;
+    if input.settings.in_place == InPlaceMode::Off || entry.restart_method.is_some() {
+        return None;
+    }
+    if entry.update_strategy == UpdateStrategy::Recreate {
+        return Some(Err("strategy Recreate".to_owned()));
+    }
+    if entry.max_unavailable.is_some_and(|n| n < 1) {
+        return Some(Err(
+            "maxUnavailable 0 lets no pod be unavailable while its sidecar restarts".to_owned(),
+        ));
+    }
+    for row in restart_for {
+        let target = &input.targets[&row.sidecar];
+        if !target.in_place {
+            return Some(Err(format!(
+                "{}'s config says rollout: {{inPlace: false}}",
+                row.sidecar
+            )));
+        }
+        if row.pods.uninjected + row.pods.unknown > 0 {
+            return Some(Err(format!(
+                "pods without a revision of {} are recreated",
+                row.sidecar
+            )));
+        }
+        let Some(from) = row.from_revision.as_deref() else {
+            return Some(Err(format!("{}: no revision to upgrade from", row.sidecar)));
+        };
+        if let Err(why) =
+            super::in_place::sidecar_changes(input.history, &row.sidecar, from, &target.revision)
+        {
+            return Some(Err(why));
+        }
+    }
+    Some(Ok(()))
 }
 
 /// A workload that carries the target: what the survey knows of it.
@@ -334,6 +414,7 @@ fn judge_carrier<'g, 'r>(
             heal: true,
             method: RestartMethod::Template,
             reverted: false,
+            not_in_place: None,
         });
         return;
     }
@@ -663,7 +744,10 @@ fn restart(
             .is_some_and(|e| e.update_strategy == UpdateStrategy::OnDelete),
         // A bare pod is evicted.
         None => true,
-    } || candidate.method == RestartMethod::Evict;
+    } || matches!(
+        candidate.method,
+        RestartMethod::Evict | RestartMethod::InPlace
+    );
     let changes: Vec<SidecarChange> = candidate
         .restart_for
         .iter()
@@ -696,6 +780,11 @@ fn restart(
         )
     } else {
         rollout_reason(&changes)
+    };
+    let reason = match (&candidate.not_in_place, candidate.method) {
+        (_, RestartMethod::InPlace) => format!("in place: {reason}"),
+        (Some(why), _) => format!("{reason} (restarted, not upgraded in place: {why})"),
+        _ => reason,
     };
     Restart {
         pods: candidate.pods(),

@@ -197,6 +197,7 @@ impl ContainerSelection {
                     SidecarTarget {
                         revision: self.revision(),
                         manual: false,
+                        in_place: false,
                         changes: None,
                         changes_from: BTreeMap::new(),
                     },

@@ -91,6 +91,7 @@ impl ContentHistory {
                 SidecarTarget {
                     revision,
                     manual,
+                    in_place: sidecar.config.in_place_allowed(),
                     changes,
                     changes_from,
                 },
@@ -135,14 +136,13 @@ pub fn published_targets(
     published
         .iter()
         .map(|(name, revision)| {
+            let own = set.iter().find(|s| s.config.name.to_string() == name);
             let manual = honour_manual
-                && set.iter().any(|s| {
-                    s.config.name.to_string() == name
-                        && s.config.rollout_mode() == RolloutMode::Manual
-                });
+                && own.is_some_and(|s| s.config.rollout_mode() == RolloutMode::Manual);
             let target = SidecarTarget {
                 revision: revision.to_owned(),
                 manual,
+                in_place: own.is_none_or(|s| s.config.in_place_allowed()),
                 changes: None,
                 changes_from: BTreeMap::new(),
             };

@@ -63,7 +63,11 @@ impl World {
             index: DriftIndex::default(),
             targets: BTreeMap::new(),
             book: CampaignBook::default(),
-            settings: RolloutSettings::default(),
+            // Restarts, unless a test of in-place upgrades turns them on.
+            settings: RolloutSettings {
+                in_place: crate::rollout::in_place::InPlaceMode::Off,
+                ..RolloutSettings::default()
+            },
             policy: DriftPolicy::default(),
             finished_since: BTreeMap::new(),
             stamped: BTreeMap::new(),
@@ -86,6 +90,7 @@ impl World {
             SidecarTarget {
                 revision: revision.into(),
                 manual: false,
+                in_place: true,
                 changes: Some("containers[logger].image \"l:1\" -> \"l:2\"".into()),
                 // The engine saw OLD's content before: pods at OLD are described from it.
                 changes_from: BTreeMap::from([(
@@ -1522,6 +1527,8 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
         crate::rollout::EvictionRestart {
             target: target.clone(),
             since: at(7200),
+            in_place: false,
+            problem: None,
         },
     );
     world.now = at(7210);
@@ -1539,7 +1546,10 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
     let mut world = World::new();
     world.deployment("web", 2, Some(OLD));
     let plan = world.plan();
-    assert_eq!(plan.restarts[0].method, RestartMethod::Template);
+    assert_eq!(
+        plan.restarts[0].method,
+        crate::workload::RestartMethod::Template
+    );
     // An explicit `template` on the workload keeps the template method, reverted or not.
     world.stamped.insert(web.clone(), target.clone());
     let mut entry = world.entry("web");
@@ -2052,4 +2062,115 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
     let (pinned, errors) = book.pinned(&config);
     assert_eq!(served_revision(&pinned), broken.revision.to_string());
     assert_eq!(errors.len(), 1);
+}
+
+/// A history where OLD and NEW of logger:v1 differ in `what` (`image` or `env`).
+fn history_old_new(what: &str) -> crate::rollout::history::RevisionHistory {
+    use crate::rollout::history::{HistoryEntry, Outcome};
+    let content = |image: &str, env: &str| serde_json::json!({"containers": [{"name": "logger", "image": image}], "env": [{"name": "E", "value": env}]});
+    let new = if what == "image" {
+        content("l:2", "a")
+    } else {
+        content("l:1", "b")
+    };
+    let entry = |revision: &str, content| HistoryEntry {
+        revision: revision.into(),
+        content,
+        first_served: Time(at(0)),
+        outcome: Outcome::Good,
+        reason: None,
+    };
+    crate::rollout::history::RevisionHistory {
+        sidecars: [(
+            LOGGER.to_owned(),
+            vec![entry(OLD, content("l:1", "a")), entry(NEW, new)],
+        )]
+        .into(),
+    }
+}
+
+#[test]
+fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_reason() {
+    let mut world = World::new();
+    world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+    world.history = history_old_new("image");
+    world.deployment("web", 2, Some(OLD));
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["web"]);
+    let restart = &plan.restarts[0];
+    assert_eq!(restart.method, crate::workload::RestartMethod::InPlace);
+    assert!(restart.on_delete, "pod by pod");
+    assert!(
+        restart.reason.starts_with("in place: sidecar logger:v1"),
+        "{}",
+        restart.reason
+    );
+
+    // The executor began it: rolling pod by pod; a failed pod upgrade fails the restart.
+    let web = plan.restarts[0].workload.clone();
+    let target = plan.restarts[0].target.clone().unwrap();
+    let mut restart = crate::rollout::EvictionRestart {
+        target: target.clone(),
+        since: at(7200),
+        in_place: true,
+        problem: None,
+    };
+    world.evicting.insert(web.clone(), restart.clone());
+    world.now = at(7201);
+    let plan = world.step();
+    assert!(plan.restarts.is_empty());
+    assert_eq!(plan.rolling.len(), 1);
+    assert!(plan.rolling[0].on_delete);
+    restart.problem = Some("in-place upgrade failed: pod web-rs-1: container app restarted".into());
+    world.evicting.insert(web.clone(), restart);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1);
+    assert_eq!(
+        plan.failed[0].reason,
+        "in-place upgrade failed: pod web-rs-1: container app restarted"
+    );
+
+    // An env change restarts, and says why not in place.
+    let mut world = World::new();
+    world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+    world.history = history_old_new("env");
+    world.deployment("web", 2, Some(OLD));
+    let plan = world.step();
+    assert_eq!(
+        plan.restarts[0].method,
+        crate::workload::RestartMethod::Template
+    );
+    assert!(
+        plan.restarts[0]
+            .reason
+            .ends_with("(restarted, not upgraded in place: logger:v1: env changed: only a change of injected containers' images is made in place)"),
+        "{}",
+        plan.restarts[0].reason
+    );
+
+    // The sidecar's config opts out; maxUnavailable 0 leaves no room; --in-place=off.
+    for case in ["config", "budget", "off"] {
+        let mut world = World::new();
+        world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+        world.history = history_old_new("image");
+        let mut entry = healthy(2);
+        match case {
+            "config" => world.targets.get_mut(LOGGER).unwrap().in_place = false,
+            "budget" => entry.max_unavailable = Some(0),
+            _ => world.settings.in_place = crate::rollout::in_place::InPlaceMode::Off,
+        }
+        world.deployment_with("web", 2, Some(OLD), entry);
+        let plan = world.step();
+        assert_eq!(
+            plan.restarts[0].method,
+            crate::workload::RestartMethod::Template,
+            "{case}"
+        );
+        let reason = &plan.restarts[0].reason;
+        match case {
+            "config" => assert!(reason.contains("rollout: {inPlace: false}"), "{reason}"),
+            "budget" => assert!(reason.contains("maxUnavailable 0"), "{reason}"),
+            _ => assert!(!reason.contains("in place"), "{reason}"),
+        }
+    }
 }

@@ -13,6 +13,7 @@ mod drift;
 mod engine;
 mod evictions;
 mod history;
+mod in_place;
 mod injection;
 mod monitoring;
 mod rollout_command;

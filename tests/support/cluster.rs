@@ -501,5 +501,10 @@ pub fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     if !extra.contains(&"--bake") {
         args.extend(["--bake", "1s"]);
     }
+    // The tests' edits change images: they test restarts unless they ask for in-place
+    // upgrades (tests/e2e/in_place.rs).
+    if !extra.contains(&"--in-place") {
+        args.extend(["--in-place", "off"]);
+    }
     args
 }

@@ -1,6 +1,9 @@
 //! A test kubelet: nothing runs containers here, so this keeps fake Nodes Ready and marks pods
 //! Running and Ready (with containerStatuses) a moment after they appear, driven by a watch.
 //! Pods with an image tagged `:broken` run but never become Ready, for failed-rollout tests.
+//! A container whose image is changed in a running pod (an in-place upgrade) is restarted as a
+//! kubelet would: its restart count goes up and its status takes the new image (a `:broken`
+//! one backs off and the pod turns not Ready).
 //! Pods are never bound to a node: bound pods would wait forever for a kubelet to confirm
 //! their deletion.
 
@@ -116,6 +119,81 @@ fn is_running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
+/// The containers whose spec image differs from the image their status reports.
+fn changed_images(pod: &Pod) -> Vec<String> {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter(|c| {
+            statuses
+                .iter()
+                .any(|s| s.name == c.name && Some(&s.image) != c.image.as_ref())
+        })
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// An in-place image change: the changed containers restart with their new image.
+async fn restart_changed(client: kube::Client, pod: Pod, delay: Duration) {
+    tokio::time::sleep(delay).await;
+    let (Some(name), Some(namespace)) = (pod.metadata.name.clone(), pod.metadata.namespace.clone())
+    else {
+        return;
+    };
+    let changed = changed_images(&pod);
+    let images: std::collections::BTreeMap<&str, &str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or_default()))
+        .collect();
+    let mut broken = false;
+    let statuses: Vec<Value> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| {
+            let mut status = serde_json::to_value(&s).unwrap();
+            if changed.contains(&s.name) {
+                let image = images.get(s.name.as_str()).copied().unwrap_or_default();
+                let bad = image.ends_with(BROKEN_TAG);
+                broken |= bad;
+                status["image"] = json!(image);
+                status["restartCount"] = json!(s.restart_count + 1);
+                status["ready"] = json!(!bad);
+                status["state"] = if bad {
+                    json!({"waiting": {"reason": "CrashLoopBackOff", "message": "test kubelet: image is :broken"}})
+                } else {
+                    json!({"running": {"startedAt": now()}})
+                };
+            }
+            status
+        })
+        .collect();
+    let ready = if broken { "False" } else { "True" };
+    let now = now();
+    let status = json!({"status": {
+        "conditions": [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+            {"type": "Ready", "status": ready, "lastTransitionTime": now},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+        ],
+        "containerStatuses": statuses,
+    }});
+    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    let _ = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+        .await;
+}
+
 async fn run_pods(client: kube::Client, delay: Duration) {
     let pods: Api<Pod> = Api::all(client.clone());
     let mut events = watcher(pods, watcher::Config::default())
@@ -123,7 +201,14 @@ async fn run_pods(client: kube::Client, delay: Duration) {
         .boxed();
     while let Some(event) = events.next().await {
         let Ok(pod) = event else { continue };
-        if pod.metadata.deletion_timestamp.is_some() || is_ready(&pod) {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if is_running(&pod) && !changed_images(&pod).is_empty() {
+            tokio::spawn(restart_changed(client.clone(), pod, delay));
+            continue;
+        }
+        if is_ready(&pod) {
             continue;
         }
         let broken = is_broken(&pod);

@@ -1,0 +1,459 @@
+//! In-place upgrades: when a new revision of a sidecar differs from the one a pod runs only in
+//! the images of its injected regular containers, those images are patched in the live pod (the
+//! kubelet restarts just those containers) instead of restarting the workload. Pure: which
+//! revisions qualify, the JSON patch of one pod, and how an upgrade under way is going.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::history::RevisionHistory;
+use crate::annotations::AnnotationKeys;
+use crate::config::RevisionStamp;
+use crate::config::revision::stamp_items;
+
+/// Whether the engine may upgrade sidecars in place (`--in-place`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum InPlaceMode {
+    /// In place whenever only images of injected containers change (and the sidecar's config
+    /// does not say `rollout: {inPlace: false}`).
+    #[default]
+    Auto,
+    /// Always restart the workload.
+    Off,
+}
+
+/// The lists of the injected content whose containers may change image in place.
+const REGULAR: [&str; 2] = ["containers", "prependContainers"];
+
+/// The new image of each injected regular container whose image differs from `from` to `to`,
+/// when nothing else differs; else why not, as a person reads it.
+pub fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String>, String> {
+    let mut changes = BTreeMap::new();
+    let mut from = from.clone();
+    for list in REGULAR {
+        let Some(new) = to.get(list).and_then(Value::as_array) else {
+            continue;
+        };
+        let Some(old) = from.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in new {
+            let name = container.get("name").and_then(Value::as_str);
+            let image = container.get("image");
+            let Some(own) = old
+                .iter_mut()
+                .find(|c| c.get("name").and_then(Value::as_str) == name)
+            else {
+                continue;
+            };
+            if own.get("image") != image {
+                match (name, image.and_then(Value::as_str)) {
+                    (Some(name), Some(image)) => {
+                        changes.insert(name.to_owned(), image.to_owned());
+                        own["image"] = Value::String(image.to_owned());
+                    }
+                    _ => return Err("a container's image was removed".to_owned()),
+                }
+            }
+        }
+    }
+    if &from != to {
+        let mut differ: Vec<&str> = Vec::new();
+        let keys = |v: &Value| -> Vec<String> {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let mut all = keys(&from);
+        all.extend(keys(to));
+        all.sort();
+        all.dedup();
+        for key in &all {
+            if from.get(key) != to.get(key) {
+                differ.push(key);
+            }
+        }
+        let what = if differ.iter().all(|k| REGULAR.contains(k)) {
+            "containers changed beyond their images".to_owned()
+        } else {
+            format!("{} changed", differ.join(", "))
+        };
+        return Err(format!(
+            "{what}: only a change of injected containers' images is made in place"
+        ));
+    }
+    if changes.is_empty() {
+        return Err("nothing to change".to_owned());
+    }
+    Ok(changes)
+}
+
+/// Why `sidecar` cannot go from `from` to `to` in place, or the images to set.
+pub fn sidecar_changes(
+    history: &RevisionHistory,
+    sidecar: &str,
+    from: &str,
+    to: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let content = |revision: &str| {
+        history
+            .entries(sidecar)
+            .iter()
+            .find(|e| e.revision == revision)
+            .map(|e| &e.content)
+            .ok_or_else(|| format!("revision {revision} of {sidecar} is not in the history"))
+    };
+    image_changes(content(from)?, content(to)?).map_err(|why| format!("{sidecar}: {why}"))
+}
+
+/// The JSON patch that upgrades one pod in place, and the containers it upgrades.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InPlacePatch {
+    pub patch: Value,
+    /// The containers whose image it sets, with the image.
+    pub upgraded: BTreeMap<String, String>,
+    /// The pod's `NS/revision` after the patch.
+    pub revision: String,
+}
+
+/// The patch that brings `pod` to `target` in place: each of its sidecars whose revision
+/// differs goes through [`sidecar_changes`]; the images are replaced (each guarded by a test
+/// of the container's name, and the whole by the pod's uid, so a pod changed or replaced since
+/// it was read is not patched) and `NS/revision` is set in the same patch.
+pub fn pod_patch(
+    pod: &Pod,
+    keys: &AnnotationKeys,
+    target: &RevisionStamp,
+    history: &RevisionHistory,
+) -> Result<InPlacePatch, String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let carried = annotations
+        .and_then(|a| a.get(&keys.revision))
+        .ok_or("the pod carries no revision")?;
+    let uid = pod.metadata.uid.as_deref().ok_or("the pod has no uid")?;
+    let mut items: Vec<(String, String)> = stamp_items(carried)
+        .map(|(s, r)| (s.to_owned(), r.to_owned()))
+        .collect();
+    let mut upgraded = BTreeMap::new();
+    for (sidecar, to) in target.items() {
+        let Some(item) = items.iter_mut().find(|(s, _)| s == sidecar) else {
+            return Err(format!("the pod was never injected with {sidecar}"));
+        };
+        if item.1 != to {
+            upgraded.extend(sidecar_changes(history, sidecar, &item.1, to)?);
+            item.1 = to.to_owned();
+        }
+    }
+    if upgraded.is_empty() {
+        return Err("the pod is current".to_owned());
+    }
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+    for (name, image) in &upgraded {
+        let index = containers
+            .iter()
+            .position(|c| &c.name == name)
+            .ok_or_else(|| format!("the pod has no container {name}"))?;
+        ops.push(
+            json!({"op": "test", "path": format!("/spec/containers/{index}/name"), "value": name}),
+        );
+        ops.push(json!({"op": "replace", "path": format!("/spec/containers/{index}/image"), "value": image}));
+    }
+    let revision = items
+        .iter()
+        .map(|(s, r)| format!("{s}={r}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let key = keys.revision.replace('~', "~0").replace('/', "~1");
+    ops.push(
+        json!({"op": "replace", "path": format!("/metadata/annotations/{key}"), "value": revision}),
+    );
+    Ok(InPlacePatch {
+        patch: Value::Array(ops),
+        upgraded,
+        revision,
+    })
+}
+
+/// One pod being upgraded in place: what it was when patched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InPlaceUpgrade {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    /// The containers upgraded, with the image each was running (as its status said).
+    pub upgraded: BTreeMap<String, String>,
+    /// Every other container's restart count: none may restart.
+    pub others: BTreeMap<String, i32>,
+}
+
+/// How an in-place upgrade is going.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpgradeProgress {
+    Pending,
+    /// Every upgraded container runs its new image and is ready; the restart counts of the
+    /// pod's containers then, for the bake to count restarts from.
+    Done(BTreeMap<String, i32>),
+    Failed(String),
+}
+
+impl InPlaceUpgrade {
+    /// The upgrade of `pod` (as read just before its patch) by `patch`.
+    pub fn of(pod: &Pod, patch: &InPlacePatch) -> Self {
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or_default();
+        Self {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            upgraded: patch
+                .upgraded
+                .keys()
+                .map(|name| {
+                    let image = statuses
+                        .iter()
+                        .find(|s| &s.name == name)
+                        .map(|s| s.image.clone())
+                        .unwrap_or_default();
+                    (name.clone(), image)
+                })
+                .collect(),
+            others: statuses
+                .iter()
+                .filter(|s| !patch.upgraded.contains_key(&s.name))
+                .map(|s| (s.name.clone(), s.restart_count))
+                .collect(),
+        }
+    }
+
+    /// Judges the pod as read now (`None`: gone).
+    pub fn progress(&self, pod: Option<&Pod>) -> UpgradeProgress {
+        let Some(pod) = pod else {
+            // Deleted (a scale-down, a drain): nothing left to upgrade or to fail.
+            return UpgradeProgress::Done(BTreeMap::new());
+        };
+        let name = &self.pod;
+        if pod.metadata.uid.as_deref() != Some(self.uid.as_str()) {
+            return UpgradeProgress::Failed(format!(
+                "pod {name} was replaced during its in-place upgrade"
+            ));
+        }
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or_default();
+        for status in statuses {
+            if let Some(before) = self.others.get(&status.name)
+                && status.restart_count > *before
+            {
+                return UpgradeProgress::Failed(format!(
+                    "pod {name}: container {} restarted during the in-place upgrade of {}",
+                    status.name,
+                    self.upgraded.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        let mut done = true;
+        for (container, image_before) in &self.upgraded {
+            let Some(status) = statuses.iter().find(|s| &s.name == container) else {
+                done = false;
+                continue;
+            };
+            let state = status.state.as_ref();
+            let waiting = state
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.as_deref())
+                .filter(|r| *r != "ContainerCreating" && *r != "PodInitializing");
+            if let Some(reason) = waiting {
+                return UpgradeProgress::Failed(format!(
+                    "pod {name}: upgraded container {container} is waiting ({reason})"
+                ));
+            }
+            if status.image == *image_before {
+                done = false;
+                continue;
+            }
+            if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
+                return UpgradeProgress::Failed(format!(
+                    "pod {name}: upgraded container {container} exited with code {}",
+                    terminated.exit_code
+                ));
+            }
+            let running = state.is_some_and(|s| s.running.is_some());
+            done &= running && status.ready;
+        }
+        if done {
+            UpgradeProgress::Done(
+                statuses
+                    .iter()
+                    .map(|s| (s.name.clone(), s.restart_count))
+                    .collect(),
+            )
+        } else {
+            UpgradeProgress::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::history::{HistoryEntry, Outcome};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn content(image: &str, env: &str) -> Value {
+        json!({
+            "containers": [{"name": "shipper", "image": image, "env": [{"name": "E", "value": env}]}],
+            "volumes": [{"name": "logs", "emptyDir": {}}]
+        })
+    }
+
+    #[test]
+    fn only_an_image_change_of_injected_containers_is_made_in_place() {
+        let changes = image_changes(&content("s:1", "a"), &content("s:2", "a")).unwrap();
+        assert_eq!(changes, BTreeMap::from([("shipper".into(), "s:2".into())]));
+        let err = image_changes(&content("s:1", "a"), &content("s:2", "b")).unwrap_err();
+        assert!(
+            err.starts_with("containers changed beyond their images"),
+            "{err}"
+        );
+        let mut with_env = content("s:1", "a");
+        with_env["env"] = json!([{"name": "X", "value": "1"}]);
+        let err = image_changes(&content("s:1", "a"), &with_env).unwrap_err();
+        assert!(err.starts_with("env changed"), "{err}");
+        let mut init = content("s:2", "a");
+        init["initContainers"] = json!([{"name": "setup", "image": "i:1"}]);
+        let err = image_changes(&content("s:1", "a"), &init).unwrap_err();
+        assert!(err.starts_with("initContainers changed"), "{err}");
+        assert_eq!(
+            image_changes(&content("s:1", "a"), &content("s:1", "a")).unwrap_err(),
+            "nothing to change"
+        );
+    }
+
+    fn history() -> RevisionHistory {
+        let entry = |revision: &str, image: &str| HistoryEntry {
+            revision: revision.into(),
+            content: content(image, "a"),
+            first_served: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            outcome: Outcome::Good,
+            reason: None,
+        };
+        RevisionHistory {
+            sidecars: [(
+                "logger:v1".to_owned(),
+                vec![entry("aaaaaaaaaaaa", "s:1"), entry("bbbbbbbbbbbb", "s:2")],
+            )]
+            .into(),
+        }
+    }
+
+    fn pod(revision: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-1", "namespace": "team", "uid": "u-1",
+                "annotations": {"injector/revision": revision}},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}, {"name": "shipper", "image": "s:1"}]},
+            "status": {"containerStatuses": [
+                {"name": "app", "ready": true, "restartCount": 0, "image": "app:1", "imageID": "", "state": {"running": {}}},
+                {"name": "shipper", "ready": true, "restartCount": 0, "image": "docker.io/s:1", "imageID": "", "state": {"running": {}}}
+            ]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_pod_patch_sets_the_images_and_the_revision_guarded_by_uid_and_name() {
+        let keys = AnnotationKeys::default();
+        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+        let patch = pod_patch(
+            &pod("logger:v1=aaaaaaaaaaaa,tracer:v1=cccccccccccc"),
+            &keys,
+            &target,
+            &history(),
+        )
+        .unwrap();
+        assert_eq!(
+            patch.patch,
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "u-1"},
+                {"op": "test", "path": "/spec/containers/1/name", "value": "shipper"},
+                {"op": "replace", "path": "/spec/containers/1/image", "value": "s:2"},
+                {"op": "replace", "path": "/metadata/annotations/injector~1revision",
+                 "value": "logger:v1=bbbbbbbbbbbb,tracer:v1=cccccccccccc"}
+            ])
+        );
+        let err =
+            pod_patch(&pod("logger:v1=dddddddddddd"), &keys, &target, &history()).unwrap_err();
+        assert_eq!(
+            err,
+            "revision dddddddddddd of logger:v1 is not in the history"
+        );
+        let err =
+            pod_patch(&pod("logger:v1=bbbbbbbbbbbb"), &keys, &target, &history()).unwrap_err();
+        assert_eq!(err, "the pod is current");
+    }
+
+    #[test]
+    fn an_upgrade_is_done_when_the_new_container_runs_ready_and_nothing_else_restarted() {
+        let keys = AnnotationKeys::default();
+        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+        let before = pod("logger:v1=aaaaaaaaaaaa");
+        let patch = pod_patch(&before, &keys, &target, &history()).unwrap();
+        let upgrade = InPlaceUpgrade::of(&before, &patch);
+        assert_eq!(upgrade.others, BTreeMap::from([("app".into(), 0)]));
+        // Patched, the kubelet not there yet.
+        assert_eq!(upgrade.progress(Some(&before)), UpgradeProgress::Pending);
+        let with = |shipper: Value, app_restarts: i32, uid: &str| -> Pod {
+            let mut pod = before.clone();
+            pod.metadata.uid = Some(uid.into());
+            let mut status = serde_json::to_value(pod.status.take().unwrap()).unwrap();
+            status["containerStatuses"][0]["restartCount"] = json!(app_restarts);
+            status["containerStatuses"][1] = shipper;
+            pod.status = Some(serde_json::from_value(status).unwrap());
+            pod
+        };
+        let starting = json!({"name": "shipper", "ready": false, "restartCount": 1, "image": "docker.io/s:2", "imageID": "", "state": {"running": {}}});
+        assert_eq!(
+            upgrade.progress(Some(&with(starting, 0, "u-1"))),
+            UpgradeProgress::Pending
+        );
+        let ready = json!({"name": "shipper", "ready": true, "restartCount": 1, "image": "docker.io/s:2", "imageID": "", "state": {"running": {}}});
+        assert_eq!(
+            upgrade.progress(Some(&with(ready.clone(), 0, "u-1"))),
+            UpgradeProgress::Done(BTreeMap::from([("app".into(), 0), ("shipper".into(), 1)]))
+        );
+        let UpgradeProgress::Failed(why) = upgrade.progress(Some(&with(ready.clone(), 1, "u-1")))
+        else {
+            panic!("an app restart fails it")
+        };
+        assert_eq!(
+            why,
+            "pod web-1: container app restarted during the in-place upgrade of shipper"
+        );
+        assert!(matches!(
+            upgrade.progress(Some(&with(ready, 0, "u-2"))),
+            UpgradeProgress::Failed(_)
+        ));
+        let backoff = json!({"name": "shipper", "ready": false, "restartCount": 2, "image": "docker.io/s:2", "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
+        assert_eq!(
+            upgrade.progress(Some(&with(backoff, 0, "u-1"))),
+            UpgradeProgress::Failed(
+                "pod web-1: upgraded container shipper is waiting (CrashLoopBackOff)".into()
+            )
+        );
+        assert_eq!(
+            upgrade.progress(None),
+            UpgradeProgress::Done(BTreeMap::new())
+        );
+    }
+}

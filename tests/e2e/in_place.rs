@@ -1,0 +1,197 @@
+//! In-place upgrades: a revision that changes only the images of injected containers is
+//! patched into the live pods (same pods, the app container untouched); anything else
+//! restarts the workload; a failed in-place upgrade fails the restart and pauses the campaign
+//! at its canary. The test kubelet restarts a container whose image changed as a kubelet
+//! would (tests/realnode shows it with a real kubelet).
+
+use super::*;
+
+/// Each pod's uid, by name.
+async fn uids(ctx: &TestContext, app: &str) -> BTreeMap<String, String> {
+    pods_of(ctx, app)
+        .await
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap(), p.metadata.uid.unwrap()))
+        .collect()
+}
+
+/// A container's status in `pod`: its image and restart count.
+fn container(pod: &Pod, name: &str) -> Option<(String, i32)> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| (s.image.clone(), s.restart_count))
+}
+
+/// Waits until every pod of `app` carries `stamp` and runs `image` in its tracer container.
+async fn wait_upgraded(ctx: &TestContext, app: &str, count: usize, stamp: &str, image: &str) {
+    eventually(
+        Duration::from_secs(90),
+        &format!("{app}: {count} pods at {stamp} running {image}"),
+        || async {
+            let pods = pods_of(ctx, app).await;
+            (pods.len() == count
+                && pods.iter().all(|p| {
+                    annotation(p, "injector/revision") == Some(stamp)
+                        && container(p, "tracer").is_some_and(|(i, _)| i == image)
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+use std::collections::BTreeMap;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_them() {
+    // QUICK_FAILURE's pace, with time for four pods one at a time.
+    let flags = [
+        "--rollout=auto",
+        "--settle",
+        "1s",
+        "--rollout-timeout",
+        "40s",
+        "--lease-duration",
+        "3s",
+        "--in-place",
+        "auto",
+        "--cooldown",
+        "1s",
+    ];
+    let ctx = engine_context("in-place", &flags).await;
+    // Four replicas: maxUnavailable 25% lets one pod at a time be unavailable.
+    for name in ["canary", "web"] {
+        create_deployment(&ctx, name, 4, template(name, Some("tracer:v1"))).await;
+    }
+    let v1 = stamp_of(TRACER_V1);
+    for app in ["canary", "web"] {
+        wait_pods_at(&ctx, app, 4, &v1, DEADLINE).await;
+    }
+    let before = [uids(&ctx, "canary").await, uids(&ctx, "web").await];
+
+    // Only the image changes: the same pods are upgraded, the app container never restarts,
+    // the template is never written, no ReplicaSet is added.
+    let v2_text = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+    let v2 = stamp_of(v2_text);
+    put_config(&ctx, "tracing", "tracer.yaml", v2_text).await;
+    for app in ["canary", "web"] {
+        wait_upgraded(&ctx, app, 4, &v2, "tracer:2").await;
+    }
+    assert_eq!(
+        [uids(&ctx, "canary").await, uids(&ctx, "web").await],
+        before,
+        "the very same pods"
+    );
+    for app in ["canary", "web"] {
+        for pod in pods_of(&ctx, app).await {
+            assert_eq!(
+                container(&pod, "app").unwrap().1,
+                0,
+                "the app never restarted"
+            );
+            assert_eq!(
+                container(&pod, "tracer").unwrap().1,
+                1,
+                "the sidecar restarted once"
+            );
+        }
+        assert_eq!(
+            replicaset_count(&ctx, app).await,
+            1,
+            "{app}: no new ReplicaSet"
+        );
+        let deployment = ctx.api::<Deployment>().get(app).await.unwrap();
+        assert!(
+            template_annotation(
+                &deployment.spec.unwrap().template.metadata,
+                "injector/rollout-revision"
+            )
+            .is_none(),
+            "{app}: the template is untouched"
+        );
+    }
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(DEADLINE, "the campaign complete", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric(
+            "sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"upgraded_in_place\"}"
+        ),
+        8.0,
+        "one patch per pod"
+    );
+    let events = events_for(&ctx, "web", "SidecarRestart").await;
+    assert!(
+        events.iter().any(|e| e
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("upgrading pod by pod by sidecar-injector")
+            && e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains(": in place: sidecar tracer:v1")),
+        "{events:?}"
+    );
+
+    // An env change cannot be made in place: the workloads are restarted, and say why.
+    let v3_text = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2', env: [{name: LEVEL, value: debug}]}]\n";
+    let v3 = stamp_of(v3_text);
+    put_config(&ctx, "tracing", "tracer.yaml", v3_text).await;
+    for app in ["canary", "web"] {
+        wait_pods_at(&ctx, app, 4, &v3, Duration::from_secs(90)).await;
+        assert_eq!(replicaset_count(&ctx, app).await, 2, "{app}: restarted");
+    }
+    let deployment = ctx.api::<Deployment>().get("web").await.unwrap();
+    let reason = template_annotation(
+        &deployment.spec.unwrap().template.metadata,
+        "injector/rollout-reason",
+    )
+    .unwrap()
+    .to_owned();
+    assert!(
+        reason.contains("not upgraded in place: tracer:v1: containers changed beyond their images"),
+        "{reason}"
+    );
+
+    // A broken image fails its in-place upgrade at the canary's first pod: the campaign
+    // pauses, no other pod is touched.
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken', env: [{name: LEVEL, value: debug}]}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    wait_campaign_paused(injector, "tracer:v1").await;
+    let book = eventually(DEADLINE, "the failure in the status ConfigMap", || async {
+        campaign_book(&ctx)
+            .await
+            .filter(|b| b["campaigns"]["tracer:v1"]["state"] == "paused")
+    })
+    .await;
+    let failures = book["campaigns"]["tracer:v1"]["failures"]
+        .as_array()
+        .unwrap();
+    assert_eq!(failures.len(), 1, "{book:#}");
+    let reason = failures[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("in-place upgrade failed: pod canary-")
+            && reason.contains("upgraded container tracer is waiting (CrashLoopBackOff)"),
+        "{reason}"
+    );
+    let broken_stamp = stamp_of(broken);
+    let mut touched = 0;
+    for app in ["canary", "web"] {
+        for pod in pods_of(&ctx, app).await {
+            if annotation(&pod, "injector/revision") == Some(broken_stamp.as_str()) {
+                touched += 1;
+            }
+        }
+    }
+    assert_eq!(touched, 1, "one pod of the canary, nothing else");
+}
