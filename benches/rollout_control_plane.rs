@@ -31,6 +31,7 @@ use support::injector::{Injector, eventually};
 const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
 const TRACER_V2: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
 const TRACER_V3: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+const TRACER_V4: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:4'}]\n";
 const REPLICAS: usize = 2;
 const MAX_PARALLEL: &str = "10";
 const TARGET_REQUESTS_PER_WORKLOAD: f64 = 5.0;
@@ -207,7 +208,26 @@ async fn run(deployments: usize, measure: bool) {
         return;
     }
     let floor = unlimited_restart(&api, stale).await;
-    let one_shot = one_shot_rollout(&mut ctx, namespace).await;
+    let one_shot = one_shot_rollout(&mut ctx, namespace, TRACER_V3, "off").await;
+    // The same command on the next image-only edit, upgrading the same pods in place: no
+    // ReplicaSet is added.
+    let replicaset_count = |ctx: &TestContext| {
+        let api = ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>();
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .expect("ReplicaSets")
+                .items
+                .len()
+        }
+    };
+    let replicasets = replicaset_count(&ctx).await;
+    let in_place = one_shot_rollout(&mut ctx, namespace, TRACER_V4, "auto").await;
+    assert_eq!(
+        replicaset_count(&ctx).await,
+        replicasets,
+        "the in-place run restarted nothing"
+    );
     let per_workload = total / restarted;
     println!(
         "rollout_control_plane: {deployments} Deployments x {REPLICAS} replicas, {stale} stale after one ConfigMap edit"
@@ -258,6 +278,12 @@ async fn run(deployments: usize, measure: bool) {
             "MISSED"
         },
     );
+    println!(
+        "  in place vs restart, same {stale} stale Deployments (rollout --confirm, same limits, an image-only edit each): in place {:.1} s, restart {:.1} s; in place / restart = {:.2}",
+        in_place.wall.as_secs_f64(),
+        one_shot.wall.as_secs_f64(),
+        in_place.wall.as_secs_f64() / one_shot.wall.as_secs_f64(),
+    );
     let first = first_restart.as_secs_f64();
     println!(
         "  first restart {first:.2} s after the edit (settle 1 s; target <= settle + 0.3 s) {}",
@@ -273,13 +299,18 @@ struct OneShot {
 /// The same restarts by the one-shot command: the engine off (the webhook still served), the
 /// next edit published, then `rollout --confirm` with the engine's limits, timed to its exit.
 /// Its status ConfigMap writes are counted from a watch: each change of the campaigns item.
-async fn one_shot_rollout(ctx: &mut TestContext, namespace: &'static str) -> OneShot {
+async fn one_shot_rollout(
+    ctx: &mut TestContext,
+    namespace: &'static str,
+    edit: &str,
+    in_place: &'static str,
+) -> OneShot {
     use futures::StreamExt;
     use kube::runtime::watcher;
     use std::sync::{Arc, Mutex};
     ctx.restart_injector_in_mode("off").await;
-    put_config(ctx, "tracing", "tracer.yaml", TRACER_V3).await;
-    support::e2e::wait_published(ctx, &stamp_of(TRACER_V3)).await;
+    put_config(ctx, "tracing", "tracer.yaml", edit).await;
+    support::e2e::wait_published(ctx, &stamp_of(edit)).await;
     let configmaps: Api<ConfigMap> = ctx.api();
     // (campaigns item last seen, changes seen, initial list done)
     let seen = Arc::new(Mutex::new((None::<String>, 0usize, false)));
@@ -326,6 +357,8 @@ async fn one_shot_rollout(ctx: &mut TestContext, namespace: &'static str) -> One
                 "0s",
                 "--bake",
                 "0s",
+                "--in-place",
+                in_place,
             ],
         )
     })

@@ -192,6 +192,8 @@ pub struct Engine {
     /// The resourceVersion of the history ConfigMap `revisions` was read at (`None`: it did not
     /// exist); unknown until read, and nothing is written before.
     revisions_version: Option<Option<String>>,
+    /// `revisions` changed since last written.
+    revisions_dirty: bool,
     /// What the pins and holds of the book could not serve, as last said.
     overlay_errors: Vec<String>,
     finished_since: BTreeMap<WorkloadRef, Timestamp>,
@@ -250,6 +252,7 @@ impl Engine {
             history: ContentHistory::default(),
             revisions: RevisionHistory::default(),
             revisions_version: None,
+            revisions_dirty: false,
             overlay_errors: Vec::new(),
             finished_since: BTreeMap::new(),
             evictions: BTreeMap::new(),
@@ -331,7 +334,34 @@ impl Engine {
             }
         }
         self.load_revisions().await;
-        self.targets(set)
+        let targets = self.targets(set);
+        // The content of each revision in force is in the history before the plan compares
+        // it (an in-place upgrade needs both contents).
+        let in_force = self.in_force(set, &targets);
+        self.revisions_dirty |= self.revisions.observe(
+            &in_force,
+            &self.book,
+            Timestamp::now(),
+            self.options.settings.good_after,
+            self.options.settings.history_limit,
+        );
+        targets
+    }
+
+    /// The configs this process read (pins applied) whose revision is the one pods are brought
+    /// to (the one-shot CLI may judge by published revisions): their content is that
+    /// revision's.
+    fn in_force(&self, set: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {
+        let (pinned, _) = self.book.pinned(set);
+        pinned
+            .iter()
+            .filter(|s| {
+                targets
+                    .get(&s.config.name.to_string())
+                    .is_some_and(|t| t.revision == s.revision.as_str())
+            })
+            .map(|s| (**s).clone())
+            .collect()
     }
 
     /// Logs what a pin could not serve, once while it stays the same.
@@ -370,14 +400,14 @@ impl Engine {
         let Some(version) = self.revisions_version.clone() else {
             return;
         };
-        let changed = self.revisions.observe(
+        self.revisions_dirty |= self.revisions.observe(
             served,
             &self.book,
             now,
             self.options.settings.good_after,
             self.options.settings.history_limit,
         );
-        if !changed && version.is_some() {
+        if !self.revisions_dirty && version.is_some() {
             return;
         }
         if self.revisions.sidecars.is_empty() {
@@ -387,7 +417,10 @@ impl Engine {
         let object = status::history_object(&self.options.namespace, version, &self.revisions);
         self.metrics.record_api_request(EngineCall::Status);
         match with_timeout(status::write_history(&api, &object)).await {
-            Ok(written) => self.revisions_version = Some(written.metadata.resource_version),
+            Ok(written) => {
+                self.revisions_version = Some(written.metadata.resource_version);
+                self.revisions_dirty = false;
+            }
             // Another holder wrote it since: read it again and note this plan's view on it.
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 info!("the revision history changed under us; re-reading it");
@@ -517,10 +550,8 @@ impl Engine {
                 }
                 if self.containers.is_none() {
                     self.write_status().await;
-                    if self.published.is_none() {
-                        let (pinned, _) = self.book.pinned(set);
-                        self.record_revisions(&pinned, now).await;
-                    }
+                    let in_force = self.in_force(set, &targets);
+                    self.record_revisions(&in_force, now).await;
                 }
             }
             // A dry run acts on nothing, so its campaigns never progress: it keeps them to

@@ -223,6 +223,12 @@ bridge_up() {
   sysctl -qw net.ipv4.ip_forward=1
 }
 
+# A second name for busybox, so that a sidecar's image can change without a registry (the
+# in-place upgrade test): the same content under localhost/busybox:next.
+tag_images() {
+  $CTR images tag --force localhost/busybox:1.35 localhost/busybox:next >/dev/null
+}
+
 start_node() {
   if ! ctr -a $SOCK version >/dev/null 2>&1; then
     containerd --config $RN/containerd/config.toml > $S/containerd.log 2>&1 &
@@ -230,6 +236,7 @@ start_node() {
     local i; for i in $(seq 1 40); do ctr -a $SOCK version >/dev/null 2>&1 && break; sleep 0.25; done
   fi
   local im; for im in $IMG/pause.tar $IMG/busybox.tar ${REALNODE_IMAGES:-}; do $CTR images import "$im" >/dev/null; done
+  tag_images
   mkdir -p $S/kubelet
   cat > $S/kubelet-config.yaml <<EOC
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -277,6 +284,7 @@ up() {
   if [[ -f $S/apiserver.pid ]] && kill -0 "$(cat $S/apiserver.pid)" 2>/dev/null; then
     log "already up; importing \$REALNODE_IMAGES again"
     local im; for im in ${REALNODE_IMAGES:-}; do $CTR images import "$im" >/dev/null; done
+    tag_images
     echo "$S/kubeconfig"; return 0
   fi
   log "installing Debian packages (if missing)"; timed install_pkgs

@@ -1083,4 +1083,155 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
             "{name} restarted at most once through the drain: {count} ReplicaSets"
         );
     }
+
+    in_place_upgrade(&client, &pods, &deployments, &configmaps).await;
+}
+
+/// A labelled ConfigMap holding `patcher:v1`: a busybox sidecar of `image`, with `env` when
+/// given, ready by a real exec probe.
+fn patcher(image: &str, env: Option<&str>) -> ConfigMap {
+    let env = env.map_or(String::new(), |value| {
+        format!("    env: [{{name: LEVEL, value: {value}}}]\n")
+    });
+    serde_json::from_value(json!({
+        "metadata": {"name": "patcher", "labels": {"sidecar-injector.io/config": "true"}},
+        "data": {"patcher.yaml": format!(
+            "name: patcher:v1\ncontainers:\n  - name: patcher\n    image: {image}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"exec sleep 100000\"]\n    readinessProbe: {{exec: {{command: [\"true\"]}}, periodSeconds: 1}}\n{env}"
+        )},
+    }))
+    .unwrap()
+}
+
+/// The restart count and image of container `name` in `pod`.
+fn container_status(pod: &Pod, name: &str) -> Option<(i32, String)> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| (c.restart_count, c.image.clone()))
+}
+
+/// In place on a real kubelet: an image-only change of a sidecar is patched into the live pods
+/// of a 3-replica Deployment (maxUnavailable 1), the kubelet restarting just the sidecar
+/// container: same pods, the app never restarted, at most one pod unready at any moment (seen
+/// by a watch). An env change then restarts the Deployment.
+async fn in_place_upgrade(
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    deployments: &Api<Deployment>,
+    configmaps: &Api<ConfigMap>,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    configmaps
+        .create(
+            &PostParams::default(),
+            &patcher("localhost/busybox:1.35", None),
+        )
+        .await
+        .unwrap();
+    wait_both_publish(configmaps, "patcher:v1").await;
+    let mut workload = deployment("inplace", 3, Some("patcher:v1"));
+    workload.spec.as_mut().unwrap().strategy = Some(
+        serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+        )
+        .unwrap(),
+    );
+    deployments
+        .create(&PostParams::default(), &workload)
+        .await
+        .unwrap();
+    let before = wait_running(pods, "inplace", 3, &["app", "patcher"], Some("patcher:v1=")).await;
+    let uids: BTreeSet<String> = before
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let old_stamp = stamp(&before[0]).unwrap().to_owned();
+
+    // Every state of the pods, from a watch: the most not Ready at once.
+    let unready_max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watched_pods = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen, listed) = (unready_max.clone(), watched_pods.clone());
+    let watched = pods.clone();
+    let watch = tokio::spawn(async move {
+        let mut readiness: std::collections::BTreeMap<String, bool> = Default::default();
+        let config = watcher::Config::default().labels("app=inplace");
+        let mut events = watcher(watched, config).applied_objects().boxed();
+        while let Some(Ok(pod)) = events.next().await {
+            readiness.insert(pod.metadata.name.clone().unwrap_or_default(), ready(&pod));
+            let unready = readiness.values().filter(|r| !**r).count();
+            seen.fetch_max(unready, std::sync::atomic::Ordering::SeqCst);
+            listed.store(readiness.len(), std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    // The watch has the pods as they are (all Ready) before the edit.
+    eventually(DEADLINE, "the watch sees the 3 pods", || async {
+        (watched_pods.load(std::sync::atomic::Ordering::SeqCst) == 3).then_some(())
+    })
+    .await;
+    assert_eq!(unready_max.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    edit(configmaps, patcher("localhost/busybox:next", None)).await;
+    let upgraded = eventually(
+        Duration::from_secs(180),
+        "inplace: 3 pods upgraded in place to busybox:next",
+        || async {
+            let list = pods_of(pods, "inplace").await;
+            (list.len() == 3
+                && list.iter().all(|p| {
+                    ready(p)
+                        && running(p).len() == 2
+                        && stamp(p).is_some_and(|s| s.starts_with("patcher:v1=") && s != old_stamp)
+                        && container_status(p, "patcher")
+                            .is_some_and(|(_, image)| image.contains("busybox:next"))
+                }))
+            .then_some(list)
+        },
+    )
+    .await;
+    watch.abort();
+    let after: BTreeSet<String> = upgraded
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    assert_eq!(after, uids, "the same pods, upgraded in place");
+    for pod in &upgraded {
+        let (app_restarts, _) = container_status(pod, "app").unwrap();
+        let (sidecar_restarts, _) = container_status(pod, "patcher").unwrap();
+        assert_eq!(app_restarts, 0, "the app container never restarted");
+        assert!(sidecar_restarts >= 1, "the kubelet restarted the sidecar");
+    }
+    let unready = unready_max.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        unready <= 1,
+        "{unready} pods unready at once (maxUnavailable 1)"
+    );
+    assert_eq!(
+        replicasets_of(client, "inplace").await,
+        1,
+        "no new ReplicaSet"
+    );
+
+    // An env change is not made in place: the Deployment is restarted.
+    edit(configmaps, patcher("localhost/busybox:next", Some("debug"))).await;
+    let restarted = eventually(
+        Duration::from_secs(180),
+        "inplace restarted for the env change",
+        || async {
+            let list = pods_of(pods, "inplace").await;
+            (list.len() == 3
+                && list.iter().all(|p| {
+                    ready(p)
+                        && running(p).len() == 2
+                        && p.metadata.uid.as_ref().is_some_and(|u| !uids.contains(u))
+                }))
+            .then_some(list)
+        },
+    )
+    .await;
+    assert!(restarted.iter().all(|p| stamp(p) != stamp(&upgraded[0])));
+    assert_eq!(replicasets_of(client, "inplace").await, 2, "restarted once");
 }

@@ -448,6 +448,11 @@ pub fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
         } else {
             &["--bake", "1s"][..]
         })
+        .args(if args.contains(&"--in-place") {
+            &[][..]
+        } else {
+            &["--in-place", "off"][..]
+        })
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("rollout runs")
