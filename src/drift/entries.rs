@@ -153,27 +153,11 @@ impl Downtime {
     /// A Deployment's, from its replicas and strategy (maxUnavailable an int or a percentage
     /// of replicas, rounded down as the Deployment controller does; absent: 25%).
     pub fn of_deployment(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<Self> {
-        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-        let strategy = spec.strategy.as_ref();
-        if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        let Some(unavailable) = max_unavailable(spec) else {
             return Some(Downtime::Recreate);
-        }
-        let replicas = spec.replicas.unwrap_or(1);
-        if replicas != 1 {
-            return None;
-        }
-        let max_unavailable = strategy
-            .and_then(|s| s.rolling_update.as_ref()?.max_unavailable.clone())
-            .unwrap_or(IntOrString::String("25%".into()));
-        let unavailable = match max_unavailable {
-            IntOrString::Int(n) => n,
-            IntOrString::String(text) => text
-                .trim_end_matches('%')
-                .trim()
-                .parse::<i32>()
-                .map_or(0, |percent| percent * replicas / 100),
         };
-        (unavailable >= 1).then_some(Downtime::SingleReplicaMaxUnavailable)
+        (spec.replicas.unwrap_or(1) == 1 && unavailable >= 1)
+            .then_some(Downtime::SingleReplicaMaxUnavailable)
     }
 }
 

@@ -187,8 +187,9 @@ pub struct InPlaceUpgrade {
     pub namespace: String,
     pub pod: String,
     pub uid: String,
-    /// The containers upgraded, with the image each was running (as its status said).
-    pub upgraded: BTreeMap<String, String>,
+    /// The containers upgraded, with the image each was running (as its status said) and its
+    /// restart count then.
+    pub upgraded: BTreeMap<String, (String, i32)>,
     /// Every other container's restart count: none may restart.
     pub others: BTreeMap<String, i32>,
 }
@@ -219,12 +220,12 @@ impl InPlaceUpgrade {
                 .upgraded
                 .keys()
                 .map(|name| {
-                    let image = statuses
+                    let before = statuses
                         .iter()
                         .find(|s| &s.name == name)
-                        .map(|s| s.image.clone())
+                        .map(|s| (s.image.clone(), s.restart_count))
                         .unwrap_or_default();
-                    (name.clone(), image)
+                    (name.clone(), before)
                 })
                 .collect(),
             others: statuses
@@ -264,7 +265,7 @@ impl InPlaceUpgrade {
             }
         }
         let mut done = true;
-        for (container, image_before) in &self.upgraded {
+        for (container, (image_before, restarts_before)) in &self.upgraded {
             let Some(status) = statuses.iter().find(|s| &s.name == container) else {
                 done = false;
                 continue;
@@ -279,7 +280,10 @@ impl InPlaceUpgrade {
                     "pod {name}: upgraded container {container} is waiting ({reason})"
                 ));
             }
-            if status.image == *image_before {
+            // The kubelet restarted it with the new spec: its restart count went up (the
+            // image it reports may not change: a runtime names an image by the first of its
+            // tags).
+            if status.image == *image_before && status.restart_count <= *restarts_before {
                 done = false;
                 continue;
             }
@@ -427,6 +431,12 @@ mod tests {
             upgrade.progress(Some(&with(starting, 0, "u-1"))),
             UpgradeProgress::Pending
         );
+        // A runtime may report the image by another of its tags: the restart tells.
+        let retagged = json!({"name": "shipper", "ready": true, "restartCount": 1, "image": "docker.io/s:1", "imageID": "", "state": {"running": {}}});
+        assert!(matches!(
+            upgrade.progress(Some(&with(retagged, 0, "u-1"))),
+            UpgradeProgress::Done(_)
+        ));
         let ready = json!({"name": "shipper", "ready": true, "restartCount": 1, "image": "docker.io/s:2", "imageID": "", "state": {"running": {}}});
         assert_eq!(
             upgrade.progress(Some(&with(ready.clone(), 0, "u-1"))),

@@ -303,14 +303,6 @@ fn in_place(
     if input.settings.in_place == InPlaceMode::Off || entry.restart_method.is_some() {
         return None;
     }
-    if entry.update_strategy == UpdateStrategy::Recreate {
-        return Some(Err("strategy Recreate".to_owned()));
-    }
-    if entry.max_unavailable.is_some_and(|n| n < 1) {
-        return Some(Err(
-            "maxUnavailable 0 lets no pod be unavailable while its sidecar restarts".to_owned(),
-        ));
-    }
     for row in restart_for {
         let target = &input.targets[&row.sidecar];
         if !target.in_place {
@@ -333,6 +325,15 @@ fn in_place(
         {
             return Some(Err(why));
         }
+    }
+    // What changes allows it; the workload's budget must too.
+    if entry.update_strategy == UpdateStrategy::Recreate {
+        return Some(Err("strategy Recreate".to_owned()));
+    }
+    if entry.max_unavailable.is_some_and(|n| n < 1) {
+        return Some(Err(
+            "maxUnavailable 0 lets no pod be unavailable while its sidecar restarts".to_owned(),
+        ));
     }
     Some(Ok(()))
 }

@@ -1102,6 +1102,17 @@ fn patcher(image: &str, env: Option<&str>) -> ConfigMap {
     .unwrap()
 }
 
+/// The image of container `name` in the pod's spec.
+fn spec_image<'p>(pod: &'p Pod, name: &str) -> Option<&'p str> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == name)?
+        .image
+        .as_deref()
+}
+
 /// The restart count and image of container `name` in `pod`.
 fn container_status(pod: &Pod, name: &str) -> Option<(i32, String)> {
     pod.status
@@ -1185,8 +1196,8 @@ async fn in_place_upgrade(
                     ready(p)
                         && running(p).len() == 2
                         && stamp(p).is_some_and(|s| s.starts_with("patcher:v1=") && s != old_stamp)
-                        && container_status(p, "patcher")
-                            .is_some_and(|(_, image)| image.contains("busybox:next"))
+                        && spec_image(p, "patcher") == Some("localhost/busybox:next")
+                        && container_status(p, "patcher").is_some_and(|(restarts, _)| restarts >= 1)
                 }))
             .then_some(list)
         },

@@ -119,6 +119,18 @@ fn is_running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
+/// A running pod's conditions, Ready or not.
+fn conditions(ready: bool) -> Value {
+    let now = now();
+    let ready = if ready { "True" } else { "False" };
+    json!([
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+        {"type": "Ready", "status": ready, "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+    ])
+}
+
 /// The containers whose spec image differs from the image their status reports.
 fn changed_images(pod: &Pod) -> Vec<String> {
     let statuses = pod
@@ -177,15 +189,8 @@ async fn restart_changed(client: kube::Client, pod: Pod, delay: Duration) {
             status
         })
         .collect();
-    let ready = if broken { "False" } else { "True" };
-    let now = now();
     let status = json!({"status": {
-        "conditions": [
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
-            {"type": "Ready", "status": ready, "lastTransitionTime": now},
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
-        ],
+        "conditions": conditions(!broken),
         "containerStatuses": statuses,
     }});
     let api: Api<Pod> = Api::namespaced(client, &namespace);
@@ -223,7 +228,6 @@ async fn run_pods(client: kube::Client, delay: Duration) {
             else {
                 return;
             };
-            let ready = if broken { "False" } else { "True" };
             let now = now();
             let statuses: Vec<Value> = pod
                 .spec
@@ -242,12 +246,7 @@ async fn run_pods(client: kube::Client, delay: Duration) {
             let status = json!({"status": {
                 "phase": "Running",
                 "startTime": now,
-                "conditions": [
-                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
-                    {"type": "Ready", "status": ready, "lastTransitionTime": now},
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
-                ],
+                "conditions": conditions(!broken),
                 "containerStatuses": statuses,
             }});
             let api: Api<Pod> = Api::namespaced(client, &namespace);
