@@ -404,10 +404,13 @@ impl Restart {
     /// What the restart does, as the plan prints it: a bare pod is evicted and nothing
     /// recreates it.
     pub fn action(&self) -> &'static str {
-        match (self.workload.kind, self.canary) {
-            (crate::workload::WorkloadKind::Pod, _) => "evict (not recreated)",
-            (_, true) => "restart (canary)",
-            (_, false) => "restart",
+        let in_place = self.method == crate::workload::RestartMethod::InPlace;
+        match (self.workload.kind, self.canary, in_place) {
+            (crate::workload::WorkloadKind::Pod, _, _) => "evict (not recreated)",
+            (_, true, true) => "upgrade in place (canary)",
+            (_, false, true) => "upgrade in place",
+            (_, true, false) => "restart (canary)",
+            (_, false, false) => "restart",
         }
     }
 }

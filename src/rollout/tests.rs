@@ -2100,6 +2100,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
     let restart = &plan.restarts[0];
     assert_eq!(restart.method, crate::workload::RestartMethod::InPlace);
     assert!(restart.on_delete, "pod by pod");
+    assert_eq!(restart.action(), "upgrade in place (canary)");
     assert!(
         restart.reason.starts_with("in place: sidecar logger:v1"),
         "{}",
