@@ -137,7 +137,18 @@ async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
         None => ("this pod".to_owned(), serde_json::to_value(&pod)?),
     };
     let view = PodView::deserialize(&template).context("the pod template does not read")?;
-    let explained = injection(&view, &namespace, &sidecars, &settings(args));
+    // What the webhook injects now: the configs with the pins and holds of the running
+    // injector's campaign book.
+    let book = super::one_shot::read_status(&client, &args.cluster)
+        .await?
+        .as_ref()
+        .map(crate::cluster::status::decode_book)
+        .transpose()
+        .context("the status ConfigMap's campaigns item is malformed")?
+        .flatten()
+        .unwrap_or_default();
+    let served = book.served(&book.pinned(&sidecars).0).0;
+    let explained = injection(&view, &namespace, &served, &settings(args));
 
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let containers = pod
