@@ -10,6 +10,11 @@
 //! client's stack), per restarted workload. Targets (issue 7): at most 5 requests per restarted
 //! workload, and no LIST after the initial sync; a LIST fails the run.
 //!
+//! Then, on the same Deployments, the one-shot command (`rollout --confirm`) on two more
+//! image-only edits: restarting them (`--in-place off`), then upgrading their pods in place
+//! (`--in-place auto`; the test kubelet restarts a container whose image changed after its
+//! usual delay), and prints the ratio of the two.
+//!
 //! `cargo bench --bench rollout_control_plane` (100 Deployments, 50 stale; `-- --deployments N`
 //! to change). Under `cargo test` it runs a small smoke pass (6 Deployments) that checks the
 //! harness and the no-LIST rule, without reporting figures.
@@ -99,6 +104,9 @@ async fn run(deployments: usize, measure: bool) {
             "metadata": {"name": name},
             "spec": {
                 "replicas": REPLICAS,
+                // One pod may be unavailable (the default 25% of 2 rounds down to none, which
+                // leaves no room for an in-place upgrade): the same for every variant.
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
                 "selector": {"matchLabels": {"app": name}},
                 "template": {
                     "metadata": {"labels": {"app": name}, "annotations": {"injector/request": sidecar}},
