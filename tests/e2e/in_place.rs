@@ -1,7 +1,7 @@
 //! In-place upgrades: a revision that changes only the images of injected containers is
 //! patched into the live pods (same pods, the app container untouched); anything else
-//! restarts the workload; a failed in-place upgrade fails the restart and pauses the campaign
-//! at its canary. The test kubelet restarts a container whose image changed as a kubelet
+//! restarts the workload; a PodDisruptionBudget holds it; a failed in-place upgrade fails the
+//! restart and pauses the campaign at its canary. The test kubelet restarts a container whose image changed as a kubelet
 //! would (tests/realnode shows it with a real kubelet).
 
 use super::*;
@@ -72,15 +72,48 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
         wait_pods_at(&ctx, app, 4, &v1, DEADLINE).await;
     }
     let before = [uids(&ctx, "canary").await, uids(&ctx, "web").await];
+    // web's budget allows no disruption: its pods wait, never patched past it.
+    let pdbs = pdb_api(&ctx);
+    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    eventually(
+        DEADLINE,
+        "the disruption controller counts the budget",
+        || async {
+            let pdb = pdbs.get("web").await.ok()?;
+            let status = pdb.data.get("status")?;
+            (status["expectedPods"] == 4 && status["currentHealthy"] == 4).then_some(())
+        },
+    )
+    .await;
 
     // Only the image changes: the same pods are upgraded, the app container never restarts,
     // the template is never written, no ReplicaSet is added.
     let v2_text = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
     let v2 = stamp_of(v2_text);
     put_config(&ctx, "tracing", "tracer.yaml", v2_text).await;
-    for app in ["canary", "web"] {
-        wait_upgraded(&ctx, app, 4, &v2, "tracer:2").await;
-    }
+    wait_upgraded(&ctx, "canary", 4, &v2, "tracer:2").await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let blocked =
+        "sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"eviction_blocked\"}";
+    eventually(DEADLINE, "web's upgrade held by its budget", || async {
+        (injector.metric(blocked) >= 1.0).then_some(())
+    })
+    .await;
+    assert!(
+        pods_of(&ctx, "web")
+            .await
+            .iter()
+            .all(|p| annotation(p, "injector/revision") == Some(v1.as_str())),
+        "no pod of web patched past its budget"
+    );
+    pdbs.delete("web", &Default::default()).await.unwrap();
+    wait_upgraded(&ctx, "web", 4, &v2, "tracer:2").await;
     assert_eq!(
         [uids(&ctx, "canary").await, uids(&ctx, "web").await],
         before,
@@ -114,7 +147,6 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
             "{app}: the template is untouched"
         );
     }
-    let injector = ctx.injector.as_ref().unwrap();
     eventually(DEADLINE, "the campaign complete", || async {
         (injector
             .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
