@@ -365,7 +365,7 @@ impl Engine {
     }
 
     /// Logs what a pin could not serve, once while it stays the same.
-    fn say_overlay_errors(&mut self, errors: &[rollout::history::HistoryError]) {
+    fn say_overlay_errors(&mut self, errors: &[rollout::content::ContentError]) {
         let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
         if texts != self.overlay_errors {
             for text in &texts {

@@ -7,6 +7,7 @@
 
 mod book;
 pub mod change;
+pub mod content;
 pub mod eviction;
 mod gates;
 mod health;

@@ -327,7 +327,7 @@ async fn pin_revision(
         .iter()
         .find(|s| s.config.name.to_string() == sidecar)
     {
-        crate::rollout::history::sidecar_with_content(own, &pin.revision, &pin.content)?;
+        crate::rollout::content::sidecar_with_content(own, &pin.revision, &pin.content)?;
     }
     let pinned = entry.revision.clone();
     crate::cluster::status::edit_book(&api, namespace, true, |book| {

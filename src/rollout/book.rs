@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use super::history::{HistoryError, sidecar_with_content};
+use super::content::{ContentError, sidecar_with_content};
 use crate::config::SidecarSet;
 use crate::maintenance::MaintenanceWindows;
 use crate::workload::WorkloadRef;
@@ -290,7 +290,7 @@ impl CampaignBook {
 
     /// `config` with each pin in force (the config still at the revision it was pinned over)
     /// serving its revision: what the engine rolls out and the replicas publish.
-    pub fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<HistoryError>) {
+    pub fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
         let mut set = config.clone();
         let mut errors = Vec::new();
         for (sidecar, pin) in &self.pins {
@@ -333,7 +333,7 @@ impl CampaignBook {
     /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
     /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
     /// and the warnings kubectl shows the creator of such a pod.
-    pub fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<HistoryError>) {
+    pub fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
         let mut set = pinned.clone();
         let mut errors = Vec::new();
         for sidecar in pinned.iter() {

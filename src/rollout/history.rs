@@ -7,14 +7,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::book::{CampaignBook, CampaignState};
-use super::gates::after;
+use crate::config::SidecarSet;
 use crate::config::revision::injected_content;
-use crate::config::{LoadedSidecar, Origin, SidecarConfig, SidecarSet};
 
 /// How a revision's rollout went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,12 +73,6 @@ pub enum HistoryError {
         current: String,
         known: String,
     },
-    #[error("the content of revision {revision} of {sidecar} no longer loads: {reason}")]
-    Content {
-        sidecar: String,
-        revision: String,
-        reason: String,
-    },
 }
 
 impl RevisionHistory {
@@ -118,7 +111,10 @@ impl RevisionHistory {
                         entry.reason.clone_from(&c.pause_reason);
                     }
                     Some(c) if entry.outcome == Outcome::Pending => {
-                        let served_long = after(entry.first_served.0, good_after) <= now;
+                        let served_long = SignedDuration::try_from(good_after)
+                            .ok()
+                            .and_then(|d| entry.first_served.0.checked_add(d).ok())
+                            .is_some_and(|until| until <= now);
                         if c.state == CampaignState::Complete || (served_long && !c.has_failed()) {
                             entry.outcome = Outcome::Good;
                         }
@@ -225,51 +221,10 @@ impl Outcome {
     }
 }
 
-/// The sidecar `like` would be with `content` injected instead of its own: the same name,
-/// origin and rollout policy. Refused unless the content hashes to `revision` (a content
-/// edited by hand in the ConfigMap, or read by another hashing, is never served under a
-/// revision it does not have).
-pub fn sidecar_with_content(
-    like: &LoadedSidecar,
-    revision: &str,
-    content: &Value,
-) -> Result<LoadedSidecar, HistoryError> {
-    let error = |reason: String| HistoryError::Content {
-        sidecar: like.config.name.to_string(),
-        revision: revision.to_owned(),
-        reason,
-    };
-    let Value::Object(fields) = content else {
-        return Err(error("not a JSON object".to_owned()));
-    };
-    let mut document = fields.clone();
-    document.insert("name".into(), Value::String(like.config.name.to_string()));
-    let text = serde_json::to_string(&document).map_err(|e| error(e.to_string()))?;
-    let parsed = crate::config::parse_config(like.origin.clone(), &text)
-        .map_err(|e| error(e.to_string()))?;
-    let config = SidecarConfig {
-        rollout: like.config.rollout,
-        ..parsed.config
-    };
-    let sidecar = LoadedSidecar::new(config, like.origin.clone());
-    if sidecar.revision.as_str() != revision {
-        return Err(error(format!(
-            "it hashes to {}, not {revision}",
-            sidecar.revision
-        )));
-    }
-    Ok(sidecar)
-}
-
-/// Where a history entry's sidecar is said to come from in messages.
-pub fn history_origin() -> Origin {
-    Origin::File("revision history".to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_config;
+    use crate::config::{LoadedSidecar, parse_config};
     use crate::test_fixtures::campaign;
 
     fn loaded(text: &str) -> LoadedSidecar {
@@ -377,20 +332,6 @@ mod tests {
             "shipper:14"
         );
         assert!(serde_json::to_vec(&history).unwrap().len() <= 1_000);
-    }
-
-    #[test]
-    fn content_from_the_history_loads_back_to_the_same_revision() {
-        let v1 = loaded(V1);
-        let v2 = loaded(V2);
-        let content = injected_content(&v1.config);
-        let back = sidecar_with_content(&v2, v1.revision.as_str(), &content).unwrap();
-        assert_eq!(back.revision, v1.revision);
-        assert_eq!(back.config.containers, v1.config.containers);
-        assert_eq!(back.stamp, v1.stamp);
-        // Content that does not hash to the revision claimed is refused.
-        let err = sidecar_with_content(&v2, "aaaaaaaaaaaa", &content).unwrap_err();
-        assert!(err.to_string().contains("hashes to"), "{err}");
     }
 
     #[test]
