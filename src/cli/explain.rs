@@ -139,14 +139,8 @@ async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
     let view = PodView::deserialize(&template).context("the pod template does not read")?;
     // What the webhook injects now: the configs with the pins and holds of the running
     // injector's campaign book.
-    let book = super::one_shot::read_status(&client, &args.cluster)
-        .await?
-        .as_ref()
-        .map(crate::cluster::status::decode_book)
-        .transpose()
-        .context("the status ConfigMap's campaigns item is malformed")?
-        .flatten()
-        .unwrap_or_default();
+    let status = super::one_shot::read_status(&client, &args.cluster).await?;
+    let book = super::one_shot::book_of(status.as_ref())?;
     let served = book.served(&book.pinned(&sidecars).0).0;
     let explained = injection(&view, &namespace, &served, &settings(args));
 

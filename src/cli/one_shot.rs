@@ -35,6 +35,19 @@ pub async fn read_status(
         .context("cannot read the injector's status ConfigMap")
 }
 
+/// The campaign book of a status ConfigMap already read (`None`: none yet); a malformed one is
+/// an error.
+pub fn book_of(
+    status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
+) -> anyhow::Result<crate::rollout::CampaignBook> {
+    Ok(status
+        .map(crate::cluster::status::decode_book)
+        .transpose()
+        .context("the status ConfigMap's campaigns item is malformed")?
+        .flatten()
+        .unwrap_or_default())
+}
+
 /// [`revisions_in_force`] from a status ConfigMap already read.
 pub fn revisions_from_status(
     status: Option<&k8s_openapi::api::core::v1::ConfigMap>,

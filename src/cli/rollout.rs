@@ -285,13 +285,7 @@ async fn pin_revision(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let (history, _) = crate::cluster::status::read_history(&api).await?;
     let status = super::one_shot::read_status(client, &args.cluster).await?;
-    let book = status
-        .as_ref()
-        .map(crate::cluster::status::decode_book)
-        .transpose()
-        .context("the status ConfigMap's campaigns item is malformed")?
-        .flatten()
-        .unwrap_or_default();
+    let book = super::one_shot::book_of(status.as_ref())?;
     let published = super::one_shot::revisions_from_status(status.as_ref(), &args.cluster)?;
     // What the config says: what is published (or read here), unless a pin already serves
     // in its place.

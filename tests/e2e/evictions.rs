@@ -30,24 +30,7 @@ async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_neve
         .map(|p| p.metadata.uid.clone().unwrap())
         .collect();
     // A budget that allows no disruption at all.
-    let pdbs = pdb_api(&ctx);
-    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "db"},
-        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    eventually(
-        DEADLINE,
-        "the disruption controller counts the budget",
-        || async {
-            let pdb = pdbs.get("db").await.ok()?;
-            let status = pdb.data.get("status")?;
-            (status["expectedPods"] == 3 && status["currentHealthy"] == 3).then_some(())
-        },
-    )
-    .await;
+    let pdbs = blocking_pdb(&ctx, "db", 3).await;
     let availability = watch_availability(&ctx, "db");
 
     put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;

@@ -73,24 +73,7 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
     }
     let before = [uids(&ctx, "canary").await, uids(&ctx, "web").await];
     // web's budget allows no disruption: its pods wait, never patched past it.
-    let pdbs = pdb_api(&ctx);
-    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    eventually(
-        DEADLINE,
-        "the disruption controller counts the budget",
-        || async {
-            let pdb = pdbs.get("web").await.ok()?;
-            let status = pdb.data.get("status")?;
-            (status["expectedPods"] == 4 && status["currentHealthy"] == 4).then_some(())
-        },
-    )
-    .await;
+    let pdbs = blocking_pdb(&ctx, "web", 4).await;
 
     // Only the image changes: the same pods are upgraded, the app container never restarts,
     // the template is never written, no ReplicaSet is added.

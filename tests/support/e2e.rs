@@ -468,6 +468,34 @@ pub fn pdb_api(ctx: &TestContext) -> Api<kube::api::DynamicObject> {
     Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource)
 }
 
+/// A PodDisruptionBudget `app` over the `pods` pods of `app` that allows no disruption, once
+/// the disruption controller counts them all healthy.
+pub async fn blocking_pdb(
+    ctx: &TestContext,
+    app: &str,
+    pods: usize,
+) -> Api<kube::api::DynamicObject> {
+    let pdbs = pdb_api(ctx);
+    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": app},
+        "spec": {"minAvailable": pods, "selector": {"matchLabels": {"app": app}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    eventually(
+        DEADLINE,
+        "the disruption controller counts the budget",
+        || async {
+            let pdb = pdbs.get(app).await.ok()?;
+            let status = pdb.data.get("status")?;
+            (status["expectedPods"] == pods && status["currentHealthy"] == pods).then_some(())
+        },
+    )
+    .await;
+    pdbs
+}
+
 /// Watches the pods of `app` and remembers the fewest that were Ready and not being deleted at
 /// any moment, and every pod uid seen.
 pub fn watch_availability(
