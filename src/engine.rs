@@ -207,9 +207,10 @@ pub struct Engine {
     baking: BTreeMap<WorkloadRef, rollout::Bake>,
     /// The pod of each workload being upgraded in place (one at a time).
     upgrades: BTreeMap<WorkloadRef, InPlaceUpgrade>,
-    /// Pods upgraded in place, by uid: their containers' restart counts once upgraded, which
-    /// the health bake counts restarts from (the upgraded container restarted on purpose).
-    upgraded: BTreeMap<String, BTreeMap<String, i32>>,
+    /// Pods upgraded in place, by workload and pod uid: their containers' restart counts once
+    /// upgraded, which the health bake counts restarts from (the upgraded container restarted
+    /// on purpose). Kept while the workload rolls (its bake included).
+    upgraded: BTreeMap<WorkloadRef, BTreeMap<String, BTreeMap<String, i32>>>,
     /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
     blocked: BTreeMap<WorkloadRef, BlockedEviction>,
     book: CampaignBook,
@@ -290,7 +291,7 @@ impl Engine {
     }
 
     /// The revisions to bring pods to, with what changed when this process saw the previous
-    /// content of a sidecar.
+    /// content of a sidecar; `set` has the book's pins applied.
     fn targets(&mut self, set: &SidecarSet) -> BTreeMap<String, SidecarTarget> {
         let honour_manual = !self.options.ignore_manual_policy;
         match &self.published {
@@ -307,21 +308,18 @@ impl Engine {
                 }
                 targets
             }
-            None => {
-                let (pinned, errors) = self.book.pinned(set);
-                self.say_overlay_errors(&errors);
-                self.history.targets(&pinned, honour_manual)
-            }
+            None => self.history.targets(set, honour_manual),
         }
     }
 
     /// The targets of a plan by revision: the cluster's book adopted, pins whose config changed
-    /// dropped (when this process writes the book), the history read.
+    /// dropped (when this process writes the book), the history read; and the configs in force
+    /// (see [`in_force`]), already noted in the history.
     async fn revision_targets(
         &mut self,
         set: &SidecarSet,
         may_write: bool,
-    ) -> BTreeMap<String, SidecarTarget> {
+    ) -> (BTreeMap<String, SidecarTarget>, SidecarSet) {
         self.adopt_cluster_book();
         if may_write && self.published.is_none() {
             for (sidecar, pin) in self.book.drop_stale_pins(set) {
@@ -334,10 +332,12 @@ impl Engine {
             }
         }
         self.load_revisions().await;
-        let targets = self.targets(set);
+        let (pinned, errors) = self.book.pinned(set);
+        self.say_overlay_errors(&errors);
+        let targets = self.targets(&pinned);
         // The content of each revision in force is in the history before the plan compares
         // it (an in-place upgrade needs both contents).
-        let in_force = self.in_force(set, &targets);
+        let in_force = in_force(&pinned, &targets);
         self.revisions_dirty |= self.revisions.observe(
             &in_force,
             &self.book,
@@ -345,23 +345,7 @@ impl Engine {
             self.options.settings.good_after,
             self.options.settings.history_limit,
         );
-        targets
-    }
-
-    /// The configs this process read (pins applied) whose revision is the one pods are brought
-    /// to (the one-shot CLI may judge by published revisions): their content is that
-    /// revision's.
-    fn in_force(&self, set: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {
-        let (pinned, _) = self.book.pinned(set);
-        pinned
-            .iter()
-            .filter(|s| {
-                targets
-                    .get(&s.config.name.to_string())
-                    .is_some_and(|t| t.revision == s.revision.as_str())
-            })
-            .map(|s| (**s).clone())
-            .collect()
+        (targets, in_force)
     }
 
     /// Logs what a pin could not serve, once while it stays the same.
@@ -416,7 +400,7 @@ impl Engine {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
         let object = status::history_object(&self.options.namespace, version, &self.revisions);
         self.metrics.record_api_request(EngineCall::Status);
-        match with_timeout(status::write_history(&api, &object)).await {
+        match with_timeout(status::write(&api, &object)).await {
             Ok(written) => {
                 self.revisions_version = Some(written.metadata.resource_version);
                 self.revisions_dirty = false;
@@ -498,8 +482,8 @@ impl Engine {
         authority: Authority,
     ) -> RolloutPlan {
         let may_write = authority == Authority::Act && self.options.mode == EngineMode::Auto;
-        let targets = match &self.containers {
-            Some(run) => run.selection.targets(),
+        let (targets, in_force) = match &self.containers {
+            Some(run) => (run.selection.targets(), SidecarSet::default()),
             None => self.revision_targets(set, may_write).await,
         };
         let wanted: RevisionsInForce = targets
@@ -550,7 +534,6 @@ impl Engine {
                 }
                 if self.containers.is_none() {
                     self.write_status().await;
-                    let in_force = self.in_force(set, &targets);
                     self.record_revisions(&in_force, now).await;
                 }
             }
@@ -663,6 +646,8 @@ impl Engine {
         self.baking.retain(|w, _| {
             plan.rolling.iter().any(|r| &r.workload == w) || plan.succeeded.contains(w)
         });
+        self.upgraded
+            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
         for passed in &plan.succeeded {
             if let Some(bake) = self.baking.get_mut(passed) {
                 bake.passed = true;
@@ -961,11 +946,9 @@ impl Engine {
                 self.metrics.record_api_request(EngineCall::ReadPod);
                 match with_timeout(api.get_opt(pod)).await {
                     Ok(Some(found)) => {
-                        let baseline = found
-                            .metadata
-                            .uid
-                            .as_ref()
-                            .and_then(|uid| self.upgraded.get(uid));
+                        let baseline = found.metadata.uid.as_ref().and_then(|uid| {
+                            self.upgraded.get(&workload).and_then(|pods| pods.get(uid))
+                        });
                         problems.extend(rollout::container_problems_since(&found, baseline));
                     }
                     Ok(None) => {}
@@ -1027,7 +1010,10 @@ impl Engine {
                     info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, no other container restarted",
                         upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
                     self.upgrades.remove(&workload);
-                    self.upgraded.insert(upgrade.uid.clone(), restarts);
+                    self.upgraded
+                        .entry(workload.clone())
+                        .or_default()
+                        .insert(upgrade.uid.clone(), restarts);
                     self.wake_at(Timestamp::now());
                 }
                 UpgradeProgress::Failed(reason) => {
@@ -1047,20 +1033,9 @@ impl Engine {
     /// Whether the PodDisruptionBudgets would let `pod` go now, asked by a dry-run eviction;
     /// when they would not (or the API cannot say), a later plan asks again.
     async fn budget_allows(&mut self, workload: &WorkloadRef, pod: &str) -> bool {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &workload.namespace);
-        self.metrics.record_api_request(EngineCall::Evict);
-        // `?dryRun=All` on the eviction (a create of its subresource): the API server checks
-        // the budgets and evicts nothing.
-        let dry_run = EvictParams {
-            post_options: PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match with_timeout(api.evict(pod, &dry_run)).await {
-            Ok(_) => true,
-            Err(kube::Error::Api(e)) if e.code == 429 => {
+        match self.evict_as(&workload.namespace, pod, true).await {
+            Ok(true) => true,
+            Ok(false) => {
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
                 info!(workload = %workload, pod, "in-place upgrade waits: a PodDisruptionBudget allows no disruption now");
@@ -1070,13 +1045,8 @@ impl Engine {
                 ));
                 false
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => false,
-            Err(source) => {
-                self.failed(&ActionError::Evict {
-                    namespace: workload.namespace.clone(),
-                    pod: pod.to_owned(),
-                    source,
-                });
+            Err(err) => {
+                self.failed(&err);
                 self.retry_later();
                 false
             }
@@ -1125,17 +1095,10 @@ impl Engine {
         };
         let upgrade = InPlaceUpgrade::of(&pod, &patch);
         self.metrics.record_api_request(EngineCall::PatchPod);
-        let json: json_patch::Patch = match serde_json::from_value(patch.patch.clone()) {
-            Ok(json) => json,
-            Err(err) => {
-                error!("an in-place patch does not parse as a JSON patch: {err}");
-                return;
-            }
-        };
         match with_timeout(api.patch(
             &next.name,
             &PatchParams::default(),
-            &Patch::<()>::Json(json),
+            &Patch::<()>::Json(patch.patch.to_json_patch()),
         ))
         .await
         {
@@ -1165,9 +1128,27 @@ impl Engine {
 
     /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).
     async fn evict(&self, namespace: &str, pod: &str) -> Result<bool, ActionError> {
+        self.evict_as(namespace, pod, false).await
+    }
+
+    /// [`Engine::evict`], or with `dry_run` only asked (`?dryRun=All` on the eviction, a create
+    /// of its subresource: the API server checks the budgets and evicts nothing).
+    async fn evict_as(
+        &self,
+        namespace: &str,
+        pod: &str,
+        dry_run: bool,
+    ) -> Result<bool, ActionError> {
         self.metrics.record_api_request(EngineCall::Evict);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        match with_timeout(api.evict(pod, &EvictParams::default())).await {
+        let params = EvictParams {
+            post_options: PostParams {
+                dry_run,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match with_timeout(api.evict(pod, &params)).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 429 => Ok(false),
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
@@ -1358,6 +1339,21 @@ impl Engine {
             }
         }
     }
+}
+
+/// The configs this process read (`pinned`: pins applied) whose revision is the one pods are
+/// brought to (the one-shot CLI may judge by published revisions): their content is that
+/// revision's.
+fn in_force(pinned: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {
+    pinned
+        .iter()
+        .filter(|s| {
+            targets
+                .get(&s.config.name.to_string())
+                .is_some_and(|t| t.revision == s.revision.as_str())
+        })
+        .map(|s| (**s).clone())
+        .collect()
 }
 
 /// Logs one journal line, with its sidecar and workload as fields.

@@ -68,3 +68,13 @@ pub(crate) fn campaign(
         held: None,
     }
 }
+
+/// The config `text` as the loaders produce it (from a file `test.yaml`).
+pub(crate) fn loaded(text: &str) -> crate::config::LoadedSidecar {
+    crate::config::LoadedSidecar::new(
+        crate::config::parse_config("test.yaml", text)
+            .expect("a valid config")
+            .config,
+        "test.yaml",
+    )
+}

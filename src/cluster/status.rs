@@ -265,13 +265,14 @@ pub fn status_object(
     }
 }
 
-/// Creates the status ConfigMap (no version known yet) or replaces the version read.
-pub async fn write(api: &Api<ConfigMap>, status: &ConfigMap) -> Result<ConfigMap, kube::Error> {
-    match status.metadata.resource_version {
-        None => api.create(&PostParams::default(), status).await,
+/// Creates the status (or history) ConfigMap when no version of it is known yet, or replaces
+/// the version read.
+pub async fn write(api: &Api<ConfigMap>, object: &ConfigMap) -> Result<ConfigMap, kube::Error> {
+    match object.metadata.resource_version {
+        None => api.create(&PostParams::default(), object).await,
         Some(_) => {
-            api.replace(STATUS_CONFIGMAP, &PostParams::default(), status)
-                .await
+            let name = object.metadata.name.as_deref().unwrap_or(STATUS_CONFIGMAP);
+            api.replace(name, &PostParams::default(), object).await
         }
     }
 }
@@ -519,20 +520,6 @@ pub enum HistoryReadError {
     Read(#[source] kube::Error),
     #[error("the {HISTORY_KEY} item of the ConfigMap {HISTORY_CONFIGMAP} is malformed: {0}")]
     Decode(#[source] serde_json::Error),
-}
-
-/// Creates the history ConfigMap (no version known yet) or replaces the version read.
-pub async fn write_history(
-    api: &Api<ConfigMap>,
-    object: &ConfigMap,
-) -> Result<ConfigMap, kube::Error> {
-    match object.metadata.resource_version {
-        None => api.create(&PostParams::default(), object).await,
-        Some(_) => {
-            api.replace(HISTORY_CONFIGMAP, &PostParams::default(), object)
-                .await
-        }
-    }
 }
 
 /// Why `rollout --resume` (or `--to`, `--unpin`, `--release-hold`) could not record its change.

@@ -9,9 +9,23 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Operation<'a> {
-    Add { path: String, value: PatchValue<'a> },
-    Remove { path: String },
-    Replace { path: String, value: PatchValue<'a> },
+    Add {
+        path: String,
+        value: PatchValue<'a>,
+    },
+    Remove {
+        path: String,
+    },
+    Replace {
+        path: String,
+        value: PatchValue<'a>,
+    },
+    /// Fails the whole patch unless the value at `path` is `value` (a guard against a document
+    /// changed since it was read).
+    Test {
+        path: String,
+        value: PatchValue<'a>,
+    },
 }
 
 /// The value of an operation, as it will be written.
@@ -113,6 +127,14 @@ impl<'a> JsonPatch<'a> {
     pub fn remove(&mut self, tokens: &[&str]) {
         self.operations.push(Operation::Remove {
             path: pointer(tokens),
+        });
+    }
+
+    /// Fails the patch unless the value at `tokens` is `value`.
+    pub fn test(&mut self, tokens: &[&str], value: PatchValue<'a>) {
+        self.operations.push(Operation::Test {
+            path: pointer(tokens),
+            value,
         });
     }
 

@@ -53,15 +53,8 @@ pub fn sidecar_with_content(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_config;
     use crate::config::revision::injected_content;
-
-    fn loaded(text: &str) -> LoadedSidecar {
-        LoadedSidecar::new(
-            parse_config("logger.yaml", text).unwrap().config,
-            "logger.yaml",
-        )
-    }
+    use crate::test_fixtures::loaded;
 
     const V1: &str = "name: logger:v1\ncontainers: [{name: shipper, image: 'shipper:1.0'}]\nvolumes: [{name: logs, emptyDir: {}}]\n";
     const V2: &str = "name: logger:v1\ncontainers: [{name: shipper, image: 'shipper:2.0'}]\nvolumes: [{name: logs, emptyDir: {}}]\n";

@@ -224,15 +224,8 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{LoadedSidecar, parse_config};
-    use crate::test_fixtures::campaign;
+    use crate::test_fixtures::{campaign, loaded};
 
-    fn loaded(text: &str) -> LoadedSidecar {
-        LoadedSidecar::new(
-            parse_config("logger.yaml", text).unwrap().config,
-            "logger.yaml",
-        )
-    }
     fn set(text: &str) -> SidecarSet {
         std::iter::once(loaded(text)).collect()
     }

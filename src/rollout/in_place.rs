@@ -12,6 +12,7 @@ use super::history::RevisionHistory;
 use crate::annotations::AnnotationKeys;
 use crate::config::RevisionStamp;
 use crate::config::revision::stamp_items;
+use crate::injection::json_patch::JsonPatch;
 
 /// Whether the engine may upgrade sidecars in place (`--in-place`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -111,7 +112,7 @@ pub fn sidecar_changes(
 /// The JSON patch that upgrades one pod in place, and the containers it upgrades.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InPlacePatch {
-    pub patch: Value,
+    pub patch: JsonPatch<'static>,
     /// The containers whose image it sets, with the image.
     pub upgraded: BTreeMap<String, String>,
     /// The pod's `NS/revision` after the patch.
@@ -154,28 +155,33 @@ pub fn pod_patch(
         .as_ref()
         .map(|s| s.containers.as_slice())
         .unwrap_or_default();
-    let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+    let mut patch = JsonPatch::default();
+    patch.test(&["metadata", "uid"], json!(uid).into());
     for (name, image) in &upgraded {
         let index = containers
             .iter()
             .position(|c| &c.name == name)
-            .ok_or_else(|| format!("the pod has no container {name}"))?;
-        ops.push(
-            json!({"op": "test", "path": format!("/spec/containers/{index}/name"), "value": name}),
+            .ok_or_else(|| format!("the pod has no container {name}"))?
+            .to_string();
+        patch.test(&["spec", "containers", &index, "name"], json!(name).into());
+        patch.set(
+            &["spec", "containers", &index, "image"],
+            true,
+            json!(image).into(),
         );
-        ops.push(json!({"op": "replace", "path": format!("/spec/containers/{index}/image"), "value": image}));
     }
     let revision = items
         .iter()
         .map(|(s, r)| format!("{s}={r}"))
         .collect::<Vec<_>>()
         .join(",");
-    let key = keys.revision.replace('~', "~0").replace('/', "~1");
-    ops.push(
-        json!({"op": "replace", "path": format!("/metadata/annotations/{key}"), "value": revision}),
+    patch.set(
+        &["metadata", "annotations", &keys.revision],
+        true,
+        json!(revision).into(),
     );
     Ok(InPlacePatch {
-        patch: Value::Array(ops),
+        patch,
         upgraded,
         revision,
     })
@@ -387,7 +393,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            patch.patch,
+            serde_json::to_value(&patch.patch).unwrap(),
             json!([
                 {"op": "test", "path": "/metadata/uid", "value": "u-1"},
                 {"op": "test", "path": "/spec/containers/1/name", "value": "shipper"},

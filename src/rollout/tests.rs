@@ -1944,11 +1944,10 @@ fn with_continue_or_no_good_revision_a_paused_campaign_holds_nothing() {
 #[test]
 fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision() {
     use crate::config::revision::injected_content;
-    use crate::config::{LoadedSidecar, parse_config};
     let loaded = |image: &str| {
-        let text =
-            format!("name: logger:v1\ncontainers: [{{name: log-shipper, image: '{image}'}}]\n");
-        LoadedSidecar::new(parse_config("t.yaml", &text).unwrap().config, "t.yaml")
+        crate::test_fixtures::loaded(&format!(
+            "name: logger:v1\ncontainers: [{{name: log-shipper, image: '{image}'}}]\n"
+        ))
     };
     let (good, broken, fixed) = (
         loaded("shipper:1"),
