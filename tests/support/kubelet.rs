@@ -180,11 +180,7 @@ async fn restart_changed(client: kube::Client, pod: Pod, delay: Duration) {
                 status["image"] = json!(image);
                 status["restartCount"] = json!(s.restart_count + 1);
                 status["ready"] = json!(!bad);
-                status["state"] = if bad {
-                    json!({"waiting": {"reason": "CrashLoopBackOff", "message": "test kubelet: image is :broken"}})
-                } else {
-                    json!({"running": {"startedAt": now()}})
-                };
+                status["state"] = container_state(bad, &now());
             }
             status
         })
@@ -193,9 +189,23 @@ async fn restart_changed(client: kube::Client, pod: Pod, delay: Duration) {
         "conditions": conditions(!broken),
         "containerStatuses": statuses,
     }});
-    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    patch_status(client, &namespace, &name, status).await;
+}
+
+/// A container's state: running since `now`, or backing off for a `:broken` image.
+fn container_state(broken: bool, now: &str) -> Value {
+    if broken {
+        json!({"waiting": {"reason": "CrashLoopBackOff", "message": "test kubelet: image is :broken"}})
+    } else {
+        json!({"running": {"startedAt": now}})
+    }
+}
+
+/// Writes a pod's status, as a kubelet does (a pod gone meanwhile is no matter).
+async fn patch_status(client: kube::Client, namespace: &str, name: &str, status: Value) {
+    let api: Api<Pod> = Api::namespaced(client, namespace);
     let _ = api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await;
 }
 
@@ -234,13 +244,8 @@ async fn run_pods(client: kube::Client, delay: Duration) {
                 .iter()
                 .flat_map(|s| s.containers.iter())
                 .map(|c| {
-                    let state = if broken {
-                        json!({"waiting": {"reason": "CrashLoopBackOff", "message": "test kubelet: image is :broken"}})
-                    } else {
-                        json!({"running": {"startedAt": now}})
-                    };
                     json!({"name": c.name, "image": c.image, "imageID": "", "ready": !broken,
-                           "restartCount": 0, "started": !broken, "state": state})
+                           "restartCount": 0, "started": !broken, "state": container_state(broken, &now)})
                 })
                 .collect();
             let status = json!({"status": {
@@ -249,10 +254,7 @@ async fn run_pods(client: kube::Client, delay: Duration) {
                 "conditions": conditions(!broken),
                 "containerStatuses": statuses,
             }});
-            let api: Api<Pod> = Api::namespaced(client, &namespace);
-            let _ = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
-                .await;
+            patch_status(client, &namespace, &name, status).await;
         });
     }
 }
