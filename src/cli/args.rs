@@ -391,7 +391,8 @@ pub struct RolloutArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
     pub resume: bool,
     /// Roll back or forward to a remembered revision: `SIDECAR=REVISION` from its history
-    /// (`drift` and the sidecar-injector-history ConfigMap list them), or `SIDECAR=previous`
+    /// (the sidecar-injector-history ConfigMap lists them; an unknown one is refused with the
+    /// list), or `SIDECAR=previous`
     /// (the newest before the one in force that did not fail). Pinned in the status
     /// ConfigMap: every replica injects it and the engine rolls it out even though the config
     /// says otherwise, until the config changes or --unpin.
