@@ -92,6 +92,29 @@ fn bench_pod(c: &mut Criterion, label: &str, bytes: &[u8], sidecars: &SidecarSet
             decide(&view, "team-a", sidecars, &settings)
         })
     });
+    // The whole request as the server runs it: the review envelope, the pod view, the
+    // decision, the patch and the encoded reply.
+    let review = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b5b4b4e-3d1f-4d4e-9f3c-2a6f1d7c9e01",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "namespace": "team-a",
+            "operation": "CREATE",
+            "object": serde_json::from_slice::<Value>(bytes).unwrap(),
+        }
+    }))
+    .unwrap();
+    group.bench_function("review: body in, reply out", |b| {
+        b.iter(|| {
+            sidecar_injector::admission::review(black_box(&review), sidecars, &settings).unwrap()
+        })
+    });
+    // What reading the body costs at the least: every byte scanned, nothing kept.
+    group.bench_function("baseline: skim the review (IgnoredAny)", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&review)).unwrap())
+    });
     group.bench_function("baseline: parse full k8s Pod", |b| {
         b.iter(|| serde_json::from_slice::<Pod>(black_box(bytes)).unwrap())
     });

@@ -88,6 +88,26 @@ impl Drop for Server {
     }
 }
 
+/// CPU seconds (user + system) a process has used so far; `None` for this process.
+fn cpu_seconds(pid: Option<u32>) -> f64 {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_owned(),
+        |p| format!("/proc/{p}/stat"),
+    );
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn rss_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -201,6 +221,9 @@ fn floor_server(cert: &Path, key: &Path) {
 }
 
 struct RunResult {
+    /// CPU microseconds per request: the server's, and the load generator's.
+    server_cpu_us: f64,
+    client_cpu_us: f64,
     requests: usize,
     elapsed: Duration,
     p50: Duration,
@@ -216,11 +239,13 @@ impl RunResult {
 
 async fn load(
     client: &https::TlsClient,
-    addr: SocketAddr,
+    server: &Server,
     body: &hyper::body::Bytes,
     concurrency: usize,
     duration: Duration,
 ) -> RunResult {
+    let addr = server.addr;
+    let (server_cpu, client_cpu) = (cpu_seconds(Some(server.child.id())), cpu_seconds(None));
     let started = Instant::now();
     let deadline = started + duration;
     let mut workers = Vec::new();
@@ -254,6 +279,9 @@ async fn load(
         errors += e;
     }
     let elapsed = started.elapsed();
+    let per_request = |seconds: f64| seconds * 1e6 / latencies.len().max(1) as f64;
+    let server_cpu_us = per_request(cpu_seconds(Some(server.child.id())) - server_cpu);
+    let client_cpu_us = per_request(cpu_seconds(None) - client_cpu);
     latencies.sort_unstable();
     let at = |q: f64| {
         latencies
@@ -262,6 +290,8 @@ async fn load(
             .unwrap_or_default()
     };
     RunResult {
+        server_cpu_us,
+        client_cpu_us,
         requests: latencies.len(),
         elapsed,
         p50: at(0.50),
@@ -290,7 +320,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
         .unwrap();
 
     // Idle: after start, one warm-up request so every lazy allocation has happened.
-    runtime.block_on(async {
+    let reply_bytes = runtime.block_on(async {
         let mut connection = client.connect(real.addr).await.unwrap();
         let (status, reply) = connection
             .post("/mutate", "application/json", body.clone())
@@ -301,19 +331,29 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
             String::from_utf8_lossy(&reply).contains("\"patch\""),
             "the real server must inject"
         );
+        reply.len()
     });
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = rss_mib(real.child.id(), "VmRSS:");
 
     println!(
-        "review body: {} bytes; {:?} per run; {} rounds; the load generator and both servers share this machine's cores",
+        "review body: {} bytes, the real server's reply {reply_bytes} bytes; {:?} per run; {} rounds; the load generator and both servers share this machine's cores",
         body.len(),
         duration,
         rounds
     );
     println!(
-        "{:>5} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7}",
-        "conc", "server", "round", "req/s", "p50", "p99", "errors", "ratio"
+        "{:>5} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>12}",
+        "conc",
+        "server",
+        "round",
+        "req/s",
+        "p50",
+        "p99",
+        "errors",
+        "ratio",
+        "server µs/req",
+        "client µs/req"
     );
     let mut worst_ratio = f64::INFINITY;
     let mut p99_ratio = 0.0f64;
@@ -321,9 +361,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
         let mut ratios = Vec::new();
         let mut p99_ratios = Vec::new();
         for round in 1..=rounds {
-            let real_run = runtime.block_on(load(&client, real.addr, &body, concurrency, duration));
-            let floor_run =
-                runtime.block_on(load(&client, floor.addr, &body, concurrency, duration));
+            let real_run = runtime.block_on(load(&client, &real, &body, concurrency, duration));
+            let floor_run = runtime.block_on(load(&client, &floor, &body, concurrency, duration));
             let ratio = real_run.rps() / floor_run.rps();
             ratios.push(ratio);
             p99_ratios.push(real_run.p99.as_secs_f64() / floor_run.p99.as_secs_f64());
@@ -332,7 +371,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
                 ("floor", &floor_run, format!("{ratio:.2}")),
             ] {
                 println!(
-                    "{:>5} {:>6} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7}",
+                    "{:>5} {:>6} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>12.1}",
                     concurrency,
                     name,
                     round,
@@ -340,7 +379,9 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
                     run.p50.as_secs_f64() * 1e3,
                     run.p99.as_secs_f64() * 1e3,
                     run.errors,
-                    shown
+                    shown,
+                    run.server_cpu_us,
+                    run.client_cpu_us
                 );
             }
         }

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use thiserror::Error;
 
@@ -78,35 +78,6 @@ struct KindIn<'a> {
     version: Cow<'a, str>,
     #[serde(default, borrow)]
     kind: Cow<'a, str>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct StatusOut<'a> {
-    code: u16,
-    message: &'a str,
 }
 
 /// What the webhook did with one review, for the reply, the log line and the metrics.
@@ -267,15 +238,32 @@ fn answer_review(
         other_annotation_namespace: false,
         tumblr_reason: "no_annotation",
     };
-    let outcome = decide_outcome(&request, object, &mut answer, sidecars, settings);
-    answer.body = encode_reply(api_version, &answer, outcome);
+    PATCH_SCRATCH.with_borrow_mut(|patch| {
+        patch.clear();
+        let outcome = decide_outcome(&request, object, &mut answer, sidecars, settings, patch);
+        answer.body = encode_reply(api_version, &answer, outcome, patch);
+        // A huge patch (up to MAX_PATCH_BYTES) is not kept for the thread's lifetime.
+        if patch.capacity() > KEPT_PATCH_CAPACITY {
+            *patch = Vec::new();
+        }
+    });
     Ok(answer)
 }
 
+thread_local! {
+    /// The patch of the review being answered on this thread, as JSON, before it is base64
+    /// encoded into the reply: one buffer per thread, reused, so that a request allocates
+    /// none for it.
+    static PATCH_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The scratch buffer a thread keeps between requests: a few typical patches.
+const KEPT_PATCH_CAPACITY: usize = 64 * 1024;
+
 /// What the reply says, decided before it is encoded once.
 enum Outcome {
-    /// Allowed, with the base64 JSON patch when something is injected.
-    Allow { patch: Option<String> },
+    /// Allowed; with the JSON patch (in the scratch buffer) when something is injected.
+    Allow { patched: bool },
     /// Refused with this HTTP-style code; the message is the answer's.
     Refuse { code: u16 },
 }
@@ -287,8 +275,9 @@ fn decide_outcome(
     answer: &mut Answer,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
+    patch: &mut Vec<u8>,
 ) -> Outcome {
-    let allow = Outcome::Allow { patch: None };
+    let allow = Outcome::Allow { patched: false };
     if let Some(message) = request.kind.as_ref().and_then(not_a_pod_request) {
         answer.result = AdmissionResult::NotAPod;
         answer.message = Some(message);
@@ -332,7 +321,7 @@ fn decide_outcome(
     }
     match decide(&pod, &answer.namespace, sidecars, settings) {
         Decision::Skip(reason) => skipped(answer, &reason),
-        Decision::Inject(injection) => injected(answer, &injection, sidecars),
+        Decision::Inject(injection) => injected(answer, &injection, sidecars, patch),
         Decision::Deny(denial) => denied(answer, &denial),
     }
 }
@@ -382,15 +371,25 @@ fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
         }
         _ => {}
     }
-    Outcome::Allow { patch: None }
+    Outcome::Allow { patched: false }
 }
 
-fn injected(answer: &mut Answer, injection: &Injection<'_>, sidecars: &SidecarSet) -> Outcome {
+/// Writes the patch into `patch` and fills in the answer.
+fn injected(
+    answer: &mut Answer,
+    injection: &Injection<'_>,
+    sidecars: &SidecarSet,
+    patch: &mut Vec<u8>,
+) -> Outcome {
     // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
     // writes costs several times more. The writer stops at the limit, so an oversized patch
     // costs no more memory than the limit.
-    let mut patch = BoundedBuffer::new(MAX_PATCH_BYTES);
-    if serde_json::to_writer(&mut patch, &injection.patch).is_err() {
+    let mut bounded = BoundedBuffer {
+        bytes: patch,
+        limit: MAX_PATCH_BYTES,
+    };
+    if serde_json::to_writer(&mut bounded, &injection.patch).is_err() {
+        patch.clear();
         return denied(answer, &Denial::PatchTooLarge);
     }
     answer.result = AdmissionResult::Injected;
@@ -415,33 +414,31 @@ fn injected(answer: &mut Answer, injection: &Injection<'_>, sidecars: &SidecarSe
         .filter_map(|(name, _)| sidecars.warning(name))
         .map(str::to_owned)
         .collect();
-    Outcome::Allow {
-        patch: Some(base64::engine::general_purpose::STANDARD.encode(patch.bytes)),
-    }
+    Outcome::Allow { patched: true }
 }
 
 /// A buffer that refuses writes past `limit` bytes.
-struct BoundedBuffer {
-    bytes: Vec<u8>,
+struct BoundedBuffer<'b> {
+    bytes: &'b mut Vec<u8>,
     limit: usize,
 }
 
-impl BoundedBuffer {
-    fn new(limit: usize) -> Self {
-        Self {
-            bytes: Vec::new(),
-            limit,
-        }
-    }
-}
-
-impl std::io::Write for BoundedBuffer {
+// serde writes a patch in many pieces of a few bytes each: inlined, each is a bounds check
+// and a copy.
+impl std::io::Write for BoundedBuffer<'_> {
+    #[inline]
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.write_all(data)?;
+        Ok(data.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
         if self.bytes.len() + data.len() > self.limit {
             return Err(std::io::Error::other("over the limit"));
         }
         self.bytes.extend_from_slice(data);
-        Ok(data.len())
+        Ok(())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -480,42 +477,72 @@ fn invalid_pod(answer: &mut Answer, message: String) -> Outcome {
 
 /// The AdmissionReview reply: the uid echoed, the request's apiVersion, and the outcome. A
 /// message goes in the status of a refusal and in the warnings of an allowed request.
-fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome) -> Vec<u8> {
+///
+/// Written by hand into one buffer sized up front, the patch base64-encoded straight into it:
+/// going through serde would copy the encoded patch into a `String` and then scan it again
+/// for characters to escape (base64 has none).
+fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome, patch: &[u8]) -> Vec<u8> {
     let message = answer.message.as_deref();
-    let (allowed, patch, status, warnings) = match outcome {
-        Outcome::Allow { patch } => (
-            true,
-            patch,
-            None,
-            message
-                .map(str::to_owned)
-                .into_iter()
-                .chain(answer.warnings.iter().cloned())
-                .collect(),
-        ),
-        Outcome::Refuse { code } => (
-            false,
-            None,
-            Some(StatusOut {
-                code,
-                message: message.unwrap_or_default(),
-            }),
-            Vec::new(),
-        ),
+    let (allowed, patch) = match outcome {
+        Outcome::Allow { patched } => (true, patched.then_some(patch)),
+        Outcome::Refuse { .. } => (false, None),
     };
-    serde_json::to_vec(&ReviewOut {
-        api_version,
-        kind: "AdmissionReview",
-        response: ResponseOut {
-            uid: &answer.uid,
-            allowed,
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
-            status,
-            warnings,
-        },
-    })
-    .expect("the reply serializes")
+    let encoded_len = patch.map_or(0, |patch| patch.len().div_ceil(3) * 4);
+    let texts = answer.uid.len()
+        + message.map_or(0, str::len)
+        + answer.warnings.iter().map(String::len).sum::<usize>();
+    // Escaping may grow the texts; the buffer then grows once.
+    let mut reply = Vec::with_capacity(192 + api_version.len() + texts + encoded_len);
+    reply.extend_from_slice(b"{\"apiVersion\":");
+    write_json_str(&mut reply, api_version);
+    reply.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
+    write_json_str(&mut reply, &answer.uid);
+    reply.extend_from_slice(if allowed {
+        b",\"allowed\":true"
+    } else {
+        b",\"allowed\":false"
+    });
+    if let Some(patch) = patch {
+        reply.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
+        let start = reply.len();
+        reply.resize(start + encoded_len, 0);
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(patch, &mut reply[start..])
+            .unwrap_or(0);
+        reply.truncate(start + written);
+        reply.push(b'"');
+    }
+    match outcome {
+        Outcome::Refuse { code } => {
+            reply.extend_from_slice(b",\"status\":{\"code\":");
+            reply.extend_from_slice(code.to_string().as_bytes());
+            reply.extend_from_slice(b",\"message\":");
+            write_json_str(&mut reply, message.unwrap_or_default());
+            reply.push(b'}');
+        }
+        Outcome::Allow { .. } => {
+            let mut warnings = message
+                .into_iter()
+                .chain(answer.warnings.iter().map(String::as_str));
+            if let Some(first) = warnings.next() {
+                reply.extend_from_slice(b",\"warnings\":[");
+                write_json_str(&mut reply, first);
+                for warning in warnings {
+                    reply.push(b',');
+                    write_json_str(&mut reply, warning);
+                }
+                reply.push(b']');
+            }
+        }
+    }
+    reply.extend_from_slice(b"}}");
+    reply
+}
+
+/// Appends `text` as a JSON string.
+fn write_json_str(out: &mut Vec<u8>, text: &str) {
+    // Writing into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, text);
 }
 
 fn missing_message(missing: &[crate::name::SidecarName]) -> String {

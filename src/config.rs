@@ -10,8 +10,8 @@ pub mod revision;
 mod sidecar;
 
 pub use catalog::{
-    LoadReport, LoadedSidecar, ReloadSummary, RenderedSidecar, SidecarSet, SourceState,
-    merge_sources,
+    LoadReport, LoadedSidecar, ReloadSummary, RenderedJson, RenderedSidecar, SidecarSet,
+    SourceState, merge_sources,
 };
 pub use load::{configmap_origin, load_configmap_items, load_directory};
 pub use origin::Origin;

@@ -131,7 +131,7 @@ pub struct Injection<'s> {
     /// Borrows from the sidecar configs it injects.
     pub patch: JsonPatch<'s>,
     /// What was injected, in request order.
-    pub injected: Vec<(SidecarName, Revision)>,
+    pub injected: Vec<(&'s SidecarName, &'s Revision)>,
     /// Requested but unknown, let through by `--on-missing-sidecar=allow`.
     pub missing: Vec<SidecarName>,
 }
@@ -256,7 +256,7 @@ pub fn decide<'s>(
         patch,
         injected: found
             .iter()
-            .map(|s| (s.config.name.clone(), s.revision.clone()))
+            .map(|s| (&s.config.name, &s.revision))
             .collect(),
         missing,
     })

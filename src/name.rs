@@ -59,7 +59,13 @@ impl SidecarName {
         {
             return Err(NameError::ForbiddenCharacter(quoted(trimmed), c));
         }
-        let lower = trimmed.to_lowercase();
+        // Most requests are lowercase already: then nothing is copied until the parts are.
+        let lower: std::borrow::Cow<'_, str> =
+            if trimmed.is_ascii() && !trimmed.bytes().any(|b| b.is_ascii_uppercase()) {
+                trimmed.into()
+            } else {
+                trimmed.to_lowercase().into()
+            };
         let mut parts = lower.split(':');
         let name = parts.next().unwrap_or_default();
         let version = parts.next();

@@ -300,3 +300,73 @@ fn an_injection_of_a_sidecar_with_a_warning_carries_it_and_others_do_not() {
     let (_, body) = super::tests::answer(&input);
     assert!(body["response"].get("warnings").is_none(), "{body}");
 }
+
+#[test]
+fn the_reply_is_json_whatever_the_uid_and_messages_hold() {
+    // The reply is written by hand: quotes, backslashes, control characters and non-ASCII in
+    // what it echoes must come out escaped, and every patch length must encode whole.
+    let uid = "uid \"quoted\" \\ back\u{1}slash é ☃";
+    let mut skipped = fixture("bare-pod.json");
+    skipped["request"]["uid"] = json!(uid);
+    skipped["request"]["object"]["metadata"]["annotations"] =
+        json!({"injector/request": "nope:v1\"\u{7}"});
+    let settings = InjectionSettings {
+        on_missing_sidecar: crate::injection::MissingSidecarPolicy::Allow,
+        ..InjectionSettings::default()
+    };
+    let reply = review(
+        &serde_json::to_vec(&skipped).unwrap(),
+        &sidecars(),
+        &settings,
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&reply.body).expect("the reply is JSON");
+    assert_eq!(body["response"]["uid"], uid);
+    assert_eq!(
+        body["response"]["warnings"],
+        json!([reply.message.clone().unwrap()])
+    );
+
+    let mut denied = fixture("bare-pod.json");
+    denied["request"]["uid"] = json!(uid);
+    denied["request"]["object"]["metadata"]["annotations"] =
+        json!({"injector/request": "clash:v1"});
+    denied["request"]["object"]["spec"]["containers"][0]["name"] = json!("app");
+    let (refusal, body) = answer(&denied);
+    assert_eq!(refusal.result, AdmissionResult::Denied);
+    assert_eq!(
+        body["response"],
+        json!({"uid": uid, "allowed": false, "status": {"code": 403, "message": refusal.message.unwrap()}})
+    );
+
+    // Patches of every length modulo 3 (the base64 padding), each decoding to what was built:
+    // each app container adds an env operation.
+    let mut paddings = std::collections::BTreeSet::new();
+    for count in 1..=6 {
+        let mut injected = fixture("bare-pod.json");
+        injected["request"]["object"]["metadata"]["annotations"] =
+            json!({"injector/request": "logger:v1"});
+        let app = injected["request"]["object"]["spec"]["containers"][0].clone();
+        injected["request"]["object"]["spec"]["containers"] = (0..count)
+            .map(|i| {
+                let mut container = app.clone();
+                container["name"] = json!(format!("app-{i}"));
+                container
+            })
+            .collect();
+        let (injection, body) = answer(&injected);
+        assert_eq!(injection.result, AdmissionResult::Injected);
+        let encoded = body["response"]["patch"].as_str().unwrap();
+        paddings.insert(encoded.len() - encoded.trim_end_matches('=').len());
+        let patch = decoded_patch(&body);
+        assert!(
+            patch
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|op| op["value"]["name"] == "log-shipper"),
+            "{patch}"
+        );
+    }
+    assert_eq!(paddings.len(), 3, "every padding case was encoded");
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::origin::Origin;
 use super::parse::{ConfigError, ConfigWarning};
@@ -38,16 +39,38 @@ impl LoadedSidecar {
     }
 }
 
-/// Each list of a [`SidecarConfig`] as JSON values, index for index.
+/// One config item as JSON: the value, for what looks inside it, and its text, which a patch
+/// copies as it is instead of serializing the value again on every request.
+#[derive(Debug, Clone)]
+pub struct RenderedJson {
+    pub value: Value,
+    pub text: Box<RawValue>,
+}
+
+impl RenderedJson {
+    fn of<T: Serialize>(item: &T) -> Self {
+        let value = serde_json::to_value(item).expect("Kubernetes types serialize to JSON");
+        let text = serde_json::value::to_raw_value(&value).expect("a JSON value serializes");
+        Self { value, text }
+    }
+}
+
+impl PartialEq for RenderedJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+/// Each list of a [`SidecarConfig`] as JSON, index for index.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RenderedSidecar {
-    pub containers: Vec<Value>,
-    pub prepend_containers: Vec<Value>,
-    pub init_containers: Vec<Value>,
-    pub volumes: Vec<Value>,
-    pub env: Vec<Value>,
-    pub volume_mounts: Vec<Value>,
-    pub host_aliases: Vec<Value>,
+    pub containers: Vec<RenderedJson>,
+    pub prepend_containers: Vec<RenderedJson>,
+    pub init_containers: Vec<RenderedJson>,
+    pub volumes: Vec<RenderedJson>,
+    pub env: Vec<RenderedJson>,
+    pub volume_mounts: Vec<RenderedJson>,
+    pub host_aliases: Vec<RenderedJson>,
     /// The JSON size of each `env` and `volumeMounts` item: these are added to every
     /// container, so a request's patch grows with their product and is bounded as it is built.
     pub env_bytes: Vec<usize>,
@@ -56,17 +79,11 @@ pub struct RenderedSidecar {
 
 impl RenderedSidecar {
     fn of(config: &SidecarConfig) -> Self {
-        fn render<T: Serialize>(items: &[T]) -> Vec<Value> {
-            items
-                .iter()
-                .map(|item| serde_json::to_value(item).expect("Kubernetes types serialize to JSON"))
-                .collect()
+        fn render<T: Serialize>(items: &[T]) -> Vec<RenderedJson> {
+            items.iter().map(RenderedJson::of).collect()
         }
-        let sizes = |values: &[Value]| -> Vec<usize> {
-            values
-                .iter()
-                .map(|v| serde_json::to_vec(v).map_or(0, |bytes| bytes.len()))
-                .collect()
+        let sizes = |items: &[RenderedJson]| -> Vec<usize> {
+            items.iter().map(|item| item.text.get().len()).collect()
         };
         let env = render(&config.env);
         let volume_mounts = render(&config.volume_mounts);

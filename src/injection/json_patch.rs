@@ -5,6 +5,7 @@
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -29,17 +30,26 @@ pub enum Operation<'a> {
 }
 
 /// The value of an operation, as it will be written.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum PatchValue<'a> {
     Borrowed(&'a Value),
+    /// JSON text written as it is (a config item rendered at load).
+    Raw(&'a RawValue),
     Owned(Value),
     List(Vec<PatchValue<'a>>),
     /// An object with items appended to some of its lists (an injected container that receives
     /// the config's env and mounts), written without copying the object.
     Extended {
         base: &'a Value,
-        appended: Vec<(&'static str, Vec<&'a Value>)>,
+        appended: Vec<(&'static str, Vec<&'a RawValue>)>,
     },
+}
+
+/// Equal when they write the same JSON (raw text included).
+impl PartialEq for PatchValue<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        serde_json::to_value(self).ok() == serde_json::to_value(other).ok()
+    }
 }
 
 impl<'a> From<&'a Value> for PatchValue<'a> {
@@ -58,6 +68,7 @@ impl Serialize for PatchValue<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             PatchValue::Borrowed(value) => value.serialize(serializer),
+            PatchValue::Raw(text) => text.serialize(serializer),
             PatchValue::Owned(value) => value.serialize(serializer),
             PatchValue::List(items) => items.serialize(serializer),
             PatchValue::Extended { base, appended } => {
@@ -87,7 +98,7 @@ impl Serialize for PatchValue<'_> {
 }
 
 /// Two slices written as one JSON array.
-struct Chained<'v>(&'v [Value], &'v [&'v Value]);
+struct Chained<'v>(&'v [Value], &'v [&'v RawValue]);
 
 impl Serialize for Chained<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -148,19 +159,37 @@ impl<'a> JsonPatch<'a> {
         });
     }
 
+    pub fn with_capacity(operations: usize) -> Self {
+        Self {
+            operations: Vec::with_capacity(operations),
+        }
+    }
+
     /// Appends `items` to the list at `tokens`, or creates the list with them when absent.
     pub fn append_all(&mut self, tokens: &[&str], exists: bool, items: Vec<PatchValue<'a>>) {
+        if !items.is_empty() {
+            self.append_all_at(pointer(tokens), exists, items);
+        }
+    }
+
+    /// [`JsonPatch::append_all`] at a pointer already built.
+    pub fn append_all_at(&mut self, mut path: String, exists: bool, items: Vec<PatchValue<'a>>) {
         if items.is_empty() {
             return;
         }
         if exists {
-            let mut path = tokens.to_vec();
-            path.push("-");
+            path.push_str("/-");
             for item in items {
-                self.add(&path, item);
+                self.operations.push(Operation::Add {
+                    path: path.clone(),
+                    value: item,
+                });
             }
         } else {
-            self.add(tokens, PatchValue::List(items));
+            self.operations.push(Operation::Add {
+                path,
+                value: PatchValue::List(items),
+            });
         }
     }
 
@@ -234,7 +263,8 @@ mod tests {
     #[test]
     fn an_extended_object_is_written_with_its_lists_appended() {
         let base = json!({"name": "c", "env": [{"name": "A"}], "image": "i"});
-        let (b, c) = (json!({"name": "B"}), json!({"name": "/m"}));
+        let raw = |value| serde_json::value::to_raw_value(&value).unwrap();
+        let (b, c) = (raw(json!({"name": "B"})), raw(json!({"name": "/m"})));
         let value = PatchValue::Extended {
             base: &base,
             appended: vec![

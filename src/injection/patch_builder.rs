@@ -25,11 +25,19 @@ fn kept<'a, T>(items: &'a Option<Vec<T>>, removed: &[usize]) -> impl Iterator<It
         .map(|(_, item)| item)
 }
 
+/// The rendered JSON of added items, written as it is.
+fn raw_items<'s, T>(added: &[(T, &'s RenderedJson)]) -> Vec<PatchValue<'s>> {
+    added
+        .iter()
+        .map(|(_, v)| PatchValue::Raw(&v.text))
+        .collect()
+}
+
 /// The per-container additions passed [`MAX_PATCH_BYTES`]; building stopped there.
 #[derive(Debug)]
 pub(super) struct PatchTooLarge;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
-use crate::config::{LoadedSidecar, RevisionStamp};
+use crate::config::{LoadedSidecar, RenderedJson, RevisionStamp};
 
 /// Where a container of the final pod comes from.
 enum Origin<'v, 's> {
@@ -44,7 +52,7 @@ enum Origin<'v, 's> {
     Sidecar {
         placement: Placement,
         container: &'s Container,
-        rendered: &'s Value,
+        rendered: &'s RenderedJson,
     },
 }
 
@@ -59,8 +67,8 @@ enum Placement {
 /// typed item (for the presence checks) and its pre-rendered JSON (for the patch).
 struct TargetContainer<'v, 's> {
     origin: Origin<'v, 's>,
-    added_env: Vec<(&'s EnvVar, &'s Value)>,
-    added_mounts: Vec<(&'s VolumeMount, &'s Value)>,
+    added_env: Vec<(&'s EnvVar, &'s RenderedJson)>,
+    added_mounts: Vec<(&'s VolumeMount, &'s RenderedJson)>,
     /// What the container holds, built on first use: a pod may carry many thousands of
     /// containers or env entries, and scanning lists for each addition made injection
     /// quadratic.
@@ -68,11 +76,17 @@ struct TargetContainer<'v, 's> {
 }
 
 /// The env names, mount names and mount paths a container holds.
-#[derive(Default)]
 struct Presence<'a> {
     env: HashSet<&'a str>,
     mount_names: HashSet<&'a str>,
     mount_paths: HashSet<&'a str>,
+}
+
+impl<'a> Presence<'a> {
+    fn insert_mount(&mut self, name: &'a str, path: &'a str) {
+        self.mount_names.insert(name);
+        self.mount_paths.insert(path);
+    }
 }
 
 impl<'v, 's: 'v> TargetContainer<'v, 's> {
@@ -89,49 +103,57 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
         let origin = &self.origin;
         let (added_env, added_mounts) = (&self.added_env, &self.added_mounts);
         self.presence.get_or_insert_with(|| {
-            let mut presence = Presence::default();
-            let mounts: Vec<(&'v str, &'v str)> = match origin {
+            let len = |items: Option<usize>| items.unwrap_or_default();
+            let (env, mounts) = match origin {
+                Origin::Pod { view, .. } => (
+                    len(view.env.as_ref().map(Vec::len)),
+                    len(view.volume_mounts.as_ref().map(Vec::len)),
+                ),
+                Origin::Sidecar { container, .. } => (
+                    len(container.env.as_ref().map(Vec::len)),
+                    len(container.volume_mounts.as_ref().map(Vec::len)),
+                ),
+            };
+            // Sized once: growing a set of a hundred env names rehashes it six times.
+            let mut presence = Presence {
+                env: HashSet::with_capacity(env + added_env.len()),
+                mount_names: HashSet::with_capacity(mounts + added_mounts.len()),
+                mount_paths: HashSet::with_capacity(mounts + added_mounts.len()),
+            };
+            match origin {
                 Origin::Pod {
                     view,
                     removed_mounts,
                     ..
                 } => {
-                    presence.env = view.env.iter().flatten().map(|e| e.name.as_ref()).collect();
-                    kept(&view.volume_mounts, removed_mounts)
-                        .map(|m| (m.name.as_ref(), m.mount_path.as_ref()))
-                        .collect()
+                    presence
+                        .env
+                        .extend(view.env.iter().flatten().map(|e| e.name.as_ref()));
+                    for mount in kept(&view.volume_mounts, removed_mounts) {
+                        presence.insert_mount(&mount.name, &mount.mount_path);
+                    }
                 }
                 Origin::Sidecar { container, .. } => {
-                    presence.env = container
+                    presence
                         .env
-                        .iter()
-                        .flatten()
-                        .map(|e| e.name.as_str())
-                        .collect();
-                    container
-                        .volume_mounts
-                        .iter()
-                        .flatten()
-                        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
-                        .collect()
+                        .extend(container.env.iter().flatten().map(|e| e.name.as_str()));
+                    for mount in container.volume_mounts.iter().flatten() {
+                        presence.insert_mount(&mount.name, &mount.mount_path);
+                    }
                 }
-            };
+            }
             presence
                 .env
                 .extend(added_env.iter().map(|(e, _)| e.name.as_str()));
-            let added = added_mounts
-                .iter()
-                .map(|(m, _)| (m.name.as_str(), m.mount_path.as_str()));
-            for (name, path) in mounts.into_iter().chain(added) {
-                presence.mount_names.insert(name);
-                presence.mount_paths.insert(path);
+            for (mount, _) in added_mounts {
+                presence.insert_mount(&mount.name, &mount.mount_path);
             }
             presence
         })
     }
 
     /// Adds the env entry unless the container has one of that name; true when added.
-    fn add_env(&mut self, addition: (&'s EnvVar, &'s Value)) -> bool {
+    fn add_env(&mut self, addition: (&'s EnvVar, &'s RenderedJson)) -> bool {
         let added = self.presence().env.insert(addition.0.name.as_str());
         if added {
             self.added_env.push(addition);
@@ -141,7 +163,7 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
 
     /// Adds the mount unless the container has one of that name or at that path; true when
     /// added.
-    fn add_mount(&mut self, addition: (&'s VolumeMount, &'s Value)) -> bool {
+    fn add_mount(&mut self, addition: (&'s VolumeMount, &'s RenderedJson)) -> bool {
         let mount = addition.0;
         let presence = self.presence();
         if presence.mount_names.contains(mount.name.as_str())
@@ -149,24 +171,26 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
         {
             return false;
         }
-        presence.mount_names.insert(&mount.name);
-        presence.mount_paths.insert(&mount.mount_path);
+        presence.insert_mount(&mount.name, &mount.mount_path);
         self.added_mounts.push(addition);
         true
     }
 
     /// The injected container's JSON with the additions appended to its own lists.
-    fn render_injected(&self, rendered: &'s Value) -> PatchValue<'s> {
+    fn render_injected(&self, rendered: &'s RenderedJson) -> PatchValue<'s> {
         if self.added_env.is_empty() && self.added_mounts.is_empty() {
-            return PatchValue::Borrowed(rendered);
+            return PatchValue::Raw(&rendered.text);
         }
         PatchValue::Extended {
-            base: rendered,
+            base: &rendered.value,
             appended: vec![
-                ("env", self.added_env.iter().map(|(_, v)| *v).collect()),
+                (
+                    "env",
+                    self.added_env.iter().map(|(_, v)| &*v.text).collect(),
+                ),
                 (
                     "volumeMounts",
-                    self.added_mounts.iter().map(|(_, v)| *v).collect(),
+                    self.added_mounts.iter().map(|(_, v)| &*v.text).collect(),
                 ),
             ],
         }
@@ -180,14 +204,14 @@ pub(super) struct PatchBuilder<'v, 's> {
     spec: &'v PodSpecView<'v>,
     containers: Vec<TargetContainer<'v, 's>>,
     removed_volumes: Vec<usize>,
-    added_volumes: Vec<(&'s str, &'s Value)>,
+    added_volumes: Vec<(&'s str, &'s RenderedJson)>,
     /// The volume names the pod holds, built on first use (see [`TargetContainer::presence`]).
     volume_names: Option<HashSet<&'v str>>,
     legacy_token_removed: bool,
     /// Bytes of patch the per-container additions and removals come to so far: they multiply
     /// (env x containers), so building stops once they pass [`MAX_PATCH_BYTES`].
     patch_bytes: usize,
-    added_host_aliases: Vec<(&'s HostAlias, &'s Value)>,
+    added_host_aliases: Vec<(&'s HostAlias, &'s RenderedJson)>,
     host_network: bool,
     host_pid: bool,
     service_account: Option<&'s str>,
@@ -239,7 +263,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     }
 
     /// Adds the volume unless the pod has one of that name.
-    fn add_volume(&mut self, name: &'s str, value: &'s Value) {
+    fn add_volume(&mut self, name: &'s str, value: &'s RenderedJson) {
         let (spec, removed, added) = (self.spec, &self.removed_volumes, &self.added_volumes);
         let names = self.volume_names.get_or_insert_with(|| {
             kept(&spec.volumes, removed)
@@ -389,7 +413,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
                 return Err(PatchTooLarge);
             }
         }
-        let mut ops = JsonPatch::default();
+        let mut ops = JsonPatch::with_capacity(16);
         self.removal_ops(&mut ops);
         self.pod_container_ops(&mut ops);
         self.injected_container_ops(&mut ops);
@@ -436,24 +460,21 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
             else {
                 continue;
             };
-            let index = index.to_string();
-            let base = ["spec", list, index.as_str()];
-            let env = container
-                .added_env
-                .iter()
-                .map(|(_, v)| PatchValue::Borrowed(v))
-                .collect();
-            ops.append_all(&[&base[..], &["env"]].concat(), view.env.is_some(), env);
-            let mounts = container
-                .added_mounts
-                .iter()
-                .map(|(_, v)| PatchValue::Borrowed(v))
-                .collect();
-            ops.append_all(
-                &[&base[..], &["volumeMounts"]].concat(),
-                view.volume_mounts.is_some(),
-                mounts,
-            );
+            // `list` and the index need no pointer escaping.
+            if !container.added_env.is_empty() {
+                ops.append_all_at(
+                    format!("/spec/{list}/{index}/env"),
+                    view.env.is_some(),
+                    raw_items(&container.added_env),
+                );
+            }
+            if !container.added_mounts.is_empty() {
+                ops.append_all_at(
+                    format!("/spec/{list}/{index}/volumeMounts"),
+                    view.volume_mounts.is_some(),
+                    raw_items(&container.added_mounts),
+                );
+            }
         }
     }
 
@@ -497,21 +518,15 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     /// Volumes, host aliases, hostNetwork/hostPID and the service account.
     fn pod_field_ops(&self, ops: &mut JsonPatch<'s>) {
         let spec = self.spec;
-        let volumes = self
-            .added_volumes
-            .iter()
-            .map(|(_, v)| PatchValue::Borrowed(v))
-            .collect();
-        ops.append_all(&["spec", "volumes"], spec.volumes.is_some(), volumes);
-        let aliases = self
-            .added_host_aliases
-            .iter()
-            .map(|(_, v)| PatchValue::Borrowed(v))
-            .collect();
+        ops.append_all(
+            &["spec", "volumes"],
+            spec.volumes.is_some(),
+            raw_items(&self.added_volumes),
+        );
         ops.append_all(
             &["spec", "hostAliases"],
             spec.host_aliases.is_some(),
-            aliases,
+            raw_items(&self.added_host_aliases),
         );
         let enable = PatchValue::Owned(Value::Bool(true));
         if self.host_network && spec.host_network != Some(true) {

@@ -255,10 +255,8 @@ fn injects_into_a_real_apiserver_pod() {
         .unwrap()
         .revision
         .clone();
-    assert_eq!(
-        injection.injected,
-        [("logger:v1".parse().unwrap(), revision.clone())]
-    );
+    let logger: SidecarName = "logger:v1".parse().unwrap();
+    assert_eq!(injection.injected, [(&logger, &revision)]);
     let result = apply(&pod, &injection.patch);
     let annotations = &result["metadata"]["annotations"];
     assert_eq!(annotations["injector/status"], "injected");
