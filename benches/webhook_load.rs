@@ -13,6 +13,9 @@
 #[allow(dead_code)]
 #[path = "../tests/support/https.rs"]
 mod https;
+#[allow(dead_code)]
+#[path = "support/review.rs"]
+mod review;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,27 +56,6 @@ fn main() {
         println!("webhook_load: smoke run (use `cargo bench --bench webhook_load` to measure)");
         drive(Duration::from_millis(500), 1, &[4]);
     }
-}
-
-/// A realistic review: the DaemonSet pod the real apiserver sent, grown to about 8 KB.
-fn review_body() -> Vec<u8> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/admission/daemonset-pod.json"
-    );
-    let mut review: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    review["request"]["object"]["metadata"]["annotations"]["injector/request"] =
-        json!("logger:v1, metrics-agent:v1");
-    while serde_json::to_vec(&review).unwrap().len() < 8 * 1024 {
-        let env = review["request"]["object"]["spec"]["containers"][0]["env"]
-            .as_array_mut()
-            .unwrap();
-        let n = env.len();
-        env.push(
-            json!({"name": format!("FEATURE_FLAG_{n}"), "value": "enabled-for-canary-cohort"}),
-        );
-    }
-    serde_json::to_vec(&review).unwrap()
 }
 
 struct Server {
@@ -312,7 +294,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
     let (cert, key): (PathBuf, PathBuf) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let real = start_real(dir.path(), &cert, &key);
     let floor = start_floor(&cert, &key);
-    let body = hyper::body::Bytes::from(review_body());
+    let body = hyper::body::Bytes::from(review::review_body());
     let client = https::TlsClient::new(&[certs.ca_pem.as_bytes()]);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

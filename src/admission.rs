@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use thiserror::Error;
 
 use crate::config::SidecarSet;
+use crate::injection::borrowed_str;
 use crate::injection::{
     Decision, Denial, Injection, InjectionSettings, MAX_PATCH_BYTES, PodView, SkipReason, decide,
 };
@@ -40,9 +41,9 @@ pub enum ReviewError {
     bound(deserialize = "O: Deserialize<'de>, 'de: 'a")
 )]
 struct ReviewIn<'a, O> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     api_version: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     request: Option<RequestIn<'a, O>>,
@@ -58,9 +59,9 @@ struct RequestIn<'a, O> {
     uid: Cow<'a, str>,
     #[serde(default, borrow)]
     kind: Option<KindIn<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     namespace: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     operation: Option<Cow<'a, str>>,
     #[serde(default = "none")]
     object: Option<O>,

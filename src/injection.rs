@@ -24,6 +24,7 @@ use crate::config::{LoadedSidecar, SidecarSet};
 use crate::name::{NameError, SidecarName};
 use json_patch::JsonPatch;
 use patch_builder::PatchBuilder;
+pub(crate) use pod::borrowed_str;
 pub use pod::{
     ContainerView, MountView, NamedView, PodMetadataView, PodSpecView, PodView, VolumeView,
 };
