@@ -14,7 +14,7 @@ mod patch_builder;
 mod pod;
 pub mod yaml;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use thiserror::Error;
 
@@ -295,28 +295,40 @@ fn other_request_key(pod: &PodView<'_>, ours: &str) -> Option<String> {
 }
 
 fn check_container_names(spec: &PodSpecView<'_>, found: &[&LoadedSidecar]) -> Result<(), Denial> {
-    let pod_names: BTreeSet<&str> = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter())
-        .flatten()
-        .map(|c| c.name.as_ref())
-        .collect();
-    let mut injected: BTreeMap<&str, &SidecarName> = BTreeMap::new();
-    for sidecar in found {
+    // Linear scans: a pod has at most MAX_POD_CONTAINERS containers and a request a handful of
+    // sidecars, and sets built per request cost more than the comparisons.
+    let pod_has = |name: &str| {
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter())
+            .flatten()
+            .any(|c| c.name == name)
+    };
+    for (position, sidecar) in found.iter().enumerate() {
         for container in sidecar.config.injected_containers() {
             let clash = |holder: String| Denial::ContainerNameClash {
                 sidecar: sidecar.config.name.to_string(),
                 container: container.name.clone(),
                 holder,
             };
-            if pod_names.contains(container.name.as_str()) {
+            if pod_has(&container.name) {
                 return Err(clash("a container of the pod".to_owned()));
             }
-            if let Some(other) = injected.insert(&container.name, &sidecar.config.name) {
+            let earlier = found[..=position].iter().find(|other| {
+                let mut containers = other.config.injected_containers();
+                if std::ptr::eq(**other, *sidecar) {
+                    // Within one sidecar, only the containers before this one.
+                    containers
+                        .take_while(|c| !std::ptr::eq(*c, container))
+                        .any(|c| c.name == container.name)
+                } else {
+                    containers.any(|c| c.name == container.name)
+                }
+            });
+            if let Some(other) = earlier {
                 return Err(clash(format!(
                     "a container of sidecar {:?}, requested together",
-                    other.to_string()
+                    other.config.name.to_string()
                 )));
             }
         }

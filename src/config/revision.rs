@@ -155,7 +155,8 @@ impl RevisionStamp {
 
     /// From items already in `name:version=REV` form (each loaded sidecar keeps its own).
     pub fn from_items<'a>(items: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut text = String::new();
+        // Room for two or three items: one allocation for a typical request.
+        let mut text = String::with_capacity(128);
         for item in items {
             if !text.is_empty() {
                 text.push(',');

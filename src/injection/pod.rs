@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::HostAlias;
 use serde::Deserialize;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Annotations: keys and values borrowed from the body where they can be.
 pub type StringMap<'a> = BTreeMap<Cow<'a, str>, Cow<'a, str>>;
@@ -62,7 +62,7 @@ pub struct PodSpecView<'a> {
 pub struct ContainerView<'a> {
     #[serde(borrow)]
     pub name: Cow<'a, str>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "presized_list")]
     pub env: Option<Vec<NamedView<'a>>>,
     #[serde(default, borrow)]
     pub volume_mounts: Option<Vec<MountView<'a>>>,
@@ -141,6 +141,46 @@ pub(crate) fn borrowed_str<'de: 'a, 'a, D: Deserializer<'de>>(
 ) -> Result<Option<Cow<'a, str>>, D::Error> {
     Ok(Option::<CowStr<'a>>::deserialize(deserializer)?.map(|text| text.0))
 }
+
+/// An optional list read into room for [`PRESIZED`] items: serde's own reading starts empty
+/// (JSON does not say how long a list is) and grows a container's hundred env entries six
+/// times.
+fn presized_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Presized<T>(Vec<T>);
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Presized<T> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct ListVisitor<T>(std::marker::PhantomData<T>);
+            impl<'de, T: Deserialize<'de>> Visitor<'de> for ListVisitor<T> {
+                type Value = Vec<T>;
+
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a list")
+                }
+
+                fn visit_seq<S: SeqAccess<'de>>(self, mut items: S) -> Result<Vec<T>, S::Error> {
+                    // A length a format states is believed only so far.
+                    let mut list =
+                        Vec::with_capacity(items.size_hint().map_or(PRESIZED, |n| n.min(4096)));
+                    while let Some(item) = items.next_element()? {
+                        list.push(item);
+                    }
+                    Ok(list)
+                }
+            }
+            deserializer
+                .deserialize_seq(ListVisitor(std::marker::PhantomData))
+                .map(Presized)
+        }
+    }
+    Ok(Option::<Presized<T>>::deserialize(deserializer)?.map(|list| list.0))
+}
+
+/// Items a presized list has room for before it grows.
+const PRESIZED: usize = 32;
 
 /// An optional string map (annotations), keys and values borrowed where they can be.
 fn borrowed_map<'de: 'a, 'a, D: Deserializer<'de>>(
