@@ -4,7 +4,11 @@
 //! with `--floor-server`: rustls + axum-server, reads the body, returns a constant allowed
 //! review), then loads them alternately with the same ~8 KB pod review over keep-alive
 //! HTTP/1.1 connections, as the apiserver does, at concurrency 16 and 64. Prints requests/s,
-//! p50/p99, the real/floor ratio per pair of runs, and the real server's idle and peak RSS.
+//! p50/p99, the CPU each server and the load generator spent per request, the real/floor
+//! ratio per pair of runs, and the real server's idle and peak RSS.
+//!
+//! A second floor sends back the real server's own reply (its base64 patch included), so the
+//! share of the gap that is the reply's size, not the admission work, can be read off.
 //!
 //! Run: `cargo bench --bench webhook_load` (optionally `-- --seconds 5 --rounds 3`).
 //! Every request goes to 127.0.0.1; each run is bounded in time.
@@ -36,6 +40,7 @@ fn main() {
         floor_server(
             Path::new(&args[position + 1]),
             Path::new(&args[position + 2]),
+            args.get(position + 3).map(Path::new),
         );
         return;
     }
@@ -157,11 +162,12 @@ fn start_real(dir: &Path, cert: &Path, key: &Path) -> Server {
     Server { child, addr }
 }
 
-fn start_floor(cert: &Path, key: &Path) -> Server {
+fn start_floor(cert: &Path, key: &Path, reply: Option<&Path>) -> Server {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--floor-server")
         .arg(cert)
         .arg(key)
+        .args(reply)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -171,8 +177,10 @@ fn start_floor(cert: &Path, key: &Path) -> Server {
     Server { child, addr }
 }
 
-/// The floor: the same TLS stack and HTTP server, no admission logic.
-fn floor_server(cert: &Path, key: &Path) {
+/// The floor: the same TLS stack and HTTP server, no admission logic. It answers a constant
+/// allowed review, or with `reply`, that file (the real server's reply, patch included: the
+/// floor that sends as much back as the real server does).
+fn floor_server(cert: &Path, key: &Path, reply: Option<&Path>) {
     use axum::routing::post;
     sidecar_injector::serve::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -181,12 +189,17 @@ fn floor_server(cert: &Path, key: &Path) {
         .unwrap();
     runtime.block_on(async {
         let config = sidecar_injector::serve::tls::server_config_from_files(cert, key).unwrap();
-        let reply = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#;
+        let reply = match reply {
+            Some(path) => axum::body::Bytes::from(std::fs::read(path).unwrap()),
+            None => axum::body::Bytes::from_static(
+                br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#,
+            ),
+        };
         let app = axum::Router::new().route(
             "/mutate",
             post(move |body: axum::body::Bytes| async move {
                 std::hint::black_box(body.len());
-                ([("content-type", "application/json")], reply)
+                ([("content-type", "application/json")], reply.clone())
             }),
         );
         let handle = axum_server::Handle::new();
@@ -293,7 +306,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
     certs.write(dir.path()).unwrap();
     let (cert, key): (PathBuf, PathBuf) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let real = start_real(dir.path(), &cert, &key);
-    let floor = start_floor(&cert, &key);
+    let floor = start_floor(&cert, &key, None);
     let body = hyper::body::Bytes::from(review::review_body());
     let client = https::TlsClient::new(&[certs.ca_pem.as_bytes()]);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -302,7 +315,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
         .unwrap();
 
     // Idle: after start, one warm-up request so every lazy allocation has happened.
-    let reply_bytes = runtime.block_on(async {
+    let reply = runtime.block_on(async {
         let mut connection = client.connect(real.addr).await.unwrap();
         let (status, reply) = connection
             .post("/mutate", "application/json", body.clone())
@@ -313,10 +326,14 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
             String::from_utf8_lossy(&reply).contains("\"patch\""),
             "the real server must inject"
         );
-        reply.len()
+        reply
     });
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = rss_mib(real.child.id(), "VmRSS:");
+    let reply_path = dir.path().join("reply.json");
+    std::fs::write(&reply_path, &reply).unwrap();
+    let floor_with_reply = start_floor(&cert, &key, Some(&reply_path));
+    let reply_bytes = reply.len();
 
     println!(
         "review body: {} bytes, the real server's reply {reply_bytes} bytes; {:?} per run; {} rounds; the load generator and both servers share this machine's cores",
@@ -325,7 +342,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
         rounds
     );
     println!(
-        "{:>5} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>12}",
+        "{:>5} {:>7} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>12}",
         "conc",
         "server",
         "round",
@@ -341,19 +358,30 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
     let mut p99_ratio = 0.0f64;
     for &concurrency in concurrencies {
         let mut ratios = Vec::new();
+        let mut reply_ratios = Vec::new();
         let mut p99_ratios = Vec::new();
         for round in 1..=rounds {
             let real_run = runtime.block_on(load(&client, &real, &body, concurrency, duration));
             let floor_run = runtime.block_on(load(&client, &floor, &body, concurrency, duration));
+            let reply_run = runtime.block_on(load(
+                &client,
+                &floor_with_reply,
+                &body,
+                concurrency,
+                duration,
+            ));
             let ratio = real_run.rps() / floor_run.rps();
+            let reply_ratio = real_run.rps() / reply_run.rps();
             ratios.push(ratio);
+            reply_ratios.push(reply_ratio);
             p99_ratios.push(real_run.p99.as_secs_f64() / floor_run.p99.as_secs_f64());
             for (name, run, shown) in [
                 ("real", &real_run, String::new()),
                 ("floor", &floor_run, format!("{ratio:.2}")),
+                ("floor+r", &reply_run, format!("{reply_ratio:.2}")),
             ] {
                 println!(
-                    "{:>5} {:>6} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>12.1}",
+                    "{:>5} {:>7} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>12.1}",
                     concurrency,
                     name,
                     round,
@@ -368,6 +396,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
             }
         }
         ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        reply_ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
         p99_ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let median = ratios[ratios.len() / 2];
         let p99_median = p99_ratios[p99_ratios.len() / 2];
@@ -376,9 +405,10 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
             p99_ratio = p99_median;
         }
         println!(
-            "concurrency {concurrency}: real/floor median {median:.2} (min {:.2}, max {:.2}); p99 real/floor median {p99_median:.2}",
+            "concurrency {concurrency}: real/floor median {median:.2} (min {:.2}, max {:.2}); real/(floor sending the real reply) median {:.2}; p99 real/floor median {p99_median:.2}",
             ratios[0],
-            ratios[ratios.len() - 1]
+            ratios[ratios.len() - 1],
+            reply_ratios[reply_ratios.len() / 2]
         );
     }
     let peak_rss = rss_mib(real.child.id(), "VmHWM:");
