@@ -58,10 +58,14 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardAcceptor {
 }
 
 /// A stream that holds its connection slot and fails once idle too long.
+///
+/// Activity only records the time; the timer is moved when it fires early. Resetting it on
+/// every read and write took the timer wheel's lock several times per request.
 pub struct Guarded<T> {
     inner: T,
     _permit: OwnedSemaphorePermit,
     idle: Duration,
+    last_active: Instant,
     deadline: Pin<Box<Sleep>>,
 }
 
@@ -71,17 +75,28 @@ impl<T> Guarded<T> {
             inner,
             _permit: permit,
             idle,
+            last_active: Instant::now(),
             deadline: Box::pin(tokio::time::sleep(idle)),
         }
     }
 
     fn active(&mut self) {
-        self.deadline.as_mut().reset(Instant::now() + self.idle);
+        self.last_active = Instant::now();
     }
 
-    /// Whether the idle deadline passed (registering the waker when not).
+    /// Whether the connection has been idle for `idle` (registering the waker when not).
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        self.deadline.as_mut().poll(cx).is_ready()
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let due = self.last_active + self.idle;
+            if due <= Instant::now() {
+                return true;
+            }
+            // Fired, but there was activity since it was set: wait for the rest.
+            self.deadline.as_mut().reset(due);
+        }
     }
 }
 
@@ -133,5 +148,58 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const IDLE: Duration = Duration::from_secs(1);
+    const BEAT: Duration = Duration::from_millis(600);
+
+    fn guarded_pair() -> (Guarded<DuplexStream>, DuplexStream) {
+        let (server, client) = tokio::io::duplex(64);
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        (Guarded::new(server, permit, IDLE), client)
+    }
+
+    /// Reads on `server` until it fails, and returns how long after `since` that was.
+    async fn idle_error_after(server: &mut Guarded<DuplexStream>, since: Instant) -> Duration {
+        let mut byte = [0u8; 1];
+        let err = server.read(&mut byte).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        since.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_in_use_stays_open_past_the_idle_timeout_and_closes_once_idle() {
+        let (mut server, mut client) = guarded_pair();
+        let started = Instant::now();
+        let mut byte = [0u8; 1];
+        // A byte in every 0.6 s for 3 s: never idle for 1 s.
+        for _ in 0..5 {
+            tokio::time::sleep(BEAT).await;
+            client.write_all(b"x").await.unwrap();
+            server.read_exact(&mut byte).await.unwrap();
+        }
+        assert!(started.elapsed() >= 3 * IDLE);
+        // Bytes out count as activity too: the server answers for 3 s more.
+        for _ in 0..5 {
+            tokio::time::sleep(BEAT).await;
+            server.write_all(b"y").await.unwrap();
+            client.read_exact(&mut byte).await.unwrap();
+        }
+        let last = Instant::now();
+        let waited = idle_error_after(&mut server, last).await;
+        assert_eq!(waited, IDLE, "closed {waited:?} after the last byte");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_sends_closes_after_the_idle_timeout() {
+        let (mut server, _client) = guarded_pair();
+        let waited = idle_error_after(&mut server, Instant::now()).await;
+        assert_eq!(waited, IDLE);
     }
 }
