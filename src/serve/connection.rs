@@ -84,6 +84,14 @@ impl<T> Guarded<T> {
         self.last_active = Instant::now();
     }
 
+    /// A write's result, noted as activity when bytes went out.
+    fn written(&mut self, result: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.active();
+        }
+        result
+    }
+
     /// Whether the connection has been idle for `idle` (registering the waker when not).
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         loop {
@@ -136,10 +144,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write(cx, data);
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            this.active();
-        }
-        result
+        this.written(result)
     }
 
     // rustls hands its queued TLS records over as one vectored write: passed through, they
@@ -151,10 +156,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            this.active();
-        }
-        result
+        this.written(result)
     }
 
     fn is_write_vectored(&self) -> bool {
