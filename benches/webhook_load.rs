@@ -10,6 +10,9 @@
 //! A second floor sends back the real server's own reply (its base64 patch included), so the
 //! share of the gap that is the reply's size, not the admission work, can be read off.
 //!
+//! `--baseline PATH` loads another build of `sidecar-injector` (an earlier commit's, say) in
+//! the same rounds, and prints this build's throughput as a ratio of it.
+//!
 //! Run: `cargo bench --bench webhook_load` (optionally `-- --seconds 5 --rounds 3`).
 //! Every request goes to 127.0.0.1; each run is bounded in time.
 #![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
@@ -56,10 +59,19 @@ fn main() {
     if args.iter().any(|a| a == "--bench") {
         let seconds = option("--seconds", 4);
         let rounds = option("--rounds", 3);
-        drive(Duration::from_secs(seconds), rounds as usize, &[16, 64]);
+        let baseline = args
+            .iter()
+            .position(|a| a == "--baseline")
+            .map(|i| PathBuf::from(&args[i + 1]));
+        drive(
+            Duration::from_secs(seconds),
+            rounds as usize,
+            &[16, 64],
+            baseline.as_deref(),
+        );
     } else {
         println!("webhook_load: smoke run (use `cargo bench --bench webhook_load` to measure)");
-        drive(Duration::from_millis(500), 1, &[4]);
+        drive(Duration::from_millis(500), 1, &[4], None);
     }
 }
 
@@ -130,9 +142,9 @@ fn wait_listening(child: &mut Child, from_stderr: bool) -> SocketAddr {
     panic!("the server did not report its address");
 }
 
-fn start_real(dir: &Path, cert: &Path, key: &Path) -> Server {
+fn start_real(binary: &Path, dir: &Path, cert: &Path, key: &Path) -> Server {
     let log_level = std::env::var("BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+    let mut child = Command::new(binary)
         .current_dir(dir)
         .args([
             "serve",
@@ -295,7 +307,7 @@ async fn load(
     }
 }
 
-fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
+fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: Option<&Path>) {
     sidecar_injector::serve::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let certs = sidecar_injector::serve::tls::DevCertificates::generate(&[
@@ -305,7 +317,13 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
     .unwrap();
     certs.write(dir.path()).unwrap();
     let (cert, key): (PathBuf, PathBuf) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let real = start_real(dir.path(), &cert, &key);
+    let real = start_real(
+        Path::new(env!("CARGO_BIN_EXE_sidecar-injector")),
+        dir.path(),
+        &cert,
+        &key,
+    );
+    let baseline = baseline.map(|binary| start_real(binary, dir.path(), &cert, &key));
     let floor = start_floor(&cert, &key, None);
     let body = hyper::body::Bytes::from(review::review_body());
     let client = https::TlsClient::new(&[certs.ca_pem.as_bytes()]);
@@ -342,7 +360,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
         rounds
     );
     println!(
-        "{:>5} {:>7} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>12}",
+        "{:>5} {:>8} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>12}",
         "conc",
         "server",
         "round",
@@ -360,6 +378,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
         let mut ratios = Vec::new();
         let mut reply_ratios = Vec::new();
         let mut p99_ratios = Vec::new();
+        let mut baseline_ratios = Vec::new();
         for round in 1..=rounds {
             let real_run = runtime.block_on(load(&client, &real, &body, concurrency, duration));
             let floor_run = runtime.block_on(load(&client, &floor, &body, concurrency, duration));
@@ -370,18 +389,29 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
                 concurrency,
                 duration,
             ));
+            let baseline_run = baseline.as_ref().map(|server| {
+                runtime.block_on(load(&client, server, &body, concurrency, duration))
+            });
             let ratio = real_run.rps() / floor_run.rps();
             let reply_ratio = real_run.rps() / reply_run.rps();
             ratios.push(ratio);
             reply_ratios.push(reply_ratio);
             p99_ratios.push(real_run.p99.as_secs_f64() / floor_run.p99.as_secs_f64());
+            let baseline_row = baseline_run.as_ref().map(|run| {
+                let ratio = real_run.rps() / run.rps();
+                baseline_ratios.push(ratio);
+                ("baseline", run, format!("{ratio:.2}"))
+            });
             for (name, run, shown) in [
                 ("real", &real_run, String::new()),
                 ("floor", &floor_run, format!("{ratio:.2}")),
                 ("floor+r", &reply_run, format!("{reply_ratio:.2}")),
-            ] {
+            ]
+            .into_iter()
+            .chain(baseline_row)
+            {
                 println!(
-                    "{:>5} {:>7} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>12.1}",
+                    "{:>5} {:>8} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>12.1}",
                     concurrency,
                     name,
                     round,
@@ -410,6 +440,15 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize]) {
             ratios[ratios.len() - 1],
             reply_ratios[reply_ratios.len() / 2]
         );
+        if !baseline_ratios.is_empty() {
+            baseline_ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "concurrency {concurrency}: real/baseline median {:.2} (min {:.2}, max {:.2})",
+                baseline_ratios[baseline_ratios.len() / 2],
+                baseline_ratios[0],
+                baseline_ratios[baseline_ratios.len() - 1]
+            );
+        }
     }
     let peak_rss = rss_mib(real.child.id(), "VmHWM:");
     println!("real server RSS: idle {idle_rss:.1} MiB, peak {peak_rss:.1} MiB");
