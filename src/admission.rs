@@ -151,13 +151,21 @@ pub fn review(
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
 ) -> Result<Answer, ReviewError> {
+    // The whole body is checked for UTF-8 at once: read from a `str`, the parser does not
+    // check each string it keeps again, which was a sixth of the parse.
+    let body = std::str::from_utf8(body).map_err(|e| {
+        ReviewError::Unreadable(format!(
+            "the body is not UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
+    })?;
     // One pass over the body in the normal case. Only when it fails is the body read again,
     // with the object kept raw, to tell a broken envelope from a broken (or non-Pod) object.
-    match serde_json::from_slice::<ReviewIn<'_, PodView<'_>>>(body) {
+    match serde_json::from_str::<ReviewIn<'_, PodView<'_>>>(body) {
         Ok(review) => review.answer(Ok, sidecars, settings),
         Err(_) => {
             let review: ReviewIn<'_, &RawValue> =
-                serde_json::from_slice(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
+                serde_json::from_str(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
             review.answer(read_raw_pod, sidecars, settings)
         }
     }

@@ -173,6 +173,16 @@ fn bodies_that_are_not_reviews_are_errors() {
         ),
         "a request without uid cannot be answered"
     );
+    let invalid = review(
+        b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"\xff\"}",
+        &set,
+        &settings,
+    )
+    .unwrap_err();
+    assert_eq!(
+        invalid.to_string(),
+        "cannot read the body as an AdmissionReview: the body is not UTF-8 (invalid byte at offset 44)"
+    );
 }
 
 /// `bare-pod.json` with `containers` replaced by `count` copies of a container carrying
