@@ -47,22 +47,20 @@ fn main() {
         );
         return;
     }
-    let option = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
+    let value = |name: &str| {
+        args.iter().position(|a| a == name).map(|i| {
+            args.get(i + 1)
+                .unwrap_or_else(|| panic!("{name} needs a value"))
+        })
     };
+    let option =
+        |name: &str, default: u64| value(name).and_then(|v| v.parse().ok()).unwrap_or(default);
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it, and
     // then one short round checks that the harness still works, without measuring anything.
     if args.iter().any(|a| a == "--bench") {
         let seconds = option("--seconds", 4);
         let rounds = option("--rounds", 3);
-        let baseline = args
-            .iter()
-            .position(|a| a == "--baseline")
-            .map(|i| PathBuf::from(&args[i + 1]));
+        let baseline = value("--baseline").map(PathBuf::from);
         drive(
             Duration::from_secs(seconds),
             rounds as usize,
@@ -169,7 +167,7 @@ fn start_real(binary: &Path, dir: &Path, cert: &Path, key: &Path) -> Server {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("the real server starts");
+        .unwrap_or_else(|e| panic!("{} does not start: {e}", binary.display()));
     let addr = wait_listening(&mut child, true);
     Server { child, addr }
 }
@@ -225,6 +223,34 @@ fn floor_server(cert: &Path, key: &Path, reply: Option<&Path>) {
         println!("{}", json!({"message": "listening", "tls": addr.to_string()}));
         task.await.unwrap().unwrap();
     });
+}
+
+/// The median and extremes of a few rounds' ratios.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: &mut [f64]) -> Self {
+        values.sort_by(f64::total_cmp);
+        Spread {
+            median: values[values.len() / 2],
+            min: values[0],
+            max: values[values.len() - 1],
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "median {:.2} (min {:.2}, max {:.2})",
+            self.median, self.min, self.max
+        )
+    }
 }
 
 struct RunResult {
@@ -425,29 +451,19 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
                 );
             }
         }
-        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        reply_ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        p99_ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let median = ratios[ratios.len() / 2];
-        let p99_median = p99_ratios[p99_ratios.len() / 2];
-        worst_ratio = worst_ratio.min(median);
+        let floor = Spread::of(&mut ratios);
+        let reply_median = Spread::of(&mut reply_ratios).median;
+        let p99_median = Spread::of(&mut p99_ratios).median;
+        worst_ratio = worst_ratio.min(floor.median);
         if concurrency == 64 {
             p99_ratio = p99_median;
         }
         println!(
-            "concurrency {concurrency}: real/floor median {median:.2} (min {:.2}, max {:.2}); real/(floor sending the real reply) median {:.2}; p99 real/floor median {p99_median:.2}",
-            ratios[0],
-            ratios[ratios.len() - 1],
-            reply_ratios[reply_ratios.len() / 2]
+            "concurrency {concurrency}: real/floor {floor}; real/(floor sending the real reply) median {reply_median:.2}; p99 real/floor median {p99_median:.2}"
         );
         if !baseline_ratios.is_empty() {
-            baseline_ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            println!(
-                "concurrency {concurrency}: real/baseline median {:.2} (min {:.2}, max {:.2})",
-                baseline_ratios[baseline_ratios.len() / 2],
-                baseline_ratios[0],
-                baseline_ratios[baseline_ratios.len() - 1]
-            );
+            let baseline = Spread::of(&mut baseline_ratios);
+            println!("concurrency {concurrency}: real/baseline {baseline}");
         }
     }
     let peak_rss = rss_mib(real.child.id(), "VmHWM:");
