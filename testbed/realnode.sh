@@ -321,6 +321,9 @@ drop_chains() { # iptables|ip6tables: remove every KUBE-*/CNI-* chain and the ru
 }
 down() {
   set +e +o pipefail   # best effort: never stop half-way
+  # `up` records the host's state before it changes anything; without that record it changed
+  # nothing (or `down` already ran), and the host's own directories must not be touched.
+  if [[ ! -f $B0/sysctl ]]; then log "not up; nothing to take down"; return 0; fi
   export KUBECONFIG=$S/kubeconfig
   if [[ -f $S/kubelet.pid ]] && kill -0 "$(cat $S/kubelet.pid)" 2>/dev/null && kubectl get --raw /readyz >/dev/null 2>&1; then
     log "deleting workloads through the API so that kubelet tears pods down (CNI DEL, netns removal)"

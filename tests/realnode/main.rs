@@ -684,6 +684,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         .unwrap();
     let db = wait_running(&pods, "db", 3, &["app", "agent"], Some("agent:v1=")).await;
     let old_uids: BTreeSet<String> = db.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let old_stamp = stamp(&db[0]).unwrap().to_owned();
     let apply_pdb = |min_available: i32| {
         let file = std::env::temp_dir().join(format!("realnode-pdb-{}.yaml", std::process::id()));
         std::fs::write(
@@ -730,11 +731,13 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         "nothing forced"
     );
     apply_pdb(2);
-    // One at a time: never fewer than two Ready db pods, until all three are new.
+    // One at a time: never fewer than two Ready db pods, until all three are new and carry
+    // the new revision (a rollout that failed meanwhile would have them recreated on the old
+    // one). The deadline is the engine's rollout timeout (5m) and a little more.
     let fewest_ready = std::sync::Mutex::new(3usize);
     eventually(
-        Duration::from_secs(180),
-        "every db pod evicted and replaced",
+        Duration::from_secs(330),
+        "every db pod evicted and replaced on the new revision",
         || async {
             let list = pods_of(&pods, "db").await;
             let ready_now = list.iter().filter(|p| ready(p)).count();
@@ -744,7 +747,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
                 && list.iter().all(|p| {
                     ready(p)
                         && !old_uids.contains(p.metadata.uid.as_deref().unwrap_or_default())
-                        && stamp(p).is_some_and(|s| s.starts_with("agent:v1="))
+                        && stamp(p).is_some_and(|s| s.starts_with("agent:v1=") && s != old_stamp)
                 }))
             .then_some(())
         },
@@ -1040,7 +1043,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         "app in (d1,d2,d3)",
         "--ignore-daemonsets",
         "--delete-emptydir-data",
-        "--timeout=60s",
+        "--timeout=180s",
     ]);
     eventually(
         DEADLINE,

@@ -1,8 +1,9 @@
 //! One real node per test binary (testbed/realnode.sh: a v1.20.2 control plane, kubelet,
 //! containerd, kube-proxy and scheduler on this machine), with the injector image built by
 //! scripts/image imported into it. When the node cannot be built or started, tests fail with
-//! the reason: they never pass by skipping. A reaper process waits for this process to end,
-//! then runs `realnode.sh down`, which restores the host, also after a panic.
+//! the reason: they never pass by skipping. A node left up by a killed run is taken down
+//! first. A reaper process waits for this process to end, then runs `realnode.sh down`, which
+//! restores the host, also after a panic.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -66,6 +67,19 @@ fn start() -> Result<Node, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the reaper: {e}"))?;
+    // `up` keeps a node that is already up, and these tests expect a fresh one: a run that
+    // was killed with its reaper (a CI job or a session cut off) leaves its objects behind.
+    eprintln!("realnode: taking down any node a killed run left up (testbed/realnode.sh down)");
+    let down = Command::new("bash")
+        .arg(Path::new(ROOT).join("testbed/realnode.sh"))
+        .arg("down")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("cannot run testbed/realnode.sh down: {e}"))?;
+    if !down.success() {
+        return Err(format!("testbed/realnode.sh down failed ({down})"));
+    }
     eprintln!("realnode: starting the node with testbed/realnode.sh up");
     let kubeconfig = last_line(
         "testbed/realnode.sh up",
@@ -120,14 +134,39 @@ pub fn injector_command(args: &[&str]) -> Output {
         .expect("sidecar-injector runs")
 }
 
+/// The last `count` lines of the node's `log` (in realnode.sh's state directory) that contain
+/// any of `needles`.
+fn node_log_lines(log: &str, needles: &[&str], count: usize) -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let dir = std::env::var("RN").unwrap_or_else(|_| format!("{home}/.cache/k8s-realnode"));
+    let log = std::fs::read_to_string(format!("{dir}/state/{log}")).unwrap_or_default();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| needles.iter().any(|n| l.contains(n)))
+        .collect();
+    lines[lines.len().saturating_sub(count)..].join("\n")
+}
+
 /// The API server's log lines about calling webhooks (a failed call admits a pod uninjected
 /// under failurePolicy Ignore), the last 20.
 fn apiserver_webhook_lines() -> String {
-    let home = std::env::var("HOME").unwrap_or_default();
-    let dir = std::env::var("RN").unwrap_or_else(|_| format!("{home}/.cache/k8s-realnode"));
-    let log = std::fs::read_to_string(format!("{dir}/state/apiserver.log")).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("webhook")).collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
+    node_log_lines("apiserver.log", &["webhook"], 20)
+}
+
+/// The kubelet's pod lifecycle lines, the last 30: when a deleted pod is finally removed
+/// decides when a StatefulSet may recreate it under the same name.
+fn kubelet_lifecycle_lines() -> String {
+    node_log_lines(
+        "kubelet.log",
+        &[
+            "SyncLoop (ADD",
+            "SyncLoop (DELETE",
+            "SyncLoop (REMOVE",
+            "Killing unwanted pod",
+            "Orphaned pod",
+        ],
+        30,
+    )
 }
 
 /// Polls `check` until it returns `Some`, or fails the test after `deadline` naming `what`.
@@ -152,10 +191,11 @@ where
                 "--tail=40",
             ]);
             panic!(
-                "{what}: not within {deadline:?}\n{}\ninjector logs:\n{}\nAPI server, about webhooks:\n{}",
+                "{what}: not within {deadline:?}\n{}\ninjector logs:\n{}\nAPI server, about webhooks:\n{}\nkubelet, pod lifecycle:\n{}",
                 String::from_utf8_lossy(&pods.stdout),
                 String::from_utf8_lossy(&logs.stdout),
-                apiserver_webhook_lines()
+                apiserver_webhook_lines(),
+                kubelet_lifecycle_lines()
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
