@@ -70,9 +70,7 @@ fn start() -> Result<Node, String> {
     // `up` keeps a node that is already up, and these tests expect a fresh one: a run that
     // was killed with its reaper (a CI job or a session cut off) leaves its objects behind.
     eprintln!("realnode: taking down any node a killed run left up (testbed/realnode.sh down)");
-    let down = Command::new("bash")
-        .arg(Path::new(ROOT).join("testbed/realnode.sh"))
-        .arg("down")
+    let down = realnode_command(&["down"])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .status()
@@ -83,10 +81,7 @@ fn start() -> Result<Node, String> {
     eprintln!("realnode: starting the node with testbed/realnode.sh up");
     let kubeconfig = last_line(
         "testbed/realnode.sh up",
-        Command::new("bash")
-            .arg(Path::new(ROOT).join("testbed/realnode.sh"))
-            .arg("up")
-            .env("REALNODE_IMAGES", &image),
+        realnode_command(&["up"]).env("REALNODE_IMAGES", &image),
     )?;
     Ok(Node {
         kubeconfig: PathBuf::from(kubeconfig),
@@ -202,12 +197,19 @@ where
     }
 }
 
+/// The command `testbed/realnode.sh ARGS`, to run.
+fn realnode_command(args: &[&str]) -> Command {
+    let mut command = Command::new("bash");
+    command
+        .arg(Path::new(ROOT).join("testbed/realnode.sh"))
+        .args(args);
+    command
+}
+
 /// `testbed/realnode.sh ARGS` (a fault to inject: `restart-apiserver`, `kill-container ID`),
 /// which must succeed.
 pub fn realnode(args: &[&str]) {
-    let output = Command::new("bash")
-        .arg(Path::new(ROOT).join("testbed/realnode.sh"))
-        .args(args)
+    let output = realnode_command(args)
         .stdin(Stdio::null())
         .output()
         .expect("realnode.sh runs");
