@@ -8,7 +8,10 @@
 //! ratio per pair of runs, and the real server's idle and peak RSS.
 //!
 //! A second floor sends back the real server's own reply (its base64 patch included), so the
-//! share of the gap that is the reply's size, not the admission work, can be read off.
+//! share of the gap that is the reply's size, not the admission work, can be read off. A third
+//! does the admission work itself (`admission::review` on each body, its reply sent back) on
+//! the floor's bare stack: real/that floor is what the server's shell costs (limits, timeouts,
+//! metrics, the idle guard), that floor/the second what the admission work costs.
 //!
 //! `--baseline PATH` loads another build of `sidecar-injector` (an earlier commit's, say) in
 //! the same rounds, and prints this build's throughput as a ratio of it.
@@ -40,10 +43,15 @@ const TARGET_IDLE_RSS_MIB: f64 = 16.0;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(position) = args.iter().position(|a| a == "--floor-server") {
+        let answer = match args.get(position + 3).map(String::as_str) {
+            None => FloorAnswer::Constant,
+            Some("--review") => FloorAnswer::Review,
+            Some(path) => FloorAnswer::File(PathBuf::from(path)),
+        };
         floor_server(
             Path::new(&args[position + 1]),
             Path::new(&args[position + 2]),
-            args.get(position + 3).map(Path::new),
+            answer,
         );
         return;
     }
@@ -172,12 +180,29 @@ fn start_real(binary: &Path, dir: &Path, cert: &Path, key: &Path) -> Server {
     Server { child, addr }
 }
 
-fn start_floor(cert: &Path, key: &Path, reply: Option<&Path>) -> Server {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg("--floor-server")
-        .arg(cert)
-        .arg(key)
-        .args(reply)
+/// What a floor server answers.
+enum FloorAnswer {
+    /// A constant allowed review.
+    Constant,
+    /// The contents of this file (the real server's reply).
+    File(PathBuf),
+    /// What `admission::review` answers for the body, with the shipped example configs.
+    Review,
+}
+
+fn start_floor(cert: &Path, key: &Path, answer: &FloorAnswer) -> Server {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.arg("--floor-server").arg(cert).arg(key);
+    match answer {
+        FloorAnswer::Constant => {}
+        FloorAnswer::File(path) => {
+            command.arg(path);
+        }
+        FloorAnswer::Review => {
+            command.arg("--review");
+        }
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -187,10 +212,11 @@ fn start_floor(cert: &Path, key: &Path, reply: Option<&Path>) -> Server {
     Server { child, addr }
 }
 
-/// The floor: the same TLS stack and HTTP server, no admission logic. It answers a constant
-/// allowed review, or with `reply`, that file (the real server's reply, patch included: the
-/// floor that sends as much back as the real server does).
-fn floor_server(cert: &Path, key: &Path, reply: Option<&Path>) {
+/// The floor: the same TLS stack and HTTP server, none of the real server's shell. It answers
+/// as `answer` says: a constant allowed review; a file (the real server's reply, patch
+/// included: the floor that sends as much back as the real server does); or the admission
+/// work's own reply for each body.
+fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
     use axum::routing::post;
     sidecar_injector::serve::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -199,19 +225,34 @@ fn floor_server(cert: &Path, key: &Path, reply: Option<&Path>) {
         .unwrap();
     runtime.block_on(async {
         let config = sidecar_injector::serve::tls::server_config_from_files(cert, key).unwrap();
-        let reply = match reply {
-            Some(path) => axum::body::Bytes::from(std::fs::read(path).unwrap()),
-            None => axum::body::Bytes::from_static(
+        let reply = match &answer {
+            FloorAnswer::File(path) => axum::body::Bytes::from(std::fs::read(path).unwrap()),
+            FloorAnswer::Constant | FloorAnswer::Review => axum::body::Bytes::from_static(
                 br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#,
             ),
         };
-        let app = axum::Router::new().route(
-            "/mutate",
-            post(move |body: axum::body::Bytes| async move {
-                std::hint::black_box(body.len());
-                ([("content-type", "application/json")], reply.clone())
-            }),
-        );
+        let app = if matches!(answer, FloorAnswer::Review) {
+            let sidecars = std::sync::Arc::new(review::sidecars());
+            let settings = std::sync::Arc::new(
+                sidecar_injector::injection::InjectionSettings::default(),
+            );
+            axum::Router::new().route(
+                "/mutate",
+                post(move |body: axum::body::Bytes| async move {
+                    let answer =
+                        sidecar_injector::admission::review(&body, &sidecars, &settings).unwrap();
+                    ([("content-type", "application/json")], answer.body)
+                }),
+            )
+        } else {
+            axum::Router::new().route(
+                "/mutate",
+                post(move |body: axum::body::Bytes| async move {
+                    std::hint::black_box(body.len());
+                    ([("content-type", "application/json")], reply.clone())
+                }),
+            )
+        };
         let handle = axum_server::Handle::new();
         let server = axum_server::bind_rustls(
             "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
@@ -350,7 +391,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         &key,
     );
     let baseline = baseline.map(|binary| start_real(binary, dir.path(), &cert, &key));
-    let floor = start_floor(&cert, &key, None);
+    let floor = start_floor(&cert, &key, &FloorAnswer::Constant);
     let body = hyper::body::Bytes::from(review::review_body());
     let client = https::TlsClient::new(&[certs.ca_pem.as_bytes()]);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -376,11 +417,27 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
     let idle_rss = rss_mib(real.child.id(), "VmRSS:");
     let reply_path = dir.path().join("reply.json");
     std::fs::write(&reply_path, &reply).unwrap();
-    let floor_with_reply = start_floor(&cert, &key, Some(&reply_path));
+    let floor_with_reply = start_floor(&cert, &key, &FloorAnswer::File(reply_path));
+    let floor_reviewing = start_floor(&cert, &key, &FloorAnswer::Review);
     let reply_bytes = reply.len();
+    // The reviewing floor must do the same work as the real server: the same reply.
+    let floor_reply = runtime.block_on(async {
+        let mut connection = client.connect(floor_reviewing.addr).await.unwrap();
+        let (status, reply) = connection
+            .post("/mutate", "application/json", body.clone())
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        reply
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&floor_reply),
+        String::from_utf8_lossy(&reply),
+        "the reviewing floor answers as the real server does"
+    );
 
     println!(
-        "review body: {} bytes, the real server's reply {reply_bytes} bytes; {:?} per run; {} rounds; the load generator and both servers share this machine's cores",
+        "review body: {} bytes, the real server's reply {reply_bytes} bytes; {:?} per run; {} rounds; the load generator and the servers share this machine's cores; ratio: real's req/s over that row's; floor+r sends the real reply, floor+a does the admission work",
         body.len(),
         duration,
         rounds
@@ -405,6 +462,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         let mut reply_ratios = Vec::new();
         let mut p99_ratios = Vec::new();
         let mut baseline_ratios = Vec::new();
+        let mut shell_ratios = Vec::new();
+        let mut work_ratios = Vec::new();
         for round in 1..=rounds {
             let real_run = runtime.block_on(load(&client, &real, &body, concurrency, duration));
             let floor_run = runtime.block_on(load(&client, &floor, &body, concurrency, duration));
@@ -415,13 +474,23 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
                 concurrency,
                 duration,
             ));
+            let reviewing_run = runtime.block_on(load(
+                &client,
+                &floor_reviewing,
+                &body,
+                concurrency,
+                duration,
+            ));
             let baseline_run = baseline.as_ref().map(|server| {
                 runtime.block_on(load(&client, server, &body, concurrency, duration))
             });
             let ratio = real_run.rps() / floor_run.rps();
             let reply_ratio = real_run.rps() / reply_run.rps();
+            let shell_ratio = real_run.rps() / reviewing_run.rps();
             ratios.push(ratio);
             reply_ratios.push(reply_ratio);
+            shell_ratios.push(shell_ratio);
+            work_ratios.push(reviewing_run.rps() / reply_run.rps());
             p99_ratios.push(real_run.p99.as_secs_f64() / floor_run.p99.as_secs_f64());
             let baseline_row = baseline_run.as_ref().map(|run| {
                 let ratio = real_run.rps() / run.rps();
@@ -432,6 +501,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
                 ("real", &real_run, String::new()),
                 ("floor", &floor_run, format!("{ratio:.2}")),
                 ("floor+r", &reply_run, format!("{reply_ratio:.2}")),
+                ("floor+a", &reviewing_run, format!("{shell_ratio:.2}")),
             ]
             .into_iter()
             .chain(baseline_row)
@@ -460,6 +530,11 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         }
         println!(
             "concurrency {concurrency}: real/floor {floor}; real/(floor sending the real reply) median {reply_median:.2}; p99 real/floor median {p99_median:.2}"
+        );
+        println!(
+            "concurrency {concurrency}: the admission work on the floor's stack, floor+a/floor+r {}; the server's shell, real/floor+a {}",
+            Spread::of(&mut work_ratios),
+            Spread::of(&mut shell_ratios)
         );
         if !baseline_ratios.is_empty() {
             let baseline = Spread::of(&mut baseline_ratios);
