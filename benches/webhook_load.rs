@@ -400,19 +400,22 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         .unwrap();
 
     // Idle: after start, one warm-up request so every lazy allocation has happened.
-    let reply = runtime.block_on(async {
-        let mut connection = client.connect(real.addr).await.unwrap();
-        let (status, reply) = connection
-            .post("/mutate", "application/json", body.clone())
-            .await
-            .unwrap();
-        assert_eq!(status, 200);
-        assert!(
-            String::from_utf8_lossy(&reply).contains("\"patch\""),
-            "the real server must inject"
-        );
-        reply
-    });
+    let answer_of = |server: &Server| {
+        runtime.block_on(async {
+            let mut connection = client.connect(server.addr).await.unwrap();
+            let (status, reply) = connection
+                .post("/mutate", "application/json", body.clone())
+                .await
+                .unwrap();
+            assert_eq!(status, 200);
+            reply
+        })
+    };
+    let reply = answer_of(&real);
+    assert!(
+        String::from_utf8_lossy(&reply).contains("\"patch\""),
+        "the real server must inject"
+    );
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = rss_mib(real.child.id(), "VmRSS:");
     let reply_path = dir.path().join("reply.json");
@@ -421,17 +424,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
     let floor_reviewing = start_floor(&cert, &key, &FloorAnswer::Review);
     let reply_bytes = reply.len();
     // The reviewing floor must do the same work as the real server: the same reply.
-    let floor_reply = runtime.block_on(async {
-        let mut connection = client.connect(floor_reviewing.addr).await.unwrap();
-        let (status, reply) = connection
-            .post("/mutate", "application/json", body.clone())
-            .await
-            .unwrap();
-        assert_eq!(status, 200);
-        reply
-    });
     assert_eq!(
-        String::from_utf8_lossy(&floor_reply),
+        String::from_utf8_lossy(&answer_of(&floor_reviewing)),
         String::from_utf8_lossy(&reply),
         "the reviewing floor answers as the real server does"
     );
