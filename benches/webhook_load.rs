@@ -225,33 +225,26 @@ fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
         .unwrap();
     runtime.block_on(async {
         let config = sidecar_injector::serve::tls::server_config_from_files(cert, key).unwrap();
-        let reply = match &answer {
-            FloorAnswer::File(path) => axum::body::Bytes::from(std::fs::read(path).unwrap()),
-            FloorAnswer::Constant | FloorAnswer::Review => axum::body::Bytes::from_static(
+        let app = match answer {
+            FloorAnswer::Constant => replying(axum::body::Bytes::from_static(
                 br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#,
-            ),
-        };
-        let app = if matches!(answer, FloorAnswer::Review) {
-            let sidecars = std::sync::Arc::new(review::sidecars());
-            let settings = std::sync::Arc::new(
-                sidecar_injector::injection::InjectionSettings::default(),
-            );
-            axum::Router::new().route(
-                "/mutate",
-                post(move |body: axum::body::Bytes| async move {
-                    let answer =
-                        sidecar_injector::admission::review(&body, &sidecars, &settings).unwrap();
-                    ([("content-type", "application/json")], answer.body)
-                }),
-            )
-        } else {
-            axum::Router::new().route(
-                "/mutate",
-                post(move |body: axum::body::Bytes| async move {
-                    std::hint::black_box(body.len());
-                    ([("content-type", "application/json")], reply.clone())
-                }),
-            )
+            )),
+            FloorAnswer::File(path) => replying(std::fs::read(path).unwrap().into()),
+            FloorAnswer::Review => {
+                let sidecars = std::sync::Arc::new(review::sidecars());
+                let settings = std::sync::Arc::new(
+                    sidecar_injector::injection::InjectionSettings::default(),
+                );
+                axum::Router::new().route(
+                    "/mutate",
+                    post(move |body: axum::body::Bytes| async move {
+                        let answer =
+                            sidecar_injector::admission::review(&body, &sidecars, &settings)
+                                .unwrap();
+                        ([("content-type", "application/json")], answer.body)
+                    }),
+                )
+            }
         };
         let handle = axum_server::Handle::new();
         let server = axum_server::bind_rustls(
@@ -264,6 +257,17 @@ fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
         println!("{}", json!({"message": "listening", "tls": addr.to_string()}));
         task.await.unwrap().unwrap();
     });
+}
+
+/// A floor router that reads each body and answers `reply`.
+fn replying(reply: axum::body::Bytes) -> axum::Router {
+    axum::Router::new().route(
+        "/mutate",
+        axum::routing::post(move |body: axum::body::Bytes| async move {
+            std::hint::black_box(body.len());
+            ([("content-type", "application/json")], reply.clone())
+        }),
+    )
 }
 
 /// The median and extremes of a few rounds' ratios.
