@@ -79,7 +79,11 @@ fn bench_pod(c: &mut Criterion, label: &str, bytes: &[u8], sidecars: &SidecarSet
     group.bench_function("decide+patch+serialize", |b| {
         b.iter(
             || match decide(black_box(&view), "team-a", sidecars, &settings) {
-                Decision::Inject(injection) => serde_json::to_vec(&injection.patch).unwrap(),
+                Decision::Inject(injection) => {
+                    let mut patch = Vec::new();
+                    injection.patch.write_json(&mut patch).unwrap();
+                    patch
+                }
                 _ => unreachable!(),
             },
         )

@@ -390,14 +390,14 @@ fn injected(
     sidecars: &SidecarSet,
     patch: &mut Vec<u8>,
 ) -> Outcome {
-    // Serialized whole, then encoded in one call: a base64 writer fed serde's many small
-    // writes costs several times more. The writer stops at the limit, so an oversized patch
+    // Written whole, then encoded in one call: a base64 writer fed the many small writes
+    // costs several times more. The writer stops at the limit, so an oversized patch
     // costs no more memory than the limit.
     let mut bounded = BoundedBuffer {
         bytes: patch,
         limit: MAX_PATCH_BYTES,
     };
-    if serde_json::to_writer(&mut bounded, &injection.patch).is_err() {
+    if injection.patch.write_json(&mut bounded).is_err() {
         patch.clear();
         return denied(answer, &Denial::PatchTooLarge);
     }

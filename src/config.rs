@@ -10,7 +10,7 @@ pub mod revision;
 mod sidecar;
 
 pub use catalog::{
-    LoadReport, LoadedSidecar, ReloadSummary, RenderedJson, RenderedSidecar, SidecarSet,
+    ListEnd, LoadReport, LoadedSidecar, ReloadSummary, RenderedJson, RenderedSidecar, SidecarSet,
     SourceState, merge_sources,
 };
 pub use load::{configmap_origin, load_configmap_items, load_directory};

@@ -26,7 +26,7 @@ use json_patch::JsonPatch;
 use patch_builder::PatchBuilder;
 pub(crate) use pod::borrowed_str;
 pub use pod::{
-    ContainerView, MountView, NamedView, PodMetadataView, PodSpecView, PodView, VolumeView,
+    ContainerView, EnvList, MountView, NamedView, PodMetadataView, PodSpecView, PodView, VolumeView,
 };
 
 /// Namespaces whose pods are never injected unless the operator says otherwise.

@@ -22,14 +22,25 @@ const MOUNTS: &[(&str, &str)] = &[
 ];
 const VOLUMES: &[&str] = &["data", "logs", "cache", "default-token-abcde"];
 
+/// Values that read like another entry's name, or that force escapes into the list's JSON,
+/// as well as plain ones: injection must tell a name from a value that reads like one.
+const ENV_VALUES: &[&str] = &["pod", "A", "LOG_ENDPOINT", "say \"hi\""];
+
 fn env_list() -> impl Strategy<Value = Option<Vec<Value>>> {
     proptest::option::of(
-        proptest::sample::subsequence(ENV_NAMES, 0..=ENV_NAMES.len()).prop_map(|names| {
-            names
-                .into_iter()
-                .map(|n| json!({"name": n, "value": "pod"}))
-                .collect()
-        }),
+        proptest::sample::subsequence(ENV_NAMES, 0..=ENV_NAMES.len())
+            .prop_flat_map(|names| {
+                let values =
+                    proptest::collection::vec(proptest::sample::select(ENV_VALUES), names.len());
+                (Just(names), values)
+            })
+            .prop_map(|(names, values)| {
+                names
+                    .into_iter()
+                    .zip(values)
+                    .map(|(n, v)| json!({"name": n, "value": v}))
+                    .collect()
+            }),
     )
 }
 
@@ -209,6 +220,10 @@ proptest! {
         let Decision::Inject(injection) = decide(&view, "team-a", &sidecars, &settings) else {
             panic!("expected an injection");
         };
+        // The webhook writes the patch by hand; it must be what serde writes.
+        let mut written = Vec::new();
+        injection.patch.write_json(&mut written).unwrap();
+        prop_assert_eq!(written, serde_json::to_vec(&injection.patch).unwrap());
         let mut patched = pod.clone();
         json_patch::patch(&mut patched, &injection.patch.to_json_patch()).expect("the patch applies");
         let typed: Pod = serde_json::from_value(patched.clone()).expect("the result is a Pod");

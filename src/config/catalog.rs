@@ -45,13 +45,57 @@ impl LoadedSidecar {
 pub struct RenderedJson {
     pub value: Value,
     pub text: Box<RawValue>,
+    /// Where each list of an object ends in `text`, so that items appended to the lists (an
+    /// injected container that receives the config's env) are spliced into the text instead
+    /// of the object being serialized again.
+    pub list_ends: Vec<ListEnd>,
+}
+
+/// A list member of a rendered object: its key, the offset of its closing `]` in the text,
+/// and whether it is empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEnd {
+    pub key: String,
+    pub bracket: usize,
+    pub empty: bool,
 }
 
 impl RenderedJson {
-    fn of<T: Serialize>(item: &T) -> Self {
+    pub fn of<T: Serialize>(item: &T) -> Self {
         let value = serde_json::to_value(item).expect("Kubernetes types serialize to JSON");
-        let text = serde_json::value::to_raw_value(&value).expect("a JSON value serializes");
-        Self { value, text }
+        let Value::Object(fields) = &value else {
+            let text = serde_json::value::to_raw_value(&value).expect("a JSON value serializes");
+            return Self {
+                value,
+                text,
+                list_ends: Vec::new(),
+            };
+        };
+        // Written member by member as serde_json writes an object, noting where lists end.
+        let mut text = String::from("{");
+        let mut list_ends = Vec::new();
+        for (index, (key, member)) in fields.iter().enumerate() {
+            if index > 0 {
+                text.push(',');
+            }
+            text.push_str(&Value::from(key.as_str()).to_string());
+            text.push(':');
+            text.push_str(&member.to_string());
+            if let Value::Array(items) = member {
+                list_ends.push(ListEnd {
+                    key: key.clone(),
+                    bracket: text.len() - 1,
+                    empty: items.is_empty(),
+                });
+            }
+        }
+        text.push('}');
+        let text = RawValue::from_string(text).expect("members written as JSON make JSON");
+        Self {
+            value,
+            text,
+            list_ends,
+        }
     }
 }
 

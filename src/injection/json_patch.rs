@@ -2,10 +2,14 @@
 //! (a config's rendered containers, env, volumes) and are only serialized, so answering a
 //! request copies no JSON tree.
 
+use std::io::{self, Write};
+
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::config::RenderedJson;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -40,7 +44,7 @@ pub enum PatchValue<'a> {
     /// An object with items appended to some of its lists (an injected container that receives
     /// the config's env and mounts), written without copying the object.
     Extended {
-        base: &'a Value,
+        base: &'a RenderedJson,
         appended: Vec<(&'static str, Vec<&'a RawValue>)>,
     },
 }
@@ -72,6 +76,7 @@ impl Serialize for PatchValue<'_> {
             PatchValue::Owned(value) => value.serialize(serializer),
             PatchValue::List(items) => items.serialize(serializer),
             PatchValue::Extended { base, appended } => {
+                let base = &base.value;
                 let Value::Object(fields) = base else {
                     return base.serialize(serializer);
                 };
@@ -95,6 +100,85 @@ impl Serialize for PatchValue<'_> {
             }
         }
     }
+}
+
+impl PatchValue<'_> {
+    /// Writes the value as its `Serialize` does, byte for byte, but an extended object as its
+    /// rendered text with the items spliced in: serializing the object again cost more than
+    /// the rest of the patch.
+    fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        match self {
+            PatchValue::Borrowed(value) => Ok(serde_json::to_writer(out, value)?),
+            PatchValue::Owned(value) => Ok(serde_json::to_writer(out, value)?),
+            PatchValue::Raw(text) => out.write_all(text.get().as_bytes()),
+            PatchValue::List(items) => {
+                out.write_all(b"[")?;
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.write_all(b",")?;
+                    }
+                    item.write_json(out)?;
+                }
+                out.write_all(b"]")
+            }
+            PatchValue::Extended { base, appended } => write_extended(out, base, appended),
+        }
+    }
+}
+
+/// An extended object: `base`'s text, `appended` items spliced before the end of the lists
+/// it has, and the lists it lacks added after its last member.
+fn write_extended<W: Write>(
+    out: &mut W,
+    base: &RenderedJson,
+    appended: &[(&'static str, Vec<&RawValue>)],
+) -> io::Result<()> {
+    let Value::Object(fields) = &base.value else {
+        return out.write_all(base.text.get().as_bytes());
+    };
+    let text = base.text.get().as_bytes();
+    let mut splices: Vec<(usize, bool, &[&RawValue])> = appended
+        .iter()
+        .filter(|(_, items)| !items.is_empty())
+        .filter_map(|(key, items)| {
+            let end = base.list_ends.iter().find(|end| end.key == *key)?;
+            Some((end.bracket, end.empty, items.as_slice()))
+        })
+        .collect();
+    splices.sort_unstable_by_key(|(bracket, ..)| *bracket);
+    let mut written = 0;
+    for (bracket, empty, items) in splices {
+        out.write_all(&text[written..bracket])?;
+        written = bracket;
+        for (index, item) in items.iter().enumerate() {
+            if index > 0 || !empty {
+                out.write_all(b",")?;
+            }
+            out.write_all(item.get().as_bytes())?;
+        }
+    }
+    // The text ends with the object's `}`.
+    out.write_all(&text[written..text.len() - 1])?;
+    let mut members = fields.len();
+    for (key, items) in appended {
+        if items.is_empty() || fields.contains_key(*key) {
+            continue;
+        }
+        if members > 0 {
+            out.write_all(b",")?;
+        }
+        members += 1;
+        serde_json::to_writer(&mut *out, key)?;
+        out.write_all(b":[")?;
+        for (index, item) in items.iter().enumerate() {
+            if index > 0 {
+                out.write_all(b",")?;
+            }
+            out.write_all(item.get().as_bytes())?;
+        }
+        out.write_all(b"]")?;
+    }
+    out.write_all(b"}")
 }
 
 /// Two slices written as one JSON array.
@@ -193,6 +277,33 @@ impl<'a> JsonPatch<'a> {
         }
     }
 
+    /// Writes the patch as JSON: the bytes its `Serialize` writes, with less work (see
+    /// [`PatchValue::write_json`]). The webhook answers with these.
+    pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        out.write_all(b"[")?;
+        for (index, operation) in self.operations.iter().enumerate() {
+            if index > 0 {
+                out.write_all(b",")?;
+            }
+            let (op, path, value) = match operation {
+                Operation::Add { path, value } => ("add", path, Some(value)),
+                Operation::Remove { path } => ("remove", path, None),
+                Operation::Replace { path, value } => ("replace", path, Some(value)),
+                Operation::Test { path, value } => ("test", path, Some(value)),
+            };
+            out.write_all(b"{\"op\":\"")?;
+            out.write_all(op.as_bytes())?;
+            out.write_all(b"\",\"path\":")?;
+            serde_json::to_writer(&mut *out, path)?;
+            if let Some(value) = value {
+                out.write_all(b",\"value\":")?;
+                value.write_json(out)?;
+            }
+            out.write_all(b"}")?;
+        }
+        out.write_all(b"]")
+    }
+
     /// The same patch as the json-patch crate's type, to apply it to a document.
     pub fn to_json_patch(&self) -> json_patch::Patch {
         serde_json::to_value(self)
@@ -262,7 +373,7 @@ mod tests {
 
     #[test]
     fn an_extended_object_is_written_with_its_lists_appended() {
-        let base = json!({"name": "c", "env": [{"name": "A"}], "image": "i"});
+        let base = RenderedJson::of(&json!({"name": "c", "env": [{"name": "A"}], "image": "i"}));
         let raw = |value| serde_json::value::to_raw_value(&value).unwrap();
         let (b, c) = (raw(json!({"name": "B"})), raw(json!({"name": "/m"})));
         let value = PatchValue::Extended {
@@ -277,5 +388,57 @@ mod tests {
             serde_json::to_value(&value).unwrap(),
             json!({"name": "c", "env": [{"name": "A"}, {"name": "B"}], "image": "i", "volumeMounts": [{"name": "/m"}]})
         );
+    }
+
+    /// The webhook writes patches with `write_json`; everything else serializes them. Both
+    /// must write the same bytes, extended objects of every shape included.
+    #[test]
+    fn written_patches_are_byte_for_byte_what_serde_writes() {
+        let raw = |value| serde_json::value::to_raw_value(&value).unwrap();
+        let (one, two) = (raw(json!({"name": "B"})), raw(json!({"n": "x\"y"})));
+        let bases = [
+            json!({"args": ["a"], "env": [], "name": "c", "volumeMounts": [{"name": "m"}], "z": 1}),
+            json!({"env": [{"name": "A"}], "name": "c\u{e9}\n"}),
+            json!({"name": "c", "volumeMounts": "not a list"}),
+            json!({}),
+            json!(["not an object"]),
+        ]
+        .map(|base| RenderedJson::of(&base));
+        let appendeds = [
+            vec![("env", vec![&*one, &*two]), ("volumeMounts", vec![&*two])],
+            vec![("volumeMounts", vec![&*one]), ("env", vec![])],
+            vec![("ports", vec![&*one]), ("env", vec![&*two])],
+            vec![],
+        ];
+        let owned = json!({"a": [1, "two", null]});
+        for base in &bases {
+            for appended in &appendeds {
+                let mut patch = JsonPatch::default();
+                patch.add(
+                    &["spec", "containers", "-"],
+                    PatchValue::Extended {
+                        base,
+                        appended: appended.clone(),
+                    },
+                );
+                patch.append_all(
+                    &["list"],
+                    false,
+                    vec![PatchValue::Raw(&one), (&owned).into()],
+                );
+                patch.set(&["a~b/c"], true, json!("q\"uote").into());
+                patch.test(&["t"], json!(null).into());
+                patch.remove(&["list", "0"]);
+                let mut written = Vec::new();
+                patch.write_json(&mut written).unwrap();
+                let serialized = serde_json::to_vec(&patch).unwrap();
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    String::from_utf8(serialized).unwrap(),
+                    "base {} with {appended:?}",
+                    base.text
+                );
+            }
+        }
     }
 }

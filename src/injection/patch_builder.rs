@@ -1,12 +1,14 @@
 //! The patch builder: the pod as the requested sidecars leave it, kept as deltas against the
 //! received pod, turned into one explicit operation per change (one function per kind).
 
+use std::borrow::Cow;
+
 use foldhash::{HashSet, HashSetExt};
 use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, VolumeMount};
 use serde_json::Value;
 
 use super::json_patch::{JsonPatch, PatchValue};
-use super::pod::{ContainerView, PodSpecView, PodView};
+use super::pod::{ContainerView, EnvList, PodSpecView, PodView};
 use super::{DEFAULT_SERVICE_ACCOUNT, LEGACY_DEFAULT_TOKEN_PREFIX, MAX_PATCH_BYTES};
 
 /// Roughly what one operation adds to the patch besides its value
@@ -77,16 +79,90 @@ struct TargetContainer<'v, 's> {
 
 /// The env names, mount names and mount paths a container holds.
 struct Presence<'a> {
-    env: HashSet<&'a str>,
+    env: EnvNames<'a>,
     mount_names: HashSet<&'a str>,
     mount_paths: HashSet<&'a str>,
 }
 
 impl<'a> Presence<'a> {
+    /// Sized once: growing a set of a hundred names rehashes it six times.
+    fn new(env: EnvNames<'a>, mounts: usize) -> Self {
+        Self {
+            env,
+            mount_names: HashSet::with_capacity(mounts),
+            mount_paths: HashSet::with_capacity(mounts),
+        }
+    }
+
     fn insert_mount(&mut self, name: &'a str, path: &'a str) {
         self.mount_names.insert(name);
         self.mount_paths.insert(path);
     }
+}
+
+/// The env names a container holds. A pod container's list stays unread while searching its
+/// text answers: when the text holds no escapes, every name in it is written as it reads, so
+/// a name found nowhere between quotes is not taken. The list is read at the first search
+/// that finds the name, or once searching (a scan of the whole text each time) would cost
+/// more than reading it.
+struct EnvNames<'a> {
+    unread: Option<&'a EnvList>,
+    searches_left: u8,
+    known: HashSet<Cow<'a, str>>,
+}
+
+/// Searches of a list's text before it is read instead: a search is several times cheaper
+/// than reading the list.
+const ENV_SEARCHES: u8 = 8;
+
+impl<'a> EnvNames<'a> {
+    fn of_pod(list: Option<&'a EnvList>) -> Self {
+        let mut names = Self {
+            unread: list,
+            searches_left: ENV_SEARCHES,
+            known: HashSet::new(),
+        };
+        if list.is_some_and(|list| memchr::memchr(b'\\', list.text().as_bytes()).is_some()) {
+            names.read();
+        }
+        names
+    }
+
+    fn of_names(names: impl Iterator<Item = &'a str>) -> Self {
+        Self {
+            unread: None,
+            searches_left: 0,
+            known: names.map(Cow::Borrowed).collect(),
+        }
+    }
+
+    fn read(&mut self) {
+        if let Some(list) = self.unread.take() {
+            self.known.extend(list.names());
+        }
+    }
+
+    /// Records `name`; true when the container had no entry of that name.
+    fn insert(&mut self, name: &'a str) -> bool {
+        if self.known.contains(name) {
+            return false;
+        }
+        if let Some(list) = self.unread {
+            if self.searches_left > 0 && !quoted_in(list.text(), name) {
+                self.searches_left -= 1;
+                return self.known.insert(Cow::Borrowed(name));
+            }
+            self.read();
+        }
+        self.known.insert(Cow::Borrowed(name))
+    }
+}
+
+/// Whether `name` occurs in `text` between two quotes.
+fn quoted_in(text: &str, name: &str) -> bool {
+    let text = text.as_bytes();
+    memchr::memmem::find_iter(text, name.as_bytes())
+        .any(|at| at > 0 && text[at - 1] == b'"' && text.get(at + name.len()) == Some(&b'"'))
 }
 
 impl<'v, 's: 'v> TargetContainer<'v, 's> {
@@ -103,48 +179,35 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
         let origin = &self.origin;
         let (added_env, added_mounts) = (&self.added_env, &self.added_mounts);
         self.presence.get_or_insert_with(|| {
-            let len = |items: Option<usize>| items.unwrap_or_default();
-            let (env, mounts) = match origin {
-                Origin::Pod { view, .. } => (
-                    len(view.env.as_ref().map(Vec::len)),
-                    len(view.volume_mounts.as_ref().map(Vec::len)),
-                ),
-                Origin::Sidecar { container, .. } => (
-                    len(container.env.as_ref().map(Vec::len)),
-                    len(container.volume_mounts.as_ref().map(Vec::len)),
-                ),
-            };
-            // Sized once: growing a set of a hundred env names rehashes it six times.
-            let mut presence = Presence {
-                env: HashSet::with_capacity(env + added_env.len()),
-                mount_names: HashSet::with_capacity(mounts + added_mounts.len()),
-                mount_paths: HashSet::with_capacity(mounts + added_mounts.len()),
-            };
-            match origin {
+            let mut presence = match origin {
                 Origin::Pod {
                     view,
                     removed_mounts,
                     ..
                 } => {
-                    presence
-                        .env
-                        .extend(view.env.iter().flatten().map(|e| e.name.as_ref()));
+                    let mut presence = Presence::new(
+                        EnvNames::of_pod(view.env.as_ref()),
+                        view.volume_mounts.as_ref().map_or(0, Vec::len) + added_mounts.len(),
+                    );
                     for mount in kept(&view.volume_mounts, removed_mounts) {
                         presence.insert_mount(&mount.name, &mount.mount_path);
                     }
+                    presence
                 }
                 Origin::Sidecar { container, .. } => {
-                    presence
-                        .env
-                        .extend(container.env.iter().flatten().map(|e| e.name.as_str()));
+                    let mut presence = Presence::new(
+                        EnvNames::of_names(container.env.iter().flatten().map(|e| &*e.name)),
+                        container.volume_mounts.as_ref().map_or(0, Vec::len) + added_mounts.len(),
+                    );
                     for mount in container.volume_mounts.iter().flatten() {
                         presence.insert_mount(&mount.name, &mount.mount_path);
                     }
+                    presence
                 }
+            };
+            for (env, _) in added_env {
+                presence.env.insert(&env.name);
             }
-            presence
-                .env
-                .extend(added_env.iter().map(|(e, _)| e.name.as_str()));
             for (mount, _) in added_mounts {
                 presence.insert_mount(&mount.name, &mount.mount_path);
             }
@@ -182,7 +245,7 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
             return PatchValue::Raw(&rendered.text);
         }
         PatchValue::Extended {
-            base: &rendered.value,
+            base: rendered,
             appended: vec![
                 (
                     "env",
@@ -584,5 +647,72 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(text: &str) -> EnvList {
+        serde_json::from_str(text).expect("an env list")
+    }
+
+    #[test]
+    fn a_name_is_taken_only_where_an_entry_bears_it() {
+        // "B" and "AB" occur in the text, but no entry is named either.
+        let env = list(r#"[{"name":"A","value":"B"},{"name":"AB","value":"x"}]"#);
+        let mut names = EnvNames::of_pod(Some(&env));
+        assert!(!names.insert("A"));
+        assert!(names.insert("B"));
+        assert!(!names.insert("B"), "a name added once is taken");
+        assert!(names.insert("ABC"));
+        assert!(!names.insert("AB"));
+        assert!(names.insert(""));
+    }
+
+    #[test]
+    fn a_list_with_escapes_is_read_as_it_reads_not_as_written() {
+        let env = list(r#"[{"name":"LOG\u005fENDPOINT"},{"name":"say \"hi\""}]"#);
+        let mut names = EnvNames::of_pod(Some(&env));
+        assert!(
+            names.unread.is_none(),
+            "escapes make searching the text unsound"
+        );
+        assert!(!names.insert("LOG_ENDPOINT"));
+        assert!(!names.insert("say \"hi\""));
+        assert!(names.insert("say"));
+    }
+
+    #[test]
+    fn after_enough_searches_the_list_is_read_once() {
+        let text = serde_json::to_string(
+            &(0..20)
+                .map(|i| serde_json::json!({"name": format!("N{i}")}))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let env = list(&text);
+        let mut names = EnvNames::of_pod(Some(&env));
+        for i in 0..ENV_SEARCHES {
+            assert!(names.insert(["X", &i.to_string()].concat().leak()));
+            assert!(names.unread.is_some(), "searched, not read, after {i}");
+        }
+        assert!(names.insert("X-last"));
+        assert!(names.unread.is_none());
+        assert!(!names.insert("N7"));
+        assert!(!names.insert("X3"));
+    }
+
+    #[test]
+    fn entries_that_do_not_read_as_named_name_nothing() {
+        let env = list(r#"[1, {"value":"A"}, {"name": "A", "value": 2, "name2": 3}]"#);
+        let mut names = EnvNames::of_pod(Some(&env));
+        // The search finds "A" and reads the list, which does not read as named entries.
+        assert!(names.insert("A"));
+        assert!(names.unread.is_none());
+        let mut none = EnvNames::of_pod(None);
+        assert!(none.insert("A"));
+        assert!(!none.insert("A"));
     }
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::HostAlias;
 use serde::Deserialize;
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// Annotations: keys and values borrowed from the body where they can be.
 pub type StringMap<'a> = BTreeMap<Cow<'a, str>, Cow<'a, str>>;
@@ -62,10 +63,49 @@ pub struct PodSpecView<'a> {
 pub struct ContainerView<'a> {
     #[serde(borrow)]
     pub name: Cow<'a, str>,
-    #[serde(default, borrow, deserialize_with = "presized_list")]
-    pub env: Option<Vec<NamedView<'a>>>,
+    #[serde(default)]
+    pub env: Option<EnvList>,
     #[serde(default, borrow)]
     pub volume_mounts: Option<Vec<MountView<'a>>>,
+}
+
+/// A container's env list as the body wrote it. Injection only asks whether a name is taken,
+/// and a search of the text answers that for most names without reading the entries: in a
+/// production pod the env lists are often half the bytes, and reading every entry cost more
+/// than reading the rest of the pod.
+#[derive(Debug)]
+pub struct EnvList(Box<RawValue>);
+
+impl EnvList {
+    /// The list's JSON text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The entries' names. A list whose entries do not read as named objects yields none: the
+    /// apiserver refuses such a pod whatever is added to it.
+    pub fn names(&self) -> Vec<Cow<'_, str>> {
+        serde_json::from_str::<Vec<NamedView<'_>>>(self.text())
+            .map(|entries| entries.into_iter().map(|entry| entry.name).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl<'de> Deserialize<'de> for EnvList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        let found = match raw.get().trim_start().as_bytes().first() {
+            Some(b'[') => return Ok(Self(raw)),
+            Some(b'{') => "a map",
+            Some(b'"') => "a string",
+            Some(b't' | b'f') => "a boolean",
+            _ => "a number",
+        };
+        Err(serde::de::Error::invalid_type(
+            serde::de::Unexpected::Other(found),
+            &"a list of env entries",
+        ))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,46 +182,6 @@ pub(crate) fn borrowed_str<'de: 'a, 'a, D: Deserializer<'de>>(
     Ok(Option::<CowStr<'a>>::deserialize(deserializer)?.map(|text| text.0))
 }
 
-/// An optional list read into room for [`PRESIZED`] items: serde's own reading starts empty
-/// (JSON does not say how long a list is) and grows a container's hundred env entries six
-/// times.
-fn presized_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    struct Presized<T>(Vec<T>);
-    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Presized<T> {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct ListVisitor<T>(std::marker::PhantomData<T>);
-            impl<'de, T: Deserialize<'de>> Visitor<'de> for ListVisitor<T> {
-                type Value = Vec<T>;
-
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a list")
-                }
-
-                fn visit_seq<S: SeqAccess<'de>>(self, mut items: S) -> Result<Vec<T>, S::Error> {
-                    // A length a format states is believed only so far.
-                    let mut list =
-                        Vec::with_capacity(items.size_hint().map_or(PRESIZED, |n| n.min(4096)));
-                    while let Some(item) = items.next_element()? {
-                        list.push(item);
-                    }
-                    Ok(list)
-                }
-            }
-            deserializer
-                .deserialize_seq(ListVisitor(std::marker::PhantomData))
-                .map(Presized)
-        }
-    }
-    Ok(Option::<Presized<T>>::deserialize(deserializer)?.map(|list| list.0))
-}
-
-/// Items a presized list has room for before it grows.
-const PRESIZED: usize = 32;
-
 /// An optional string map (annotations), keys and values borrowed where they can be.
 fn borrowed_map<'de: 'a, 'a, D: Deserializer<'de>>(
     deserializer: D,
@@ -243,6 +243,23 @@ mod tests {
         let wrong: Result<PodView, _> =
             serde_json::from_str(r#"{"metadata": {"annotations": {"a": 1}}}"#);
         assert!(wrong.unwrap_err().to_string().contains("expected a string"));
+        for (env, found) in [
+            ("5", "a number"),
+            (r#"{"name": "A"}"#, "a map"),
+            (r#""A""#, "a string"),
+        ] {
+            let body =
+                format!(r#"{{"spec": {{"containers": [{{"name": "app", "env": {env}}}]}}}}"#);
+            let error = serde_json::from_str::<PodView>(&body)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(&format!(
+                    "invalid type: {found}, expected a list of env entries"
+                )),
+                "{error}"
+            );
+        }
         let null_map: PodView =
             serde_json::from_str(r#"{"metadata": {"annotations": null}}"#).unwrap();
         assert!(null_map.metadata.annotations.is_none());
