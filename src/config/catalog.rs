@@ -78,7 +78,7 @@ impl RenderedJson {
             if index > 0 {
                 text.push(',');
             }
-            text.push_str(&Value::from(key.as_str()).to_string());
+            text.push_str(&serde_json::to_string(key).expect("a string serializes"));
             text.push(':');
             text.push_str(&member.to_string());
             if let Value::Array(items) = member {

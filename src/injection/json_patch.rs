@@ -150,12 +150,10 @@ fn write_extended<W: Write>(
     for (bracket, empty, items) in splices {
         out.write_all(&text[written..bracket])?;
         written = bracket;
-        for (index, item) in items.iter().enumerate() {
-            if index > 0 || !empty {
-                out.write_all(b",")?;
-            }
-            out.write_all(item.get().as_bytes())?;
+        if !empty {
+            out.write_all(b",")?;
         }
+        write_joined(out, items)?;
     }
     // The text ends with the object's `}`.
     out.write_all(&text[written..text.len() - 1])?;
@@ -170,15 +168,21 @@ fn write_extended<W: Write>(
         members += 1;
         serde_json::to_writer(&mut *out, key)?;
         out.write_all(b":[")?;
-        for (index, item) in items.iter().enumerate() {
-            if index > 0 {
-                out.write_all(b",")?;
-            }
-            out.write_all(item.get().as_bytes())?;
-        }
+        write_joined(out, items)?;
         out.write_all(b"]")?;
     }
     out.write_all(b"}")
+}
+
+/// `items` as the members of a JSON array, comma between each.
+fn write_joined<W: Write>(out: &mut W, items: &[&RawValue]) -> io::Result<()> {
+    for (index, item) in items.iter().enumerate() {
+        if index > 0 {
+            out.write_all(b",")?;
+        }
+        out.write_all(item.get().as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Two slices written as one JSON array.
