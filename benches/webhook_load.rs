@@ -11,7 +11,10 @@
 //! share of the gap that is the reply's size, not the admission work, can be read off. A third
 //! does the admission work itself (`admission::review` on each body, its reply sent back) on
 //! the floor's bare stack: real/that floor is what the server's shell costs (limits, timeouts,
-//! metrics, the idle guard), that floor/the second what the admission work costs.
+//! metrics, the idle guard), that floor/the second what the admission work costs. A fourth
+//! reads each body as JSON and keeps nothing (serde_json into `IgnoredAny`, the least any
+//! JSON reader measured pays for these bytes) before sending the real reply: that floor/the
+//! first is as near the floor as a webhook that reads the review can come on this stack.
 //!
 //! `--baseline PATH` loads another build of `sidecar-injector` (an earlier commit's, say) in
 //! the same rounds, and prints this build's throughput as a ratio of it.
@@ -46,6 +49,7 @@ fn main() {
         let answer = match args.get(position + 3).map(String::as_str) {
             None => FloorAnswer::Constant,
             Some("--review") => FloorAnswer::Review,
+            Some("--skim") => FloorAnswer::Skim(PathBuf::from(&args[position + 4])),
             Some(path) => FloorAnswer::File(PathBuf::from(path)),
         };
         floor_server(
@@ -188,6 +192,8 @@ enum FloorAnswer {
     File(PathBuf),
     /// What `admission::review` answers for the body, with the shipped example configs.
     Review,
+    /// The contents of this file, once the body has been read as JSON.
+    Skim(PathBuf),
 }
 
 fn start_floor(cert: &Path, key: &Path, answer: &FloorAnswer) -> Server {
@@ -200,6 +206,9 @@ fn start_floor(cert: &Path, key: &Path, answer: &FloorAnswer) -> Server {
         }
         FloorAnswer::Review => {
             command.arg("--review");
+        }
+        FloorAnswer::Skim(path) => {
+            command.arg("--skim").arg(path);
         }
     }
     let mut child = command
@@ -214,8 +223,8 @@ fn start_floor(cert: &Path, key: &Path, answer: &FloorAnswer) -> Server {
 
 /// The floor: the same TLS stack and HTTP server, none of the real server's shell. It answers
 /// as `answer` says: a constant allowed review; a file (the real server's reply, patch
-/// included: the floor that sends as much back as the real server does); or the admission
-/// work's own reply for each body.
+/// included: the floor that sends as much back as the real server does); that file once the
+/// body has been read as JSON; or the admission work's own reply for each body.
 fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
     use axum::routing::post;
     sidecar_injector::serve::tls::install_crypto_provider();
@@ -226,10 +235,20 @@ fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
     runtime.block_on(async {
         let config = sidecar_injector::serve::tls::server_config_from_files(cert, key).unwrap();
         let app = match answer {
-            FloorAnswer::Constant => replying(axum::body::Bytes::from_static(
-                br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#,
-            )),
-            FloorAnswer::File(path) => replying(std::fs::read(path).unwrap().into()),
+            FloorAnswer::Constant => replying(
+                axum::body::Bytes::from_static(
+                    br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"floor","allowed":true}}"#,
+                ),
+                |body| {
+                    std::hint::black_box(body.len());
+                },
+            ),
+            FloorAnswer::File(path) => replying(std::fs::read(path).unwrap().into(), |body| {
+                std::hint::black_box(body.len());
+            }),
+            FloorAnswer::Skim(path) => replying(std::fs::read(path).unwrap().into(), |body| {
+                serde_json::from_slice::<serde::de::IgnoredAny>(body).expect("the review is JSON");
+            }),
             FloorAnswer::Review => {
                 let sidecars = std::sync::Arc::new(review::sidecars());
                 let settings = std::sync::Arc::new(
@@ -259,12 +278,12 @@ fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
     });
 }
 
-/// A floor router that reads each body and answers `reply`.
-fn replying(reply: axum::body::Bytes) -> axum::Router {
+/// A floor router that receives each body, hands it to `read`, and answers `reply`.
+fn replying(reply: axum::body::Bytes, read: fn(&[u8])) -> axum::Router {
     axum::Router::new().route(
         "/mutate",
         axum::routing::post(move |body: axum::body::Bytes| async move {
-            std::hint::black_box(body.len());
+            read(&body);
             ([("content-type", "application/json")], reply.clone())
         }),
     )
@@ -424,7 +443,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
     let idle_rss = rss_mib(real.child.id(), "VmRSS:");
     let reply_path = dir.path().join("reply.json");
     std::fs::write(&reply_path, &reply).unwrap();
-    let floor_with_reply = start_floor(&cert, &key, &FloorAnswer::File(reply_path));
+    let floor_with_reply = start_floor(&cert, &key, &FloorAnswer::File(reply_path.clone()));
+    let floor_skimming = start_floor(&cert, &key, &FloorAnswer::Skim(reply_path));
     let floor_reviewing = start_floor(&cert, &key, &FloorAnswer::Review);
     let reply_bytes = reply.len();
     // The reviewing floor must do the same work as the real server: the same reply.
@@ -435,7 +455,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
     );
 
     println!(
-        "review body: {} bytes, the real server's reply {reply_bytes} bytes; {:?} per run; {} rounds; the load generator and the servers share this machine's cores; ratio: real's req/s over that row's; floor+r sends the real reply, floor+a does the admission work",
+        "review body: {} bytes, the real server's reply {reply_bytes} bytes; {:?} per run; {} rounds; the load generator and the servers share this machine's cores; ratio: real's req/s over that row's; floor+r sends the real reply, floor+s reads the body as JSON and sends the real reply, floor+a does the admission work",
         body.len(),
         duration,
         rounds
@@ -462,6 +482,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         let mut baseline_ratios = Vec::new();
         let mut shell_ratios = Vec::new();
         let mut work_ratios = Vec::new();
+        let mut skim_ratios = Vec::new();
+        let mut over_skim_ratios = Vec::new();
         for round in 1..=rounds {
             let real_run = runtime.block_on(load(&client, &real, &body, concurrency, duration));
             let floor_run = runtime.block_on(load(&client, &floor, &body, concurrency, duration));
@@ -472,6 +494,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
                 concurrency,
                 duration,
             ));
+            let skim_run =
+                runtime.block_on(load(&client, &floor_skimming, &body, concurrency, duration));
             let reviewing_run = runtime.block_on(load(
                 &client,
                 &floor_reviewing,
@@ -489,6 +513,9 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
             reply_ratios.push(reply_ratio);
             shell_ratios.push(shell_ratio);
             work_ratios.push(reviewing_run.rps() / reply_run.rps());
+            let over_skim = real_run.rps() / skim_run.rps();
+            skim_ratios.push(skim_run.rps() / floor_run.rps());
+            over_skim_ratios.push(over_skim);
             p99_ratios.push(real_run.p99.as_secs_f64() / floor_run.p99.as_secs_f64());
             let baseline_row = baseline_run.as_ref().map(|run| {
                 let ratio = real_run.rps() / run.rps();
@@ -499,6 +526,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
                 ("real", &real_run, String::new()),
                 ("floor", &floor_run, format!("{ratio:.2}")),
                 ("floor+r", &reply_run, format!("{reply_ratio:.2}")),
+                ("floor+s", &skim_run, format!("{over_skim:.2}")),
                 ("floor+a", &reviewing_run, format!("{shell_ratio:.2}")),
             ]
             .into_iter()
@@ -533,6 +561,11 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
             "concurrency {concurrency}: the admission work on the floor's stack, floor+a/floor+r {}; the server's shell, real/floor+a {}",
             Spread::of(&mut work_ratios),
             Spread::of(&mut shell_ratios)
+        );
+        println!(
+            "concurrency {concurrency}: reading the body as JSON and nothing more, floor+s/floor {}; real/floor+s {}",
+            Spread::of(&mut skim_ratios),
+            Spread::of(&mut over_skim_ratios)
         );
         if !baseline_ratios.is_empty() {
             let baseline = Spread::of(&mut baseline_ratios);
