@@ -7,8 +7,9 @@
 //! Prints the time from the edit to zero drift (the injector's own gauge: no stale pod, every
 //! tracer pod current) and the API requests the injector process sent in that time, read from
 //! `sidecar_injector_kube_requests_total{verb}` (every request of its client, counted in the
-//! client's stack), per restarted workload. Targets (issue 7): at most 5 requests per restarted
-//! workload, and no LIST after the initial sync; a LIST fails the run.
+//! client's stack), per restarted workload. Targets: at most 2.5 requests per restarted
+//! workload (issue 16; issue 7 had asked for 5), and no LIST after the initial sync; a LIST
+//! fails the run.
 //!
 //! Then, on the same Deployments, the one-shot command (`rollout --confirm`) on two more
 //! image-only edits: restarting them (`--in-place off`), then upgrading their pods in place
@@ -39,7 +40,7 @@ const TRACER_V3: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tr
 const TRACER_V4: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:4'}]\n";
 const REPLICAS: usize = 2;
 const MAX_PARALLEL: &str = "10";
-const TARGET_REQUESTS_PER_WORKLOAD: f64 = 5.0;
+const TARGET_REQUESTS_PER_WORKLOAD: f64 = 2.5;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
