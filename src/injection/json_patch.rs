@@ -113,12 +113,7 @@ impl PatchValue<'_> {
             PatchValue::Raw(text) => out.write_all(text.get().as_bytes()),
             PatchValue::List(items) => {
                 out.write_all(b"[")?;
-                for (index, item) in items.iter().enumerate() {
-                    if index > 0 {
-                        out.write_all(b",")?;
-                    }
-                    item.write_json(out)?;
-                }
+                write_joined(out, items, |out, item| item.write_json(out))?;
                 out.write_all(b"]")
             }
             PatchValue::Extended { base, appended } => write_extended(out, base, appended),
@@ -153,7 +148,7 @@ fn write_extended<W: Write>(
         if !empty {
             out.write_all(b",")?;
         }
-        write_joined(out, items)?;
+        write_joined(out, items, write_raw)?;
     }
     // The text ends with the object's `}`.
     out.write_all(&text[written..text.len() - 1])?;
@@ -168,21 +163,29 @@ fn write_extended<W: Write>(
         members += 1;
         serde_json::to_writer(&mut *out, key)?;
         out.write_all(b":[")?;
-        write_joined(out, items)?;
+        write_joined(out, items, write_raw)?;
         out.write_all(b"]")?;
     }
     out.write_all(b"}")
 }
 
-/// `items` as the members of a JSON array, comma between each.
-fn write_joined<W: Write>(out: &mut W, items: &[&RawValue]) -> io::Result<()> {
+/// `items` as the members of a JSON array (brackets not included), comma between each.
+fn write_joined<W: Write, T>(
+    out: &mut W,
+    items: &[T],
+    mut write_item: impl FnMut(&mut W, &T) -> io::Result<()>,
+) -> io::Result<()> {
     for (index, item) in items.iter().enumerate() {
         if index > 0 {
             out.write_all(b",")?;
         }
-        out.write_all(item.get().as_bytes())?;
+        write_item(out, item)?;
     }
     Ok(())
+}
+
+fn write_raw<W: Write>(out: &mut W, item: &&RawValue) -> io::Result<()> {
+    out.write_all(item.get().as_bytes())
 }
 
 /// Two slices written as one JSON array.
@@ -285,10 +288,7 @@ impl<'a> JsonPatch<'a> {
     /// [`PatchValue::write_json`]). The webhook answers with these.
     pub fn write_json<W: Write>(&self, out: &mut W) -> io::Result<()> {
         out.write_all(b"[")?;
-        for (index, operation) in self.operations.iter().enumerate() {
-            if index > 0 {
-                out.write_all(b",")?;
-            }
+        write_joined(out, &self.operations, |out, operation| {
             let (op, path, value) = match operation {
                 Operation::Add { path, value } => ("add", path, Some(value)),
                 Operation::Remove { path } => ("remove", path, None),
@@ -303,8 +303,8 @@ impl<'a> JsonPatch<'a> {
                 out.write_all(b",\"value\":")?;
                 value.write_json(out)?;
             }
-            out.write_all(b"}")?;
-        }
+            out.write_all(b"}")
+        })?;
         out.write_all(b"]")
     }
 
