@@ -281,6 +281,21 @@ impl WorkloadEntry {
         }
     }
 
+    /// From a workload's metadata and its pod template's: [`Self::project`], and what the
+    /// engine and the webhook left on the template.
+    fn project_with_template(
+        meta: &ObjectMeta,
+        template: Option<&ObjectMeta>,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        WorkloadEntry {
+            rollout_revision: template_annotation(template, &keys.rollout_revision),
+            rollout_heal: template_annotation(template, &keys.rollout_heal),
+            template_request: template_annotation(template, &keys.request),
+            ..Self::project(meta, keys)
+        }
+    }
+
     pub fn from_deployment(
         d: &k8s_openapi::api::apps::v1::Deployment,
         keys: &AnnotationKeys,
@@ -288,18 +303,6 @@ impl WorkloadEntry {
         let spec = d.spec.as_ref();
         let status = d.status.as_ref();
         WorkloadEntry {
-            rollout_revision: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.rollout_revision,
-            ),
-            rollout_heal: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.rollout_heal,
-            ),
-            template_request: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.request,
-            ),
             update_strategy: UpdateStrategy::parse(
                 spec.and_then(|s| s.strategy.as_ref()?.type_.as_deref()),
             ),
@@ -312,7 +315,11 @@ impl WorkloadEntry {
             updated_replicas: status.and_then(|s| s.updated_replicas),
             ready_replicas: status.and_then(|s| s.ready_replicas),
             available_replicas: status.and_then(|s| s.available_replicas),
-            ..Self::project(&d.metadata, keys)
+            ..Self::project_with_template(
+                &d.metadata,
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                keys,
+            )
         }
     }
 
@@ -324,18 +331,6 @@ impl WorkloadEntry {
         let status = s.status.as_ref();
         let strategy = spec.and_then(|s| s.update_strategy.as_ref());
         WorkloadEntry {
-            rollout_revision: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.rollout_revision,
-            ),
-            rollout_heal: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.rollout_heal,
-            ),
-            template_request: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.request,
-            ),
             update_strategy: UpdateStrategy::parse(strategy.and_then(|u| u.type_.as_deref())),
             partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
             replicas: spec.and_then(|s| s.replicas),
@@ -346,7 +341,11 @@ impl WorkloadEntry {
             updated_replicas: status.and_then(|s| s.updated_replicas),
             ready_replicas: status.and_then(|s| s.ready_replicas),
             available_replicas: status.and_then(|s| s.available_replicas),
-            ..Self::project(&s.metadata, keys)
+            ..Self::project_with_template(
+                &s.metadata,
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                keys,
+            )
         }
     }
 
@@ -357,18 +356,6 @@ impl WorkloadEntry {
         let spec = d.spec.as_ref();
         let status = d.status.as_ref();
         WorkloadEntry {
-            rollout_revision: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.rollout_revision,
-            ),
-            rollout_heal: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.rollout_heal,
-            ),
-            template_request: template_annotation(
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                &keys.request,
-            ),
             update_strategy: UpdateStrategy::parse(
                 spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()),
             ),
@@ -377,7 +364,11 @@ impl WorkloadEntry {
             updated_replicas: status.and_then(|s| s.updated_number_scheduled),
             ready_replicas: status.map(|s| s.number_ready),
             available_replicas: status.and_then(|s| s.number_available),
-            ..Self::project(&d.metadata, keys)
+            ..Self::project_with_template(
+                &d.metadata,
+                spec.and_then(|s| s.template.metadata.as_ref()),
+                keys,
+            )
         }
     }
 }

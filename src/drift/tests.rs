@@ -529,7 +529,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
         "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 ", "injector/allow-downtime": "True", "injector/maintenance-window": "Sat-Sun 00:00-04:00 Europe/Oslo"},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
         "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
-                 "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=abc"}},
+                 "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=def", "injector/request": "logger:v1"}},
                               "spec": {"containers": [{"name": "app", "image": "app:1"}]}}},
         "status": {"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3}
     }))
@@ -540,7 +540,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
         WorkloadEntry {
             rollout_disabled: true,
             rollout_revision: Some("logger:v1=abc".into()),
-            rollout_heal: Some("logger:v1=abc".into()),
+            rollout_heal: Some("logger:v1=def".into()),
             generation: Some(4),
             observed_generation: Some(3),
             update_strategy: UpdateStrategy::RollingUpdate,
@@ -562,20 +562,36 @@ fn workloads_are_stripped_to_what_planning_needs() {
             )
             .unwrap())),
             restart_method: None,
-            template_request: None,
+            template_request: Some("logger:v1".into()),
         }
+    );
+    // Every kind reads its pod template's annotations, each from its own key.
+    let template = json!({"metadata": {"annotations": {"injector/rollout-revision": "tracer:v1=111", "injector/rollout-heal": "tracer:v1=222", "injector/request": "tracer:v1"}},
+                          "spec": {"containers": [{"name": "db"}]}});
+    let from_template = |entry: &WorkloadEntry| {
+        (
+            entry.rollout_revision.clone(),
+            entry.rollout_heal.clone(),
+            entry.template_request.clone(),
+        )
+    };
+    let stamped = (
+        Some("tracer:v1=111".into()),
+        Some("tracer:v1=222".into()),
+        Some("tracer:v1".into()),
     );
     let statefulset: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "db", "namespace": "team"},
         "spec": {"serviceName": "db", "selector": {}, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
-                 "template": {"spec": {"containers": [{"name": "db"}]}}}
+                 "template": template}
     }))
     .unwrap();
     let entry = WorkloadEntry::from_statefulset(&statefulset, &keys());
     assert_eq!((entry.partition, entry.rollout_disabled), (Some(2), false));
+    assert_eq!(from_template(&entry), stamped);
     let daemonset: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": "agent", "namespace": "team"},
-        "spec": {"selector": {}, "updateStrategy": {"type": "OnDelete"}, "template": {"spec": {"containers": [{"name": "a"}]}}},
+        "spec": {"selector": {}, "updateStrategy": {"type": "OnDelete"}, "template": template},
         "status": {"desiredNumberScheduled": 2, "numberReady": 1, "currentNumberScheduled": 2, "numberMisscheduled": 0}
     }))
     .unwrap();
@@ -584,6 +600,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
         (entry.update_strategy, entry.replicas, entry.ready_replicas),
         (UpdateStrategy::OnDelete, Some(2), Some(1))
     );
+    assert_eq!(from_template(&entry), stamped);
 
     let mut index = DriftIndex::default();
     index.apply_workload_entry(
