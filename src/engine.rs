@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -26,11 +26,9 @@ use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::{DriftPolicy, PodToReplace};
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
-use crate::rollout::eviction::{
-    BlockNews, BlockedEviction, EVICTION_SPACING, LastEviction, next_eviction, on_blocked,
-};
+use crate::rollout::eviction::{BlockedEviction, LastEviction};
 use crate::rollout::history::RevisionHistory;
-use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress};
+use crate::rollout::in_place::InPlaceUpgrade;
 use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
@@ -978,256 +976,6 @@ impl Engine {
         }
     }
 
-    /// Judges each pod being upgraded in place, read again: done, it frees its workload for the
-    /// next pod; failed, its workload's restart fails with the reason at the next plan; still
-    /// under way, read again in a second (container states come with no watched change).
-    async fn follow_upgrades(&mut self) {
-        let upgrades: Vec<(WorkloadRef, InPlaceUpgrade)> = self
-            .upgrades
-            .iter()
-            .map(|(w, u)| (w.clone(), u.clone()))
-            .collect();
-        for (workload, upgrade) in upgrades {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &upgrade.namespace);
-            self.metrics.record_api_request(EngineCall::ReadPod);
-            let pod = match with_timeout(api.get_opt(&upgrade.pod)).await {
-                Ok(pod) => pod,
-                Err(source) => {
-                    self.failed(&ActionError::ReadPod {
-                        namespace: upgrade.namespace.clone(),
-                        pod: upgrade.pod.clone(),
-                        source,
-                    });
-                    self.retry_later();
-                    continue;
-                }
-            };
-            match upgrade.progress(pod.as_ref()) {
-                UpgradeProgress::Pending => {
-                    self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)))
-                }
-                UpgradeProgress::Done(restarts) => {
-                    info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, no other container restarted",
-                        upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
-                    self.upgrades.remove(&workload);
-                    self.upgraded
-                        .entry(workload.clone())
-                        .or_default()
-                        .insert(upgrade.uid.clone(), restarts);
-                    self.wake_at(Timestamp::now());
-                }
-                UpgradeProgress::Failed(reason) => {
-                    warn!(workload = %workload, pod = upgrade.pod, "in-place upgrade failed: {reason}");
-                    self.metrics
-                        .record_rollout(workload.kind, RolloutResult::InPlaceFailed);
-                    self.upgrades.remove(&workload);
-                    if let Some(restart) = self.evicting.get_mut(&workload) {
-                        restart.problem = Some(format!("in-place upgrade failed: {reason}"));
-                    }
-                    self.wake_at(Timestamp::now());
-                }
-            }
-        }
-    }
-
-    /// Whether the PodDisruptionBudgets would let `pod` go now, asked by a dry-run eviction;
-    /// when they would not (or the API cannot say), a later plan asks again.
-    async fn budget_allows(&mut self, workload: &WorkloadRef, pod: &str) -> bool {
-        match self.evict_as(&workload.namespace, pod, true).await {
-            Ok(true) => true,
-            Ok(false) => {
-                self.metrics
-                    .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
-                info!(workload = %workload, pod, "in-place upgrade waits: a PodDisruptionBudget allows no disruption now");
-                self.wake_at(rollout::after(
-                    Timestamp::now(),
-                    rollout::eviction::BLOCKED_RETRY,
-                ));
-                false
-            }
-            Err(err) => {
-                self.failed(&err);
-                self.retry_later();
-                false
-            }
-        }
-    }
-
-    /// The next stale pod of a workload upgraded in place: only while the workload is healthy
-    /// and no other pod of it is being upgraded, only when a PodDisruptionBudget would let it
-    /// go (a dry-run eviction asks), and evicted instead when its own revision cannot be
-    /// upgraded in place (a pod several revisions behind).
-    async fn upgrade_next(&mut self, eviction: &Eviction, target: &crate::config::RevisionStamp) {
-        let workload = &eviction.workload;
-        if self.upgrades.contains_key(workload) || !eviction.healthy {
-            return;
-        }
-        let Some(next) = eviction.pods.last() else {
-            return;
-        };
-        let namespace = workload.namespace.as_str();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        if !self.budget_allows(workload, &next.name).await {
-            return;
-        }
-        self.metrics.record_api_request(EngineCall::ReadPod);
-        let pod = match with_timeout(api.get_opt(&next.name)).await {
-            Ok(Some(pod)) => pod,
-            Ok(None) => return,
-            Err(source) => {
-                self.failed(&ActionError::ReadPod {
-                    namespace: namespace.to_owned(),
-                    pod: next.name.clone(),
-                    source,
-                });
-                self.retry_later();
-                return;
-            }
-        };
-        let patch = match in_place::pod_patch(&pod, &self.options.keys, target, &self.revisions) {
-            Ok(patch) => patch,
-            Err(why) => {
-                info!(workload = %workload, pod = next.name, "not upgradable in place ({why}); evicting it instead");
-                self.evict_next(workload, std::slice::from_ref(next), eviction.healthy)
-                    .await;
-                return;
-            }
-        };
-        let upgrade = InPlaceUpgrade::of(&pod, &patch);
-        self.metrics.record_api_request(EngineCall::PatchPod);
-        match with_timeout(api.patch(
-            &next.name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch.patch.to_json_patch()),
-        ))
-        .await
-        {
-            Ok(_) => {
-                info!(workload = %workload, pod = next.name, revision = patch.revision, "upgrading in place: {}",
-                    patch.upgraded.iter().map(|(c, i)| format!("{c} -> {i}")).collect::<Vec<_>>().join(", "));
-                self.metrics
-                    .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
-                self.upgrades.insert(workload.clone(), upgrade);
-                self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
-            }
-            // The pod changed since it was read (the test of its uid or a container failed):
-            // read again at the next plan.
-            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
-                self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
-            }
-            Err(source) => {
-                self.failed(&ActionError::PatchPod {
-                    namespace: namespace.to_owned(),
-                    pod: next.name.clone(),
-                    source,
-                });
-                self.retry_later();
-            }
-        }
-    }
-
-    /// Evicts a pod; `Ok(false)` when a PodDisruptionBudget blocks it for now (429).
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<bool, ActionError> {
-        self.evict_as(namespace, pod, false).await
-    }
-
-    /// [`Engine::evict`], or with `dry_run` only asked (`?dryRun=All` on the eviction, a create
-    /// of its subresource: the API server checks the budgets and evicts nothing).
-    async fn evict_as(
-        &self,
-        namespace: &str,
-        pod: &str,
-        dry_run: bool,
-    ) -> Result<bool, ActionError> {
-        self.metrics.record_api_request(EngineCall::Evict);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let params = EvictParams {
-            post_options: PostParams {
-                dry_run,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match with_timeout(api.evict(pod, &params)).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 429 => Ok(false),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
-            Err(source) => Err(ActionError::Evict {
-                namespace: namespace.to_owned(),
-                pod: pod.to_owned(),
-                source,
-            }),
-        }
-    }
-
-    /// OnDelete: one stale pod at a time, only while the workload is healthy.
-    async fn evict_next(&mut self, workload: &WorkloadRef, pods: &[PodToReplace], healthy: bool) {
-        let now = Timestamp::now();
-        let last = self.evictions.get(workload);
-        let Some(pod) = next_eviction(pods, healthy, last, now) else {
-            // Spaced out: due again when the spacing ends (health comes by the watch).
-            if let Some(spaced) = last.map(|l| rollout::after(l.at, EVICTION_SPACING))
-                && spaced > now
-                && !pods.is_empty()
-            {
-                self.wake_at(spaced);
-            }
-            return;
-        };
-        let (pod, name) = (pod.clone(), pod.name.as_str());
-        match self.evict(&workload.namespace, name).await {
-            Ok(true) => {
-                if pod.injected {
-                    info!(workload = %workload, pod = name, "evicted a stale pod (OnDelete)");
-                } else {
-                    info!(workload = %workload, pod = name, "evicted a pod created without its sidecars (OnDelete; the webhook was bypassed)");
-                }
-                self.metrics
-                    .record_rollout(workload.kind, RolloutResult::Evicted);
-                self.blocked.remove(workload);
-                let at = Timestamp::now();
-                self.evictions
-                    .insert(workload.clone(), LastEviction { pod, at });
-                self.wake_at(rollout::after(at, EVICTION_SPACING));
-            }
-            Ok(false) => {
-                self.metrics
-                    .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
-                let timeout = self.options.settings.eviction_timeout;
-                let (state, news, retry) = on_blocked(self.blocked.get(workload), now, timeout);
-                self.blocked.insert(workload.clone(), state);
-                self.wake_at(rollout::after(now, retry));
-                match news {
-                    BlockNews::First => {
-                        info!(workload = %workload, pod = name, "eviction blocked by a PodDisruptionBudget; retrying, never forcing");
-                    }
-                    BlockNews::Quiet => {}
-                    BlockNews::Overdue { blocked_for } => {
-                        let note = format!(
-                            "a PodDisruptionBudget has refused to let {name} go for {} (--eviction-timeout {}): its rollout waits, retried every {}s and never forced, and fails at --rollout-timeout unless the budget allows a disruption",
-                            humantime::format_duration(Duration::from_secs(blocked_for.as_secs())),
-                            humantime::format_duration(timeout),
-                            rollout::eviction::OVERDUE_RETRY.as_secs()
-                        );
-                        warn!(workload = %workload, pod = name, "{note}");
-                        self.event(
-                            workload,
-                            EventType::Warning,
-                            "EvictionBlocked",
-                            "Evict",
-                            &note,
-                        )
-                        .await;
-                    }
-                }
-            }
-            Err(err) => {
-                self.failed(&err);
-                self.retry_later();
-            }
-        }
-    }
-
     async fn event(
         &self,
         workload: &WorkloadRef,
@@ -1476,6 +1224,7 @@ pub async fn run(
 }
 
 pub mod notifier;
+mod pod_replacement;
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario
