@@ -107,7 +107,26 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
         &["apply", "-f", "-"],
         &yaml(vec![of_kind(&old, "Namespace")]),
     );
-    let rest: Vec<&Value> = old.iter().filter(|d| d["kind"] != "Namespace").collect();
+    // Other tests on this control plane create and delete deploy/'s cluster-wide objects for
+    // real (the webhook configuration, whose RBAC names it): under their own names here, the
+    // dry run is a create of every object, never a patch of one deleted under it.
+    let renamed: Vec<Value> = old
+        .iter()
+        .filter(|d| d["kind"] != "Namespace")
+        .map(|d| {
+            let mut d = d.clone();
+            if d["metadata"].get("namespace").is_none() {
+                let name = format!("{}-dry-run", d["metadata"]["name"].as_str().unwrap());
+                d["metadata"]["name"] = json!(name);
+            }
+            if d["kind"] == "ClusterRoleBinding" {
+                let role = format!("{}-dry-run", d["roleRef"]["name"].as_str().unwrap());
+                d["roleRef"]["name"] = json!(role);
+            }
+            d
+        })
+        .collect();
+    let rest: Vec<&Value> = renamed.iter().collect();
     let applied = kubectl(
         &["apply", "--dry-run=server", "-f", "-"],
         &yaml(rest.clone()),
