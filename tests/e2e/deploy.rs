@@ -119,7 +119,8 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
                 let name = format!("{}-dry-run", d["metadata"]["name"].as_str().unwrap());
                 d["metadata"]["name"] = json!(name);
             }
-            if d["kind"] == "ClusterRoleBinding" {
+            // A reference to a renamed (cluster-wide) role follows it.
+            if d["roleRef"]["kind"] == "ClusterRole" {
                 let role = format!("{}-dry-run", d["roleRef"]["name"].as_str().unwrap());
                 d["roleRef"]["name"] = json!(role);
             }
