@@ -4,8 +4,9 @@
 //! with `--floor-server`: rustls + axum-server, reads the body, returns a constant allowed
 //! review), then loads them alternately with the same ~8 KB pod review over keep-alive
 //! HTTP/1.1 connections, as the apiserver does, at concurrency 16 and 64. Prints requests/s,
-//! p50/p99, the CPU each server and the load generator spent per request, the real/floor
-//! ratio per pair of runs, and the real server's idle and peak RSS.
+//! p50/p99, the CPU each server and the load generator spent per request (the server's kernel
+//! share and its context switches per request apart), the real/floor ratio per pair of runs,
+//! and the real server's idle and peak RSS.
 //!
 //! A second floor sends back the real server's own reply (its base64 patch included), so the
 //! share of the gap that is the reply's size, not the admission work, can be read off. A third
@@ -97,8 +98,8 @@ impl Drop for Server {
     }
 }
 
-/// CPU seconds (user + system) a process has used so far; `None` for this process.
-fn cpu_seconds(pid: Option<u32>) -> f64 {
+/// CPU seconds a process has used so far, (user, system); `None` for this process.
+fn cpu_seconds(pid: Option<u32>) -> (f64, f64) {
     let path = pid.map_or_else(
         || "/proc/self/stat".to_owned(),
         |p| format!("/proc/{p}/stat"),
@@ -114,7 +115,27 @@ fn cpu_seconds(pid: Option<u32>) -> f64 {
             .unwrap_or(f64::NAN)
     };
     // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
-    (ticks(11) + ticks(12)) / 100.0
+    (ticks(11) / 100.0, ticks(12) / 100.0)
+}
+
+/// Context switches, voluntary and not, over every thread of a process so far. The kernel's
+/// share of a server's CPU grows with them: on shared cores, the more CPU a server takes, the
+/// more often its threads and the load generator's preempt each other.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|line| line.contains("ctxt_switches:"))
+                .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 fn rss_mib(pid: u32, field: &str) -> f64 {
@@ -322,9 +343,13 @@ impl std::fmt::Display for Spread {
 }
 
 struct RunResult {
-    /// CPU microseconds per request: the server's, and the load generator's.
+    /// CPU microseconds per request: the server's (of which in the kernel), and the load
+    /// generator's.
     server_cpu_us: f64,
+    server_sys_us: f64,
     client_cpu_us: f64,
+    /// The server's context switches per request.
+    server_switches: f64,
     requests: usize,
     elapsed: Duration,
     p50: Duration,
@@ -347,6 +372,7 @@ async fn load(
 ) -> RunResult {
     let addr = server.addr;
     let (server_cpu, client_cpu) = (cpu_seconds(Some(server.child.id())), cpu_seconds(None));
+    let switches = context_switches(server.child.id());
     let started = Instant::now();
     let deadline = started + duration;
     let mut workers = Vec::new();
@@ -380,9 +406,14 @@ async fn load(
         errors += e;
     }
     let elapsed = started.elapsed();
-    let per_request = |seconds: f64| seconds * 1e6 / latencies.len().max(1) as f64;
-    let server_cpu_us = per_request(cpu_seconds(Some(server.child.id())) - server_cpu);
-    let client_cpu_us = per_request(cpu_seconds(None) - client_cpu);
+    let per_request = |count: f64| count / latencies.len().max(1) as f64;
+    let (server_user, server_sys) = cpu_seconds(Some(server.child.id()));
+    let (client_user, client_sys) = cpu_seconds(None);
+    let server_sys_us = per_request((server_sys - server_cpu.1) * 1e6);
+    let server_cpu_us = per_request((server_user - server_cpu.0) * 1e6) + server_sys_us;
+    let client_cpu_us = per_request((client_user + client_sys - client_cpu.0 - client_cpu.1) * 1e6);
+    let server_switches =
+        per_request(context_switches(server.child.id()).saturating_sub(switches) as f64);
     latencies.sort_unstable();
     let at = |q: f64| {
         latencies
@@ -392,7 +423,9 @@ async fn load(
     };
     RunResult {
         server_cpu_us,
+        server_sys_us,
         client_cpu_us,
+        server_switches,
         requests: latencies.len(),
         elapsed,
         p50: at(0.50),
@@ -465,7 +498,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         rounds
     );
     println!(
-        "{:>5} {:>8} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>12}",
+        "{:>5} {:>8} {:>5} {:>10} {:>9} {:>9} {:>7} {:>7} {:>12} {:>8} {:>9} {:>12}",
         "conc",
         "server",
         "round",
@@ -475,6 +508,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
         "errors",
         "ratio",
         "server µs/req",
+        "of it sys",
+        "switches",
         "client µs/req"
     );
     let mut worst_ratio = f64::INFINITY;
@@ -537,7 +572,7 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
             .chain(baseline_row)
             {
                 println!(
-                    "{:>5} {:>8} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>12.1}",
+                    "{:>5} {:>8} {:>5} {:>10.0} {:>8.2}ms {:>8.2}ms {:>7} {:>7} {:>12.1} {:>8.1} {:>9.2} {:>12.1}",
                     concurrency,
                     name,
                     round,
@@ -547,6 +582,8 @@ fn drive(duration: Duration, rounds: usize, concurrencies: &[usize], baseline: O
                     run.errors,
                     shown,
                     run.server_cpu_us,
+                    run.server_sys_us,
+                    run.server_switches,
                     run.client_cpu_us
                 );
             }
