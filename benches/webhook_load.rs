@@ -98,24 +98,47 @@ impl Drop for Server {
     }
 }
 
-/// CPU seconds a process has used so far, (user, system); `None` for this process.
-fn cpu_seconds(pid: Option<u32>) -> (f64, f64) {
-    let path = pid.map_or_else(
-        || "/proc/self/stat".to_owned(),
-        |p| format!("/proc/{p}/stat"),
-    );
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at state, field 3.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
-    (ticks(11) / 100.0, ticks(12) / 100.0)
+/// CPU seconds a process has used so far, in user space and in the kernel.
+#[derive(Clone, Copy)]
+struct CpuSeconds {
+    user: f64,
+    system: f64,
+}
+
+impl CpuSeconds {
+    /// `None` for this process.
+    fn of(pid: Option<u32>) -> Self {
+        let path = pid.map_or_else(
+            || "/proc/self/stat".to_owned(),
+            |p| format!("/proc/{p}/stat"),
+        );
+        let stat = std::fs::read_to_string(path).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start at state, field 3.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
+        CpuSeconds {
+            user: ticks(11) / 100.0,
+            system: ticks(12) / 100.0,
+        }
+    }
+
+    fn since(self, earlier: CpuSeconds) -> CpuSeconds {
+        CpuSeconds {
+            user: self.user - earlier.user,
+            system: self.system - earlier.system,
+        }
+    }
+
+    fn total(self) -> f64 {
+        self.user + self.system
+    }
 }
 
 /// Context switches, voluntary and not, over every thread of a process so far. The kernel's
@@ -128,12 +151,12 @@ fn context_switches(pid: u32) -> u64 {
     tasks
         .flatten()
         .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .flat_map(|status| {
+        .map(|status| {
             status
                 .lines()
                 .filter(|line| line.contains("ctxt_switches:"))
                 .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
+                .sum::<u64>()
         })
         .sum()
 }
@@ -371,7 +394,10 @@ async fn load(
     duration: Duration,
 ) -> RunResult {
     let addr = server.addr;
-    let (server_cpu, client_cpu) = (cpu_seconds(Some(server.child.id())), cpu_seconds(None));
+    let (server_cpu, client_cpu) = (
+        CpuSeconds::of(Some(server.child.id())),
+        CpuSeconds::of(None),
+    );
     let switches = context_switches(server.child.id());
     let started = Instant::now();
     let deadline = started + duration;
@@ -407,11 +433,10 @@ async fn load(
     }
     let elapsed = started.elapsed();
     let per_request = |count: f64| count / latencies.len().max(1) as f64;
-    let (server_user, server_sys) = cpu_seconds(Some(server.child.id()));
-    let (client_user, client_sys) = cpu_seconds(None);
-    let server_sys_us = per_request((server_sys - server_cpu.1) * 1e6);
-    let server_cpu_us = per_request((server_user - server_cpu.0) * 1e6) + server_sys_us;
-    let client_cpu_us = per_request((client_user + client_sys - client_cpu.0 - client_cpu.1) * 1e6);
+    let server_cpu = CpuSeconds::of(Some(server.child.id())).since(server_cpu);
+    let server_cpu_us = per_request(server_cpu.total() * 1e6);
+    let server_sys_us = per_request(server_cpu.system * 1e6);
+    let client_cpu_us = per_request(CpuSeconds::of(None).since(client_cpu).total() * 1e6);
     let server_switches =
         per_request(context_switches(server.child.id()).saturating_sub(switches) as f64);
     latencies.sort_unstable();
