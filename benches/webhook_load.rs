@@ -152,24 +152,26 @@ fn context_switches(pid: u32) -> u64 {
         .flatten()
         .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
         .map(|status| {
-            status
-                .lines()
-                .filter(|line| line.contains("ctxt_switches:"))
-                .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+            ["voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"]
+                .iter()
+                .filter_map(|field| status_value::<u64>(&status, field))
                 .sum::<u64>()
         })
         .sum()
 }
 
-fn rss_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+/// The number after `field` in a `/proc/.../status` text.
+fn status_value<T: std::str::FromStr>(status: &str, field: &str) -> Option<T> {
     status
         .lines()
         .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse::<f64>().ok())
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(f64::NAN)
+        .and_then(|value| value.parse().ok())
+}
+
+fn rss_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status_value::<f64>(&status, field).map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 /// Reads stdout/stderr lines until one carries the listening address.
