@@ -828,6 +828,58 @@ async fn a_re_pointed_or_recreated_config_directory_is_followed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn relative_paths_are_watched_the_default_config_directory_and_the_certificate_files() {
+    // As the README runs it: from a checkout, `config/` by default, certificate paths relative
+    // to the working directory.
+    let setup = Setup::new();
+    let injector = Injector::start(
+        setup.dir.path(),
+        &[
+            "--tls-cert-file",
+            "tls/tls.crt",
+            "--tls-key-file",
+            "./tls/tls.key",
+            "--reload-debounce",
+            "50ms",
+            "--shutdown-delay",
+            "0s",
+        ],
+        &[],
+    );
+    let rotated = DevCertificates::generate(&["localhost".into()]).unwrap();
+    let client = TlsClient::new(&[setup.certs.ca_pem.as_bytes(), rotated.ca_pem.as_bytes()]);
+    let review = fixture("statefulset-pod.json");
+    let image = || shipper_image(&injector, &client, &review);
+    assert_eq!(image().await.as_deref(), Some("fluent/fluent-bit:2.2.0"));
+
+    let logger = setup.path("config/logger-v1.yaml");
+    let text = std::fs::read_to_string(&logger).unwrap();
+    std::fs::write(&logger, text.replace("2.2.0", "2.2.1")).unwrap();
+    eventually(DEADLINE, "the edit in config/ is served", || async {
+        (image().await.as_deref() == Some("fluent/fluent-bit:2.2.1")).then_some(())
+    })
+    .await;
+
+    let first_der = client.connect(injector.tls).await.unwrap().peer_certificate;
+    for (name, text) in [
+        ("tls.key", &rotated.key_pem),
+        ("tls.crt", &rotated.cert_pem),
+    ] {
+        std::fs::write(setup.path(&format!("tls/.{name}.tmp")), text).unwrap();
+        std::fs::rename(
+            setup.path(&format!("tls/.{name}.tmp")),
+            setup.path(&format!("tls/{name}")),
+        )
+        .unwrap();
+    }
+    eventually(DEADLINE, "the rotated certificate is served", || async {
+        let der = client.connect(injector.tls).await.ok()?.peer_certificate;
+        (der != first_der).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_file_written_in_two_parts_is_served_only_once_complete() {
     use std::io::Write;
     let setup = Setup::new();

@@ -213,6 +213,17 @@ pub fn watch_paths(
     watched: Vec<WatchedDirectory>,
     debounce: Duration,
 ) -> notify::Result<mpsc::Receiver<()>> {
+    // notify reports events under the absolute path (a relative one joined to the working
+    // directory), so a relative directory kept as given would match no event: `config/`, the
+    // default, would never reload.
+    let watched = watched
+        .into_iter()
+        .map(|mut spec| {
+            spec.directory = std::path::absolute(&spec.directory)?;
+            Ok(spec)
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(notify::Error::io)?;
     let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<FsChange>();
     let filter = watched.clone();
     let mut watcher: RecommendedWatcher =
