@@ -300,12 +300,7 @@ async fn a_config_edit_takes_effect_and_a_broken_edit_keeps_the_last_good() {
     let original = revision_of(&reply);
 
     let logger = setup.path("config/logger-v1.yaml");
-    let text = std::fs::read_to_string(&logger).unwrap();
-    std::fs::write(
-        &logger,
-        text.replace("fluent-bit:2.2.0", "fluent-bit:2.2.1"),
-    )
-    .unwrap();
+    edit(&logger, "fluent-bit:2.2.0", "fluent-bit:2.2.1");
     let edited = eventually(DEADLINE, "the edit takes effect", || async {
         let (_, reply) = post_review(&injector, &client, &review).await;
         let revision = revision_of(&reply);
@@ -767,6 +762,12 @@ fn config_copy(setup: &Setup, target: &Path, image: &str) {
     }
 }
 
+/// Rewrites `file` in place with `from` replaced by `to`, as an editor saving it would.
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    std::fs::write(file, text.replace(from, to)).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_re_pointed_or_recreated_config_directory_is_followed() {
     let setup = Setup::new();
@@ -794,9 +795,7 @@ async fn a_re_pointed_or_recreated_config_directory_is_followed() {
     })
     .await;
     // An edit in the new target is seen: it is watched now.
-    let logger = setup.path("rev-b/logger-v1.yaml");
-    let text = std::fs::read_to_string(&logger).unwrap();
-    std::fs::write(&logger, text.replace("2.2.1", "2.2.2")).unwrap();
+    edit(&setup.path("rev-b/logger-v1.yaml"), "2.2.1", "2.2.2");
     eventually(DEADLINE, "an edit in the new target is served", || async {
         (image().await.as_deref() == Some("fluent/fluent-bit:2.2.2")).then_some(())
     })
@@ -816,9 +815,7 @@ async fn a_re_pointed_or_recreated_config_directory_is_followed() {
         (image().await.as_deref() == Some("fluent/fluent-bit:2.2.3")).then_some(())
     })
     .await;
-    let logger = setup.path("rev-b/logger-v1.yaml");
-    let text = std::fs::read_to_string(&logger).unwrap();
-    std::fs::write(&logger, text.replace("2.2.3", "2.2.4")).unwrap();
+    edit(&setup.path("rev-b/logger-v1.yaml"), "2.2.3", "2.2.4");
     eventually(
         DEADLINE,
         "an edit in the recreated directory is served",
@@ -852,9 +849,7 @@ async fn relative_paths_are_watched_the_default_config_directory_and_the_certifi
     let image = || shipper_image(&injector, &client, &review);
     assert_eq!(image().await.as_deref(), Some("fluent/fluent-bit:2.2.0"));
 
-    let logger = setup.path("config/logger-v1.yaml");
-    let text = std::fs::read_to_string(&logger).unwrap();
-    std::fs::write(&logger, text.replace("2.2.0", "2.2.1")).unwrap();
+    edit(&setup.path("config/logger-v1.yaml"), "2.2.0", "2.2.1");
     eventually(DEADLINE, "the edit in config/ is served", || async {
         (image().await.as_deref() == Some("fluent/fluent-bit:2.2.1")).then_some(())
     })
