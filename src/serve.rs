@@ -401,7 +401,17 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         options.idle_timeout,
         metrics.clone(),
     );
-    let mut tls_server = axum_server::bind(SocketAddr::new(options.bind_address, options.tls_port))
+    // Bound here, not inside the servers' tasks: a port in use is then an error at startup
+    // that names it. axum-server reports a failed bind to `Handle::listening` only to a waiter
+    // already registered, so waiting on it after the task failed hung without a word.
+    let tls_listener = listen(options.bind_address, options.tls_port, "--tls-port")?;
+    let lifecycle_listener = listen(
+        options.bind_address,
+        options.lifecycle_port,
+        "--lifecycle-port",
+    )?;
+    let (tls_addr, lifecycle_addr) = (tls_listener.local_addr()?, lifecycle_listener.local_addr()?);
+    let mut tls_server = axum_server::from_tcp(tls_listener)?
         .acceptor(axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(guard))
         .handle(tls_handle.clone());
     tls_server
@@ -424,24 +434,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let tls_task =
         tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
     let lifecycle_task = tokio::spawn(
-        axum_server::bind(SocketAddr::new(
-            options.bind_address,
-            options.lifecycle_port,
-        ))
-        .handle(lifecycle_handle.clone())
-        .serve(lifecycle_router(state.clone()).into_make_service()),
+        axum_server::from_tcp(lifecycle_listener)?
+            .handle(lifecycle_handle.clone())
+            .serve(lifecycle_router(state.clone()).into_make_service()),
     );
-    let (Some(tls_addr), Some(lifecycle_addr)) = (
-        tls_handle.listening().await,
-        lifecycle_handle.listening().await,
-    ) else {
-        // A listener that never came up has already ended its task with the bind error.
-        let tls_result = tls_task.await.context("TLS server task")?;
-        let lifecycle_result = lifecycle_task.await.context("lifecycle server task")?;
-        tls_result.context("cannot serve TLS")?;
-        lifecycle_result.context("cannot serve the lifecycle port")?;
-        anyhow::bail!("a listener stopped before it started");
-    };
     readiness.tls_listening.store(true, Ordering::Release);
     info!(tls = %tls_addr, lifecycle = %lifecycle_addr, "listening");
 
@@ -465,6 +461,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .context("lifecycle server")?;
     info!("stopped");
     Ok(())
+}
+
+/// A listening socket on `address:port`, ready for the runtime.
+fn listen(address: IpAddr, port: u16, flag: &str) -> anyhow::Result<std::net::TcpListener> {
+    let at = SocketAddr::new(address, port);
+    let listener = std::net::TcpListener::bind(at)
+        .with_context(|| format!("cannot listen on {at} ({flag})"))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 async fn shutdown_signal() -> &'static str {

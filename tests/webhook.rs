@@ -874,6 +874,64 @@ async fn relative_paths_are_watched_the_default_config_directory_and_the_certifi
     .await;
 }
 
+#[test]
+fn a_port_in_use_stops_serve_at_once_with_an_error_naming_it() {
+    let setup = Setup::new();
+    let running = setup.start(&[]);
+    let cert = setup.path("tls/tls.crt");
+    let key = setup.path("tls/tls.key");
+    let config = setup.path("config");
+    for (flag, taken) in [
+        ("--tls-port", running.tls.port()),
+        ("--lifecycle-port", running.lifecycle.port()),
+    ] {
+        let taken = taken.to_string();
+        let mut args = vec![
+            "serve",
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-key-file",
+            key.to_str().unwrap(),
+            "--config-directory",
+            config.to_str().unwrap(),
+            "--tls-port",
+            "0",
+            "--lifecycle-port",
+            "0",
+        ];
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = &taken;
+        let mut second = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(&args)
+            .current_dir(setup.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = second.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > DEADLINE {
+                second.kill().unwrap();
+                panic!("serve with {flag} {taken} (in use) still runs after {DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{flag}: {status}");
+        assert!(
+            stderr.contains(&format!("cannot listen on 127.0.0.1:{taken} ({flag})"))
+                && stderr.contains("in use"),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_written_in_two_parts_is_served_only_once_complete() {
     use std::io::Write;
