@@ -64,6 +64,14 @@ impl Setup {
         Injector::start(self.dir.path(), &args, &[])
     }
 
+    /// Replaces `tls/NAME` as the kubelet does a Secret's file: written aside, renamed into
+    /// place.
+    fn replace_tls_file(&self, name: &str, text: &str) {
+        let aside = self.path(&format!("tls/.{name}.tmp"));
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, self.path(&format!("tls/{name}"))).unwrap();
+    }
+
     fn client(&self) -> TlsClient {
         TlsClient::new(&[self.certs.ca_pem.as_bytes()])
     }
@@ -400,12 +408,7 @@ async fn certificate_rotation_fails_no_request_and_a_bad_pair_keeps_the_old() {
             (ok, failed, certificates)
         })
     };
-    // Kubelet-style atomic replacement: write aside, rename into place.
-    let replace = |name: &str, text: &str| {
-        let aside = setup.path(&format!("tls/.{name}.tmp"));
-        std::fs::write(&aside, text).unwrap();
-        std::fs::rename(&aside, setup.path(&format!("tls/{name}"))).unwrap();
-    };
+    let replace = |name: &str, text: &str| setup.replace_tls_file(name, text);
     let requests = || done.load(std::sync::atomic::Ordering::Relaxed);
     eventually(DEADLINE, "the loop is running", || async {
         (requests() >= 10).then_some(())
@@ -856,17 +859,8 @@ async fn relative_paths_are_watched_the_default_config_directory_and_the_certifi
     .await;
 
     let first_der = client.connect(injector.tls).await.unwrap().peer_certificate;
-    for (name, text) in [
-        ("tls.key", &rotated.key_pem),
-        ("tls.crt", &rotated.cert_pem),
-    ] {
-        std::fs::write(setup.path(&format!("tls/.{name}.tmp")), text).unwrap();
-        std::fs::rename(
-            setup.path(&format!("tls/.{name}.tmp")),
-            setup.path(&format!("tls/{name}")),
-        )
-        .unwrap();
-    }
+    setup.replace_tls_file("tls.key", &rotated.key_pem);
+    setup.replace_tls_file("tls.crt", &rotated.cert_pem);
     eventually(DEADLINE, "the rotated certificate is served", || async {
         let der = client.connect(injector.tls).await.ok()?.peer_certificate;
         (der != first_der).then_some(())
