@@ -83,11 +83,7 @@ pub fn run(cli: Cli) -> ExitCode {
 /// source in their own text, and `{:#}` would repeat it.
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
-    let mut api_errors = Vec::new();
     for cause in err.chain() {
-        if let Some(kube::Error::Api(status)) = cause.downcast_ref::<kube::Error>() {
-            api_errors.push((cause.to_string(), describe_status(status)));
-        }
         let text = cause.to_string();
         if line.contains(&text) {
             continue;
@@ -97,22 +93,7 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
-    // kube prints an API error with a debug dump of the whole Status; say what the API server
-    // said instead, wherever an error quoted it.
-    for (raw, said) in api_errors {
-        line = line.replace(&raw, &said);
-    }
-    line
-}
-
-/// An API server's error as it said it: `pods is forbidden: ... (Forbidden, 403)`.
-fn describe_status(status: &kube::core::Status) -> String {
-    let reason = if status.reason.is_empty() {
-        String::new()
-    } else {
-        format!("{}, ", status.reason)
-    };
-    format!("{} ({reason}{})", status.message, status.code)
+    crate::cluster::api_errors_said(line, err.as_ref())
 }
 
 #[cfg(test)]

@@ -9,3 +9,70 @@ pub mod list;
 pub mod status;
 pub mod watch;
 pub mod webhook_ca;
+
+/// An error as one line of a log, with each API error in it said as the API server said it.
+pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
+    api_errors_said(err.to_string(), err)
+}
+
+/// `text` (an error's own words, or a line built from its causes) with every API error of
+/// `err`'s causes said as the API server said it: `namespaces "x" not found (NotFound, 404)`.
+/// kube prints one with a debug dump of the whole Status, several hundred characters on a line
+/// that an operator reads for the message alone.
+pub fn api_errors_said(mut text: String, err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = Some(err);
+    while let Some(current) = cause {
+        if let Some(kube::Error::Api(status)) = current.downcast_ref::<kube::Error>() {
+            text = text.replace(&current.to_string(), &describe_status(status));
+        }
+        cause = current.source();
+    }
+    text
+}
+
+/// An API server's error as it said it: `pods is forbidden: ... (Forbidden, 403)`.
+fn describe_status(status: &kube::core::Status) -> String {
+    let reason = if status.reason.is_empty() {
+        String::new()
+    } else {
+        format!("{}, ", status.reason)
+    };
+    format!("{} ({reason}{})", status.message, status.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_found() -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            status: Some(kube::core::response::StatusSummary::Failure),
+            code: 404,
+            message: "namespaces \"injector-system\" not found".into(),
+            metadata: None,
+            reason: "NotFound".into(),
+            details: None,
+        }))
+    }
+
+    #[test]
+    fn an_api_error_is_logged_as_the_api_server_said_it_wherever_it_is_quoted() {
+        assert!(
+            not_found().to_string().contains("Status {"),
+            "kube prints the Status dump this replaces"
+        );
+        assert_eq!(
+            error_text(&not_found()),
+            "namespaces \"injector-system\" not found (NotFound, 404)"
+        );
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot write the status ConfigMap: {0}")]
+        struct Write(#[source] kube::Error);
+        assert_eq!(
+            error_text(&Write(not_found())),
+            "cannot write the status ConfigMap: namespaces \"injector-system\" not found (NotFound, 404)"
+        );
+        let plain = std::io::Error::other("connection refused");
+        assert_eq!(error_text(&plain), "connection refused");
+    }
+}

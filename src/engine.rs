@@ -371,7 +371,8 @@ impl Engine {
                 self.revisions_version = Some(version);
             }
             Err(err) => warn!(
-                "{err}; a paused campaign cannot hold new pods at a good revision until it is read"
+                "{}; a paused campaign cannot hold new pods at a good revision until it is read",
+                crate::cluster::error_text(&err)
             ),
         }
     }
@@ -882,7 +883,8 @@ impl Engine {
     fn failed(&self, err: &ActionError) {
         warn!(
             action = err.metric_label().as_str(),
-            "{err}; retrying on the next plan"
+            "{}; retrying on the next plan",
+            crate::cluster::error_text(err)
         );
         self.metrics.record_api_error(err.metric_label());
     }

@@ -192,7 +192,10 @@ pub async fn run(
         {
             Ok(Ok(held)) => held,
             Ok(Err(err)) => {
-                warn!("cannot renew the rollout Lease: {err}");
+                warn!(
+                    "cannot renew the rollout Lease: {}",
+                    super::error_text(&err)
+                );
                 false
             }
             Err(_) => {
@@ -225,7 +228,10 @@ pub async fn run(
     match tokio::time::timeout(settings.renew_every, release(&api, &settings.identity)).await {
         Ok(Ok(true)) => info!(identity = %settings.identity, "released the rollout Lease"),
         Ok(Ok(false)) => {}
-        Ok(Err(err)) => warn!("cannot release the rollout Lease; it expires on its own: {err}"),
+        Ok(Err(err)) => warn!(
+            "cannot release the rollout Lease; it expires on its own: {}",
+            super::error_text(&err)
+        ),
         Err(_) => warn!("releasing the rollout Lease timed out; it expires on its own"),
     }
 }

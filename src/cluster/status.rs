@@ -368,8 +368,11 @@ pub async fn run_publisher(
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut published: Option<RevisionsInForce> = None;
     let mut last = tokio::time::Instant::now();
-    let mut retry = false;
+    // Failed attempts in a row: a conflict is retried within a second, a lasting failure (the
+    // namespace missing, no rights, an outage) ever less often, up to once a heartbeat.
+    let mut failures: u32 = 0;
     loop {
+        let retry = failures > 0;
         let due = published.is_none() || retry || last.elapsed() >= every;
         let changed = published.as_ref() != Some(&sidecars.borrow().revisions_in_force());
         if ready() && (due || changed) {
@@ -381,19 +384,23 @@ pub async fn run_publisher(
                     }
                     published = Some(revisions);
                     last = tokio::time::Instant::now();
-                    retry = false;
+                    failures = 0;
                 }
-                // A conflict (the engine or another replica wrote in between) or an outage:
-                // tried again within a second, not at the next heartbeat, which would leave
-                // the old revisions published that long.
+                // A conflict (the engine or another replica wrote in between) is tried again
+                // within a second, not at the next heartbeat, which would leave the old
+                // revisions published that long.
                 Err(err) => {
-                    tracing::warn!("cannot publish the revisions in force, retrying: {err}");
-                    retry = true;
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(
+                        "cannot publish the revisions in force, retrying in {:?}: {}",
+                        retry_delay(failures, every),
+                        super::error_text(&err)
+                    );
                 }
             }
         }
-        let wait = if retry {
-            std::time::Duration::from_secs(1)
+        let wait = if failures > 0 {
+            retry_delay(failures, every)
         } else if published.is_some() {
             every.saturating_sub(last.elapsed())
         } else {
@@ -408,8 +415,19 @@ pub async fn run_publisher(
     if published.is_some()
         && let Err(err) = withdraw(&api, &namespace, &identity).await
     {
-        tracing::warn!("cannot withdraw this replica's publication; it goes stale: {err}");
+        tracing::warn!(
+            "cannot withdraw this replica's publication; it goes stale: {}",
+            super::error_text(&err)
+        );
     }
+}
+
+/// How long to wait after the `failures`-th failed publication in a row: 1 s, doubling, at
+/// most `every` (the heartbeat).
+fn retry_delay(failures: u32, every: std::time::Duration) -> std::time::Duration {
+    let doubled = std::time::Duration::from_secs(1)
+        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)));
+    doubled.min(every.max(std::time::Duration::from_secs(1)))
 }
 
 /// One read-modify-write of this replica's publication (a replace at the version read, so a
@@ -777,5 +795,20 @@ mod tests {
     fn an_absent_item_is_none_and_a_malformed_one_an_error() {
         assert!(decode_injectors(&status(None)).unwrap().is_empty());
         assert!(decode_injectors(&status(Some("[1, 2]"))).is_err());
+    }
+
+    #[test]
+    fn a_failing_publication_is_retried_ever_less_often_up_to_the_heartbeat() {
+        let every = std::time::Duration::from_secs(30);
+        let delays: Vec<u64> = (1..=8)
+            .map(|failures| retry_delay(failures, every).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_delay(u32::MAX, every).as_secs(), 30);
+        // A heartbeat shorter than a second does not retry faster than once a second.
+        assert_eq!(
+            retry_delay(1, std::time::Duration::from_millis(100)).as_secs(),
+            1
+        );
     }
 }

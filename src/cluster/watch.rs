@@ -40,7 +40,7 @@ pub fn changes<K, T>(
             Ok(Event::Apply(object)) => project(object).map(Change::Applied),
             Ok(Event::Delete(object)) => project(object).map(Change::Deleted),
             Err(err) => {
-                warn!("{what} watch failed, retrying: {err}");
+                warn!("{what} watch failed, retrying: {}", super::error_text(&err));
                 None
             }
         };

@@ -107,7 +107,8 @@ pub async fn run(
             ),
             Err(err) => warn!(
                 webhook_configuration = name,
-                "cannot set the caBundle of the webhook configuration: {err}"
+                "cannot set the caBundle of the webhook configuration: {}",
+                super::error_text(&err)
             ),
         }
     }

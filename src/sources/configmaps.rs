@@ -137,7 +137,11 @@ async fn report_new_problems(
             secondary: None,
         };
         if let Err(publish) = recorder.publish(&event, &configmap.object_ref(&())).await {
-            warn!(origin = %err.origin, "cannot record the Warning Event: {publish}");
+            warn!(
+                origin = %err.origin,
+                "cannot record the Warning Event: {}",
+                crate::cluster::error_text(&publish)
+            );
         }
     }
     *reported = current;

@@ -328,3 +328,92 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(state(&report, "Deployment", "web"), "stale");
 }
+
+/// A replica whose `--injector-namespace` does not exist (not created yet, or misspelt) says so
+/// in the API server's words, tries again ever less often instead of every second, and
+/// publishes as soon as a retry finds the namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_injector_namespace_is_said_plainly_retried_ever_less_often_then_published() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    let absent = "e2e-publish-later-system";
+    let kubeconfig = support::cluster::control_plane()
+        .kubeconfig
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let ctx = TestContext::new(
+        "publish-later",
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--injector-namespace",
+            absent,
+            "--publish-interval",
+            "4s",
+        ],
+    )
+    .await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let failures = || -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
+        injector
+            .logs()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter_map(|record| {
+                let message = record["message"].as_str()?;
+                message
+                    .starts_with("cannot publish the revisions in force")
+                    .then(|| {
+                        let at = record["timestamp"].as_str().unwrap().parse().unwrap();
+                        (at, message.to_owned())
+                    })
+            })
+            .collect()
+    };
+    let seen = eventually(DEADLINE, "four failed publications", || async {
+        let seen = failures();
+        (seen.len() >= 4).then_some(seen)
+    })
+    .await;
+    for (_, message) in &seen {
+        assert!(
+            message.contains(&format!(
+                "namespaces \"{absent}\" not found (NotFound, 404)"
+            )) && !message.contains("Status {"),
+            "said as the API server said it, without a dump: {message}"
+        );
+    }
+    // Waits of 1 s, 2 s and 4 s (the heartbeat caps them): 7 s from the first failure to the
+    // fourth. Retrying every second, it took 3 s.
+    let span = seen[3].0.duration_since(seen[0].0);
+    assert!(
+        span >= k8s_openapi::jiff::SignedDuration::from_millis(6500),
+        "four failures within {span:?}: retried too often"
+    );
+    assert!(
+        seen[2].1.contains("retrying in 4s"),
+        "the third failure says when it retries: {}",
+        seen[2].1
+    );
+
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    create(&namespaces, json!({"metadata": {"name": absent}})).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), absent);
+    let stamp = logger_v1_stamp();
+    let (sidecar, revision) = stamp.split_once('=').unwrap();
+    eventually(DEADLINE, "published once the namespace exists", || async {
+        let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
+        let injectors: Value =
+            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
+        injectors
+            .as_object()?
+            .values()
+            .any(|p| p["revisions"][sidecar] == revision)
+            .then_some(())
+    })
+    .await;
+    namespaces
+        .delete(absent, &Default::default())
+        .await
+        .expect("the namespace deleted");
+}
