@@ -334,7 +334,7 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
 /// publishes as soon as a retry finds the namespace.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_injector_namespace_is_said_plainly_retried_ever_less_often_then_published() {
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::api::core::v1::Namespace;
     let absent = "e2e-publish-later-system";
     let kubeconfig = support::cluster::control_plane()
         .kubeconfig
@@ -398,20 +398,7 @@ async fn a_missing_injector_namespace_is_said_plainly_retried_ever_less_often_th
 
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
     create(&namespaces, json!({"metadata": {"name": absent}})).await;
-    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), absent);
-    let stamp = logger_v1_stamp();
-    let (sidecar, revision) = stamp.split_once('=').unwrap();
-    eventually(DEADLINE, "published once the namespace exists", || async {
-        let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
-        let injectors: Value =
-            serde_json::from_str(status.data.as_ref()?.get("injectors")?).ok()?;
-        injectors
-            .as_object()?
-            .values()
-            .any(|p| p["revisions"][sidecar] == revision)
-            .then_some(())
-    })
-    .await;
+    wait_published_in(&ctx, absent, &logger_v1_stamp()).await;
     namespaces
         .delete(absent, &Default::default())
         .await

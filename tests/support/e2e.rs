@@ -545,8 +545,14 @@ pub fn watch_availability(
 /// Waits until the test's running injector publishes `stamp` (`name:version=REV`) in its
 /// status ConfigMap, as it does within moments of a config edit.
 pub async fn wait_published(ctx: &TestContext, stamp: &str) {
+    wait_published_in(ctx, &ctx.namespace, stamp).await;
+}
+
+/// As [`wait_published`], with the status ConfigMap in `namespace` (`--injector-namespace`).
+pub async fn wait_published_in(ctx: &TestContext, namespace: &str, stamp: &str) {
     let (sidecar, revision) = stamp.split_once('=').unwrap();
-    let configmaps = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(ctx.client.clone(), namespace);
     eventually(DEADLINE, &format!("{stamp} published"), || async {
         let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
         let injectors: Value =
