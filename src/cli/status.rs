@@ -159,6 +159,14 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
         None => writeln!(out, "rollout Lease: free (no engine acts now)")?,
     }
     writeln!(out)?;
+    if view.campaigns.campaigns.is_empty() {
+        // An empty table would read as a failed query; say why there are no rows.
+        writeln!(
+            out,
+            "(no rollout campaign recorded in {namespace}: neither the engine nor `rollout --confirm` has run)"
+        )?;
+        return Ok(());
+    }
     writeln!(
         out,
         "{:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
@@ -229,5 +237,10 @@ mod tests {
         let table = String::from_utf8(table).unwrap();
         assert!(table.contains("3630s ago (stale)"), "{table}");
         assert!(table.contains("rollout Lease: free"), "{table}");
+        assert!(
+            table.contains("(no rollout campaign recorded in injector-system")
+                && !table.contains("SUCCEEDED"),
+            "no campaign: a line that says so, not an empty table: {table}"
+        );
     }
 }
