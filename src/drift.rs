@@ -210,17 +210,26 @@ impl DriftReport {
     /// Only these sidecars (by normalised name) and, for workloads, these states; an empty
     /// list keeps everything.
     pub fn filtered(mut self, sidecars: &[String], states: &[DriftState]) -> Self {
-        let wanted: Vec<String> = sidecars
-            .iter()
-            .map(|s| {
-                crate::name::SidecarName::parse(s).map_or_else(|_| s.clone(), |n| n.to_string())
-            })
-            .collect();
+        let wanted: Vec<String> = sidecars.iter().map(|s| canonical_sidecar(s)).collect();
         let keep = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
         self.sidecars.retain(|s| keep(&s.name));
         self.workloads
             .retain(|w| keep(&w.sidecar) && (states.is_empty() || states.contains(&w.state)));
         self
+    }
+
+    /// The `--sidecar` values that name no sidecar of the report (none configured, none
+    /// requested by a listed pod): a misspelt name would otherwise give an empty report that
+    /// reads as "nothing to do".
+    pub fn unmatched_sidecars<'a>(&self, sidecars: &'a [String]) -> Vec<&'a str> {
+        sidecars
+            .iter()
+            .filter(|wanted| {
+                let wanted = canonical_sidecar(wanted);
+                !self.sidecars.iter().any(|s| s.name == wanted)
+            })
+            .map(String::as_str)
+            .collect()
     }
 
     /// Whether a workload in the report runs a stale sidecar or was never injected.
@@ -229,6 +238,12 @@ impl DriftReport {
             .iter()
             .any(|w| matches!(w.state, DriftState::Stale | DriftState::Uninjected))
     }
+}
+
+/// A sidecar name as the report spells it (`Logger` is `logger:latest`); text that does not
+/// parse as a name is kept as it is, and matches nothing.
+fn canonical_sidecar(text: &str) -> String {
+    crate::name::SidecarName::parse(text).map_or_else(|_| text.to_owned(), |n| n.to_string())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -45,11 +45,18 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .flatten()
             .unwrap_or_default();
         // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
-        let mut report = match revisions_from_status(status.as_ref(), &args.cluster)? {
+        let report = match revisions_from_status(status.as_ref(), &args.cluster)? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&book.pinned(&sidecars).0, &policy),
+        };
+        for name in report.unmatched_sidecars(&args.sidecars) {
+            notice(
+                tracing::Level::WARN,
+                &format!("--sidecar {name}: no config defines it and no listed pod requests it"),
+                &[],
+            );
         }
-        .filtered(&args.sidecars, &args.states);
+        let mut report = report.filtered(&args.sidecars, &args.states);
         let manual = sidecars
             .iter()
             .filter(|s| s.config.rollout_mode() == crate::config::RolloutMode::Manual)

@@ -678,6 +678,12 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         ],
     };
     assert!(report.needs_restart());
+    let asked: Vec<String> = vec!["Logger".into(), "tracer:v1".into(), "tracr:v1".into()];
+    assert_eq!(
+        report.unmatched_sidecars(&asked),
+        ["tracr:v1"],
+        "a misspelt name is called out; `Logger` is logger:latest"
+    );
     let logger = report.clone().filtered(&["Logger".into()], &[]);
     assert_eq!(logger.sidecars.len(), 1);
     assert_eq!(logger.workloads.len(), 1, "`Logger` means logger:latest");

@@ -195,6 +195,15 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         "{}",
         String::from_utf8_lossy(&calm.stderr)
     );
+    // A misspelt --sidecar is called out, not answered with an empty report alone.
+    let misspelt = run(&["-n", "e2e-drift", "--sidecar", "tracr:v1"]);
+    assert!(
+        misspelt.status.success()
+            && String::from_utf8_lossy(&misspelt.stderr)
+                .contains("--sidecar tracr:v1: no config defines it and no listed pod requests it"),
+        "{}",
+        String::from_utf8_lossy(&misspelt.stderr)
+    );
     let unknown_context = run(&["--context", "no-such-context"]);
     assert!(!unknown_context.status.success());
     assert!(
