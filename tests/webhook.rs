@@ -45,23 +45,33 @@ impl Setup {
     }
 
     fn start(&self, extra: &[&str]) -> Injector {
-        let config = self.path("config");
-        let cert = self.path("tls/tls.crt");
-        let key = self.path("tls/tls.key");
+        let args = self.args(extra);
+        Injector::start(self.dir.path(), &to_strs(&args), &[])
+    }
+
+    /// As [`Setup::start`], without waiting for it to listen.
+    fn spawn(&self, extra: &[&str]) -> Injector {
+        let args = self.args(extra);
+        Injector::spawn(self.dir.path(), &to_strs(&args), &[])
+    }
+
+    /// `serve`'s arguments: this setup's certificate and configs, no shutdown delay, `extra`.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let path = |relative: &str| self.path(relative).to_str().unwrap().to_owned();
         let mut args = vec![
-            "--tls-cert-file",
-            cert.to_str().unwrap(),
-            "--tls-key-file",
-            key.to_str().unwrap(),
+            "--tls-cert-file".to_owned(),
+            path("tls/tls.crt"),
+            "--tls-key-file".to_owned(),
+            path("tls/tls.key"),
         ];
         if !extra.contains(&"--config-directory") {
-            args.extend(["--config-directory", config.to_str().unwrap()]);
+            args.extend(["--config-directory".to_owned(), path("config")]);
         }
         if !extra.contains(&"--shutdown-delay") {
-            args.extend(["--shutdown-delay", "0s"]);
+            args.extend(["--shutdown-delay".to_owned(), "0s".to_owned()]);
         }
-        args.extend_from_slice(extra);
-        Injector::start(self.dir.path(), &args, &[])
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args
     }
 
     /// Replaces `tls/NAME` as the kubelet does a Secret's file: written aside, renamed into
@@ -75,6 +85,10 @@ impl Setup {
     fn client(&self) -> TlsClient {
         TlsClient::new(&[self.certs.ca_pem.as_bytes()])
     }
+}
+
+fn to_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
 
 fn fixture(name: &str) -> Value {
@@ -872,56 +886,19 @@ async fn relative_paths_are_watched_the_default_config_directory_and_the_certifi
 fn a_port_in_use_stops_serve_at_once_with_an_error_naming_it() {
     let setup = Setup::new();
     let running = setup.start(&[]);
-    let cert = setup.path("tls/tls.crt");
-    let key = setup.path("tls/tls.key");
-    let config = setup.path("config");
     for (flag, taken) in [
         ("--tls-port", running.tls.port()),
         ("--lifecycle-port", running.lifecycle.port()),
     ] {
         let taken = taken.to_string();
-        let mut args = vec![
-            "serve",
-            "--bind-address",
-            "127.0.0.1",
-            "--tls-cert-file",
-            cert.to_str().unwrap(),
-            "--tls-key-file",
-            key.to_str().unwrap(),
-            "--config-directory",
-            config.to_str().unwrap(),
-            "--tls-port",
-            "0",
-            "--lifecycle-port",
-            "0",
-        ];
-        let at = args.iter().position(|a| *a == flag).unwrap();
-        args[at + 1] = &taken;
-        let mut second = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .args(&args)
-            .current_dir(setup.dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let started = std::time::Instant::now();
-        let status = loop {
-            if let Some(status) = second.try_wait().unwrap() {
-                break status;
-            }
-            if started.elapsed() > DEADLINE {
-                second.kill().unwrap();
-                panic!("serve with {flag} {taken} (in use) still runs after {DEADLINE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+        let mut second = setup.spawn(&[flag, &taken]);
+        let status = second.wait_exit(DEADLINE);
+        let logs = second.logs().join("\n");
         assert!(!status.success(), "{flag}: {status}");
         assert!(
-            stderr.contains(&format!("cannot listen on 127.0.0.1:{taken} ({flag})"))
-                && stderr.contains("in use"),
-            "{flag}: {stderr}"
+            logs.contains(&format!("cannot listen on 127.0.0.1:{taken} ({flag})"))
+                && logs.contains("in use"),
+            "{flag}: {logs}"
         );
     }
 }

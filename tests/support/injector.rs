@@ -15,6 +15,8 @@ pub struct Injector {
     pub tls: SocketAddr,
     pub lifecycle: SocketAddr,
     logs: Arc<Mutex<Vec<String>>>,
+    /// The thread reading stderr into `logs`; finished once the process and its pipe are gone.
+    reader: std::thread::JoinHandle<()>,
 }
 
 impl Injector {
@@ -31,6 +33,27 @@ impl Injector {
 
     /// As [`Injector::start`], with another build of the binary (the release one).
     pub fn start_binary(binary: &Path, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut injector = Self::spawn_binary(binary, cwd, args, env);
+        let listening = injector.wait_for_log(Duration::from_secs(20), |line| {
+            line["message"] == "listening"
+        });
+        injector.tls = listening["tls"].as_str().unwrap().parse().unwrap();
+        injector.lifecycle = listening["lifecycle"].as_str().unwrap().parse().unwrap();
+        injector
+    }
+
+    /// Starts `serve` as [`Injector::start`] does, without waiting for it to listen (for a
+    /// start that is meant to fail). `tls` and `lifecycle` stay unset.
+    pub fn spawn(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_binary(
+            Path::new(env!("CARGO_BIN_EXE_sidecar-injector")),
+            cwd,
+            args,
+            env,
+        )
+    }
+
+    fn spawn_binary(binary: &Path, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(binary);
         command
             .current_dir(cwd)
@@ -67,23 +90,18 @@ impl Injector {
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = logs.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
-        let mut injector = Injector {
+        Injector {
             child,
             tls: "0.0.0.0:0".parse().unwrap(),
             lifecycle: "0.0.0.0:0".parse().unwrap(),
             logs,
-        };
-        let listening = injector.wait_for_log(Duration::from_secs(20), |line| {
-            line["message"] == "listening"
-        });
-        injector.tls = listening["tls"].as_str().unwrap().parse().unwrap();
-        injector.lifecycle = listening["lifecycle"].as_str().unwrap().parse().unwrap();
-        injector
+            reader,
+        }
     }
 
     pub fn logs(&self) -> Vec<String> {
@@ -129,11 +147,19 @@ impl Injector {
         assert!(status.success());
     }
 
-    /// Waits for the process to exit, up to `deadline`.
+    /// Waits for the process to exit, up to `deadline`, and for its last log lines to be read
+    /// (the reader may lag behind the exit).
     pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                while !self.reader.is_finished() {
+                    assert!(
+                        start.elapsed() < deadline,
+                        "the injector exited ({status}) but its stderr stays open after {deadline:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 return status;
             }
             assert!(
