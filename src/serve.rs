@@ -236,6 +236,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 
     let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
     let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
+    crate::sources::check_config_directory(&options.config_directory)?;
     reload_configs(&options.config_directory, &sources, &metrics).await;
     readiness.configs_loaded.store(true, Ordering::Release);
     spawn_config_reloader(

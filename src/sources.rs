@@ -22,6 +22,13 @@ pub const CONFIG_SOURCE_DIRECTORY: &str = "directory";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    #[error(
+        "the config directory {} does not exist (--config-directory, CONFIG_DIR)",
+        directory.display()
+    )]
+    NoDirectory { directory: PathBuf },
+    #[error("the config directory {} is not a directory (--config-directory, CONFIG_DIR)", directory.display())]
+    NotADirectory { directory: PathBuf },
     #[error("cannot watch {}: {source}", directory.display())]
     WatchDirectory {
         directory: PathBuf,
@@ -112,6 +119,22 @@ pub async fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, me
     }
     metrics.record_config_reload(CONFIG_SOURCE_DIRECTORY, summary.errors == 0, summary.served);
     sources.publish(CONFIG_SOURCE_DIRECTORY);
+}
+
+/// The config directory is there to be read and watched: without it `serve` would start with
+/// no directory configs and fail at the watch with notify's words for it.
+pub fn check_config_directory(directory: &Path) -> Result<(), SourceError> {
+    match std::fs::metadata(directory) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(SourceError::NotADirectory {
+            directory: directory.to_path_buf(),
+        }),
+        // Another failure (no permission to look) is left to the read, which says which.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(SourceError::NoDirectory {
+            directory: directory.to_path_buf(),
+        }),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Reloads the config directory after each (debounced) change in it.

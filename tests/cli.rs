@@ -652,7 +652,7 @@ fn run_as_tumblrs_entrypoint_sh_the_binary_serves_with_the_scripts_defaults() {
     assert!(!output.status.success(), "{stderr}");
     assert!(
         stderr.contains(
-            "run as Tumblr's entrypoint.sh: serve --annotation-namespace=injector.tumblr.com --configmap-labels=app=k8s-sidecar-injector"
+            "run as Tumblr's entrypoint.sh: serve --annotation-namespace=injector.tumblr.com --configmap-labels=app=k8s-sidecar-injector --config-directory=/conf"
         ),
         "{stderr}"
     );
@@ -660,6 +660,48 @@ fn run_as_tumblrs_entrypoint_sh_the_binary_serves_with_the_scripts_defaults() {
         stderr.contains("--configmap-labels needs a cluster connection"),
         "{stderr}"
     );
+    // The Deployment's args may set what the script defaulted: given once, not twice.
+    let output = Command::new(&link)
+        .args(["--annotation-namespace=example.com", "--configmap-labels="])
+        .args(["--config-directory", "config", "--tls-port", "0"])
+        .args(["--lifecycle-port", "0", "--help"])
+        .current_dir(ROOT)
+        .env_remove("ANNOTATION_NAMESPACE")
+        .env_remove("CONFIGMAP_LABELS")
+        .env_remove("CONFIG_DIR")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("--annotation-namespace"),
+        "serve's help"
+    );
+}
+
+#[test]
+fn a_missing_config_directory_stops_serve_with_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    for (given, said) in [
+        ("missing", "the config directory missing does not exist"),
+        ("file", "the config directory file is not a directory"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["serve", "--config-directory", given])
+            .args(["--tls-port", "0", "--lifecycle-port", "0"])
+            .current_dir(dir.path())
+            .env("KUBECONFIG", dir.path().join("none"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("CONFIG_DIR")
+            .output()
+            .unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("error: {said} (--config-directory, CONFIG_DIR)")),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -744,10 +744,29 @@ fn is_kubectl_plugin(argv0: Option<&std::ffi::OsString>) -> bool {
 /// binary.
 pub const TUMBLR_ENTRYPOINT: &str = "entrypoint.sh";
 
+/// The defaults of Tumblr's entrypoint script that differ from `serve`'s: the variable, the
+/// flag, and the script's value.
+const TUMBLR_SCRIPT_DEFAULTS: [(&str, &str, &str); 3] = [
+    (
+        "ANNOTATION_NAMESPACE",
+        "--annotation-namespace",
+        "injector.tumblr.com",
+    ),
+    (
+        "CONFIGMAP_LABELS",
+        "--configmap-labels",
+        "app=k8s-sidecar-injector",
+    ),
+    ("CONFIG_DIR", "--config-directory", "/conf"),
+];
+
 /// Run as `entrypoint.sh`, the binary does what Tumblr's entrypoint script did: `serve`, with
-/// the script's defaults for what the environment leaves unset (annotation namespace
-/// `injector.tumblr.com`, ConfigMap labels `app=k8s-sidecar-injector`), so that a Tumblr
-/// Deployment whose image is swapped keeps injecting the pods it injected.
+/// the script's defaults for what neither the environment nor the arguments set (annotation
+/// namespace `injector.tumblr.com`, ConfigMap labels `app=k8s-sidecar-injector`, config
+/// directory `/conf`), so that a Tumblr Deployment whose image is swapped keeps injecting the
+/// pods it injected. The script put its flags before the Deployment's `args`, and Go's flags
+/// let the last one win; here a flag given in `args` replaces the default instead of
+/// repeating it.
 pub fn tumblr_entrypoint(
     args: Vec<std::ffi::OsString>,
     env: impl Fn(&str) -> Option<String>,
@@ -759,12 +778,21 @@ pub fn tumblr_entrypoint(
     if !invoked_as {
         return args;
     }
+    let given = |flag: &str| {
+        args.iter().skip(1).any(|arg| {
+            arg.to_str().is_some_and(|arg| {
+                arg == flag
+                    || arg
+                        .strip_prefix(flag)
+                        .is_some_and(|rest| rest.starts_with('='))
+            })
+        })
+    };
     let mut out: Vec<std::ffi::OsString> = vec![args[0].clone(), "serve".into()];
-    if env("ANNOTATION_NAMESPACE").is_none() {
-        out.push("--annotation-namespace=injector.tumblr.com".into());
-    }
-    if env("CONFIGMAP_LABELS").is_none() {
-        out.push("--configmap-labels=app=k8s-sidecar-injector".into());
+    for (variable, flag, value) in TUMBLR_SCRIPT_DEFAULTS {
+        if env(variable).is_none() && !given(flag) {
+            out.push(format!("{flag}={value}").into());
+        }
     }
     out.extend(args.into_iter().skip(1));
     out
@@ -812,6 +840,7 @@ mod tests {
                 "serve",
                 "--annotation-namespace=injector.tumblr.com",
                 "--configmap-labels=app=k8s-sidecar-injector",
+                "--config-directory=/conf",
                 "--v=2"
             ]
         );
@@ -823,7 +852,29 @@ mod tests {
                 "/bin/entrypoint.sh",
                 "serve",
                 "--configmap-labels=app=k8s-sidecar-injector",
+                "--config-directory=/conf",
                 "--v=2"
+            ]
+        );
+        // A flag the Deployment's args give replaces the script's default (Go's flags let the
+        // last one win), in either spelling; a longer flag is not mistaken for it.
+        let given = vec![
+            "/bin/entrypoint.sh".into(),
+            "--annotation-namespace=example.com".into(),
+            "--config-directory".into(),
+            "conf/".into(),
+            "--configmap-labels-extra".into(),
+        ];
+        assert_eq!(
+            strings(&tumblr_entrypoint(given, none)),
+            [
+                "/bin/entrypoint.sh",
+                "serve",
+                "--configmap-labels=app=k8s-sidecar-injector",
+                "--annotation-namespace=example.com",
+                "--config-directory",
+                "conf/",
+                "--configmap-labels-extra"
             ]
         );
         // Under its own name nothing changes.
