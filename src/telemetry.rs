@@ -114,7 +114,17 @@ pub fn init(level: LogLevel, format: LogFormat) {
     } else {
         "warn"
     };
-    let filter = EnvFilter::new(format!("{others},sidecar_injector={level}"));
+    // kube's watcher logs each failed list with a debug dump of the API's Status; the watch
+    // that failed logs it again in the API server's words (cluster::watch), so kube's copy is
+    // left to tracing.
+    let watcher = if level.0 == Level::TRACE {
+        "debug"
+    } else {
+        "error"
+    };
+    let filter = EnvFilter::new(format!(
+        "{others},kube_runtime::watcher={watcher},sidecar_injector={level}"
+    ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

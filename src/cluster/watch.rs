@@ -4,7 +4,7 @@
 
 use futures::{Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use tracing::warn;
 
 /// What a watch delivers, after relist buffering.
@@ -60,11 +60,36 @@ where
     T: Send + 'static,
 {
     changes(
-        watcher::watcher(api, config).default_backoff(),
+        init_after_success(watcher::watcher(api, config)).backoff(DefaultBackoff::default()),
         what,
         project,
     )
     .boxed()
+}
+
+/// `events` with each `Event::Init` held back until the (re)list it starts delivers something.
+/// kube's watcher sends `Init` before it tries to list, and its backoff is reset by any item
+/// that is not an error: a list that kept failing (no rights, an API the server does not
+/// serve) reset it every time and was retried about every second, forever. Held back, only a
+/// list that works resets the backoff, and a failing one is retried after 0.8 s, 1.6 s, ... up
+/// to 30 s.
+pub fn init_after_success<K>(
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> {
+    events
+        .scan(false, |init_held, event| {
+            let out = match event {
+                Ok(Event::Init) => {
+                    *init_held = true;
+                    Vec::new()
+                }
+                Err(err) => vec![Err(err)],
+                Ok(event) if std::mem::take(init_held) => vec![Ok(Event::Init), Ok(event)],
+                Ok(event) => vec![Ok(event)],
+            };
+            std::future::ready(Some(futures::stream::iter(out)))
+        })
+        .flatten()
 }
 
 #[cfg(test)]
@@ -113,5 +138,69 @@ mod tests {
             Ok(Event::InitDone),
         ]);
         assert_eq!(got, [Change::Listed(vec![]), Change::Listed(vec![80])]);
+    }
+
+    #[test]
+    fn init_is_held_back_until_the_list_it_starts_delivers_something() {
+        let failed = || Err(watcher::Error::NoResourceVersion);
+        let events = stream::iter(vec![
+            Ok(Event::Init),
+            failed(),
+            Ok(Event::Init),
+            failed(),
+            Ok(Event::Init),
+            Ok(Event::InitApply(2)),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(4)),
+        ]);
+        let got: Vec<String> = block_on(init_after_success(events).collect::<Vec<_>>())
+            .into_iter()
+            .map(|event| match event {
+                Ok(Event::Init) => "init".to_owned(),
+                Ok(Event::InitApply(n)) => format!("init-apply {n}"),
+                Ok(Event::InitDone) => "init-done".to_owned(),
+                Ok(Event::Apply(n)) => format!("apply {n}"),
+                Ok(Event::Delete(n)) => format!("delete {n}"),
+                Err(_) => "error".to_owned(),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "error",
+                "error",
+                "init",
+                "init-apply 2",
+                "init-done",
+                "apply 4"
+            ]
+        );
+    }
+
+    /// A list that keeps failing, as kube's watcher reports it (`Init`, then the error), is
+    /// retried ever less often: 0.8 s doubling (with jitter) up to 30 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_list_that_keeps_failing_is_retried_ever_less_often() {
+        let failing = stream::iter(std::iter::repeat_with(|| {
+            [
+                Ok(Event::<u32>::Init),
+                Err(watcher::Error::NoResourceVersion),
+            ]
+        }))
+        .flat_map(stream::iter);
+        let start = tokio::time::Instant::now();
+        let at: Vec<std::time::Duration> = init_after_success(failing)
+            .backoff(DefaultBackoff::default())
+            .take(8)
+            .map(|_| start.elapsed())
+            .collect()
+            .await;
+        // Retried every second instead (the backoff reset by each `Init`), the eighth failure
+        // came after about 6-11 s.
+        assert!(
+            at[7] >= std::time::Duration::from_secs(40),
+            "eight failures within {:?}: {at:?}",
+            at[7]
+        );
     }
 }
