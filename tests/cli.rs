@@ -294,6 +294,68 @@ fn validate_lists_every_example_with_its_revision() {
     );
 }
 
+/// What `kubectl get configmaps -l app=k8s-sidecar-injector -A -o yaml` prints: a List, here
+/// with Tumblr's own example ConfigMap, whose `environment:` key Tumblr ignored.
+const CONFIGMAP_LIST: &str = r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: sidecar-test, namespace: kube-system, labels: {app: k8s-sidecar-injector}}
+  data:
+    test1: |
+      name: test1
+      environment:
+        - name: HELLO
+          value: world
+      containers:
+      - name: sidecar-nginx
+        image: nginx:1.12.2
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: sidecars, namespace: kube-system}
+  data:
+    tracer: |
+      name: tracer:v1
+      containers: [{name: tracer, image: "tracer:1"}]
+"#;
+
+#[test]
+fn validate_reads_configmap_manifests_item_by_item_from_a_file_or_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("configmaps.yaml");
+    std::fs::write(&file, CONFIGMAP_LIST).unwrap();
+    for output in [
+        run(&["validate", "-"], Some(CONFIGMAP_LIST)),
+        run(&["validate", file.to_str().unwrap()], None),
+    ] {
+        let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+        assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stdout.contains("ok  tracer:v1")
+                && stdout.contains("ConfigMap kube-system/sidecars item tracer"),
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains(
+                "error: ConfigMap kube-system/sidecar-test item test1:2: unknown top-level key \"environment\""
+            ),
+            "{stderr}"
+        );
+    }
+    // A config on standard input is a config, named `-`.
+    let config = std::fs::read_to_string(format!("{ROOT}/config/logger-v1.yaml")).unwrap();
+    let output = run(&["validate", "-"], Some(&config));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        format!(
+            "ok  logger:v1                {}  -\n",
+            validated_revision("logger:v1")
+        )
+    );
+}
+
 #[test]
 fn validate_reports_errors_by_file_and_line_and_fails() {
     let dir = tempfile::tempdir().unwrap();

@@ -651,7 +651,9 @@ pub struct InjectArgs {
 pub struct ValidateArgs {
     #[command(flatten)]
     pub configs: ConfigDirectoryArgs,
-    /// Config files or directories to check; the config directory when none is given.
+    /// Config files or directories to check (`-`: standard input); the config directory when
+    /// none is given. A file holding ConfigMaps (`kubectl get configmaps -o yaml`) is checked
+    /// item by item, as the ConfigMap source reads it.
     pub paths: Vec<PathBuf>,
 }
 
