@@ -343,6 +343,21 @@ fn validate_reads_configmap_manifests_item_by_item_from_a_file_or_stdin() {
             "{stderr}"
         );
     }
+    // A FIFO named on the command line is refused by name, not read (it would block).
+    let fifo = dir.path().join("pipe.yaml");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let output = Command::new("timeout")
+        .args(["10", env!("CARGO_BIN_EXE_sidecar-injector"), "validate"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "124 is a hang");
+    assert!(
+        text(&output.stderr).contains("a FIFO, not a regular file"),
+        "{}",
+        text(&output.stderr)
+    );
     // A config on standard input is a config, named `-`.
     let config = std::fs::read_to_string(format!("{ROOT}/config/logger-v1.yaml")).unwrap();
     let output = run(&["validate", "-"], Some(&config));

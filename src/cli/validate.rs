@@ -87,6 +87,10 @@ const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 /// The file's text, when it is small enough to be a manifest; a config file too large or
 /// unreadable is left to the config loader, which says why.
 fn read_manifest(file: &Path) -> Option<String> {
+    // A FIFO or a device would block or never end: the config loader refuses them by name.
+    if !std::fs::metadata(file).ok()?.is_file() {
+        return None;
+    }
     let mut text = String::new();
     std::fs::File::open(file)
         .ok()?
