@@ -362,43 +362,16 @@ async fn a_missing_injector_namespace_is_said_plainly_retried_ever_less_often_th
         ],
     )
     .await;
-    let injector = ctx.injector.as_ref().unwrap();
-    let failures = || -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
-        injector
-            .logs()
-            .iter()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter_map(|record| {
-                let message = record["message"].as_str()?;
-                message
-                    .starts_with("cannot publish the revisions in force")
-                    .then(|| {
-                        let at = record["timestamp"].as_str().unwrap().parse().unwrap();
-                        (at, message.to_owned())
-                    })
-            })
-            .collect()
-    };
-    let seen = eventually(DEADLINE, "four failed publications", || async {
-        let seen = failures();
-        (seen.len() >= 4).then_some(seen)
-    })
+    let seen = wait_failures(
+        ctx.injector.as_ref().unwrap(),
+        4,
+        |message| message.starts_with("cannot publish the revisions in force"),
+        &format!("namespaces \"{absent}\" not found (NotFound, 404)"),
+        // Waits of 1 s, 2 s and 4 s (the heartbeat caps them): 7 s from the first failure to
+        // the fourth. Retrying every second, it took 3 s.
+        Duration::from_millis(6500),
+    )
     .await;
-    for (_, message) in &seen {
-        assert!(
-            message.contains(&format!(
-                "namespaces \"{absent}\" not found (NotFound, 404)"
-            )) && !message.contains("Status {"),
-            "said as the API server said it, without a dump: {message}"
-        );
-    }
-    // Waits of 1 s, 2 s and 4 s (the heartbeat caps them): 7 s from the first failure to the
-    // fourth. Retrying every second, it took 3 s.
-    let span = seen[3].0.duration_since(seen[0].0);
-    assert!(
-        span >= k8s_openapi::jiff::SignedDuration::from_millis(6500),
-        "four failures within {span:?}: retried too often"
-    );
     assert!(
         seen[2].1.contains("retrying in 4s"),
         "the third failure says when it retries: {}",
@@ -412,4 +385,71 @@ async fn a_missing_injector_namespace_is_said_plainly_retried_ever_less_often_th
         .delete(absent, &Default::default())
         .await
         .expect("the namespace deleted");
+}
+
+/// Under a ClusterRole like Tumblr's (ConfigMaps only), the drift index's watches are refused.
+/// Each refusal is logged once, in the API server's words, and retried ever less often: kube's
+/// watcher sends `Init` before each list, which reset its backoff and kept the retries at about
+/// a second.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_the_rbac_refuses_is_retried_ever_less_often_and_said_once() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let ctx = TestContext::new("refused-watch", &[]).await;
+    let account = "tumblr-like";
+    create(
+        &ctx.api::<ServiceAccount>(),
+        json!({"metadata": {"name": account}}),
+    )
+    .await;
+    let role = "e2e-refused-watch-configmaps-only";
+    create(
+        &Api::<ClusterRole>::all(ctx.client.clone()),
+        json!({
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]
+        }),
+    )
+    .await;
+    create(
+        &Api::<ClusterRoleBinding>::all(ctx.client.clone()),
+        json!({
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ctx.namespace}]
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = support::cluster::service_account_kubeconfig(
+        &ctx.client,
+        &ctx.namespace,
+        account,
+        dir.path(),
+    )
+    .await;
+    let refused = ctx.start_replica_with(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--rollout=off",
+    ]);
+    wait_failures(
+        &refused,
+        5,
+        |message| {
+            message.starts_with("drift watch failed") && message.contains("pods is forbidden")
+        },
+        "(Forbidden, 403)",
+        // Waits of at least 0.8, 1.6, 3.2 and 6.4 s: 12 s from the first refusal to the fifth.
+        // Reset by each `Init`, they stayed between 0.8 and 1.6 s: at most 6.4 s.
+        Duration::from_secs(9),
+    )
+    .await;
+    assert!(
+        !refused
+            .logs()
+            .iter()
+            .any(|line| line.contains("\"target\":\"kube_runtime::watcher\"")),
+        "kube's own warning (with the Status dump) repeats ours"
+    );
 }

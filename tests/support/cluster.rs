@@ -414,10 +414,23 @@ pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -
         )
         .await
         .expect("ServiceAccount");
-    // v1.20 still makes a token Secret for each ServiceAccount.
+    service_account_kubeconfig(client, namespace, "sidecar-injector", dir).await
+}
+
+/// A kubeconfig in `dir` that connects as the ServiceAccount `account` of `namespace` (created
+/// beforehand), with the token v1.20 still puts in a Secret for each ServiceAccount.
+pub async fn service_account_kubeconfig(
+    client: &Client,
+    namespace: &str,
+    account: &str,
+    dir: &Path,
+) -> PathBuf {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let token =
-        super::injector::eventually(Duration::from_secs(30), "the injector's token", || async {
+    let prefix = format!("{account}-token-");
+    let token = super::injector::eventually(
+        Duration::from_secs(30),
+        &format!("{account}'s token"),
+        || async {
             secrets
                 .list(&Default::default())
                 .await
@@ -428,20 +441,21 @@ pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -
                     s.metadata
                         .name
                         .as_deref()?
-                        .starts_with("sidecar-injector-token-")
+                        .starts_with(&prefix)
                         .then_some(())?;
                     String::from_utf8(s.data?.get("token")?.0.clone()).ok()
                 })
-        })
-        .await;
+        },
+    )
+    .await;
     let admin = std::fs::read_to_string(&control_plane().kubeconfig).unwrap();
-    let as_injector = admin.replace("token: admin-token", &format!("token: {token}"));
+    let as_account = admin.replace("token: admin-token", &format!("token: {token}"));
     assert_ne!(
-        admin, as_injector,
+        admin, as_account,
         "the testbed kubeconfig has the admin token to replace"
     );
-    let path = dir.join("injector.kubeconfig");
-    std::fs::write(&path, as_injector).unwrap();
+    let path = dir.join(format!("{account}.kubeconfig"));
+    std::fs::write(&path, as_account).unwrap();
     path
 }
 

@@ -172,6 +172,50 @@ pub async fn wait_logged(injector: &super::injector::Injector, text: &str) -> St
     .await
 }
 
+/// Waits until the injector has logged `count` messages that `matches` (failures it retries);
+/// returns them with their times. Each is checked to say what the API server `said`, without
+/// kube's dump of the whole Status, and the first and the last to be at least `spread` apart
+/// (retried ever less often, not every second).
+pub async fn wait_failures(
+    injector: &super::injector::Injector,
+    count: usize,
+    matches: impl Fn(&str) -> bool,
+    said: &str,
+    spread: Duration,
+) -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
+    let failures = || -> Vec<(k8s_openapi::jiff::Timestamp, String)> {
+        injector
+            .logs()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter_map(|record| {
+                let message = record["message"].as_str()?;
+                matches(message).then(|| {
+                    let at = record["timestamp"].as_str().unwrap().parse().unwrap();
+                    (at, message.to_owned())
+                })
+            })
+            .collect()
+    };
+    let seen = eventually(DEADLINE, &format!("{count} failures logged"), || async {
+        let seen = failures();
+        (seen.len() >= count).then_some(seen)
+    })
+    .await;
+    for (_, message) in &seen {
+        assert!(
+            message.contains(said) && !message.contains("Status {"),
+            "said as the API server said it ({said}), without a dump: {message}"
+        );
+    }
+    let span = seen[count - 1].0.duration_since(seen[0].0);
+    assert!(
+        span >= k8s_openapi::jiff::SignedDuration::try_from(spread).unwrap(),
+        "{count} failures within {span:?}, not {spread:?} or more: retried too often"
+    );
+    seen
+}
+
 /// The `injector/revision` item a config's text would stamp, computed by the library.
 pub fn stamp_of(text: &str) -> String {
     let config = sidecar_injector::config::parse_config("test", text)
