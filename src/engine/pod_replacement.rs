@@ -109,6 +109,15 @@ impl Engine {
         if self.upgrades.contains_key(workload) || !eviction.healthy {
             return;
         }
+        // A pod whose upgrade failed fails its workload at the next plan; until then no other
+        // pod of it is touched (follow_upgrades may have seen the failure in this very pass).
+        if self
+            .evicting
+            .get(workload)
+            .is_some_and(|restart| restart.problem.is_some())
+        {
+            return;
+        }
         let Some(next) = eviction.pods.last() else {
             return;
         };
