@@ -10,6 +10,11 @@ pub mod status;
 pub mod watch;
 pub mod webhook_ca;
 
+/// A write refused because the object changed since it was read (409): read again and retry.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}
+
 /// An error as one line of a log, with each API error in it said as the API server said it.
 pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
     api_errors_said(err.to_string(), err)

@@ -405,7 +405,7 @@ impl Engine {
                 self.revisions_dirty = false;
             }
             // Another holder wrote it since: read it again and note this plan's view on it.
-            Err(kube::Error::Api(e)) if e.code == 409 => {
+            Err(e) if crate::cluster::is_conflict(&e) => {
                 info!("the revision history changed under us; re-reading it");
                 self.revisions_version = None;
                 self.retry_later();
@@ -1077,7 +1077,7 @@ impl Engine {
             }
             // Someone else wrote it since (or it exists already): the watch brings their copy,
             // which is adopted before the next write.
-            Err(kube::Error::Api(e)) if e.code == 409 => {
+            Err(e) if crate::cluster::is_conflict(&e) => {
                 info!("the status ConfigMap changed under us; re-reading it");
                 if self.known_version.is_none() {
                     self.known_version = Some(String::new());

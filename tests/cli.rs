@@ -343,6 +343,19 @@ fn validate_reads_configmap_manifests_item_by_item_from_a_file_or_stdin() {
             "{stderr}"
         );
     }
+    // A ConfigMap left for `kubectl apply -n` to place is named without a namespace.
+    let output = run(
+        &["validate", "-"],
+        Some(
+            "kind: ConfigMap\nmetadata: {name: sidecars}\ndata:\n  tracer: |\n    name: tracer:v1\n    containers: [{name: tracer, image: \"tracer:1\"}]\n",
+        ),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).ends_with("  ConfigMap sidecars item tracer\n"),
+        "{}",
+        text(&output.stdout)
+    );
     // A FIFO named on the command line is refused by name, not read (it would block).
     let fifo = dir.path().join("pipe.yaml");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();

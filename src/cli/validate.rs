@@ -128,17 +128,9 @@ fn configmap_items(text: &str) -> Option<Vec<(Origin, String)>> {
     }
     let mut items = Vec::new();
     for configmap in configmaps {
-        let text_of = |value: &serde_yaml::Value, key: &str| {
-            value
-                .get("metadata")
-                .and_then(|m| m.get(key))
-                .and_then(serde_yaml::Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
         let (namespace, name) = (
-            text_of(&configmap, "namespace"),
-            text_of(&configmap, "name"),
+            metadata_text(&configmap, "namespace"),
+            metadata_text(&configmap, "name"),
         );
         let data = configmap
             .get("data")
@@ -147,10 +139,18 @@ fn configmap_items(text: &str) -> Option<Vec<(Origin, String)>> {
             let (Some(key), Some(value)) = (key.as_str(), value.as_str()) else {
                 continue;
             };
-            items.push((configmap_origin(&namespace, &name, key), value.to_owned()));
+            items.push((configmap_origin(namespace, name, key), value.to_owned()));
         }
     }
     Some(items)
+}
+
+fn metadata_text<'a>(object: &'a serde_yaml::Value, key: &str) -> &'a str {
+    object
+        .get("metadata")
+        .and_then(|m| m.get(key))
+        .and_then(serde_yaml::Value::as_str)
+        .unwrap_or_default()
 }
 
 /// A single file is checked in the company of its directory, since `inherits` and duplicate

@@ -167,7 +167,7 @@ pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool
             }
             Ok(true)
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) if super::is_conflict(&e) => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -368,12 +368,12 @@ pub async fn run_publisher(
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut published: Option<RevisionsInForce> = None;
     let mut last = tokio::time::Instant::now();
-    // Failed attempts in a row: a conflict is retried within a second, a lasting failure (the
-    // namespace missing, no rights, an outage) ever less often, up to once a heartbeat.
+    // Failures in a row other than conflicts: a lasting failure (the namespace missing, no
+    // rights, an outage) is retried ever less often, up to once a heartbeat.
     let mut failures: u32 = 0;
+    let mut retry_in: Option<std::time::Duration> = None;
     loop {
-        let retry = failures > 0;
-        let due = published.is_none() || retry || last.elapsed() >= every;
+        let due = published.is_none() || retry_in.is_some() || last.elapsed() >= every;
         let changed = published.as_ref() != Some(&sidecars.borrow().revisions_in_force());
         if ready() && (due || changed) {
             let revisions = sidecars.borrow_and_update().revisions_in_force();
@@ -385,22 +385,20 @@ pub async fn run_publisher(
                     published = Some(revisions);
                     last = tokio::time::Instant::now();
                     failures = 0;
+                    retry_in = None;
                 }
-                // A conflict (the engine or another replica wrote in between) is tried again
-                // within a second, not at the next heartbeat, which would leave the old
-                // revisions published that long.
                 Err(err) => {
-                    failures = failures.saturating_add(1);
+                    let delay = after_failure(&mut failures, super::is_conflict(&err), every);
+                    retry_in = Some(delay);
                     tracing::warn!(
-                        "cannot publish the revisions in force, retrying in {:?}: {}",
-                        retry_delay(failures, every),
+                        "cannot publish the revisions in force, retrying in {delay:?}: {}",
                         super::error_text(&err)
                     );
                 }
             }
         }
-        let wait = if failures > 0 {
-            retry_delay(failures, every)
+        let wait = if let Some(delay) = retry_in {
+            delay
         } else if published.is_some() {
             every.saturating_sub(last.elapsed())
         } else {
@@ -420,6 +418,22 @@ pub async fn run_publisher(
             super::error_text(&err)
         );
     }
+}
+
+/// How long to wait after a failed publication, counting it in `failures`.
+fn after_failure(
+    failures: &mut u32,
+    conflict: bool,
+    every: std::time::Duration,
+) -> std::time::Duration {
+    if conflict {
+        // The engine or another replica wrote in between: the API server is there, and
+        // waiting longer would leave the old revisions published that long.
+        *failures = 0;
+        return std::time::Duration::from_secs(1);
+    }
+    *failures = failures.saturating_add(1);
+    retry_delay(*failures, every)
 }
 
 /// How long to wait after the `failures`-th failed publication in a row: 1 s, doubling, at
@@ -604,7 +618,7 @@ pub async fn edit_book<T>(
         let object = status_object(namespace, version, data);
         match write(api, &object).await {
             Ok(_) => return Ok(Some(result)),
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) if super::is_conflict(&e) => {}
             Err(e) => return Err(ResumeError::Write(e)),
         }
     }
@@ -805,6 +819,14 @@ mod tests {
             .collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
         assert_eq!(retry_delay(u32::MAX, every).as_secs(), 30);
+        // A conflict is retried within a second, however often it comes, and ends a run of
+        // lasting failures (the write reached the API server).
+        let mut failures = 0;
+        let delays: Vec<u64> = [false, false, false, true, true, false]
+            .into_iter()
+            .map(|conflict| after_failure(&mut failures, conflict, every).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 1, 1, 1]);
         // A heartbeat shorter than a second does not retry faster than once a second.
         assert_eq!(
             retry_delay(1, std::time::Duration::from_millis(100)).as_secs(),

@@ -40,6 +40,10 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::File(path) => f.write_str(path),
+            // A manifest may leave the namespace to `kubectl apply -n`: no "/NAME" then.
+            Origin::ConfigMapItem(item) if item.namespace.is_empty() => {
+                write!(f, "ConfigMap {} item {}", item.name, item.key)
+            }
             Origin::ConfigMapItem(item) => write!(
                 f,
                 "ConfigMap {}/{} item {}",
@@ -66,10 +70,12 @@ impl PartialEq<&str> for Origin {
         match self {
             Origin::File(path) => path == other,
             Origin::ConfigMapItem(item) => (|| {
-                let rest = other.strip_prefix("ConfigMap ")?;
-                let rest = rest
-                    .strip_prefix(item.namespace.as_str())?
-                    .strip_prefix('/')?;
+                let mut rest = other.strip_prefix("ConfigMap ")?;
+                if !item.namespace.is_empty() {
+                    rest = rest
+                        .strip_prefix(item.namespace.as_str())?
+                        .strip_prefix('/')?;
+                }
                 let rest = rest
                     .strip_prefix(item.name.as_str())?
                     .strip_prefix(" item ")?;
