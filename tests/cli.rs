@@ -612,6 +612,70 @@ fn certs_are_valid_for_a_year_unless_told_and_say_where_they_went() {
 }
 
 #[test]
+fn certs_run_again_renews_the_certificate_with_the_same_ca_and_never_replaces_it_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let certs = |extra: &[&str]| {
+        let mut args = vec!["certs", "--out-dir", out, "--dns-name", "x.svc"];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let first = certs(&[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert!(
+        text(&first.stderr).contains("wrote a new CA"),
+        "{}",
+        text(&first.stderr)
+    );
+    let (ca, leaf) = (read("ca.crt"), read("tls.crt"));
+
+    let renewal = certs(&[]);
+    assert!(renewal.status.success(), "{}", text(&renewal.stderr));
+    assert!(
+        text(&renewal.stderr).contains("signed by the CA already in")
+            && text(&renewal.stderr).contains("the caBundle is unchanged"),
+        "{}",
+        text(&renewal.stderr)
+    );
+    assert_eq!(
+        text(&renewal.stdout),
+        text(&first.stdout),
+        "the same caBundle"
+    );
+    assert_eq!(read("ca.crt"), ca);
+    assert_ne!(read("tls.crt"), leaf, "a new certificate");
+
+    // A CA whose key is gone (or written by an older version) is not replaced behind the
+    // user's back: nothing is written, and the error says how to replace it.
+    std::fs::remove_file(dir.path().join("ca.key")).unwrap();
+    let leaf = read("tls.crt");
+    let refused = certs(&[]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("ca.key is not: a CA needs both; --new-ca replaces the CA"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(refused.stdout.is_empty());
+    assert_eq!((read("ca.crt"), read("tls.crt")), (ca.clone(), leaf));
+
+    let replaced = certs(&["--new-ca"]);
+    assert!(replaced.status.success(), "{}", text(&replaced.stderr));
+    assert_ne!(read("ca.crt"), ca);
+    assert_ne!(text(&replaced.stdout), text(&first.stdout));
+
+    // A certificate that would outlive the CA is refused: the caBundle would stop working first.
+    let outliving = certs(&["--validity", "20y"]);
+    assert_eq!(outliving.status.code(), Some(1));
+    assert!(
+        text(&outliving.stderr).contains("expires on"),
+        "{}",
+        text(&outliving.stderr)
+    );
+}
+
+#[test]
 fn an_error_says_each_cause_once() {
     let output = run(&["drift", "--kubeconfig", "/nonexistent/kubeconfig"], None);
     assert!(!output.status.success());

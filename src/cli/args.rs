@@ -618,6 +618,10 @@ pub struct CertsArgs {
     /// How long the certificates are valid (e.g. 90d, 1y).
     #[arg(long, default_value = "365d", value_parser = humantime::parse_duration)]
     pub validity: Duration,
+    /// Make a new CA even when the out directory holds one (ca.crt and ca.key); without it, a
+    /// second run renews the serving certificate with the same CA, so the caBundle stays.
+    #[arg(long)]
+    pub new_ca: bool,
 }
 
 #[derive(Debug, Args)]

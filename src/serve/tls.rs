@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::Engine;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData,
 };
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
@@ -48,11 +48,23 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
     #[error("cannot write {path}: {source}")]
     Write { path: String, source: io::Error },
+    #[error("{path}: cannot sign with this CA certificate: {message}")]
+    CaCertificate { path: String, message: String },
+    #[error("{present} is there but {missing} is not: a CA needs both")]
+    CaIncomplete { present: String, missing: String },
+    #[error("{key} is not the key of the CA in {cert}")]
+    CaKeyMismatch { cert: String, key: String },
     #[error("{path}: cannot read the certificate's validity: {message}")]
     Validity { path: String, message: String },
 }
 
-/// Development certificates are valid this long unless told otherwise.
+/// A development CA is valid this long (or as long as its first certificate, if longer), so
+/// that renewals of the serving certificate can keep it, as kubeadm's CA outlives its
+/// certificates.
+pub const DEV_CA_VALIDITY: std::time::Duration =
+    std::time::Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Development serving certificates are valid this long unless told otherwise.
 pub const DEFAULT_DEV_VALIDITY: std::time::Duration =
     std::time::Duration::from_secs(365 * 24 * 3600);
 
@@ -184,9 +196,114 @@ pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerCon
     )
 }
 
+/// A development CA: its certificate and key. `certs` keeps both beside the serving pair, so
+/// that a renewal is signed by the same CA and the webhook's caBundle does not change.
+pub struct DevCa {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Where [`DevCertificates::write`] puts the CA's certificate and key.
+pub const CA_CERT_FILE: &str = "ca.crt";
+pub const CA_KEY_FILE: &str = "ca.key";
+
+impl DevCa {
+    /// A new self-signed CA valid from `not_before` to `not_after` (Unix seconds).
+    pub fn generate(not_before: i64, not_after: i64) -> Result<Self, TlsError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.not_before = timestamp(not_before);
+        params.not_after = timestamp(not_after);
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.distinguished_name = distinguished_name("sidecar-injector development CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        Ok(Self {
+            cert_pem: ca.pem(),
+            key_pem: ca.key().serialize_pem(),
+        })
+    }
+
+    /// The CA kept in `dir` (`ca.crt` and `ca.key`); `None` when neither file is there. One
+    /// without the other, or a key that is not the certificate's, is an error naming the files.
+    pub fn read(dir: &Path) -> Result<Option<Self>, TlsError> {
+        let (cert, key) = (dir.join(CA_CERT_FILE), dir.join(CA_KEY_FILE));
+        let label = |path: &Path| path.display().to_string();
+        match (cert.exists(), key.exists()) {
+            (false, false) => return Ok(None),
+            (true, true) => {}
+            (present, _) => {
+                let (present, missing) = if present {
+                    (&cert, &key)
+                } else {
+                    (&key, &cert)
+                };
+                return Err(TlsError::CaIncomplete {
+                    present: label(present),
+                    missing: label(missing),
+                });
+            }
+        }
+        let text = |path: &Path| {
+            String::from_utf8(read_pem_file(path)?).map_err(|_| TlsError::CertificatePem {
+                path: label(path),
+                message: "not UTF-8 text".into(),
+            })
+        };
+        let ca = Self {
+            cert_pem: text(&cert)?,
+            key_pem: text(&key)?,
+        };
+        ca.issuer(&label(&cert), &label(&key))?;
+        Ok(Some(ca))
+    }
+
+    /// When the CA expires, as Unix seconds.
+    pub fn not_after(&self) -> Result<i64, TlsError> {
+        not_after(self.cert_pem.as_bytes(), CA_CERT_FILE)
+    }
+
+    /// The CA as rcgen signs with it: the certificate must be a CA's and the key its own, or
+    /// what it signs would not verify against the caBundle.
+    fn issuer(
+        &self,
+        cert_label: &str,
+        key_label: &str,
+    ) -> Result<Issuer<'static, KeyPair>, TlsError> {
+        let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).map_err(|e| {
+            TlsError::CertificatePem {
+                path: cert_label.to_owned(),
+                message: e.to_string(),
+            }
+        })?;
+        let invalid = |message: String| TlsError::CaCertificate {
+            path: cert_label.to_owned(),
+            message,
+        };
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
+            .map_err(|e| invalid(e.to_string()))?;
+        if !cert.is_ca() {
+            return Err(invalid(
+                "it is not a CA's (no basicConstraints CA:TRUE)".into(),
+            ));
+        }
+        let key = KeyPair::from_pem(&self.key_pem).map_err(|e| TlsError::PrivateKey {
+            path: key_label.to_owned(),
+            message: e.to_string(),
+        })?;
+        if cert.public_key().subject_public_key.data.as_ref() != key.der_bytes() {
+            return Err(TlsError::CaKeyMismatch {
+                cert: cert_label.to_owned(),
+                key: key_label.to_owned(),
+            });
+        }
+        Ok(Issuer::from_ca_cert_der(&der, key)?)
+    }
+}
+
 /// A development CA and a serving certificate it signed.
 pub struct DevCertificates {
     pub ca_pem: String,
+    pub ca_key_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
 }
@@ -198,25 +315,30 @@ impl DevCertificates {
         Self::generate_valid_for(names, DEFAULT_DEV_VALIDITY)
     }
 
-    /// As [`DevCertificates::generate`], valid from an hour ago (clock skew) for `validity`.
+    /// As [`DevCertificates::generate`], a new CA (valid for [`DEV_CA_VALIDITY`]) and the
+    /// certificate valid from an hour ago (clock skew) for `validity`.
     pub fn generate_valid_for(
         names: &[String],
         validity: std::time::Duration,
     ) -> Result<Self, TlsError> {
-        let now = time::OffsetDateTime::now_utc();
-        let not_before = now - time::Duration::hours(1);
-        let not_after = now + time::Duration::try_from(validity).unwrap_or(time::Duration::MAX);
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.not_before = not_before;
-        ca_params.not_after = not_after;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        ca_params.distinguished_name = distinguished_name("sidecar-injector development CA");
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        let (not_before, not_after) = validity_from_now(validity);
+        let (_, ca_not_after) = validity_from_now(DEV_CA_VALIDITY.max(validity));
+        let ca = DevCa::generate(not_before, ca_not_after)?;
+        Self::issue(&ca, names, not_before, not_after)
+    }
 
+    /// A new serving key and certificate for `names`, signed by `ca`, valid from `not_before`
+    /// to `not_after` (Unix seconds).
+    pub fn issue(
+        ca: &DevCa,
+        names: &[String],
+        not_before: i64,
+        not_after: i64,
+    ) -> Result<Self, TlsError> {
+        let issuer = ca.issuer(CA_CERT_FILE, CA_KEY_FILE)?;
         let mut params = CertificateParams::new(names.to_vec())?;
-        params.not_before = not_before;
-        params.not_after = not_after;
+        params.not_before = timestamp(not_before);
+        params.not_after = timestamp(not_after);
         params.distinguished_name = distinguished_name(
             names
                 .first()
@@ -226,27 +348,31 @@ impl DevCertificates {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &ca)?;
+        let cert = params.signed_by(&key, &issuer)?;
         Ok(Self {
-            ca_pem: ca.pem(),
+            ca_pem: ca.cert_pem.clone(),
+            ca_key_pem: ca.key_pem.clone(),
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
         })
     }
 
-    /// Writes `ca.crt`, `tls.crt` and `tls.key` (readable by the owner only) into `dir`.
+    /// Writes `ca.crt`, `ca.key`, `tls.crt` and `tls.key` (the keys readable by the owner
+    /// only) into `dir`.
     pub fn write(&self, dir: &Path) -> Result<(), TlsError> {
         let write_error = |path: &Path| {
             let path = path.display().to_string();
             move |source| TlsError::Write { path, source }
         };
         fs::create_dir_all(dir).map_err(write_error(dir))?;
-        for (name, text) in [("ca.crt", &self.ca_pem), ("tls.crt", &self.cert_pem)] {
+        for (name, text) in [(CA_CERT_FILE, &self.ca_pem), ("tls.crt", &self.cert_pem)] {
             let path = dir.join(name);
             fs::write(&path, text).map_err(write_error(&path))?;
         }
-        let key_path = dir.join("tls.key");
-        write_private(&key_path, self.key_pem.as_bytes()).map_err(write_error(&key_path))?;
+        for (name, text) in [(CA_KEY_FILE, &self.ca_key_pem), ("tls.key", &self.key_pem)] {
+            let path = dir.join(name);
+            write_private(&path, text.as_bytes()).map_err(write_error(&path))?;
+        }
         Ok(())
     }
 
@@ -254,6 +380,20 @@ impl DevCertificates {
     pub fn ca_bundle(&self) -> String {
         ca_bundle(self.ca_pem.as_bytes())
     }
+}
+
+/// From an hour ago (clock skew) to `validity` from now, as Unix seconds.
+pub fn validity_from_now(validity: std::time::Duration) -> (i64, i64) {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let span = i64::try_from(validity.as_secs()).unwrap_or(i64::MAX);
+    (now - 3600, now.saturating_add(span))
+}
+
+fn timestamp(unix_seconds: i64) -> time::OffsetDateTime {
+    // X.509's GeneralizedTime ends at year 9999.
+    const LAST: i64 = 253_402_300_799;
+    time::OffsetDateTime::from_unix_timestamp(unix_seconds.min(LAST))
+        .expect("a Unix time before year 10000")
 }
 
 pub fn ca_bundle(ca_pem: &[u8]) -> String {
@@ -285,12 +425,14 @@ mod tests {
     #[test]
     fn development_certificates_are_valid_for_a_year_or_as_told() {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let days_left =
+            |pem: &str| (not_after(pem.as_bytes(), "x").unwrap() - now) as f64 / 86_400.0;
         let year = DevCertificates::generate(&["x".into()]).unwrap();
-        for pem in [&year.cert_pem, &year.ca_pem] {
-            let expiry = not_after(pem.as_bytes(), "tls.crt").unwrap();
-            let days = (expiry - now) as f64 / 86_400.0;
-            assert!((364.9..=365.1).contains(&days), "{days} days");
-        }
+        let days = days_left(&year.cert_pem);
+        assert!((364.9..=365.1).contains(&days), "{days} days");
+        // The CA outlives the certificate, so a renewal can keep it.
+        let days = days_left(&year.ca_pem);
+        assert!((3649.9..=3650.1).contains(&days), "{days} days");
         let month = DevCertificates::generate_valid_for(
             &["x".into()],
             std::time::Duration::from_secs(30 * 86_400),
@@ -375,6 +517,97 @@ mod tests {
         );
         let err = server_config_from_files(&fifo, &fifo).unwrap_err();
         assert!(err.to_string().ends_with("not a regular file"), "{err}");
+    }
+
+    /// Whether `certs.cert_pem` verifies for `name` against `certs.ca_pem` alone, as the API
+    /// server checks it against the caBundle.
+    fn verifies(certs: &DevCertificates, name: &str) -> Result<(), rustls::Error> {
+        use rustls::client::danger::ServerCertVerifier;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(certs.ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        let leaf = CertificateDer::from_pem_slice(certs.cert_pem.as_bytes()).unwrap();
+        verifier
+            .verify_server_cert(
+                &leaf,
+                &[],
+                &rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap(),
+                &[],
+                rustls::pki_types::UnixTime::now(),
+            )
+            .map(|_| ())
+    }
+
+    #[test]
+    fn a_kept_ca_signs_renewals_that_verify_against_the_same_ca_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(DevCa::read(dir.path()).unwrap().is_none());
+        let first = DevCertificates::generate(&["a.svc".into()]).unwrap();
+        first.write(dir.path()).unwrap();
+        for key in [CA_KEY_FILE, "tls.key"] {
+            let mode = std::os::unix::fs::PermissionsExt::mode(
+                &fs::metadata(dir.path().join(key)).unwrap().permissions(),
+            );
+            assert_eq!(mode & 0o777, 0o600, "{key}");
+        }
+        let ca = DevCa::read(dir.path()).unwrap().expect("the CA written");
+        let (not_before, not_after) = validity_from_now(std::time::Duration::from_secs(86_400));
+        let renewed =
+            DevCertificates::issue(&ca, &["a.svc".into()], not_before, not_after).unwrap();
+        assert_eq!(renewed.ca_bundle(), first.ca_bundle());
+        assert_ne!(renewed.key_pem, first.key_pem);
+        verifies(&first, "a.svc").expect("the first certificate");
+        verifies(&renewed, "a.svc").expect("the renewal, against the same CA");
+        assert!(verifies(&renewed, "b.svc").is_err());
+        // Signed by another CA, the same names do not verify against this caBundle.
+        let other = DevCertificates::generate(&["a.svc".into()]).unwrap();
+        let crossed = DevCertificates {
+            cert_pem: other.cert_pem,
+            ..renewed
+        };
+        assert!(verifies(&crossed, "a.svc").is_err());
+    }
+
+    #[test]
+    fn a_ca_missing_its_key_or_paired_with_another_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = DevCertificates::generate(&["a.svc".into()]).unwrap();
+        certs.write(dir.path()).unwrap();
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        fs::rename(path(CA_KEY_FILE), path("saved.key")).unwrap();
+        let err = DevCa::read(dir.path()).err().expect("an error");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} is there but {} is not: a CA needs both",
+                path(CA_CERT_FILE),
+                path(CA_KEY_FILE)
+            )
+        );
+        fs::copy(path("tls.key"), path(CA_KEY_FILE)).unwrap();
+        let err = DevCa::read(dir.path()).err().expect("an error");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} is not the key of the CA in {}",
+                path(CA_KEY_FILE),
+                path(CA_CERT_FILE)
+            )
+        );
+        // The serving certificate with its own key is a pair, but no CA.
+        fs::copy(path("tls.crt"), path(CA_CERT_FILE)).unwrap();
+        let err = DevCa::read(dir.path()).err().expect("an error");
+        assert!(err.to_string().contains("is not a CA's"), "{err}");
+        fs::remove_file(path(CA_CERT_FILE)).unwrap();
+        let err = DevCa::read(dir.path()).err().expect("an error");
+        assert!(err.to_string().starts_with(&path(CA_KEY_FILE)), "{err}");
     }
 
     #[test]
