@@ -130,22 +130,69 @@ fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
     }
     let dir = Path::new(DEV_CERTS_DIR);
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    if cert.exists() && key.exists() {
-        info!(
-            "{} not found; serving the development certificate from an earlier run in {DEV_CERTS_DIR}/ (CA: {DEV_CERTS_DIR}/ca.crt)",
-            options.default_tls_cert_file.display()
-        );
-    } else {
-        let names = ["localhost", "127.0.0.1", "::1"].map(String::from);
-        DevCertificates::generate(&names)
-            .and_then(|certs| certs.write(dir))
-            .context("cannot generate development certificates")?;
-        info!(
-            "{} not found; generated a development CA and serving certificate for localhost in {DEV_CERTS_DIR}/ (CA: {DEV_CERTS_DIR}/ca.crt)",
-            options.default_tls_cert_file.display()
-        );
+    let missing = options.default_tls_cert_file.display();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let earlier = (cert.exists() && key.exists())
+        .then(|| std::fs::read(&cert).map_err(|e| e.to_string()))
+        .map(|pem| pem.and_then(|pem| not_after(&pem, "tls.crt").map_err(|e| e.to_string())));
+    match earlier {
+        Some(Ok(expiry)) if expiry > now + DEV_RENEW_BEFORE_SECONDS => {
+            info!(
+                "{missing} not found; serving the development certificate from an earlier run in {DEV_CERTS_DIR}/ (CA: {DEV_CERTS_DIR}/ca.crt)"
+            );
+        }
+        None => {
+            let names = DEV_NAMES.map(String::from);
+            DevCertificates::generate(&names)
+                .and_then(|certs| certs.write(dir))
+                .context("cannot generate development certificates")?;
+            info!(
+                "{missing} not found; generated a development CA and serving certificate for localhost in {DEV_CERTS_DIR}/ (CA: {DEV_CERTS_DIR}/ca.crt)"
+            );
+        }
+        // A run a year later, or a pair cut short: serving it would fail every handshake.
+        Some(stale) => {
+            let why = match stale {
+                Ok(expiry) if expiry <= now => format!("expired {}", tls::rfc3339(expiry)),
+                Ok(expiry) => format!("expires {}", tls::rfc3339(expiry)),
+                Err(err) => format!("does not read: {err}"),
+            };
+            let same_ca = renew_development_pair(dir, now)?;
+            info!(
+                "{missing} not found; the development certificate from an earlier run in {DEV_CERTS_DIR}/ {why}, so it was renewed, {} (CA: {DEV_CERTS_DIR}/ca.crt)",
+                if same_ca {
+                    "signed by the same CA"
+                } else {
+                    "with a new CA"
+                }
+            );
+        }
     }
     Ok((cert, key))
+}
+
+/// What `serve`'s development certificate is for.
+const DEV_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+/// A development certificate from an earlier run that expires sooner than this is renewed.
+const DEV_RENEW_BEFORE_SECONDS: i64 = 24 * 3600;
+
+/// A new development pair in `dir`, signed by the CA kept there when it can sign it (so a CA a
+/// client trusts from the earlier run stays valid); otherwise a new CA. True: the same CA.
+fn renew_development_pair(dir: &Path, now: i64) -> anyhow::Result<bool> {
+    let names = DEV_NAMES.map(String::from);
+    let not_after = now.saturating_add(tls::DEFAULT_DEV_VALIDITY.as_secs() as i64);
+    let kept = tls::DevCa::read(dir)
+        .ok()
+        .flatten()
+        .filter(|ca| ca.not_after().is_ok_and(|expiry| expiry >= not_after));
+    let certs = match &kept {
+        Some(ca) => DevCertificates::issue(ca, &names, now - 3600, not_after),
+        None => DevCertificates::generate(&names),
+    };
+    certs
+        .and_then(|certs| certs.write(dir))
+        .context("cannot renew the development certificate")?;
+    Ok(kept.is_some())
 }
 
 /// Exports when the serving certificate in `cert_file` expires.

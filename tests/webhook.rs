@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
-use sidecar_injector::serve::tls::{DevCertificates, not_after};
+use sidecar_injector::serve::tls::{DevCa, DevCertificates, not_after};
 use support::https::TlsClient;
 use support::injector::{Injector, eventually};
 
@@ -600,6 +600,38 @@ async fn serve_with_no_flags_generates_development_certificates_once() {
     let again = Injector::start(dir.path(), &["--shutdown-delay", "0s"], &[]);
     assert_eq!(std::fs::read(dir.path().join("certs/ca.crt")).unwrap(), ca);
     assert!(TlsClient::new(&[&ca]).connect(again.tls).await.is_ok());
+    drop(again);
+    // A pair from an earlier run that has expired since (a run a year later) is renewed with
+    // the same CA, not served: every handshake would fail.
+    let kept = DevCa::read(&dir.path().join("certs"))
+        .unwrap()
+        .expect("the CA kept");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    DevCertificates::issue(&kept, &names, now - 7200, now - 3600)
+        .unwrap()
+        .write(&dir.path().join("certs"))
+        .unwrap();
+    let expired = std::fs::read(dir.path().join("certs/tls.crt")).unwrap();
+    let renewed = Injector::start(dir.path(), &["--shutdown-delay", "0s"], &[]);
+    let handshake = TlsClient::new(&[&ca]).connect(renewed.tls).await;
+    assert!(handshake.is_ok(), "{:?}", handshake.err());
+    assert!(
+        renewed
+            .logs()
+            .iter()
+            .any(|l| l.contains("expired") && l.contains("signed by the same CA")),
+        "{:?}",
+        renewed.logs()
+    );
+    assert_ne!(
+        std::fs::read(dir.path().join("certs/tls.crt")).unwrap(),
+        expired
+    );
+    assert_eq!(std::fs::read(dir.path().join("certs/ca.crt")).unwrap(), ca);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use anyhow::bail;
 
 use super::args::*;
-use crate::serve::tls::{CA_CERT_FILE, CA_KEY_FILE, DevCa, DevCertificates, validity_from_now};
+use crate::serve::tls::{
+    CA_CERT_FILE, CA_KEY_FILE, DevCa, DevCertificates, rfc3339 as date, validity_from_now,
+};
 use crate::telemetry::notice;
 use tracing::Level;
 
@@ -51,9 +53,4 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
     notice(Level::INFO, &said, &[]);
     println!("{}", certs.ca_bundle());
     Ok(ExitCode::SUCCESS)
-}
-
-fn date(unix_seconds: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_seconds.max(0) as u64);
-    humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -389,6 +389,12 @@ pub fn validity_from_now(validity: std::time::Duration) -> (i64, i64) {
     (now - 3600, now.saturating_add(span))
 }
 
+/// A certificate's time (Unix seconds) as a log line says it.
+pub fn rfc3339(unix_seconds: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_seconds.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 fn timestamp(unix_seconds: i64) -> time::OffsetDateTime {
     // X.509's GeneralizedTime ends at year 9999.
     const LAST: i64 = 253_402_300_799;
