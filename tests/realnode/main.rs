@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sidecar_injector::serve::tls::DevCertificates;
 
 use node::{client, eventually, injector_command, kubectl_ok, node, realnode};
 
@@ -233,21 +232,40 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     node();
     let client = client().await;
 
-    // Install as a user would: deploy/ (its 1.20 overlay, the local image), the Secret with
-    // the CA, and nothing else by hand.
+    // Install as the README says: deploy/ (its 1.20 overlay, the local image), the Secret
+    // made from `certs`, and nothing else by hand.
     kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
-    let certs =
-        DevCertificates::generate(&["sidecar-injector.injector-system.svc".to_owned()]).unwrap();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "sidecar-injector-tls", "namespace": SYSTEM},
-        "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": certs.cert_pem, "tls.key": certs.key_pem, "ca.crt": certs.ca_pem},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), SYSTEM)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    let tls = tempfile::tempdir().unwrap();
+    let tls_file = |name: &str| tls.path().join(name).display().to_string();
+    let certs = || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["certs", "--out-dir", &tls_file(""), "--dns-name"])
+            .arg("sidecar-injector.injector-system.svc")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let ca_bundle = certs();
+    let secret_args: Vec<String> = [
+        "-n",
+        SYSTEM,
+        "create",
+        "secret",
+        "generic",
+        "sidecar-injector-tls",
+        "--type=kubernetes.io/tls",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain(["tls.crt", "tls.key", "ca.crt"].map(|f| format!("--from-file={f}={}", tls_file(f))))
+    .collect();
+    let secret_args: Vec<&str> = secret_args.iter().map(String::as_str).collect();
+    kubectl_ok(&secret_args);
     let injectors: Api<Deployment> = Api::namespaced(client.clone(), SYSTEM);
     let available = |want: i32| {
         let injectors = injectors.clone();
@@ -265,7 +283,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     )
     .await;
     let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let ca = certs.ca_pem.clone().into_bytes();
+    let ca = std::fs::read(tls.path().join("ca.crt")).unwrap();
     let bundle_set = || {
         let configurations = configurations.clone();
         let ca = ca.clone();
@@ -409,6 +427,73 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     // Re-apply deploy/ (the natural upgrade): the caBundle stays and injection keeps working.
     kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
     eventually(DEADLINE, "the caBundle after a re-apply", bundle_set).await;
+
+    // Renew the certificate as the README says: `certs` again in the same directory (the same
+    // CA, so the same caBundle), the Secret replaced. Each replica reloads the new pair from
+    // its volume (the kubelet's sync takes up to a minute or so), with no restart.
+    assert_eq!(certs(), ca_bundle, "a renewal keeps the caBundle");
+    let renewed = std::fs::read(tls.path().join("tls.crt")).unwrap();
+    let renewed_expiry =
+        sidecar_injector::serve::tls::not_after(&renewed, "tls.crt").unwrap() as f64;
+    let mut replace_args = secret_args.clone();
+    replace_args.extend(["--dry-run=client", "-o", "yaml"]);
+    // (The README pipes it into `kubectl replace -f -`; a file is the same to kubectl.)
+    std::fs::write(tls.path().join("secret.yaml"), kubectl_ok(&replace_args)).unwrap();
+    kubectl_ok(&["replace", "-f", &tls_file("secret.yaml")]);
+    let system_pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM);
+    let replicas = system_pods
+        .list(&ListParams::default().labels("app=sidecar-injector"))
+        .await
+        .unwrap();
+    // Each replica with its containers' restart counts: a reload restarts nothing.
+    let restarts = |pods: Vec<Pod>| -> Vec<(String, i32)> {
+        pods.into_iter()
+            .map(|p| {
+                let count = p
+                    .status
+                    .and_then(|s| s.container_statuses)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| c.restart_count)
+                    .sum();
+                (p.metadata.name.unwrap_or_default(), count)
+            })
+            .collect()
+    };
+    let replicas = restarts(replicas.items);
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    for (pod, _) in &replicas {
+        let serves_renewed = || async {
+            let metrics = kubectl_ok(&[
+                "get",
+                "--raw",
+                &format!("/api/v1/namespaces/{SYSTEM}/pods/{pod}:9000/proxy/metrics"),
+            ]);
+            let expiry = metrics
+                .lines()
+                .find(|l| {
+                    l.starts_with("sidecar_injector_certificate_expiration_timestamp_seconds ")
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+            (expiry == Some(renewed_expiry)).then_some(())
+        };
+        eventually(
+            INSTALL,
+            &format!("{pod} serves the renewed certificate"),
+            serves_renewed,
+        )
+        .await;
+    }
+    assert!(bundle_set().await.is_some(), "the caBundle is the same CA");
+    let after = system_pods
+        .list(&ListParams::default().labels("app=sidecar-injector"))
+        .await
+        .unwrap();
+    assert_eq!(
+        restarts(after.items),
+        replicas,
+        "no replica replaced or restarted for the renewal"
+    );
     deployments
         .patch(
             "web",
