@@ -162,6 +162,52 @@ async fn healed(deployments: &Api<Deployment>, name: &str) -> bool {
         .contains_key("injector/rollout-heal")
 }
 
+/// What to read when a workload was restarted more often than expected: each ReplicaSet's
+/// template stamps (`rollout-heal` says the engine healed pods created past the webhook), and
+/// the injectors' log lines about the workload.
+async fn restarts_explained(client: &kube::Client, app: &str) -> String {
+    let sets = Api::<ReplicaSet>::namespaced(client.clone(), TEAM)
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut said = String::new();
+    for set in sets {
+        let annotations = set
+            .spec
+            .and_then(|s| s.template)
+            .and_then(|t| t.metadata)
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        let stamps: Vec<String> = annotations
+            .iter()
+            .filter(|(k, _)| k.starts_with("injector/rollout"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        said += &format!(
+            "ReplicaSet {} created {:?}: {stamps:?}\n",
+            set.metadata.name.unwrap_or_default(),
+            set.metadata.creation_timestamp.map(|t| t.0.to_string())
+        );
+    }
+    let logs = node::kubectl(&[
+        "-n",
+        SYSTEM,
+        "logs",
+        "-l",
+        "app=sidecar-injector",
+        "--tail=400",
+        "--prefix",
+    ]);
+    for line in String::from_utf8_lossy(&logs.stdout).lines() {
+        if line.contains(app) || line.contains("uninjected") || line.contains("heal") {
+            said += line;
+            said.push('\n');
+        }
+    }
+    said
+}
+
 fn pod_names(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter()
         .filter_map(|p| p.metadata.name.clone())
@@ -1332,5 +1378,11 @@ async fn in_place_upgrade(
     )
     .await;
     assert!(restarted.iter().all(|p| stamp(p) != stamp(&upgraded[0])));
-    assert_eq!(replicasets_of(client, "inplace").await, 2, "restarted once");
+    let sets = replicasets_of(client, "inplace").await;
+    if sets != 2 {
+        panic!(
+            "inplace restarted once for the env change: 2 ReplicaSets, not {sets}:\n{}",
+            restarts_explained(client, "inplace").await
+        );
+    }
 }
