@@ -157,7 +157,7 @@ fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
                 Ok(expiry) => format!("expires {}", tls::rfc3339(expiry)),
                 Err(err) => format!("does not read: {err}"),
             };
-            let same_ca = renew_development_pair(dir, now)?;
+            let same_ca = renew_development_pair(dir)?;
             info!(
                 "{missing} not found; the development certificate from an earlier run in {DEV_CERTS_DIR}/ {why}, so it was renewed, {} (CA: {DEV_CERTS_DIR}/ca.crt)",
                 if same_ca {
@@ -178,15 +178,15 @@ const DEV_RENEW_BEFORE_SECONDS: i64 = 24 * 3600;
 
 /// A new development pair in `dir`, signed by the CA kept there when it can sign it (so a CA a
 /// client trusts from the earlier run stays valid); otherwise a new CA. True: the same CA.
-fn renew_development_pair(dir: &Path, now: i64) -> anyhow::Result<bool> {
+fn renew_development_pair(dir: &Path) -> anyhow::Result<bool> {
     let names = DEV_NAMES.map(String::from);
-    let not_after = now.saturating_add(tls::DEFAULT_DEV_VALIDITY.as_secs() as i64);
+    let (not_before, not_after) = tls::validity_from_now(tls::DEFAULT_DEV_VALIDITY);
     let kept = tls::DevCa::read(dir)
         .ok()
         .flatten()
         .filter(|ca| ca.not_after().is_ok_and(|expiry| expiry >= not_after));
     let certs = match &kept {
-        Some(ca) => DevCertificates::issue(ca, &names, now - 3600, not_after),
+        Some(ca) => DevCertificates::issue(ca, &names, not_before, not_after),
         None => DevCertificates::generate(&names),
     };
     certs

@@ -190,22 +190,21 @@ async fn restarts_explained(client: &kube::Client, app: &str) -> String {
             set.metadata.creation_timestamp.map(|t| t.0.to_string())
         );
     }
-    let logs = node::kubectl(&[
-        "-n",
-        SYSTEM,
-        "logs",
-        "-l",
-        "app=sidecar-injector",
-        "--tail=400",
-        "--prefix",
-    ]);
-    for line in String::from_utf8_lossy(&logs.stdout).lines() {
+    for line in injector_logs(&["--tail=400", "--prefix"]).lines() {
         if line.contains(app) || line.contains("uninjected") || line.contains("heal") {
             said += line;
             said.push('\n');
         }
     }
     said
+}
+
+/// The injector replicas' logs (`kubectl logs -l app=sidecar-injector` with `options`),
+/// whatever kubectl's exit status.
+fn injector_logs(options: &[&str]) -> String {
+    let mut args = vec!["-n", SYSTEM, "logs", "-l", "app=sidecar-injector"];
+    args.extend_from_slice(options);
+    String::from_utf8_lossy(&node::kubectl(&args).stdout).into_owned()
 }
 
 fn pod_names(pods: &[Pod]) -> BTreeSet<String> {
@@ -1013,16 +1012,8 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         DEADLINE,
         "a watch expired with 410 and was relisted",
         || async {
-            let logs = node::kubectl(&[
-                "-n",
-                SYSTEM,
-                "logs",
-                "-l",
-                "app=sidecar-injector",
-                "--tail=-1",
-            ]);
-            let text = String::from_utf8_lossy(&logs.stdout).into_owned();
-            text.lines()
+            injector_logs(&["--tail=-1"])
+                .lines()
                 .any(|l| {
                     l.contains("watch failed, retrying")
                         && (l.contains("410")
