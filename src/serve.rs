@@ -129,7 +129,7 @@ fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
         ));
     }
     let dir = Path::new(DEV_CERTS_DIR);
-    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let (cert, key) = (dir.join(tls::LEAF_CERT_FILE), dir.join(tls::LEAF_KEY_FILE));
     let missing = options.default_tls_cert_file.display();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let earlier = (cert.exists() && key.exists())

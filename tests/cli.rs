@@ -676,6 +676,87 @@ fn certs_run_again_renews_the_certificate_with_the_same_ca_and_never_replaces_it
 }
 
 #[test]
+fn certs_renewal_keeps_the_names_of_the_certificate_it_replaces_unless_told_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let names = || {
+        let pem = std::fs::read(dir.path().join("tls.crt")).unwrap();
+        sidecar_injector::serve::tls::subject_names(&pem, "tls.crt").unwrap()
+    };
+    // The first certificate needs its names: there is nothing to take them from.
+    let nameless = run(&["certs", "--out-dir", out], None);
+    assert_eq!(nameless.status.code(), Some(1));
+    assert!(
+        text(&nameless.stderr).contains("--dns-name is required for the first certificate"),
+        "{}",
+        text(&nameless.stderr)
+    );
+    assert!(!dir.path().join("ca.crt").exists(), "nothing written");
+
+    let first = run(
+        &[
+            "certs",
+            "--out-dir",
+            out,
+            "--dns-name",
+            "sidecar-injector.injector-system.svc",
+            "--dns-name",
+            "127.0.0.1",
+        ],
+        None,
+    );
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let first_names = names();
+    assert_eq!(
+        first_names,
+        ["sidecar-injector.injector-system.svc", "127.0.0.1"]
+    );
+    let leaf = std::fs::read_to_string(dir.path().join("tls.crt")).unwrap();
+
+    // Run again as it was first run, minus the names: the renewal is for the same names.
+    let renewal = run(&["certs", "--out-dir", out], None);
+    assert!(renewal.status.success(), "{}", text(&renewal.stderr));
+    assert_ne!(
+        std::fs::read_to_string(dir.path().join("tls.crt")).unwrap(),
+        leaf
+    );
+    assert_eq!(names(), first_names);
+    assert!(
+        text(&renewal.stderr).contains(
+            "renewed the certificate for sidecar-injector.injector-system.svc, 127.0.0.1"
+        ),
+        "{}",
+        text(&renewal.stderr)
+    );
+    assert!(
+        !text(&renewal.stderr).contains("was for"),
+        "the same names, nothing to warn of: {}",
+        text(&renewal.stderr)
+    );
+
+    // Other names are taken, and the change is said: a typo here would break the webhook's TLS.
+    let renamed = run(
+        &[
+            "certs",
+            "--out-dir",
+            out,
+            "--dns-name",
+            "sidecar-injector.injector-sytem.svc",
+        ],
+        None,
+    );
+    assert!(renamed.status.success(), "{}", text(&renamed.stderr));
+    assert_eq!(names(), ["sidecar-injector.injector-sytem.svc"]);
+    assert!(
+        text(&renamed.stderr).contains(
+            "was for sidecar-injector.injector-system.svc, 127.0.0.1; the new certificate is for sidecar-injector.injector-sytem.svc"
+        ),
+        "{}",
+        text(&renamed.stderr)
+    );
+}
+
+#[test]
 fn an_error_says_each_cause_once() {
     let output = run(&["drift", "--kubeconfig", "/nonexistent/kubeconfig"], None);
     assert!(!output.status.success());

@@ -612,8 +612,9 @@ pub struct CertsArgs {
     #[arg(long)]
     pub out_dir: PathBuf,
     /// DNS name or IP address the serving certificate is for; repeat for several, e.g.
-    /// sidecar-injector.injector-system.svc.
-    #[arg(long = "dns-name", required = true)]
+    /// sidecar-injector.injector-system.svc. Required the first time; without it a renewal
+    /// keeps the names of the tls.crt in the out directory.
+    #[arg(long = "dns-name")]
     pub dns_names: Vec<String>,
     /// How long the certificates are valid (e.g. 90d, 1y).
     #[arg(long, default_value = "365d", value_parser = humantime::parse_duration)]

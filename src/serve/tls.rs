@@ -84,6 +84,43 @@ pub fn not_after(cert_pem: &[u8], label: &str) -> Result<i64, TlsError> {
     Ok(cert.validity().not_after.timestamp())
 }
 
+/// The names a certificate is for, in its order: its subjectAltName DNS names and IP addresses
+/// (what `certs --dns-name` put there), so that a renewal can keep them.
+pub fn subject_names(cert_pem: &[u8], label: &str) -> Result<Vec<String>, TlsError> {
+    use x509_parser::extensions::GeneralName;
+    let error = |message: String| TlsError::CertificatePem {
+        path: label.to_owned(),
+        message,
+    };
+    let der = CertificateDer::pem_slice_iter(cert_pem)
+        .next()
+        .ok_or_else(|| error("no PEM certificate".into()))?
+        .map_err(|e| error(e.to_string()))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der.as_ref()).map_err(|e| error(e.to_string()))?;
+    let names = cert
+        .subject_alternative_name()
+        .map_err(|e| error(e.to_string()))?
+        .map(|extension| extension.value.general_names.clone())
+        .unwrap_or_default();
+    Ok(names
+        .iter()
+        .filter_map(|name| match name {
+            GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+            GeneralName::IPAddress(octets) => match octets.len() {
+                4 => <[u8; 4]>::try_from(*octets)
+                    .ok()
+                    .map(|o| std::net::IpAddr::from(o).to_string()),
+                16 => <[u8; 16]>::try_from(*octets)
+                    .ok()
+                    .map(|o| std::net::IpAddr::from(o).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect())
+}
+
 /// Installs the one crypto provider of this binary (ring). rustls panics when it has to pick
 /// between two compiled-in providers, so this runs first thing, once; a second call is harmless.
 pub fn install_crypto_provider() {
@@ -206,6 +243,10 @@ pub struct DevCa {
 /// Where [`DevCertificates::write`] puts the CA's certificate and key.
 pub const CA_CERT_FILE: &str = "ca.crt";
 pub const CA_KEY_FILE: &str = "ca.key";
+/// Where [`DevCertificates::write`] puts the serving certificate and its key (the names of a
+/// `kubernetes.io/tls` Secret's items).
+pub const LEAF_CERT_FILE: &str = "tls.crt";
+pub const LEAF_KEY_FILE: &str = "tls.key";
 
 impl DevCa {
     /// A new self-signed CA valid from `not_before` to `not_after` (Unix seconds).
@@ -365,11 +406,17 @@ impl DevCertificates {
             move |source| TlsError::Write { path, source }
         };
         fs::create_dir_all(dir).map_err(write_error(dir))?;
-        for (name, text) in [(CA_CERT_FILE, &self.ca_pem), ("tls.crt", &self.cert_pem)] {
+        for (name, text) in [
+            (CA_CERT_FILE, &self.ca_pem),
+            (LEAF_CERT_FILE, &self.cert_pem),
+        ] {
             let path = dir.join(name);
             fs::write(&path, text).map_err(write_error(&path))?;
         }
-        for (name, text) in [(CA_KEY_FILE, &self.ca_key_pem), ("tls.key", &self.key_pem)] {
+        for (name, text) in [
+            (CA_KEY_FILE, &self.ca_key_pem),
+            (LEAF_KEY_FILE, &self.key_pem),
+        ] {
             let path = dir.join(name);
             write_private(&path, text.as_bytes()).map_err(write_error(&path))?;
         }
