@@ -734,6 +734,27 @@ fn certs_renewal_keeps_the_names_of_the_certificate_it_replaces_unless_told_othe
         text(&renewal.stderr)
     );
 
+    // A refused run writes nothing, and so warns of no change of names.
+    let refused = run(
+        &[
+            "certs",
+            "--out-dir",
+            out,
+            "--dns-name",
+            "other.svc",
+            "--validity",
+            "20y",
+        ],
+        None,
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        !text(&refused.stderr).contains("was for"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(names(), first_names);
+
     // Other names are taken, and the change is said: a typo here would break the webhook's TLS.
     let renamed = run(
         &[

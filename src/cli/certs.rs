@@ -17,7 +17,7 @@ use tracing::Level;
 pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
     let dir = args.out_dir.display();
     let (not_before, not_after) = validity_from_now(args.validity);
-    let dns_names = names_to_certify(args)?;
+    let (dns_names, renamed) = names_to_certify(args)?;
     let (names, until) = (dns_names.join(", "), date(not_after));
     let kept = if args.new_ca {
         None
@@ -53,6 +53,9 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
         }
     };
     certs.write(&args.out_dir)?;
+    if let Some(warning) = renamed {
+        notice(Level::WARN, &warning, &[]);
+    }
     notice(Level::INFO, &said, &[]);
     println!("{}", certs.ca_bundle());
     Ok(ExitCode::SUCCESS)
@@ -60,9 +63,9 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
 
 /// The `--dns-name`s given, else those of the certificate in the out directory (a renewal is
 /// the same command run again, and a name typed differently would break the webhook's TLS).
-/// Names that differ from the replaced certificate's are said, as the Service must answer to
-/// one of them.
-fn names_to_certify(args: &CertsArgs) -> anyhow::Result<Vec<String>> {
+/// Names that differ from the replaced certificate's come with a warning to say once written,
+/// as the Service must answer to one of them.
+fn names_to_certify(args: &CertsArgs) -> anyhow::Result<(Vec<String>, Option<String>)> {
     let leaf = args.out_dir.join(LEAF_CERT_FILE);
     let replaced = match std::fs::read(&leaf) {
         Ok(pem) => {
@@ -73,7 +76,7 @@ fn names_to_certify(args: &CertsArgs) -> anyhow::Result<Vec<String>> {
     };
     if args.dns_names.is_empty() {
         return match replaced {
-            Some(Ok(names)) if !names.is_empty() => Ok(names),
+            Some(Ok(names)) if !names.is_empty() => Ok((names, None)),
             Some(Ok(_)) => bail!(
                 "{} names no DNS name or IP address to renew it for; give --dns-name (e.g. --dns-name sidecar-injector.injector-system.svc)",
                 leaf.display()
@@ -85,25 +88,18 @@ fn names_to_certify(args: &CertsArgs) -> anyhow::Result<Vec<String>> {
             ),
         };
     }
-    if let Some(Ok(old)) = replaced {
-        let set = |names: &[String]| {
-            names
-                .iter()
-                .cloned()
-                .collect::<std::collections::BTreeSet<_>>()
-        };
-        if set(&old) != set(&args.dns_names) {
-            notice(
-                Level::WARN,
-                &format!(
-                    "{} was for {}; the new certificate is for {}: the webhook's Service must be reached by one of these names (without --dns-name a renewal keeps the names)",
-                    leaf.display(),
-                    old.join(", "),
-                    args.dns_names.join(", ")
-                ),
-                &[],
-            );
-        }
-    }
-    Ok(args.dns_names.clone())
+    let renamed = match replaced {
+        Some(Ok(old)) if set_of(&old) != set_of(&args.dns_names) => Some(format!(
+            "{} was for {}; the new certificate is for {}: the webhook's Service must be reached by one of these names (without --dns-name a renewal keeps the names)",
+            leaf.display(),
+            old.join(", "),
+            args.dns_names.join(", ")
+        )),
+        _ => None,
+    };
+    Ok((args.dns_names.clone(), renamed))
+}
+
+fn set_of(names: &[String]) -> std::collections::BTreeSet<&str> {
+    names.iter().map(String::as_str).collect()
 }
