@@ -546,8 +546,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1000)]
     pub max_connections: usize,
     /// A webhook connection (HTTP/1.1 or HTTP/2) with no traffic in either direction this long
-    /// is closed.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    /// is closed. Keep it above the API server's own idle-connection timeout (90s): a
+    /// connection closed from this side can cross a review the API server is sending on it,
+    /// which then fails (and with failurePolicy Ignore, its pod is created uninjected).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
     /// How long in-flight requests may take to finish once the listeners close.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
@@ -831,6 +833,28 @@ pub fn bare_verbosity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// client-go's transport (the API server's webhook client) closes a connection idle this
+    /// long, and pings an idle HTTP/2 connection every 30s (`HTTP2_READ_IDLE_TIMEOUT_SECONDS`).
+    const API_SERVER_IDLE_CONN_TIMEOUT: Duration = Duration::from_secs(90);
+
+    #[test]
+    fn the_api_server_not_the_injector_closes_the_connections_it_keeps_idle() {
+        let Command::Serve(serve) = Cli::try_parse_from(["sidecar-injector", "serve"])
+            .unwrap()
+            .command
+        else {
+            panic!("serve");
+        };
+        // Closed from this side at the moment the API server reuses it, a review is lost. The
+        // old 30s closed every idle connection the API server still pooled, at the moment its
+        // 30s HTTP/2 ping came due.
+        assert!(
+            serve.idle_timeout > API_SERVER_IDLE_CONN_TIMEOUT,
+            "--idle-timeout defaults to {:?}",
+            serve.idle_timeout
+        );
+    }
 
     fn strings(args: &[std::ffi::OsString]) -> Vec<&str> {
         args.iter().map(|a| a.to_str().unwrap()).collect()
