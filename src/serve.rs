@@ -460,13 +460,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     )?;
     let (tls_addr, lifecycle_addr) = (tls_listener.local_addr()?, lifecycle_listener.local_addr()?);
     let mut tls_server = axum_server::from_tcp(tls_listener)?
-        .acceptor(axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(guard))
+        .acceptor(connection::HeadAcceptor::new(
+            axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(guard),
+            options.body_read_timeout,
+        ))
         .handle(tls_handle.clone());
+    // Heads are timed by HeadAcceptor from their first byte: hyper's timer also ran between
+    // requests and closed keep-alive connections the API server still pooled.
     tls_server
         .http_builder()
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(options.body_read_timeout);
+        .header_read_timeout(None);
     // Each stream may buffer a body: the byte budget bounds memory, this bounds how many
     // bodies one connection can have in flight.
     tls_server

@@ -306,6 +306,45 @@ async fn raw_exchange(setup: &Setup, injector: &Injector, request: Vec<u8>) -> u
         .unwrap()
 }
 
+/// The API server keeps a webhook connection for its next review for up to 90 s. Closed from
+/// this side while it waits, a review sent as the close crosses is lost (its pod created
+/// uninjected with failurePolicy Ignore): hyper's header timeout used to close it 10 s after
+/// each review. A head that starts and does not end is still cut.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keep_alive_connection_waits_past_the_header_timeout_for_its_next_review() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const HEAD_LIMIT: Duration = Duration::from_secs(1);
+    let setup = Setup::new();
+    let injector = setup.start(&["--body-read-timeout", "1s"]);
+    let client = setup.client();
+    let review = serde_json::to_vec(&fixture("deployment-pod.json")).unwrap();
+    let mut connection = client.connect(injector.tls).await.unwrap();
+    for pause in [Duration::ZERO, 3 * HEAD_LIMIT] {
+        // The quiet time between two reviews on the connection is what is under test.
+        tokio::time::sleep(pause).await;
+        let (status, _) = connection
+            .post("/mutate", "application/json", review.clone())
+            .await
+            .unwrap_or_else(|e| panic!("a review {pause:?} after the last one: {e}"));
+        assert_eq!(status, 200);
+    }
+
+    // A head begun and never ended: the connection is closed a second after its first byte.
+    let mut tls = client.connect_tls(injector.tls).await.unwrap();
+    let started = std::time::Instant::now();
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(DEADLINE, tls.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "the connection is closed before {DEADLINE:?}"
+    );
+    let took = started.elapsed();
+    assert!(took >= HEAD_LIMIT, "closed after {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_edit_takes_effect_and_a_broken_edit_keeps_the_last_good() {
     let setup = Setup::new();

@@ -835,7 +835,7 @@ mod tests {
     use super::*;
 
     /// client-go's transport (the API server's webhook client) closes a connection idle this
-    /// long, and pings an idle HTTP/2 connection every 30s (`HTTP2_READ_IDLE_TIMEOUT_SECONDS`).
+    /// long (net/http's default `IdleConnTimeout`).
     const API_SERVER_IDLE_CONN_TIMEOUT: Duration = Duration::from_secs(90);
 
     #[test]
@@ -846,9 +846,8 @@ mod tests {
         else {
             panic!("serve");
         };
-        // Closed from this side at the moment the API server reuses it, a review is lost. The
-        // old 30s closed every idle connection the API server still pooled, at the moment its
-        // 30s HTTP/2 ping came due.
+        // Closed from this side at the moment the API server reuses it, a review is lost; the
+        // API server (HTTP/1.1 to webhooks) keeps an idle connection for 90 s.
         assert!(
             serve.idle_timeout > API_SERVER_IDLE_CONN_TIMEOUT,
             "--idle-timeout defaults to {:?}",

@@ -1,8 +1,9 @@
-//! Bounds on the webhook port's connections, under TLS and whatever the protocol: at most
+//! Bounds on the webhook port's connections. Under TLS and whatever the protocol: at most
 //! `--max-connections` open at once (one more is closed at accept, before its handshake), and a
-//! connection with no byte in either direction for `--idle-timeout` is closed. HTTP/1.1 had
-//! its header timeout; an idle HTTP/2 connection had nothing, and a few thousand of them held
-//! file descriptors and memory until the process could answer nothing.
+//! connection with no byte in either direction for `--idle-timeout` is closed (an idle HTTP/2
+//! connection had no bound, and a few thousand of them held file descriptors and memory until
+//! the process could answer nothing). Over TLS, on HTTP/1.1: a request head must arrive within
+//! `--body-read-timeout` of its first byte.
 
 use std::future::Future;
 use std::io;
@@ -172,6 +173,187 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 }
 
+/// The acceptor over TLS that times HTTP/1.1 request heads: the first byte of a head starts
+/// `--body-read-timeout`, and the time between requests is the idle guard's. hyper's own header
+/// timeout also runs while a keep-alive connection waits for its next request, so it closed the
+/// API server's pooled connections 10 s after each review; the API server keeps them for 90 s,
+/// and a review it sent as the close crossed was lost (its pod, with failurePolicy Ignore,
+/// created uninjected).
+#[derive(Clone)]
+pub struct HeadAcceptor<A> {
+    inner: A,
+    limit: Duration,
+}
+
+impl<A> HeadAcceptor<A> {
+    pub fn new(inner: A, limit: Duration) -> Self {
+        Self { inner, limit }
+    }
+}
+
+impl<A, I, S, T> Accept<I, S> for HeadAcceptor<A>
+where
+    A: Accept<I, S, Stream = tokio_rustls::server::TlsStream<T>>,
+    A::Future: Send + 'static,
+    A::Service: Send + 'static,
+    T: Send + 'static,
+{
+    type Stream = HeadDeadline<tokio_rustls::server::TlsStream<T>>;
+    type Service = A::Service;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let accepted = self.inner.accept(stream, service);
+        let limit = self.limit;
+        Box::pin(async move {
+            let (stream, service) = accepted.await?;
+            // HTTP/2 frames are not heads; hyper and the handler time its streams.
+            let http1 = stream.get_ref().1.alpn_protocol() != Some(b"h2");
+            Ok((HeadDeadline::new(stream, http1.then_some(limit)), service))
+        })
+    }
+}
+
+const HEAD_END: &[u8; 4] = b"\r\n\r\n";
+
+/// Where the connection stands between the client's bytes and the server's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Between requests (or before the first): nothing is owed, however long it lasts.
+    Awaited,
+    /// A head has begun: `matched` bytes of its end (CRLF CRLF) seen so far.
+    Arriving { since: Instant, matched: usize },
+    /// The head is in; the body and the answer are the handler's to time. The next answer
+    /// written makes the connection `Awaited` again.
+    Received,
+}
+
+/// A stream whose HTTP/1.1 request heads must arrive within `limit` of their first byte
+/// (`None`: not timed). A pipelined head already read with the one before it is parsed from
+/// hyper's buffer, complete, so it needs no timing.
+pub struct HeadDeadline<T> {
+    inner: T,
+    limit: Option<Duration>,
+    head: Head,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> HeadDeadline<T> {
+    fn new(inner: T, limit: Option<Duration>) -> Self {
+        Self {
+            inner,
+            limit,
+            head: Head::Awaited,
+            timer: None,
+        }
+    }
+
+    /// Follows the head through bytes just read.
+    fn follow(&mut self, bytes: &[u8]) {
+        if self.limit.is_none() || bytes.is_empty() {
+            return;
+        }
+        let (since, mut matched) = match self.head {
+            Head::Received => return,
+            Head::Awaited => (None, 0),
+            Head::Arriving { since, matched } => (Some(since), matched),
+        };
+        for &byte in bytes {
+            matched = if byte == HEAD_END[matched] {
+                matched + 1
+            } else if byte == HEAD_END[0] {
+                1
+            } else {
+                0
+            };
+            if matched == HEAD_END.len() {
+                self.head = Head::Received;
+                return;
+            }
+        }
+        let since = since.unwrap_or_else(Instant::now);
+        self.head = Head::Arriving { since, matched };
+    }
+
+    /// Whether the head now arriving is past its time (registering the waker when not).
+    fn late(&mut self, cx: &mut Context<'_>) -> bool {
+        let (Some(limit), Head::Arriving { since, .. }) = (self.limit, self.head) else {
+            return false;
+        };
+        let due = since + limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
+        }
+        timer.as_mut().poll(cx).is_ready()
+    }
+
+    fn written(&mut self, result: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.head = Head::Awaited;
+        }
+        result
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for HeadDeadline<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                this.follow(&buf.filled()[before..]);
+                Poll::Ready(result)
+            }
+            Poll::Pending if this.late(cx) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request head not received within --body-read-timeout of its first byte",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.written(result)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +412,70 @@ mod tests {
         let (mut server, _client) = guarded_pair();
         let waited = idle_error_after(&mut server, Instant::now()).await;
         assert_eq!(waited, IDLE);
+    }
+
+    const HEAD_LIMIT: Duration = Duration::from_secs(1);
+
+    /// Reads on `server` until it fails or `within` passes: the error's kind, if any.
+    async fn read_failure(
+        server: &mut HeadDeadline<DuplexStream>,
+        within: Duration,
+    ) -> Option<io::ErrorKind> {
+        let mut bytes = [0u8; 64];
+        let reads = async {
+            loop {
+                if let Err(e) = server.read(&mut bytes).await {
+                    return e.kind();
+                }
+            }
+        };
+        tokio::time::timeout(within, reads).await.ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_head_is_timed_from_its_first_byte_never_between_requests() {
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        // Before the first request, and between requests, a keep-alive connection may wait
+        // as long as it likes (the idle guard under TLS bounds that).
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+
+        // A head that ends in the next read: received, so its body may take its own time.
+        client
+            .write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n\r")
+            .await
+            .unwrap();
+        client.write_all(b"\n{").await.unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+        // The answer goes out: the connection waits for the next request, untimed.
+        server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+
+        // A head that trickles in, a byte every 300 ms: cut a second after its first byte,
+        // though bytes keep coming.
+        let started = Instant::now();
+        let trickle = tokio::spawn(async move {
+            for byte in b"POST /mutate HTTP/1.1\r\nHost: x\r\n".iter().cycle() {
+                if client.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        assert_eq!(
+            read_failure(&mut server, 10 * HEAD_LIMIT).await,
+            Some(io::ErrorKind::TimedOut)
+        );
+        assert_eq!(started.elapsed(), HEAD_LIMIT);
+        drop(server);
+        trickle.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_connection_is_not_timed_by_heads() {
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, None);
+        client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
     }
 }
