@@ -137,41 +137,48 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let result = Pin::new(&mut this.inner).poll_write(cx, data);
-        this.written(result)
-    }
+/// `AsyncWrite` passed through to `inner`, each result shown to the type's `written`.
+macro_rules! writes_through {
+    ($stream:ident) => {
+        impl<T: AsyncWrite + Unpin> AsyncWrite for $stream<T> {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                data: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                let this = self.get_mut();
+                let result = Pin::new(&mut this.inner).poll_write(cx, data);
+                this.written(result)
+            }
 
-    // rustls hands its queued TLS records over as one vectored write: passed through, they
-    // go out in one system call instead of one per record.
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.written(result)
-    }
+            // rustls hands its queued TLS records over as one vectored write: passed through,
+            // they go out in one system call instead of one per record.
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                let this = self.get_mut();
+                let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+                this.written(result)
+            }
 
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
+            fn is_write_vectored(&self) -> bool {
+                self.inner.is_write_vectored()
+            }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+            }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+            }
+        }
+    };
 }
+
+writes_through!(Guarded);
 
 /// The acceptor over TLS that times HTTP/1.1 request heads: the first byte of a head starts
 /// `--body-read-timeout`, and the time between requests is the idle guard's. hyper's own header
@@ -320,39 +327,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for HeadDeadline<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let result = Pin::new(&mut this.inner).poll_write(cx, data);
-        this.written(result)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.written(result)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
+writes_through!(HeadDeadline);
 
 #[cfg(test)]
 mod tests {

@@ -75,13 +75,9 @@ pub fn not_after(cert_pem: &[u8], label: &str) -> Result<i64, TlsError> {
         path: label.to_owned(),
         message,
     };
-    let der = CertificateDer::pem_slice_iter(cert_pem)
-        .next()
-        .ok_or_else(|| error("no PEM certificate".into()))?
-        .map_err(|e| error(e.to_string()))?;
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(der.as_ref()).map_err(|e| error(e.to_string()))?;
-    Ok(cert.validity().not_after.timestamp())
+    first_certificate(cert_pem, error, |cert| {
+        Ok(cert.validity().not_after.timestamp())
+    })
 }
 
 /// The names a certificate is for, in its order: its subjectAltName DNS names and IP addresses
@@ -92,33 +88,44 @@ pub fn subject_names(cert_pem: &[u8], label: &str) -> Result<Vec<String>, TlsErr
         path: label.to_owned(),
         message,
     };
+    first_certificate(cert_pem, error, |cert| {
+        let names = cert
+            .subject_alternative_name()
+            .map_err(|e| error(e.to_string()))?
+            .map(|extension| extension.value.general_names.clone())
+            .unwrap_or_default();
+        Ok(names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                GeneralName::IPAddress(octets) => match octets.len() {
+                    4 => <[u8; 4]>::try_from(*octets)
+                        .ok()
+                        .map(|o| std::net::IpAddr::from(o).to_string()),
+                    16 => <[u8; 16]>::try_from(*octets)
+                        .ok()
+                        .map(|o| std::net::IpAddr::from(o).to_string()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect())
+    })
+}
+
+/// What `read` takes from the first certificate of a PEM chain; `error` says what failed.
+fn first_certificate<T>(
+    cert_pem: &[u8],
+    error: impl Fn(String) -> TlsError,
+    read: impl FnOnce(&x509_parser::certificate::X509Certificate<'_>) -> Result<T, TlsError>,
+) -> Result<T, TlsError> {
     let der = CertificateDer::pem_slice_iter(cert_pem)
         .next()
         .ok_or_else(|| error("no PEM certificate".into()))?
         .map_err(|e| error(e.to_string()))?;
     let (_, cert) =
         x509_parser::parse_x509_certificate(der.as_ref()).map_err(|e| error(e.to_string()))?;
-    let names = cert
-        .subject_alternative_name()
-        .map_err(|e| error(e.to_string()))?
-        .map(|extension| extension.value.general_names.clone())
-        .unwrap_or_default();
-    Ok(names
-        .iter()
-        .filter_map(|name| match name {
-            GeneralName::DNSName(dns) => Some((*dns).to_owned()),
-            GeneralName::IPAddress(octets) => match octets.len() {
-                4 => <[u8; 4]>::try_from(*octets)
-                    .ok()
-                    .map(|o| std::net::IpAddr::from(o).to_string()),
-                16 => <[u8; 16]>::try_from(*octets)
-                    .ok()
-                    .map(|o| std::net::IpAddr::from(o).to_string()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect())
+    read(&cert)
 }
 
 /// Installs the one crypto provider of this binary (ring). rustls panics when it has to pick
