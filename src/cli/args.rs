@@ -534,7 +534,9 @@ pub struct ServeArgs {
     /// result "review_timeout"). Bodies over 64 KiB are reviewed off the async workers.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub review_timeout: Duration,
-    /// How long a client may take to send its headers and body; slower ones get 408.
+    /// How long a client may take to send a request's headers (from their first byte: a
+    /// keep-alive connection may wait for its next request up to --idle-timeout) and its body;
+    /// a slower body gets 408, a slower head has its connection closed.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub body_read_timeout: Duration,
     /// After SIGTERM, how long /ready fails before the listeners close, so that endpoints
