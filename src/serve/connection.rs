@@ -58,65 +58,34 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardAcceptor {
     }
 }
 
-/// A stream that holds its connection slot and fails once idle too long.
-///
-/// Activity only records the time; the timer is moved when it fires early. Resetting it on
-/// every read and write took the timer wheel's lock several times per request.
-pub struct Guarded<T> {
+/// A stream whose traffic is reported to a [`Watch`], which may end it: the idle guard and the
+/// head deadline are both one.
+pub struct Watched<T, W> {
     inner: T,
-    _permit: OwnedSemaphorePermit,
-    idle: Duration,
-    last_active: Instant,
-    deadline: Pin<Box<Sleep>>,
+    watch: W,
 }
 
-impl<T> Guarded<T> {
-    fn new(inner: T, permit: OwnedSemaphorePermit, idle: Duration) -> Self {
-        Self {
-            inner,
-            _permit: permit,
-            idle,
-            last_active: Instant::now(),
-            deadline: Box::pin(tokio::time::sleep(idle)),
-        }
-    }
+/// What a [`Watched`] stream tells its watch, and asks it.
+pub trait Watch {
+    /// Bytes just read (never empty).
+    fn read(&mut self, bytes: &[u8]);
+    /// Bytes just written.
+    fn wrote(&mut self);
+    /// The error that ends the connection, once it is due (registering the waker when not).
+    fn overdue(&mut self, cx: &mut Context<'_>) -> Option<io::Error>;
+}
 
-    fn active(&mut self) {
-        self.last_active = Instant::now();
-    }
-
-    /// A write's result, noted as activity when bytes went out.
+impl<T, W: Watch> Watched<T, W> {
+    /// A write's result, reported when bytes went out.
     fn written(&mut self, result: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.active();
+            self.watch.wrote();
         }
         result
     }
-
-    /// Whether the connection has been idle for `idle` (registering the waker when not).
-    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        loop {
-            if self.deadline.as_mut().poll(cx).is_pending() {
-                return false;
-            }
-            let due = self.last_active + self.idle;
-            if due <= Instant::now() {
-                return true;
-            }
-            // Fired, but there was activity since it was set: wait for the rest.
-            self.deadline.as_mut().reset(due);
-        }
-    }
 }
 
-fn idle_error() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "connection idle past --idle-timeout",
-    )
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+impl<T: AsyncRead + Unpin, W: Watch + Unpin> AsyncRead for Watched<T, W> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -126,59 +95,106 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(result) => {
-                if buf.filled().len() > before {
-                    this.active();
+                let bytes = &buf.filled()[before..];
+                if !bytes.is_empty() {
+                    this.watch.read(bytes);
                 }
                 Poll::Ready(result)
             }
-            Poll::Pending if this.expired(cx) => Poll::Ready(Err(idle_error())),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => match this.watch.overdue(cx) {
+                Some(error) => Poll::Ready(Err(error)),
+                None => Poll::Pending,
+            },
         }
     }
 }
 
-/// `AsyncWrite` passed through to `inner`, each result shown to the type's `written`.
-macro_rules! writes_through {
-    ($stream:ident) => {
-        impl<T: AsyncWrite + Unpin> AsyncWrite for $stream<T> {
-            fn poll_write(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                data: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                let this = self.get_mut();
-                let result = Pin::new(&mut this.inner).poll_write(cx, data);
-                this.written(result)
-            }
+impl<T: AsyncWrite + Unpin, W: Watch + Unpin> AsyncWrite for Watched<T, W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.written(result)
+    }
 
-            // rustls hands its queued TLS records over as one vectored write: passed through,
-            // they go out in one system call instead of one per record.
-            fn poll_write_vectored(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                bufs: &[io::IoSlice<'_>],
-            ) -> Poll<io::Result<usize>> {
-                let this = self.get_mut();
-                let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-                this.written(result)
-            }
+    // rustls hands its queued TLS records over as one vectored write: passed through, they
+    // go out in one system call instead of one per record.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(result)
+    }
 
-            fn is_write_vectored(&self) -> bool {
-                self.inner.is_write_vectored()
-            }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 
-            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-            }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
 
-            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-            }
-        }
-    };
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
-writes_through!(Guarded);
+/// A stream that holds its connection slot and fails once idle too long.
+pub type Guarded<T> = Watched<T, IdleWatch>;
+
+/// The idle guard: activity only records the time; the timer is moved when it fires early.
+/// Resetting it on every read and write took the timer wheel's lock several times per request.
+pub struct IdleWatch {
+    _permit: OwnedSemaphorePermit,
+    idle: Duration,
+    last_active: Instant,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl<T> Guarded<T> {
+    fn new(inner: T, permit: OwnedSemaphorePermit, idle: Duration) -> Self {
+        let watch = IdleWatch {
+            _permit: permit,
+            idle,
+            last_active: Instant::now(),
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        };
+        Self { inner, watch }
+    }
+}
+
+impl Watch for IdleWatch {
+    fn read(&mut self, _: &[u8]) {
+        self.last_active = Instant::now();
+    }
+
+    fn wrote(&mut self) {
+        self.last_active = Instant::now();
+    }
+
+    fn overdue(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return None;
+            }
+            let due = self.last_active + self.idle;
+            if due <= Instant::now() {
+                return Some(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle past --idle-timeout",
+                ));
+            }
+            // Fired, but there was activity since it was set: wait for the rest.
+            self.deadline.as_mut().reset(due);
+        }
+    }
+}
 
 /// The acceptor over TLS that times HTTP/1.1 request heads: the first byte of a head starts
 /// `--body-read-timeout`, and the time between requests is the idle guard's. hyper's own header
@@ -238,8 +254,10 @@ enum Head {
 /// A stream whose HTTP/1.1 request heads must arrive within `limit` of their first byte
 /// (`None`: not timed). A pipelined head already read with the one before it is parsed from
 /// hyper's buffer, complete, so it needs no timing.
-pub struct HeadDeadline<T> {
-    inner: T,
+pub type HeadDeadline<T> = Watched<T, HeadWatch>;
+
+/// The head deadline's state.
+pub struct HeadWatch {
     limit: Option<Duration>,
     head: Head,
     timer: Option<Pin<Box<Sleep>>>,
@@ -247,17 +265,19 @@ pub struct HeadDeadline<T> {
 
 impl<T> HeadDeadline<T> {
     fn new(inner: T, limit: Option<Duration>) -> Self {
-        Self {
-            inner,
+        let watch = HeadWatch {
             limit,
             head: Head::Awaited,
             timer: None,
-        }
+        };
+        Self { inner, watch }
     }
+}
 
-    /// Follows the head through bytes just read.
-    fn follow(&mut self, bytes: &[u8]) {
-        if self.limit.is_none() || bytes.is_empty() {
+impl Watch for HeadWatch {
+    /// Follows the head through the bytes.
+    fn read(&mut self, bytes: &[u8]) {
+        if self.limit.is_none() {
             return;
         }
         let (since, mut matched) = match self.head {
@@ -282,10 +302,13 @@ impl<T> HeadDeadline<T> {
         self.head = Head::Arriving { since, matched };
     }
 
-    /// Whether the head now arriving is past its time (registering the waker when not).
-    fn late(&mut self, cx: &mut Context<'_>) -> bool {
+    fn wrote(&mut self) {
+        self.head = Head::Awaited;
+    }
+
+    fn overdue(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         let (Some(limit), Head::Arriving { since, .. }) = (self.limit, self.head) else {
-            return false;
+            return None;
         };
         let due = since + limit;
         let timer = self
@@ -294,40 +317,14 @@ impl<T> HeadDeadline<T> {
         if timer.deadline() != due {
             timer.as_mut().reset(due);
         }
-        timer.as_mut().poll(cx).is_ready()
-    }
-
-    fn written(&mut self, result: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.head = Head::Awaited;
-        }
-        result
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for HeadDeadline<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(result) => {
-                this.follow(&buf.filled()[before..]);
-                Poll::Ready(result)
-            }
-            Poll::Pending if this.late(cx) => Poll::Ready(Err(io::Error::new(
+        timer.as_mut().poll(cx).is_ready().then(|| {
+            io::Error::new(
                 io::ErrorKind::TimedOut,
                 "request head not received within --body-read-timeout of its first byte",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
+            )
+        })
     }
 }
-
-writes_through!(HeadDeadline);
 
 #[cfg(test)]
 mod tests {

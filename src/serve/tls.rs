@@ -98,15 +98,11 @@ pub fn subject_names(cert_pem: &[u8], label: &str) -> Result<Vec<String>, TlsErr
             .iter()
             .filter_map(|name| match name {
                 GeneralName::DNSName(dns) => Some((*dns).to_owned()),
-                GeneralName::IPAddress(octets) => match octets.len() {
-                    4 => <[u8; 4]>::try_from(*octets)
-                        .ok()
-                        .map(|o| std::net::IpAddr::from(o).to_string()),
-                    16 => <[u8; 16]>::try_from(*octets)
-                        .ok()
-                        .map(|o| std::net::IpAddr::from(o).to_string()),
-                    _ => None,
-                },
+                GeneralName::IPAddress(octets) => <[u8; 4]>::try_from(*octets)
+                    .map(std::net::IpAddr::from)
+                    .or_else(|_| <[u8; 16]>::try_from(*octets).map(std::net::IpAddr::from))
+                    .ok()
+                    .map(|ip| ip.to_string()),
                 _ => None,
             })
             .collect())
