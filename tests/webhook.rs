@@ -345,6 +345,86 @@ async fn a_keep_alive_connection_waits_past_the_header_timeout_for_its_next_revi
     assert!(took >= HEAD_LIMIT, "closed after {took:?}");
 }
 
+/// Reads HTTP/2 frames until one of `kind` with `flags` has come: the frames read, as
+/// (type, flags), or the error that ended the connection first.
+async fn read_frames_until<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    kind: u8,
+    flags: u8,
+) -> std::io::Result<Vec<(u8, u8)>> {
+    use tokio::io::AsyncReadExt;
+    let mut frames = Vec::new();
+    loop {
+        let mut header = [0u8; 9];
+        stream.read_exact(&mut header).await?;
+        let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+        let mut payload = vec![0u8; length];
+        stream.read_exact(&mut payload).await?;
+        frames.push((header[3], header[4]));
+        if (header[3], header[4]) == (kind, flags) {
+            return Ok(frames);
+        }
+    }
+}
+
+/// A client may speak HTTP/2 over TLS without ALPN (prior knowledge), and hyper serves it. Its
+/// frames are not a request head: a connection whose client spoke last (here, acknowledging
+/// the server's SETTINGS) and then went quiet must not be closed as a head left unfinished.
+#[tokio::test(flavor = "multi_thread")]
+async fn http2_without_alpn_is_served_and_its_quiet_connection_kept() {
+    use tokio::io::AsyncWriteExt;
+    const HEAD_LIMIT: Duration = Duration::from_secs(1);
+    const SETTINGS: u8 = 4;
+    const PING: u8 = 6;
+    const ACK: u8 = 1;
+    let setup = Setup::new();
+    let injector = setup.start(&["--body-read-timeout", "1s"]);
+    let client = setup.client();
+
+    let mut tls = client.connect_tls_without_alpn(injector.tls).await.unwrap();
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    tls.write_all(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    // The server's SETTINGS, then its acknowledgement of ours: after that it owes nothing.
+    let frames = read_frames_until(&mut tls, SETTINGS, ACK).await.unwrap();
+    assert!(
+        frames.contains(&(SETTINGS, 0)),
+        "the server's SETTINGS: {frames:?}"
+    );
+    tls.write_all(&[0, 0, 0, SETTINGS, ACK, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    // Quiet for three times --body-read-timeout, the client having spoken last.
+    tokio::time::sleep(3 * HEAD_LIMIT).await;
+    let mut ping = vec![0, 0, 8, PING, 0, 0, 0, 0, 0];
+    ping.extend_from_slice(b"stillopn");
+    tls.write_all(&ping).await.unwrap();
+    let answer = tokio::time::timeout(DEADLINE, read_frames_until(&mut tls, PING, ACK))
+        .await
+        .expect("an answer to the PING");
+    assert!(
+        answer.is_ok(),
+        "the quiet connection was closed: {answer:?}"
+    );
+
+    // A review over such a connection is served.
+    let review = serde_json::to_vec(&fixture("deployment-pod.json")).unwrap();
+    let mut connection = client
+        .connect_h2_prior_knowledge(injector.tls)
+        .await
+        .unwrap();
+    let (status, body) = connection
+        .post("/mutate", "application/json", review, false)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let reply: Value = serde_json::from_slice(&body).unwrap();
+    assert!(reply["response"]["patch"].is_string(), "{reply}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_edit_takes_effect_and_a_broken_edit_keeps_the_last_good() {
     let setup = Setup::new();

@@ -3,7 +3,7 @@
 //! connection with no byte in either direction for `--idle-timeout` is closed (an idle HTTP/2
 //! connection had no bound, and a few thousand of them held file descriptors and memory until
 //! the process could answer nothing). Over TLS, on HTTP/1.1: a request head must arrive within
-//! `--body-read-timeout` of its first byte.
+//! `--body-read-timeout` of its first byte (and so must HTTP/2's connection preface).
 
 use std::future::Future;
 use std::io;
@@ -230,7 +230,8 @@ where
         let limit = self.limit;
         Box::pin(async move {
             let (stream, service) = accepted.await?;
-            // HTTP/2 frames are not heads; hyper and the handler time its streams.
+            // HTTP/2 frames are not heads; hyper and the handler time its streams. Without ALPN
+            // the client may still speak HTTP/2 (prior knowledge): its preface tells.
             let http1 = stream.get_ref().1.alpn_protocol() != Some(b"h2");
             Ok((HeadDeadline::new(stream, http1.then_some(limit)), service))
         })
@@ -238,6 +239,10 @@ where
 }
 
 const HEAD_END: &[u8; 4] = b"\r\n\r\n";
+
+/// What an HTTP/2 client sends first (RFC 9113, section 3.4). hyper serves HTTP/2 on a
+/// connection that opens with it, whatever ALPN said.
+const HTTP2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Where the connection stands between the client's bytes and the server's answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,13 +258,18 @@ enum Head {
 
 /// A stream whose HTTP/1.1 request heads must arrive within `limit` of their first byte
 /// (`None`: not timed). A pipelined head already read with the one before it is parsed from
-/// hyper's buffer, complete, so it needs no timing.
+/// hyper's buffer, complete, so it needs no timing. A connection that opens with HTTP/2's
+/// preface is timed until the preface is in, and not after.
 pub type HeadDeadline<T> = Watched<T, HeadWatch>;
 
 /// The head deadline's state.
 pub struct HeadWatch {
     limit: Option<Duration>,
     head: Head,
+    /// How much of the HTTP/2 preface the connection's first bytes have matched; `None` once
+    /// they differ. The preface is timed as a head until complete; then nothing is (its frames
+    /// would otherwise be read as a head that never ends, and the connection cut while quiet).
+    preface: Option<usize>,
     timer: Option<Pin<Box<Sleep>>>,
 }
 
@@ -268,18 +278,16 @@ impl<T> HeadDeadline<T> {
         let watch = HeadWatch {
             limit,
             head: Head::Awaited,
+            preface: Some(0),
             timer: None,
         };
         Self { inner, watch }
     }
 }
 
-impl Watch for HeadWatch {
-    /// Follows the head through the bytes.
-    fn read(&mut self, bytes: &[u8]) {
-        if self.limit.is_none() {
-            return;
-        }
+impl HeadWatch {
+    /// Follows an HTTP/1.1 head through `bytes` (never empty) to its CRLF CRLF.
+    fn follow_head(&mut self, bytes: &[u8]) {
         let (since, mut matched) = match self.head {
             Head::Received => return,
             Head::Awaited => (None, 0),
@@ -300,6 +308,39 @@ impl Watch for HeadWatch {
         }
         let since = since.unwrap_or_else(Instant::now);
         self.head = Head::Arriving { since, matched };
+    }
+}
+
+impl Watch for HeadWatch {
+    /// Follows the head (or the HTTP/2 preface) through the bytes.
+    fn read(&mut self, bytes: &[u8]) {
+        if self.limit.is_none() {
+            return;
+        }
+        if let Some(seen) = self.preface.take() {
+            let rest = &HTTP2_PREFACE[seen..];
+            let common = rest.len().min(bytes.len());
+            if bytes[..common] == rest[..common] {
+                if seen + common == HTTP2_PREFACE.len() {
+                    self.limit = None;
+                    return;
+                }
+                // Partly in: timed like a head, and its CRLF CRLF in the middle does not end it.
+                self.preface = Some(seen + common);
+                if self.head == Head::Awaited {
+                    self.head = Head::Arriving {
+                        since: Instant::now(),
+                        matched: 0,
+                    };
+                }
+                return;
+            }
+            // Not HTTP/2: the bytes held back as its preface were a head's.
+            if seen > 0 {
+                self.follow_head(&HTTP2_PREFACE[..seen]);
+            }
+        }
+        self.follow_head(bytes);
     }
 
     fn wrote(&mut self) {
@@ -448,6 +489,65 @@ mod tests {
         let (server, mut client) = tokio::io::duplex(256);
         let mut server = HeadDeadline::new(server, None);
         client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+    }
+
+    /// An empty SETTINGS frame: a client's first frame after the preface.
+    const SETTINGS_FRAME: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+    #[tokio::test(start_paused = true)]
+    async fn without_alpn_an_http2_preface_ends_the_timing_once_it_is_in() {
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        // The preface in two reads, split after its inner CRLF CRLF, then frames that never
+        // contain one: the connection may then stay quiet, as HTTP/2 connections do.
+        client.write_all(&HTTP2_PREFACE[..18]).await.unwrap();
+        assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
+        client.write_all(&HTTP2_PREFACE[18..]).await.unwrap();
+        client.write_all(&SETTINGS_FRAME).await.unwrap();
+        assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
+        // The server's SETTINGS, and the client's acknowledgement after it: as HTTP/1.1 that
+        // would be the first bytes of a head.
+        server.write_all(&SETTINGS_FRAME).await.unwrap();
+        client.write_all(&SETTINGS_FRAME).await.unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_preface_begun_and_never_finished_is_cut_like_a_head() {
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let started = Instant::now();
+        // Its CRLF CRLF would end an HTTP/1.1 head; here it does not.
+        client.write_all(&HTTP2_PREFACE[..18]).await.unwrap();
+        assert_eq!(
+            read_failure(&mut server, 10 * HEAD_LIMIT).await,
+            Some(io::ErrorKind::TimedOut)
+        );
+        assert_eq!(started.elapsed(), HEAD_LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_that_began_like_the_preface_count_towards_an_http1_head() {
+        // "P" of POST, then the rest: an HTTP/1.1 head received whole, so not timed.
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        client.write_all(b"P").await.unwrap();
+        // Read apart (the duplex would hand over both writes in one read).
+        assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
+        client
+            .write_all(b"OST /mutate HTTP/1.1\r\nHost: x\r\n\r\n{")
+            .await
+            .unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+
+        // The preface up to its inner CRLF CRLF, then not HTTP/2: as HTTP/1.1 that was a
+        // whole head (hyper answers it with an error), so nothing more is timed.
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        client.write_all(&HTTP2_PREFACE[..18]).await.unwrap();
+        assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
+        client.write_all(b"X").await.unwrap();
         assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
     }
 }

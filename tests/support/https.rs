@@ -22,6 +22,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 pub struct TlsClient {
     connector: TlsConnector,
     h2_connector: TlsConnector,
+    no_alpn_connector: TlsConnector,
 }
 
 impl TlsClient {
@@ -37,23 +38,29 @@ impl TlsClient {
         let config = ClientConfig::builder()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let with_alpn = |protocol: &[u8]| {
+        let with_alpn = |protocols: &[&[u8]]| {
             let mut config = config.clone();
-            config.alpn_protocols = vec![protocol.to_vec()];
+            config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
             TlsConnector::from(Arc::new(config))
         };
         Self {
-            connector: with_alpn(b"http/1.1"),
-            h2_connector: with_alpn(b"h2"),
+            connector: with_alpn(&[b"http/1.1"]),
+            h2_connector: with_alpn(&[b"h2"]),
+            no_alpn_connector: with_alpn(&[]),
         }
     }
 
     /// A TLS stream to write raw HTTP on (slow clients, requests in flight).
     pub async fn connect_tls(&self, addr: SocketAddr) -> io::Result<TlsStream<TcpStream>> {
-        let tcp = TcpStream::connect(addr).await?;
-        tcp.set_nodelay(true)?;
-        let name = ServerName::try_from("localhost").expect("a DNS name");
-        self.connector.connect(name, tcp).await
+        tls_over(&self.connector, addr).await
+    }
+
+    /// A TLS stream that offers no ALPN protocol, to write raw HTTP/2 frames on.
+    pub async fn connect_tls_without_alpn(
+        &self,
+        addr: SocketAddr,
+    ) -> io::Result<TlsStream<TcpStream>> {
+        tls_over(&self.no_alpn_connector, addr).await
     }
 
     pub async fn connect(&self, addr: SocketAddr) -> io::Result<Connection> {
@@ -79,10 +86,16 @@ impl TlsClient {
 impl TlsClient {
     /// An HTTP/2 connection (ALPN `h2`).
     pub async fn connect_h2(&self, addr: SocketAddr) -> io::Result<H2Connection> {
-        let tcp = TcpStream::connect(addr).await?;
-        tcp.set_nodelay(true)?;
-        let name = ServerName::try_from("localhost").expect("a DNS name");
-        let tls = self.h2_connector.connect(name, tcp).await?;
+        Self::h2_over(&self.h2_connector, addr).await
+    }
+
+    /// An HTTP/2 connection over TLS without ALPN: the client knows the server speaks it.
+    pub async fn connect_h2_prior_knowledge(&self, addr: SocketAddr) -> io::Result<H2Connection> {
+        Self::h2_over(&self.no_alpn_connector, addr).await
+    }
+
+    async fn h2_over(connector: &TlsConnector, addr: SocketAddr) -> io::Result<H2Connection> {
+        let tls = tls_over(connector, addr).await?;
         let (sender, connection) = hyper::client::conn::http2::handshake(
             hyper_util::rt::TokioExecutor::new(),
             TokioIo::new(tls),
@@ -92,6 +105,13 @@ impl TlsClient {
         tokio::spawn(connection);
         Ok(H2Connection { sender })
     }
+}
+
+async fn tls_over(connector: &TlsConnector, addr: SocketAddr) -> io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::try_from("localhost").expect("a DNS name");
+    connector.connect(name, tcp).await
 }
 
 type StreamedBody = http_body_util::StreamBody<
