@@ -134,7 +134,11 @@ fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let earlier = (cert.exists() && key.exists())
         .then(|| std::fs::read(&cert).map_err(|e| e.to_string()))
-        .map(|pem| pem.and_then(|pem| not_after(&pem, "tls.crt").map_err(|e| e.to_string())));
+        .map(|pem| {
+            pem.and_then(|pem| {
+                not_after(&pem, &cert.display().to_string()).map_err(|e| e.to_string())
+            })
+        });
     match earlier {
         Some(Ok(expiry)) if expiry > now + DEV_RENEW_BEFORE_SECONDS => {
             info!(

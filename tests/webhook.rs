@@ -751,6 +751,20 @@ async fn serve_with_no_flags_generates_development_certificates_once() {
         expired
     );
     assert_eq!(std::fs::read(dir.path().join("certs/ca.crt")).unwrap(), ca);
+    drop(renewed);
+    // A pair cut short (a disk filled mid-write) is renewed too, and the log names the file.
+    let whole = std::fs::read(dir.path().join("certs/tls.crt")).unwrap();
+    std::fs::write(dir.path().join("certs/tls.crt"), &whole[..whole.len() / 2]).unwrap();
+    let mended = Injector::start(dir.path(), &["--shutdown-delay", "0s"], &[]);
+    assert!(TlsClient::new(&[&ca]).connect(mended.tls).await.is_ok());
+    assert!(
+        mended
+            .logs()
+            .iter()
+            .any(|l| l.contains("does not read: certs/tls.crt") && l.contains("no END line")),
+        "{:?}",
+        mended.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,7 +12,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData,
 };
 use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
 
@@ -118,10 +118,26 @@ fn first_certificate<T>(
     let der = CertificateDer::pem_slice_iter(cert_pem)
         .next()
         .ok_or_else(|| error("no PEM certificate".into()))?
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| error(pem_reason(&e)))?;
     let (_, cert) =
         x509_parser::parse_x509_certificate(der.as_ref()).map_err(|e| error(e.to_string()))?;
     read(&cert)
+}
+
+/// A PEM error in words: the library's own message gives the label or line it stopped at as a
+/// list of byte values.
+fn pem_reason(error: &pem::Error) -> String {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_owned();
+    match error {
+        pem::Error::MissingSectionEnd { end_marker } => format!(
+            "its {} block has no END line (is the file cut short?)",
+            text(end_marker)
+        ),
+        pem::Error::IllegalSectionStart { line } => {
+            format!("a malformed BEGIN line: {:?}", text(line))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Installs the one crypto provider of this binary (ring). rustls panics when it has to pick
@@ -142,7 +158,7 @@ pub fn server_config(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::CertificatePem {
             path: cert_label.to_owned(),
-            message: e.to_string(),
+            message: pem_reason(&e),
         })?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate {
@@ -152,7 +168,7 @@ pub fn server_config(
     check_chain(&chain, cert_label)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::PrivateKey {
         path: key_label.to_owned(),
-        message: e.to_string(),
+        message: pem_reason(&e),
     })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
@@ -316,7 +332,7 @@ impl DevCa {
         let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).map_err(|e| {
             TlsError::CertificatePem {
                 path: cert_label.to_owned(),
-                message: e.to_string(),
+                message: pem_reason(&e),
             }
         })?;
         let invalid = |message: String| TlsError::CaCertificate {
@@ -524,6 +540,23 @@ mod tests {
         assert!(matches!(err, TlsError::Pair(_)), "{err}");
         let err = server_config(b"not pem", "tls.crt", one.key_pem.as_bytes(), "k").unwrap_err();
         assert_eq!(err.to_string(), "tls.crt: no PEM certificate found");
+        // Cut short (a disk filled mid-write): said in words, not as byte values.
+        let half = &one.cert_pem.as_bytes()[..one.cert_pem.len() / 2];
+        let err = server_config(half, "tls.crt", one.key_pem.as_bytes(), "k").unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("its CERTIFICATE block has no END line (is the file cut short?)"),
+            "{err}"
+        );
+        let err = not_after(half, "tls.crt").unwrap_err();
+        assert!(err.to_string().contains("no END line"), "{err}");
+        let half_key = &one.key_pem.as_bytes()[..one.key_pem.len() / 2];
+        let err = server_config(one.cert_pem.as_bytes(), "c", half_key, "tls.key").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("PRIVATE KEY block has no END line"),
+            "{err}"
+        );
         let err = server_config(one.cert_pem.as_bytes(), "c", b"", "tls.key").unwrap_err();
         assert!(
             err.to_string()
