@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use base64::Engine;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData,
 };
 use rustls::ServerConfig;
 use rustls::pki_types::pem::{self, PemObject};
@@ -257,6 +257,8 @@ pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerCon
 pub struct DevCa {
     pub cert_pem: String,
     pub key_pem: String,
+    /// What signs: built once, when the CA is made or read and checked.
+    issuer: Issuer<'static, KeyPair>,
 }
 
 /// Where [`DevCertificates::write`] puts the CA's certificate and key.
@@ -276,10 +278,12 @@ impl DevCa {
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         params.distinguished_name = distinguished_name("sidecar-injector development CA");
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        let key = KeyPair::generate()?;
+        let cert_pem = params.self_signed(&key)?.pem();
         Ok(Self {
-            cert_pem: ca.pem(),
-            key_pem: ca.key().serialize_pem(),
+            cert_pem,
+            key_pem: key.serialize_pem(),
+            issuer: Issuer::new(params, key),
         })
     }
 
@@ -309,12 +313,13 @@ impl DevCa {
                 message: "not UTF-8 text".into(),
             })
         };
-        let ca = Self {
-            cert_pem: text(&cert)?,
-            key_pem: text(&key)?,
-        };
-        ca.issuer(&label(&cert), &label(&key))?;
-        Ok(Some(ca))
+        let (cert_pem, key_pem) = (text(&cert)?, text(&key)?);
+        let issuer = Self::issuer(&cert_pem, &label(&cert), &key_pem, &label(&key))?;
+        Ok(Some(Self {
+            cert_pem,
+            key_pem,
+            issuer,
+        }))
     }
 
     /// When the CA expires, as Unix seconds.
@@ -325,11 +330,12 @@ impl DevCa {
     /// The CA as rcgen signs with it: the certificate must be a CA's and the key its own, or
     /// what it signs would not verify against the caBundle.
     fn issuer(
-        &self,
+        cert_pem: &str,
         cert_label: &str,
+        key_pem: &str,
         key_label: &str,
     ) -> Result<Issuer<'static, KeyPair>, TlsError> {
-        let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).map_err(|e| {
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| {
             TlsError::CertificatePem {
                 path: cert_label.to_owned(),
                 message: pem_reason(&e),
@@ -346,7 +352,7 @@ impl DevCa {
                 "it is not a CA's (no basicConstraints CA:TRUE)".into(),
             ));
         }
-        let key = KeyPair::from_pem(&self.key_pem).map_err(|e| TlsError::PrivateKey {
+        let key = KeyPair::from_pem(key_pem).map_err(|e| TlsError::PrivateKey {
             path: key_label.to_owned(),
             message: e.to_string(),
         })?;
@@ -395,7 +401,6 @@ impl DevCertificates {
         not_before: i64,
         not_after: i64,
     ) -> Result<Self, TlsError> {
-        let issuer = ca.issuer(CA_CERT_FILE, CA_KEY_FILE)?;
         let mut params = CertificateParams::new(names.to_vec())?;
         params.not_before = timestamp(not_before);
         params.not_after = timestamp(not_after);
@@ -408,7 +413,7 @@ impl DevCertificates {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &issuer)?;
+        let cert = params.signed_by(&key, &ca.issuer)?;
         Ok(Self {
             ca_pem: ca.cert_pem.clone(),
             ca_key_pem: ca.key_pem.clone(),
