@@ -69,17 +69,23 @@ pub struct Watched<T, W> {
 pub trait Watch {
     /// Bytes just read (never empty).
     fn read(&mut self, bytes: &[u8]);
-    /// Bytes just written.
-    fn wrote(&mut self);
+    /// Bytes just written (never empty; of a vectored write, its first slice's).
+    fn wrote(&mut self, bytes: &[u8]);
     /// The error that ends the connection, once it is due (registering the waker when not).
     fn overdue(&mut self, cx: &mut Context<'_>) -> Option<io::Error>;
 }
 
 impl<T, W: Watch> Watched<T, W> {
-    /// A write's result, reported when bytes went out.
-    fn written(&mut self, result: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.watch.wrote();
+    /// A write's result, reported when bytes of `first` went out.
+    fn written(
+        &mut self,
+        first: &[u8],
+        result: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = result
+            && n > 0
+        {
+            self.watch.wrote(&first[..n.min(first.len())]);
         }
         result
     }
@@ -117,7 +123,7 @@ impl<T: AsyncWrite + Unpin, W: Watch + Unpin> AsyncWrite for Watched<T, W> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write(cx, data);
-        this.written(result)
+        this.written(data, result)
     }
 
     // rustls hands its queued TLS records over as one vectored write: passed through, they
@@ -129,7 +135,11 @@ impl<T: AsyncWrite + Unpin, W: Watch + Unpin> AsyncWrite for Watched<T, W> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.written(result)
+        let first = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &b[..]);
+        this.written(first, result)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -174,7 +184,7 @@ impl Watch for IdleWatch {
         self.last_active = Instant::now();
     }
 
-    fn wrote(&mut self) {
+    fn wrote(&mut self, _: &[u8]) {
         self.last_active = Instant::now();
     }
 
@@ -239,6 +249,9 @@ where
 }
 
 const HEAD_END: &[u8; 4] = b"\r\n\r\n";
+
+/// How an interim (1xx) answer begins; hyper writes each in one piece.
+const INTERIM_STATUS: &[u8] = b"HTTP/1.1 1";
 
 /// What an HTTP/2 client sends first (RFC 9113, section 3.4). hyper serves HTTP/2 on a
 /// connection that opens with it, whatever ALPN said.
@@ -343,7 +356,14 @@ impl Watch for HeadWatch {
         self.follow_head(bytes);
     }
 
-    fn wrote(&mut self) {
+    /// An answer re-arms the head for the next request, unless it is an interim one: after a
+    /// `100 Continue` come the body and then the final answer, and hyper keeps reading (to see
+    /// the client hang up) while the handler works, so a body read as a head never ending
+    /// would have cut a slow review short.
+    fn wrote(&mut self, bytes: &[u8]) {
+        if self.head == Head::Received && bytes.starts_with(INTERIM_STATUS) {
+            return;
+        }
         self.head = Head::Awaited;
     }
 
@@ -482,6 +502,42 @@ mod tests {
         assert_eq!(started.elapsed(), HEAD_LIMIT);
         drop(server);
         trickle.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_100_continue_the_body_is_not_a_head() {
+        let (server, mut client) = tokio::io::duplex(256);
+        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        client
+            .write_all(
+                b"POST /mutate HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
+        server
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .unwrap();
+        // The body, then a review slower than the limit while hyper still reads.
+        client.write_all(b"{\"a\":\"b\"}").await.unwrap();
+        assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
+        // The final answer re-arms (its first slice after an empty one, as vectored writes
+        // may come): the next head is timed again.
+        let answer = b"HTTP/1.1 200 OK\r\n\r\n";
+        let written = server
+            .write_vectored(&[io::IoSlice::new(b""), io::IoSlice::new(answer)])
+            .await
+            .unwrap();
+        assert_eq!(written, answer.len());
+        client
+            .write_all(b"POST /mutate HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        assert_eq!(
+            read_failure(&mut server, 10 * HEAD_LIMIT).await,
+            Some(io::ErrorKind::TimedOut)
+        );
     }
 
     #[tokio::test(start_paused = true)]
