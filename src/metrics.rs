@@ -188,6 +188,32 @@ pub struct ResultLabels {
     pub result: RequestResult,
 }
 
+/// The two ports `serve` listens on.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Port {
+    /// `--tls-port`: the admission webhook.
+    Webhook,
+    /// `--lifecycle-port`: probes and metrics.
+    Lifecycle,
+}
+
+impl Port {
+    pub const ALL: [Port; 2] = [Port::Webhook, Port::Lifecycle];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Port::Webhook => "webhook",
+            Port::Lifecycle => "lifecycle",
+        }
+    }
+}
+label_value!(Port);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortLabels {
+    pub port: Port,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertificateLabels {
     pub result: ReloadResult,
@@ -266,8 +292,8 @@ pub struct Metrics {
     /// says that some load failed once).
     pub config_source_failing: Family<SourceLabels, Gauge>,
     pub certificate_reloads: Family<CertificateLabels, Counter>,
-    /// Connections closed at accept because --max-connections were open.
-    pub connections_refused: Counter,
+    /// Connections closed at accept because the port's cap was reached.
+    pub connections_refused: Family<PortLabels, Counter>,
     pub other_annotation_namespace: Counter,
     pub certificate_expiration: Gauge,
     pub pods: Family<DriftLabels, Gauge>,
@@ -351,10 +377,10 @@ impl Metrics {
             "Pods let through uninjected because they request sidecars under another annotation namespace than --annotation-namespace (e.g. injector.tumblr.com)",
             other_annotation_namespace.clone(),
         );
-        let connections_refused = Counter::default();
+        let connections_refused = Family::<PortLabels, Counter>::default();
         registry.register(
             "connections_refused",
-            "Webhook connections closed at accept because --max-connections were already open",
+            "Connections closed at accept, by port: on the webhook port because --max-connections were already open, on the lifecycle port because its fixed cap was reached",
             connections_refused.clone(),
         );
         let certificate_expiration = Gauge::default();
@@ -448,6 +474,11 @@ impl Metrics {
         for result in RequestResult::ALL {
             admission_requests
                 .get_or_create(&ResultLabels { result })
+                .inc_by(0);
+        }
+        for port in Port::ALL {
+            connections_refused
+                .get_or_create(&PortLabels { port })
                 .inc_by(0);
         }
         for ok in [true, false] {
@@ -618,8 +649,10 @@ impl Metrics {
         self.other_annotation_namespace.inc();
     }
 
-    pub fn record_connection_refused(&self) {
-        self.connections_refused.inc();
+    pub fn record_connection_refused(&self, port: Port) {
+        self.connections_refused
+            .get_or_create(&PortLabels { port })
+            .inc();
     }
 
     pub fn record_certificate_reload(&self, ok: bool) {

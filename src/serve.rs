@@ -20,7 +20,7 @@ pub mod tls;
 use crate::cluster::events::recorder;
 use crate::config::SidecarSet;
 use crate::injection::InjectionSettings;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Port};
 use crate::sources::{
     ConfigSources, WatchedDirectory, reload_configs, spawn_config_reloader, watch_paths,
 };
@@ -452,6 +452,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         options.max_connections,
         options.idle_timeout,
         metrics.clone(),
+        Port::Webhook,
+    );
+    // Probes and scrapes get the same bounds, under a cap of their own so that neither port
+    // can crowd out the other.
+    let lifecycle_guard = connection::HeadAcceptor::new(
+        connection::GuardAcceptor::new(
+            connection::LIFECYCLE_MAX_CONNECTIONS,
+            options.idle_timeout,
+            metrics.clone(),
+            Port::Lifecycle,
+        ),
+        options.body_read_timeout,
     );
     // Bound here, not inside the servers' tasks: a port in use is then an error at startup
     // that names it. axum-server reports a failed bind to `Handle::listening` only to a waiter
@@ -490,11 +502,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .initial_connection_window_size(http::CONNECTION_WINDOW_BYTES);
     let tls_task =
         tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
-    let lifecycle_task = tokio::spawn(
-        axum_server::from_tcp(lifecycle_listener)?
-            .handle(lifecycle_handle.clone())
-            .serve(lifecycle_router(state.clone()).into_make_service()),
-    );
+    let mut lifecycle_server = axum_server::from_tcp(lifecycle_listener)?
+        .acceptor(lifecycle_guard)
+        .handle(lifecycle_handle.clone());
+    lifecycle_server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(None);
+    let lifecycle_task =
+        tokio::spawn(lifecycle_server.serve(lifecycle_router(state.clone()).into_make_service()));
     readiness.tls_listening.store(true, Ordering::Release);
     info!(tls = %tls_addr, lifecycle = %lifecycle_addr, "listening");
 

@@ -254,7 +254,7 @@ async fn every_hostile_input_is_answered_as_the_table_says_and_serve_stays_up() 
             idle.push(connection);
         }
     }
-    let refused = "sidecar_injector_connections_refused_total";
+    let refused = "sidecar_injector_connections_refused_total{port=\"webhook\"}";
     eventually(DEADLINE, "connections over the cap are refused", || async {
         (injector.metric(refused) >= 60.0).then_some(())
     })

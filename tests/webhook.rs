@@ -944,7 +944,7 @@ async fn connections_are_capped_and_idle_http2_connections_are_closed() {
     // One more is closed at accept, before its TLS handshake, and counted.
     assert!(client.connect_h2(injector.tls).await.is_err());
     assert_eq!(
-        injector.metric("sidecar_injector_connections_refused_total"),
+        injector.metric("sidecar_injector_connections_refused_total{port=\"webhook\"}"),
         1.0
     );
     // Idle HTTP/2 connections are closed by the server, which frees their slots.
@@ -961,6 +961,83 @@ async fn connections_are_capped_and_idle_http2_connections_are_closed() {
         .await
         .unwrap();
     assert_eq!(status, 200);
+}
+
+/// The lifecycle port is plain HTTP that probes and Prometheus reach: a head that never ends
+/// is closed, and connections past its cap (64) are closed at accept, so that nothing held
+/// there takes the process's file descriptors from the webhook. It used to keep both forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lifecycle_port_cuts_unfinished_heads_and_caps_its_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    const HEAD_LIMIT: Duration = Duration::from_secs(1);
+    const CAP: usize = 64;
+    let setup = Setup::new();
+    let injector = setup.start(&["--body-read-timeout", "1s"]);
+
+    let mut partial = TcpStream::connect(injector.lifecycle).await.unwrap();
+    let started = std::time::Instant::now();
+    partial
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(DEADLINE, partial.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "an unfinished head kept past {DEADLINE:?}");
+    let took = started.elapsed();
+    assert!(took >= HEAD_LIMIT, "closed after {took:?}");
+
+    // The cap's worth of connections that send nothing, each answered once to know it was
+    // accepted (a keep-alive request), then one more: closed at once, unanswered.
+    let mut held = Vec::new();
+    for _ in 0..CAP {
+        let mut connection = TcpStream::connect(injector.lifecycle).await.unwrap();
+        connection
+            .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        read_until(&mut connection, &mut answer, b"\r\n\r\n").await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+        held.push(connection);
+    }
+    let mut over = TcpStream::connect(injector.lifecycle).await.unwrap();
+    let _ = over
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    // Closed (or reset) unanswered, well before the idle timeout.
+    let _ = tokio::time::timeout(DEADLINE, over.read_to_end(&mut answer))
+        .await
+        .expect("closed before the deadline");
+    assert!(
+        answer.is_empty(),
+        "answered: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The webhook port is not touched by the lifecycle port's cap.
+    let (status, _) = post_review(&injector, &setup.client(), &fixture("bare-pod.json")).await;
+    assert_eq!(status, 200);
+
+    drop(held);
+    eventually(DEADLINE, "the lifecycle port answering again", || async {
+        let mut probe = TcpStream::connect(injector.lifecycle).await.ok()?;
+        probe
+            .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        probe.read_to_end(&mut answer).await.ok()?;
+        answer.starts_with(b"HTTP/1.1 200").then_some(())
+    })
+    .await;
+    let refused = |port: &str| {
+        injector.metric(&format!(
+            "sidecar_injector_connections_refused_total{{port=\"{port}\"}}"
+        ))
+    };
+    assert_eq!(refused("lifecycle"), 1.0);
+    assert_eq!(refused("webhook"), 0.0);
 }
 
 /// The image of the injected `log-shipper` for `review`, or `None` when nothing is injected.

@@ -544,11 +544,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub shutdown_delay: Duration,
     /// At most this many connections to the webhook port at once; one more is closed at
-    /// accept (counted in sidecar_injector_connections_refused_total).
+    /// accept (counted in sidecar_injector_connections_refused_total{port="webhook"}). The
+    /// lifecycle port has a cap of its own, 64.
     #[arg(long, default_value_t = 1000)]
     pub max_connections: usize,
-    /// A webhook connection (HTTP/1.1 or HTTP/2) with no traffic in either direction this long
-    /// is closed. Keep it above the API server's own idle-connection timeout (90s): a
+    /// A connection (HTTP/1.1 or HTTP/2, to either port) with no traffic in either direction
+    /// this long is closed. Keep it above the API server's own idle-connection timeout (90s): a
     /// connection closed from this side can cross a review the API server is sending on it,
     /// which then fails (and with failurePolicy Ignore, its pod is created uninjected).
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]

@@ -18,22 +18,29 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Port};
 
-/// The acceptor under TLS that applies both bounds.
+/// At most this many connections to the lifecycle port at once: probes open one each and
+/// close it, a Prometheus keeps one per scraper. Unbounded, idle connections held there took
+/// file descriptors from the webhook port.
+pub const LIFECYCLE_MAX_CONNECTIONS: usize = 64;
+
+/// The acceptor (under TLS on the webhook port) that applies both bounds.
 #[derive(Clone)]
 pub struct GuardAcceptor {
     permits: Arc<Semaphore>,
     idle: Duration,
     metrics: Arc<Metrics>,
+    port: Port,
 }
 
 impl GuardAcceptor {
-    pub fn new(max_connections: usize, idle: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(max_connections: usize, idle: Duration, metrics: Arc<Metrics>, port: Port) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max_connections)),
             idle,
             metrics,
+            port,
         }
     }
 }
@@ -50,8 +57,11 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardAcceptor {
                 Ok((Guarded::new(stream, permit, self.idle), service))
             }
             Err(_) => {
-                self.metrics.record_connection_refused();
-                Err(io::Error::other("--max-connections reached"))
+                self.metrics.record_connection_refused(self.port);
+                Err(io::Error::other(match self.port {
+                    Port::Webhook => "--max-connections reached",
+                    Port::Lifecycle => "the lifecycle port's connection cap reached",
+                }))
             }
         };
         std::future::ready(result)
@@ -206,7 +216,7 @@ impl Watch for IdleWatch {
     }
 }
 
-/// The acceptor over TLS that times HTTP/1.1 request heads: the first byte of a head starts
+/// The acceptor that times HTTP/1.1 request heads: the first byte of a head starts
 /// `--body-read-timeout`, and the time between requests is the idle guard's. hyper's own header
 /// timeout also runs while a keep-alive connection waits for its next request, so it closed the
 /// API server's pooled connections 10 s after each review; the API server keeps them for 90 s,
@@ -224,14 +234,32 @@ impl<A> HeadAcceptor<A> {
     }
 }
 
-impl<A, I, S, T> Accept<I, S> for HeadAcceptor<A>
+/// Whether a stream was agreed to carry HTTP/2 before its first byte (ALPN).
+pub trait Negotiated {
+    fn agreed_http2(&self) -> bool;
+}
+
+impl<T> Negotiated for tokio_rustls::server::TlsStream<T> {
+    fn agreed_http2(&self) -> bool {
+        self.get_ref().1.alpn_protocol() == Some(b"h2")
+    }
+}
+
+/// Plain TCP has no negotiation: HTTP/1.1, or HTTP/2 told by its preface.
+impl<T> Negotiated for Guarded<T> {
+    fn agreed_http2(&self) -> bool {
+        false
+    }
+}
+
+impl<A, I, S> Accept<I, S> for HeadAcceptor<A>
 where
-    A: Accept<I, S, Stream = tokio_rustls::server::TlsStream<T>>,
+    A: Accept<I, S>,
+    A::Stream: Negotiated,
     A::Future: Send + 'static,
     A::Service: Send + 'static,
-    T: Send + 'static,
 {
-    type Stream = HeadDeadline<tokio_rustls::server::TlsStream<T>>;
+    type Stream = HeadDeadline<A::Stream>;
     type Service = A::Service;
     type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
 
@@ -242,7 +270,7 @@ where
             let (stream, service) = accepted.await?;
             // HTTP/2 frames are not heads; hyper and the handler time its streams. Without ALPN
             // the client may still speak HTTP/2 (prior knowledge): its preface tells.
-            let http1 = stream.get_ref().1.alpn_protocol() != Some(b"h2");
+            let http1 = !stream.agreed_http2();
             Ok((HeadDeadline::new(stream, http1.then_some(limit)), service))
         })
     }
