@@ -1,9 +1,10 @@
-//! Bounds on the webhook port's connections. Under TLS and whatever the protocol: at most
-//! `--max-connections` open at once (one more is closed at accept, before its handshake), and a
-//! connection with no byte in either direction for `--idle-timeout` is closed (an idle HTTP/2
-//! connection had no bound, and a few thousand of them held file descriptors and memory until
-//! the process could answer nothing). Over TLS, on HTTP/1.1: a request head must arrive within
-//! `--body-read-timeout` of its first byte (and so must HTTP/2's connection preface).
+//! Bounds on the connections of both ports, whatever the protocol: at most so many open at
+//! once (`--max-connections` on the webhook port, [`LIFECYCLE_MAX_CONNECTIONS`] on the
+//! lifecycle port; one more is closed at accept, before any handshake), and a connection with
+//! no byte in either direction for `--idle-timeout` is closed (an idle HTTP/2 connection had no
+//! bound, and a few thousand of them held file descriptors and memory until the process could
+//! answer nothing). On HTTP/1.1, a request head must arrive within `--body-read-timeout` of its
+//! first byte (and so must HTTP/2's connection preface).
 
 use std::future::Future;
 use std::io;
@@ -25,7 +26,7 @@ use crate::metrics::{Metrics, Port};
 /// file descriptors from the webhook port.
 pub const LIFECYCLE_MAX_CONNECTIONS: usize = 64;
 
-/// The acceptor (under TLS on the webhook port) that applies both bounds.
+/// The acceptor that applies the cap and the idle timeout (under TLS on the webhook port).
 #[derive(Clone)]
 pub struct GuardAcceptor {
     permits: Arc<Semaphore>,
