@@ -108,6 +108,18 @@ impl std::fmt::Debug for ConfigMapOptions {
     }
 }
 
+/// Heads are timed by [`connection::HeadAcceptor`] from their first byte: hyper's own header
+/// timer also ran between requests, and closed keep-alive connections the API server still
+/// pooled.
+fn heads_timed_by_the_acceptor(
+    builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+) {
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(None);
+}
+
 /// Picks the certificate files, generating development ones when the defaults are missing.
 fn tls_files(options: &ServeOptions) -> anyhow::Result<(PathBuf, PathBuf)> {
     if options.tls_cert_file.is_some() || options.tls_key_file.is_some() {
@@ -481,13 +493,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             options.body_read_timeout,
         ))
         .handle(tls_handle.clone());
-    // Heads are timed by HeadAcceptor from their first byte: hyper's timer also ran between
-    // requests and closed keep-alive connections the API server still pooled.
-    tls_server
-        .http_builder()
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(None);
+    heads_timed_by_the_acceptor(tls_server.http_builder());
     // Each stream may buffer a body: the byte budget bounds memory, this bounds how many
     // bodies one connection can have in flight.
     tls_server
@@ -505,11 +511,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let mut lifecycle_server = axum_server::from_tcp(lifecycle_listener)?
         .acceptor(lifecycle_guard)
         .handle(lifecycle_handle.clone());
-    lifecycle_server
-        .http_builder()
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(None);
+    heads_timed_by_the_acceptor(lifecycle_server.http_builder());
     let lifecycle_task =
         tokio::spawn(lifecycle_server.serve(lifecycle_router(state.clone()).into_make_service()));
     readiness.tls_listening.store(true, Ordering::Release);
