@@ -687,20 +687,7 @@ async fn graceful_shutdown_fails_ready_first_and_finishes_requests_in_flight() {
     tls.write_all(rest).await.unwrap();
     tls.flush().await.unwrap();
     let mut response = Vec::new();
-    use tokio::io::AsyncReadExt;
-    let mut buffer = vec![0u8; 65536];
-    while !String::from_utf8_lossy(&response).contains("\"uid\"") {
-        let read = tokio::time::timeout(DEADLINE, tls.read(&mut buffer))
-            .await
-            .expect("a reply")
-            .unwrap();
-        assert!(
-            read > 0,
-            "connection closed without a reply: {:?}",
-            String::from_utf8_lossy(&response)
-        );
-        response.extend_from_slice(&buffer[..read]);
-    }
+    read_until(&mut tls, &mut response, b"\"uid\"").await;
     assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 200"));
     drop(tls);
     let status = injector.wait_exit(DEADLINE);

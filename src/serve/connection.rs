@@ -478,6 +478,11 @@ mod tests {
 
     const HEAD_LIMIT: Duration = Duration::from_secs(1);
 
+    fn head_pair(limit: Option<Duration>) -> (HeadDeadline<DuplexStream>, DuplexStream) {
+        let (server, client) = tokio::io::duplex(256);
+        (HeadDeadline::new(server, limit), client)
+    }
+
     /// Reads on `server` until it fails or `within` passes: the error's kind, if any.
     async fn read_failure(
         server: &mut HeadDeadline<DuplexStream>,
@@ -496,8 +501,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_head_is_timed_from_its_first_byte_never_between_requests() {
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let (mut server, mut client) = head_pair(Some(HEAD_LIMIT));
         // Before the first request, and between requests, a keep-alive connection may wait
         // as long as it likes (the idle guard under TLS bounds that).
         assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
@@ -535,8 +539,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_100_continue_the_body_is_not_a_head() {
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let (mut server, mut client) = head_pair(Some(HEAD_LIMIT));
         client
             .write_all(
                 b"POST /mutate HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n",
@@ -571,8 +574,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_http2_connection_is_not_timed_by_heads() {
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, None);
+        let (mut server, mut client) = head_pair(None);
         client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
         assert_eq!(read_failure(&mut server, 10 * HEAD_LIMIT).await, None);
     }
@@ -582,8 +584,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_alpn_an_http2_preface_ends_the_timing_once_it_is_in() {
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let (mut server, mut client) = head_pair(Some(HEAD_LIMIT));
         // The preface in two reads, split after its inner CRLF CRLF, then frames that never
         // contain one: the connection may then stay quiet, as HTTP/2 connections do.
         client.write_all(&HTTP2_PREFACE[..18]).await.unwrap();
@@ -600,8 +601,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_preface_begun_and_never_finished_is_cut_like_a_head() {
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let (mut server, mut client) = head_pair(Some(HEAD_LIMIT));
         let started = Instant::now();
         // Its CRLF CRLF would end an HTTP/1.1 head; here it does not.
         client.write_all(&HTTP2_PREFACE[..18]).await.unwrap();
@@ -615,8 +615,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn bytes_that_began_like_the_preface_count_towards_an_http1_head() {
         // "P" of POST, then the rest: an HTTP/1.1 head received whole, so not timed.
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let (mut server, mut client) = head_pair(Some(HEAD_LIMIT));
         client.write_all(b"P").await.unwrap();
         // Read apart (the duplex would hand over both writes in one read).
         assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
@@ -628,8 +627,7 @@ mod tests {
 
         // The preface up to its inner CRLF CRLF, then not HTTP/2: as HTTP/1.1 that was a
         // whole head (hyper answers it with an error), so nothing more is timed.
-        let (server, mut client) = tokio::io::duplex(256);
-        let mut server = HeadDeadline::new(server, Some(HEAD_LIMIT));
+        let (mut server, mut client) = head_pair(Some(HEAD_LIMIT));
         client.write_all(&HTTP2_PREFACE[..18]).await.unwrap();
         assert_eq!(read_failure(&mut server, HEAD_LIMIT / 2).await, None);
         client.write_all(b"X").await.unwrap();
