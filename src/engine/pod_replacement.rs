@@ -17,7 +17,7 @@ use crate::rollout;
 use crate::rollout::eviction::{
     BlockNews, EVICTION_SPACING, LastEviction, next_eviction, on_blocked,
 };
-use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress};
+use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress, next_upgrade};
 use crate::workload::WorkloadRef;
 
 impl Engine {
@@ -96,29 +96,22 @@ impl Engine {
         }
     }
 
-    /// The next stale pod of a workload upgraded in place: only while the workload is healthy
-    /// and no other pod of it is being upgraded, only when a PodDisruptionBudget would let it
-    /// go (a dry-run eviction asks), and evicted instead when its own revision cannot be
-    /// upgraded in place (a pod several revisions behind).
+    /// Upgrades the next stale pod of a workload upgraded in place, as [`next_upgrade`] picks it,
+    /// when a PodDisruptionBudget would let it go (a dry-run eviction asks); a pod whose own
+    /// revision cannot be upgraded in place (several revisions behind) is evicted instead.
     pub(super) async fn upgrade_next(
         &mut self,
         eviction: &Eviction,
         target: &crate::config::RevisionStamp,
     ) {
         let workload = &eviction.workload;
-        if self.upgrades.contains_key(workload) || !eviction.healthy {
-            return;
-        }
-        // A pod whose upgrade failed fails its workload at the next plan; until then no other
-        // pod of it is touched (follow_upgrades may have seen the failure in this very pass).
-        if self
+        // follow_upgrades may have seen a failure in this very pass: it is in the restart.
+        let failed = self
             .evicting
             .get(workload)
-            .is_some_and(|restart| restart.problem.is_some())
-        {
-            return;
-        }
-        let Some(next) = eviction.pods.last() else {
+            .is_some_and(|restart| restart.problem.is_some());
+        let upgrading = self.upgrades.contains_key(workload);
+        let Some(next) = next_upgrade(&eviction.pods, eviction.healthy, upgrading, failed) else {
             return;
         };
         let namespace = workload.namespace.as_str();

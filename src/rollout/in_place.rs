@@ -12,6 +12,7 @@ use super::history::RevisionHistory;
 use crate::annotations::AnnotationKeys;
 use crate::config::RevisionStamp;
 use crate::config::revision::stamp_items;
+use crate::drift::PodToReplace;
 use crate::injection::json_patch::JsonPatch;
 
 /// Whether the engine may upgrade sidecars in place (`--in-place`).
@@ -187,6 +188,22 @@ pub fn pod_patch(
     })
 }
 
+/// The next pod of a workload upgraded in place (`stale` sorted, the last first), or none: one
+/// pod at a time (none while one of its pods is `upgrading`), only while the workload is
+/// healthy, and none once an upgrade of one of its pods `failed`: that fails its restart at the
+/// next plan, and until then no other pod is touched.
+pub fn next_upgrade(
+    stale: &[PodToReplace],
+    healthy: bool,
+    upgrading: bool,
+    failed: bool,
+) -> Option<&PodToReplace> {
+    if upgrading || failed || !healthy {
+        return None;
+    }
+    stale.last()
+}
+
 /// One pod being upgraded in place: what it was when patched.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InPlaceUpgrade {
@@ -320,6 +337,30 @@ mod tests {
     use super::*;
     use crate::rollout::history::{HistoryEntry, Outcome};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn one_pod_of_a_healthy_workload_is_upgraded_at_a_time_and_none_after_a_failure() {
+        let stale = [
+            PodToReplace::injected("web-a"),
+            PodToReplace::injected("web-b"),
+        ];
+        let next = |healthy, upgrading, failed| {
+            next_upgrade(&stale, healthy, upgrading, failed).map(|pod| pod.name.as_str())
+        };
+        assert_eq!(next(true, false, false), Some("web-b"));
+        assert_eq!(
+            next(false, false, false),
+            None,
+            "an unhealthy workload waits"
+        );
+        assert_eq!(next(true, true, false), None, "one pod at a time");
+        assert_eq!(
+            next(true, false, true),
+            None,
+            "a failed upgrade stops the workload's other pods"
+        );
+        assert_eq!(next_upgrade(&[], true, false, false), None);
+    }
 
     fn content(image: &str, env: &str) -> Value {
         json!({
