@@ -230,7 +230,9 @@ pub struct Engine {
     /// The revisions a running injector published, which the one-shot CLI brings pods to
     /// rather than the ones it computes from its own reading of the configs.
     published: Option<RevisionsInForce>,
-    pub summary: RunSummary,
+    /// What a one-shot run ends with, kept only when asked ([`Engine::keep_summary`]): `serve`'s
+    /// engine runs for months, and would keep every workload it ever restarted.
+    summary: Option<RunSummary>,
 }
 
 impl Engine {
@@ -273,7 +275,30 @@ impl Engine {
             notifier: None,
             containers: None,
             published: None,
-            summary: RunSummary::default(),
+            summary: None,
+        }
+    }
+
+    /// Keeps what this run restarted and how each ended, for [`Engine::summary`].
+    pub fn keep_summary(&mut self) {
+        self.summary.get_or_insert_default();
+    }
+
+    /// What this run restarted and how each ended, since [`Engine::keep_summary`] (else empty).
+    pub fn summary(&self) -> &RunSummary {
+        static NOT_KEPT: RunSummary = RunSummary {
+            restarted: BTreeSet::new(),
+            succeeded: BTreeSet::new(),
+            failed: Vec::new(),
+            waiting: Vec::new(),
+            gone: BTreeSet::new(),
+        };
+        self.summary.as_ref().unwrap_or(&NOT_KEPT)
+    }
+
+    fn summarise(&mut self, record: impl FnOnce(&mut RunSummary)) {
+        if let Some(summary) = &mut self.summary {
+            record(summary);
         }
     }
 
@@ -506,7 +531,7 @@ impl Engine {
         self.metrics
             .rollouts_in_flight
             .set(plan.rolling.len() as i64);
-        self.summary.waiting = plan.waiting.clone();
+        self.summarise(|summary| summary.waiting = plan.waiting.clone());
         if self.options.mode != EngineMode::Off {
             self.follow_bakes(&plan, bake_reads, now).await;
         }
@@ -667,12 +692,15 @@ impl Engine {
 
     async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
         // A restart by eviction ends when its workload no longer rolls to its target; a stamp
-        // matters until its workload's outcome is known.
+        // matters until its workload's outcome is known; the pace of evictions only within a
+        // rollout.
         self.evicting.retain(|w, e| {
             plan.rolling
                 .iter()
                 .any(|r| &r.workload == w && r.target == e.target)
         });
+        self.evictions
+            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
         for done in plan
             .succeeded
             .iter()
@@ -720,11 +748,16 @@ impl Engine {
                 PodlessOutcome::Succeeded => {
                     self.metrics
                         .record_rollout(workload.kind, RolloutResult::Succeeded);
-                    self.summary.succeeded.insert(workload);
+                    self.summarise(|summary| {
+                        summary.succeeded.insert(workload);
+                    });
                 }
                 PodlessOutcome::Gone => {
                     info!(workload = %workload, "restarted workload no longer exists");
-                    self.summary.gone.insert(workload);
+                    self.stamped.remove(&workload);
+                    self.summarise(|summary| {
+                        summary.gone.insert(workload);
+                    });
                 }
             }
         }
@@ -777,7 +810,9 @@ impl Engine {
         info!(workload = %restart.workload, canary = restart.canary, method = restart.method.as_str(), reason = %restart.reason, "restarted for a new sidecar revision");
         self.metrics
             .record_rollout(restart.workload.kind, RolloutResult::Restarted);
-        self.summary.restarted.insert(restart.workload.clone());
+        self.summarise(|summary| {
+            summary.restarted.insert(restart.workload.clone());
+        });
         self.awaiting_success.insert(restart.workload.clone());
         let canary = if restart.canary { " (canary)" } else { "" };
         self.event(
@@ -805,7 +840,9 @@ impl Engine {
             if self.awaiting_success.remove(succeeded) {
                 self.metrics
                     .record_rollout(succeeded.kind, RolloutResult::Succeeded);
-                self.summary.succeeded.insert(succeeded.clone());
+                self.summarise(|summary| {
+                    summary.succeeded.insert(succeeded.clone());
+                });
             }
         }
         for failure in &plan.failed {
@@ -815,7 +852,7 @@ impl Engine {
             if self.awaiting_success.remove(&failure.workload) {
                 self.metrics
                     .record_rollout(failure.workload.kind, RolloutResult::Failed);
-                self.summary.failed.push(failure.clone());
+                self.summarise(|summary| summary.failed.push(failure.clone()));
             }
             self.event(
                 &failure.workload,

@@ -112,6 +112,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         recorder,
         crate::cluster::status::watch_status(client.clone(), &options.namespace),
     );
+    engine.keep_summary();
     if by_container {
         let run = container_run(&client, args, &options, &feed, started_before).await?;
         for skipped in &run.selection.skipped {
@@ -143,8 +144,8 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     let acted = act_until_done(&mut engine, &feed, &sidecars, args, &standing).await;
     standing.give_up().await;
     acted?;
-    print_summary(args.cluster.output, &engine.summary)?;
-    Ok(exit_code(&engine.summary))
+    print_summary(args.cluster.output, engine.summary())?;
+    Ok(exit_code(engine.summary()))
 }
 
 fn nothing_planned(args: &RolloutArgs, started_before: Timestamp) -> String {
@@ -570,7 +571,7 @@ async fn act_until_done(
             print_plan_summary(&plan);
             Progress::of(&plan)
         });
-        progress.report(&engine.summary, terminal, &plan);
+        progress.report(engine.summary(), terminal, &plan);
         let settled =
             plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself());
         // A restarted workload whose pods all went (scaled to zero, deleted) is in no plan

@@ -147,6 +147,7 @@ fn metric(metrics: &Metrics, line: &str) -> bool {
 async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
     let (client, sent) = mock_client(answer_ok);
     let (mut engine, metrics) = engine(client);
+    engine.keep_summary();
     let now: Timestamp = "2026-11-22T10:00:00Z".parse().unwrap();
     let restart = restart_of_web();
     engine.restart(&restart, now).await;
@@ -193,7 +194,7 @@ async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
         &metrics,
         r#"sidecar_injector_rollouts_total{kind="Deployment",result="restarted"} 1"#
     ));
-    assert!(engine.summary.restarted.contains(&restart.workload));
+    assert!(engine.summary().restarted.contains(&restart.workload));
 }
 
 #[tokio::test]
@@ -226,6 +227,7 @@ async fn a_refused_patch_is_counted_as_an_error_and_announces_nothing() {
     }
     let (client, sent) = mock_client(refuse);
     let (mut engine, metrics) = engine(client);
+    engine.keep_summary();
     engine.restart(&restart_of_web(), Timestamp::now()).await;
     let sent = sent.lock().unwrap().clone();
     assert!(
@@ -240,7 +242,7 @@ async fn a_refused_patch_is_counted_as_an_error_and_announces_nothing() {
         &metrics,
         r#"sidecar_injector_rollout_api_errors_total{verb="patch"} 1"#
     ));
-    assert!(engine.summary.restarted.is_empty());
+    assert!(engine.summary().restarted.is_empty());
 }
 
 #[tokio::test]
@@ -276,6 +278,101 @@ async fn an_eviction_refused_by_a_budget_is_retried_later_never_forced() {
         r#"sidecar_injector_rollouts_total{kind="StatefulSet",result="eviction_blocked"} 2"#
     ));
     assert!(!metrics.encode().contains(r#"result="evicted""#));
+}
+
+/// Every workload the engine holds any state about.
+fn remembered(engine: &Engine) -> BTreeSet<String> {
+    let summary = engine.summary.iter().flat_map(|s| {
+        s.restarted
+            .iter()
+            .chain(&s.succeeded)
+            .chain(&s.gone)
+            .chain(s.failed.iter().map(|f| &f.workload))
+    });
+    engine
+        .finished_since
+        .keys()
+        .chain(engine.evictions.keys())
+        .chain(engine.stamped.keys())
+        .chain(engine.evicting.keys())
+        .chain(engine.baking.keys())
+        .chain(engine.upgrades.keys())
+        .chain(engine.upgraded.keys())
+        .chain(engine.blocked.keys())
+        .chain(&engine.awaiting_success)
+        .chain(summary)
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn answer_evicted(method: &str, path: &str) -> (StatusCode, Value) {
+    if path.ends_with("/eviction") {
+        let success = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                             "status": "Success", "code": 201});
+        return (StatusCode::CREATED, success);
+    }
+    answer_ok(method, path)
+}
+
+/// `serve`'s engine runs for months: whatever it holds about a workload goes once the
+/// workload's rollout ends (succeeded, evicted through, or gone), or it would grow with every
+/// workload it ever restarted.
+#[tokio::test]
+async fn a_long_running_engine_lets_go_of_each_workload_once_its_rollout_ends() {
+    let (client, _sent) = mock_client(answer_evicted);
+    let (mut engine, _metrics) = engine(client);
+    let web = restart_of_web();
+    let now = Timestamp::now();
+
+    engine.restart(&web, now).await;
+    assert_eq!(
+        remembered(&engine),
+        BTreeSet::from(["Deployment/team/web".to_owned()])
+    );
+    let succeeded = RolloutPlan {
+        succeeded: vec![web.workload.clone()],
+        ..RolloutPlan::default()
+    };
+    engine.act(&succeeded, Vec::new(), now).await;
+    assert_eq!(remembered(&engine), BTreeSet::new(), "after its success");
+
+    let db = WorkloadRef::new(WorkloadKind::StatefulSet, "team", "db");
+    let stale = [crate::drift::PodToReplace::injected("db-0")];
+    engine.evict_next(&db, &stale, true).await;
+    assert_eq!(
+        remembered(&engine),
+        BTreeSet::from(["StatefulSet/team/db".to_owned()])
+    );
+    engine.act(&RolloutPlan::default(), Vec::new(), now).await;
+    assert_eq!(
+        remembered(&engine),
+        BTreeSet::new(),
+        "once it no longer rolls"
+    );
+
+    engine.restart(&web, now).await;
+    engine.end_podless(BTreeMap::from([(
+        web.workload.clone(),
+        PodlessOutcome::Gone,
+    )]));
+    assert_eq!(remembered(&engine), BTreeSet::new(), "once it is gone");
+}
+
+/// The one-shot command asks for the summary it prints.
+#[tokio::test]
+async fn a_kept_summary_says_what_was_restarted_and_how_it_ended() {
+    let (client, _sent) = mock_client(answer_ok);
+    let (mut engine, _metrics) = engine(client);
+    engine.keep_summary();
+    let web = restart_of_web();
+    engine.restart(&web, Timestamp::now()).await;
+    let succeeded = RolloutPlan {
+        succeeded: vec![web.workload.clone()],
+        ..RolloutPlan::default()
+    };
+    engine.act(&succeeded, Vec::new(), Timestamp::now()).await;
+    assert!(engine.summary().restarted.contains(&web.workload));
+    assert!(engine.summary().succeeded.contains(&web.workload));
 }
 
 #[tokio::test]
