@@ -37,6 +37,17 @@ impl IndexChanges {
 /// Namespace -> name -> value.
 type ByNamespace<V> = HashMap<Arc<str>, HashMap<Box<str>, V>>;
 
+/// Removes `name` from `namespace`, and the namespace with its last name: namespaces come and
+/// go (one per preview environment), and an empty one would be kept for ever, its name too.
+fn remove_named<V>(map: &mut ByNamespace<V>, namespace: &str, name: &str) -> Option<V> {
+    let names = map.get_mut(namespace)?;
+    let removed = names.remove(name);
+    if names.is_empty() {
+        map.remove(namespace);
+    }
+    removed
+}
+
 #[derive(Debug, Default)]
 pub struct DriftIndex {
     /// Namespaces, owner names and annotation values, each stored once.
@@ -192,11 +203,7 @@ impl DriftIndex {
     }
 
     pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {
-        let removed = self
-            .replicasets
-            .get_mut(namespace)
-            .and_then(|names| names.remove(name));
-        if removed.is_some() {
+        if remove_named(&mut self.replicasets, namespace, name).is_some() {
             let key = self.key(namespace, name);
             self.changed_replicaset(key);
         }
@@ -261,9 +268,7 @@ impl DriftIndex {
     }
 
     pub fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
-        let removed = self.workloads[kind as usize]
-            .get_mut(namespace)
-            .and_then(|names| names.remove(name));
+        let removed = remove_named(&mut self.workloads[kind as usize], namespace, name);
         if removed.is_some_and(|w| w.rollout_disabled) {
             self.changed_everything();
         }

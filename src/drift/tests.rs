@@ -524,6 +524,55 @@ fn strings_of_deleted_pods_do_not_accumulate() {
 }
 
 #[test]
+fn namespaces_deleted_with_everything_in_them_leave_nothing_behind() {
+    // Preview environments: a namespace a pull request, created, filled and deleted.
+    let mut index = DriftIndex::default();
+    for i in 0..3000 {
+        let namespace = format!("pr-{i}");
+        index.apply_workload(
+            WorkloadKind::Deployment,
+            &PodMeta::new(&namespace, "web").0,
+            &keys(),
+        );
+        index.apply_workload(
+            WorkloadKind::StatefulSet,
+            &PodMeta::new(&namespace, "db").0,
+            &keys(),
+        );
+        index.apply_replicaset(&rs(&namespace, "web-1", Some("web")));
+        index.apply_pod(
+            &PodMeta::new(&namespace, "web-1-a")
+                .request("logger:v1")
+                .owner("ReplicaSet", "web-1")
+                .0,
+            &keys(),
+        );
+        index.delete_pod(&namespace, "web-1-a");
+        index.delete_replicaset(&namespace, "web-1");
+        index.delete_workload(WorkloadKind::StatefulSet, &namespace, "db");
+        index.delete_workload(WorkloadKind::Deployment, &namespace, "web");
+    }
+    assert_eq!(index.pod_count(), 0);
+    assert_eq!(
+        index.replicasets.len(),
+        0,
+        "namespaces kept for ReplicaSets"
+    );
+    for (kind, workloads) in index.workloads.iter().enumerate() {
+        assert_eq!(
+            workloads.len(),
+            0,
+            "namespaces kept for workloads of kind {kind}"
+        );
+    }
+    assert!(
+        index.interned.len() < 1500,
+        "{} strings kept",
+        index.interned.len()
+    );
+}
+
+#[test]
 fn workloads_are_stripped_to_what_planning_needs() {
     let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 ", "injector/allow-downtime": "True", "injector/maintenance-window": "Sat-Sun 00:00-04:00 Europe/Oslo"},
