@@ -29,7 +29,12 @@ pub struct DriftGauge {
     counts: HashMap<Arc<str>, StateCounts>,
     /// Parsed request annotations by text, each sidecar name shared.
     requests: HashMap<Arc<str>, Arc<[Arc<str>]>>,
+    /// The size of `requests` at which the parses no pod uses any more are dropped.
+    prune_requests_at: usize,
 }
+
+/// `requests` is pruned no sooner than at this size, and then each time it has doubled.
+const REQUESTS_PRUNED_FROM: usize = 1024;
 
 impl DriftGauge {
     pub fn new(policy: DriftPolicy) -> Self {
@@ -39,6 +44,7 @@ impl DriftGauge {
             per_pod: HashMap::new(),
             counts: HashMap::new(),
             requests: HashMap::new(),
+            prune_requests_at: REQUESTS_PRUNED_FROM,
         }
     }
 
@@ -57,6 +63,7 @@ impl DriftGauge {
             self.recount(index, wanted);
         } else {
             self.apply(index, wanted, &changes);
+            self.prune_requests();
         }
         self.rows(wanted)
     }
@@ -98,6 +105,18 @@ impl DriftGauge {
                 self.add(key, contribution);
             }
         }
+    }
+
+    /// Between full counts, pods with requests written many ways come and go: the parse of a
+    /// text no pod uses any more is dropped, so that it does not keep the index's copy alive
+    /// either. The text is shared with the index's interner (one holder) and this cache (one):
+    /// any further holder is a pod.
+    fn prune_requests(&mut self) {
+        if self.requests.len() < self.prune_requests_at {
+            return;
+        }
+        self.requests.retain(|text, _| Arc::strong_count(text) > 2);
+        self.prune_requests_at = (self.requests.len() * 2).max(REQUESTS_PRUNED_FROM);
     }
 
     fn add(&mut self, key: Key, contribution: Contribution) {
@@ -389,5 +408,58 @@ mod tests {
         // A status-only update (same annotations) is no change at all.
         index.apply_pod(&meta.0, &keys);
         assert!(index.pending_changes().unwrap().pods.is_empty());
+    }
+
+    /// Requests written many ways (spacing, case, another sidecar each) by pods that come and
+    /// go: the parses kept for them go too, and so do the texts the index keeps once, while
+    /// the counts stay right.
+    fn logger(rows: &[SidecarDrift]) -> StateCounts {
+        rows.iter()
+            .find(|row| row.name == "logger:v1")
+            .unwrap()
+            .pods
+    }
+
+    #[test]
+    fn requests_of_deleted_pods_are_not_kept() {
+        let keys = AnnotationKeys::default();
+        let mut index = DriftIndex::default();
+        index.track_changes();
+        let mut gauge = DriftGauge::new(DriftPolicy::default());
+        let wanted = wanted(true);
+        let steady = PodMeta::new("team", "steady")
+            .request("logger:v1")
+            .owner("StatefulSet", "db")
+            .injected("logger:v1=bbbbbbbbbbbb");
+        index.apply_pod(&steady.0, &keys);
+        gauge.update(&mut index, &wanted);
+        for i in 0..5000 {
+            let name = format!("job-{i}");
+            let meta = PodMeta::new("batch", &name)
+                .request(&format!("logger:v1, job-{i}:v1"))
+                .owner("StatefulSet", "db");
+            index.apply_pod(&meta.0, &keys);
+            let rows = gauge.update(&mut index, &wanted);
+            assert_eq!(logger(&rows).uninjected, 1, "job-{i} counted: {rows:?}");
+            index.delete_pod("batch", &name);
+            gauge.update(&mut index, &wanted);
+        }
+        let rows = gauge.update(&mut index, &wanted);
+        assert_eq!(
+            rows.len(),
+            2,
+            "only the sidecars in force are left: {rows:?}"
+        );
+        assert_eq!((logger(&rows).current, logger(&rows).uninjected), (1, 0));
+        assert!(
+            gauge.requests.len() < 2500,
+            "{} parses kept",
+            gauge.requests.len()
+        );
+        assert!(
+            index.interned.len() < 2500,
+            "{} strings kept",
+            index.interned.len()
+        );
     }
 }
