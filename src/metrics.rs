@@ -1,5 +1,8 @@
 //! The Prometheus metrics of the binary, in one explicit registry (prefix `sidecar_injector_`).
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -311,6 +314,10 @@ pub struct Metrics {
     pub kube_requests: Family<VerbLabels, Counter>,
     /// Tumblr's series too, with `serve --tumblr-metrics`.
     pub tumblr: Option<tumblr::TumblrMetrics>,
+    /// The sidecars the drift gauge has series for.
+    drift_sidecars: Mutex<BTreeSet<String>>,
+    /// The sidecars the campaign gauges have series for.
+    campaign_sidecars: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Metrics {
@@ -519,12 +526,17 @@ impl Metrics {
             rollout_api_errors,
             kube_requests,
             tumblr: None,
+            drift_sidecars: Mutex::default(),
+            campaign_sidecars: Mutex::default(),
         }
     }
 
     /// Replaces the drift gauge with the report's counts (sidecars that went away disappear).
+    /// Series are set in place and only those of sidecars gone are removed: a scrape taken
+    /// meanwhile sees each series, old value or new, never a gap (which would restart an
+    /// alert's `for`).
     pub fn record_drift(&self, report: &crate::drift::DriftReport) {
-        self.pods.clear();
+        let mut recorded = self.drift_sidecars.lock().expect("metrics lock");
         for sidecar in &report.sidecars {
             for state in crate::drift::DriftState::POD_STATES {
                 self.pods
@@ -535,6 +547,16 @@ impl Metrics {
                     .set(i64::from(sidecar.pods.get(state)));
             }
         }
+        let now: BTreeSet<String> = report.sidecars.iter().map(|s| s.name.clone()).collect();
+        for gone in recorded.difference(&now) {
+            for state in crate::drift::DriftState::POD_STATES {
+                self.pods.remove(&DriftLabels {
+                    sidecar: gone.clone(),
+                    state: state.as_str(),
+                });
+            }
+        }
+        *recorded = now;
     }
 
     pub fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
@@ -568,10 +590,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Replaces the campaign gauge with the book's states.
+    /// Replaces the campaign gauges with the book's states, in place as
+    /// [`Metrics::record_drift`] does.
     pub fn record_campaigns(&self, book: &crate::rollout::CampaignBook) {
-        self.campaigns.clear();
-        self.rollout_pending.clear();
+        let mut recorded = self.campaign_sidecars.lock().expect("metrics lock");
         self.maintenance_window_open
             .set(i64::from(book.maintenance.as_ref().is_none_or(|m| m.open)));
         for (sidecar, campaign) in &book.campaigns {
@@ -589,15 +611,28 @@ impl Metrics {
                     .set(i64::from(campaign.state == state));
             }
         }
+        let now: BTreeSet<String> = book.campaigns.keys().cloned().collect();
+        for gone in recorded.difference(&now) {
+            self.rollout_pending.remove(&SidecarLabels {
+                sidecar: gone.clone(),
+            });
+            for state in crate::rollout::CampaignState::ALL {
+                self.campaigns.remove(&CampaignLabels {
+                    sidecar: gone.clone(),
+                    state: state.as_str(),
+                });
+            }
+        }
+        *recorded = now;
     }
 
-    /// The Prometheus text exposition of every metric.
     /// Also exports Tumblr's series under their names (see [`tumblr::TumblrMetrics`]).
     pub fn with_tumblr_names(mut self) -> Self {
         self.tumblr = Some(tumblr::TumblrMetrics::new());
         self
     }
 
+    /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
@@ -703,5 +738,94 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    fn drift_of(sidecars: &[&str]) -> crate::drift::DriftReport {
+        crate::drift::DriftReport {
+            sidecars: sidecars
+                .iter()
+                .map(|name| crate::drift::SidecarDrift {
+                    name: (*name).to_owned(),
+                    revision: Some("aaaaaaaaaaaa".into()),
+                    pods: crate::drift::StateCounts {
+                        stale: 3,
+                        ..Default::default()
+                    },
+                    campaign: None,
+                    note: None,
+                })
+                .collect(),
+            workloads: Vec::new(),
+        }
+    }
+
+    fn book_of(sidecars: &[&str]) -> crate::rollout::CampaignBook {
+        let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-27T08:00:00Z".parse().unwrap(),
+        );
+        let mut book = crate::rollout::CampaignBook::default();
+        for name in sidecars {
+            book.campaigns.insert(
+                (*name).to_owned(),
+                crate::test_fixtures::campaign(
+                    "aaaaaaaaaaaa",
+                    crate::rollout::CampaignState::Paused,
+                    since.clone(),
+                ),
+            );
+        }
+        book
+    }
+
+    const STALE: &str = r#"sidecar_injector_pods{sidecar="logger:v1",state="stale"} 3"#;
+    const PAUSED: &str =
+        r#"sidecar_injector_rollout_campaign{sidecar="logger:v1",state="paused"} 1"#;
+
+    /// An alert `for: 6h` on the stale count starts over at a scrape that misses the series:
+    /// one taken while the gauges are replaced must see every series, old values or new.
+    #[test]
+    fn a_scrape_during_an_update_sees_every_series() {
+        let metrics = std::sync::Arc::new(Metrics::new());
+        let (drift, book) = (drift_of(&["logger:v1"]), book_of(&["logger:v1"]));
+        metrics.record_drift(&drift);
+        metrics.record_campaigns(&book);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (metrics, done) = (metrics.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    metrics.record_drift(&drift);
+                    metrics.record_campaigns(&book);
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        let mut scrapes = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let text = metrics.encode();
+            let missing: Vec<&str> = [STALE, PAUSED]
+                .into_iter()
+                .filter(|series| !text.lines().any(|line| line == *series))
+                .collect();
+            assert!(missing.is_empty(), "scrape {scrapes} misses {missing:?}");
+            scrapes += 1;
+        }
+        writer.join().unwrap();
+        assert!(scrapes > 0);
+    }
+
+    #[test]
+    fn the_series_of_a_sidecar_that_went_away_go_with_it() {
+        let metrics = Metrics::new();
+        metrics.record_drift(&drift_of(&["logger:v1", "tracer:v1"]));
+        metrics.record_campaigns(&book_of(&["logger:v1", "tracer:v1"]));
+        assert!(metrics.encode().contains(r#"sidecar="tracer:v1""#));
+        metrics.record_drift(&drift_of(&["logger:v1"]));
+        metrics.record_campaigns(&book_of(&["logger:v1"]));
+        let text = metrics.encode();
+        assert!(!text.contains(r#"sidecar="tracer:v1""#), "{text}");
+        for series in [STALE, PAUSED] {
+            assert!(text.lines().any(|line| line == series), "{text}");
+        }
     }
 }
