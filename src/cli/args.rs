@@ -509,12 +509,14 @@ pub struct ServeArgs {
     /// Serving key (PEM) [default: /var/lib/secrets/cert.key].
     #[arg(long, env = "TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
-    /// The MutatingWebhookConfiguration whose caBundle this replica keeps equal to
-    /// --ca-bundle-file (set at start, whenever the configuration changes, and on certificate
-    /// reload), so the manifests need no caBundle that a re-apply would reset.
+    /// The MutatingWebhookConfiguration whose caBundle this replica keeps trusting
+    /// --ca-bundle-file (checked at start, whenever the configuration changes, and on
+    /// certificate reload; other CAs still valid are kept beside it, three at most, so replicas
+    /// mid-rotation never undo each other), so the manifests need no caBundle that a re-apply
+    /// would reset.
     #[arg(long, env = "WEBHOOK_CONFIGURATION", requires = "ca_bundle_file")]
     pub webhook_configuration: Option<String>,
-    /// The CA certificate (PEM) that signed the serving certificate: the caBundle to keep.
+    /// The CA certificate (PEM) that signed the serving certificate: what the caBundle must trust.
     #[arg(long, env = "CA_BUNDLE_FILE", requires = "webhook_configuration")]
     pub ca_bundle_file: Option<PathBuf>,
     /// The injector's own namespace is always added when running in a cluster.

@@ -1,8 +1,14 @@
-//! Keeps the `caBundle` of the injector's own MutatingWebhookConfiguration equal to the CA
+//! Keeps the `caBundle` of the injector's own MutatingWebhookConfiguration trusting the CA
 //! that signed its serving certificate (`serve --webhook-configuration NAME --ca-bundle-file
 //! PATH`), as cert-manager's CA injector does. The manifests then carry no `caBundle` field,
 //! so `kubectl apply -k deploy/` again (an upgrade) never resets it; and should anything blank
 //! it, the watch sees the change and it is set again.
+//!
+//! Replicas read a rotated Secret at different times (the kubelet refreshes each pod's copy
+//! within a minute or two): a bundle is left alone while it trusts this replica's CA, and a
+//! replica that adds its CA keeps the others' that are still valid. Replicas on the old and
+//! the new CA then never undo each other (each would set its own, on every change the other
+//! made), and the API server trusts both while the rotation lasts.
 
 use std::path::PathBuf;
 
@@ -11,25 +17,95 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use tokio::sync::watch as signal;
 use tracing::{info, warn};
 
 use super::watch::{Change, watch};
 
-/// A strategic merge patch (webhooks merge by name) setting every webhook's caBundle to
-/// `bundle`; `None` when they all carry it already.
-pub fn ca_bundle_patch(config: &MutatingWebhookConfiguration, bundle: &[u8]) -> Option<Value> {
+/// At most this many certificates in a bundle: this replica's CA, and the CAs of rotations
+/// under way or recent.
+pub const MAX_TRUSTED: usize = 3;
+
+/// One certificate of a PEM bundle: its text as written (BEGIN to END line), and its DER.
+struct PemCertificate<'a> {
+    text: &'a str,
+    der: CertificateDer<'static>,
+}
+
+/// The certificates of a PEM bundle; a block that does not read is left out.
+fn certificates(pem: &[u8]) -> Vec<PemCertificate<'_>> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let Ok(mut rest) = std::str::from_utf8(pem) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(length) = rest[start..].find(END) else {
+            break;
+        };
+        let text = &rest[start..start + length + END.len()];
+        if let Ok(der) = CertificateDer::from_pem_slice(text.as_bytes()) {
+            found.push(PemCertificate { text, der });
+        }
+        rest = &rest[start + length + END.len()..];
+    }
+    found
+}
+
+/// Whether a certificate is still valid at `now` (Unix seconds).
+fn valid_at(der: &CertificateDer<'_>, now: i64) -> bool {
+    x509_parser::parse_x509_certificate(der.as_ref())
+        .is_ok_and(|(_, cert)| cert.validity().not_after.timestamp() > now)
+}
+
+/// The caBundle a webhook whose caBundle is `current` gets from a replica whose CA is `own`:
+/// `None` when it trusts every certificate of `own` already; else `own`, then the certificates
+/// `current` trusts that are still valid at `now` (Unix seconds), at most [`MAX_TRUSTED`] in
+/// all: those listed last go first (each replica puts its own first, so they are the oldest).
+pub fn trusted_bundle(current: &[u8], own: &[u8], now: i64) -> Option<Vec<u8>> {
+    let mine = certificates(own);
+    let trusted = certificates(current);
+    if mine.is_empty() || mine.iter().all(|o| trusted.iter().any(|t| t.der == o.der)) {
+        return None;
+    }
+    // `own` as its file has it: alone, the bundle is that file.
+    let mut bundle = own.to_vec();
+    let kept = trusted
+        .iter()
+        .filter(|t| !mine.iter().any(|o| o.der == t.der) && valid_at(&t.der, now))
+        .take(MAX_TRUSTED.saturating_sub(mine.len()));
+    for certificate in kept {
+        if !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(certificate.text.as_bytes());
+        bundle.push(b'\n');
+    }
+    Some(bundle)
+}
+
+/// A strategic merge patch (webhooks merge by name) of the caBundle of every webhook that does
+/// not trust `own` yet ([`trusted_bundle`]); `None` when they all do.
+pub fn ca_bundle_patch(
+    config: &MutatingWebhookConfiguration,
+    own: &[u8],
+    now: i64,
+) -> Option<Value> {
     let stale: Vec<Value> = config
         .webhooks
         .iter()
         .flatten()
-        .filter(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle))
-        .map(|w| {
-            json!({
+        .filter_map(|w| {
+            let current = w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice());
+            let bundle = trusted_bundle(current.unwrap_or_default(), own, now)?;
+            Some(json!({
                 "name": w.name,
-                "clientConfig": {"caBundle": k8s_openapi::ByteString(bundle.to_vec())},
-            })
+                "clientConfig": {"caBundle": k8s_openapi::ByteString(bundle)},
+            }))
         })
         .collect();
     (!stale.is_empty()).then(|| json!({"webhooks": stale}))
@@ -61,9 +137,10 @@ async fn read_bundle(path: &PathBuf) -> Result<Vec<u8>, CaBundleError> {
     Ok(bundle)
 }
 
-/// Watches the webhook configuration `name` and sets its caBundle from `ca_file` whenever it
-/// differs: at start, when the configuration changes, and when `reloaded` says the serving
-/// certificate changed. A bad or missing file leaves the configuration as it is.
+/// Watches the webhook configuration `name` and makes its caBundle trust the CA in `ca_file`
+/// whenever it does not ([`trusted_bundle`]): at start, when the configuration changes, and
+/// when `reloaded` says the serving certificate changed. A bad or missing file leaves the
+/// configuration as it is.
 pub async fn run(
     client: Client,
     name: String,
@@ -94,7 +171,8 @@ pub async fn run(
                 continue;
             }
         };
-        let Some(patch) = ca_bundle_patch(config, &bundle) else {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let Some(patch) = ca_bundle_patch(config, &bundle, now) else {
             continue;
         };
         match api
@@ -103,7 +181,7 @@ pub async fn run(
         {
             Ok(_) => info!(
                 webhook_configuration = name,
-                "set the caBundle of the webhook configuration"
+                "the webhook configuration's caBundle now trusts this replica's CA"
             ),
             Err(err) => warn!(
                 webhook_configuration = name,
@@ -135,23 +213,99 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "x"}, "webhooks": webhooks})).unwrap()
     }
 
+    const NOW: i64 = 1_800_000_000;
+    const DAY: i64 = 86_400;
+
+    /// A CA certificate valid until `NOW + days` days.
+    fn ca(days: i64) -> Vec<u8> {
+        crate::serve::tls::DevCa::generate(NOW - 365 * DAY, NOW + days * DAY)
+            .unwrap()
+            .cert_pem
+            .into_bytes()
+    }
+
+    fn bundle(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    /// The certificates of a bundle, each as the DER of one of `cas` (its index there).
+    fn which(bundle: &[u8], cas: &[&[u8]]) -> Vec<usize> {
+        certificates(bundle)
+            .iter()
+            .map(|c| {
+                cas.iter()
+                    .position(|ca| certificates(ca)[0].der == c.der)
+                    .expect("a known CA")
+            })
+            .collect()
+    }
+
     #[test]
-    fn only_webhooks_without_the_bundle_are_patched_by_name() {
-        let ca: &[u8] = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-        assert_eq!(ca_bundle_patch(&config(&[Some(ca), Some(ca)]), ca), None);
-        let patch = ca_bundle_patch(&config(&[Some(ca), None, Some(b"old")]), ca).unwrap();
+    fn only_webhooks_that_do_not_trust_this_ca_are_patched_by_name() {
+        let (own, other) = (ca(3650), ca(3650));
+        assert_eq!(
+            ca_bundle_patch(&config(&[Some(&own), Some(&own)]), &own, NOW),
+            None
+        );
+        let both = bundle(&[&other, &own]);
+        let patch = ca_bundle_patch(
+            &config(&[Some(&both), None, Some(b"old"), Some(&other)]),
+            &own,
+            NOW,
+        )
+        .unwrap();
         let names: Vec<&str> = patch["webhooks"]
             .as_array()
             .unwrap()
             .iter()
             .map(|w| w["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["w1.example.org", "w2.example.org"]);
-        let encoded = patch["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .unwrap();
-        let decoded: k8s_openapi::ByteString =
-            serde_json::from_value(Value::String(encoded.to_owned())).unwrap();
-        assert_eq!(decoded.0, ca);
+        assert_eq!(
+            names,
+            ["w1.example.org", "w2.example.org", "w3.example.org"]
+        );
+        let set = |i: usize| {
+            let encoded = patch["webhooks"][i]["clientConfig"]["caBundle"]
+                .as_str()
+                .unwrap();
+            let decoded: k8s_openapi::ByteString =
+                serde_json::from_value(Value::String(encoded.to_owned())).unwrap();
+            decoded.0
+        };
+        // Nothing trusted before (none, or no certificate): exactly the CA file.
+        assert_eq!(set(0), own);
+        assert_eq!(set(1), own);
+        // Another replica's CA is kept after this one's.
+        assert_eq!(which(&set(2), &[&own, &other]), [0, 1]);
+    }
+
+    /// Two replicas, one on the CA of a rotated Secret and one still on the old: each leaves
+    /// the bundle the other wrote, which trusts both.
+    #[test]
+    fn replicas_on_the_old_and_the_new_ca_do_not_undo_each_other() {
+        let (old, new) = (ca(3650), ca(3650));
+        let after_new = trusted_bundle(&old, &new, NOW).expect("the new CA is added");
+        assert_eq!(which(&after_new, &[&new, &old]), [0, 1]);
+        assert_eq!(trusted_bundle(&after_new, &old, NOW), None);
+        assert_eq!(trusted_bundle(&after_new, &new, NOW), None);
+        // Blanked once every replica is on the new CA: the old one is gone for good.
+        assert_eq!(trusted_bundle(b"", &new, NOW), Some(new.clone()));
+    }
+
+    #[test]
+    fn expired_and_unreadable_certificates_go_and_at_most_three_are_kept() {
+        let (own, expired, a, b, c) = (ca(3650), ca(-1), ca(30), ca(60), ca(90));
+        let current = bundle(&[
+            &expired,
+            b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+            &a,
+            &b,
+            &c,
+        ]);
+        let set = trusted_bundle(&current, &own, NOW).unwrap();
+        assert_eq!(which(&set, &[&own, &a, &b, &c]), [0, 1, 2]);
+        // A bundle that is not text, and a CA file with no certificate in it.
+        assert_eq!(trusted_bundle(&[0xff, 0xfe], &own, NOW), Some(own.clone()));
+        assert_eq!(trusted_bundle(&a, b"no certificate", NOW), None);
     }
 }

@@ -28,12 +28,47 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
             .unwrap()
             .contains("'injector/request' in object.metadata.annotations")
     );
+    // cert-manager: a CA of its own signs the serving certificate into the Secret the
+    // Deployment mounts, so that renewing it keeps the caBundle; the injector is the only
+    // writer of the caBundle (no CA injector annotation), as in the base.
     let cert_manager = kustomize("deploy/overlays/cert-manager");
+    let named = |kind: &str, name: &str| {
+        cert_manager
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+    };
+    let serving = named("Certificate", "sidecar-injector-serving");
     assert_eq!(
-        of_kind(&cert_manager, "Certificate")["spec"]["secretName"],
+        serving["spec"]["secretName"],
         of_kind(&base, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
     );
-    assert!(of_kind(&cert_manager, "MutatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string());
+    let issuer = named(
+        "Issuer",
+        serving["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    let ca = cert_manager
+        .iter()
+        .find(|d| {
+            d["kind"] == "Certificate"
+                && d["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+        })
+        .expect("the serving certificate's issuer is a CA whose certificate cert-manager makes");
+    assert_eq!(ca["spec"]["isCA"], true);
+    let root = named("Issuer", ca["spec"]["issuerRef"]["name"].as_str().unwrap());
+    assert!(root["spec"]["selfSigned"].is_object(), "{root}");
+    let webhook_configuration = of_kind(&cert_manager, "MutatingWebhookConfiguration");
+    assert!(
+        webhook_configuration["metadata"]["annotations"]
+            .get("cert-manager.io/inject-ca-from")
+            .is_none(),
+        "{webhook_configuration}"
+    );
+    assert!(
+        of_kind(&cert_manager, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+            .to_string()
+            .contains("--webhook-configuration=sidecar-injector")
+    );
 
     // No caBundle in the manifests (the injector keeps it), so a re-apply cannot reset it; the
     // injector's namespace is excluded by a label the manifests set, on every version.
@@ -185,6 +220,38 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
     eventually(DEADLINE, "the injector sets the caBundle", || async {
         (bundle_of(configurations.clone()).await.as_deref() == Some(ca.as_slice())).then_some(())
     })
+    .await;
+    // Another replica already on the CA of a rotated Secret sets its own: this one, still on
+    // the old CA, adds its CA after it instead of putting its own back (which the other would
+    // undo in turn), so that the API server trusts both replicas while the rotation lasts.
+    let rotated = sidecar_injector::serve::tls::DevCertificates::generate(&["localhost".into()])
+        .unwrap()
+        .ca_pem
+        .into_bytes();
+    configurations
+        .patch(
+            "sidecar-injector",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(
+                serde_json::from_value(json!([{
+                    "op": "replace",
+                    "path": "/webhooks/0/clientConfig/caBundle",
+                    "value": k8s_openapi::ByteString(rotated.clone()),
+                }]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let both = [ca.clone(), rotated].concat();
+    eventually(
+        DEADLINE,
+        "the injector adds its CA after the rotated one",
+        || async {
+            (bundle_of(configurations.clone()).await.as_deref() == Some(both.as_slice()))
+                .then_some(())
+        },
+    )
     .await;
     // Blanked, as a re-apply of an older manifest would: set again at once, from the watch.
     configurations
