@@ -225,8 +225,9 @@ fn record_expiry(cert_file: &Path, metrics: &Metrics) {
     }
 }
 
-/// Reloads the serving pair after each (debounced) change in the directories holding it; a
-/// pair that does not load leaves the current one serving.
+/// Reloads the serving pair after each (debounced) change in the directories holding it, or
+/// of `--ca-bundle-file` (whose keeper hears of each reload); a pair that does not load leaves
+/// the current one serving.
 fn spawn_certificate_reloader(
     options: &ServeOptions,
     (cert_file, key_file): (PathBuf, PathBuf),
@@ -237,7 +238,8 @@ fn spawn_certificate_reloader(
     // Only the pair (and a Secret volume's `..data` swap) matters: anything else written
     // beside it, a log file say, must not reload the pair five times a second.
     let mut by_directory: Vec<WatchedDirectory> = Vec::new();
-    for file in [&cert_file, &key_file] {
+    let ca_file = options.webhook_ca.as_ref().map(|(_, ca)| ca);
+    for file in [&cert_file, &key_file].into_iter().chain(ca_file) {
         let directory = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())

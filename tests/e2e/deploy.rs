@@ -271,6 +271,25 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         (bundle_of(configurations.clone()).await.as_deref() == Some(ca.as_slice())).then_some(())
     })
     .await;
+    // A rotation's first step (README): the new CA put in ca.crt beside the old one, the pair
+    // unchanged. The file is replaced in one rename, as a Secret volume swaps its files.
+    let next = sidecar_injector::serve::tls::DevCertificates::generate(&["localhost".into()])
+        .unwrap()
+        .ca_pem
+        .into_bytes();
+    let both = [next, ca.clone()].concat();
+    let staged = ctx.dir().join("ca.crt.next");
+    std::fs::write(&staged, &both).unwrap();
+    std::fs::rename(&staged, ctx.dir().join("ca.crt")).unwrap();
+    eventually(
+        DEADLINE,
+        "the injector trusts both CAs of its ca.crt",
+        || async {
+            (bundle_of(configurations.clone()).await.as_deref() == Some(both.as_slice()))
+                .then_some(())
+        },
+    )
+    .await;
     configurations
         .delete("sidecar-injector", &Default::default())
         .await

@@ -303,6 +303,12 @@ impl TestContext {
         self.injector = Some(injector);
     }
 
+    /// The injector's working directory, which holds its certificate files (`tls.crt`,
+    /// `tls.key`, `ca.crt`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     pub fn api<K>(&self) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -314,7 +320,6 @@ impl TestContext {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    /// Stops the injector (its process is killed), as if it were down.
     /// Stops the injector as Kubernetes does (SIGTERM), and waits for it to exit.
     pub fn stop_injector(&mut self) {
         if let Some(mut injector) = self.injector.take() {
