@@ -1023,7 +1023,9 @@ async fn the_lifecycle_port_cuts_unfinished_heads_and_caps_its_connections() {
             "sidecar_injector_connections_refused_total{{port=\"{port}\"}}"
         ))
     };
-    assert_eq!(refused("lifecycle"), 1.0);
+    // The one over the cap, and any probe above that came before the dropped connections'
+    // slots were free.
+    assert!(refused("lifecycle") >= 1.0, "{}", refused("lifecycle"));
     assert_eq!(refused("webhook"), 0.0);
 }
 
