@@ -213,81 +213,34 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
     )
     .await;
     let ca = ctx.certs.ca_pem.clone().into_bytes();
-    let bundle_of = |configurations: Api<MutatingWebhookConfiguration>| async move {
-        let c = configurations.get("sidecar-injector").await.ok()?;
-        c.webhooks?[0].client_config.ca_bundle.clone().map(|b| b.0)
+    let new_ca = || {
+        sidecar_injector::serve::tls::DevCertificates::generate(&["localhost".into()])
+            .unwrap()
+            .ca_pem
+            .into_bytes()
     };
-    eventually(DEADLINE, "the injector sets the caBundle", || async {
-        (bundle_of(configurations.clone()).await.as_deref() == Some(ca.as_slice())).then_some(())
-    })
-    .await;
+    bundle_becomes(&configurations, &ca, "the injector sets the caBundle").await;
     // Another replica already on the CA of a rotated Secret sets its own: this one, still on
     // the old CA, adds its CA after it instead of putting its own back (which the other would
     // undo in turn), so that the API server trusts both replicas while the rotation lasts.
-    let rotated = sidecar_injector::serve::tls::DevCertificates::generate(&["localhost".into()])
-        .unwrap()
-        .ca_pem
-        .into_bytes();
-    configurations
-        .patch(
-            "sidecar-injector",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Json::<()>(
-                serde_json::from_value(json!([{
-                    "op": "replace",
-                    "path": "/webhooks/0/clientConfig/caBundle",
-                    "value": k8s_openapi::ByteString(rotated.clone()),
-                }]))
-                .unwrap(),
-            ),
-        )
-        .await
-        .unwrap();
+    let rotated = new_ca();
+    set_bundle(&configurations, &rotated).await;
     let both = [ca.clone(), rotated].concat();
-    eventually(
-        DEADLINE,
-        "the injector adds its CA after the rotated one",
-        || async {
-            (bundle_of(configurations.clone()).await.as_deref() == Some(both.as_slice()))
-                .then_some(())
-        },
-    )
-    .await;
+    let what = "the injector adds its CA after the rotated one";
+    bundle_becomes(&configurations, &both, what).await;
     // Blanked, as a re-apply of an older manifest would: set again at once, from the watch.
-    configurations
-        .patch(
-            "sidecar-injector",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Json::<()>(
-                serde_json::from_value(json!([
-                    {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""}
-                ]))
-                .unwrap(),
-            ),
-        )
-        .await
-        .unwrap();
-    eventually(DEADLINE, "the injector sets the caBundle again", || async {
-        (bundle_of(configurations.clone()).await.as_deref() == Some(ca.as_slice())).then_some(())
-    })
-    .await;
+    set_bundle(&configurations, b"").await;
+    bundle_becomes(&configurations, &ca, "the injector sets the caBundle again").await;
     // A rotation's first step (README): the new CA put in ca.crt beside the old one, the pair
     // unchanged. The file is replaced in one rename, as a Secret volume swaps its files.
-    let next = sidecar_injector::serve::tls::DevCertificates::generate(&["localhost".into()])
-        .unwrap()
-        .ca_pem
-        .into_bytes();
-    let both = [next, ca.clone()].concat();
+    let both = [new_ca(), ca.clone()].concat();
     let staged = ctx.dir().join("ca.crt.next");
     std::fs::write(&staged, &both).unwrap();
     std::fs::rename(&staged, ctx.dir().join("ca.crt")).unwrap();
-    eventually(
-        DEADLINE,
+    bundle_becomes(
+        &configurations,
+        &both,
         "the injector trusts both CAs of its ca.crt",
-        || async {
-            (bundle_of(configurations.clone()).await.as_deref() == Some(both.as_slice()))
-                .then_some(())
-        },
     )
     .await;
     configurations
@@ -352,4 +305,38 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
     pods.list_metadata(&ListParams::default().limit(1))
         .await
         .expect("pod metadata is readable cluster-wide");
+}
+
+/// Sets the first webhook's caBundle of `sidecar-injector`, as another writer would.
+async fn set_bundle(
+    configurations: &Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
+    bundle: &[u8],
+) {
+    let patch = json!([{
+        "op": "replace",
+        "path": "/webhooks/0/clientConfig/caBundle",
+        "value": k8s_openapi::ByteString(bundle.to_vec()),
+    }]);
+    configurations
+        .patch(
+            "sidecar-injector",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(serde_json::from_value(patch).unwrap()),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until the first webhook's caBundle of `sidecar-injector` is `expected`.
+async fn bundle_becomes(
+    configurations: &Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
+    expected: &[u8],
+    what: &str,
+) {
+    eventually(DEADLINE, what, || async {
+        let configuration = configurations.get("sidecar-injector").await.ok()?;
+        let bundle = configuration.webhooks?[0].client_config.ca_bundle.clone()?;
+        (bundle.0 == expected).then_some(())
+    })
+    .await;
 }
