@@ -227,7 +227,9 @@ fn record_expiry(cert_file: &Path, metrics: &Metrics) {
 
 /// Reloads the serving pair after each (debounced) change in the directories holding it, or
 /// of `--ca-bundle-file` (whose keeper hears of each reload); a pair that does not load leaves
-/// the current one serving.
+/// the current one serving. With `--webhook-configuration`, a pair is served only once the
+/// caBundle trusts the CA beside it (or [`TRUST_TIMEOUT`] passed): from a new CA, it would
+/// otherwise fail every handshake until the caBundle caught up.
 fn spawn_certificate_reloader(
     options: &ServeOptions,
     (cert_file, key_file): (PathBuf, PathBuf),
@@ -256,6 +258,7 @@ fn spawn_certificate_reloader(
     }
     let mut changes = watch_paths(by_directory, options.reload_debounce)
         .context("cannot watch the certificate files")?;
+    let keeper = options.cluster.clone().zip(options.webhook_ca.clone());
     tokio::spawn(async move {
         while changes.recv().await.is_some() {
             let (cert, key, expiry_metrics) =
@@ -277,6 +280,9 @@ fn spawn_certificate_reloader(
             };
             match loaded {
                 Ok(config) => {
+                    if let Some((client, (name, ca_file))) = &keeper {
+                        trust_before_serving(client, name, ca_file).await;
+                    }
                     tls.reload_from_config(config);
                     metrics.record_certificate_reload(true);
                     info!(cert = %cert_file.display(), "serving certificate reloaded");
@@ -290,6 +296,22 @@ fn spawn_certificate_reloader(
         }
     });
     Ok(())
+}
+
+/// How long a reloaded pair waits for the caBundle to trust its CA before it is served anyway.
+const TRUST_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn trust_before_serving(client: &kube::Client, name: &str, ca_file: &Path) {
+    let trusted = crate::cluster::webhook_ca::trust_before_serving(client.clone(), name, ca_file);
+    match tokio::time::timeout(TRUST_TIMEOUT, trusted).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            warn!("serving the reloaded certificate, its CA perhaps not trusted yet: {err}");
+        }
+        Err(_) => warn!(
+            "serving the reloaded certificate, its CA perhaps not trusted yet: the webhook configuration {name} did not answer within {TRUST_TIMEOUT:?}"
+        ),
+    }
 }
 
 /// Runs the webhook until SIGTERM or SIGINT, then shuts down gracefully.

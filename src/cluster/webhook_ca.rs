@@ -10,7 +10,7 @@
 //! the new CA then never undo each other (each would set its own, on every change the other
 //! made), and the API server trusts both while the rotation lasts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -123,7 +123,7 @@ pub enum CaBundleError {
     NotPem { path: String },
 }
 
-async fn read_bundle(path: &PathBuf) -> Result<Vec<u8>, CaBundleError> {
+async fn read_bundle(path: &Path) -> Result<Vec<u8>, CaBundleError> {
     let display = path.display().to_string();
     let bundle = tokio::fs::read(path)
         .await
@@ -135,6 +135,65 @@ async fn read_bundle(path: &PathBuf) -> Result<Vec<u8>, CaBundleError> {
         return Err(CaBundleError::NotPem { path: display });
     }
     Ok(bundle)
+}
+
+/// Why the caBundle could not be made to trust this replica's CA before a reload.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    #[error(transparent)]
+    ReadCa(#[from] CaBundleError),
+    #[error("cannot read the webhook configuration {name}: {reason}")]
+    ReadConfiguration { name: String, reason: String },
+    #[error("cannot set the caBundle of the webhook configuration {name}: {reason}")]
+    Patch { name: String, reason: String },
+}
+
+/// Patches the configuration so that its caBundle trusts `bundle` (read from `--ca-bundle-file`)
+/// when it does not; whether it did.
+async fn make_trust(
+    api: &Api<MutatingWebhookConfiguration>,
+    name: &str,
+    config: &MutatingWebhookConfiguration,
+    bundle: &[u8],
+) -> Result<bool, TrustError> {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let Some(patch) = ca_bundle_patch(config, bundle, now) else {
+        return Ok(false);
+    };
+    api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(|err| TrustError::Patch {
+            name: name.to_owned(),
+            reason: super::error_text(&err),
+        })?;
+    info!(
+        webhook_configuration = name,
+        "the webhook configuration's caBundle now trusts this replica's CA"
+    );
+    Ok(true)
+}
+
+/// Makes the configuration `name` trust the CA in `ca_file` now, when it does not: called
+/// before a reloaded certificate is served, so that a certificate from a new CA is trusted
+/// before the API server meets it (the watch in [`run`] would add the CA only after).
+pub async fn trust_before_serving(
+    client: Client,
+    name: &str,
+    ca_file: &Path,
+) -> Result<(), TrustError> {
+    let bundle = read_bundle(ca_file).await?;
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client);
+    let config = api
+        .get_opt(name)
+        .await
+        .map_err(|err| TrustError::ReadConfiguration {
+            name: name.to_owned(),
+            reason: super::error_text(&err),
+        })?;
+    if let Some(config) = config {
+        make_trust(&api, name, &config, &bundle).await?;
+    }
+    Ok(())
 }
 
 /// Watches the webhook configuration `name` and makes its caBundle trust the CA in `ca_file`
@@ -171,23 +230,8 @@ pub async fn run(
                 continue;
             }
         };
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let Some(patch) = ca_bundle_patch(config, &bundle, now) else {
-            continue;
-        };
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-        {
-            Ok(_) => info!(
-                webhook_configuration = name,
-                "the webhook configuration's caBundle now trusts this replica's CA"
-            ),
-            Err(err) => warn!(
-                webhook_configuration = name,
-                "cannot set the caBundle of the webhook configuration: {}",
-                super::error_text(&err)
-            ),
+        if let Err(err) = make_trust(&api, &name, config, &bundle).await {
+            warn!(webhook_configuration = name, "{err}");
         }
     }
 }

@@ -231,8 +231,8 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
     // Blanked, as a re-apply of an older manifest would: set again at once, from the watch.
     set_bundle(&configurations, b"").await;
     bundle_becomes(&configurations, &ca, "the injector sets the caBundle again").await;
-    // A rotation's first step (README): the new CA put in ca.crt beside the old one, the pair
-    // unchanged. The file is replaced in one rename, as a Secret volume swaps its files.
+    // ca.crt alone changes (a new CA beside the old one, the pair unchanged): followed too.
+    // The file is replaced in one rename, as a Secret volume swaps its files.
     let both = [new_ca(), ca.clone()].concat();
     let staged = ctx.dir().join("ca.crt.next");
     std::fs::write(&staged, &both).unwrap();
@@ -243,6 +243,53 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         "the injector trusts both CAs of its ca.crt",
     )
     .await;
+    // A rotation in one step: a pair from a new CA, with that CA as ca.crt. The new pair is
+    // served only once the caBundle trusts its CA, so the first handshake the new CA verifies
+    // finds it there (the API server would otherwise refuse the replica until it was).
+    let next = sidecar_injector::serve::tls::DevCertificates::generate(&[
+        "127.0.0.1".into(),
+        "localhost".into(),
+    ])
+    .unwrap();
+    for (name, text) in [
+        ("ca.crt", &next.ca_pem),
+        ("tls.key", &next.key_pem),
+        ("tls.crt", &next.cert_pem),
+    ] {
+        let staged = ctx.dir().join(format!("{name}.next"));
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, ctx.dir().join(name)).unwrap();
+    }
+    let serving = ctx.injector.as_ref().unwrap();
+    let trusting_next = support::https::TlsClient::new(&[next.ca_pem.as_bytes()]);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while trusting_next.connect_tls(serving.tls).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new pair not served within {DEADLINE:?}"
+        );
+    }
+    let configuration = configurations.get("sidecar-injector").await.unwrap();
+    let bundle = configuration.webhooks.unwrap()[0]
+        .client_config
+        .ca_bundle
+        .clone()
+        .unwrap()
+        .0;
+    assert!(
+        bundle.starts_with(next.ca_pem.as_bytes()),
+        "the new pair was served before the caBundle trusted its CA"
+    );
+    let logs = serving.logs();
+    let line = |needle: &str| {
+        logs.iter()
+            .rposition(|line| line.contains(needle))
+            .unwrap_or_else(|| panic!("no log line with {needle:?}"))
+    };
+    assert!(
+        line("caBundle now trusts this replica's CA") < line("serving certificate reloaded"),
+        "{logs:#?}"
+    );
     configurations
         .delete("sidecar-injector", &Default::default())
         .await
