@@ -251,6 +251,8 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         "localhost".into(),
     ])
     .unwrap();
+    let serving = ctx.injector.as_ref().unwrap();
+    let before = serving.logs().len();
     for (name, text) in [
         ("ca.crt", &next.ca_pem),
         ("tls.key", &next.key_pem),
@@ -260,7 +262,6 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         std::fs::write(&staged, text).unwrap();
         std::fs::rename(&staged, ctx.dir().join(name)).unwrap();
     }
-    let serving = ctx.injector.as_ref().unwrap();
     let trusting_next = support::https::TlsClient::new(&[next.ca_pem.as_bytes()]);
     let deadline = std::time::Instant::now() + DEADLINE;
     while trusting_next.connect_tls(serving.tls).await.is_err() {
@@ -280,15 +281,23 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         bundle.starts_with(next.ca_pem.as_bytes()),
         "the new pair was served before the caBundle trusted its CA"
     );
-    let logs = serving.logs();
-    let line = |needle: &str| {
+    // The log is read from the process's stderr as it comes: wait for the reload's line.
+    const RELOADED: &str = "serving certificate reloaded";
+    let logs = eventually(DEADLINE, "the reload logged", || async {
+        let logs = serving.logs().split_off(before);
         logs.iter()
-            .rposition(|line| line.contains(needle))
-            .unwrap_or_else(|| panic!("no log line with {needle:?}"))
+            .any(|line| line.contains(RELOADED))
+            .then_some(logs)
+    })
+    .await;
+    let first = |needle: &str| {
+        logs.iter()
+            .position(|line| line.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in {logs:#?}"))
     };
     assert!(
-        line("caBundle now trusts this replica's CA") < line("serving certificate reloaded"),
-        "{logs:#?}"
+        first("caBundle now trusts this replica's CA") < first(RELOADED),
+        "the certificate was reloaded before the caBundle trusted its CA: {logs:#?}"
     );
     configurations
         .delete("sidecar-injector", &Default::default())
