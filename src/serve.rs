@@ -280,13 +280,20 @@ fn spawn_certificate_reloader(
             };
             match loaded {
                 Ok(config) => {
-                    if let Some((client, (name, ca_file))) = &keeper {
-                        trust_before_serving(client, name, ca_file).await;
-                    }
+                    let trusted = match &keeper {
+                        Some((client, (name, ca_file))) => {
+                            trust_before_serving(client, name, ca_file).await
+                        }
+                        None => false,
+                    };
                     tls.reload_from_config(config);
                     metrics.record_certificate_reload(true);
                     info!(cert = %cert_file.display(), "serving certificate reloaded");
-                    reloaded.send_replace(());
+                    // The caBundle's keeper checks again only what was not made sure of here:
+                    // from its watch's view, which may not hold this reload's own patch yet.
+                    if !trusted {
+                        reloaded.send_replace(());
+                    }
                 }
                 Err(err) => {
                     metrics.record_certificate_reload(false);
@@ -301,16 +308,22 @@ fn spawn_certificate_reloader(
 /// How long a reloaded pair waits for the caBundle to trust its CA before it is served anyway.
 const TRUST_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn trust_before_serving(client: &kube::Client, name: &str, ca_file: &Path) {
+/// Whether the caBundle trusts the CA in `ca_file` (made to, if it did not) within
+/// [`TRUST_TIMEOUT`].
+async fn trust_before_serving(client: &kube::Client, name: &str, ca_file: &Path) -> bool {
     let trusted = crate::cluster::webhook_ca::trust_before_serving(client.clone(), name, ca_file);
     match tokio::time::timeout(TRUST_TIMEOUT, trusted).await {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => true,
         Ok(Err(err)) => {
             warn!("serving the reloaded certificate, its CA perhaps not trusted yet: {err}");
+            false
         }
-        Err(_) => warn!(
-            "serving the reloaded certificate, its CA perhaps not trusted yet: the webhook configuration {name} did not answer within {TRUST_TIMEOUT:?}"
-        ),
+        Err(_) => {
+            warn!(
+                "serving the reloaded certificate, its CA perhaps not trusted yet: the webhook configuration {name} did not answer within {TRUST_TIMEOUT:?}"
+            );
+            false
+        }
     }
 }
 

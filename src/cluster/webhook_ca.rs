@@ -198,8 +198,8 @@ pub async fn trust_before_serving(
 
 /// Watches the webhook configuration `name` and makes its caBundle trust the CA in `ca_file`
 /// whenever it does not ([`trusted_bundle`]): at start, when the configuration changes, and
-/// when `reloaded` says the serving certificate changed. A bad or missing file leaves the
-/// configuration as it is.
+/// when `reloaded` says a certificate was reloaded without [`trust_before_serving`] having
+/// made sure of it. A bad or missing file leaves the configuration as it is.
 pub async fn run(
     client: Client,
     name: String,
