@@ -956,7 +956,14 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     let _ = configmaps
         .delete("sidecar-injector-status", &Default::default())
         .await;
-    let holder_pod = lease_holder().trim_end_matches("-1").to_owned();
+    // Right after the restart the Lease may be between holders (one that could not renew
+    // through the outage gives it up): wait for the next.
+    let holder = eventually(DEADLINE, "a Lease holder after the restart", || async {
+        let holder = lease_holder();
+        (!holder.is_empty()).then_some(holder)
+    })
+    .await;
+    let holder_pod = holder.trim_end_matches("-1").to_owned();
     let injector_pods: Api<Pod> = Api::namespaced(client.clone(), SYSTEM);
     let holder = injector_pods.get(&holder_pod).await.unwrap();
     let container_id = holder.status.unwrap().container_statuses.unwrap()[0]
