@@ -865,15 +865,21 @@ impl Engine {
         }
     }
 
-    /// A pause is said in a log line and a Warning Event on each failed workload and on the
-    /// status ConfigMap.
+    /// A pause is said in a log line and a Warning Event on the status ConfigMap and on each
+    /// workload whose failure caused it (not on those of a pause already resumed: each had
+    /// its own).
     async fn announce_pause(&mut self, sidecar: &str, reason: &str) {
         error!(sidecar, "{reason}");
         let failed: Vec<WorkloadRef> = self
             .book
             .campaigns
             .get(sidecar)
-            .map(|c| c.failures.iter().map(|f| f.workload.clone()).collect())
+            .map(|c| {
+                c.unacknowledged_details()
+                    .iter()
+                    .map(|f| f.workload.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         for workload in failed {
             self.event(

@@ -59,6 +59,7 @@ pub(crate) fn campaign(
         state,
         counts: Default::default(),
         failures: Vec::new(),
+        failed_workloads: Default::default(),
         acknowledged_failures: 0,
         pause_reason: None,
         changes: None,

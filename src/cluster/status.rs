@@ -212,7 +212,7 @@ pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_jso
         .data
         .as_ref()
         .and_then(|d| d.get(STATUS_CAMPAIGNS_KEY))
-        .map(|text| serde_json::from_str(text))
+        .map(|text| CampaignBook::decode(text))
         .transpose()
 }
 

@@ -198,6 +198,52 @@ async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
 }
 
 #[tokio::test]
+async fn a_pause_is_announced_on_the_workloads_that_caused_it() {
+    let (client, sent) = mock_client(answer_ok);
+    let (mut engine, _metrics) = engine(client);
+    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-22T10:00:00Z".parse().unwrap(),
+    );
+    let mut campaign = crate::test_fixtures::campaign(
+        "bbbbbbbbbbbb",
+        crate::rollout::CampaignState::Paused,
+        at.clone(),
+    );
+    let fail = |name: &str| crate::rollout::Failure {
+        workload: WorkloadRef::new(WorkloadKind::Deployment, "team", name),
+        reason: "not rolled out within 5m".into(),
+        at: at.clone(),
+    };
+    campaign.record_failure(fail("canary"));
+    campaign.resume();
+    campaign.record_failure(fail("web"));
+    campaign.record_failure(fail("api"));
+    engine.book.campaigns.insert("logger:v1".into(), campaign);
+    engine.announce_pause("logger:v1", "paused").await;
+
+    let sent = sent.lock().unwrap().clone();
+    let regarding: Vec<(&str, &str)> = sent
+        .iter()
+        .filter(|s| s.path.contains("/events") && s.body["reason"] == "SidecarRolloutPaused")
+        .map(|s| {
+            (
+                s.body["regarding"]["kind"].as_str().unwrap(),
+                s.body["regarding"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        regarding,
+        [
+            ("Deployment", "web"),
+            ("Deployment", "api"),
+            ("ConfigMap", "sidecar-injector-status")
+        ],
+        "the canary's failure was resumed: its pause was announced then"
+    );
+}
+
+#[tokio::test]
 async fn a_heal_marks_the_template_with_its_target() {
     let (client, sent) = mock_client(answer_ok);
     let (mut engine, _metrics) = engine(client);

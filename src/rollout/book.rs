@@ -1,15 +1,15 @@
 //! Campaigns: per sidecar, bringing every pod that requests it to one revision. The book is
 //! persisted in the status ConfigMap, so a pause outlives the process.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::content::{ContentError, sidecar_with_content};
 use crate::config::SidecarSet;
 use crate::maintenance::MaintenanceWindows;
-use crate::workload::WorkloadRef;
+use crate::workload::{WorkloadKind, WorkloadRef};
 use k8s_openapi::jiff::Timestamp;
 
 /// Where a sidecar's campaign stands.
@@ -76,8 +76,15 @@ pub struct Campaign {
     pub state: CampaignState,
     #[serde(default)]
     pub counts: CampaignCounts,
+    /// The latest failures with their reasons, [`FAILURE_DETAILS`] at most: the workloads of
+    /// older ones are still in `failed_workloads`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
+    /// Every workload that failed under this revision (none is restarted again under it): by
+    /// name only, so that a revision failing across thousands of workloads keeps the status
+    /// ConfigMap far below its 1 MiB.
+    #[serde(default, skip_serializing_if = "FailedWorkloads::is_empty")]
+    pub failed_workloads: FailedWorkloads,
     /// Failures cleared by `rollout --resume`: only later ones count toward a pause.
     #[serde(default)]
     pub acknowledged_failures: usize,
@@ -141,25 +148,119 @@ pub struct Resumption {
     pub at: Time,
 }
 
+/// How many failures a campaign keeps the reasons of (the latest).
+pub const FAILURE_DETAILS: usize = 20;
+
+/// Workloads, written as `{namespace: ["Kind/name", ...]}`: a third of the bytes a
+/// [`Failure`] takes, and a namespace's name once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailedWorkloads(BTreeSet<WorkloadRef>);
+
+impl FailedWorkloads {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn contains(&self, workload: &WorkloadRef) -> bool {
+        self.0.contains(workload)
+    }
+
+    pub fn insert(&mut self, workload: WorkloadRef) -> bool {
+        self.0.insert(workload)
+    }
+}
+
+impl Serialize for FailedWorkloads {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut by_namespace: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for workload in &self.0 {
+            by_namespace
+                .entry(&workload.namespace)
+                .or_default()
+                .push(format!("{}/{}", workload.kind, workload.name));
+        }
+        by_namespace.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for FailedWorkloads {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let by_namespace = BTreeMap::<String, Vec<String>>::deserialize(deserializer)?;
+        let mut workloads = BTreeSet::new();
+        for (namespace, names) in by_namespace {
+            for entry in names {
+                let workload = entry
+                    .split_once('/')
+                    .and_then(|(kind, name)| {
+                        let kind = WorkloadKind::from_name(kind)?;
+                        (!name.is_empty()).then(|| WorkloadRef::new(kind, &namespace, name))
+                    })
+                    .ok_or_else(|| {
+                        serde::de::Error::custom(format!(
+                            "failedWorkloads: {entry:?} in namespace {namespace:?} is not Kind/name (Deployment, StatefulSet, DaemonSet or Pod)"
+                        ))
+                    })?;
+                workloads.insert(workload);
+            }
+        }
+        Ok(Self(workloads))
+    }
+}
+
 impl Campaign {
     pub(super) fn failed(&self, workload: &WorkloadRef) -> bool {
-        self.failures.iter().any(|f| &f.workload == workload)
+        self.failed_workloads.contains(workload)
     }
 
     /// Its pause or a failure of one of its restarts.
     pub(super) fn has_failed(&self) -> bool {
-        self.state == CampaignState::Paused || !self.failures.is_empty()
+        self.state == CampaignState::Paused || !self.failed_workloads.is_empty()
+    }
+
+    /// A workload failed under this revision: counted once, its reason kept among the latest.
+    pub fn record_failure(&mut self, failure: Failure) {
+        if !self.failed_workloads.insert(failure.workload.clone()) {
+            return;
+        }
+        self.failures.push(failure);
+        let excess = self.failures.len().saturating_sub(FAILURE_DETAILS);
+        self.failures.drain(..excess);
+    }
+
+    /// Workloads that failed under this revision.
+    pub fn failure_count(&self) -> usize {
+        self.failed_workloads.len()
     }
 
     pub(super) fn unacknowledged_failures(&self) -> usize {
-        self.failures
-            .len()
+        self.failure_count()
             .saturating_sub(self.acknowledged_failures)
+    }
+
+    /// The failures since the last `rollout --resume` whose reasons are still kept, oldest
+    /// first.
+    pub fn unacknowledged_details(&self) -> &[Failure] {
+        let kept = self.unacknowledged_failures().min(self.failures.len());
+        &self.failures[self.failures.len() - kept..]
+    }
+
+    /// A campaign written before failed workloads were kept by name has them only in its
+    /// failures.
+    fn remember_failed_workloads(&mut self) {
+        for failure in &self.failures {
+            self.failed_workloads.insert(failure.workload.clone());
+        }
+        let excess = self.failures.len().saturating_sub(FAILURE_DETAILS);
+        self.failures.drain(..excess);
     }
 
     /// What `rollout --resume` does: failures so far no longer count, the campaign runs again.
     pub fn resume(&mut self) {
-        self.acknowledged_failures = self.failures.len();
+        self.acknowledged_failures = self.failure_count();
         self.pause_reason = None;
         self.held = None;
         if self.state == CampaignState::Paused {
@@ -209,6 +310,15 @@ pub struct Resumed {
 }
 
 impl CampaignBook {
+    /// The book as the status ConfigMap holds it, in any form an earlier version wrote.
+    pub fn decode(text: &str) -> Result<Self, serde_json::Error> {
+        let mut book: Self = serde_json::from_str(text)?;
+        for campaign in book.campaigns.values_mut() {
+            campaign.remember_failed_workloads();
+        }
+        Ok(book)
+    }
+
     /// `rollout --resume`: every paused campaign runs again (its failures so far no longer
     /// count), marked with who resumed it and when.
     pub fn resume_paused(&mut self, by: &str, at: Time) -> Vec<Resumed> {
@@ -385,7 +495,7 @@ impl CampaignBook {
                     let text = format!(
                         "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or `sidecar-injector rollout --resume`",
                         campaign.revision,
-                        campaign.failures.len()
+                        campaign.failure_count()
                     );
                     (name.clone(), std::sync::Arc::from(text))
                 })

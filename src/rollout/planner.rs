@@ -611,11 +611,15 @@ fn record_failures(book: &mut CampaignBook, failures: &[(Failure, Vec<String>)])
     for (failure, sidecars) in failures {
         for sidecar in sidecars {
             if let Some(campaign) = book.campaigns.get_mut(sidecar) {
-                campaign.failures.push(failure.clone());
+                campaign.record_failure(failure.clone());
             }
         }
     }
 }
+
+/// How many failures a pause's reason names (it counts them all): the reason is logged, put
+/// in Events and kept in the status ConfigMap.
+const FAILURES_NAMED: usize = 5;
 
 /// Campaigns whose unacknowledged failures reached `--max-failures` pause.
 fn pause_campaigns(book: &mut CampaignBook, input: &PlanInput<'_>, out: &mut RolloutPlan) {
@@ -645,16 +649,19 @@ fn pause_campaigns(book: &mut CampaignBook, input: &PlanInput<'_>, out: &mut Rol
             content: good.content.clone(),
             since: Time(input.now),
         });
-        let names: Vec<String> = campaign
-            .failures
+        let count = campaign.unacknowledged_failures();
+        let details = campaign.unacknowledged_details();
+        let mut names: Vec<String> = details
             .iter()
-            .skip(campaign.acknowledged_failures)
+            .take(FAILURES_NAMED)
             .map(|f| format!("{}: {}", f.workload, f.reason))
             .collect();
+        if count > names.len() {
+            names.push(format!("and {} more", count - names.len()));
+        }
         let reason = format!(
-            "rollout of {sidecar} {} paused after {} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with `sidecar-injector rollout --to {sidecar}=previous`, or run `sidecar-injector rollout --resume`",
+            "rollout of {sidecar} {} paused after {count} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with `sidecar-injector rollout --to {sidecar}=previous`, or run `sidecar-injector rollout --resume`",
             campaign.revision,
-            names.len(),
             names.join("; ")
         );
         campaign.state = CampaignState::Paused;
@@ -891,6 +898,7 @@ fn next_book(
                     state: CampaignState::Settling,
                     counts: CampaignCounts::default(),
                     failures: Vec::new(),
+                    failed_workloads: Default::default(),
                     acknowledged_failures: 0,
                     pause_reason: None,
                     changes: target.changes.clone(),

@@ -2174,3 +2174,117 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         }
     }
 }
+
+/// A revision that fails on every workload, resumed again and again, must not outgrow the
+/// status ConfigMap (1 MiB): every failed workload is remembered by name, reasons only for
+/// the latest.
+#[test]
+fn a_revision_failing_on_thousands_of_workloads_keeps_the_book_small() {
+    const WORKLOADS: usize = 3_000;
+    let mut world = World::new();
+    world.settings.canary = 0;
+    world.settings.max_parallel = WORKLOADS;
+    world.settings.max_restarts_per_minute = WORKLOADS;
+    world.settings.max_failures = WORKLOADS;
+    let names: Vec<String> = (0..WORKLOADS)
+        .map(|i| format!("payments-api-{i:04}"))
+        .collect();
+    for name in &names {
+        world.deployment(name, 1, Some(OLD));
+    }
+    assert_eq!(world.step().restarts.len(), WORKLOADS);
+    for name in &names {
+        world.patched(name, at(7200));
+    }
+    world.now = at(7200 + 300);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), WORKLOADS);
+    let campaign = &world.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Paused);
+    assert_eq!(campaign.failure_count(), WORKLOADS);
+    assert_eq!(campaign.failures.len(), book::FAILURE_DETAILS);
+
+    // The pause names a few failures and counts them all.
+    let reason = campaign.pause_reason.as_deref().unwrap();
+    assert!(
+        reason.contains(&format!("paused after {WORKLOADS} failed workload(s)"))
+            && reason.contains(&format!("and {} more", WORKLOADS - 5)),
+        "{reason}"
+    );
+    assert!(reason.len() < 2_000, "{} bytes: {reason}", reason.len());
+
+    // As the status ConfigMap holds it: a failure takes about 300 bytes written out in full.
+    let data = crate::cluster::status::encode(None, &world.book);
+    let size = data[crate::cluster::status::STATUS_CAMPAIGNS_KEY].len();
+    assert!(
+        size < 150 * 1024,
+        "{size} bytes for {WORKLOADS} failed workloads"
+    );
+
+    // Read back (a restart, or another replica), resumed: no failed workload goes again.
+    world.book = CampaignBook::decode(&data[crate::cluster::status::STATUS_CAMPAIGNS_KEY]).unwrap();
+    assert_eq!(world.book.resume_paused("ops", Time(at(7600))).len(), 1);
+    world.deployment("newcomer", 1, Some(OLD));
+    world.now = at(7700);
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["newcomer"], "{plan:#?}");
+    assert!(plan.failed.is_empty() && plan.paused.is_empty());
+}
+
+/// A book written before failed workloads were kept by name lists them all in `failures`.
+#[test]
+fn a_book_from_before_keeps_its_failed_workloads_and_acknowledgements() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    world.deployment("failed-00", 1, Some(OLD));
+    let mut value = serde_json::to_value(&world.book).unwrap();
+    let failures: Vec<Value> = (0..25)
+        .map(|i| {
+            json!({
+                "workload": {"kind": "Deployment", "namespace": "team", "name": format!("failed-{i:02}")},
+                "reason": "not rolled out within 5m (0 of 1 updated replicas are available)",
+                "at": "2027-01-15T08:00:00Z",
+            })
+        })
+        .collect();
+    value["campaigns"][LOGGER]["failures"] = Value::Array(failures);
+    value["campaigns"][LOGGER]["acknowledgedFailures"] = json!(25);
+    assert!(value["campaigns"][LOGGER].get("failedWorkloads").is_none());
+
+    world.book = CampaignBook::decode(&value.to_string()).unwrap();
+    let campaign = &world.book.campaigns[LOGGER];
+    assert_eq!(campaign.failure_count(), 25);
+    assert_eq!(campaign.unacknowledged_failures(), 0);
+    assert_eq!(campaign.failures.len(), book::FAILURE_DETAILS);
+    assert_eq!(
+        campaign.failures[0].workload.name, "failed-05",
+        "the latest reasons are kept"
+    );
+    // failed-00 carries the revision that failed on it and is still not rolled out: it is
+    // not failed again (nor the campaign paused), though its reason was dropped.
+    world.patched("failed-00", at(7000));
+    world.now = at(7000 + 600);
+    let plan = world.step();
+    assert!(
+        plan.failed.is_empty() && plan.paused.is_empty(),
+        "{plan:#?}"
+    );
+    assert_eq!(restarted(&plan), ["web"]);
+    let value = serde_json::to_value(&world.book).unwrap();
+    assert_eq!(
+        value["campaigns"][LOGGER]["failedWorkloads"]["team"][0],
+        "Deployment/failed-00"
+    );
+}
+
+#[test]
+fn a_malformed_failed_workload_is_named() {
+    let mut value = serde_json::to_value(&World::new().book).unwrap();
+    value["campaigns"][LOGGER]["failedWorkloads"] = json!({"team": ["Deployment/web", "Job/x"]});
+    let err = CampaignBook::decode(&value.to_string()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("failedWorkloads: \"Job/x\" in namespace \"team\" is not Kind/name"),
+        "{err}"
+    );
+}
