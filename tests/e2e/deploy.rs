@@ -233,6 +233,18 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
     bundle_becomes(&configurations, &ca, "the injector sets the caBundle again").await;
     // ca.crt alone changes (a new CA beside the old one, the pair unchanged): followed too.
     // The file is replaced in one rename, as a Secret volume swaps its files.
+    // The log is read from the process's stderr as it comes.
+    const RELOADED: &str = "serving certificate reloaded";
+    let serving = ctx.injector.as_ref().unwrap();
+    let reloaded_since = |before: usize| {
+        eventually(DEADLINE, "the reload logged", move || async move {
+            let logs = serving.logs().split_off(before);
+            logs.iter()
+                .any(|line| line.contains(RELOADED))
+                .then_some(logs)
+        })
+    };
+    let before = serving.logs().len();
     let both = [new_ca(), ca.clone()].concat();
     let staged = ctx.dir().join("ca.crt.next");
     std::fs::write(&staged, &both).unwrap();
@@ -243,6 +255,9 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         "the injector trusts both CAs of its ca.crt",
     )
     .await;
+    // The pair is reloaded with it: that reload must be over before the next step reads the
+    // log for its own.
+    reloaded_since(before).await;
     // A rotation in one step: a pair from a new CA, with that CA as ca.crt. The new pair is
     // served only once the caBundle trusts its CA, so the first handshake the new CA verifies
     // finds it there (the API server would otherwise refuse the replica until it was).
@@ -251,7 +266,6 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         "localhost".into(),
     ])
     .unwrap();
-    let serving = ctx.injector.as_ref().unwrap();
     let before = serving.logs().len();
     for (name, text) in [
         ("ca.crt", &next.ca_pem),
@@ -281,15 +295,7 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         bundle.starts_with(next.ca_pem.as_bytes()),
         "the new pair was served before the caBundle trusted its CA"
     );
-    // The log is read from the process's stderr as it comes: wait for the reload's line.
-    const RELOADED: &str = "serving certificate reloaded";
-    let logs = eventually(DEADLINE, "the reload logged", || async {
-        let logs = serving.logs().split_off(before);
-        logs.iter()
-            .any(|line| line.contains(RELOADED))
-            .then_some(logs)
-    })
-    .await;
+    let logs = reloaded_since(before).await;
     let first = |needle: &str| {
         logs.iter()
             .position(|line| line.contains(needle))
@@ -299,6 +305,76 @@ async fn the_injector_runs_on_the_rbac_of_deploy_and_nothing_more() {
         first("caBundle now trusts this replica's CA") < first(RELOADED),
         "the certificate was reloaded before the caBundle trusted its CA: {logs:#?}"
     );
+    // A second replica on a CA of its own (a Secret copy the kubelet has not refreshed yet):
+    // the caBundle comes to trust both replicas, and neither takes the other's CA out again.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_certs = sidecar_injector::serve::tls::DevCertificates::generate(&[
+        "127.0.0.1".into(),
+        "localhost".into(),
+    ])
+    .unwrap();
+    other_certs.write(other_dir.path()).unwrap();
+    let other = ctx.start_replica_in(other_dir.path());
+    let both_trusted = eventually(DEADLINE, "the caBundle trusts both replicas", || async {
+        let configuration = configurations.get("sidecar-injector").await.ok()?;
+        let bundle = configuration.webhooks?[0]
+            .client_config
+            .ca_bundle
+            .clone()?
+            .0;
+        let trusts = |pem: &str| {
+            let wanted = pem.trim().as_bytes();
+            bundle.windows(wanted.len()).any(|w| w == wanted)
+        };
+        (trusts(&other_certs.ca_pem) && trusts(&next.ca_pem))
+            .then(|| (bundle, configuration.metadata.resource_version.unwrap()))
+    })
+    .await;
+    let (bundle, version) = both_trusted;
+    let trusting_bundle = support::https::TlsClient::new(&[&bundle]);
+    for (replica, tls) in [("first", serving.tls), ("second", other.tls)] {
+        eventually(
+            DEADLINE,
+            &format!("the {replica} replica's handshake verifies against the caBundle"),
+            || async { trusting_bundle.connect_tls(tls).await.ok().map(drop) },
+        )
+        .await;
+    }
+    // Then nobody writes it again: a watch the API server closes after 5 s sees no change
+    // (replicas that each put their own CA back would write it in turn, without end).
+    let params = kube::api::WatchParams::default()
+        .fields("metadata.name=sidecar-injector")
+        .timeout(5);
+    let changes: Vec<String> = {
+        use futures::{StreamExt, TryStreamExt};
+        configurations
+            .watch(&params, &version)
+            .await
+            .unwrap()
+            .try_filter_map(|event| async move {
+                Ok(match event {
+                    kube::api::WatchEvent::Modified(c) => Some(format!(
+                        "resourceVersion {}: a caBundle of {} bytes",
+                        c.metadata.resource_version.unwrap_or_default(),
+                        c.webhooks.unwrap_or_default()[0]
+                            .client_config
+                            .ca_bundle
+                            .as_ref()
+                            .map_or(0, |b| b.0.len())
+                    )),
+                    _ => None,
+                })
+            })
+            .take(3)
+            .try_collect()
+            .await
+            .unwrap()
+    };
+    assert!(
+        changes.is_empty(),
+        "the caBundle is written again and again by the two replicas: {changes:#?}"
+    );
+    drop(other);
     configurations
         .delete("sidecar-injector", &Default::default())
         .await

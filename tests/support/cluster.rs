@@ -274,6 +274,33 @@ impl TestContext {
         Injector::start(self.dir.path(), &args, &[])
     }
 
+    /// Another `serve` process with the same arguments, working in `dir` and serving the
+    /// certificate files there instead (as a replica whose Secret holds another pair).
+    pub fn start_replica_in(&self, dir: &Path) -> Injector {
+        let moved = |name: &str| {
+            let own = self.dir.path().join(name);
+            (
+                own.to_str().unwrap().to_owned(),
+                dir.join(name).to_str().unwrap().to_owned(),
+            )
+        };
+        let pair = [moved("tls.crt"), moved("tls.key")];
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| {
+                pair.iter()
+                    .find(|(own, _)| own == a)
+                    .map_or_else(|| a.clone(), |(_, there)| there.clone())
+            })
+            .collect();
+        Injector::start(
+            dir,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            &[],
+        )
+    }
+
     /// Stops the injector gracefully (a Lease holder releases the Lease) and starts it again
     /// with `--rollout=MODE` instead of the mode it had (the webhook follows it).
     pub async fn restart_injector_in_mode(&mut self, mode: &str) {
