@@ -99,6 +99,9 @@ pub struct RunSummary {
     pub succeeded: BTreeSet<WorkloadRef>,
     pub failed: Vec<rollout::Failure>,
     pub waiting: Vec<rollout::Waiting>,
+    /// Failed before this run under the revision in force, so not restarted by it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_earlier: Vec<rollout::FailedEarlier>,
     /// Restarted, then gone (deleted, or a bare pod evicted): nothing left to judge.
     pub gone: BTreeSet<WorkloadRef>,
 }
@@ -291,6 +294,7 @@ impl Engine {
             succeeded: BTreeSet::new(),
             failed: Vec::new(),
             waiting: Vec::new(),
+            failed_earlier: Vec::new(),
             gone: BTreeSet::new(),
         };
         self.summary.as_ref().unwrap_or(&NOT_KEPT)
@@ -531,7 +535,15 @@ impl Engine {
         self.metrics
             .rollouts_in_flight
             .set(plan.rolling.len() as i64);
-        self.summarise(|summary| summary.waiting = plan.waiting.clone());
+        self.summarise(|summary| {
+            summary.waiting = plan.waiting.clone();
+            summary.failed_earlier = plan
+                .failed_earlier
+                .iter()
+                .filter(|e| !summary.failed.iter().any(|f| f.workload == e.workload))
+                .cloned()
+                .collect();
+        });
         if self.options.mode != EngineMode::Off {
             self.follow_bakes(&plan, bake_reads, now).await;
         }

@@ -310,6 +310,8 @@ pub enum WorkloadAction {
     Succeeded,
     /// Its restart failed.
     Failed { reason: String },
+    /// Its restart failed earlier under the revision in force: not restarted again under it.
+    FailedEarlier { message: String },
     /// Nothing to do.
     Nothing { why: String },
 }
@@ -339,6 +341,11 @@ pub fn workload_action(
     if let Some(failure) = plan.failed.iter().find(|f| &f.workload == workload) {
         return WorkloadAction::Failed {
             reason: failure.reason.clone(),
+        };
+    }
+    if let Some(earlier) = plan.failed_earlier.iter().find(|f| &f.workload == workload) {
+        return WorkloadAction::FailedEarlier {
+            message: earlier.message.clone(),
         };
     }
     if plan.succeeded.contains(workload) {
@@ -438,6 +445,7 @@ impl fmt::Display for Explanation {
                 Some(WorkloadAction::Waiting { message }) => format!("waits: {message}"),
                 Some(WorkloadAction::Succeeded) => "restarted and rolled out".to_owned(),
                 Some(WorkloadAction::Failed { reason }) => format!("its restart failed: {reason}"),
+                Some(WorkloadAction::FailedEarlier { message }) => message.clone(),
                 Some(WorkloadAction::Nothing { why }) => format!("nothing to do: {why}"),
                 None => "not planned here".to_owned(),
             };

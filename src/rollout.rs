@@ -31,8 +31,8 @@ pub use gates::after;
 pub use health::{container_problems, container_problems_since, rolled_out};
 pub use instant::{from_now, to_the_second};
 pub use plan::{
-    Bake, EvictionRestart, OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan,
-    RolloutSettings, SidecarTarget, WaitReason, Waiting,
+    Bake, EvictionRestart, FailedEarlier, OnCampaignFailure, PlanInput, Restart, Rolling,
+    RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
 };
 pub use planner::{plan, target_stamp};
 

@@ -345,11 +345,12 @@ async fn pin_revision(
 /// Exit status 3: what this run planned could not all be done now.
 pub const EXIT_STILL_WAITING: u8 = 3;
 
-/// 0: done; 1: a workload failed; 3 ([`EXIT_STILL_WAITING`]): planned workloads still wait
-/// (cooldown, paused campaign, manual policy, paused Deployment, partition), each with the
-/// flag or command that would change it.
+/// 0: done; 1: a workload failed (in this run, or before it under the revision in force, and
+/// so left stale); 3 ([`EXIT_STILL_WAITING`]): planned workloads still wait (cooldown, paused
+/// campaign, manual policy, paused Deployment, partition), each with the flag or command that
+/// would change it.
 fn exit_code(summary: &RunSummary) -> ExitCode {
-    if !summary.failed.is_empty() {
+    if !summary.failed.is_empty() || !summary.failed_earlier.is_empty() {
         return ExitCode::FAILURE;
     }
     let waiting = summary
@@ -672,6 +673,9 @@ fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<(
             for failure in &summary.failed {
                 writeln!(out, "failed     {}: {}", failure.workload, failure.reason)?;
             }
+            for earlier in &summary.failed_earlier {
+                writeln!(out, "failed     {}: {}", earlier.workload, earlier.message)?;
+            }
             for workload in &summary.gone {
                 writeln!(
                     out,
@@ -816,8 +820,24 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
                     waiting.message
                 )?;
             }
+            for earlier in &plan.failed_earlier {
+                writeln!(
+                    out,
+                    "{:<56} {:<8} {}",
+                    earlier.workload.to_string(),
+                    "failed",
+                    earlier.message
+                )?;
+            }
             if plan.restarts.is_empty() && plan.rolling.is_empty() && plan.waiting.is_empty() {
-                writeln!(out, "{nothing}")?;
+                if plan.failed_earlier.is_empty() {
+                    writeln!(out, "{nothing}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "nothing to restart: the workloads above failed under the revision in force"
+                    )?;
+                }
             } else {
                 writeln!(out, "dry run: nothing restarted; pass --confirm to restart")?;
             }

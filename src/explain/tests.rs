@@ -247,6 +247,24 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         }
     );
     let other = WorkloadRef::new(WorkloadKind::Deployment, "team", "other");
+    let failed = WorkloadRef::new(WorkloadKind::Deployment, "team", "failed");
+    let earlier = crate::rollout::FailedEarlier::new(
+        failed.clone(),
+        "logger:v1",
+        "bbb",
+        Some("not rolled out within 5m"),
+    );
+    let plan = RolloutPlan {
+        failed_earlier: vec![earlier.clone()],
+        ..plan
+    };
+    assert_eq!(
+        workload_action(&plan, &failed, &stale),
+        WorkloadAction::FailedEarlier {
+            message: earlier.message
+        },
+        "a workload failed under the revision is not said to be excluded"
+    );
     let WorkloadAction::Nothing { why } = workload_action(&plan, &other, &stale) else {
         panic!()
     };

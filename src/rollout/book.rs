@@ -216,6 +216,15 @@ impl Campaign {
         self.failed_workloads.contains(workload)
     }
 
+    /// Why `workload` failed under this revision, while the reason is still kept.
+    pub(super) fn failure_reason(&self, workload: &WorkloadRef) -> Option<&str> {
+        self.failures
+            .iter()
+            .rev()
+            .find(|f| &f.workload == workload)
+            .map(|f| f.reason.as_str())
+    }
+
     /// Its pause or a failure of one of its restarts.
     pub(super) fn has_failed(&self) -> bool {
         self.state == CampaignState::Paused || !self.failed_workloads.is_empty()

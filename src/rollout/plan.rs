@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::book::{CampaignBook, Failure};
+use super::book::{CampaignBook, FAILURE_DETAILS, Failure};
 use super::change::SidecarChange;
 use super::instant::{from_now, to_the_second};
 use crate::config::RevisionStamp;
@@ -368,6 +368,42 @@ pub struct Waiting {
     pub message: String,
 }
 
+/// A workload whose restart failed under the revision in force, in an earlier pass (or an
+/// earlier run): it is not restarted again under that revision, and says so.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedEarlier {
+    pub workload: WorkloadRef,
+    pub sidecar: String,
+    pub revision: String,
+    /// Its failure's reason, while the campaign still keeps it (the latest few).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+impl FailedEarlier {
+    pub fn new(workload: WorkloadRef, sidecar: &str, revision: &str, reason: Option<&str>) -> Self {
+        let why = reason.map_or_else(
+            || {
+                format!(
+                    "its reason is no longer kept: the campaign keeps the latest {FAILURE_DETAILS}"
+                )
+            },
+            str::to_owned,
+        );
+        let message = format!(
+            "its restart to {sidecar} {revision} failed ({why}); it is not restarted again under this revision: fix or revert the config, or roll back with `sidecar-injector rollout --to {sidecar}=previous`"
+        );
+        Self {
+            workload,
+            sidecar: sidecar.to_owned(),
+            revision: revision.to_owned(),
+            reason: reason.map(str::to_owned),
+            message,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RolloutPlan {
     pub restarts: Vec<Restart>,
@@ -377,6 +413,9 @@ pub struct RolloutPlan {
     pub succeeded: Vec<WorkloadRef>,
     /// Failures found in this pass (already in `book`).
     pub failed: Vec<Failure>,
+    /// Workloads that failed in an earlier pass under the revision in force, left alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_earlier: Vec<FailedEarlier>,
     /// Sidecars whose campaign paused in this pass, with the reason.
     pub paused: Vec<(String, String)>,
     /// Finished rolling with pods still not current, inside the grace: the executor remembers

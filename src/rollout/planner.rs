@@ -16,7 +16,8 @@ use super::gates::{Candidate, Group, Pace, admit, after};
 use super::health::{progress, rolled_out};
 use super::in_place::InPlaceMode;
 use super::plan::{
-    OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan, SidecarTarget, WaitReason, Waiting,
+    FailedEarlier, OnCampaignFailure, PlanInput, Restart, Rolling, RolloutPlan, SidecarTarget,
+    WaitReason, Waiting,
 };
 use crate::config::RevisionStamp;
 use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
@@ -366,11 +367,9 @@ fn judge_carrier<'g, 'r>(
         target,
     } = carrier;
     let workload = &group.workload;
-    let already_failed = active
-        .iter()
-        .any(|s| book.campaigns.get(*s).is_some_and(|c| c.failed(workload)));
-    if already_failed {
+    if let Some(earlier) = failed_earlier(book, active, workload) {
         survey.count(active, |c| c.failed += 1);
+        out.failed_earlier.push(earlier);
         return;
     }
     let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
@@ -604,6 +603,26 @@ fn timeout_failure(
         progress(workload.kind, entry)
     );
     (Some(reason), None)
+}
+
+/// `workload` failed under the revision of one of the `active` sidecars' campaigns.
+fn failed_earlier(
+    book: &CampaignBook,
+    active: &[&str],
+    workload: &WorkloadRef,
+) -> Option<FailedEarlier> {
+    active.iter().find_map(|sidecar| {
+        let campaign = book
+            .campaigns
+            .get(*sidecar)
+            .filter(|c| c.failed(workload))?;
+        Some(FailedEarlier::new(
+            workload.clone(),
+            sidecar,
+            &campaign.revision,
+            campaign.failure_reason(workload),
+        ))
+    })
 }
 
 /// The failures found in this pass count against every campaign of their workload.

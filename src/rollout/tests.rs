@@ -515,12 +515,28 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
     ));
 
     // Persisted and read back (a restart of the injector): still paused, nothing restarted,
-    // the failure not reported twice.
+    // the failure not reported twice. The failed canary is in the plan, with why it is left.
     let text = serde_json::to_string(&world.book).unwrap();
     world.book = serde_json::from_str(&text).unwrap();
     world.now = at(9000);
     let plan = world.step();
     assert!(plan.restarts.is_empty() && plan.failed.is_empty() && plan.paused.is_empty());
+    assert_eq!(plan.failed_earlier.len(), 1, "{plan:#?}");
+    let earlier = &plan.failed_earlier[0];
+    assert_eq!(earlier.workload.name, "canary");
+    assert_eq!(
+        (earlier.sidecar.as_str(), earlier.revision.as_str()),
+        (LOGGER, NEW)
+    );
+    assert!(
+        earlier.message.starts_with(&format!(
+            "its restart to {LOGGER} {NEW} failed (not rolled out within 5m"
+        )) && earlier
+            .message
+            .contains("it is not restarted again under this revision"),
+        "{}",
+        earlier.message
+    );
 
     // `rollout --resume`: the failed canary is not retried; the next workload goes. Only
     // paused campaigns are resumed, each marked with who resumed it.
@@ -2229,6 +2245,24 @@ fn a_revision_failing_on_thousands_of_workloads_keeps_the_book_small() {
     let plan = world.step();
     assert_eq!(restarted(&plan), ["newcomer"], "{plan:#?}");
     assert!(plan.failed.is_empty() && plan.paused.is_empty());
+    // Each failed workload is in the plan, the reason kept for the latest only.
+    assert_eq!(plan.failed_earlier.len(), WORKLOADS);
+    let said = |name: &str| {
+        plan.failed_earlier
+            .iter()
+            .find(|e| e.workload.name == name)
+            .unwrap()
+    };
+    assert!(said("payments-api-2999").reason.is_some());
+    let oldest = said("payments-api-0000");
+    assert!(oldest.reason.is_none());
+    assert!(
+        oldest
+            .message
+            .contains("its reason is no longer kept: the campaign keeps the latest 20"),
+        "{}",
+        oldest.message
+    );
 }
 
 /// A book written before failed workloads were kept by name lists them all in `failures`.

@@ -217,6 +217,44 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
         "{tracer}"
     );
 
+    // The dry-run plan says why the canary is left alone (it is in no other list).
+    let plan = rollout_command("e2e-rollout-broken", &[]);
+    let stdout = succeeded(&plan);
+    let canary = stdout
+        .lines()
+        .find(|l| l.starts_with("Deployment/e2e-rollout-broken/canary "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        canary.contains(" failed ")
+            && canary.contains("its restart to tracer:v1 ")
+            && canary.contains("it is not restarted again under this revision"),
+        "{stdout}"
+    );
+    // So does `explain` on the canary's old pod, which the failed rollout left running.
+    let old_pod = pods_of(&ctx, "canary")
+        .await
+        .into_iter()
+        .find(|p| annotation(p, "injector/revision") == Some(v1.as_str()))
+        .and_then(|p| p.metadata.name)
+        .expect("the canary's old pod, kept by its rolling update");
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("explain")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(scope_args(&ctx.namespace))
+        .args(["-n", &ctx.namespace, &format!("pod/{old_pod}")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.status.success()
+            && text.contains("its restart to tracer:v1 ")
+            && !text.contains("excluded by its namespace"),
+        "{text}{}",
+        String::from_utf8_lossy(&explained.stderr)
+    );
+
     // `status` shows the paused campaign, the Lease holder and the publication.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("status")
