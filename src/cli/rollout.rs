@@ -845,3 +845,23 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workload_left_stale_by_an_earlier_failure_fails_the_run() {
+        let mut summary = RunSummary::default();
+        assert_eq!(exit_code(&summary), ExitCode::SUCCESS);
+        summary
+            .failed_earlier
+            .push(crate::rollout::FailedEarlier::new(
+                WorkloadRef::new(crate::workload::WorkloadKind::Deployment, "team", "canary"),
+                "logger:v1",
+                "bbbbbbbbbbbb",
+                None,
+            ));
+        assert_eq!(exit_code(&summary), ExitCode::FAILURE);
+    }
+}
