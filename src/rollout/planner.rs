@@ -367,9 +367,18 @@ fn judge_carrier<'g, 'r>(
         target,
     } = carrier;
     let workload = &group.workload;
-    if let Some(earlier) = failed_earlier(book, active, workload) {
+    if let Some((sidecar, campaign)) = failed_under(book, active, workload) {
         survey.count(active, |c| c.failed += 1);
-        out.failed_earlier.push(earlier);
+        // Said in the plan while it is left stale; once its controller rolled it out after
+        // all, it is current and there is nothing to say.
+        if !stale.is_empty() {
+            out.failed_earlier.push(FailedEarlier::new(
+                workload.clone(),
+                sidecar,
+                &campaign.revision,
+                campaign.failure_reason(workload),
+            ));
+        }
         return;
     }
     let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
@@ -605,23 +614,18 @@ fn timeout_failure(
     (Some(reason), None)
 }
 
-/// `workload` failed under the revision of one of the `active` sidecars' campaigns.
-fn failed_earlier(
-    book: &CampaignBook,
-    active: &[&str],
+/// The campaign, among the `active` sidecars', under whose revision `workload` failed.
+fn failed_under<'b, 's>(
+    book: &'b CampaignBook,
+    active: &[&'s str],
     workload: &WorkloadRef,
-) -> Option<FailedEarlier> {
+) -> Option<(&'s str, &'b Campaign)> {
     active.iter().find_map(|sidecar| {
         let campaign = book
             .campaigns
             .get(*sidecar)
             .filter(|c| c.failed(workload))?;
-        Some(FailedEarlier::new(
-            workload.clone(),
-            sidecar,
-            &campaign.revision,
-            campaign.failure_reason(workload),
-        ))
+        Some((*sidecar, campaign))
     })
 }
 

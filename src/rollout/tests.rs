@@ -537,6 +537,10 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
         "{}",
         earlier.message
     );
+    // Its controller rolls it out after all (the cause went away): current, nothing to say.
+    world.rolled("canary", 1);
+    let plan = world.step();
+    assert!(plan.failed_earlier.is_empty(), "{plan:#?}");
 
     // `rollout --resume`: the failed canary is not retried; the next workload goes. Only
     // paused campaigns are resumed, each marked with who resumed it.
