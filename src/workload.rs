@@ -37,14 +37,10 @@ impl WorkloadKind {
 
     /// The kind named as [`Self::as_str`] spells it.
     pub fn from_name(name: &str) -> Option<Self> {
-        [
-            WorkloadKind::Deployment,
-            WorkloadKind::StatefulSet,
-            WorkloadKind::DaemonSet,
-            WorkloadKind::Pod,
-        ]
-        .into_iter()
-        .find(|kind| kind.as_str() == name)
+        Self::CONTROLLERS
+            .into_iter()
+            .chain([WorkloadKind::Pod])
+            .find(|kind| kind.as_str() == name)
     }
 
     /// A controller that rolls its pods from a template (everything but a bare pod).

@@ -800,34 +800,21 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
         OutputFormat::Table => {
             writeln!(out, "{:<56} {:<8} REASON", "WORKLOAD", "ACTION")?;
             for restart in &plan.restarts {
-                writeln!(
-                    out,
-                    "{:<56} {:<8} {}",
-                    restart.workload.to_string(),
+                plan_row(
+                    &mut out,
+                    &restart.workload,
                     restart.action(),
-                    restart.reason
+                    &restart.reason,
                 )?;
             }
             for rolling in &plan.rolling {
                 writeln!(out, "{:<56} {:<8}", rolling.workload.to_string(), "rolling")?;
             }
             for waiting in &plan.waiting {
-                writeln!(
-                    out,
-                    "{:<56} {:<8} {}",
-                    waiting.workload.to_string(),
-                    "wait",
-                    waiting.message
-                )?;
+                plan_row(&mut out, &waiting.workload, "wait", &waiting.message)?;
             }
             for earlier in &plan.failed_earlier {
-                writeln!(
-                    out,
-                    "{:<56} {:<8} {}",
-                    earlier.workload.to_string(),
-                    "failed",
-                    earlier.message
-                )?;
+                plan_row(&mut out, &earlier.workload, "failed", &earlier.message)?;
             }
             if plan.restarts.is_empty() && plan.rolling.is_empty() && plan.waiting.is_empty() {
                 if plan.failed_earlier.is_empty() {
@@ -844,6 +831,16 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
         }
     }
     Ok(())
+}
+
+/// A row of the plan's table: the workload, what is done to it, and why.
+fn plan_row(
+    out: &mut impl Write,
+    workload: &WorkloadRef,
+    action: &str,
+    reason: &str,
+) -> std::io::Result<()> {
+    writeln!(out, "{:<56} {action:<8} {reason}", workload.to_string())
 }
 
 #[cfg(test)]

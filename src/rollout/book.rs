@@ -236,6 +236,10 @@ impl Campaign {
             return;
         }
         self.failures.push(failure);
+        self.keep_latest_details();
+    }
+
+    fn keep_latest_details(&mut self) {
         let excess = self.failures.len().saturating_sub(FAILURE_DETAILS);
         self.failures.drain(..excess);
     }
@@ -263,8 +267,7 @@ impl Campaign {
         for failure in &self.failures {
             self.failed_workloads.insert(failure.workload.clone());
         }
-        let excess = self.failures.len().saturating_sub(FAILURE_DETAILS);
-        self.failures.drain(..excess);
+        self.keep_latest_details();
     }
 
     /// What `rollout --resume` does: failures so far no longer count, the campaign runs again.

@@ -237,15 +237,7 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
         .find(|p| annotation(p, "injector/revision") == Some(v1.as_str()))
         .and_then(|p| p.metadata.name)
         .expect("the canary's old pod, kept by its rolling update");
-    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("explain")
-        .arg("--kubeconfig")
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(scope_args(&ctx.namespace))
-        .args(["-n", &ctx.namespace, &format!("pod/{old_pod}")])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
+    let explained = explain_pod(&ctx, &old_pod);
     let text = String::from_utf8_lossy(&explained.stdout);
     assert!(
         explained.status.success()

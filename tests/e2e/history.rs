@@ -123,15 +123,7 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
     );
     // explain judges what the webhook injects now: the held revision.
     let web = pods_of(&ctx, "web").await[0].metadata.name.clone().unwrap();
-    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("explain")
-        .arg("--kubeconfig")
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(scope_args(&ctx.namespace))
-        .args(["-n", &ctx.namespace, &format!("pod/{web}")])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
+    let explained = explain_pod(&ctx, &web);
     let text = String::from_utf8_lossy(&explained.stdout);
     assert!(
         explained.status.success() && text.contains(&format!("revision {} from", revision(&v1))),

@@ -261,6 +261,20 @@ pub fn drift_command(dir: &std::path::Path, args: &[&str]) -> std::process::Outp
         .expect("drift runs")
 }
 
+/// `sidecar-injector explain pod/POD -n NS` (its text form) for a pod of the test's namespace,
+/// with the configs read as its injector reads them; whatever its exit status.
+pub fn explain_pod(ctx: &TestContext, pod: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("explain")
+        .arg("--kubeconfig")
+        .arg(&super::cluster::control_plane().kubeconfig)
+        .args(super::cluster::scope_args(&ctx.namespace))
+        .args(["-n", &ctx.namespace, &format!("pod/{pod}")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("explain runs")
+}
+
 /// `sidecar-injector drift -o json` against the control plane, as an operator runs it.
 pub fn drift_report(args: &[&str]) -> Value {
     drift_report_from(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args)
