@@ -223,10 +223,7 @@ pub fn encode(
     book: &CampaignBook,
 ) -> BTreeMap<String, String> {
     let mut data = existing.cloned().unwrap_or_default();
-    data.insert(
-        STATUS_CAMPAIGNS_KEY.to_owned(),
-        serde_json::to_string_pretty(book).expect("the book serializes"),
-    );
+    data.insert(STATUS_CAMPAIGNS_KEY.to_owned(), book.encode());
     data
 }
 

@@ -321,7 +321,89 @@ pub struct Resumed {
     pub revision: String,
 }
 
+/// The most the book may take in the status ConfigMap before no restart starts. A ConfigMap
+/// holds at most 1 MiB of data: the rest is room for the failures of the restarts already
+/// rolling when the book reaches this, and for the replicas' `injectors` item.
+pub const BOOK_BUDGET_BYTES: usize = 896 * 1024;
+
+/// A book over [`BOOK_BUDGET_BYTES`]: past 1 MiB no status write succeeds, so a pause, a hold
+/// or a failure could no longer be recorded for the next leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BookOverflow {
+    pub bytes: usize,
+    pub budget: usize,
+    /// The sidecar whose campaign takes the most of it, with that campaign's failed
+    /// workloads.
+    pub sidecar: String,
+    pub failed_workloads: usize,
+}
+
+impl std::fmt::Display for BookOverflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the status ConfigMap is nearly full: the campaign book takes {} bytes, over its budget of {}, most of it for {} ({} failed workloads); no restart starts until it shrinks, as it does when {} gets a new revision (fix or revert its config)",
+            self.bytes, self.budget, self.sidecar, self.failed_workloads, self.sidecar
+        )
+    }
+}
+
+/// Counts what a serializer writes, so the book's size is known without building its text.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0 += data.len();
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn encoded_len(value: &impl Serialize) -> usize {
+    let mut count = ByteCount(0);
+    serde_json::to_writer_pretty(&mut count, value).expect("the book serializes");
+    count.0
+}
+
 impl CampaignBook {
+    /// The book's text in the status ConfigMap.
+    pub fn encode(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the book serializes")
+    }
+
+    /// When the book's text is over [`BOOK_BUDGET_BYTES`]: by how much, and whose campaign
+    /// takes the most of it.
+    pub fn overflow(&self) -> Option<BookOverflow> {
+        let bytes = encoded_len(self);
+        if bytes <= BOOK_BUDGET_BYTES {
+            return None;
+        }
+        let mut by_sidecar: BTreeMap<&str, usize> = BTreeMap::new();
+        for (sidecar, campaign) in &self.campaigns {
+            *by_sidecar.entry(sidecar).or_default() += encoded_len(campaign);
+        }
+        for (sidecar, pin) in &self.pins {
+            *by_sidecar.entry(sidecar).or_default() += encoded_len(pin);
+        }
+        let sidecar = by_sidecar
+            .into_iter()
+            .max_by_key(|(_, bytes)| *bytes)
+            .map_or_else(String::new, |(sidecar, _)| sidecar.to_owned());
+        Some(BookOverflow {
+            bytes,
+            budget: BOOK_BUDGET_BYTES,
+            failed_workloads: self
+                .campaigns
+                .get(&sidecar)
+                .map_or(0, |c| c.failed_workloads.len()),
+            sidecar,
+        })
+    }
+
     /// The book as the status ConfigMap holds it, in any form an earlier version wrote.
     pub fn decode(text: &str) -> Result<Self, serde_json::Error> {
         let mut book: Self = serde_json::from_str(text)?;

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::book::{CampaignBook, FAILURE_DETAILS, Failure};
+use super::book::{BookOverflow, CampaignBook, FAILURE_DETAILS, Failure};
 use super::change::SidecarChange;
 use super::instant::{from_now, to_the_second};
 use crate::config::RevisionStamp;
@@ -222,6 +222,9 @@ pub enum WaitReason {
     MaintenanceWindowInvalid {
         error: String,
     },
+    /// The campaign book nearly fills the status ConfigMap: nothing starts that it could not
+    /// record.
+    BookFull(BookOverflow),
 }
 
 impl WaitReason {
@@ -355,6 +358,7 @@ impl fmt::Display for WaitReason {
                 f,
                 "its NS/maintenance-window annotation is invalid, so it waits: {error}"
             ),
+            WaitReason::BookFull(overflow) => write!(f, "{overflow}"),
         }
     }
 }

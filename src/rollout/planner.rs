@@ -9,7 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::book::{
-    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold, MaintenanceStatus,
+    BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold,
+    MaintenanceStatus,
 };
 use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
@@ -69,7 +70,8 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
     record_failures(&mut book, &survey.failures);
     // Pauses take effect before anything new is planned.
     pause_campaigns(&mut book, &input, &mut out);
-    schedule(&input, &book, &mut survey, &mut out);
+    let overflow = book.overflow();
+    schedule(&input, &book, overflow.as_ref(), &mut survey, &mut out);
     settle_book(&mut book, &input, &survey.counts);
     book.maintenance = MaintenanceStatus::of(&input.settings.maintenance_windows, input.now);
     out.wake_at = wake_at(&input, &book, &survey, &out);
@@ -698,6 +700,7 @@ fn pause_campaigns(book: &mut CampaignBook, input: &PlanInput<'_>, out: &mut Rol
 fn schedule(
     input: &PlanInput<'_>,
     book: &CampaignBook,
+    overflow: Option<&BookOverflow>,
     survey: &mut Survey<'_, '_>,
     out: &mut RolloutPlan,
 ) {
@@ -744,7 +747,12 @@ fn schedule(
             .iter()
             .map(|r| r.sidecar.clone())
             .collect();
-        match admit(input, book, &candidate, &survey.counts, &pace) {
+        // A restart whose failure or pause the status ConfigMap could not take waits.
+        let admitted = match overflow {
+            Some(overflow) => Err(WaitReason::BookFull(overflow.clone())),
+            None => admit(input, book, &candidate, &survey.counts, &pace),
+        };
+        match admitted {
             Err(reason) => out.waiting.push(Waiting {
                 workload: candidate.group.workload.clone(),
                 sidecars,

@@ -839,6 +839,12 @@ fn the_one_shot_run_waits_only_on_what_clears_by_itself() {
         },
         WaitReason::DeploymentPaused,
         WaitReason::Partition { partition: 1 },
+        WaitReason::BookFull(book::BookOverflow {
+            bytes: book::BOOK_BUDGET_BYTES + 1,
+            budget: book::BOOK_BUDGET_BYTES,
+            sidecar: LOGGER.into(),
+            failed_workloads: 20_000,
+        }),
     ];
     assert!(transient.iter().all(WaitReason::clears_by_itself));
     assert!(!lasting.iter().any(WaitReason::clears_by_itself));
@@ -2325,4 +2331,57 @@ fn a_malformed_failed_workload_is_named() {
             .contains("failedWorkloads: \"Job/x\" in namespace \"team\" is not Kind/name"),
         "{err}"
     );
+}
+
+/// Past 1 MiB no status write succeeds: a pause or a failure would then live only in the
+/// leader's memory. Near that, nothing starts that the book could not record.
+#[test]
+fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    let mut failed = 0;
+    while world.book.overflow().is_none() {
+        let campaign = world.book.campaigns.get_mut(LOGGER).unwrap();
+        for _ in 0..1_000 {
+            campaign.failed_workloads.insert(WorkloadRef::new(
+                WorkloadKind::Deployment,
+                &format!("team-{:03}", failed % 400),
+                &format!("checkout-worker-{failed:05}"),
+            ));
+            failed += 1;
+        }
+    }
+    // Only a revision failing on a very large cluster comes near it.
+    assert!(
+        failed > 15_000,
+        "over the budget at {failed} failed workloads"
+    );
+    let plan = world.step();
+    assert!(plan.restarts.is_empty(), "{plan:#?}");
+    let WaitReason::BookFull(overflow) = waiting(&plan, "web") else {
+        panic!("{plan:#?}");
+    };
+    assert_eq!(overflow.sidecar, LOGGER);
+    assert_eq!(overflow.failed_workloads, failed);
+    assert!(overflow.bytes > book::BOOK_BUDGET_BYTES, "{overflow:?}");
+    let message = plan.waiting[0].message.clone();
+    assert!(
+        message.contains(&format!("{failed} failed workloads"))
+            && message.contains("no restart starts until it shrinks"),
+        "{message}"
+    );
+    // What is written still fits a ConfigMap, with room for the failures of restarts that
+    // were rolling when the budget was reached.
+    let data = crate::cluster::status::encode(None, &world.book);
+    let size: usize = data.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert!(size + 64 * 1024 < 1024 * 1024, "{size} bytes");
+
+    // A new revision starts its campaign afresh: the book shrinks and web restarts.
+    world.target(LOGGER, "cccccccccccc");
+    world.now = at(9000);
+    world.step();
+    world.now = at(9000 + 60);
+    let plan = world.step();
+    assert!(world.book.overflow().is_none());
+    assert_eq!(restarted(&plan), ["web"], "{plan:#?}");
 }

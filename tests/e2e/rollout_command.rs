@@ -361,3 +361,66 @@ async fn the_rollout_command_selects_by_container_name_and_start_time() {
         "{status:?}"
     );
 }
+
+/// A campaign book near the 1 MiB a ConfigMap holds (a revision that failed on some 20,000
+/// workloads): the run restarts nothing, says why, and exits 3.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_configmap_near_its_limit_starts_no_restart() {
+    let ns = "e2e-rollout-full";
+    let ctx = engine_context("rollout-full", &[]).await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(TRACER_V1), DEADLINE).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    wait_published(&ctx, &v2).await;
+
+    // The book as the engine would have left it: tracer:v1's campaign at the revision in
+    // force, 20,000 workloads of 400 namespaces failed under it.
+    let (_, revision) = v2.split_once('=').unwrap();
+    let mut failed = serde_json::Map::new();
+    for team in 0..400 {
+        let names: Vec<String> = (0..50)
+            .map(|i| format!("Deployment/checkout-worker-{team:03}-{i:02}"))
+            .collect();
+        failed.insert(format!("team-{team:03}"), json!(names));
+    }
+    let book = json!({"campaigns": {"tracer:v1": {
+        "revision": revision,
+        "since": "2026-01-01T00:00:00Z",
+        "state": "running",
+        "failedWorkloads": failed,
+    }}});
+    let configmaps: Api<ConfigMap> = ctx.api();
+    configmaps
+        .patch(
+            "sidecar-injector-status",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"campaigns": book.to_string()}})),
+        )
+        .await
+        .expect("the API server takes the book");
+
+    let output = rollout_command(ns, &["-o", "json"]);
+    assert!(output.status.success(), "{output:?}");
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(plan["restarts"], json!([]), "{plan:#}");
+    let waiting = &plan["waiting"][0];
+    assert_eq!(waiting["workload"]["name"], "web", "{plan:#}");
+    assert_eq!(waiting["reason"], "book-full", "{plan:#}");
+    assert_eq!(waiting["sidecar"], "tracer:v1", "{plan:#}");
+    assert_eq!(waiting["failedWorkloads"], 20_000, "{plan:#}");
+    assert!(
+        waiting["bytes"].as_u64().unwrap() > waiting["budget"].as_u64().unwrap(),
+        "{plan:#}"
+    );
+
+    let output = rollout_command(ns, &["--confirm"]);
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("the status ConfigMap is nearly full")
+            && stdout.contains("20000 failed workloads"),
+        "{stdout}"
+    );
+    assert_eq!(replicaset_count(&ctx, "web").await, 1, "web not restarted");
+}
