@@ -23,8 +23,8 @@ pub mod selection;
 pub mod targets;
 
 pub use book::{
-    Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold, MaintenanceStatus, Pin,
-    Resumed, Resumption, Reversion,
+    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState,
+    Failure, Hold, MaintenanceStatus, Pin, Resumed, Resumption, Reversion,
 };
 pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;

@@ -16,7 +16,7 @@ use super::args::*;
 use super::one_shot::one_shot_client;
 use crate::cluster::lease::{LeaseDecision, ROLLOUT_LEASE, decide};
 use crate::cluster::status::{self, Publication};
-use crate::rollout::{CampaignBook, to_the_second};
+use crate::rollout::{BookOverflow, CampaignBook, to_the_second};
 
 /// Everything `status` shows, as `-o json` prints it.
 #[derive(Debug, Serialize)]
@@ -27,6 +27,9 @@ struct StatusView {
     disagreement: Option<String>,
     lease: LeaseView,
     campaigns: CampaignBook,
+    /// Set when the book is over its budget: no restart starts until it shrinks.
+    #[serde(rename = "bookFull", skip_serializing_if = "Option::is_none")]
+    book_full: Option<BookOverflow>,
 }
 
 #[derive(Debug, Serialize)]
@@ -122,6 +125,7 @@ fn view(
         injectors,
         disagreement,
         lease,
+        book_full: campaigns.overflow(),
         campaigns,
     })
 }
@@ -190,6 +194,9 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
             to_the_second(c.since.0)
         )?;
     }
+    if let Some(overflow) = &view.book_full {
+        writeln!(out, "warning: {overflow}")?;
+    }
     Ok(())
 }
 
@@ -242,5 +249,50 @@ mod tests {
                 && !table.contains("SUCCEEDED"),
             "no campaign: a line that says so, not an empty table: {table}"
         );
+    }
+
+    #[test]
+    fn a_book_over_its_budget_is_called_out() {
+        let mut book = CampaignBook::default();
+        let mut campaign: crate::rollout::Campaign = serde_json::from_value(serde_json::json!({
+            "revision": "aaaaaaaaaaaa", "since": "2027-01-15T08:00:00Z", "state": "paused"
+        }))
+        .unwrap();
+        for i in 0..25_000 {
+            campaign
+                .failed_workloads
+                .insert(crate::workload::WorkloadRef::new(
+                    crate::workload::WorkloadKind::Deployment,
+                    "team",
+                    &format!("worker-{i:05}"),
+                ));
+        }
+        book.campaigns.insert("logger:v1".into(), campaign);
+        let configmap = status::status_object("injector-system", None, status::encode(None, &book));
+        let args = StatusArgs {
+            kubeconfig: None,
+            context: None,
+            injector_namespace: "injector-system".into(),
+            published_max_age: std::time::Duration::from_secs(90),
+            output: OutputFormat::Table,
+        };
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let full = view(Some(&configmap), None, &args, now).unwrap();
+        let mut table = Vec::new();
+        write_table(&mut table, &full, "injector-system").unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(
+            table.contains("warning: the status ConfigMap is nearly full")
+                && table.contains("most of it for logger:v1 (25000 failed workloads)"),
+            "{table}"
+        );
+        let json = serde_json::to_value(&full).unwrap();
+        assert_eq!(json["bookFull"]["failedWorkloads"], 25_000);
+
+        // Under the budget: no warning.
+        book.campaigns.clear();
+        let configmap = status::status_object("injector-system", None, status::encode(None, &book));
+        let fits = view(Some(&configmap), None, &args, now).unwrap();
+        assert!(fits.book_full.is_none());
     }
 }

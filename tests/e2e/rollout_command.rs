@@ -423,4 +423,21 @@ async fn a_status_configmap_near_its_limit_starts_no_restart() {
         "{stdout}"
     );
     assert_eq!(replicaset_count(&ctx, "web").await, 1, "web not restarted");
+
+    // `status`, where an operator looks when nothing restarts, says it too.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("status")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["--injector-namespace", ns])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success()
+            && table.contains("warning: the status ConfigMap is nearly full")
+            && table.contains("most of it for tracer:v1 (20000 failed workloads)"),
+        "{table}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
 }
