@@ -204,6 +204,17 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
 mod tests {
     use super::*;
 
+    /// `status` in the injector-system namespace, as a table.
+    fn table_args() -> StatusArgs {
+        StatusArgs {
+            kubeconfig: None,
+            context: None,
+            injector_namespace: "injector-system".into(),
+            published_max_age: std::time::Duration::from_secs(90),
+            output: OutputFormat::Table,
+        }
+    }
+
     #[test]
     fn replicas_that_publish_different_revisions_are_called_out() {
         let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
@@ -222,13 +233,7 @@ mod tests {
             ),
             ..Default::default()
         };
-        let args = StatusArgs {
-            kubeconfig: None,
-            context: None,
-            injector_namespace: "injector-system".into(),
-            published_max_age: std::time::Duration::from_secs(90),
-            output: OutputFormat::Table,
-        };
+        let args = table_args();
         let view = view(Some(&configmap), None, &args, at(30)).unwrap();
         assert_eq!(
             view.disagreement.as_deref(),
@@ -269,13 +274,7 @@ mod tests {
         }
         book.campaigns.insert("logger:v1".into(), campaign);
         let configmap = status::status_object("injector-system", None, status::encode(None, &book));
-        let args = StatusArgs {
-            kubeconfig: None,
-            context: None,
-            injector_namespace: "injector-system".into(),
-            published_max_age: std::time::Duration::from_secs(90),
-            output: OutputFormat::Table,
-        };
+        let args = table_args();
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let full = view(Some(&configmap), None, &args, now).unwrap();
         let mut table = Vec::new();
