@@ -63,6 +63,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .map(|s| s.config.name.to_string())
             .collect();
         book.flag(&mut report, &manual);
+        book.flag_overflow(&mut report);
         book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
         let mut out = io::stdout().lock();
         match args.cluster.output {

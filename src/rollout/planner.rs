@@ -681,7 +681,10 @@ fn pause_campaigns(book: &mut CampaignBook, input: &PlanInput<'_>, out: &mut Rol
             .take(FAILURES_NAMED)
             .map(|f| format!("{}: {}", f.workload, f.reason))
             .collect();
-        if count > names.len() {
+        if names.is_empty() {
+            // A book written by hand, or by an earlier version, may keep none.
+            names.push("their reasons are no longer kept".to_owned());
+        } else if count > names.len() {
             names.push(format!("and {} more", count - names.len()));
         }
         let reason = format!(

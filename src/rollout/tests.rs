@@ -2370,6 +2370,25 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
             && message.contains("no restart starts until it shrinks"),
         "{message}"
     );
+    // The 20,000 failures paused the campaign too, though none came with its reason.
+    let paused = world.book.campaigns[LOGGER].pause_reason.clone().unwrap();
+    assert!(
+        paused.contains("paused after 20000 failed workload(s) (their reasons are no longer kept)"),
+        "{paused}"
+    );
+    // Resumed, it still waits on the book, and `drift` says so on the sidecar.
+    assert_eq!(world.book.resume_paused("ops", Time(world.now)).len(), 1);
+    let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
+    let mut report = world.index.classify_revisions(&wanted, &world.policy);
+    world.book.flag(&mut report, &Default::default());
+    world.book.flag_overflow(&mut report);
+    let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
+    let note = logger.note.as_deref().unwrap_or_default();
+    assert!(
+        note.starts_with("the status ConfigMap is nearly full")
+            && note.contains("most of it for logger:v1 (20000 failed workloads)"),
+        "{note}"
+    );
     // What is written still fits a ConfigMap, with room for the failures of restarts that
     // were rolling when the budget was reached.
     let data = crate::cluster::status::encode(None, &world.book);

@@ -375,7 +375,8 @@ async fn a_status_configmap_near_its_limit_starts_no_restart() {
     wait_published(&ctx, &v2).await;
 
     // The book as the engine would have left it: tracer:v1's campaign at the revision in
-    // force, 20,000 workloads of 400 namespaces failed under it.
+    // force, 20,000 workloads of 400 namespaces failed under it, every failure acknowledged
+    // by `rollout --resume`.
     let (_, revision) = v2.split_once('=').unwrap();
     let mut failed = serde_json::Map::new();
     for team in 0..400 {
@@ -389,6 +390,7 @@ async fn a_status_configmap_near_its_limit_starts_no_restart() {
         "since": "2026-01-01T00:00:00Z",
         "state": "running",
         "failedWorkloads": failed,
+        "acknowledgedFailures": 20_000,
     }}});
     let configmaps: Api<ConfigMap> = ctx.api();
     configmaps
@@ -424,7 +426,31 @@ async fn a_status_configmap_near_its_limit_starts_no_restart() {
     );
     assert_eq!(replicaset_count(&ctx, "web").await, 1, "web not restarted");
 
-    // `status`, where an operator looks when nothing restarts, says it too.
+    // So do `drift`, on the sidecar whose pods wait...
+    let drift = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("drift")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(["-n", ns, "--injector-namespace", ns, "-o", "json"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&drift.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&drift.stderr)));
+    let tracer = report["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tracer:v1")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert!(
+        tracer["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("the status ConfigMap is nearly full")),
+        "{tracer}"
+    );
+
+    // ...and `status`, where an operator looks when nothing restarts.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("status")
         .arg("--kubeconfig")
