@@ -185,29 +185,13 @@ async fn a_broken_revision_pauses_the_campaign_across_restarts_and_a_fix_converg
     );
 
     // `drift` flags the paused campaign, with why.
-    let drift = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("drift")
-        .arg("--kubeconfig")
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args([
-            "-n",
-            "e2e-rollout-broken",
-            "--injector-namespace",
-            "e2e-rollout-broken",
-            "-o",
-            "json",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&drift.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&drift.stderr)));
-    let tracer = report["sidecars"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "tracer:v1")
-        .unwrap_or_else(|| panic!("{report:#}"));
+    let report = drift_report(&[
+        "-n",
+        "e2e-rollout-broken",
+        "--injector-namespace",
+        "e2e-rollout-broken",
+    ]);
+    let tracer = sidecar_row(&report, "tracer:v1");
     assert_eq!(tracer["campaign"], "paused", "{tracer}");
     assert!(
         tracer["note"]

@@ -427,22 +427,8 @@ async fn a_status_configmap_near_its_limit_starts_no_restart() {
     assert_eq!(replicaset_count(&ctx, "web").await, 1, "web not restarted");
 
     // So do `drift`, on the sidecar whose pods wait...
-    let drift = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("drift")
-        .arg("--kubeconfig")
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(["-n", ns, "--injector-namespace", ns, "-o", "json"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&drift.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&drift.stderr)));
-    let tracer = report["sidecars"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "tracer:v1")
-        .unwrap_or_else(|| panic!("{report:#}"));
+    let report = drift_report(&["-n", ns, "--injector-namespace", ns]);
+    let tracer = sidecar_row(&report, "tracer:v1");
     assert!(
         tracer["note"]
             .as_str()

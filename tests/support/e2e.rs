@@ -291,6 +291,14 @@ pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).expect("drift prints JSON")
 }
 
+/// The row of `sidecar` in a `drift -o json` report.
+pub fn sidecar_row<'r>(report: &'r Value, sidecar: &str) -> &'r Value {
+    report["sidecars"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|s| s["name"] == sidecar))
+        .unwrap_or_else(|| panic!("no {sidecar} row: {report:#}"))
+}
+
 // ---- The rollout engine -------------------------------------------------------------------
 
 /// A rollout test's world: the injector (with `extra`, under deploy/'s RBAC) reads the test's
