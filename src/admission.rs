@@ -6,7 +6,6 @@
 
 use std::borrow::Cow;
 
-use base64::Engine;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use thiserror::Error;
@@ -513,12 +512,7 @@ fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome, patch: &[u
     });
     if let Some(patch) = patch {
         reply.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
-        let start = reply.len();
-        reply.resize(start + encoded_len, 0);
-        let written = base64::engine::general_purpose::STANDARD
-            .encode_slice(patch, &mut reply[start..])
-            .unwrap_or(0);
-        reply.truncate(start + written);
+        base64_simd::STANDARD.encode_append(patch, &mut reply);
         reply.push(b'"');
     }
     match outcome {
