@@ -1088,6 +1088,14 @@ impl Engine {
         self.write_status_when(false).await;
     }
 
+    /// The size of the book the status ConfigMap holds, for the book alert.
+    fn record_book_size(&self, data: &BTreeMap<String, String>) {
+        let bytes = data.get(STATUS_CAMPAIGNS_KEY).map_or(0, String::len);
+        self.metrics
+            .rollout_book
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     /// Writes what the progress counts alone have changed since the last write (the one-shot
     /// CLI, as it ends).
     pub async fn flush_status(&mut self) {
@@ -1102,6 +1110,7 @@ impl Engine {
     async fn write_status_when(&mut self, flush: bool) {
         let data = status::encode(self.written.as_ref(), &self.book);
         if self.written.as_ref() == Some(&data) {
+            self.record_book_size(&data);
             return;
         }
         let shape = status::book_shape(&self.book);
@@ -1127,6 +1136,7 @@ impl Engine {
         match result {
             Ok(written) => {
                 self.known_version = written.metadata.resource_version;
+                self.record_book_size(&data);
                 self.written = Some(data);
                 self.written_shape = Some((shape, now));
             }
@@ -1268,6 +1278,11 @@ pub async fn run(
         let may_act = warmed && crate::cluster::lease::may_act(&grant);
         if may_act != leading {
             engine.metrics.rollout_leader.set(i64::from(may_act));
+            // The book is the leader's to report: an ex-leader's last figure would keep the
+            // book alert firing after the new leader's book shrank.
+            if !may_act {
+                engine.metrics.rollout_book.set(0);
+            }
             leading = may_act;
         }
         let set = sidecars.borrow_and_update().clone();

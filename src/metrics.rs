@@ -306,6 +306,9 @@ pub struct Metrics {
     pub rollout_pending: Family<SidecarLabels, Gauge>,
     pub maintenance_window_open: Gauge,
     pub rollout_leader: Gauge,
+    /// Bytes of the campaign book the status ConfigMap holds, as this replica last wrote or
+    /// found it while leading (0 otherwise).
+    pub rollout_book: Gauge,
     /// 1 for the rollout mode this replica runs in (off when it has no engine).
     pub rollout_mode: Family<ModeLabels, Gauge>,
     pub notifications: Family<NotificationLabels, Counter>,
@@ -440,6 +443,22 @@ impl Metrics {
             "1 while this replica holds the rollout Lease and may act",
             rollout_leader.clone(),
         );
+        let rollout_book = Gauge::default();
+        registry.register_with_unit(
+            "rollout_book",
+            "Size of the campaign book (campaigns, failed workloads, held and pinned configs) in the status ConfigMap, as the rollout leader wrote it (0 on other replicas)",
+            Unit::Bytes,
+            rollout_book.clone(),
+        );
+        let rollout_book_budget = Gauge::<i64>::default();
+        registry.register_with_unit(
+            "rollout_book_budget",
+            "Size of the campaign book at which no restart starts until it shrinks (the status ConfigMap holds at most 1 MiB)",
+            Unit::Bytes,
+            rollout_book_budget.clone(),
+        );
+        rollout_book_budget
+            .set(i64::try_from(crate::rollout::BOOK_BUDGET_BYTES).expect("the budget fits an i64"));
         let rollout_mode = Family::<ModeLabels, Gauge>::default();
         registry.register(
             "rollout_mode",
@@ -520,6 +539,7 @@ impl Metrics {
             rollout_pending,
             maintenance_window_open,
             rollout_leader,
+            rollout_book,
             rollout_mode,
             notifications,
             rollout_api_requests,

@@ -70,6 +70,7 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
         "SidecarInjectorConfigLoadFailing",
         "SidecarInjectorCertificateExpiringSoon",
         "SidecarInjectorCampaignPaused",
+        "SidecarInjectorCampaignBookNearlyFull",
         "SidecarInjectorStalePods",
         "SidecarInjectorRolloutLeaderAbsent",
     ] {

@@ -463,3 +463,40 @@ async fn a_status_write_that_conflicts_is_replaced_next_time() {
         "the engine publishes no revisions"
     );
 }
+
+/// What the book alert reads: the size of the campaigns item as written.
+#[tokio::test]
+async fn the_book_gauge_is_the_size_of_the_campaigns_item_written() {
+    fn created(_: &str, _: &str) -> (StatusCode, Value) {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": STATUS_CONFIGMAP, "resourceVersion": "3"}});
+        (StatusCode::CREATED, object)
+    }
+    let (client, sent) = mock_client(created);
+    let (mut engine, metrics) = engine(client);
+    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-27T08:00:00Z".parse().unwrap(),
+    );
+    engine.book.campaigns.insert(
+        "logger:v1".into(),
+        crate::test_fixtures::campaign(
+            "aaaaaaaaaaaa",
+            crate::rollout::CampaignState::Paused,
+            since,
+        ),
+    );
+    assert!(metric(&metrics, "sidecar_injector_rollout_book_bytes 0"));
+    assert!(metric(
+        &metrics,
+        "sidecar_injector_rollout_book_budget_bytes 917504"
+    ));
+    engine.write_status().await;
+    let sent = sent.lock().unwrap().clone();
+    let written = sent
+        .iter()
+        .find_map(|s| s.body["data"]["campaigns"].as_str())
+        .expect("the campaigns item written");
+    assert!(written.contains("logger:v1"), "{written}");
+    let line = format!("sidecar_injector_rollout_book_bytes {}", written.len());
+    assert!(metric(&metrics, &line), "{}", metrics.encode());
+}

@@ -98,4 +98,29 @@ async fn a_real_prometheus_fires_the_campaign_alert_when_a_broken_revision_pause
         missing.is_empty(),
         "not on /metrics: {missing:?}\n{exposition}"
     );
+
+    // What the book alert divides: the size of the campaigns item the leader wrote (the
+    // paused campaign and its failure in it), over the budget.
+    let configmaps = ctx.api::<ConfigMap>();
+    eventually(
+        DEADLINE,
+        "the book gauge at the campaigns item's size",
+        || async {
+            let status = configmaps.get("sidecar-injector-status").await.ok()?;
+            let book = status.data?.remove("campaigns")?;
+            assert!(book.contains("tracer:v1"), "{book}");
+            let (_, exposition) = injector.lifecycle_get("/metrics");
+            let line = format!("sidecar_injector_rollout_book_bytes {}", book.len());
+            exposition.lines().any(|l| l == line).then_some(())
+        },
+    )
+    .await;
+    let share = prometheus.query(
+        "max(sidecar_injector_rollout_book_bytes) / max(sidecar_injector_rollout_book_budget_bytes)",
+    );
+    let share: f64 = share["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{share}"));
+    assert!(share > 0.0 && share < 0.01, "{share}");
 }
