@@ -334,18 +334,50 @@ pub struct BookOverflow {
     pub bytes: usize,
     pub budget: usize,
     /// The sidecar whose campaign takes the most of it, with that campaign's failed
-    /// workloads.
+    /// workloads and the bytes of the config it holds new pods at and of its pin.
     pub sidecar: String,
     pub failed_workloads: usize,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held_and_pinned_bytes: usize,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(value: &usize) -> bool {
+    *value == 0
 }
 
 impl std::fmt::Display for BookOverflow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sidecar = &self.sidecar;
         write!(
             f,
-            "the status ConfigMap is nearly full: the campaign book takes {} bytes, over its budget of {}, most of it for {} ({} failed workloads); no restart starts until it shrinks, as it does when {} gets a new revision (fix or revert its config)",
-            self.bytes, self.budget, self.sidecar, self.failed_workloads, self.sidecar
-        )
+            "the status ConfigMap is nearly full: the campaign book takes {} bytes, over its budget of {}, most of it for {sidecar} (",
+            self.bytes, self.budget
+        )?;
+        if self.held_and_pinned_bytes == 0 || self.failed_workloads > 0 {
+            write!(f, "{} failed workloads", self.failed_workloads)?;
+        }
+        if self.held_and_pinned_bytes > 0 {
+            if self.failed_workloads > 0 {
+                f.write_str(", ")?;
+            }
+            write!(
+                f,
+                "{} bytes of held and pinned configs",
+                self.held_and_pinned_bytes
+            )?;
+        }
+        write!(
+            f,
+            "); no restart starts until it shrinks, as it does when {sidecar} gets a new revision (fix or revert its config)"
+        )?;
+        if self.held_and_pinned_bytes > 0 {
+            write!(
+                f,
+                ", or with `rollout --release-hold {sidecar}` and `rollout --unpin {sidecar}`"
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -393,13 +425,16 @@ impl CampaignBook {
             .into_iter()
             .max_by_key(|(_, bytes)| *bytes)
             .map_or_else(String::new, |(sidecar, _)| sidecar.to_owned());
+        let campaign = self.campaigns.get(&sidecar);
+        let held = campaign
+            .and_then(|c| c.held.as_ref())
+            .map_or(0, |hold| encoded_len(&hold.content));
+        let pinned = self.pins.get(&sidecar).map_or(0, encoded_len);
         Some(BookOverflow {
             bytes,
             budget: BOOK_BUDGET_BYTES,
-            failed_workloads: self
-                .campaigns
-                .get(&sidecar)
-                .map_or(0, |c| c.failed_workloads.len()),
+            failed_workloads: campaign.map_or(0, |c| c.failed_workloads.len()),
+            held_and_pinned_bytes: held + pinned,
             sidecar,
         })
     }

@@ -844,6 +844,7 @@ fn the_one_shot_run_waits_only_on_what_clears_by_itself() {
             budget: book::BOOK_BUDGET_BYTES,
             sidecar: LOGGER.into(),
             failed_workloads: 20_000,
+            held_and_pinned_bytes: 0,
         }),
     ];
     assert!(transient.iter().all(WaitReason::clears_by_itself));
@@ -2331,6 +2332,61 @@ fn a_malformed_failed_workload_is_named() {
             .contains("failedWorkloads: \"Job/x\" in namespace \"team\" is not Kind/name"),
         "{err}"
     );
+}
+
+/// Held and pinned configs are kept whole in the book (a config may take 256 KiB): a few
+/// large ones fill it as failures do, and the reason then says so and how to drop them.
+#[test]
+fn held_and_pinned_configs_count_toward_the_book_budget() {
+    let since = Time(at(0));
+    let config = |kib: usize| {
+        json!({"name": "x", "containers": [{"name": "x", "image": "x:1",
+               "env": [{"name": "BLOB", "value": "a".repeat(kib * 1024)}]}]})
+    };
+    let mut book = CampaignBook::default();
+    for sidecar in ["a:v1", "b:v1", "c:v1"] {
+        book.pins.insert(
+            sidecar.into(),
+            book::Pin {
+                revision: "rrrrrrrrrrrr".into(),
+                content: config(220),
+                over: "oooooooooooo".into(),
+                by: "ops".into(),
+                at: since.clone(),
+            },
+        );
+    }
+    assert!(book.overflow().is_none(), "660 KiB of pins fit");
+    let mut paused = crate::test_fixtures::campaign(NEW, CampaignState::Paused, since.clone());
+    paused.held = Some(book::Hold {
+        revision: OLD.into(),
+        content: config(250),
+        since: since.clone(),
+    });
+    book.campaigns.insert(LOGGER.into(), paused);
+
+    let overflow = book
+        .overflow()
+        .expect("910 KiB of configs are over the budget");
+    assert_eq!(overflow.sidecar, LOGGER);
+    assert_eq!(overflow.failed_workloads, 0);
+    assert!(
+        (250 * 1024..260 * 1024).contains(&overflow.held_and_pinned_bytes),
+        "{overflow:?}"
+    );
+    let message = overflow.to_string();
+    assert!(
+        message.contains(&format!(
+            "most of it for logger:v1 ({} bytes of held and pinned configs)",
+            overflow.held_and_pinned_bytes
+        )) && message.ends_with(
+            "or with `rollout --release-hold logger:v1` and `rollout --unpin logger:v1`"
+        ),
+        "{message}"
+    );
+    // Released, the hold leaves the book under its budget.
+    book.campaigns.get_mut(LOGGER).unwrap().held = None;
+    assert!(book.overflow().is_none());
 }
 
 /// Past 1 MiB no status write succeeds: a pause or a failure would then live only in the
