@@ -337,13 +337,7 @@ pub struct BookOverflow {
     /// workloads and the bytes of the config it holds new pods at and of its pin.
     pub sidecar: String,
     pub failed_workloads: usize,
-    #[serde(skip_serializing_if = "is_zero")]
     pub held_and_pinned_bytes: usize,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
-fn is_zero(value: &usize) -> bool {
-    *value == 0
 }
 
 impl std::fmt::Display for BookOverflow {

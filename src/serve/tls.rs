@@ -705,8 +705,8 @@ mod tests {
 
     #[test]
     fn ca_bundle_is_base64_of_the_pem() {
-        let certs = DevCertificates::generate(&["x".into()]).unwrap();
         use base64::Engine as _;
+        let certs = DevCertificates::generate(&["x".into()]).unwrap();
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(certs.ca_bundle())
             .unwrap();

@@ -558,6 +558,13 @@ async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly
         0.0,
         "the replica without the Lease patched nothing"
     );
+    // The campaign book's size is the leader's to export (the book alert takes the max).
+    let book = "sidecar_injector_rollout_book_bytes";
+    eventually(DEADLINE, "the leader exports the book's size", || async {
+        (replicas[leader].metric(book) > 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(replicas[follower].metric(book), 0.0);
     drop(replicas.remove(leader));
     let survivor = &replicas[0];
     for app in apps {
