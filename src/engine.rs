@@ -1258,6 +1258,12 @@ pub async fn run(
         if !was_ready {
             sleep = sleep.min(Duration::from_secs(1));
         }
+        // A grant that is not renewed only runs out: nothing is sent when it does. Wake then,
+        // so that a replica whose Lease was taken stops reporting itself leader (and its book)
+        // at once, not at the next safety-net replan.
+        if leading && let Some(until) = *grant.borrow() {
+            sleep = sleep.min(until.saturating_duration_since(Instant::now()));
+        }
         let changed = tokio::select! {
             result = feed.changes.changed() => if result.is_err() { return } else { true },
             result = sidecars.changed() => if result.is_err() { return } else { true },

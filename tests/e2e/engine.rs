@@ -587,6 +587,87 @@ async fn only_the_lease_holder_acts_and_a_survivor_finishes_the_campaign_exactly
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_holder_whose_lease_is_taken_stops_at_once_and_acts_again_only_once_it_expires() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let ctx = engine_context("rollout-lease-taken", &[]).await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(TRACER_V1), DEADLINE).await;
+    let replica =
+        ctx.start_replica_with(&["--rollout=auto", "--lease-duration", "3s", "--settle", "1s"]);
+    let (leader, book) = (
+        "sidecar_injector_rollout_leader",
+        "sidecar_injector_rollout_book_bytes",
+    );
+    eventually(
+        DEADLINE,
+        "the replica leads and exports its book",
+        || async { (replica.metric(leader) == 1.0 && replica.metric(book) > 0.0).then_some(()) },
+    )
+    .await;
+
+    // Another holder writes the Lease, as a replica that took it over would: the replica's
+    // grant is not renewed, and when it runs out (2 s of the 3 s lease at most) the replica
+    // stops reporting itself leader, and its book, without waiting for anything else to change.
+    let taken_for = 10;
+    let leases = ctx.api::<Lease>();
+    let mut lease = leases.get("sidecar-injector-rollout").await.unwrap();
+    let taken_at = jiff::Timestamp::now();
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some("another-injector".to_owned());
+    spec.renew_time = Some(MicroTime(taken_at));
+    spec.lease_duration_seconds = Some(taken_for);
+    leases
+        .replace("sidecar-injector-rollout", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(8),
+        "the replica stops reporting itself leader",
+        || async { (replica.metric(leader) == 0.0 && replica.metric(book) == 0.0).then_some(()) },
+    )
+    .await;
+    assert!(
+        replica
+            .logs()
+            .iter()
+            .any(|l| l.contains("not holding the rollout Lease: this replica only reports")),
+        "{}",
+        replica.logs().join("\n")
+    );
+
+    // While the Lease is the other holder's, a new revision restarts nothing; once it expires,
+    // the replica takes the Lease back and restarts web, once.
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    wait_pods_at(&ctx, "web", 1, &v2, Duration::from_secs(60)).await;
+    let expired = taken_at + jiff::SignedDuration::from_secs(i64::from(taken_for));
+    let web = ctx.api::<Deployment>().get("web").await.unwrap();
+    let rolled_at: jiff::Timestamp =
+        web.metadata.annotations.as_ref().unwrap()["injector/rolled-at"]
+            .parse()
+            .unwrap();
+    // rolled-at has whole seconds.
+    assert!(
+        rolled_at >= expired - jiff::SignedDuration::from_secs(1),
+        "restarted at {rolled_at}, while the Lease was another's (until {expired})"
+    );
+    assert!(
+        replica
+            .logs()
+            .iter()
+            .any(|l| l.contains("took over the expired rollout Lease")),
+        "{}",
+        replica.logs().join("\n")
+    );
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "web restarted exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_holder_stopped_gracefully_releases_the_lease_and_the_next_replica_acts_at_once() {
     use k8s_openapi::api::coordination::v1::Lease;
     let ctx = engine_context("rollout-release", &[]).await;
