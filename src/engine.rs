@@ -1260,8 +1260,13 @@ pub async fn run(
         }
         // A grant that is not renewed only runs out: nothing is sent when it does. Wake then,
         // so that a replica whose Lease was taken stops reporting itself leader (and its book)
-        // at once, not at the next safety-net replan.
-        if leading && let Some(until) = *grant.borrow() {
+        // at once, not at the next safety-net replan. Only after a pass that was ready: a pass
+        // that was not left `leading` as it was, and an expired grant would wake it at once,
+        // again and again, until ready.
+        if leading
+            && was_ready
+            && let Some(until) = *grant.borrow()
+        {
             sleep = sleep.min(until.saturating_duration_since(Instant::now()));
         }
         let changed = tokio::select! {

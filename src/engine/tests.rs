@@ -500,3 +500,76 @@ async fn the_book_gauge_is_the_size_of_the_campaigns_item_written() {
     let line = format!("sidecar_injector_rollout_book_bytes {}", written.len());
     assert!(metric(&metrics, &line), "{}", metrics.encode());
 }
+
+/// Polls `done` every 10 ms until it holds or `deadline` passes; how long it took.
+async fn within(deadline: Duration, done: impl Fn() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < deadline {
+        if done() {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_runs_out_ends_leadership_at_once_and_a_replica_not_ready_does_not_spin() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (client, _) = mock_client(answer_ok);
+    // The safety-net replan is 5 s here: what ends leadership sooner is the grant's end.
+    let (engine, metrics) = engine(client);
+    let (_changes_tx, changes) = watch::channel(0u64);
+    let (_synced_tx, synced) = watch::channel(true);
+    let feed = DriftFeed {
+        index: Arc::new(Mutex::new(crate::drift::DriftIndex::default())),
+        changes,
+        synced,
+    };
+    let (_sidecars_tx, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
+    let (grant_tx, grant) = watch::channel(None);
+    let ready = Arc::new(AtomicBool::new(true));
+    let readiness_checks = Arc::new(AtomicUsize::new(0));
+    let (is_ready, checks) = (ready.clone(), readiness_checks.clone());
+    tokio::spawn(run(
+        engine,
+        feed,
+        sidecars,
+        move || {
+            checks.fetch_add(1, Ordering::SeqCst);
+            is_ready.load(Ordering::SeqCst)
+        },
+        grant,
+        Duration::ZERO,
+    ));
+    let leader = |value: i64| {
+        let line = format!("sidecar_injector_rollout_leader {value}");
+        let metrics = metrics.clone();
+        move || metric(&metrics, &line)
+    };
+
+    grant_tx.send_replace(Some(Instant::now() + Duration::from_millis(600)));
+    assert!(within(Duration::from_secs(3), leader(1)).await.is_some());
+    // Not renewed: nothing is sent when the grant ends, and nothing else changes.
+    let ended = within(Duration::from_secs(4), leader(0)).await;
+    assert!(
+        ended.is_some_and(|after| after < Duration::from_secs(2)),
+        "leadership ended {ended:?} after it was seen, the grant lasting 600 ms"
+    );
+
+    // A leader that stops being ready keeps `leading` as it was; its grant ending then must
+    // not wake the loop over and over (readiness is checked once a second while not ready).
+    grant_tx.send_replace(Some(Instant::now() + Duration::from_millis(300)));
+    assert!(within(Duration::from_secs(3), leader(1)).await.is_some());
+    ready.store(false, Ordering::SeqCst);
+    let checks_before = readiness_checks.load(Ordering::SeqCst);
+    // Not a wait for something to happen: the grant ends inside this window, and what is
+    // measured is how often the loop ran in it.
+    let window = Duration::from_millis(1500);
+    tokio::time::sleep(window).await;
+    let checks = readiness_checks.load(Ordering::SeqCst) - checks_before;
+    assert!(
+        checks <= 4,
+        "{checks} readiness checks in {window:?} while not ready"
+    );
+}
