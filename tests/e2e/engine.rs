@@ -611,16 +611,25 @@ async fn a_holder_whose_lease_is_taken_stops_at_once_and_acts_again_only_once_it
     // stops reporting itself leader, and its book, without waiting for anything else to change.
     let taken_for = 10;
     let leases = ctx.api::<Lease>();
-    let mut lease = leases.get("sidecar-injector-rollout").await.unwrap();
-    let taken_at = jiff::Timestamp::now();
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    spec.holder_identity = Some("another-injector".to_owned());
-    spec.renew_time = Some(MicroTime(taken_at));
-    spec.lease_duration_seconds = Some(taken_for);
-    leases
-        .replace("sidecar-injector-rollout", &PostParams::default(), &lease)
-        .await
-        .unwrap();
+    // The replica renews every second: a write that loses the race to a renewal (409) is
+    // made again on the Lease as it now is.
+    let taken_at = eventually(DEADLINE, "the Lease written to another holder", || async {
+        let mut lease = leases.get("sidecar-injector-rollout").await.unwrap();
+        let taken_at = jiff::Timestamp::now();
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("another-injector".to_owned());
+        spec.renew_time = Some(MicroTime(taken_at));
+        spec.lease_duration_seconds = Some(taken_for);
+        match leases
+            .replace("sidecar-injector-rollout", &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Some(taken_at),
+            Err(kube::Error::Api(status)) if status.code == 409 => None,
+            Err(err) => panic!("cannot write the Lease: {err}"),
+        }
+    })
+    .await;
     eventually(
         Duration::from_secs(8),
         "the replica stops reporting itself leader",
