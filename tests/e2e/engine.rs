@@ -637,10 +637,11 @@ async fn a_holder_whose_lease_is_taken_stops_at_once_and_acts_again_only_once_it
     )
     .await;
     assert!(
-        replica
-            .logs()
-            .iter()
-            .any(|l| l.contains("not holding the rollout Lease: this replica only reports")),
+        !logged(
+            &replica,
+            "not holding the rollout Lease: this replica only reports"
+        )
+        .is_empty(),
         "{}",
         replica.logs().join("\n")
     );
@@ -662,10 +663,7 @@ async fn a_holder_whose_lease_is_taken_stops_at_once_and_acts_again_only_once_it
         "restarted at {rolled_at}, while the Lease was another's (until {expired})"
     );
     assert!(
-        replica
-            .logs()
-            .iter()
-            .any(|l| l.contains("took over the expired rollout Lease")),
+        !logged(&replica, "took over the expired rollout Lease").is_empty(),
         "{}",
         replica.logs().join("\n")
     );
