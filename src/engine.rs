@@ -1260,13 +1260,10 @@ pub async fn run(
         }
         // A grant that is not renewed only runs out: nothing is sent when it does. Wake then,
         // so that a replica whose Lease was taken stops reporting itself leader (and its book)
-        // at once, not at the next safety-net replan. Only after a pass that was ready: a pass
-        // that was not left `leading` as it was, and an expired grant would wake it at once,
-        // again and again, until ready.
-        if leading
-            && was_ready
-            && let Some(until) = *grant.borrow()
-        {
+        // at once, not at the next safety-net replan. `leading` is never true after a pass that
+        // was not ready, so an expired grant cannot wake a replica that is not ready again and
+        // again.
+        if leading && let Some(until) = *grant.borrow() {
             sleep = sleep.min(until.saturating_duration_since(Instant::now()));
         }
         let changed = tokio::select! {
@@ -1283,9 +1280,10 @@ pub async fn run(
         was_ready = ready();
         if !was_ready {
             ready_since = None;
-            continue;
         }
-        let warmed = ready_since.get_or_insert_with(Instant::now).elapsed() >= act_after_ready;
+        // A replica that is not ready does not act, and says so: it is not the leader.
+        let warmed =
+            was_ready && ready_since.get_or_insert_with(Instant::now).elapsed() >= act_after_ready;
         let may_act = warmed && crate::cluster::lease::may_act(&grant);
         if may_act != leading {
             engine.metrics.rollout_leader.set(i64::from(may_act));
@@ -1295,6 +1293,9 @@ pub async fn run(
                 engine.metrics.rollout_book.set(0);
             }
             leading = may_act;
+        }
+        if !was_ready {
+            continue;
         }
         let set = sidecars.borrow_and_update().clone();
         let authority = if may_act {

@@ -406,9 +406,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         );
         if let Some(rollout) = &options.rollout {
             let (grant_tx, grant) = watch::channel(None);
+            let ready = readiness.clone();
             lease_task = Some(tokio::spawn(crate::cluster::lease::run(
                 client.clone(),
                 rollout.lease.clone(),
+                move || ready.not_ready_reason(),
                 grant_tx,
                 stop.clone(),
             )));

@@ -464,6 +464,8 @@ impl Standing {
         let task = tokio::spawn(crate::cluster::lease::run(
             client.clone(),
             settings,
+            // The command starts acting only once it holds the Lease: it is ready from the start.
+            || None,
             grant_tx,
             stopping,
         ));

@@ -172,12 +172,19 @@ pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool
     }
 }
 
-/// Keeps trying to hold the Lease; publishes until when this process may act (`None`: not the
-/// holder). When `stop` turns true (graceful shutdown), stops acting at once, gives the Lease
-/// up if held, and returns.
+/// While not ready, how often readiness is checked again: readiness is not watched, and the
+/// Lease should be competed for soon after this replica can act.
+const READINESS_POLL: Duration = Duration::from_millis(500);
+
+/// Keeps trying to hold the Lease while this replica is ready (`not_ready` says why not);
+/// publishes until when this process may act (`None`: not the holder). A holder that stops
+/// being ready stops acting and gives the Lease up, so that a ready replica acts instead of
+/// one that would hold the Lease for nobody. When `stop` turns true (graceful shutdown),
+/// stops acting at once, gives the Lease up if held, and returns.
 pub async fn run(
     client: Client,
     settings: LeaseSettings,
+    not_ready: impl Fn() -> Option<&'static str> + Send + 'static,
     publish: watch::Sender<Option<Instant>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -186,21 +193,40 @@ pub async fn run(
     // well before another replica could take over.
     let safe = settings.duration * 2 / 3;
     let mut leading = false;
+    // Why this replica last stayed out of the competition, so that it is said once.
+    let mut waiting: Option<&'static str> = None;
     loop {
         let started = Instant::now();
-        let held = match tokio::time::timeout(settings.renew_every, try_hold(&api, &settings)).await
-        {
-            Ok(Ok(held)) => held,
-            Ok(Err(err)) => {
-                warn!(
-                    "cannot renew the rollout Lease: {}",
-                    super::error_text(&err)
-                );
+        let unready = not_ready();
+        let held = match unready {
+            Some(reason) => {
+                if leading {
+                    publish.send_replace(None);
+                    info!(identity = %settings.identity, reason, "not ready: stopped acting; giving the rollout Lease up");
+                    give_up(&api, &settings).await;
+                    leading = false;
+                } else if waiting != Some(reason) {
+                    info!(identity = %settings.identity, reason, "not competing for the rollout Lease until this replica is ready");
+                }
+                waiting = Some(reason);
                 false
             }
-            Err(_) => {
-                warn!("renewing the rollout Lease timed out");
-                false
+            None => {
+                waiting = None;
+                match tokio::time::timeout(settings.renew_every, try_hold(&api, &settings)).await {
+                    Ok(Ok(held)) => held,
+                    Ok(Err(err)) => {
+                        warn!(
+                            "cannot renew the rollout Lease: {}",
+                            super::error_text(&err)
+                        );
+                        false
+                    }
+                    Err(_) => {
+                        warn!("renewing the rollout Lease timed out");
+                        false
+                    }
+                }
             }
         };
         if held != leading {
@@ -216,16 +242,26 @@ pub async fn run(
         if held {
             publish.send_replace(Some(started + safe));
         }
+        let next = if unready.is_some() {
+            started + READINESS_POLL.min(settings.renew_every)
+        } else {
+            started + settings.renew_every
+        };
         tokio::select! {
-            () = tokio::time::sleep_until((started + settings.renew_every).into()) => {}
+            () = tokio::time::sleep_until(next.into()) => {}
             _ = stop.wait_for(|stopping| *stopping) => break,
         }
     }
     publish.send_replace(None);
-    if !leading {
-        return;
+    if leading {
+        give_up(&api, &settings).await;
     }
-    match tokio::time::timeout(settings.renew_every, release(&api, &settings.identity)).await {
+}
+
+/// Releases the Lease this replica holds, within one renewal period; on failure it expires
+/// on its own.
+async fn give_up(api: &Api<Lease>, settings: &LeaseSettings) {
+    match tokio::time::timeout(settings.renew_every, release(api, &settings.identity)).await {
         Ok(Ok(true)) => info!(identity = %settings.identity, "released the rollout Lease"),
         Ok(Ok(false)) => {}
         Ok(Err(err)) => warn!(
@@ -244,7 +280,9 @@ pub fn may_act(grant: &watch::Receiver<Option<Instant>>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use std::sync::{Arc, Mutex};
 
     #[test]
     fn a_released_lease_has_no_holder_and_is_taken_over_at_once() {
@@ -301,6 +339,147 @@ mod tests {
                 previous: "b".into()
             }
         );
+    }
+
+    /// A mock API holding one Lease: GET, create and replace (409 on a stale
+    /// resourceVersion), as the apiserver does for this object.
+    fn lease_api() -> (Client, Arc<Mutex<Option<Lease>>>) {
+        let stored: Arc<Mutex<Option<Lease>>> = Arc::default();
+        let state = stored.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let state = state.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect().await.unwrap().to_bytes();
+                let mut stored = state.lock().unwrap();
+                let version = |lease: &Lease| lease.metadata.resource_version.clone();
+                let (code, reply) = match parts.method.as_str() {
+                    "GET" => match stored.as_ref() {
+                        Some(lease) => (200, serde_json::to_value(lease).unwrap()),
+                        None => (404, status(404, "NotFound")),
+                    },
+                    method => {
+                        let mut lease: Lease = serde_json::from_slice(&bytes).unwrap();
+                        let exists = stored.is_some();
+                        let stale = stored.as_ref().map(version)
+                            != Some(lease.metadata.resource_version.clone());
+                        if (method == "POST" && exists) || (method == "PUT" && stale) {
+                            (409, status(409, "Conflict"))
+                        } else {
+                            let next = stored
+                                .as_ref()
+                                .and_then(version)
+                                .map_or(1, |v| v.parse::<u64>().unwrap() + 1);
+                            lease.metadata.resource_version = Some(next.to_string());
+                            *stored = Some(lease.clone());
+                            (200, serde_json::to_value(&lease).unwrap())
+                        }
+                    }
+                };
+                let response = http::Response::builder()
+                    .status(code)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&reply).unwrap(),
+                    ))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (Client::new(service, "default"), stored)
+    }
+
+    fn status(code: u16, reason: &str) -> serde_json::Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": reason, "message": reason, "code": code})
+    }
+
+    /// Polls `done` every 10 ms until it holds or `deadline` passes.
+    async fn eventually(deadline: Duration, done: impl Fn() -> bool) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < deadline {
+            if done() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn a_replica_competes_for_the_lease_only_while_ready_and_gives_it_up_when_it_stops_being()
+    {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let (client, stored) = lease_api();
+        let settings = LeaseSettings {
+            namespace: "ns".into(),
+            identity: "a".into(),
+            mode: "auto".into(),
+            duration: Duration::from_secs(3),
+            renew_every: Duration::from_secs(1),
+        };
+        let ready = Arc::new(AtomicBool::new(false));
+        let asked = Arc::new(AtomicUsize::new(0));
+        let (is_ready, asks) = (ready.clone(), asked.clone());
+        let (publish, grant) = watch::channel(None);
+        let (stop, stopping) = watch::channel(false);
+        let task = tokio::spawn(run(
+            client,
+            settings,
+            move || {
+                asks.fetch_add(1, Ordering::SeqCst);
+                (!is_ready.load(Ordering::SeqCst)).then_some("sidecar configs not loaded yet")
+            },
+            publish,
+            stopping,
+        ));
+        let holder = || {
+            stored
+                .lock()
+                .unwrap()
+                .as_ref()
+                .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
+        };
+
+        // Not ready: asked again and again, and in the meantime the Lease is never written.
+        assert!(
+            eventually(Duration::from_secs(5), || asked.load(Ordering::SeqCst) >= 3).await,
+            "readiness is checked again while not ready"
+        );
+        assert!(
+            stored.lock().unwrap().is_none(),
+            "a replica that is not ready took the Lease"
+        );
+        assert!(grant.borrow().is_none());
+
+        ready.store(true, Ordering::SeqCst);
+        assert!(
+            eventually(Duration::from_secs(2), || holder().as_deref() == Some("a")).await,
+            "once ready, the replica takes the Lease within a readiness poll"
+        );
+        assert!(may_act(&grant));
+
+        // The holder stops being ready: it stops acting and releases the Lease for a ready
+        // replica, instead of renewing it for nobody.
+        ready.store(false, Ordering::SeqCst);
+        assert!(
+            eventually(Duration::from_secs(3), || stored.lock().unwrap().is_some()
+                && holder().is_none())
+            .await,
+            "a holder that stopped being ready released the Lease: holder {:?}",
+            holder()
+        );
+        assert!(grant.borrow().is_none(), "it stopped acting");
+        assert_eq!(
+            decide(stored.lock().unwrap().as_ref(), "b", Timestamp::now()),
+            LeaseDecision::TakeOver {
+                previous: String::new()
+            },
+            "another replica takes the released Lease at once"
+        );
+
+        stop.send_replace(true);
+        task.await.unwrap();
     }
 
     #[test]

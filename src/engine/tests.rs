@@ -514,7 +514,8 @@ async fn within(deadline: Duration, done: impl Fn() -> bool) -> Option<Duration>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_that_runs_out_ends_leadership_at_once_and_a_replica_not_ready_does_not_spin() {
+async fn a_grant_that_runs_out_or_readiness_lost_ends_leadership_at_once_and_a_replica_not_ready_does_not_spin()
+ {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let (client, _) = mock_client(answer_ok);
     // The safety-net replan is 5 s here: what ends leadership sooner is the grant's end.
@@ -557,11 +558,18 @@ async fn a_grant_that_runs_out_ends_leadership_at_once_and_a_replica_not_ready_d
         "leadership ended {ended:?} after it was seen, the grant lasting 600 ms"
     );
 
-    // A leader that stops being ready keeps `leading` as it was; its grant ending then must
-    // not wake the loop over and over (readiness is checked once a second while not ready).
+    // A leader that stops being ready is no longer the leader, at the latest when its next
+    // pass sees it (here, the grant's end). The grant ending while not ready must not wake
+    // the loop over and over either (readiness is checked once a second while not ready).
     grant_tx.send_replace(Some(Instant::now() + Duration::from_secs(1)));
     assert!(within(Duration::from_secs(3), leader(1)).await.is_some());
     ready.store(false, Ordering::SeqCst);
+    let stepped_down = within(Duration::from_secs(3), leader(0)).await;
+    assert!(
+        stepped_down.is_some_and(|after| after < Duration::from_millis(1500)),
+        "a leader that stopped being ready stepped down {stepped_down:?} after, its grant lasting 1 s"
+    );
+    grant_tx.send_replace(Some(Instant::now() + Duration::from_secs(1)));
     let checks_before = readiness_checks.load(Ordering::SeqCst);
     // Not a wait for something to happen: the grant ends inside this window, and what is
     // measured is how often the loop ran in it.
@@ -571,5 +579,9 @@ async fn a_grant_that_runs_out_ends_leadership_at_once_and_a_replica_not_ready_d
     assert!(
         checks <= 4,
         "{checks} readiness checks in {window:?} while not ready"
+    );
+    assert!(
+        leader(0)(),
+        "a grant does not make a replica that is not ready the leader"
     );
 }

@@ -675,6 +675,77 @@ async fn a_holder_whose_lease_is_taken_stops_at_once_and_acts_again_only_once_it
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_replica_that_never_becomes_ready_leaves_the_lease_to_one_that_is() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let ctx = engine_context("rollout-lease-ready", &[]).await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    wait_pods_at(&ctx, "web", 1, &stamp_of(TRACER_V1), DEADLINE).await;
+    let engine = ["--rollout=auto", "--lease-duration", "3s", "--settle", "1s"];
+    // Its sidecar ConfigMaps are in a namespace its RBAC does not let it read: its first
+    // list never succeeds, so it never becomes ready (as a replica of a broken upgrade).
+    let unready = ctx.start_replica_with_value("--configmap-namespace", "default", &engine);
+    wait_logged(
+        &unready,
+        "not competing for the rollout Lease until this replica is ready",
+    )
+    .await;
+    assert_ne!(
+        unready.lifecycle_get("/ready").0,
+        200,
+        "the replica is not ready"
+    );
+    let leases = ctx.api::<Lease>();
+    assert!(
+        leases
+            .get_opt("sidecar-injector-rollout")
+            .await
+            .unwrap()
+            .is_none(),
+        "a replica that is not ready created the Lease:\n{}",
+        unready.logs().join("\n")
+    );
+
+    // A ready replica takes the Lease and rolls the new revision out; the one that is not
+    // ready never held it, so it never stood in the way.
+    let ready = ctx.start_replica_with(&engine);
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    wait_pods_at(
+        &ctx,
+        "web",
+        1,
+        &stamp_of(TRACER_V2),
+        Duration::from_secs(60),
+    )
+    .await;
+    let lease = leases.get("sidecar-injector-rollout").await.unwrap();
+    let spec = lease.spec.unwrap();
+    assert!(
+        spec.holder_identity
+            .as_deref()
+            .is_some_and(|h| h.ends_with(&format!("-{}", ready.pid()))),
+        "held by {:?}, not the ready replica (pid {})",
+        spec.holder_identity,
+        ready.pid()
+    );
+    assert_eq!(
+        spec.lease_transitions,
+        Some(1),
+        "the Lease never changed hands"
+    );
+    assert!(
+        logged(&unready, "holding the rollout Lease: this replica acts").is_empty(),
+        "{}",
+        unready.logs().join("\n")
+    );
+    assert_eq!(unready.metric("sidecar_injector_rollout_leader"), 0.0);
+    assert_eq!(
+        replicaset_count(&ctx, "web").await,
+        2,
+        "web restarted exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_holder_stopped_gracefully_releases_the_lease_and_the_next_replica_acts_at_once() {
     use k8s_openapi::api::coordination::v1::Lease;
     let ctx = engine_context("rollout-release", &[]).await;

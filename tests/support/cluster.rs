@@ -274,6 +274,23 @@ impl TestContext {
         Injector::start(self.dir.path(), &args, &[])
     }
 
+    /// As [`TestContext::start_replica_with`], with `flag`'s value replaced by `value`.
+    pub fn start_replica_with_value(&self, flag: &str, value: &str, extra: &[&str]) -> Injector {
+        let mut args: Vec<&str> = self
+            .args
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a != "--rollout=off")
+            .collect();
+        let at = args
+            .iter()
+            .position(|a| *a == flag)
+            .unwrap_or_else(|| panic!("the injector has no {flag} to replace"));
+        args[at + 1] = value;
+        args.extend_from_slice(extra);
+        Injector::start(self.dir.path(), &args, &[])
+    }
+
     /// Another `serve` process with the same arguments, working in `dir` and serving the
     /// certificate files there instead (as a replica whose Secret holds another pair).
     pub fn start_replica_in(&self, dir: &Path) -> Injector {
