@@ -683,7 +683,7 @@ async fn a_replica_that_never_becomes_ready_leaves_the_lease_to_one_that_is() {
     let engine = ["--rollout=auto", "--lease-duration", "3s", "--settle", "1s"];
     // Its sidecar ConfigMaps are in a namespace its RBAC does not let it read: its first
     // list never succeeds, so it never becomes ready (as a replica of a broken upgrade).
-    let unready = ctx.start_replica_with_value("--configmap-namespace", "default", &engine);
+    let unready = ctx.start_replica_with_values(&[("--configmap-namespace", "default")], &engine);
     wait_logged(
         &unready,
         "not competing for the rollout Lease until this replica is ready",

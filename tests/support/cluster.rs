@@ -264,29 +264,25 @@ impl TestContext {
 
     /// Another `serve` process with the same arguments but `--rollout=off`, plus `extra`.
     pub fn start_replica_with(&self, extra: &[&str]) -> Injector {
-        let mut args: Vec<&str> = self
-            .args
-            .iter()
-            .map(String::as_str)
-            .filter(|a| *a != "--rollout=off")
-            .collect();
-        args.extend_from_slice(extra);
-        Injector::start(self.dir.path(), &args, &[])
+        self.start_replica_with_values(&[], extra)
     }
 
-    /// As [`TestContext::start_replica_with`], with `flag`'s value replaced by `value`.
-    pub fn start_replica_with_value(&self, flag: &str, value: &str, extra: &[&str]) -> Injector {
+    /// As [`TestContext::start_replica_with`], with the value of each flag in `replaced`
+    /// given instead.
+    pub fn start_replica_with_values(&self, replaced: &[(&str, &str)], extra: &[&str]) -> Injector {
         let mut args: Vec<&str> = self
             .args
             .iter()
             .map(String::as_str)
             .filter(|a| *a != "--rollout=off")
             .collect();
-        let at = args
-            .iter()
-            .position(|a| *a == flag)
-            .unwrap_or_else(|| panic!("the injector has no {flag} to replace"));
-        args[at + 1] = value;
+        for (flag, value) in replaced {
+            let at = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("the injector has no {flag} to replace"));
+            args[at + 1] = value;
+        }
         args.extend_from_slice(extra);
         Injector::start(self.dir.path(), &args, &[])
     }
