@@ -338,7 +338,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
     crate::sources::check_config_directory(&options.config_directory)?;
     reload_configs(&options.config_directory, &sources, &metrics).await;
-    readiness.configs_loaded.store(true, Ordering::Release);
+    readiness.mark(&readiness.configs_loaded);
     spawn_config_reloader(
         options.config_directory.clone(),
         options.reload_debounce,
@@ -355,10 +355,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 source.selector.clone(),
                 sources.clone(),
                 metrics.clone(),
-                move || ready.configmaps_listed.store(true, Ordering::Release),
+                move || ready.mark(&ready.configmaps_listed),
             ));
         }
-        None => readiness.configmaps_listed.store(true, Ordering::Release),
+        None => readiness.mark(&readiness.configmaps_listed),
     }
     // Graceful shutdown: the Lease is given up first, so another replica acts at once.
     let (stop_tx, stop) = watch::channel(false);
@@ -406,11 +406,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         );
         if let Some(rollout) = &options.rollout {
             let (grant_tx, grant) = watch::channel(None);
-            let ready = readiness.clone();
             lease_task = Some(tokio::spawn(crate::cluster::lease::run(
                 client.clone(),
                 rollout.lease.clone(),
-                move || ready.not_ready_reason(),
+                readiness.watch(),
                 grant_tx,
                 stop.clone(),
             )));
@@ -553,11 +552,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     heads_timed_by_the_acceptor(lifecycle_server.http_builder());
     let lifecycle_task =
         tokio::spawn(lifecycle_server.serve(lifecycle_router(state.clone()).into_make_service()));
-    readiness.tls_listening.store(true, Ordering::Release);
+    readiness.mark(&readiness.tls_listening);
     info!(tls = %tls_addr, lifecycle = %lifecycle_addr, "listening");
 
     let signal = shutdown_signal().await;
-    readiness.shutting_down.store(true, Ordering::Release);
+    readiness.mark(&readiness.shutting_down);
     stop_tx.send_replace(true);
     for task in [lease_task, publisher_task].into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;

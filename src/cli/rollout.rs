@@ -464,8 +464,8 @@ impl Standing {
         let task = tokio::spawn(crate::cluster::lease::run(
             client.clone(),
             settings,
-            // The command starts acting only once it holds the Lease: it is ready from the start.
-            || None,
+            // The command is ready from the start, and stays so.
+            tokio::sync::watch::channel(None).1,
             grant_tx,
             stopping,
         ));

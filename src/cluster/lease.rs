@@ -172,19 +172,15 @@ pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool
     }
 }
 
-/// While not ready, how often readiness is checked again: readiness is not watched, and the
-/// Lease should be competed for soon after this replica can act.
-const READINESS_POLL: Duration = Duration::from_millis(500);
-
-/// Keeps trying to hold the Lease while this replica is ready (`not_ready` says why not);
-/// publishes until when this process may act (`None`: not the holder). A holder that stops
-/// being ready stops acting and gives the Lease up, so that a ready replica acts instead of
-/// one that would hold the Lease for nobody. When `stop` turns true (graceful shutdown),
-/// stops acting at once, gives the Lease up if held, and returns.
+/// Keeps trying to hold the Lease while this replica is ready (`not_ready` says why not, and
+/// wakes the loop when that changes); publishes until when this process may act (`None`: not
+/// the holder). A holder that stops being ready stops acting and gives the Lease up, so that a
+/// ready replica acts instead of one that would hold the Lease for nobody. When `stop` turns
+/// true (graceful shutdown), stops acting at once, gives the Lease up if held, and returns.
 pub async fn run(
     client: Client,
     settings: LeaseSettings,
-    not_ready: impl Fn() -> Option<&'static str> + Send + 'static,
+    mut not_ready: watch::Receiver<Option<&'static str>>,
     publish: watch::Sender<Option<Instant>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -195,9 +191,11 @@ pub async fn run(
     let mut leading = false;
     // Why this replica last stayed out of the competition, so that it is said once.
     let mut waiting: Option<&'static str> = None;
+    // Until its sender is gone, readiness can still change.
+    let mut readiness_open = true;
     loop {
         let started = Instant::now();
-        let unready = not_ready();
+        let unready = *not_ready.borrow_and_update();
         let held = match unready {
             Some(reason) => {
                 if leading {
@@ -242,14 +240,20 @@ pub async fn run(
         if held {
             publish.send_replace(Some(started + safe));
         }
-        let next = if unready.is_some() {
-            started + READINESS_POLL.min(settings.renew_every)
-        } else {
-            started + settings.renew_every
+        let next = started + settings.renew_every;
+        let stopping = loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next.into()) => break false,
+                _ = stop.wait_for(|stopping| *stopping) => break true,
+                // Becoming ready (or no longer) is acted on at once, not at the next renewal.
+                changed = not_ready.changed(), if readiness_open => match changed {
+                    Ok(()) => break false,
+                    Err(_) => readiness_open = false,
+                },
+            }
         };
-        tokio::select! {
-            () = tokio::time::sleep_until(next.into()) => {}
-            _ = stop.wait_for(|stopping| *stopping) => break,
+        if stopping {
+            break;
         }
     }
     publish.send_replace(None);
@@ -343,12 +347,17 @@ mod tests {
 
     /// A mock API holding one Lease: GET, create and replace (409 on a stale
     /// resourceVersion), as the apiserver does for this object.
-    fn lease_api() -> (Client, Arc<Mutex<Option<Lease>>>) {
-        let stored: Arc<Mutex<Option<Lease>>> = Arc::default();
-        let state = stored.clone();
+    type Shared<T> = Arc<Mutex<T>>;
+
+    /// Also returns the Lease as stored, and how many requests were made.
+    fn lease_api() -> (Client, Shared<Option<Lease>>, Shared<usize>) {
+        let stored: Shared<Option<Lease>> = Arc::default();
+        let requests: Shared<usize> = Arc::default();
+        let (state, count) = (stored.clone(), requests.clone());
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let state = state.clone();
+            let (state, count) = (state.clone(), count.clone());
             async move {
+                *count.lock().unwrap() += 1;
                 let (parts, body) = request.into_parts();
                 let bytes = body.collect().await.unwrap().to_bytes();
                 let mut stored = state.lock().unwrap();
@@ -386,7 +395,7 @@ mod tests {
                 Ok::<_, std::convert::Infallible>(response)
             }
         });
-        (Client::new(service, "default"), stored)
+        (Client::new(service, "default"), stored, requests)
     }
 
     fn status(code: u16, reason: &str) -> serde_json::Value {
@@ -409,30 +418,20 @@ mod tests {
     #[tokio::test]
     async fn a_replica_competes_for_the_lease_only_while_ready_and_gives_it_up_when_it_stops_being()
     {
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        let (client, stored) = lease_api();
+        let (client, stored, requests) = lease_api();
+        // A renewal every 5 s: what makes the replica take the Lease, or give it up, sooner is
+        // the change of its readiness.
         let settings = LeaseSettings {
             namespace: "ns".into(),
             identity: "a".into(),
             mode: "auto".into(),
-            duration: Duration::from_secs(3),
-            renew_every: Duration::from_secs(1),
+            duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
         };
-        let ready = Arc::new(AtomicBool::new(false));
-        let asked = Arc::new(AtomicUsize::new(0));
-        let (is_ready, asks) = (ready.clone(), asked.clone());
+        let (readiness, not_ready) = watch::channel(Some("sidecar configs not loaded yet"));
         let (publish, grant) = watch::channel(None);
         let (stop, stopping) = watch::channel(false);
-        let task = tokio::spawn(run(
-            client,
-            settings,
-            move || {
-                asks.fetch_add(1, Ordering::SeqCst);
-                (!is_ready.load(Ordering::SeqCst)).then_some("sidecar configs not loaded yet")
-            },
-            publish,
-            stopping,
-        ));
+        let task = tokio::spawn(run(client, settings, not_ready, publish, stopping));
         let holder = || {
             stored
                 .lock()
@@ -441,32 +440,31 @@ mod tests {
                 .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
         };
 
-        // Not ready: asked again and again, and in the meantime the Lease is never written.
-        assert!(
-            eventually(Duration::from_secs(5), || asked.load(Ordering::SeqCst) >= 3).await,
-            "readiness is checked again while not ready"
-        );
-        assert!(
-            stored.lock().unwrap().is_none(),
-            "a replica that is not ready took the Lease"
+        // Not ready: the Lease is not even read. Not a wait for something to happen: nothing
+        // may happen in this window, which holds the loop's first pass.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            *requests.lock().unwrap(),
+            0,
+            "a replica that is not ready went for the Lease"
         );
         assert!(grant.borrow().is_none());
 
-        ready.store(true, Ordering::SeqCst);
+        readiness.send_replace(None);
         assert!(
             eventually(Duration::from_secs(2), || holder().as_deref() == Some("a")).await,
-            "once ready, the replica takes the Lease within a readiness poll"
+            "once ready, the replica takes the Lease at once, not at its next renewal"
         );
         assert!(may_act(&grant));
 
         // The holder stops being ready: it stops acting and releases the Lease for a ready
         // replica, instead of renewing it for nobody.
-        ready.store(false, Ordering::SeqCst);
+        readiness.send_replace(Some("shutting down"));
         assert!(
-            eventually(Duration::from_secs(3), || stored.lock().unwrap().is_some()
+            eventually(Duration::from_secs(2), || stored.lock().unwrap().is_some()
                 && holder().is_none())
             .await,
-            "a holder that stopped being ready released the Lease: holder {:?}",
+            "a holder that stopped being ready released the Lease at once: holder {:?}",
             holder()
         );
         assert!(grant.borrow().is_none(), "it stopped acting");
@@ -478,6 +476,39 @@ mod tests {
             "another replica takes the released Lease at once"
         );
 
+        stop.send_replace(true);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_readiness_that_can_no_longer_change_does_not_spin_the_loop() {
+        let (client, stored, requests) = lease_api();
+        let settings = LeaseSettings {
+            namespace: "ns".into(),
+            identity: "cli".into(),
+            mode: "cli".into(),
+            duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
+        };
+        // As the `rollout` command passes it: ready, its sender gone at once.
+        let (publish, grant) = watch::channel(None);
+        let (stop, stopping) = watch::channel(false);
+        let task = tokio::spawn(run(
+            client,
+            settings,
+            watch::channel(None).1,
+            publish,
+            stopping,
+        ));
+        assert!(eventually(Duration::from_secs(2), || may_act(&grant)).await);
+        // The window in which a loop woken by the closed channel would renew over and over.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            *requests.lock().unwrap() <= 2,
+            "{} requests in 1 s with a renewal every 5 s",
+            requests.lock().unwrap()
+        );
+        assert!(stored.lock().unwrap().is_some());
         stop.send_replace(true);
         task.await.unwrap();
     }

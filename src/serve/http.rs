@@ -81,14 +81,32 @@ impl WebhookState {
     }
 }
 
-/// `/ready` is the conjunction of these; shutting down turns it off first.
-#[derive(Debug, Default)]
+/// `/ready` is the conjunction of these; shutting down turns it off first. Set them with
+/// [`Readiness::mark`], so that those who act only while ready ([`Readiness::watch`]) learn
+/// of it at once.
+#[derive(Debug)]
 pub struct Readiness {
     pub configs_loaded: AtomicBool,
     /// The first ConfigMap list is done (true from the start when that source is off).
     pub configmaps_listed: AtomicBool,
     pub tls_listening: AtomicBool,
     pub shutting_down: AtomicBool,
+    /// Why `/ready` fails (`None`: ready), as of the last mark.
+    reason: watch::Sender<Option<&'static str>>,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        let mut readiness = Self {
+            configs_loaded: AtomicBool::new(false),
+            configmaps_listed: AtomicBool::new(false),
+            tls_listening: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            reason: watch::Sender::new(None),
+        };
+        readiness.reason = watch::Sender::new(readiness.not_ready_reason());
+        readiness
+    }
 }
 
 impl Readiness {
@@ -104,6 +122,23 @@ impl Readiness {
         } else {
             None
         }
+    }
+
+    /// Sets `flag` (one of this value's own) and tells the watchers when that changes why
+    /// `/ready` fails.
+    pub fn mark(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::Release);
+        self.reason.send_if_modified(|reason| {
+            let now = self.not_ready_reason();
+            let changed = *reason != now;
+            *reason = now;
+            changed
+        });
+    }
+
+    /// Why `/ready` fails (`None`: ready), updated at every mark that changes it.
+    pub fn watch(&self) -> watch::Receiver<Option<&'static str>> {
+        self.reason.subscribe()
     }
 }
 
@@ -818,11 +853,14 @@ mod tests {
         let (status, body) = call(lifecycle_router(state.clone()), get()).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(body, "not ready: sidecar configs not loaded yet\n");
-        state
-            .readiness
-            .configs_loaded
-            .store(true, Ordering::Release);
-        state.readiness.tls_listening.store(true, Ordering::Release);
+        let readiness = &state.readiness;
+        let mut reason = readiness.watch();
+        readiness.mark(&readiness.configs_loaded);
+        readiness.mark(&readiness.tls_listening);
+        assert_eq!(
+            *reason.borrow_and_update(),
+            Some("the first list of sidecar ConfigMaps is not done yet")
+        );
         let (status, body) = call(lifecycle_router(state.clone()), get()).await;
         assert_eq!(
             (status, body.as_str()),
@@ -831,15 +869,15 @@ mod tests {
                 "not ready: the first list of sidecar ConfigMaps is not done yet\n"
             )
         );
-        state
-            .readiness
-            .configmaps_listed
-            .store(true, Ordering::Release);
+        readiness.mark(&readiness.configmaps_listed);
+        assert!(reason.has_changed().unwrap(), "becoming ready is told");
+        assert_eq!(*reason.borrow_and_update(), None);
         assert_eq!(
             call(lifecycle_router(state.clone()), get()).await.0,
             StatusCode::OK
         );
-        state.readiness.shutting_down.store(true, Ordering::Release);
+        readiness.mark(&readiness.shutting_down);
+        assert_eq!(*reason.borrow_and_update(), Some("shutting down"));
         let (status, body) = call(lifecycle_router(state.clone()), get()).await;
         assert_eq!(
             (status, body.as_str()),
