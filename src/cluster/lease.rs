@@ -345,11 +345,11 @@ mod tests {
         );
     }
 
-    /// A mock API holding one Lease: GET, create and replace (409 on a stale
-    /// resourceVersion), as the apiserver does for this object.
     type Shared<T> = Arc<Mutex<T>>;
 
-    /// Also returns the Lease as stored, and how many requests were made.
+    /// A mock API holding one Lease: GET, create and replace (409 on a stale
+    /// resourceVersion), as the apiserver does for this object. Also returns the Lease as
+    /// stored, and how many requests were made.
     fn lease_api() -> (Client, Shared<Option<Lease>>, Shared<usize>) {
         let stored: Shared<Option<Lease>> = Arc::default();
         let requests: Shared<usize> = Arc::default();

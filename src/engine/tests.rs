@@ -514,8 +514,7 @@ async fn within(deadline: Duration, done: impl Fn() -> bool) -> Option<Duration>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_that_runs_out_or_readiness_lost_ends_leadership_at_once_and_a_replica_not_ready_does_not_spin()
- {
+async fn leadership_ends_with_the_grant_or_readiness_and_a_replica_not_ready_does_not_spin() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let (client, _) = mock_client(answer_ok);
     // The safety-net replan is 5 s here: what ends leadership sooner is the grant's end.

@@ -398,11 +398,21 @@ pub async fn wait_campaign_paused(injector: &super::injector::Injector, sidecar:
     .await;
 }
 
+/// A rollout test's world with tracer:v1 in force. When the injector runs the engine
+/// (`--rollout=auto` in `extra`), it leads before this returns: a campaign is recorded only by
+/// the leader, and the tests' later edits are revisions of one it knows.
 pub async fn engine_context(test: &str, extra: &[&str]) -> TestContext {
     let namespace = format!("e2e-{test}");
     let ctx = TestContext::with_deploy_rbac(test, &rollout_args(&namespace, extra)).await;
     put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
-    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER_V1), true).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    wait_in_force(injector, stamp_of(TRACER_V1), true).await;
+    if extra.contains(&"--rollout=auto") {
+        eventually(DEADLINE, "the injector leads the rollout", || async {
+            (injector.metric("sidecar_injector_rollout_leader") == 1.0).then_some(())
+        })
+        .await;
+    }
     ctx
 }
 
