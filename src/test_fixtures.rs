@@ -79,3 +79,18 @@ pub(crate) fn loaded(text: &str) -> crate::config::LoadedSidecar {
         "test.yaml",
     )
 }
+
+/// Polls `done` every 10 ms until it holds or `deadline` passes; how long it took.
+pub(crate) async fn within(
+    deadline: std::time::Duration,
+    done: impl Fn() -> bool,
+) -> Option<std::time::Duration> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < deadline {
+        if done() {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    None
+}

@@ -284,6 +284,7 @@ pub fn may_act(grant: &watch::Receiver<Option<Instant>>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixtures::within;
     use http_body_util::BodyExt;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use std::sync::{Arc, Mutex};
@@ -403,16 +404,15 @@ mod tests {
                            "reason": reason, "message": reason, "code": code})
     }
 
-    /// Polls `done` every 10 ms until it holds or `deadline` passes.
-    async fn eventually(deadline: Duration, done: impl Fn() -> bool) -> bool {
-        let started = Instant::now();
-        while started.elapsed() < deadline {
-            if done() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// A 15 s Lease renewed every 5 s, in namespace `ns`.
+    fn settings(identity: &str, mode: &str) -> LeaseSettings {
+        LeaseSettings {
+            namespace: "ns".into(),
+            identity: identity.into(),
+            mode: mode.into(),
+            duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
         }
-        false
     }
 
     #[tokio::test]
@@ -421,13 +421,7 @@ mod tests {
         let (client, stored, requests) = lease_api();
         // A renewal every 5 s: what makes the replica take the Lease, or give it up, sooner is
         // the change of its readiness.
-        let settings = LeaseSettings {
-            namespace: "ns".into(),
-            identity: "a".into(),
-            mode: "auto".into(),
-            duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
-        };
+        let settings = settings("a", "auto");
         let (readiness, not_ready) = watch::channel(Some("sidecar configs not loaded yet"));
         let (publish, grant) = watch::channel(None);
         let (stop, stopping) = watch::channel(false);
@@ -452,7 +446,9 @@ mod tests {
 
         readiness.send_replace(None);
         assert!(
-            eventually(Duration::from_secs(2), || holder().as_deref() == Some("a")).await,
+            within(Duration::from_secs(2), || holder().as_deref() == Some("a"))
+                .await
+                .is_some(),
             "once ready, the replica takes the Lease at once, not at its next renewal"
         );
         assert!(may_act(&grant));
@@ -461,9 +457,10 @@ mod tests {
         // replica, instead of renewing it for nobody.
         readiness.send_replace(Some("shutting down"));
         assert!(
-            eventually(Duration::from_secs(2), || stored.lock().unwrap().is_some()
+            within(Duration::from_secs(2), || stored.lock().unwrap().is_some()
                 && holder().is_none())
-            .await,
+            .await
+            .is_some(),
             "a holder that stopped being ready released the Lease at once: holder {:?}",
             holder()
         );
@@ -483,13 +480,7 @@ mod tests {
     #[tokio::test]
     async fn a_readiness_that_can_no_longer_change_does_not_spin_the_loop() {
         let (client, stored, requests) = lease_api();
-        let settings = LeaseSettings {
-            namespace: "ns".into(),
-            identity: "cli".into(),
-            mode: "cli".into(),
-            duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
-        };
+        let settings = settings("cli", "cli");
         // As the `rollout` command passes it: ready, its sender gone at once.
         let (publish, grant) = watch::channel(None);
         let (stop, stopping) = watch::channel(false);
@@ -500,7 +491,11 @@ mod tests {
             publish,
             stopping,
         ));
-        assert!(eventually(Duration::from_secs(2), || may_act(&grant)).await);
+        assert!(
+            within(Duration::from_secs(2), || may_act(&grant))
+                .await
+                .is_some()
+        );
         // The window in which a loop woken by the closed channel would renew over and over.
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
@@ -515,13 +510,7 @@ mod tests {
 
     #[test]
     fn taking_over_counts_a_transition_and_renewing_keeps_the_acquire_time() {
-        let settings = LeaseSettings {
-            namespace: "ns".into(),
-            identity: "a".into(),
-            mode: "auto".into(),
-            duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
-        };
+        let settings = settings("a", "auto");
         let t = Timestamp::from_second(1_800_000_000).unwrap();
         let taken = lease_object(&settings, Some(&lease("b", t, 15)), t);
         let spec = taken.spec.as_ref().unwrap();

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::rollout::{Restart, SidecarChange};
+use crate::test_fixtures::within;
 
 /// One request the engine sent.
 #[derive(Debug, Clone)]
@@ -499,18 +500,6 @@ async fn the_book_gauge_is_the_size_of_the_campaigns_item_written() {
     assert!(written.contains("logger:v1"), "{written}");
     let line = format!("sidecar_injector_rollout_book_bytes {}", written.len());
     assert!(metric(&metrics, &line), "{}", metrics.encode());
-}
-
-/// Polls `done` every 10 ms until it holds or `deadline` passes; how long it took.
-async fn within(deadline: Duration, done: impl Fn() -> bool) -> Option<Duration> {
-    let started = Instant::now();
-    while started.elapsed() < deadline {
-        if done() {
-            return Some(started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
