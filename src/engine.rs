@@ -1220,15 +1220,15 @@ async fn with_timeout<T>(
 
 /// Runs the engine for `serve` until the process ends: plans on every change and whenever the
 /// last plan said it would change by time alone,
-/// acts only while `grant` allows, and only once this replica has been ready for
-/// `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
+/// acts only while `grant` allows, and only once this replica has been ready (`not_ready`
+/// says why not, `None` when ready) for `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
 /// Service sends the API server's calls to a ready replica, it would come back without its
 /// sidecars (failurePolicy Ignore).
 pub async fn run(
     mut engine: Engine,
     mut feed: DriftFeed,
     mut sidecars: watch::Receiver<Arc<SidecarSet>>,
-    ready: impl Fn() -> bool,
+    mut not_ready: watch::Receiver<Option<&'static str>>,
     mut grant: watch::Receiver<Option<Instant>>,
     act_after_ready: Duration,
 ) {
@@ -1243,20 +1243,15 @@ pub async fn run(
     );
     let mut leading = false;
     let mut ready_since: Option<Instant> = None;
-    let mut was_ready = true;
     loop {
         // Wake when something watched changes, or when the plan says it changes by time
         // alone; `replan_every` is only a safety net, not what paces a campaign.
         let mut sleep = until(engine.next_wake()).map_or(replan, |d| d.min(replan));
-        // Until warmed up, wake when the warm-up ends; readiness is not watched, so while
-        // not ready it is checked every second.
+        // Until warmed up, wake when the warm-up ends.
         if let Some(since) = ready_since
             && since.elapsed() < act_after_ready
         {
             sleep = sleep.min(act_after_ready - since.elapsed());
-        }
-        if !was_ready {
-            sleep = sleep.min(Duration::from_secs(1));
         }
         // A grant that is not renewed only runs out: nothing is sent when it does. Wake then,
         // so that a replica whose Lease was taken stops reporting itself leader (and its book)
@@ -1271,13 +1266,16 @@ pub async fn run(
             result = sidecars.changed() => if result.is_err() { return } else { true },
             result = grant.changed() => if result.is_err() { return } else { true },
             result = engine.status.changed() => if result.is_err() { return } else { true },
+            // Becoming ready, or no longer, is acted on at once: a leader that stops being
+            // ready steps down now, not at its next planned pass.
+            result = not_ready.changed() => if result.is_err() { return } else { true },
             () = tokio::time::sleep(sleep) => false,
         };
         if changed {
             tokio::time::sleep(PLAN_DEBOUNCE).await;
         }
         feed.changes.borrow_and_update();
-        was_ready = ready();
+        let was_ready = not_ready.borrow_and_update().is_none();
         if !was_ready {
             ready_since = None;
         }

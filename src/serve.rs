@@ -428,12 +428,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                     metrics.clone(),
                 ));
             }
-            let ready = readiness.clone();
             tokio::spawn(crate::engine::run(
                 engine,
                 feed,
                 sidecars.clone(),
-                move || ready.not_ready_reason().is_none(),
+                readiness.watch(),
                 grant,
                 rollout.act_after_ready,
             ));
