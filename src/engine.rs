@@ -28,7 +28,6 @@ use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
 use crate::rollout::eviction::{BlockedEviction, LastEviction};
 use crate::rollout::history::RevisionHistory;
-use crate::rollout::in_place::InPlaceUpgrade;
 use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
 use crate::rollout::selection::ContainerSelection;
 use crate::rollout::targets::{ContentHistory, published_targets};
@@ -206,8 +205,10 @@ pub struct Engine {
     evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
     /// Workloads in their health bake.
     baking: BTreeMap<WorkloadRef, rollout::Bake>,
-    /// The pod of each workload being upgraded in place (one at a time).
-    upgrades: BTreeMap<WorkloadRef, InPlaceUpgrade>,
+    /// The pod of each workload being upgraded in place (one at a time), followed by a watch.
+    upgrades: BTreeMap<WorkloadRef, pod_replacement::UpgradeUnderWay>,
+    /// Notified whenever a followed pod changes.
+    pods_changed: Arc<tokio::sync::Notify>,
     /// Pods upgraded in place, by workload and pod uid: their containers' restart counts once
     /// upgraded, which the health bake counts restarts from (the upgraded container restarted
     /// on purpose). Kept while the workload rolls (its bake included).
@@ -263,6 +264,7 @@ impl Engine {
             blocked: BTreeMap::new(),
             baking: BTreeMap::new(),
             upgrades: BTreeMap::new(),
+            pods_changed: Arc::default(),
             upgraded: BTreeMap::new(),
             stamped: BTreeMap::new(),
             evicting: BTreeMap::new(),
@@ -280,6 +282,12 @@ impl Engine {
             published: None,
             summary: None,
         }
+    }
+
+    /// Notified whenever a pod being upgraded in place changes: a loop that runs the engine
+    /// ([`run`], the one-shot CLI's) plans again then.
+    pub fn pods_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.pods_changed.clone()
     }
 
     /// Keeps what this run restarted and how each ended, for [`Engine::summary`].
@@ -728,7 +736,7 @@ impl Engine {
                 .iter()
                 .any(|e| &e.workload == w && !e.pods.is_empty())
         });
-        self.follow_upgrades().await;
+        self.follow_upgrades();
         for eviction in evictions {
             let in_place = self
                 .evicting
@@ -1266,6 +1274,7 @@ pub async fn run(
             result = sidecars.changed() => if result.is_err() { return } else { true },
             result = grant.changed() => if result.is_err() { return } else { true },
             result = engine.status.changed() => if result.is_err() { return } else { true },
+            () = engine.pods_changed.notified() => true,
             // Becoming ready, or no longer, is acted on at once: a leader that stops being
             // ready steps down now, not at its next planned pass.
             result = not_ready.changed() => if result.is_err() { return } else { true },

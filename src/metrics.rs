@@ -170,6 +170,8 @@ pub enum EngineCall {
     ReadPod,
     /// Patching a pod's sidecar images in place.
     PatchPod,
+    /// Following a pod being upgraded in place (a watch, counted when it starts).
+    WatchPod,
 }
 
 impl EngineCall {
@@ -181,6 +183,7 @@ impl EngineCall {
             EngineCall::Status => "status",
             EngineCall::ReadPod => "read_pod",
             EngineCall::PatchPod => "patch_pod",
+            EngineCall::WatchPod => "watch_pod",
         }
     }
 }

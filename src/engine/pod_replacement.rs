@@ -11,6 +11,7 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use super::{ActionError, Engine, Eviction, with_timeout};
+use crate::cluster::pod_follow::FollowedPod;
 use crate::drift::PodToReplace;
 use crate::metrics::{EngineCall, RolloutResult};
 use crate::rollout;
@@ -20,56 +21,54 @@ use crate::rollout::eviction::{
 use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress, next_upgrade};
 use crate::workload::WorkloadRef;
 
+/// A pod being upgraded in place, and its follower.
+#[derive(Debug)]
+pub(super) struct UpgradeUnderWay {
+    pub upgrade: InPlaceUpgrade,
+    pub pod: FollowedPod,
+}
+
 impl Engine {
-    /// Judges each pod being upgraded in place, read again: done, it frees its workload for the
-    /// next pod; failed, its workload's restart fails with the reason at the next plan; still
-    /// under way, read again in a second (container states come with no watched change).
-    pub(super) async fn follow_upgrades(&mut self) {
-        let upgrades: Vec<(WorkloadRef, InPlaceUpgrade)> = self
-            .upgrades
-            .iter()
-            .map(|(w, u)| (w.clone(), u.clone()))
-            .collect();
-        for (workload, upgrade) in upgrades {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &upgrade.namespace);
-            self.metrics.record_api_request(EngineCall::ReadPod);
-            let pod = match with_timeout(api.get_opt(&upgrade.pod)).await {
-                Ok(pod) => pod,
-                Err(source) => {
-                    self.failed(&ActionError::ReadPod {
-                        namespace: upgrade.namespace.clone(),
-                        pod: upgrade.pod.clone(),
-                        source,
-                    });
-                    self.retry_later();
-                    continue;
-                }
+    /// Judges each pod being upgraded in place, as last seen by its follower: done, it frees
+    /// its workload for the next pod; failed, its workload's restart fails with the reason at
+    /// the next plan; still under way, judged again when the follower sees the pod change
+    /// (container states come with no change the drift index watches).
+    pub(super) fn follow_upgrades(&mut self) {
+        let workloads: Vec<WorkloadRef> = self.upgrades.keys().cloned().collect();
+        for workload in workloads {
+            let progress = match self.upgrades.get(&workload) {
+                Some(under_way) => under_way
+                    .upgrade
+                    .progress(under_way.pod.latest().as_deref()),
+                None => continue,
             };
-            match upgrade.progress(pod.as_ref()) {
-                UpgradeProgress::Pending => {
-                    self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)))
-                }
+            if progress == UpgradeProgress::Pending {
+                continue;
+            }
+            // Over either way: dropping it ends the pod's watch.
+            let Some(UpgradeUnderWay { upgrade, .. }) = self.upgrades.remove(&workload) else {
+                continue;
+            };
+            match progress {
+                UpgradeProgress::Pending => {}
                 UpgradeProgress::Done(restarts) => {
                     info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, no other container restarted",
                         upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
-                    self.upgrades.remove(&workload);
                     self.upgraded
                         .entry(workload.clone())
                         .or_default()
                         .insert(upgrade.uid.clone(), restarts);
-                    self.wake_at(Timestamp::now());
                 }
                 UpgradeProgress::Failed(reason) => {
                     warn!(workload = %workload, pod = upgrade.pod, "in-place upgrade failed: {reason}");
                     self.metrics
                         .record_rollout(workload.kind, RolloutResult::InPlaceFailed);
-                    self.upgrades.remove(&workload);
                     if let Some(restart) = self.evicting.get_mut(&workload) {
                         restart.problem = Some(format!("in-place upgrade failed: {reason}"));
                     }
-                    self.wake_at(Timestamp::now());
                 }
             }
+            self.wake_at(Timestamp::now());
         }
     }
 
@@ -151,13 +150,19 @@ impl Engine {
         ))
         .await
         {
-            Ok(_) => {
+            Ok(patched) => {
                 info!(workload = %workload, pod = next.name, revision = patch.revision, "upgrading in place: {}",
                     patch.upgraded.iter().map(|(c, i)| format!("{c} -> {i}")).collect::<Vec<_>>().join(", "));
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
-                self.upgrades.insert(workload.clone(), upgrade);
-                self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
+                let pod = FollowedPod::start(
+                    self.client.clone(),
+                    patched,
+                    self.pods_changed.clone(),
+                    self.metrics.clone(),
+                );
+                self.upgrades
+                    .insert(workload.clone(), UpgradeUnderWay { upgrade, pod });
             }
             // The pod changed since it was read (the test of its uid or a container failed):
             // read again at the next plan.

@@ -144,6 +144,13 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
         8.0,
         "one patch per pod"
     );
+    // Each pod upgraded in place is followed by one watch from its patch on, not read again
+    // and again until its sidecar is back.
+    assert_eq!(
+        injector.metric("sidecar_injector_rollout_api_requests_total{verb=\"watch_pod\"}"),
+        8.0,
+        "one watch per pod upgraded in place"
+    );
     let events = events_for(&ctx, "web", "SidecarRestart").await;
     assert!(
         events.iter().any(|e| e
