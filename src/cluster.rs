@@ -6,7 +6,6 @@ pub mod drift_feed;
 pub mod events;
 pub mod lease;
 pub mod list;
-pub mod pod_follow;
 pub mod status;
 pub mod watch;
 pub mod webhook_ca;

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
-use crate::cluster::drift_feed::DriftFeed;
+use crate::cluster::drift_feed::{DriftFeed, FollowedPods};
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
 use crate::cluster::status::{self, STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP};
 use crate::config::{RevisionsInForce, SidecarSet};
@@ -205,10 +205,8 @@ pub struct Engine {
     evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
     /// Workloads in their health bake.
     baking: BTreeMap<WorkloadRef, rollout::Bake>,
-    /// The pod of each workload being upgraded in place (one at a time), followed by a watch.
+    /// The pod of each workload being upgraded in place (one at a time).
     upgrades: BTreeMap<WorkloadRef, pod_replacement::UpgradeUnderWay>,
-    /// Notified whenever a followed pod changes.
-    pods_changed: Arc<tokio::sync::Notify>,
     /// Pods upgraded in place, by workload and pod uid: their containers' restart counts once
     /// upgraded, which the health bake counts restarts from (the upgraded container restarted
     /// on purpose). Kept while the workload rolls (its bake included).
@@ -264,7 +262,6 @@ impl Engine {
             blocked: BTreeMap::new(),
             baking: BTreeMap::new(),
             upgrades: BTreeMap::new(),
-            pods_changed: Arc::default(),
             upgraded: BTreeMap::new(),
             stamped: BTreeMap::new(),
             evicting: BTreeMap::new(),
@@ -282,12 +279,6 @@ impl Engine {
             published: None,
             summary: None,
         }
-    }
-
-    /// Notified whenever a pod being upgraded in place changes: a loop that runs the engine
-    /// ([`run`], the one-shot CLI's) plans again then.
-    pub fn pods_changed(&self) -> Arc<tokio::sync::Notify> {
-        self.pods_changed.clone()
     }
 
     /// Keeps what this run restarted and how each ended, for [`Engine::summary`].
@@ -562,7 +553,7 @@ impl Engine {
         match self.options.mode {
             EngineMode::Auto => {
                 self.metrics.record_campaigns(&self.book);
-                self.act(&plan, evictions, now).await;
+                self.act(&plan, evictions, now, &feed.followed).await;
                 self.end_podless(podless);
                 for line in self.journal.campaigns(&plan, &self.book) {
                     say(&line);
@@ -710,7 +701,13 @@ impl Engine {
         self.read_bakes(reads).await;
     }
 
-    async fn act(&mut self, plan: &RolloutPlan, evictions: Vec<Eviction>, now: Timestamp) {
+    async fn act(
+        &mut self,
+        plan: &RolloutPlan,
+        evictions: Vec<Eviction>,
+        now: Timestamp,
+        followed: &FollowedPods,
+    ) {
         // A restart by eviction ends when its workload no longer rolls to its target; a stamp
         // matters until its workload's outcome is known; the pace of evictions only within a
         // rollout.
@@ -736,7 +733,7 @@ impl Engine {
                 .iter()
                 .any(|e| &e.workload == w && !e.pods.is_empty())
         });
-        self.follow_upgrades();
+        self.follow_upgrades(followed).await;
         for eviction in evictions {
             let in_place = self
                 .evicting
@@ -744,7 +741,7 @@ impl Engine {
                 .filter(|e| e.in_place)
                 .map(|e| e.target.clone());
             match in_place {
-                Some(target) => self.upgrade_next(&eviction, &target).await,
+                Some(target) => self.upgrade_next(&eviction, &target, followed).await,
                 None => {
                     self.evict_next(&eviction.workload, &eviction.pods, eviction.healthy)
                         .await;
@@ -806,6 +803,7 @@ impl Engine {
                         since: now,
                         in_place,
                         problem: None,
+                        upgrading: false,
                     },
                 );
                 self.wake_at(now);
@@ -1274,7 +1272,6 @@ pub async fn run(
             result = sidecars.changed() => if result.is_err() { return } else { true },
             result = grant.changed() => if result.is_err() { return } else { true },
             result = engine.status.changed() => if result.is_err() { return } else { true },
-            () = engine.pods_changed.notified() => true,
             // Becoming ready, or no longer, is acted on at once: a leader that stops being
             // ready steps down now, not at its next planned pass.
             result = not_ready.changed() => if result.is_err() { return } else { true },

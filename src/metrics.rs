@@ -170,8 +170,6 @@ pub enum EngineCall {
     ReadPod,
     /// Patching a pod's sidecar images in place.
     PatchPod,
-    /// Following a pod being upgraded in place (a watch, counted when it starts).
-    WatchPod,
 }
 
 impl EngineCall {
@@ -183,7 +181,6 @@ impl EngineCall {
             EngineCall::Status => "status",
             EngineCall::ReadPod => "read_pod",
             EngineCall::PatchPod => "patch_pod",
-            EngineCall::WatchPod => "watch_pod",
         }
     }
 }

@@ -552,7 +552,6 @@ async fn act_until_done(
         && args.cluster.output == OutputFormat::Table
         && crate::telemetry::text_on_stderr();
     let mut changes = feed.changes.clone();
-    let pods_changed = engine.pods_changed();
     let mut progress: Option<Progress> = None;
     let mut unheld_since: Option<std::time::Instant> = None;
     let mut settled_since: Option<std::time::Instant> = None;
@@ -591,11 +590,7 @@ async fn act_until_done(
         // every second, for the Lease and the outcomes of workloads with no pods left.
         let sleep = crate::engine::until(engine.next_wake())
             .map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1)));
-        tokio::select! {
-            _ = changes.changed() => {}
-            () = pods_changed.notified() => {}
-            () = tokio::time::sleep(sleep) => {}
-        }
+        let _ = tokio::time::timeout(sleep, changes.changed()).await;
     }
     engine.flush_status().await;
     if terminal {

@@ -3,6 +3,7 @@
 //! backoff) and keeps the `sidecar_injector_pods{sidecar,state}` gauge current whenever the
 //! index or the config snapshot changes.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,13 +26,91 @@ use crate::drift::{DriftGauge, DriftIndex, DriftPolicy, DriftReport, WorkloadEnt
 use crate::metrics::Metrics;
 use crate::workload::WorkloadKind;
 
-/// What the watches feed: the index, a counter bumped on every change, and whether every watch
-/// has completed its first list (nothing is planned before).
+/// What the watches feed: the index, a counter bumped on every change, whether every watch
+/// has completed its first list (nothing is planned before), and the versions of the pods
+/// someone follows.
 #[derive(Clone)]
 pub struct DriftFeed {
     pub index: Arc<Mutex<DriftIndex>>,
     pub changes: watch::Receiver<u64>,
     pub synced: watch::Receiver<bool>,
+    pub followed: FollowedPods,
+}
+
+/// What the pod watch last saw of a followed pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodSeen {
+    /// Nothing since it was followed.
+    Nothing,
+    /// Its resourceVersion.
+    Version(String),
+    Deleted,
+}
+
+/// The pods the rollout engine follows (those it upgrades in place), with what the pod watch
+/// last saw of each. Their container states change with nothing the index keeps; this says
+/// when reading one again is worth a request, without a second watch or a timer.
+#[derive(Clone, Debug, Default)]
+pub struct FollowedPods(Arc<Mutex<HashMap<(String, String), PodSeen>>>);
+
+impl FollowedPods {
+    pub fn follow(&self, namespace: &str, name: &str) {
+        self.lock()
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_insert(PodSeen::Nothing);
+    }
+
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.lock().remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// What the watch last saw of a followed pod (`None`: not followed).
+    pub fn seen(&self, namespace: &str, name: &str) -> Option<PodSeen> {
+        self.lock()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PodSeen>> {
+        self.0.lock().expect("followed pods lock")
+    }
+
+    fn saw(&self, meta: &ObjectMeta, seen: PodSeen) {
+        let mut followed = self.lock();
+        if followed.is_empty() {
+            return;
+        }
+        if let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name)
+            && let Some(entry) = followed.get_mut(&(namespace.clone(), name.clone()))
+        {
+            *entry = seen;
+        }
+    }
+
+    fn applied(&self, meta: &ObjectMeta) {
+        if let Some(version) = &meta.resource_version {
+            self.saw(meta, PodSeen::Version(version.clone()));
+        }
+    }
+
+    /// A relist: every followed pod is as listed, or gone.
+    fn listed(&self, metas: &[ObjectMeta]) {
+        let mut followed = self.lock();
+        if followed.is_empty() {
+            return;
+        }
+        for seen in followed.values_mut() {
+            *seen = PodSeen::Deleted;
+        }
+        for meta in metas {
+            if let (Some(namespace), Some(name), Some(version)) =
+                (&meta.namespace, &meta.name, &meta.resource_version)
+                && let Some(entry) = followed.get_mut(&(namespace.clone(), name.clone()))
+            {
+                *entry = PodSeen::Version(version.clone());
+            }
+        }
+    }
 }
 
 /// Shared by the feeds: bumps the change counter and counts first lists.
@@ -148,6 +227,7 @@ async fn feed<K>(
     index: Arc<Mutex<DriftIndex>>,
     keys: AnnotationKeys,
     signals: Arc<Signals>,
+    followed: Option<FollowedPods>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     PartialObjectMeta<K>:
@@ -165,14 +245,23 @@ async fn feed<K>(
         match change {
             Change::Listed(metas) => {
                 reset(&mut index, feed, &metas, &keys);
+                if let Some(followed) = &followed {
+                    followed.listed(&metas);
+                }
                 signals.listed(&mut first);
             }
             Change::Applied(meta) => {
                 apply(&mut index, feed, &meta, &keys);
+                if let Some(followed) = &followed {
+                    followed.applied(&meta);
+                }
                 signals.changed();
             }
             Change::Deleted(meta) => {
                 delete(&mut index, feed, &meta);
+                if let Some(followed) = &followed {
+                    followed.saw(&meta, PodSeen::Deleted);
+                }
                 signals.changed();
             }
         }
@@ -189,12 +278,14 @@ pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
         synced: synced_tx,
         lists_done: Default::default(),
     });
+    let followed = FollowedPods::default();
     tokio::spawn(feed(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         Feed::Pods,
         index.clone(),
         keys.clone(),
         changed.clone(),
+        Some(followed.clone()),
     ));
     tokio::spawn(feed(
         Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
@@ -202,6 +293,7 @@ pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
         index.clone(),
         keys.clone(),
         changed.clone(),
+        None,
     ));
     tokio::spawn(feed_workloads(
         Api::<Deployment>::all(client.clone()),
@@ -232,6 +324,7 @@ pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
         index,
         changes,
         synced,
+        followed,
     }
 }
 
@@ -264,4 +357,49 @@ pub fn spawn_gauge(
             });
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str, version: &str) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some("shop".into()),
+            name: Some(name.into()),
+            resource_version: Some(version.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_pod_watch_records_only_the_followed_pods_and_their_deletion() {
+        let followed = FollowedPods::default();
+        followed.applied(&meta("web-1", "4"));
+        assert_eq!(followed.seen("shop", "web-1"), None, "not followed yet");
+
+        followed.follow("shop", "web-1");
+        assert_eq!(followed.seen("shop", "web-1"), Some(PodSeen::Nothing));
+        followed.applied(&meta("web-1", "5"));
+        followed.applied(&meta("web-2", "6"));
+        assert_eq!(
+            followed.seen("shop", "web-1"),
+            Some(PodSeen::Version("5".into()))
+        );
+        assert_eq!(followed.seen("shop", "web-2"), None, "never followed");
+
+        // A relist without it: it is gone, as a deletion says.
+        followed.listed(&[meta("web-2", "7")]);
+        assert_eq!(followed.seen("shop", "web-1"), Some(PodSeen::Deleted));
+        followed.listed(&[meta("web-1", "8")]);
+        assert_eq!(
+            followed.seen("shop", "web-1"),
+            Some(PodSeen::Version("8".into()))
+        );
+        followed.saw(&meta("web-1", "9"), PodSeen::Deleted);
+        assert_eq!(followed.seen("shop", "web-1"), Some(PodSeen::Deleted));
+
+        followed.forget("shop", "web-1");
+        assert_eq!(followed.seen("shop", "web-1"), None);
+    }
 }

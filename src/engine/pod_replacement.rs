@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use super::{ActionError, Engine, Eviction, with_timeout};
-use crate::cluster::pod_follow::FollowedPod;
+use crate::cluster::drift_feed::{FollowedPods, PodSeen};
 use crate::drift::PodToReplace;
 use crate::metrics::{EngineCall, RolloutResult};
 use crate::rollout;
@@ -21,34 +21,82 @@ use crate::rollout::eviction::{
 use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress, next_upgrade};
 use crate::workload::WorkloadRef;
 
-/// A pod being upgraded in place, and its follower.
+/// A pod being upgraded in place: the upgrade, the version of the pod last read (or patched),
+/// and what the pod watch had seen of it then.
 #[derive(Debug)]
 pub(super) struct UpgradeUnderWay {
     pub upgrade: InPlaceUpgrade,
-    pub pod: FollowedPod,
+    read: Option<String>,
+    seen_at_read: PodSeen,
+}
+
+impl UpgradeUnderWay {
+    /// Whether the pod changed since it was last read, as far as the pod watch knows: a
+    /// version the watch saw after that read, other than the one read (the watch may lag
+    /// behind a read). Its deletion counts; a pod the watch was not told to follow is read.
+    fn worth_reading(&self, seen: Option<&PodSeen>) -> bool {
+        match seen {
+            None | Some(PodSeen::Deleted) => true,
+            Some(PodSeen::Nothing) => false,
+            Some(seen @ PodSeen::Version(version)) => {
+                Some(version) != self.read.as_ref() && *seen != self.seen_at_read
+            }
+        }
+    }
 }
 
 impl Engine {
-    /// Judges each pod being upgraded in place, as last seen by its follower: done, it frees
-    /// its workload for the next pod; failed, its workload's restart fails with the reason at
-    /// the next plan; still under way, judged again when the follower sees the pod change
-    /// (container states come with no change the drift index watches).
-    pub(super) fn follow_upgrades(&mut self) {
+    /// Judges each pod being upgraded in place, read again once the pod watch saw it change
+    /// (its container states are not in the index, but each change comes through the watch
+    /// and wakes the engine): done, it frees its workload for the next pod; failed, its
+    /// workload's restart fails with the reason at the next plan; still under way, read again
+    /// at its next change.
+    pub(super) async fn follow_upgrades(&mut self, followed: &FollowedPods) {
         let workloads: Vec<WorkloadRef> = self.upgrades.keys().cloned().collect();
         for workload in workloads {
-            let progress = match self.upgrades.get(&workload) {
-                Some(under_way) => under_way
-                    .upgrade
-                    .progress(under_way.pod.latest().as_deref()),
-                None => continue,
+            let Some(under_way) = self.upgrades.get(&workload) else {
+                continue;
             };
+            let (namespace, name) = (
+                under_way.upgrade.namespace.clone(),
+                under_way.upgrade.pod.clone(),
+            );
+            let seen = followed.seen(&namespace, &name);
+            if !under_way.worth_reading(seen.as_ref()) {
+                continue;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+            self.metrics.record_api_request(EngineCall::ReadPod);
+            let pod = match with_timeout(api.get_opt(&name)).await {
+                Ok(pod) => pod,
+                Err(source) => {
+                    self.failed(&ActionError::ReadPod {
+                        namespace,
+                        pod: name,
+                        source,
+                    });
+                    self.retry_later();
+                    continue;
+                }
+            };
+            let Some(under_way) = self.upgrades.get_mut(&workload) else {
+                continue;
+            };
+            under_way.read = pod
+                .as_ref()
+                .and_then(|p| p.metadata.resource_version.clone());
+            under_way.seen_at_read = seen.unwrap_or(PodSeen::Nothing);
+            let progress = under_way.upgrade.progress(pod.as_ref());
             if progress == UpgradeProgress::Pending {
                 continue;
             }
-            // Over either way: dropping it ends the pod's watch.
             let Some(UpgradeUnderWay { upgrade, .. }) = self.upgrades.remove(&workload) else {
                 continue;
             };
+            followed.forget(&namespace, &name);
+            if let Some(restart) = self.evicting.get_mut(&workload) {
+                restart.upgrading = false;
+            }
             match progress {
                 UpgradeProgress::Pending => {}
                 UpgradeProgress::Done(restarts) => {
@@ -102,6 +150,7 @@ impl Engine {
         &mut self,
         eviction: &Eviction,
         target: &crate::config::RevisionStamp,
+        followed: &FollowedPods,
     ) {
         let workload = &eviction.workload;
         // follow_upgrades may have seen a failure in this very pass: it is in the restart.
@@ -142,6 +191,8 @@ impl Engine {
             }
         };
         let upgrade = InPlaceUpgrade::of(&pod, &patch);
+        // Followed from before the patch, so that no change after it goes unseen.
+        followed.follow(namespace, &next.name);
         self.metrics.record_api_request(EngineCall::PatchPod);
         match with_timeout(api.patch(
             &next.name,
@@ -155,21 +206,25 @@ impl Engine {
                     patch.upgraded.iter().map(|(c, i)| format!("{c} -> {i}")).collect::<Vec<_>>().join(", "));
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
-                let pod = FollowedPod::start(
-                    self.client.clone(),
-                    patched,
-                    self.pods_changed.clone(),
-                    self.metrics.clone(),
-                );
-                self.upgrades
-                    .insert(workload.clone(), UpgradeUnderWay { upgrade, pod });
+                // Read again once the watch sees a version other than the patch's own.
+                let under_way = UpgradeUnderWay {
+                    upgrade,
+                    read: patched.metadata.resource_version,
+                    seen_at_read: PodSeen::Nothing,
+                };
+                self.upgrades.insert(workload.clone(), under_way);
+                if let Some(restart) = self.evicting.get_mut(workload) {
+                    restart.upgrading = true;
+                }
             }
             // The pod changed since it was read (the test of its uid or a container failed):
             // read again at the next plan.
             Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+                followed.forget(namespace, &next.name);
                 self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
             }
             Err(source) => {
+                followed.forget(namespace, &next.name);
                 self.failed(&ActionError::PatchPod {
                     namespace: namespace.to_owned(),
                     pod: next.name.clone(),
@@ -285,5 +340,51 @@ impl Engine {
                 self.retry_later();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn under_way(read: &str, seen_at_read: PodSeen) -> UpgradeUnderWay {
+        UpgradeUnderWay {
+            upgrade: InPlaceUpgrade {
+                namespace: "shop".into(),
+                pod: "web-1".into(),
+                uid: "uid-1".into(),
+                upgraded: Default::default(),
+                others: Default::default(),
+            },
+            read: Some(read.into()),
+            seen_at_read,
+        }
+    }
+
+    fn version(v: &str) -> Option<PodSeen> {
+        Some(PodSeen::Version(v.into()))
+    }
+
+    #[test]
+    fn a_pod_being_upgraded_is_read_again_only_once_the_watch_saw_it_change() {
+        // Just patched (version 2): the watch has seen nothing of it since it was followed.
+        let patched = under_way("2", PodSeen::Nothing);
+        assert!(!patched.worth_reading(Some(&PodSeen::Nothing)));
+        assert!(
+            !patched.worth_reading(version("2").as_ref()),
+            "the patch itself"
+        );
+        assert!(
+            patched.worth_reading(version("3").as_ref()),
+            "the kubelet's report"
+        );
+        assert!(patched.worth_reading(Some(&PodSeen::Deleted)));
+        assert!(patched.worth_reading(None), "not followed: read");
+
+        // Read at 3 while the watch was still at 2: neither is news, 4 is.
+        let read = under_way("3", PodSeen::Version("2".into()));
+        assert!(!read.worth_reading(version("2").as_ref()));
+        assert!(!read.worth_reading(version("3").as_ref()));
+        assert!(read.worth_reading(version("4").as_ref()));
     }
 }

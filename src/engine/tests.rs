@@ -380,7 +380,9 @@ async fn a_long_running_engine_lets_go_of_each_workload_once_its_rollout_ends() 
         succeeded: vec![web.workload.clone()],
         ..RolloutPlan::default()
     };
-    engine.act(&succeeded, Vec::new(), now).await;
+    engine
+        .act(&succeeded, Vec::new(), now, &Default::default())
+        .await;
     assert_eq!(remembered(&engine), BTreeSet::new(), "after its success");
 
     let db = WorkloadRef::new(WorkloadKind::StatefulSet, "team", "db");
@@ -390,7 +392,14 @@ async fn a_long_running_engine_lets_go_of_each_workload_once_its_rollout_ends() 
         remembered(&engine),
         BTreeSet::from(["StatefulSet/team/db".to_owned()])
     );
-    engine.act(&RolloutPlan::default(), Vec::new(), now).await;
+    engine
+        .act(
+            &RolloutPlan::default(),
+            Vec::new(),
+            now,
+            &Default::default(),
+        )
+        .await;
     assert_eq!(
         remembered(&engine),
         BTreeSet::new(),
@@ -417,7 +426,14 @@ async fn a_kept_summary_says_what_was_restarted_and_how_it_ended() {
         succeeded: vec![web.workload.clone()],
         ..RolloutPlan::default()
     };
-    engine.act(&succeeded, Vec::new(), Timestamp::now()).await;
+    engine
+        .act(
+            &succeeded,
+            Vec::new(),
+            Timestamp::now(),
+            &Default::default(),
+        )
+        .await;
     assert!(engine.summary().restarted.contains(&web.workload));
     assert!(engine.summary().succeeded.contains(&web.workload));
 }
@@ -514,6 +530,7 @@ async fn leadership_follows_the_grant_and_readiness_at_once() {
         index: Arc::new(Mutex::new(crate::drift::DriftIndex::default())),
         changes,
         synced,
+        followed: Default::default(),
     };
     let (_sidecars_tx, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
     let (grant_tx, grant) = watch::channel(None);

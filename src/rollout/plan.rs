@@ -156,6 +156,9 @@ pub struct EvictionRestart {
     pub in_place: bool,
     /// Why an in-place upgrade of one of its pods failed: the restart fails with it.
     pub problem: Option<String>,
+    /// One of its pods is being upgraded in place: patched, so its revision says current,
+    /// but its sidecar not yet back. The restart is not over until it is.
+    pub upgrading: bool,
 }
 
 /// A workload carrying the target, not yet rolled out.

@@ -203,6 +203,16 @@ fn survey_workload<'g, 'r>(
                 );
                 return;
             }
+            // One of its pods is being upgraded in place: patched, so its revision says
+            // current, but its sidecar is not back yet. It rolls, within --rollout-timeout,
+            // until that upgrade is judged.
+            if upgrade.is_some_and(|e| e.upgrading) {
+                let (failure, deadline) = timeout_failure(input, book, workload, entry, &active);
+                survey.wakes.extend(deadline);
+                let still = (workload, &active[..]);
+                roll_or_fail(input, survey, out, still, target, true, failure);
+                return;
+            }
             let stale: Vec<&WorkloadDrift> = restart_for;
             let carrier = Carrier {
                 group,

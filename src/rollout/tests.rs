@@ -1556,6 +1556,7 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
             since: at(7200),
             in_place: false,
             problem: None,
+            upgrading: false,
         },
     );
     world.now = at(7210);
@@ -2141,6 +2142,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         since: at(7200),
         in_place: true,
         problem: None,
+        upgrading: false,
     };
     world.evicting.insert(web.clone(), restart.clone());
     world.now = at(7201);
@@ -2156,6 +2158,38 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         plan.failed[0].reason,
         "in-place upgrade failed: pod web-rs-1: container app restarted"
     );
+
+    // Its last pod patched (every pod's revision says current) and its sidecar not back yet:
+    // the restart goes on until that upgrade is judged, and only then succeeds.
+    let mut world = World::new();
+    world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+    world.settings.bake = std::time::Duration::ZERO;
+    world.history = history_old_new("image");
+    world.deployment("web", 2, Some(OLD));
+    let target = world.step().restarts[0].target.clone().unwrap();
+    let mut restart = crate::rollout::EvictionRestart {
+        target,
+        since: at(7200),
+        in_place: true,
+        problem: None,
+        upgrading: true,
+    };
+    world.evicting.insert(web.clone(), restart.clone());
+    let stamp = format!("{LOGGER}={NEW}");
+    world.pods(
+        "team",
+        ("ReplicaSet", "web-rs"),
+        &["web-rs-0", "web-rs-1"],
+        Some(&stamp),
+    );
+    world.now = at(7205);
+    let plan = world.step();
+    assert!(plan.succeeded.is_empty(), "{:?}", plan.succeeded);
+    assert_eq!(plan.rolling.len(), 1, "{plan:?}");
+    restart.upgrading = false;
+    world.evicting.insert(web.clone(), restart);
+    let plan = world.step();
+    assert_eq!(plan.succeeded, std::slice::from_ref(&web));
 
     // An env change restarts, and says why not in place.
     let mut world = World::new();
