@@ -1225,9 +1225,9 @@ async fn with_timeout<T>(
 }
 
 /// Runs the engine for `serve` until the process ends: plans on every change and whenever the
-/// last plan said it would change by time alone,
-/// acts only while `grant` allows, and only once this replica has been ready (`not_ready`
-/// says why not, `None` when ready) for `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
+/// last plan said it would change by time alone, acts only while `grant` allows, and only once
+/// this replica has been ready (`not_ready` says why not, `None` when ready) for
+/// `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
 /// Service sends the API server's calls to a ready replica, it would come back without its
 /// sidecars (failurePolicy Ignore).
 pub async fn run(

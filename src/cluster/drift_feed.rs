@@ -47,50 +47,62 @@ pub enum PodSeen {
     Deleted,
 }
 
-/// The pods the rollout engine follows (those it upgrades in place), with what the pod watch
-/// last saw of each. Their container states change with nothing the index keeps; this says
-/// when reading one again is worth a request, without a second watch or a timer.
+/// The pods the rollout engine follows (those it upgrades in place), by namespace and name,
+/// with what the pod watch last saw of each. Their container states change with nothing the
+/// index keeps; this says when reading one again is worth a request, without a second watch or
+/// a timer. Looked up without allocating: the pod watch asks about every pod event.
 #[derive(Clone, Debug, Default)]
-pub struct FollowedPods(Arc<Mutex<HashMap<(String, String), PodSeen>>>);
+pub struct FollowedPods(Arc<Mutex<HashMap<String, HashMap<String, PodSeen>>>>);
 
 impl FollowedPods {
     pub fn follow(&self, namespace: &str, name: &str) {
         self.lock()
-            .entry((namespace.to_owned(), name.to_owned()))
+            .entry(namespace.to_owned())
+            .or_default()
+            .entry(name.to_owned())
             .or_insert(PodSeen::Nothing);
     }
 
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.lock().remove(&(namespace.to_owned(), name.to_owned()));
+        let mut followed = self.lock();
+        if let Some(pods) = followed.get_mut(namespace) {
+            pods.remove(name);
+            if pods.is_empty() {
+                followed.remove(namespace);
+            }
+        }
     }
 
     /// What the watch last saw of a followed pod (`None`: not followed).
     pub fn seen(&self, namespace: &str, name: &str) -> Option<PodSeen> {
-        self.lock()
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+        self.lock().get(namespace)?.get(name).cloned()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PodSeen>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, PodSeen>>> {
         self.0.lock().expect("followed pods lock")
     }
 
-    fn saw(&self, meta: &ObjectMeta, seen: PodSeen) {
-        let mut followed = self.lock();
-        if followed.is_empty() {
+    fn saw(&self, meta: &ObjectMeta, seen: impl FnOnce() -> PodSeen) {
+        let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
             return;
-        }
-        if let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name)
-            && let Some(entry) = followed.get_mut(&(namespace.clone(), name.clone()))
+        };
+        if let Some(entry) = self
+            .lock()
+            .get_mut(namespace.as_str())
+            .and_then(|pods| pods.get_mut(name.as_str()))
         {
-            *entry = seen;
+            *entry = seen();
         }
     }
 
     fn applied(&self, meta: &ObjectMeta) {
         if let Some(version) = &meta.resource_version {
-            self.saw(meta, PodSeen::Version(version.clone()));
+            self.saw(meta, || PodSeen::Version(version.clone()));
         }
+    }
+
+    fn deleted(&self, meta: &ObjectMeta) {
+        self.saw(meta, || PodSeen::Deleted);
     }
 
     /// A relist: every followed pod is as listed, or gone.
@@ -99,13 +111,15 @@ impl FollowedPods {
         if followed.is_empty() {
             return;
         }
-        for seen in followed.values_mut() {
+        for seen in followed.values_mut().flat_map(HashMap::values_mut) {
             *seen = PodSeen::Deleted;
         }
         for meta in metas {
             if let (Some(namespace), Some(name), Some(version)) =
                 (&meta.namespace, &meta.name, &meta.resource_version)
-                && let Some(entry) = followed.get_mut(&(namespace.clone(), name.clone()))
+                && let Some(entry) = followed
+                    .get_mut(namespace.as_str())
+                    .and_then(|pods| pods.get_mut(name.as_str()))
             {
                 *entry = PodSeen::Version(version.clone());
             }
@@ -260,7 +274,7 @@ async fn feed<K>(
             Change::Deleted(meta) => {
                 delete(&mut index, feed, &meta);
                 if let Some(followed) = &followed {
-                    followed.saw(&meta, PodSeen::Deleted);
+                    followed.deleted(&meta);
                 }
                 signals.changed();
             }
@@ -396,10 +410,11 @@ mod tests {
             followed.seen("shop", "web-1"),
             Some(PodSeen::Version("8".into()))
         );
-        followed.saw(&meta("web-1", "9"), PodSeen::Deleted);
+        followed.deleted(&meta("web-1", "9"));
         assert_eq!(followed.seen("shop", "web-1"), Some(PodSeen::Deleted));
 
         followed.forget("shop", "web-1");
         assert_eq!(followed.seen("shop", "web-1"), None);
+        assert!(followed.lock().is_empty(), "nothing left of the namespace");
     }
 }
