@@ -518,6 +518,11 @@ impl Engine {
             .map(|(name, t)| (name.clone(), t.revision.clone()))
             .collect();
         let now = Timestamp::now();
+        // What the planner knows of the upgrades under way, taken from them each time rather
+        // than kept in step with them.
+        for (workload, restart) in &mut self.evicting {
+            restart.upgrading = self.upgrades.contains_key(workload);
+        }
         let Planned {
             plan,
             evictions,

@@ -86,19 +86,9 @@ impl Engine {
                 .as_ref()
                 .and_then(|p| p.metadata.resource_version.clone());
             under_way.seen_at_read = seen.unwrap_or(PodSeen::Nothing);
-            let progress = under_way.upgrade.progress(pod.as_ref());
-            if progress == UpgradeProgress::Pending {
-                continue;
-            }
-            let Some(UpgradeUnderWay { upgrade, .. }) = self.upgrades.remove(&workload) else {
-                continue;
-            };
-            followed.forget(&namespace, &name);
-            if let Some(restart) = self.evicting.get_mut(&workload) {
-                restart.upgrading = false;
-            }
-            match progress {
-                UpgradeProgress::Pending => {}
+            let upgrade = &under_way.upgrade;
+            match upgrade.progress(pod.as_ref()) {
+                UpgradeProgress::Pending => continue,
                 UpgradeProgress::Done(restarts) => {
                     info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, no other container restarted",
                         upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
@@ -116,6 +106,8 @@ impl Engine {
                     }
                 }
             }
+            self.upgrades.remove(&workload);
+            followed.forget(&namespace, &name);
             self.wake_at(Timestamp::now());
         }
     }
@@ -213,9 +205,6 @@ impl Engine {
                     seen_at_read: PodSeen::Nothing,
                 };
                 self.upgrades.insert(workload.clone(), under_way);
-                if let Some(restart) = self.evicting.get_mut(workload) {
-                    restart.upgrading = true;
-                }
             }
             // The pod changed since it was read (the test of its uid or a container failed):
             // read again at the next plan.

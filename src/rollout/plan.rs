@@ -157,7 +157,8 @@ pub struct EvictionRestart {
     /// Why an in-place upgrade of one of its pods failed: the restart fails with it.
     pub problem: Option<String>,
     /// One of its pods is being upgraded in place: patched, so its revision says current,
-    /// but its sidecar not yet back. The restart is not over until it is.
+    /// but its sidecar not yet back. The restart is not over until it is. Set by the executor
+    /// from its upgrades under way before each plan.
     pub upgrading: bool,
 }
 
