@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -205,6 +205,8 @@ pub struct Engine {
     evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
     /// Workloads in their health bake.
     baking: BTreeMap<WorkloadRef, rollout::Bake>,
+    /// The pods of each bake as last read, followed by the pod watch while the bake is open.
+    bake_pods: BTreeMap<WorkloadRef, health_bake::BakeRead>,
     /// The pod of each workload being upgraded in place (one at a time).
     upgrades: BTreeMap<WorkloadRef, pod_replacement::UpgradeUnderWay>,
     /// Pods upgraded in place, by workload and pod uid: their containers' restart counts once
@@ -261,6 +263,7 @@ impl Engine {
             evictions: BTreeMap::new(),
             blocked: BTreeMap::new(),
             baking: BTreeMap::new(),
+            bake_pods: BTreeMap::new(),
             upgrades: BTreeMap::new(),
             upgraded: BTreeMap::new(),
             stamped: BTreeMap::new(),
@@ -523,6 +526,7 @@ impl Engine {
         for (workload, restart) in &mut self.evicting {
             restart.upgrading = self.upgrades.contains_key(workload);
         }
+        self.note_bake_changes(feed);
         let Planned {
             plan,
             evictions,
@@ -549,7 +553,8 @@ impl Engine {
                 .collect();
         });
         if self.options.mode != EngineMode::Off {
-            self.follow_bakes(&plan, bake_reads, now).await;
+            self.follow_bakes(&plan, bake_reads, now, &feed.followed)
+                .await;
         }
         if authority == Authority::PlanOnly {
             return plan;
@@ -672,38 +677,6 @@ impl Engine {
             podless,
             bake_reads,
         }
-    }
-
-    /// Bakes are followed by every process that plans, acting or not: the one-shot CLI
-    /// watching a `serve` that acts must see them end too (reads are GETs, and rare).
-    async fn follow_bakes(
-        &mut self,
-        plan: &RolloutPlan,
-        reads: Vec<(WorkloadRef, Vec<String>)>,
-        now: Timestamp,
-    ) {
-        // Kept while rolling, and once passed while succeeded (so it is not baked again).
-        self.baking.retain(|w, _| {
-            plan.rolling.iter().any(|r| &r.workload == w) || plan.succeeded.contains(w)
-        });
-        self.upgraded
-            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
-        for passed in &plan.succeeded {
-            if let Some(bake) = self.baking.get_mut(passed) {
-                bake.passed = true;
-            }
-        }
-        for (started, target) in &plan.bakes_started {
-            self.baking.insert(
-                started.clone(),
-                rollout::Bake {
-                    target: target.clone(),
-                    since: now,
-                    ..Default::default()
-                },
-            );
-        }
-        self.read_bakes(reads).await;
     }
 
     async fn act(
@@ -1000,50 +973,6 @@ impl Engine {
         })
     }
 
-    /// Reads the pods of each workload whose bake the plan asks about, and remembers what
-    /// their containers show for the next plan (which follows at once). A read that fails is
-    /// asked again by a later plan.
-    async fn read_bakes(&mut self, reads: Vec<(WorkloadRef, Vec<String>)>) {
-        for (workload, pods) in reads {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &workload.namespace);
-            let mut problems = Vec::new();
-            let mut complete = true;
-            for pod in &pods {
-                self.metrics.record_api_request(EngineCall::ReadPod);
-                match with_timeout(api.get_opt(pod)).await {
-                    Ok(Some(found)) => {
-                        let baseline = found.metadata.uid.as_ref().and_then(|uid| {
-                            self.upgraded.get(&workload).and_then(|pods| pods.get(uid))
-                        });
-                        problems.extend(rollout::container_problems_since(&found, baseline));
-                    }
-                    Ok(None) => {}
-                    Err(source) => {
-                        self.failed(&ActionError::ReadPod {
-                            namespace: workload.namespace.clone(),
-                            pod: pod.clone(),
-                            source,
-                        });
-                        complete = false;
-                        break;
-                    }
-                }
-            }
-            if !complete {
-                self.retry_later();
-                continue;
-            }
-            let read_at = Timestamp::now();
-            if let Some(bake) = self.baking.get_mut(&workload) {
-                bake.read_at = Some(read_at);
-                if bake.problem.is_none() && !problems.is_empty() {
-                    bake.problem = Some(problems.join("; "));
-                }
-                self.wake_at(read_at);
-            }
-        }
-    }
-
     async fn event(
         &self,
         workload: &WorkloadRef,
@@ -1316,6 +1245,7 @@ pub async fn run(
     }
 }
 
+mod health_bake;
 pub mod notifier;
 mod pod_replacement;
 

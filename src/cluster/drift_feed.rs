@@ -47,12 +47,44 @@ pub enum PodSeen {
     Deleted,
 }
 
-/// The pods the rollout engine follows (those it upgrades in place), by namespace and name,
-/// with what the pod watch last saw of each. Their container states change with nothing the
-/// index keeps; this says when reading one again is worth a request, without a second watch or
-/// a timer. Looked up without allocating: the pod watch asks about every pod event.
+/// What the engine read of a followed pod (its resourceVersion; `None`: not found) and what the
+/// pod watch had seen of it just before: whether the watch has news of it since.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRead {
+    pub read: Option<String>,
+    pub seen_at_read: PodSeen,
+}
+
+impl PodRead {
+    /// Whether the pod changed since it was read, as far as the pod watch knows: something the
+    /// watch saw after that read other than the version read (the watch may lag behind a
+    /// read), its deletion included. A pod the watch was not told to follow is read.
+    pub fn changed(&self, seen: Option<&PodSeen>) -> bool {
+        match seen {
+            None => true,
+            Some(PodSeen::Nothing) => false,
+            Some(seen) => {
+                *seen != self.seen_at_read
+                    && !matches!(seen, PodSeen::Version(v) if Some(v) == self.read.as_ref())
+            }
+        }
+    }
+}
+
+/// The pods the rollout engine follows (those it upgrades in place, those of a workload whose
+/// health bake is down), by namespace and name, with what the pod watch last saw of each. Their
+/// container states change with nothing the index keeps; this says when reading one again is
+/// worth a request, without a second watch or a timer. Looked up without allocating: the pod
+/// watch asks about every pod event. A pod followed twice (upgraded in place, then baked) is
+/// followed until both forget it.
 #[derive(Clone, Debug, Default)]
-pub struct FollowedPods(Arc<Mutex<HashMap<String, HashMap<String, PodSeen>>>>);
+pub struct FollowedPods(Arc<Mutex<HashMap<String, HashMap<String, Followed>>>>);
+
+#[derive(Debug)]
+struct Followed {
+    followers: usize,
+    seen: PodSeen,
+}
 
 impl FollowedPods {
     pub fn follow(&self, namespace: &str, name: &str) {
@@ -60,25 +92,35 @@ impl FollowedPods {
             .entry(namespace.to_owned())
             .or_default()
             .entry(name.to_owned())
-            .or_insert(PodSeen::Nothing);
+            .or_insert(Followed {
+                followers: 0,
+                seen: PodSeen::Nothing,
+            })
+            .followers += 1;
     }
 
     pub fn forget(&self, namespace: &str, name: &str) {
         let mut followed = self.lock();
-        if let Some(pods) = followed.get_mut(namespace) {
-            pods.remove(name);
-            if pods.is_empty() {
-                followed.remove(namespace);
+        let Some(pods) = followed.get_mut(namespace) else {
+            return;
+        };
+        if let Some(pod) = pods.get_mut(name) {
+            pod.followers = pod.followers.saturating_sub(1);
+            if pod.followers == 0 {
+                pods.remove(name);
             }
+        }
+        if pods.is_empty() {
+            followed.remove(namespace);
         }
     }
 
     /// What the watch last saw of a followed pod (`None`: not followed).
     pub fn seen(&self, namespace: &str, name: &str) -> Option<PodSeen> {
-        self.lock().get(namespace)?.get(name).cloned()
+        Some(self.lock().get(namespace)?.get(name)?.seen.clone())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, PodSeen>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Followed>>> {
         self.0.lock().expect("followed pods lock")
     }
 
@@ -91,11 +133,12 @@ impl FollowedPods {
             .get_mut(namespace.as_str())
             .and_then(|pods| pods.get_mut(name.as_str()))
         {
-            *entry = seen();
+            entry.seen = seen();
         }
     }
 
-    fn applied(&self, meta: &ObjectMeta) {
+    /// The pod watch saw a pod created or changed.
+    pub(crate) fn applied(&self, meta: &ObjectMeta) {
         if let Some(version) = &meta.resource_version {
             self.saw(meta, || PodSeen::Version(version.clone()));
         }
@@ -111,8 +154,8 @@ impl FollowedPods {
         if followed.is_empty() {
             return;
         }
-        for seen in followed.values_mut().flat_map(HashMap::values_mut) {
-            *seen = PodSeen::Deleted;
+        for pod in followed.values_mut().flat_map(HashMap::values_mut) {
+            pod.seen = PodSeen::Deleted;
         }
         for meta in metas {
             if let (Some(namespace), Some(name), Some(version)) =
@@ -121,7 +164,7 @@ impl FollowedPods {
                     .get_mut(namespace.as_str())
                     .and_then(|pods| pods.get_mut(name.as_str()))
             {
-                *entry = PodSeen::Version(version.clone());
+                entry.seen = PodSeen::Version(version.clone());
             }
         }
     }
@@ -416,5 +459,64 @@ mod tests {
         followed.forget("shop", "web-1");
         assert_eq!(followed.seen("shop", "web-1"), None);
         assert!(followed.lock().is_empty(), "nothing left of the namespace");
+    }
+
+    fn version(v: &str) -> Option<PodSeen> {
+        Some(PodSeen::Version(v.into()))
+    }
+
+    #[test]
+    fn a_pod_read_is_news_again_only_once_the_watch_saw_it_change() {
+        // Just patched or read at version 2: the watch has seen nothing of it since followed.
+        let patched = PodRead {
+            read: Some("2".into()),
+            seen_at_read: PodSeen::Nothing,
+        };
+        assert!(!patched.changed(Some(&PodSeen::Nothing)));
+        assert!(!patched.changed(version("2").as_ref()), "its own version");
+        assert!(
+            patched.changed(version("3").as_ref()),
+            "the kubelet's report"
+        );
+        assert!(patched.changed(Some(&PodSeen::Deleted)));
+        assert!(patched.changed(None), "not followed: read");
+
+        // Read at 3 while the watch was still at 2: neither is news, 4 is.
+        let read = PodRead {
+            read: Some("3".into()),
+            seen_at_read: PodSeen::Version("2".into()),
+        };
+        assert!(!read.changed(version("2").as_ref()));
+        assert!(!read.changed(version("3").as_ref()));
+        assert!(read.changed(version("4").as_ref()));
+
+        // Read gone after the watch said so: nothing more to learn of it.
+        let gone = PodRead {
+            read: None,
+            seen_at_read: PodSeen::Deleted,
+        };
+        assert!(!gone.changed(Some(&PodSeen::Deleted)));
+    }
+
+    #[test]
+    fn a_pod_followed_twice_is_followed_until_both_forget_it() {
+        let followed = FollowedPods::default();
+        followed.follow("shop", "web-1");
+        followed.applied(&meta("web-1", "5"));
+        // Its second follower finds what the watch saw already, not a blank.
+        followed.follow("shop", "web-1");
+        let seen = Some(PodSeen::Version("5".into()));
+        assert_eq!(followed.seen("shop", "web-1"), seen);
+        followed.forget("shop", "web-1");
+        assert_eq!(followed.seen("shop", "web-1"), seen, "one follower left");
+        followed.applied(&meta("web-1", "6"));
+        assert_eq!(
+            followed.seen("shop", "web-1"),
+            Some(PodSeen::Version("6".into()))
+        );
+        followed.forget("shop", "web-1");
+        assert_eq!(followed.seen("shop", "web-1"), None);
+        followed.forget("shop", "web-1");
+        assert!(followed.lock().is_empty());
     }
 }

@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use super::{ActionError, Engine, Eviction, with_timeout};
-use crate::cluster::drift_feed::{FollowedPods, PodSeen};
+use crate::cluster::drift_feed::{FollowedPods, PodRead, PodSeen};
 use crate::drift::PodToReplace;
 use crate::metrics::{EngineCall, RolloutResult};
 use crate::rollout;
@@ -21,28 +21,11 @@ use crate::rollout::eviction::{
 use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress, next_upgrade};
 use crate::workload::WorkloadRef;
 
-/// A pod being upgraded in place: the upgrade, the version of the pod last read (or patched),
-/// and what the pod watch had seen of it then.
+/// A pod being upgraded in place: the upgrade, and the pod as last read (or patched).
 #[derive(Debug)]
 pub(super) struct UpgradeUnderWay {
     pub upgrade: InPlaceUpgrade,
-    read: Option<String>,
-    seen_at_read: PodSeen,
-}
-
-impl UpgradeUnderWay {
-    /// Whether the pod changed since it was last read, as far as the pod watch knows: a
-    /// version the watch saw after that read, other than the one read (the watch may lag
-    /// behind a read). Its deletion counts; a pod the watch was not told to follow is read.
-    fn worth_reading(&self, seen: Option<&PodSeen>) -> bool {
-        match seen {
-            None | Some(PodSeen::Deleted) => true,
-            Some(PodSeen::Nothing) => false,
-            Some(seen @ PodSeen::Version(version)) => {
-                Some(version) != self.read.as_ref() && *seen != self.seen_at_read
-            }
-        }
-    }
+    last_read: PodRead,
 }
 
 impl Engine {
@@ -62,7 +45,7 @@ impl Engine {
                 under_way.upgrade.pod.clone(),
             );
             let seen = followed.seen(&namespace, &name);
-            if !under_way.worth_reading(seen.as_ref()) {
+            if !under_way.last_read.changed(seen.as_ref()) {
                 continue;
             }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
@@ -82,10 +65,12 @@ impl Engine {
             let Some(under_way) = self.upgrades.get_mut(&workload) else {
                 continue;
             };
-            under_way.read = pod
-                .as_ref()
-                .and_then(|p| p.metadata.resource_version.clone());
-            under_way.seen_at_read = seen.unwrap_or(PodSeen::Nothing);
+            under_way.last_read = PodRead {
+                read: pod
+                    .as_ref()
+                    .and_then(|p| p.metadata.resource_version.clone()),
+                seen_at_read: seen.unwrap_or(PodSeen::Nothing),
+            };
             let upgrade = &under_way.upgrade;
             match upgrade.progress(pod.as_ref()) {
                 UpgradeProgress::Pending => continue,
@@ -201,8 +186,10 @@ impl Engine {
                 // Read again once the watch sees a version other than the patch's own.
                 let under_way = UpgradeUnderWay {
                     upgrade,
-                    read: patched.metadata.resource_version,
-                    seen_at_read: PodSeen::Nothing,
+                    last_read: PodRead {
+                        read: patched.metadata.resource_version,
+                        seen_at_read: PodSeen::Nothing,
+                    },
                 };
                 self.upgrades.insert(workload.clone(), under_way);
             }
@@ -329,51 +316,5 @@ impl Engine {
                 self.retry_later();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn under_way(read: &str, seen_at_read: PodSeen) -> UpgradeUnderWay {
-        UpgradeUnderWay {
-            upgrade: InPlaceUpgrade {
-                namespace: "shop".into(),
-                pod: "web-1".into(),
-                uid: "uid-1".into(),
-                upgraded: Default::default(),
-                others: Default::default(),
-            },
-            read: Some(read.into()),
-            seen_at_read,
-        }
-    }
-
-    fn version(v: &str) -> Option<PodSeen> {
-        Some(PodSeen::Version(v.into()))
-    }
-
-    #[test]
-    fn a_pod_being_upgraded_is_read_again_only_once_the_watch_saw_it_change() {
-        // Just patched (version 2): the watch has seen nothing of it since it was followed.
-        let patched = under_way("2", PodSeen::Nothing);
-        assert!(!patched.worth_reading(Some(&PodSeen::Nothing)));
-        assert!(
-            !patched.worth_reading(version("2").as_ref()),
-            "the patch itself"
-        );
-        assert!(
-            patched.worth_reading(version("3").as_ref()),
-            "the kubelet's report"
-        );
-        assert!(patched.worth_reading(Some(&PodSeen::Deleted)));
-        assert!(patched.worth_reading(None), "not followed: read");
-
-        // Read at 3 while the watch was still at 2: neither is news, 4 is.
-        let read = under_way("3", PodSeen::Version("2".into()));
-        assert!(!read.worth_reading(version("2").as_ref()));
-        assert!(!read.worth_reading(version("3").as_ref()));
-        assert!(read.worth_reading(version("4").as_ref()));
     }
 }

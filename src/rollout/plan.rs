@@ -144,6 +144,9 @@ pub struct Bake {
     pub problem: Option<String>,
     /// It passed: succeeded from then on, not baked again.
     pub passed: bool,
+    /// Its pods changed since they were last read, as the pod watch saw (a container state, a
+    /// pod come or gone); the executor says, before each plan.
+    pub pods_changed: bool,
 }
 
 /// A restart by eviction this engine began: the target its pods are brought to, and since

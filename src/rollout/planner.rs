@@ -545,22 +545,21 @@ fn bake(
         }
         return BakeVerdict::Passed;
     }
-    // Its health dropped: its pods are read (again every few seconds while it lasts). A drop
-    // they do not explain (a scale-up's new pods not ready yet, a node drain) is not a
-    // failure of the restart: only a container that restarted, backs off or was killed is.
+    // Its health dropped: its pods are read, and read again whenever they change while it
+    // lasts (the change wakes the engine; no timer). A drop they do not explain (a scale-up's
+    // new pods not ready yet, a node drain) is not a failure of the restart: only a container
+    // that restarted, backs off or was killed is.
     if !healthy {
-        match state.read_at.map(|read| after(read, BAKE_REREAD)) {
-            Some(next) if next > input.now => survey.wakes.push(next.min(ends)),
-            _ => out.bake_checks.push(workload.clone()),
+        if state.read_at.is_none() || state.pods_changed {
+            out.bake_checks.push(workload.clone());
+        } else {
+            survey.wakes.push(ends);
         }
         return BakeVerdict::Baking;
     }
     survey.wakes.push(ends);
     BakeVerdict::Baking
 }
-
-/// While a baking workload's health is down, its pods are read again after this long.
-const BAKE_REREAD: Duration = Duration::from_secs(5);
 
 /// Finished rolling with pods still not current, within the grace that pod deletions get to
 /// catch up with the workload's status (they arrive on different watches): when it ends.

@@ -1656,7 +1656,7 @@ fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the
             problem: Some(
                 "pod canary-rs2-0: container logger (restarted 1 time, CrashLoopBackOff, last exit: Error, code 3)".into(),
             ),
-            passed: false,
+            ..Default::default()
         },
     );
     let plan = world.step();
@@ -1701,8 +1701,9 @@ fn a_bake_passes_once_its_end_read_finds_nothing_even_after_a_drop_its_pods_do_n
     assert_eq!(world.step().succeeded, std::slice::from_ref(&web));
 
     // Its health drops within the bake (scaled up, the new pod not ready yet): its pods
-    // are read, and read again 5 s later while it lasts; nothing wrong with a container is
-    // no failure, and the bake passes at its end.
+    // are read, and read again only when the pod watch saw them change while it lasts
+    // (no timer: until then the plan wakes only at the bake's end); nothing wrong with a
+    // container is no failure, and the bake passes at its end.
     world.baking.insert(
         web.clone(),
         Bake {
@@ -1724,11 +1725,33 @@ fn a_bake_passes_once_its_end_read_finds_nothing_even_after_a_drop_its_pods_do_n
         plan.failed.is_empty() && plan.bake_checks.is_empty(),
         "{plan:#?}"
     );
-    assert_eq!(plan.wake_at, Some(at(7165)));
-    world.now = at(7165);
+    assert_eq!(plan.wake_at, Some(at(7180)), "the bake's end, not a poll");
+    world.now = at(7170);
+    assert!(
+        world.step().bake_checks.is_empty(),
+        "nothing changed: no read"
+    );
+    world.baking.get_mut(&web).unwrap().pods_changed = true;
+    assert_eq!(
+        world.step().bake_checks,
+        std::slice::from_ref(&web),
+        "a pod changed: read again"
+    );
+    let bake = world.baking.get_mut(&web).unwrap();
+    bake.read_at = Some(at(7170));
+    bake.pods_changed = false;
+    // Healthy again (scaled back), a change of its pods asks for no read before the end.
+    let mut entry = world.entry("web");
+    entry.replicas = Some(2);
+    world.set_entry("web", entry);
+    world.baking.get_mut(&web).unwrap().pods_changed = true;
+    world.now = at(7175);
+    let plan = world.step();
+    assert!(plan.bake_checks.is_empty(), "{plan:#?}");
+    assert_eq!(plan.wake_at, Some(at(7180)));
+    world.now = at(7180);
     assert_eq!(world.step().bake_checks, std::slice::from_ref(&web));
     world.baking.get_mut(&web).unwrap().read_at = Some(at(7180));
-    world.now = at(7180);
     assert_eq!(world.step().succeeded, std::slice::from_ref(&web));
 }
 

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bake;
 mod configmaps;
 mod deploy;
 mod drift;

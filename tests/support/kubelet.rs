@@ -4,6 +4,9 @@
 //! A container whose image is changed in a running pod (an in-place upgrade) is restarted as a
 //! kubelet would: its restart count goes up and its status takes the new image (a `:broken`
 //! one backs off and the pod turns not Ready).
+//! A pod annotated `e2e.kubelet/unready` is reported running but not Ready, as a failing
+//! readiness probe makes it, and a pod with a container backing off (CrashLoopBackOff, as a test
+//! reports it) is left as it is: neither is made Ready again.
 //! Pods are never bound to a node: bound pods would wait forever for a kubelet to confirm
 //! their deletion.
 
@@ -18,6 +21,8 @@ use serde_json::{Value, json};
 
 pub const NODES: &[&str] = &["e2e-node-1", "e2e-node-2"];
 const BROKEN_TAG: &str = ":broken";
+/// The annotation that makes a running pod not Ready (its containers keep running).
+pub const UNREADY: &str = "e2e.kubelet/unready";
 
 /// Starts the kubelet on a thread of its own, with its own runtime and client, for the life of
 /// the test binary.
@@ -192,6 +197,52 @@ async fn restart_changed(client: kube::Client, pod: Pod, delay: Duration) {
     patch_status(client, &namespace, &name, status).await;
 }
 
+fn unready(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(UNREADY))
+}
+
+fn backing_off(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|statuses| {
+            statuses.iter().any(|s| {
+                s.state
+                    .as_ref()
+                    .and_then(|state| state.waiting.as_ref())
+                    .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+            })
+        })
+}
+
+/// A readiness probe failing: the pod and its containers turn not Ready, nothing restarts.
+async fn turn_unready(client: kube::Client, pod: Pod) {
+    let (Some(name), Some(namespace)) = (pod.metadata.name.clone(), pod.metadata.namespace.clone())
+    else {
+        return;
+    };
+    let statuses: Vec<Value> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| {
+            let mut status = serde_json::to_value(&s).unwrap();
+            status["ready"] = json!(false);
+            status
+        })
+        .collect();
+    let status = json!({"status": {
+        "conditions": conditions(false),
+        "containerStatuses": statuses,
+    }});
+    patch_status(client, &namespace, &name, status).await;
+}
+
 /// A container's state: running since `now`, or backing off for a `:broken` image.
 fn container_state(broken: bool, now: &str) -> Value {
     if broken {
@@ -221,6 +272,15 @@ async fn run_pods(client: kube::Client, delay: Duration) {
         }
         if is_running(&pod) && !changed_images(&pod).is_empty() {
             tokio::spawn(restart_changed(client.clone(), pod, delay));
+            continue;
+        }
+        if backing_off(&pod) {
+            continue;
+        }
+        if is_running(&pod) && unready(&pod) {
+            if is_ready(&pod) {
+                tokio::spawn(turn_unready(client.clone(), pod));
+            }
             continue;
         }
         if is_ready(&pod) {
