@@ -37,7 +37,7 @@ use crate::workload::{RestartMethod, WorkloadKind, WorkloadRef};
 /// Every API call of the engine gets this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Quiet time after a change before planning, so a burst of watch events costs one plan.
-const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
+pub(crate) const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
 /// A failed action, or an eviction a PodDisruptionBudget refused, is tried again this long
 /// after (or sooner, if something watched changes).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -459,6 +459,12 @@ impl Engine {
     /// or deleted mid-rollout has no pods in the plan, yet still awaits one).
     pub fn awaiting_outcomes(&self) -> usize {
         self.awaiting_success.len()
+    }
+
+    /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
+    /// `serve`'s loop wakes on it; `false` once its watch is gone.
+    pub async fn status_changed(&mut self) -> bool {
+        self.status.changed().await.is_ok()
     }
 
     /// Waits for the first read of the status ConfigMap (present or not).

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
@@ -33,7 +33,7 @@ use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
 use crate::telemetry::notice;
 use crate::workload::{WorkloadKind, WorkloadRef};
-use tracing::Level;
+use tracing::{Level, debug};
 
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
@@ -489,6 +489,22 @@ impl Standing {
         }
     }
 
+    /// When the Lease held runs out unless renewed (beside a planner: never).
+    fn grant_ends(&self) -> Option<Instant> {
+        match self {
+            Self::Holding { grant, .. } => *grant.borrow(),
+            Self::BesidePlanner => None,
+        }
+    }
+
+    /// The renewals of the Lease held, to wake on (beside a planner: none).
+    fn grant(&self) -> Option<tokio::sync::watch::Receiver<Option<Instant>>> {
+        match self {
+            Self::Holding { grant, .. } => Some(grant.clone()),
+            Self::BesidePlanner => None,
+        }
+    }
+
     /// Gives the Lease up (when held), so that a `serve` replica acts at once.
     async fn give_up(self) {
         if let Self::Holding { stop, task, .. } = self {
@@ -532,7 +548,7 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
             policy
         },
         namespace: args.cluster.injector_namespace.clone(),
-        replan_every: Duration::from_secs(1),
+        replan_every: LOOP_SAFETY_NET,
         ignore_manual_policy: true,
         kinds: Some(kinds),
         reason_prefix: args.rollout_reason.clone(),
@@ -552,17 +568,19 @@ async fn act_until_done(
         && args.cluster.output == OutputFormat::Table
         && crate::telemetry::text_on_stderr();
     let mut changes = feed.changes.clone();
+    let mut grant = standing.grant();
     let mut progress: Option<Progress> = None;
-    let mut unheld_since: Option<std::time::Instant> = None;
-    let mut settled_since: Option<std::time::Instant> = None;
+    let mut unheld_since: Option<Instant> = None;
+    let mut settled_since: Option<Instant> = None;
     loop {
-        let authority = if standing.may_act() {
+        let acting = standing.may_act();
+        let authority = if acting {
             unheld_since = None;
             Authority::Act
         } else {
             // The Lease was not renewed in time: act no more until it is.
-            let since = *unheld_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() > CLI_LEASE_DURATION {
+            let since = *unheld_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= CLI_LEASE_DURATION {
                 anyhow::bail!(
                     "lost the rollout Lease for {CLI_LEASE_DURATION:?}; stopped acting (the summary would be partial)"
                 );
@@ -580,17 +598,48 @@ async fn act_until_done(
         // A restarted workload whose pods all went (scaled to zero, deleted) is in no plan
         // list, yet ends as succeeded or gone once its controller says so: wait for that too,
         // within the rollout timeout.
-        let since = *settled_since.get_or_insert_with(std::time::Instant::now);
+        let awaiting = engine.awaiting_outcomes() > 0;
         if !settled {
             settled_since = None;
-        } else if engine.awaiting_outcomes() == 0 || since.elapsed() > args.safety.rollout_timeout {
-            break;
+        } else {
+            let since = *settled_since.get_or_insert_with(Instant::now);
+            if !awaiting || since.elapsed() >= args.safety.rollout_timeout {
+                break;
+            }
         }
-        // As `serve` does: on a change, or when the plan changes by time alone; at least
-        // every second, for the Lease and the outcomes of workloads with no pods left.
-        let sleep = crate::engine::until(engine.next_wake())
-            .map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1)));
-        let _ = tokio::time::timeout(sleep, changes.changed()).await;
+        // As `serve` does: on a change (of the cluster, the status ConfigMap or the Lease), or
+        // at the next moment the plan or this run's standing can change by time alone; no poll.
+        let now = Instant::now();
+        let wake = LoopWake {
+            plan: crate::engine::until(engine.next_wake()).map(|d| now + d),
+            grant_ends: acting.then(|| standing.grant_ends()).flatten(),
+            lost_for_good: unheld_since.map(|since| since + CLI_LEASE_DURATION),
+            outcomes_given_up: settled_since
+                .filter(|_| awaiting)
+                .map(|since| since + args.safety.rollout_timeout),
+        }
+        .next(now);
+        debug!(
+            rolling = plan.rolling.len(),
+            waiting = plan.waiting.len(),
+            "planned; next pass on a change or in {:?}",
+            wake.saturating_duration_since(now)
+        );
+        let changed = tokio::select! {
+            result = changes.changed() => if result.is_err() {
+                anyhow::bail!("the cluster watches stopped");
+            } else { true },
+            watching = engine.status_changed() => if watching { true } else {
+                anyhow::bail!("the watch of the status ConfigMap stopped");
+            },
+            () = grant_changed(&mut grant) => true,
+            () = tokio::time::sleep_until(wake.into()) => false,
+        };
+        // A burst of watch events (a restart's pods come and go) costs one plan, as in `serve`.
+        if changed {
+            tokio::time::sleep(crate::engine::PLAN_DEBOUNCE).await;
+            changes.borrow_and_update();
+        }
     }
     engine.flush_status().await;
     if terminal {
@@ -598,6 +647,49 @@ async fn act_until_done(
     }
     Ok(())
 }
+
+/// Resolves when the Lease's grant changes; never without a Lease, or once its task is gone.
+async fn grant_changed(grant: &mut Option<tokio::sync::watch::Receiver<Option<Instant>>>) {
+    let renewed = match grant {
+        Some(receiver) => receiver.changed().await.is_ok(),
+        None => false,
+    };
+    if !renewed {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The moments the one-shot loop must plan again though nothing it watches changed.
+#[derive(Debug, Default)]
+struct LoopWake {
+    /// The plan changes by time alone (a settle, a cooldown, a bake's end...).
+    plan: Option<Instant>,
+    /// The Lease this run holds runs out unless renewed: it stops acting then.
+    grant_ends: Option<Instant>,
+    /// The Lease was lost long enough ago to give up.
+    lost_for_good: Option<Instant>,
+    /// Workloads left without pods had long enough to report their outcome.
+    outcomes_given_up: Option<Instant>,
+}
+
+impl LoopWake {
+    /// The soonest of them, and never later than [`LOOP_SAFETY_NET`] from `now` (as `serve`'s
+    /// engine, a safety net should a watch miss a change, not what paces the run).
+    fn next(&self, now: Instant) -> Instant {
+        [
+            self.plan,
+            self.grant_ends,
+            self.lost_for_good,
+            self.outcomes_given_up,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(now + LOOP_SAFETY_NET, Instant::min)
+    }
+}
+
+/// The longest the one-shot loop waits with nothing due.
+const LOOP_SAFETY_NET: Duration = Duration::from_secs(60);
 
 /// What this run planned, and which of those workloads it has reported done.
 struct Progress {
@@ -848,6 +940,36 @@ fn plan_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_one_shot_loop_wakes_at_the_soonest_moment_due_and_polls_nothing() {
+        let now = Instant::now();
+        let at = |s: u64| now + Duration::from_secs(s);
+        assert_eq!(
+            LoopWake::default().next(now),
+            now + LOOP_SAFETY_NET,
+            "nothing due: only the safety net"
+        );
+        let wake = LoopWake {
+            plan: Some(at(7)),
+            grant_ends: Some(at(15)),
+            lost_for_good: None,
+            outcomes_given_up: Some(at(300)),
+        };
+        assert_eq!(wake.next(now), at(7), "the plan's own moment");
+        let wake = LoopWake { plan: None, ..wake };
+        assert_eq!(wake.next(now), at(15), "the grant's end");
+        let lost = LoopWake {
+            lost_for_good: Some(at(3)),
+            ..LoopWake::default()
+        };
+        assert_eq!(lost.next(now), at(3));
+        let due = LoopWake {
+            plan: Some(now),
+            ..LoopWake::default()
+        };
+        assert_eq!(due.next(now), now, "due now: at once");
+    }
 
     #[test]
     fn a_workload_left_stale_by_an_earlier_failure_fails_the_run() {
