@@ -138,9 +138,14 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
             .unwrap()
             .to_owned()
     };
-    let before = drift_report(&args);
-    assert_eq!(state(&before, "Deployment", "web"), "current");
-    assert_eq!(state(&before, "StatefulSet", "db"), "current");
+    // Current once their controllers report them rolled out (slow on a loaded machine).
+    eventually(DEADLINE, "web and db current before the edit", || async {
+        let before = drift_report(&args);
+        (state(&before, "Deployment", "web") == "current"
+            && state(&before, "StatefulSet", "db") == "current")
+            .then_some(())
+    })
+    .await;
 
     // The ConfigMap changes: exactly the tracer workloads go stale.
     let v2 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
