@@ -25,15 +25,23 @@ pub(super) struct BakeRead {
 }
 
 impl BakeRead {
-    /// Whether a read now could find something the last one did not: a pod listed now that
-    /// was not then (or the reverse), or one the pod watch saw change since.
-    fn changed(&self, namespace: &str, listed: &[String], followed: &FollowedPods) -> bool {
-        listed.len() != self.pods.len()
-            || listed.iter().any(|name| !self.pods.contains_key(name))
-            || self
-                .pods
-                .iter()
-                .any(|(name, read)| read.changed(followed.seen(namespace, name).as_ref()))
+    /// Whether a read now could find something the last one did not: a pod the pod watch saw
+    /// change since, or one listed now that was not then (or the reverse). `listed` is asked
+    /// only when no pod changed (it scans the index).
+    fn changed(
+        &self,
+        namespace: &str,
+        followed: &FollowedPods,
+        listed: impl FnOnce() -> Vec<String>,
+    ) -> bool {
+        self.pods
+            .iter()
+            .any(|(name, read)| read.changed(followed.seen(namespace, name).as_ref()))
+            || {
+                let listed = listed();
+                listed.len() != self.pods.len()
+                    || listed.iter().any(|name| !self.pods.contains_key(name))
+            }
     }
 
     fn forget(&self, namespace: &str, followed: &FollowedPods) {
@@ -45,17 +53,26 @@ impl BakeRead {
 
 impl Engine {
     /// Tells each bake, for the plan about to be made, whether its pods changed since they
-    /// were last read (the planner reads them again only then while the health is down).
+    /// were last read. The planner reads them again only then, and only while the workload's
+    /// health is down: a healthy one is not asked about (nor the index scanned for its pods).
     pub(super) fn note_bake_changes(&mut self, feed: &DriftFeed) {
         let index = feed.index.lock().expect("drift index lock");
         for (workload, bake) in &mut self.baking {
-            bake.pods_changed = self.bake_pods.get(workload).is_some_and(|read| {
-                let listed = workload
-                    .controller_kind()
-                    .map(|kind| index.pod_names(kind, &workload.namespace, &workload.name))
-                    .unwrap_or_default();
-                read.changed(&workload.namespace, &listed, &feed.followed)
-            });
+            bake.pods_changed = false;
+            let (Some(read), Some(kind)) =
+                (self.bake_pods.get(workload), workload.controller_kind())
+            else {
+                continue;
+            };
+            let (namespace, name) = (workload.namespace.as_str(), workload.name.as_str());
+            let healthy = index
+                .workload(kind, namespace, name)
+                .is_some_and(|entry| rollout::rolled_out(kind, entry));
+            if !healthy {
+                bake.pods_changed = read.changed(namespace, &feed.followed, || {
+                    index.pod_names(kind, namespace, name)
+                });
+            }
         }
     }
 
@@ -208,26 +225,27 @@ mod tests {
     fn a_bake_read_is_out_of_date_once_a_pod_changed_came_or_went() {
         let followed = FollowedPods::default();
         let read = read_at(&[("web-1", "4"), ("web-2", "5")], &followed);
-        let listed = names(&["web-1", "web-2"]);
-        assert!(!read.changed("shop", &listed, &followed), "nothing since");
+        let listed = || names(&["web-1", "web-2"]);
+        assert!(!read.changed("shop", &followed, listed), "nothing since");
         assert!(
-            read.changed("shop", &names(&["web-1", "web-2", "web-3"]), &followed),
+            read.changed("shop", &followed, || names(&["web-1", "web-2", "web-3"])),
             "a pod came"
         );
         assert!(
-            read.changed("shop", &names(&["web-1"]), &followed),
+            read.changed("shop", &followed, || names(&["web-1"])),
             "a pod went"
         );
         assert!(
-            read.changed("shop", &names(&["web-1", "web-3"]), &followed),
+            read.changed("shop", &followed, || names(&["web-1", "web-3"])),
             "one replaced by another"
         );
 
-        // What the pod watch sees of a pod read: its own version is no news, a later one is.
+        // What the pod watch sees of a pod read: its own version is no news, a later one is,
+        // and then the index is not scanned for the list.
         followed.applied(&meta("web-2", "5"));
-        assert!(!read.changed("shop", &listed, &followed));
+        assert!(!read.changed("shop", &followed, listed));
         followed.applied(&meta("web-2", "6"));
-        assert!(read.changed("shop", &listed, &followed));
+        assert!(read.changed("shop", &followed, || unreachable!("no scan needed")));
 
         // Forgotten once the bake is over: nothing of them is left followed.
         read.forget("shop", &followed);

@@ -168,8 +168,12 @@ impl Engine {
             }
         };
         let upgrade = InPlaceUpgrade::of(&pod, &patch);
-        // Followed from before the patch, so that no change after it goes unseen.
+        // Followed from before the patch, so that no change after it goes unseen (followed
+        // already, by its workload's bake, what the watch saw of it then is no news either).
         followed.follow(namespace, &next.name);
+        let seen_at_patch = followed
+            .seen(namespace, &next.name)
+            .unwrap_or(PodSeen::Nothing);
         self.metrics.record_api_request(EngineCall::PatchPod);
         match with_timeout(api.patch(
             &next.name,
@@ -188,7 +192,7 @@ impl Engine {
                     upgrade,
                     last_read: PodRead {
                         read: patched.metadata.resource_version,
-                        seen_at_read: PodSeen::Nothing,
+                        seen_at_read: seen_at_patch,
                     },
                 };
                 self.upgrades.insert(workload.clone(), under_way);
