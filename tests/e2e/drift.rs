@@ -132,20 +132,15 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|w| w["kind"] == kind && w["name"] == name)
+            .find(|w| w["kind"] == kind && w["namespace"] == "e2e-drift" && w["name"] == name)
             .unwrap_or_else(|| panic!("{kind}/{name} not in {report:#}"))["state"]
             .as_str()
             .unwrap()
             .to_owned()
     };
-    // Current once their controllers report them rolled out (slow on a loaded machine).
-    eventually(DEADLINE, "web and db current before the edit", || async {
-        let before = drift_report(&args);
-        (state(&before, "Deployment", "web") == "current"
-            && state(&before, "StatefulSet", "db") == "current")
-            .then_some(())
-    })
-    .await;
+    let before = drift_report(&args);
+    assert_eq!(state(&before, "Deployment", "web"), "current");
+    assert_eq!(state(&before, "StatefulSet", "db"), "current");
 
     // The ConfigMap changes: exactly the tracer workloads go stale.
     let v2 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
