@@ -40,6 +40,10 @@ impl PodMeta {
         }]);
         self
     }
+    pub fn version(mut self, resource_version: &str) -> Self {
+        self.0.resource_version = Some(resource_version.into());
+        self
+    }
     pub fn terminating(mut self) -> Self {
         self.0.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         self

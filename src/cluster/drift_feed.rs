@@ -419,14 +419,10 @@ pub fn spawn_gauge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixtures::PodMeta;
 
     fn meta(name: &str, version: &str) -> ObjectMeta {
-        ObjectMeta {
-            namespace: Some("shop".into()),
-            name: Some(name.into()),
-            resource_version: Some(version.into()),
-            ..Default::default()
-        }
+        PodMeta::new("shop", name).version(version).0
     }
 
     #[test]

@@ -201,6 +201,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::test_fixtures::PodMeta;
 
     fn read_at(pods: &[(&str, &str)], followed: &FollowedPods) -> BakeRead {
         let mut read = BakeRead::default();
@@ -254,11 +255,6 @@ mod tests {
     }
 
     fn meta(name: &str, version: &str) -> ObjectMeta {
-        ObjectMeta {
-            namespace: Some("shop".into()),
-            name: Some(name.into()),
-            resource_version: Some(version.into()),
-            ..Default::default()
-        }
+        PodMeta::new("shop", name).version(version).0
     }
 }

@@ -100,16 +100,7 @@ async fn a_crash_after_a_health_drop_within_the_bake_fails_the_canary_when_its_p
     .await
     .unwrap();
     let crashed_at = Instant::now();
-    let book = eventually(
-        DEADLINE,
-        "the canary's failure in the status ConfigMap",
-        || async {
-            campaign_book(&ctx)
-                .await
-                .filter(|b| b["campaigns"]["tracer:v1"]["state"] == "paused")
-        },
-    )
-    .await;
+    let book = wait_book_paused(&ctx, "tracer:v1").await;
     let failures = book["campaigns"]["tracer:v1"]["failures"]
         .as_array()
         .unwrap();

@@ -61,13 +61,7 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
     put_config(&ctx, "tracing", "tracer.yaml", broken).await;
     let injector = ctx.injector.as_ref().unwrap();
     wait_campaign_paused(injector, "tracer:v1").await;
-    // The gauge is set before the status ConfigMap is written: wait for the book.
-    let book = eventually(DEADLINE, "the pause in the status ConfigMap", || async {
-        campaign_book(&ctx)
-            .await
-            .filter(|b| b["campaigns"]["tracer:v1"]["state"] == "paused")
-    })
-    .await;
+    let book = wait_book_paused(&ctx, "tracer:v1").await;
     let campaign = &book["campaigns"]["tracer:v1"];
     assert_eq!(campaign["revision"], revision(&broken_stamp), "{book:#}");
     assert_eq!(campaign["held"]["revision"], revision(&v1), "{book:#}");

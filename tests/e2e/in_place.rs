@@ -191,12 +191,7 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
     let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken', env: [{name: LEVEL, value: debug}]}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", broken).await;
     wait_campaign_paused(injector, "tracer:v1").await;
-    let book = eventually(DEADLINE, "the failure in the status ConfigMap", || async {
-        campaign_book(&ctx)
-            .await
-            .filter(|b| b["campaigns"]["tracer:v1"]["state"] == "paused")
-    })
-    .await;
+    let book = wait_book_paused(&ctx, "tracer:v1").await;
     let failures = book["campaigns"]["tracer:v1"]["failures"]
         .as_array()
         .unwrap();

@@ -376,6 +376,21 @@ pub async fn campaign_book(ctx: &TestContext) -> Option<Value> {
     serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()
 }
 
+/// The campaign book once the status ConfigMap says the campaign of `sidecar` paused (the
+/// gauge is set before the ConfigMap is written).
+pub async fn wait_book_paused(ctx: &TestContext, sidecar: &str) -> Value {
+    eventually(
+        DEADLINE,
+        &format!("the pause of {sidecar} in the status ConfigMap"),
+        || async {
+            campaign_book(ctx)
+                .await
+                .filter(|b| b["campaigns"][sidecar]["state"] == "paused")
+        },
+    )
+    .await
+}
+
 /// Engine flags for a test that breaks a revision: campaigns settle in 1 s, a restart that does
 /// not roll out fails at 6 s, the Lease moves within 3 s.
 pub const QUICK_FAILURE: &[&str] = &[

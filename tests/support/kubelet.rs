@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
@@ -170,26 +170,17 @@ async fn restart_changed(client: kube::Client, pod: Pod, delay: Duration) {
         .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or_default()))
         .collect();
     let mut broken = false;
-    let statuses: Vec<Value> = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|s| {
-            let mut status = serde_json::to_value(&s).unwrap();
-            if changed.contains(&s.name) {
-                let image = images.get(s.name.as_str()).copied().unwrap_or_default();
-                let bad = image.ends_with(BROKEN_TAG);
-                broken |= bad;
-                status["image"] = json!(image);
-                status["restartCount"] = json!(s.restart_count + 1);
-                status["ready"] = json!(!bad);
-                status["state"] = container_state(bad, &now());
-            }
-            status
-        })
-        .collect();
+    let statuses = container_statuses(&pod, |s, status| {
+        if changed.contains(&s.name) {
+            let image = images.get(s.name.as_str()).copied().unwrap_or_default();
+            let bad = image.ends_with(BROKEN_TAG);
+            broken |= bad;
+            status["image"] = json!(image);
+            status["restartCount"] = json!(s.restart_count + 1);
+            status["ready"] = json!(!bad);
+            status["state"] = container_state(bad, &now());
+        }
+    });
     let status = json!({"status": {
         "conditions": conditions(!broken),
         "containerStatuses": statuses,
@@ -224,23 +215,25 @@ async fn turn_unready(client: kube::Client, pod: Pod) {
     else {
         return;
     };
-    let statuses: Vec<Value> = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|s| {
-            let mut status = serde_json::to_value(&s).unwrap();
-            status["ready"] = json!(false);
-            status
-        })
-        .collect();
+    let statuses = container_statuses(&pod, |_, status| status["ready"] = json!(false));
     let status = json!({"status": {
         "conditions": conditions(false),
         "containerStatuses": statuses,
     }});
     patch_status(client, &namespace, &name, status).await;
+}
+
+/// The pod's container statuses as JSON, each as `edit` leaves it.
+fn container_statuses(pod: &Pod, mut edit: impl FnMut(&ContainerStatus, &mut Value)) -> Vec<Value> {
+    pod.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .map(|s| {
+            let mut status = serde_json::to_value(s).unwrap();
+            edit(s, &mut status);
+            status
+        })
+        .collect()
 }
 
 /// A container's state: running since `now`, or backing off for a `:broken` image.
