@@ -3,7 +3,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use crate::metrics::{Metrics, Port};
 use crate::sources::{
     ConfigSources, WatchedDirectory, reload_configs, spawn_config_reloader, watch_paths,
 };
-pub use http::{Readiness, WebhookState, lifecycle_router, webhook_router};
+pub use http::{Readiness, ReadinessStep, WebhookState, lifecycle_router, webhook_router};
 use tls::{DevCertificates, not_after, server_config_from_files};
 
 /// Where development certificates go when the default certificate files are missing.
@@ -338,7 +337,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
     crate::sources::check_config_directory(&options.config_directory)?;
     reload_configs(&options.config_directory, &sources, &metrics).await;
-    readiness.mark(&readiness.configs_loaded);
+    readiness.mark(ReadinessStep::ConfigsLoaded);
     spawn_config_reloader(
         options.config_directory.clone(),
         options.reload_debounce,
@@ -355,10 +354,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 source.selector.clone(),
                 sources.clone(),
                 metrics.clone(),
-                move || ready.mark(&ready.configmaps_listed),
+                move || ready.mark(ReadinessStep::ConfigMapsListed),
             ));
         }
-        None => readiness.mark(&readiness.configmaps_listed),
+        None => readiness.mark(ReadinessStep::ConfigMapsListed),
     }
     // Graceful shutdown: the Lease is given up first, so another replica acts at once.
     let (stop_tx, stop) = watch::channel(false);
@@ -390,8 +389,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             published,
             publication.every,
             move || {
-                ready.configs_loaded.load(Ordering::Acquire)
-                    && ready.configmaps_listed.load(Ordering::Acquire)
+                ready.is(ReadinessStep::ConfigsLoaded) && ready.is(ReadinessStep::ConfigMapsListed)
             },
             stop.clone(),
         )));
@@ -551,11 +549,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     heads_timed_by_the_acceptor(lifecycle_server.http_builder());
     let lifecycle_task =
         tokio::spawn(lifecycle_server.serve(lifecycle_router(state.clone()).into_make_service()));
-    readiness.mark(&readiness.tls_listening);
+    readiness.mark(ReadinessStep::TlsListening);
     info!(tls = %tls_addr, lifecycle = %lifecycle_addr, "listening");
 
     let signal = shutdown_signal().await;
-    readiness.mark(&readiness.shutting_down);
+    readiness.mark(ReadinessStep::ShuttingDown);
     stop_tx.send_replace(true);
     for task in [lease_task, publisher_task].into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;

@@ -81,16 +81,16 @@ impl WebhookState {
     }
 }
 
-/// `/ready` is the conjunction of these; shutting down turns it off first. Set them with
-/// [`Readiness::mark`], so that those who act only while ready ([`Readiness::watch`]) learn
-/// of it at once.
+/// `/ready` is the conjunction of these; shutting down turns it off first. They are set only
+/// by [`Readiness::mark`], so that those who act only while ready ([`Readiness::watch`])
+/// learn of it at once.
 #[derive(Debug)]
 pub struct Readiness {
-    pub configs_loaded: AtomicBool,
+    configs_loaded: AtomicBool,
     /// The first ConfigMap list is done (true from the start when that source is off).
-    pub configmaps_listed: AtomicBool,
-    pub tls_listening: AtomicBool,
-    pub shutting_down: AtomicBool,
+    configmaps_listed: AtomicBool,
+    tls_listening: AtomicBool,
+    shutting_down: AtomicBool,
     /// Why `/ready` fails (`None`: ready), as of the last mark.
     reason: watch::Sender<Option<&'static str>>,
 }
@@ -109,7 +109,30 @@ impl Default for Readiness {
     }
 }
 
+/// One of the steps [`Readiness`] waits for (or, for `ShuttingDown`, the end of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadinessStep {
+    ConfigsLoaded,
+    ConfigMapsListed,
+    TlsListening,
+    ShuttingDown,
+}
+
 impl Readiness {
+    fn flag(&self, step: ReadinessStep) -> &AtomicBool {
+        match step {
+            ReadinessStep::ConfigsLoaded => &self.configs_loaded,
+            ReadinessStep::ConfigMapsListed => &self.configmaps_listed,
+            ReadinessStep::TlsListening => &self.tls_listening,
+            ReadinessStep::ShuttingDown => &self.shutting_down,
+        }
+    }
+
+    /// Whether `step` was marked.
+    pub fn is(&self, step: ReadinessStep) -> bool {
+        self.flag(step).load(Ordering::Acquire)
+    }
+
     pub fn not_ready_reason(&self) -> Option<&'static str> {
         if self.shutting_down.load(Ordering::Acquire) {
             Some("shutting down")
@@ -124,10 +147,9 @@ impl Readiness {
         }
     }
 
-    /// Sets `flag` (one of this value's own) and tells the watchers when that changes why
-    /// `/ready` fails.
-    pub fn mark(&self, flag: &AtomicBool) {
-        flag.store(true, Ordering::Release);
+    /// Marks `step` done and tells the watchers when that changes why `/ready` fails.
+    pub fn mark(&self, step: ReadinessStep) {
+        self.flag(step).store(true, Ordering::Release);
         self.reason.send_if_modified(|reason| {
             let now = self.not_ready_reason();
             let changed = *reason != now;
@@ -855,8 +877,8 @@ mod tests {
         assert_eq!(body, "not ready: sidecar configs not loaded yet\n");
         let readiness = &state.readiness;
         let mut reason = readiness.watch();
-        readiness.mark(&readiness.configs_loaded);
-        readiness.mark(&readiness.tls_listening);
+        readiness.mark(ReadinessStep::ConfigsLoaded);
+        readiness.mark(ReadinessStep::TlsListening);
         assert_eq!(
             *reason.borrow_and_update(),
             Some("the first list of sidecar ConfigMaps is not done yet")
@@ -869,14 +891,14 @@ mod tests {
                 "not ready: the first list of sidecar ConfigMaps is not done yet\n"
             )
         );
-        readiness.mark(&readiness.configmaps_listed);
+        readiness.mark(ReadinessStep::ConfigMapsListed);
         assert!(reason.has_changed().unwrap(), "becoming ready is told");
         assert_eq!(*reason.borrow_and_update(), None);
         assert_eq!(
             call(lifecycle_router(state.clone()), get()).await.0,
             StatusCode::OK
         );
-        readiness.mark(&readiness.shutting_down);
+        readiness.mark(ReadinessStep::ShuttingDown);
         assert_eq!(*reason.borrow_and_update(), Some("shutting down"));
         let (status, body) = call(lifecycle_router(state.clone()), get()).await;
         assert_eq!(
