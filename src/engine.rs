@@ -559,7 +559,7 @@ impl Engine {
                 .collect();
         });
         if self.options.mode != EngineMode::Off {
-            self.follow_bakes(&plan, bake_reads, now, &feed.followed)
+            self.follow_bakes(&plan, bake_reads, now, &feed.followed, authority)
                 .await;
         }
         if authority == Authority::PlanOnly {

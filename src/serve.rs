@@ -389,7 +389,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             published,
             publication.every,
             move || {
-                ready.is(ReadinessStep::ConfigsLoaded) && ready.is(ReadinessStep::ConfigMapsListed)
+                ready.done(ReadinessStep::ConfigsLoaded)
+                    && ready.done(ReadinessStep::ConfigMapsListed)
             },
             stop.clone(),
         )));

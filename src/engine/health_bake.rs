@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use tracing::info;
+use tracing::{debug, info};
 
-use super::{ActionError, Engine, with_timeout};
+use super::{ActionError, Authority, Engine, with_timeout};
 use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead, PodSeen};
 use crate::metrics::EngineCall;
 use crate::rollout::{self, RolloutPlan};
@@ -84,6 +84,7 @@ impl Engine {
         reads: Vec<(WorkloadRef, Vec<String>)>,
         now: Timestamp,
         followed: &FollowedPods,
+        authority: Authority,
     ) {
         // Kept while rolling, and once passed while succeeded (so it is not baked again).
         self.baking.retain(|w, _| {
@@ -97,8 +98,13 @@ impl Engine {
             }
         }
         for (started, target) in &plan.bakes_started {
-            info!(workload = %started, "rolled out with every pod current: baking for {} before it counts as succeeded",
-                humantime::format_duration(self.options.settings.bake));
+            let bake = humantime::format_duration(self.options.settings.bake);
+            // Said by the process that acts; one that only plans follows the bake quietly.
+            if authority == Authority::Act {
+                info!(workload = %started, "rolled out with every pod current: baking for {bake} before it counts as succeeded");
+            } else {
+                debug!(workload = %started, "rolled out with every pod current: baking for {bake}");
+            }
             self.baking.insert(
                 started.clone(),
                 rollout::Bake {

@@ -129,7 +129,7 @@ impl Readiness {
     }
 
     /// Whether `step` was marked.
-    pub fn is(&self, step: ReadinessStep) -> bool {
+    pub fn done(&self, step: ReadinessStep) -> bool {
         self.flag(step).load(Ordering::Acquire)
     }
 
