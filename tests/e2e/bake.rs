@@ -14,17 +14,7 @@ const POD_READS: &str = "sidecar_injector_rollout_api_requests_total{verb=\"read
 async fn a_crash_after_a_health_drop_within_the_bake_fails_the_canary_when_its_pod_changes() {
     // A bake far longer than the test: a failure found before it ends came from a read made
     // while it ran, not from the read at its end.
-    let flags = [
-        "--rollout=auto",
-        "--settle",
-        "1s",
-        "--rollout-timeout",
-        "40s",
-        "--lease-duration",
-        "3s",
-        "--bake",
-        "10m",
-    ];
+    let flags = [PATIENT_FAILURE, &["--bake", "10m"]].concat();
     let mut ctx = engine_context("bake", &flags).await;
     for (name, replicas) in [("canary", 2), ("web", 3)] {
         create_deployment(&ctx, name, replicas, template(name, Some("tracer:v1"))).await;

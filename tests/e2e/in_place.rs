@@ -48,20 +48,8 @@ use std::collections::BTreeMap;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_them() {
-    // QUICK_FAILURE's pace, with time for four pods one at a time.
-    let flags = [
-        "--rollout=auto",
-        "--settle",
-        "1s",
-        "--rollout-timeout",
-        "40s",
-        "--lease-duration",
-        "3s",
-        "--in-place",
-        "auto",
-        "--cooldown",
-        "1s",
-    ];
+    // Time for four pods one at a time.
+    let flags = [PATIENT_FAILURE, &["--in-place", "auto", "--cooldown", "1s"]].concat();
     let ctx = engine_context("in-place", &flags).await;
     // Four replicas: maxUnavailable 25% lets one pod at a time be unavailable.
     for name in ["canary", "web"] {

@@ -403,6 +403,18 @@ pub const QUICK_FAILURE: &[&str] = &[
     "3s",
 ];
 
+/// [`QUICK_FAILURE`]'s pace for a test whose restarts take several steps (pods one at a time, a
+/// bake): a restart that does not roll out fails at 40 s.
+pub const PATIENT_FAILURE: &[&str] = &[
+    "--rollout=auto",
+    "--settle",
+    "1s",
+    "--rollout-timeout",
+    "40s",
+    "--lease-duration",
+    "3s",
+];
+
 /// Waits until the injector's engine reports the campaign of `sidecar` paused.
 pub async fn wait_campaign_paused(injector: &super::injector::Injector, sidecar: &str) {
     let sample =
