@@ -1153,6 +1153,21 @@ pub fn until(at: Option<Timestamp>) -> Option<Duration> {
     Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
 }
 
+/// When a planning loop (`serve`'s, `rollout --confirm`'s) must plan again though nothing it
+/// watches changed: the soonest of `moments` (the plan's own next change, a grant's end...),
+/// and never later than `safety_net` from `now`, a net should a watch miss a change, not what
+/// paces a campaign. A moment already past is due at once.
+pub(crate) fn soonest_wake(
+    now: Instant,
+    safety_net: Duration,
+    moments: impl IntoIterator<Item = Option<Instant>>,
+) -> Instant {
+    moments
+        .into_iter()
+        .flatten()
+        .fold(now + safety_net, Instant::min)
+}
+
 async fn with_timeout<T>(
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {
@@ -1191,22 +1206,23 @@ pub async fn run(
     let mut ready_since: Option<Instant> = None;
     loop {
         // Wake when something watched changes, or when the plan says it changes by time
-        // alone; `replan_every` is only a safety net, not what paces a campaign.
-        let mut sleep = until(engine.next_wake()).map_or(replan, |d| d.min(replan));
-        // Until warmed up, wake when the warm-up ends.
-        if let Some(since) = ready_since
-            && since.elapsed() < act_after_ready
-        {
-            sleep = sleep.min(act_after_ready - since.elapsed());
-        }
-        // A grant that is not renewed only runs out: nothing is sent when it does. Wake then,
-        // so that a replica whose Lease was taken stops reporting itself leader (and its book)
-        // at once, not at the next safety-net replan. `leading` is never true after a pass that
-        // was not ready, so an expired grant cannot wake a replica that is not ready again and
-        // again.
-        if leading && let Some(until) = *grant.borrow() {
-            sleep = sleep.min(until.saturating_duration_since(Instant::now()));
-        }
+        // alone, or when the warm-up ends. A grant that is not renewed only runs out: nothing
+        // is sent when it does. Wake then too, so that a replica whose Lease was taken stops
+        // reporting itself leader (and its book) at once, not at the next safety-net replan.
+        // `leading` is never true after a pass that was not ready, so an expired grant cannot
+        // wake a replica that is not ready again and again.
+        let now = Instant::now();
+        let wake = soonest_wake(
+            now,
+            replan,
+            [
+                until(engine.next_wake()).map(|d| now + d),
+                ready_since
+                    .map(|since| since + act_after_ready)
+                    .filter(|&warm| warm > now),
+                leading.then(|| *grant.borrow()).flatten(),
+            ],
+        );
         let changed = tokio::select! {
             result = feed.changes.changed() => if result.is_err() { return } else { true },
             result = sidecars.changed() => if result.is_err() { return } else { true },
@@ -1215,7 +1231,7 @@ pub async fn run(
             // Becoming ready, or no longer, is acted on at once: a leader that stops being
             // ready steps down now, not at its next planned pass.
             result = not_ready.changed() => if result.is_err() { return } else { true },
-            () = tokio::time::sleep(sleep) => false,
+            () = tokio::time::sleep_until(wake.into()) => false,
         };
         if changed {
             tokio::time::sleep(PLAN_DEBOUNCE).await;

@@ -673,18 +673,18 @@ struct LoopWake {
 }
 
 impl LoopWake {
-    /// The soonest of them, and never later than [`LOOP_SAFETY_NET`] from `now` (as `serve`'s
-    /// engine, a safety net should a watch miss a change, not what paces the run).
+    /// The soonest of them, under the same safety net as `serve`'s engine.
     fn next(&self, now: Instant) -> Instant {
-        [
-            self.plan,
-            self.grant_ends,
-            self.lost_for_good,
-            self.outcomes_given_up,
-        ]
-        .into_iter()
-        .flatten()
-        .fold(now + LOOP_SAFETY_NET, Instant::min)
+        crate::engine::soonest_wake(
+            now,
+            LOOP_SAFETY_NET,
+            [
+                self.plan,
+                self.grant_ends,
+                self.lost_for_good,
+                self.outcomes_given_up,
+            ],
+        )
     }
 }
 
