@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
-use crate::cluster::drift_feed::{DriftFeed, FollowedPods};
+use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
 use crate::cluster::status::{self, STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP};
 use crate::config::{RevisionsInForce, SidecarSet};
@@ -1166,6 +1166,31 @@ pub(crate) fn soonest_wake(
         .into_iter()
         .flatten()
         .fold(now + safety_net, Instant::min)
+}
+
+impl Engine {
+    /// Reads a pod the pod watch follows, with what the watch had seen of it just before, so
+    /// that it is read again only once the watch sees it change ([`PodRead::changed`]).
+    async fn read_followed_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        followed: &FollowedPods,
+    ) -> Result<(Option<k8s_openapi::api::core::v1::Pod>, PodRead), ActionError> {
+        let seen_before = followed.seen(namespace, name);
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        self.metrics.record_api_request(EngineCall::ReadPod);
+        let pod = with_timeout(api.get_opt(name))
+            .await
+            .map_err(|source| ActionError::ReadPod {
+                namespace: namespace.to_owned(),
+                pod: name.to_owned(),
+                source,
+            })?;
+        let read = PodRead::of(pod.as_ref(), seen_before);
+        Ok((pod, read))
+    }
 }
 
 async fn with_timeout<T>(

@@ -56,6 +56,15 @@ pub struct PodRead {
 }
 
 impl PodRead {
+    /// `pod` as the engine just read or wrote it (`None`: not found), with what the pod watch
+    /// had seen of it just before (`None`: nothing).
+    pub fn of(pod: Option<&Pod>, seen_before: Option<PodSeen>) -> Self {
+        Self {
+            read: pod.and_then(|p| p.metadata.resource_version.clone()),
+            seen_at_read: seen_before.unwrap_or(PodSeen::Nothing),
+        }
+    }
+
     /// Whether the pod changed since it was read, as far as the pod watch knows: something the
     /// watch saw after that read other than the version read (the watch may lag behind a
     /// read), its deletion included. A pod the watch was not told to follow is read.
@@ -464,10 +473,11 @@ mod tests {
     #[test]
     fn a_pod_read_is_news_again_only_once_the_watch_saw_it_change() {
         // Just patched or read at version 2: the watch has seen nothing of it since followed.
-        let patched = PodRead {
-            read: Some("2".into()),
-            seen_at_read: PodSeen::Nothing,
+        let pod_at = |version: &str| Pod {
+            metadata: meta("web-1", version),
+            ..Pod::default()
         };
+        let patched = PodRead::of(Some(&pod_at("2")), None);
         assert!(!patched.changed(Some(&PodSeen::Nothing)));
         assert!(!patched.changed(version("2").as_ref()), "its own version");
         assert!(
@@ -478,19 +488,14 @@ mod tests {
         assert!(patched.changed(None), "not followed: read");
 
         // Read at 3 while the watch was still at 2: neither is news, 4 is.
-        let read = PodRead {
-            read: Some("3".into()),
-            seen_at_read: PodSeen::Version("2".into()),
-        };
+        let read = PodRead::of(Some(&pod_at("3")), version("2"));
         assert!(!read.changed(version("2").as_ref()));
         assert!(!read.changed(version("3").as_ref()));
         assert!(read.changed(version("4").as_ref()));
 
         // Read gone after the watch said so: nothing more to learn of it.
-        let gone = PodRead {
-            read: None,
-            seen_at_read: PodSeen::Deleted,
-        };
+        let gone = PodRead::of(None, Some(PodSeen::Deleted));
+        assert_eq!(gone.read, None);
         assert!(!gone.changed(Some(&PodSeen::Deleted)));
     }
 

@@ -6,14 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use tracing::{debug, info};
 
-use super::{ActionError, Authority, Engine, with_timeout};
-use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead, PodSeen};
-use crate::metrics::EngineCall;
+use super::{Authority, Engine};
+use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
 use crate::rollout::{self, RolloutPlan};
 use crate::workload::WorkloadRef;
 
@@ -142,7 +139,6 @@ impl Engine {
     ) {
         for (workload, pods) in reads {
             let namespace = &workload.namespace;
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             // Followed from before the reads, so that no change after one goes unseen.
             for pod in &pods {
                 followed.follow(namespace, pod);
@@ -151,16 +147,11 @@ impl Engine {
             let mut read = BakeRead::default();
             let mut failure = None;
             for pod in &pods {
-                let seen_at_read = followed.seen(namespace, pod).unwrap_or(PodSeen::Nothing);
-                self.metrics.record_api_request(EngineCall::ReadPod);
-                let found = match with_timeout(api.get_opt(pod)).await {
+                let (found, pod_read) = match self.read_followed_pod(namespace, pod, followed).await
+                {
                     Ok(found) => found,
-                    Err(source) => {
-                        failure = Some(ActionError::ReadPod {
-                            namespace: namespace.clone(),
-                            pod: pod.clone(),
-                            source,
-                        });
+                    Err(err) => {
+                        failure = Some(err);
                         break;
                     }
                 };
@@ -170,14 +161,7 @@ impl Engine {
                     });
                     problems.extend(rollout::container_problems_since(found, baseline));
                 }
-                let version = found.and_then(|p| p.metadata.resource_version);
-                read.pods.insert(
-                    pod.clone(),
-                    PodRead {
-                        read: version,
-                        seen_at_read,
-                    },
-                );
+                read.pods.insert(pod.clone(), pod_read);
             }
             if let Some(err) = failure {
                 for pod in &pods {
@@ -205,6 +189,8 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use crate::cluster::drift_feed::PodSeen;
 
     use super::*;
     use crate::test_fixtures::PodMeta;

@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use super::{ActionError, Engine, Eviction, with_timeout};
-use crate::cluster::drift_feed::{FollowedPods, PodRead, PodSeen};
+use crate::cluster::drift_feed::{FollowedPods, PodRead};
 use crate::drift::PodToReplace;
 use crate::metrics::{EngineCall, RolloutResult};
 use crate::rollout;
@@ -44,20 +44,16 @@ impl Engine {
                 under_way.upgrade.namespace.clone(),
                 under_way.upgrade.pod.clone(),
             );
-            let seen = followed.seen(&namespace, &name);
-            if !under_way.last_read.changed(seen.as_ref()) {
+            if !under_way
+                .last_read
+                .changed(followed.seen(&namespace, &name).as_ref())
+            {
                 continue;
             }
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-            self.metrics.record_api_request(EngineCall::ReadPod);
-            let pod = match with_timeout(api.get_opt(&name)).await {
-                Ok(pod) => pod,
-                Err(source) => {
-                    self.failed(&ActionError::ReadPod {
-                        namespace,
-                        pod: name,
-                        source,
-                    });
+            let (pod, read) = match self.read_followed_pod(&namespace, &name, followed).await {
+                Ok(found) => found,
+                Err(err) => {
+                    self.failed(&err);
                     self.retry_later();
                     continue;
                 }
@@ -65,12 +61,7 @@ impl Engine {
             let Some(under_way) = self.upgrades.get_mut(&workload) else {
                 continue;
             };
-            under_way.last_read = PodRead {
-                read: pod
-                    .as_ref()
-                    .and_then(|p| p.metadata.resource_version.clone()),
-                seen_at_read: seen.unwrap_or(PodSeen::Nothing),
-            };
+            under_way.last_read = read;
             let upgrade = &under_way.upgrade;
             match upgrade.progress(pod.as_ref()) {
                 UpgradeProgress::Pending => continue,
@@ -171,9 +162,7 @@ impl Engine {
         // Followed from before the patch, so that no change after it goes unseen (followed
         // already, by its workload's bake, what the watch saw of it then is no news either).
         followed.follow(namespace, &next.name);
-        let seen_at_patch = followed
-            .seen(namespace, &next.name)
-            .unwrap_or(PodSeen::Nothing);
+        let seen_at_patch = followed.seen(namespace, &next.name);
         self.metrics.record_api_request(EngineCall::PatchPod);
         match with_timeout(api.patch(
             &next.name,
@@ -190,10 +179,7 @@ impl Engine {
                 // Read again once the watch sees a version other than the patch's own.
                 let under_way = UpgradeUnderWay {
                     upgrade,
-                    last_read: PodRead {
-                        read: patched.metadata.resource_version,
-                        seen_at_read: seen_at_patch,
-                    },
+                    last_read: PodRead::of(Some(&patched), seen_at_patch),
                 };
                 self.upgrades.insert(workload.clone(), under_way);
             }
