@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -1176,10 +1176,9 @@ impl Engine {
         namespace: &str,
         name: &str,
         followed: &FollowedPods,
-    ) -> Result<(Option<k8s_openapi::api::core::v1::Pod>, PodRead), ActionError> {
+    ) -> Result<(Option<Pod>, PodRead), ActionError> {
         let seen_before = followed.seen(namespace, name);
-        let api: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(self.client.clone(), namespace);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         self.metrics.record_api_request(EngineCall::ReadPod);
         let pod = with_timeout(api.get_opt(name))
             .await

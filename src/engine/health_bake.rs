@@ -190,9 +190,8 @@ impl Engine {
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    use crate::cluster::drift_feed::PodSeen;
-
     use super::*;
+    use crate::cluster::drift_feed::PodSeen;
     use crate::test_fixtures::PodMeta;
 
     fn read_at(pods: &[(&str, &str)], followed: &FollowedPods) -> BakeRead {
