@@ -910,10 +910,11 @@ impl Engine {
         .await;
     }
 
-    /// When the engine next needs to plan with nothing watched changing; `None`: only a
-    /// change wakes it.
-    pub fn next_wake(&self) -> Option<Timestamp> {
-        self.wake_at
+    /// When the engine next needs to plan with nothing watched changing, as an instant of the
+    /// loop's clock read at `now` (at once when already past); `None`: only a change wakes it.
+    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let left = Timestamp::now().duration_until(self.wake_at?);
+        Some(now + Duration::try_from(left).unwrap_or(Duration::ZERO))
     }
 
     fn wake_at(&mut self, at: Timestamp) {
@@ -1146,13 +1147,6 @@ where
         .map(|_| ())
 }
 
-/// How long from now until `at` (zero when past); `None` stays `None`.
-pub fn until(at: Option<Timestamp>) -> Option<Duration> {
-    let at = at?;
-    let left = Timestamp::now().duration_until(at);
-    Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
-}
-
 /// When a planning loop (`serve`'s, `rollout --confirm`'s) must plan again though nothing it
 /// watches changed: the soonest of `moments` (the plan's own next change, a grant's end...),
 /// and never later than `safety_net` from `now`, a net should a watch miss a change, not what
@@ -1240,7 +1234,7 @@ pub async fn run(
             now,
             replan,
             [
-                until(engine.next_wake()).map(|d| now + d),
+                engine.next_wake(now),
                 ready_since
                     .map(|since| since + act_after_ready)
                     .filter(|&warm| warm > now),

@@ -611,7 +611,7 @@ async fn act_until_done(
         // at the next moment the plan or this run's standing can change by time alone; no poll.
         let now = Instant::now();
         let wake = LoopWake {
-            plan: crate::engine::until(engine.next_wake()).map(|d| now + d),
+            plan: engine.next_wake(now),
             grant_ends: acting.then(|| standing.grant_ends()).flatten(),
             lost_for_good: unheld_since.map(|since| since + CLI_LEASE_DURATION),
             outcomes_given_up: settled_since
