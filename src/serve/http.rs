@@ -134,13 +134,13 @@ impl Readiness {
     }
 
     pub fn not_ready_reason(&self) -> Option<&'static str> {
-        if self.shutting_down.load(Ordering::Acquire) {
+        if self.done(ReadinessStep::ShuttingDown) {
             Some("shutting down")
-        } else if !self.configs_loaded.load(Ordering::Acquire) {
+        } else if !self.done(ReadinessStep::ConfigsLoaded) {
             Some("sidecar configs not loaded yet")
-        } else if !self.configmaps_listed.load(Ordering::Acquire) {
+        } else if !self.done(ReadinessStep::ConfigMapsListed) {
             Some("the first list of sidecar ConfigMaps is not done yet")
-        } else if !self.tls_listening.load(Ordering::Acquire) {
+        } else if !self.done(ReadinessStep::TlsListening) {
             Some("TLS listener not up yet")
         } else {
             None
