@@ -125,7 +125,11 @@ pub struct StateCounts {
 
 impl StateCounts {
     fn add(&mut self, state: DriftState) {
-        *self.get_mut(state) += 1;
+        self.add_many(state, 1);
+    }
+
+    fn add_many(&mut self, state: DriftState, pods: u32) {
+        *self.get_mut(state) += pods;
     }
 
     fn remove(&mut self, state: DriftState) {

@@ -4,6 +4,7 @@
 // A fast hasher with a per-process random seed: classification hashes a few strings per pod,
 // and SipHash made up most of its time.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use crate::config::{RevisionsInForce, SidecarSet};
@@ -64,17 +65,18 @@ impl DriftIndex {
         wanted: &RevisionsInForce,
         policy: &DriftPolicy,
     ) -> DriftReport {
-        let distinct = Distinct::of(self, policy);
+        let groups = self.pod_groups();
+        let distinct = Distinct::of(&groups, policy);
         let current: HashMap<String, &str> = wanted
             .iter()
             .map(|(name, revision)| (name.to_owned(), revision))
             .collect();
-        let tally = self.tally(&distinct, &current, policy);
+        let tally = self.tally(&groups, &distinct, &current, policy);
         let mut workloads = workload_rows(tally.by_workload, policy);
         let denied = self.denied_rows(&current, policy, &workloads);
         if !denied.is_empty() {
             workloads.extend(denied);
-            workloads.sort_by(|a, b| {
+            workloads.sort_unstable_by(|a, b| {
                 (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
                     &b.name,
                     &b.namespace,
@@ -156,9 +158,11 @@ impl DriftIndex {
         rows
     }
 
-    /// Every pod's state per requested sidecar, counted per sidecar and per workload.
+    /// Every pod's state per requested sidecar (one group of pods classified alike at a time),
+    /// counted per sidecar and per workload.
     fn tally<'d, 's: 'd>(
         &'s self,
+        groups: &[PodGroup<'s>],
         distinct: &'d Distinct<'s>,
         current: &HashMap<String, &'d str>,
         policy: &DriftPolicy,
@@ -166,7 +170,13 @@ impl DriftIndex {
         let mut tally = Tally::default();
         // Pods of one workload share their interned owner name: resolve each owner once.
         let mut owners: HashMap<(usize, usize, usize), Resolution<'_>> = HashMap::new();
-        for ((namespace, name), pod) in &self.pods {
+        for &PodGroup {
+            namespace,
+            name,
+            pod,
+            pods,
+        } in groups
+        {
             let (kind, workload, owner_exclusion) = match pod.owner.name() {
                 Some(owner) => owners
                     .entry((ptr(namespace), pod.owner.kind_tag(), ptr(owner)))
@@ -197,7 +207,7 @@ impl DriftIndex {
                     .entry(sidecar.as_ptr() as usize)
                     .or_insert((sidecar, StateCounts::default()))
                     .1
-                    .add(state);
+                    .add_many(state, pods);
                 let id = (
                     ptr(namespace),
                     kind.key(),
@@ -213,10 +223,45 @@ impl DriftIndex {
                         worst: None,
                         detail: Detail::None,
                     })
-                    .add(state, detail);
+                    .add(state, detail, pods);
             }
         }
         tally
+    }
+
+    /// The indexed pods, those classified alike counted together: pods in one namespace with
+    /// the same owner, request, revision stamp and injection get the same state and detail. A
+    /// workload's pods mostly share all five, so the classification that follows runs once per
+    /// workload and revision instead of once per pod. Groups come in the order of their first
+    /// pod, so a workload still takes the detail of the first of its pods in its worst state.
+    fn pod_groups(&self) -> Vec<PodGroup<'_>> {
+        let mut groups: Vec<PodGroup<'_>> = Vec::new();
+        let mut slots: HashMap<[usize; 6], usize> = HashMap::new();
+        for ((namespace, name), pod) in &self.pods {
+            // A bare pod is its own owner (`resolve` names it after the pod).
+            let owner = pod.owner.name().map_or(name.as_ptr() as usize, ptr);
+            let key = [
+                ptr(namespace),
+                pod.owner.kind_tag(),
+                owner,
+                ptr(&pod.request),
+                pod.revision.as_ref().map_or(0, ptr),
+                usize::from(pod.injected),
+            ];
+            match slots.entry(key) {
+                Entry::Occupied(slot) => groups[*slot.get()].pods += 1,
+                Entry::Vacant(slot) => {
+                    slot.insert(groups.len());
+                    groups.push(PodGroup {
+                        namespace,
+                        name,
+                        pod,
+                        pods: 1,
+                    });
+                }
+            }
+        }
+        groups
     }
 
     /// The workload a pod belongs to (kind, name) and, when its owner excludes it, why.
@@ -309,14 +354,14 @@ struct Distinct<'s> {
 }
 
 impl<'s> Distinct<'s> {
-    fn of(index: &'s DriftIndex, policy: &DriftPolicy) -> Self {
+    fn of(groups: &[PodGroup<'s>], policy: &DriftPolicy) -> Self {
         let mut names: HashSet<Arc<str>> = HashSet::new();
         let mut distinct = Distinct {
             requests: HashMap::new(),
             revisions: HashMap::new(),
             namespaces: HashMap::new(),
         };
-        for ((namespace, _), pod) in &index.pods {
+        for &PodGroup { namespace, pod, .. } in groups {
             distinct
                 .requests
                 .entry(ptr(&pod.request))
@@ -342,6 +387,14 @@ impl<'s> Distinct<'s> {
         }
         distinct
     }
+}
+
+/// Pods classified alike: the first of them, and how many there are.
+struct PodGroup<'s> {
+    namespace: &'s Arc<str>,
+    name: &'s str,
+    pod: &'s PodEntry,
+    pods: u32,
 }
 
 /// Counts per sidecar and per workload, keyed by the pointers of interned strings.
@@ -412,7 +465,9 @@ fn workload_rows(
             }
         })
         .collect();
-    rows.sort_by(|a, b| {
+    // One row per (workload, sidecar): no two rows compare equal, so the unstable sort gives
+    // the one order, without the stable sort's buffer.
+    rows.sort_unstable_by(|a, b| {
         (&a.name, &a.namespace, &a.kind, &a.sidecar).cmp(&(
             &b.name,
             &b.namespace,
@@ -475,9 +530,9 @@ fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String 
 }
 
 impl<'a> WorkloadTally<'a> {
-    /// One more pod; the workload takes its worst pod's state and that pod's detail.
-    fn add(&mut self, state: DriftState, detail: Detail<'a>) {
-        self.pods.add(state);
+    /// More pods in one state; the workload takes its worst pod's state and that pod's detail.
+    fn add(&mut self, state: DriftState, detail: Detail<'a>, pods: u32) {
+        self.pods.add_many(state, pods);
         if self
             .worst
             .is_none_or(|w: DriftState| state.severity() > w.severity())

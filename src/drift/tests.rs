@@ -828,3 +828,58 @@ fn a_workload_whose_pods_are_all_denied_shows_from_its_template() {
     );
     assert_eq!("denied".parse::<DriftState>().unwrap(), DriftState::Denied);
 }
+
+/// Pods classified alike are counted together: each pod still counts once in its workload's
+/// row, a workload's pods at two revisions give it the worse state, and bare pods with the same
+/// annotations stay one row each.
+#[test]
+fn pods_classified_alike_are_counted_once_each() {
+    let set = sidecars(&[LOGGER_V1]);
+    let current = stamp(LOGGER_V1);
+    let mut index = DriftIndex::default();
+    index.apply_replicaset(&rs("team", "web-1", Some("web")));
+    for p in 0..5 {
+        let revision = if p < 3 {
+            current.as_str()
+        } else {
+            "logger:v1=000000000000"
+        };
+        let pod = PodMeta::new("team", &format!("web-1-{p}"))
+            .request("logger:v1")
+            .injected(revision)
+            .owner("ReplicaSet", "web-1");
+        index.apply_pod(&pod.0, &keys());
+    }
+    for name in ["job-a", "job-b"] {
+        let pod = PodMeta::new("team", name)
+            .request("logger:v1")
+            .injected("logger:v1=000000000000");
+        index.apply_pod(&pod.0, &keys());
+    }
+    let policy = DriftPolicy {
+        evict_bare_pods: true,
+        ..Default::default()
+    };
+    let report = index.classify(&set, &policy);
+
+    let web = workload(&report, "Deployment", "web");
+    assert_eq!(
+        (web.pods.current, web.pods.stale, web.pods.total()),
+        (3, 2, 5)
+    );
+    assert_eq!(web.state, DriftState::Stale);
+    assert_eq!(
+        web.reason,
+        format!(
+            "2 of 5 pods stale (000000000000 -> {})",
+            current.trim_start_matches("logger:v1=")
+        )
+    );
+    for name in ["job-a", "job-b"] {
+        let bare = workload(&report, "Pod", name);
+        assert_eq!((bare.pods.stale, bare.pods.total()), (1, 1), "{name}");
+    }
+    assert_eq!(report.workloads.len(), 3, "{:#?}", report.workloads);
+    let logger = &report.sidecars[0];
+    assert_eq!((logger.pods.current, logger.pods.stale), (3, 4));
+}
