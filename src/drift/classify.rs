@@ -238,17 +238,7 @@ impl DriftIndex {
         let mut groups: Vec<PodGroup<'_>> = Vec::new();
         let mut slots: HashMap<[usize; 6], usize> = HashMap::new();
         for ((namespace, name), pod) in &self.pods {
-            // A bare pod is its own owner (`resolve` names it after the pod).
-            let owner = pod.owner.name().map_or(name.as_ptr() as usize, ptr);
-            let key = [
-                ptr(namespace),
-                pod.owner.kind_tag(),
-                owner,
-                ptr(&pod.request),
-                pod.revision.as_ref().map_or(0, ptr),
-                usize::from(pod.injected),
-            ];
-            match slots.entry(key) {
+            match slots.entry(classified_alike(namespace, name, pod)) {
                 Entry::Occupied(slot) => groups[*slot.get()].pods += 1,
                 Entry::Vacant(slot) => {
                     slot.insert(groups.len());
@@ -334,6 +324,22 @@ impl DriftIndex {
             disabled.then_some(Detail::Text("rollout disabled by annotation")),
         )
     }
+}
+
+/// What a pod's classification depends on, as pointers of the index's interned strings: pods
+/// with the same key get the same state and detail for every sidecar they request. Only
+/// meaningful while the index is borrowed (a pointer is reused once its string is dropped).
+pub(super) fn classified_alike(namespace: &Arc<str>, name: &str, pod: &PodEntry) -> [usize; 6] {
+    // A bare pod is its own owner (`resolve` names it after the pod).
+    let owner = pod.owner.name().map_or(name.as_ptr() as usize, ptr);
+    [
+        ptr(namespace),
+        pod.owner.kind_tag(),
+        owner,
+        ptr(&pod.request),
+        pod.revision.as_ref().map_or(0, ptr),
+        usize::from(pod.injected),
+    ]
 }
 
 /// An interned string's identity: equal pointers, equal text.

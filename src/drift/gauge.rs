@@ -5,19 +5,22 @@
 //! reach many pods at once) recount everything.
 
 use foldhash::{HashMap, HashMapExt};
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use crate::config::RevisionsInForce;
 use crate::name::SidecarName;
 
+use super::classify::classified_alike;
 use super::entries::{PodEntry, PodOwner, parse_revisions};
 use super::index::{DriftIndex, IndexChanges, Key};
 use super::{
     DriftPolicy, DriftState, SidecarDrift, StateCounts, namespace_exclusion, sidecar_state,
 };
 
-/// What one pod adds to the counts: a state per sidecar it requests.
-type Contribution = Vec<(Arc<str>, DriftState)>;
+/// What one pod adds to the counts: a state per sidecar it requests. Shared by the pods a
+/// full count finds classified alike.
+type Contribution = Arc<[(Arc<str>, DriftState)]>;
 
 /// The counts per sidecar, and what each pod contributed to them.
 #[derive(Debug)]
@@ -73,9 +76,27 @@ impl DriftGauge {
         self.counts.clear();
         // Cached parses of texts no pod uses any more go with a full count.
         self.requests.clear();
+        // A workload's pods mostly classify alike: each group is classified once and its pods
+        // counted together, as the report does.
+        let mut groups: HashMap<[usize; 6], (Contribution, u32)> = HashMap::new();
+        self.per_pod.reserve(index.pods.len());
         for (key, pod) in &index.pods {
-            let contribution = self.contribution(index, key, pod, wanted);
-            self.add(key.clone(), contribution);
+            let (contribution, pods) = match groups.entry(classified_alike(&key.0, &key.1, pod)) {
+                Entry::Occupied(group) => group.into_mut(),
+                Entry::Vacant(group) => {
+                    group.insert((self.contribution(index, key, pod, wanted), 0))
+                }
+            };
+            *pods += 1;
+            self.per_pod.insert(key.clone(), contribution.clone());
+        }
+        for (contribution, pods) in groups.into_values() {
+            for (sidecar, state) in contribution.iter() {
+                self.counts
+                    .entry(sidecar.clone())
+                    .or_default()
+                    .add_many(*state, pods);
+            }
         }
         self.counted_against = Some(wanted.clone());
     }
@@ -120,7 +141,7 @@ impl DriftGauge {
     }
 
     fn add(&mut self, key: Key, contribution: Contribution) {
-        for (sidecar, state) in &contribution {
+        for (sidecar, state) in contribution.iter() {
             self.counts.entry(sidecar.clone()).or_default().add(*state);
         }
         self.per_pod.insert(key, contribution);
@@ -130,11 +151,11 @@ impl DriftGauge {
         let Some(contribution) = self.per_pod.remove(key) else {
             return;
         };
-        for (sidecar, state) in contribution {
-            if let Some(counts) = self.counts.get_mut(&sidecar) {
-                counts.remove(state);
+        for (sidecar, state) in contribution.iter() {
+            if let Some(counts) = self.counts.get_mut(sidecar) {
+                counts.remove(*state);
                 if counts.total() == 0 {
-                    self.counts.remove(&sidecar);
+                    self.counts.remove(sidecar);
                 }
             }
         }
