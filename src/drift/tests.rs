@@ -850,7 +850,7 @@ fn pods_classified_alike_are_counted_once_each() {
             .owner("ReplicaSet", "web-1");
         index.apply_pod(&pod.0, &keys());
     }
-    for name in ["job-a", "job-b"] {
+    for name in ["bare-a", "bare-b"] {
         let pod = PodMeta::new("team", name)
             .request("logger:v1")
             .injected("logger:v1=000000000000");
@@ -875,7 +875,7 @@ fn pods_classified_alike_are_counted_once_each() {
             current.trim_start_matches("logger:v1=")
         )
     );
-    for name in ["job-a", "job-b"] {
+    for name in ["bare-a", "bare-b"] {
         let bare = workload(&report, "Pod", name);
         assert_eq!((bare.pods.stale, bare.pods.total()), (1, 1), "{name}");
     }
