@@ -133,8 +133,12 @@ impl StateCounts {
     }
 
     fn remove(&mut self, state: DriftState) {
+        self.remove_many(state, 1);
+    }
+
+    fn remove_many(&mut self, state: DriftState, pods: u32) {
         let count = self.get_mut(state);
-        *count = count.saturating_sub(1);
+        *count = count.saturating_sub(pods);
     }
 
     fn get_mut(&mut self, state: DriftState) -> &mut u32 {

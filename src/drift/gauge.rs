@@ -1,8 +1,9 @@
 //! The per-sidecar pod counts behind the `sidecar_injector_pods` gauge, kept incrementally:
 //! the index records which pods (and which ReplicaSets' pods) changed, and only those are
 //! classified again, so one pod event costs microseconds instead of a pass over every pod. A
-//! change of the revisions in force, a relist, or a workload's opt-out changing (which can
-//! reach many pods at once) recount everything.
+//! change of the revisions in force classifies again only the pods that request a sidecar
+//! whose revision changed, once per group of pods classified alike. A relist, or a workload's
+//! opt-out changing (which can reach many pods at once), recounts everything.
 
 use foldhash::{HashMap, HashMapExt};
 use std::collections::hash_map::Entry;
@@ -61,13 +62,19 @@ impl DriftGauge {
         wanted: &RevisionsInForce,
     ) -> Vec<SidecarDrift> {
         let changes = index.take_changes();
-        let recount = changes.everything || self.counted_against.as_ref() != Some(wanted);
-        if recount {
-            self.recount(index, wanted);
-        } else {
-            self.apply(index, wanted, &changes);
-            self.prune_requests();
+        let changed = match &self.counted_against {
+            Some(counted) if !changes.everything => changed_sidecars(counted, wanted),
+            _ => {
+                self.recount(index, wanted);
+                return self.rows(wanted);
+            }
+        };
+        self.apply(index, wanted, &changes);
+        if !changed.is_empty() {
+            self.reclassify_requesting(index, wanted, &changed);
+            self.counted_against = Some(wanted.clone());
         }
+        self.prune_requests();
         self.rows(wanted)
     }
 
@@ -124,6 +131,62 @@ impl DriftGauge {
             if let Some(pod) = index.pods.get(&key) {
                 let contribution = self.contribution(index, &key, pod, wanted);
                 self.add(key, contribution);
+            }
+        }
+    }
+
+    /// After a revision change: the pods whose records name a sidecar in `changed` are
+    /// classified again, the rest keep theirs (a pod's states depend on the revisions of the
+    /// sidecars it requests only). Pods that share a record were classified alike, and
+    /// nothing since has set them apart (any event about one gives it a record of its own), so
+    /// each shared record is classified again once, for the first of its pods met, and its
+    /// pods move in the counts together.
+    fn reclassify_requesting(
+        &mut self,
+        index: &DriftIndex,
+        wanted: &RevisionsInForce,
+        changed: &[String],
+    ) {
+        // Keyed by the old record's address; the old record is held in the value, so no
+        // address is freed and reused while the map lives.
+        let mut again: HashMap<usize, (Contribution, Contribution, u32)> = HashMap::new();
+        let names_changed = |c: &Contribution| {
+            c.iter()
+                .any(|(sidecar, _)| changed.iter().any(|n| **n == **sidecar))
+        };
+        let mut per_pod = std::mem::take(&mut self.per_pod);
+        for (key, record) in &mut per_pod {
+            if !names_changed(record) {
+                continue;
+            }
+            let (_, new, pods) = match again.entry(Arc::as_ptr(record).cast::<()>() as usize) {
+                Entry::Occupied(group) => group.into_mut(),
+                Entry::Vacant(group) => {
+                    let Some(pod) = index.pods.get(key) else {
+                        continue;
+                    };
+                    let new = self.contribution(index, key, pod, wanted);
+                    group.insert((record.clone(), new, 0))
+                }
+            };
+            *pods += 1;
+            *record = new.clone();
+        }
+        self.per_pod = per_pod;
+        for (old, new, pods) in again.into_values() {
+            for (sidecar, state) in old.iter() {
+                if let Some(counts) = self.counts.get_mut(sidecar) {
+                    counts.remove_many(*state, pods);
+                    if counts.total() == 0 {
+                        self.counts.remove(sidecar);
+                    }
+                }
+            }
+            for (sidecar, state) in new.iter() {
+                self.counts
+                    .entry(sidecar.clone())
+                    .or_default()
+                    .add_many(*state, pods);
             }
         }
     }
@@ -225,6 +288,22 @@ impl DriftGauge {
     }
 }
 
+/// The sidecars whose revision differs between `before` and `after`, defined in one only
+/// included.
+fn changed_sidecars(before: &RevisionsInForce, after: &RevisionsInForce) -> Vec<String> {
+    let differs = |(name, revision): (&str, &str), other: &RevisionsInForce| {
+        (other.get(name) != Some(revision)).then(|| name.to_owned())
+    };
+    let mut changed: Vec<String> = after.iter().filter_map(|s| differs(s, before)).collect();
+    changed.extend(
+        before
+            .iter()
+            .filter(|(name, _)| after.get(name).is_none())
+            .map(|(name, _)| name.to_owned()),
+    );
+    changed
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -258,7 +337,8 @@ mod tests {
             disabled: bool,
         },
         DeleteWorkload(u8, u8),
-        Revisions(bool),
+        /// The revisions in force: bit 0 picks logger's, bit 1 drops tracer from the configs.
+        Revisions(u8),
         /// The gauge brought up to date and compared with a full classification.
         Check,
     }
@@ -279,23 +359,22 @@ mod tests {
                 |(namespace, name, disabled)| Event::Workload { namespace, name, disabled }
             ),
             1 => (0..3u8, 0..2u8).prop_map(|(n, w)| Event::DeleteWorkload(n, w)),
-            1 => any::<bool>().prop_map(Event::Revisions),
+            1 => (0..4u8).prop_map(Event::Revisions),
             3 => Just(Event::Check),
         ]
     }
 
-    fn wanted(newer: bool) -> RevisionsInForce {
-        let logger = if newer {
+    fn wanted(revisions: u8) -> RevisionsInForce {
+        let logger = if revisions & 1 == 1 {
             "bbbbbbbbbbbb"
         } else {
             "aaaaaaaaaaaa"
         };
-        [
-            ("logger:v1".to_owned(), logger.to_owned()),
-            ("tracer:v1".to_owned(), "cccccccccccc".to_owned()),
-        ]
-        .into_iter()
-        .collect()
+        let tracer = (revisions & 2 == 0).then_some("cccccccccccc");
+        [("logger:v1", Some(logger)), ("tracer:v1", tracer)]
+            .into_iter()
+            .filter_map(|(name, revision)| Some((name.to_owned(), revision?.to_owned())))
+            .collect()
     }
 
     fn apply(index: &mut DriftIndex, event: &Event, keys: &AnnotationKeys) {
@@ -384,14 +463,14 @@ mod tests {
             let mut index = DriftIndex::default();
             index.track_changes();
             let mut gauge = DriftGauge::new(policy.clone());
-            let mut newer = false;
+            let mut revisions = 0;
             for event in events.iter().chain([&Event::Check]) {
                 apply(&mut index, event, &keys);
                 if let Event::Revisions(to) = event {
-                    newer = *to;
+                    revisions = *to;
                 }
                 if matches!(event, Event::Check) {
-                    let wanted = wanted(newer);
+                    let wanted = wanted(revisions);
                     let rows = gauge.update(&mut index, &wanted);
                     let full = index.classify_revisions(&wanted, &policy).sidecars;
                     prop_assert_eq!(rows, full);
@@ -413,7 +492,7 @@ mod tests {
             index.apply_pod(&meta.0, &keys);
         }
         let mut gauge = DriftGauge::new(DriftPolicy::default());
-        let wanted = wanted(true);
+        let wanted = wanted(1);
         let rows = gauge.update(&mut index, &wanted);
         assert_eq!(rows[0].pods.stale, 100);
         let meta = PodMeta::new("team", "pod-7")
@@ -429,6 +508,67 @@ mod tests {
         // A status-only update (same annotations) is no change at all.
         index.apply_pod(&meta.0, &keys);
         assert!(index.pending_changes().unwrap().pods.is_empty());
+    }
+
+    #[test]
+    fn a_revision_change_classifies_again_only_the_pods_that_request_the_sidecar() {
+        let keys = AnnotationKeys::default();
+        let mut index = DriftIndex::default();
+        index.track_changes();
+        let pod = |name: &str, request: &str, owner: &str, stamp: &str| {
+            PodMeta::new("team", name)
+                .request(request)
+                .owner("StatefulSet", owner)
+                .injected(stamp)
+        };
+        for p in 0..100 {
+            let meta = pod(
+                &format!("db-{p}"),
+                "logger:v1",
+                "db",
+                "logger:v1=aaaaaaaaaaaa",
+            );
+            index.apply_pod(&meta.0, &keys);
+        }
+        for p in 0..50 {
+            let meta = pod(
+                &format!("cache-{p}"),
+                "logger:v1,tracer:v1",
+                "cache",
+                "logger:v1=aaaaaaaaaaaa,tracer:v1=cccccccccccc",
+            );
+            index.apply_pod(&meta.0, &keys);
+        }
+        let policy = DriftPolicy::default();
+        let mut gauge = DriftGauge::new(policy.clone());
+        gauge.update(&mut index, &wanted(0));
+        let record = |gauge: &DriftGauge, name: &str| {
+            gauge.per_pod[&(Arc::from("team"), Box::from(name))].clone()
+        };
+        let (db_before, cache_before) = (record(&gauge, "db-0"), record(&gauge, "cache-0"));
+
+        // tracer's config is removed; logger's revision stays.
+        let rows = gauge.update(&mut index, &wanted(2));
+        assert_eq!(rows, index.classify_revisions(&wanted(2), &policy).sidecars);
+        let tracer = rows.iter().find(|row| row.name == "tracer:v1").unwrap();
+        assert_eq!(
+            (tracer.revision.as_deref(), tracer.pods.total()),
+            (None, 50)
+        );
+        for p in 0..100 {
+            assert!(
+                Arc::ptr_eq(&record(&gauge, &format!("db-{p}")), &db_before),
+                "db-{p} requests no changed sidecar and keeps its record"
+            );
+        }
+        let cache_after = record(&gauge, "cache-0");
+        assert!(!Arc::ptr_eq(&cache_after, &cache_before));
+        for p in 0..50 {
+            assert!(
+                Arc::ptr_eq(&record(&gauge, &format!("cache-{p}")), &cache_after),
+                "cache-{p} was classified with its group, once"
+            );
+        }
     }
 
     /// Requests written many ways (spacing, case, another sidecar each) by pods that come and
@@ -447,7 +587,7 @@ mod tests {
         let mut index = DriftIndex::default();
         index.track_changes();
         let mut gauge = DriftGauge::new(DriftPolicy::default());
-        let wanted = wanted(true);
+        let wanted = wanted(1);
         let steady = PodMeta::new("team", "steady")
             .request("logger:v1")
             .owner("StatefulSet", "db")
