@@ -515,29 +515,23 @@ mod tests {
         let keys = AnnotationKeys::default();
         let mut index = DriftIndex::default();
         index.track_changes();
-        let pod = |name: &str, request: &str, owner: &str, stamp: &str| {
-            PodMeta::new("team", name)
-                .request(request)
-                .owner("StatefulSet", owner)
-                .injected(stamp)
-        };
-        for p in 0..100 {
-            let meta = pod(
-                &format!("db-{p}"),
-                "logger:v1",
-                "db",
-                "logger:v1=aaaaaaaaaaaa",
-            );
-            index.apply_pod(&meta.0, &keys);
-        }
-        for p in 0..50 {
-            let meta = pod(
-                &format!("cache-{p}"),
-                "logger:v1,tracer:v1",
+        let workloads = [
+            ("db", 100, "logger:v1", "logger:v1=aaaaaaaaaaaa"),
+            (
                 "cache",
+                50,
+                "logger:v1,tracer:v1",
                 "logger:v1=aaaaaaaaaaaa,tracer:v1=cccccccccccc",
-            );
-            index.apply_pod(&meta.0, &keys);
+            ),
+        ];
+        for (owner, pods, request, stamp) in workloads {
+            for p in 0..pods {
+                let meta = PodMeta::new("team", &format!("{owner}-{p}"))
+                    .request(request)
+                    .owner("StatefulSet", owner)
+                    .injected(stamp);
+                index.apply_pod(&meta.0, &keys);
+            }
         }
         let policy = DriftPolicy::default();
         let mut gauge = DriftGauge::new(policy.clone());
