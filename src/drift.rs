@@ -124,16 +124,8 @@ pub struct StateCounts {
 }
 
 impl StateCounts {
-    fn add(&mut self, state: DriftState) {
-        self.add_many(state, 1);
-    }
-
     fn add_many(&mut self, state: DriftState, pods: u32) {
         *self.get_mut(state) += pods;
-    }
-
-    fn remove(&mut self, state: DriftState) {
-        self.remove_many(state, 1);
     }
 
     fn remove_many(&mut self, state: DriftState, pods: u32) {

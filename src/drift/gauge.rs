@@ -98,12 +98,7 @@ impl DriftGauge {
             self.per_pod.insert(key.clone(), contribution.clone());
         }
         for (contribution, pods) in groups.into_values() {
-            for (sidecar, state) in contribution.iter() {
-                self.counts
-                    .entry(sidecar.clone())
-                    .or_default()
-                    .add_many(*state, pods);
-            }
+            self.count(&contribution, pods);
         }
         self.counted_against = Some(wanted.clone());
     }
@@ -174,20 +169,8 @@ impl DriftGauge {
         }
         self.per_pod = per_pod;
         for (old, new, pods) in again.into_values() {
-            for (sidecar, state) in old.iter() {
-                if let Some(counts) = self.counts.get_mut(sidecar) {
-                    counts.remove_many(*state, pods);
-                    if counts.total() == 0 {
-                        self.counts.remove(sidecar);
-                    }
-                }
-            }
-            for (sidecar, state) in new.iter() {
-                self.counts
-                    .entry(sidecar.clone())
-                    .or_default()
-                    .add_many(*state, pods);
-            }
+            self.uncount(&old, pods);
+            self.count(&new, pods);
         }
     }
 
@@ -204,19 +187,32 @@ impl DriftGauge {
     }
 
     fn add(&mut self, key: Key, contribution: Contribution) {
-        for (sidecar, state) in contribution.iter() {
-            self.counts.entry(sidecar.clone()).or_default().add(*state);
-        }
+        self.count(&contribution, 1);
         self.per_pod.insert(key, contribution);
     }
 
     fn remove(&mut self, key: &Key) {
-        let Some(contribution) = self.per_pod.remove(key) else {
-            return;
-        };
+        if let Some(contribution) = self.per_pod.remove(key) {
+            self.uncount(&contribution, 1);
+        }
+    }
+
+    /// Adds what `pods` pods with this record contribute to the counts.
+    fn count(&mut self, contribution: &Contribution, pods: u32) {
+        for (sidecar, state) in contribution.iter() {
+            self.counts
+                .entry(sidecar.clone())
+                .or_default()
+                .add_many(*state, pods);
+        }
+    }
+
+    /// Takes back what `pods` pods with this record contributed; a sidecar no pod counts in
+    /// any more leaves the counts.
+    fn uncount(&mut self, contribution: &Contribution, pods: u32) {
         for (sidecar, state) in contribution.iter() {
             if let Some(counts) = self.counts.get_mut(sidecar) {
-                counts.remove(*state);
+                counts.remove_many(*state, pods);
                 if counts.total() == 0 {
                     self.counts.remove(sidecar);
                 }
