@@ -287,10 +287,11 @@ impl DriftGauge {
 /// The sidecars whose revision differs between `before` and `after`, defined in one only
 /// included.
 fn changed_sidecars(before: &RevisionsInForce, after: &RevisionsInForce) -> Vec<String> {
-    let differs = |(name, revision): (&str, &str), other: &RevisionsInForce| {
-        (other.get(name) != Some(revision)).then(|| name.to_owned())
-    };
-    let mut changed: Vec<String> = after.iter().filter_map(|s| differs(s, before)).collect();
+    let mut changed: Vec<String> = after
+        .iter()
+        .filter(|(name, revision)| before.get(name) != Some(revision))
+        .map(|(name, _)| name.to_owned())
+        .collect();
     changed.extend(
         before
             .iter()
