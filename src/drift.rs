@@ -96,7 +96,8 @@ impl DriftState {
         }
     }
 
-    fn severity(self) -> u8 {
+    /// How bad a state is: a workload takes its worst pod's state, a pod its worst sidecar's.
+    pub fn severity(self) -> u8 {
         match self {
             DriftState::Denied => 6,
             DriftState::Uninjected => 5,

@@ -292,6 +292,47 @@ pub fn sidecar_drift(
         .collect()
 }
 
+/// The pods of a workload asked about by kind and name: how many, how many in each state
+/// (a pod counted once, in the worst state of the sidecars it asks for), and the one shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkloadPods {
+    pub count: usize,
+    /// Pods by their worst state; a pod that asks for no sidecar is in none.
+    pub states: BTreeMap<DriftState, usize>,
+    /// The pod the answer shows: the first in the worst state of all, or the first pod when
+    /// none asks for a sidecar.
+    pub shown: Option<String>,
+}
+
+impl WorkloadPods {
+    /// `pods`, each with the drift of the sidecars it asks for, in the order to choose from:
+    /// the summary, and the index of the pod to show.
+    pub fn of(pods: &[(String, Vec<SidecarDrift>)]) -> (Self, Option<usize>) {
+        let mut states = BTreeMap::new();
+        let mut shown: Option<(usize, Option<u8>)> = None;
+        for (index, (_, sidecars)) in pods.iter().enumerate() {
+            let worst = sidecars
+                .iter()
+                .map(|s| s.state)
+                .reduce(|a, b| if b.severity() > a.severity() { b } else { a });
+            if let Some(state) = worst {
+                *states.entry(state).or_default() += 1;
+            }
+            let severity = worst.map(DriftState::severity);
+            if shown.is_none_or(|(_, best)| severity > best) {
+                shown = Some((index, severity));
+            }
+        }
+        let index = shown.map(|(index, _)| index);
+        let summary = Self {
+            count: pods.len(),
+            states,
+            shown: index.map(|i| pods[i].0.clone()),
+        };
+        (summary, index)
+    }
+}
+
 /// What the engine plans for a workload now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
@@ -361,6 +402,51 @@ pub fn workload_action(
     }
 }
 
+impl WorkloadAction {
+    /// The action in a line of the text form.
+    fn describe(&self) -> String {
+        match self {
+            WorkloadAction::Restart {
+                canary,
+                reason,
+                pods,
+            } => format!(
+                "restarted by the next plan{} ({pods} pod(s)): {reason}",
+                if *canary {
+                    ", as its campaign's canary"
+                } else {
+                    ""
+                }
+            ),
+            WorkloadAction::Rolling { target } => format!("restarted, rolling out to {target}"),
+            WorkloadAction::Waiting { message } => format!("waits: {message}"),
+            WorkloadAction::Succeeded => "restarted and rolled out".to_owned(),
+            WorkloadAction::Failed { reason } => format!("its restart failed: {reason}"),
+            WorkloadAction::FailedEarlier { message } => message.clone(),
+            WorkloadAction::Nothing { why } => format!("nothing to do: {why}"),
+        }
+    }
+}
+
+/// `3 (1 stale, 2 current)`, or `none`.
+impl fmt::Display for WorkloadPods {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.count == 0 {
+            return f.write_str("none");
+        }
+        let mut states: Vec<String> = self
+            .states
+            .iter()
+            .map(|(state, n)| format!("{n} {}", state.as_str()))
+            .collect();
+        let asking = self.states.values().sum::<usize>();
+        if asking < self.count {
+            states.push(format!("{} asking for no sidecar", self.count - asking));
+        }
+        write!(f, "{} ({})", self.count, states.join(", "))
+    }
+}
+
 /// The whole answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Explanation {
@@ -370,6 +456,9 @@ pub struct Explanation {
     /// new pods get).
     pub judged: String,
     pub injection: InjectionExplanation,
+    /// Asked about a workload: its pods, and which one `pod` and `sidecars` describe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_pods: Option<WorkloadPods>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodState>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -389,8 +478,19 @@ impl fmt::Display for Explanation {
             writeln!(f, "  {mark} {:<22} {}", check.check, check.detail)?;
         }
         writeln!(f, "  =>  {}", self.injection.message)?;
+        if let Some(pods) = &self.workload_pods {
+            writeln!(f, "\nIts pods: {pods}")?;
+        }
         if let Some(pod) = &self.pod {
-            writeln!(f, "\nThis pod:")?;
+            match self
+                .workload_pods
+                .as_ref()
+                .and_then(|p| Some((p.count, p.shown.as_ref()?)))
+            {
+                Some((1, name)) => writeln!(f, "\nPod {name}, its only pod:")?,
+                Some((_, name)) => writeln!(f, "\nPod {name}, the first in the worst state:")?,
+                None => writeln!(f, "\nThis pod:")?,
+            }
             if pod.injected {
                 let revisions: Vec<String> = pod
                     .revisions
@@ -426,29 +526,10 @@ impl fmt::Display for Explanation {
         }
         if let Some(workload) = &self.workload {
             writeln!(f, "\nRollout of {workload}:")?;
-            let line = match &self.rollout {
-                Some(WorkloadAction::Restart {
-                    canary,
-                    reason,
-                    pods,
-                }) => format!(
-                    "restarted by the next plan{} ({pods} pod(s)): {reason}",
-                    if *canary {
-                        ", as its campaign's canary"
-                    } else {
-                        ""
-                    }
-                ),
-                Some(WorkloadAction::Rolling { target }) => {
-                    format!("restarted, rolling out to {target}")
-                }
-                Some(WorkloadAction::Waiting { message }) => format!("waits: {message}"),
-                Some(WorkloadAction::Succeeded) => "restarted and rolled out".to_owned(),
-                Some(WorkloadAction::Failed { reason }) => format!("its restart failed: {reason}"),
-                Some(WorkloadAction::FailedEarlier { message }) => message.clone(),
-                Some(WorkloadAction::Nothing { why }) => format!("nothing to do: {why}"),
-                None => "not planned here".to_owned(),
-            };
+            let line = self
+                .rollout
+                .as_ref()
+                .map_or_else(|| "not planned here".to_owned(), WorkloadAction::describe);
             writeln!(f, "  {line}")?;
         }
         Ok(())

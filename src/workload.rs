@@ -43,6 +43,33 @@ impl WorkloadKind {
             .find(|kind| kind.as_str() == name)
     }
 
+    /// The kind a kubectl resource name means, as `kubectl get` takes it: singular, plural or
+    /// short, any case, a workload's with or without its group (`deploy`, `Deployments`,
+    /// `deployment.apps`, `deployment.v1.apps`; `po`, `pods`).
+    pub fn from_resource(resource: &str) -> Option<Self> {
+        let resource = resource.to_ascii_lowercase();
+        let (name, group) = resource
+            .split_once('.')
+            .map_or((resource.as_str(), None), |(name, group)| {
+                (name, Some(group))
+            });
+        let kind = match name {
+            "po" | "pod" | "pods" => WorkloadKind::Pod,
+            "deploy" | "deployment" | "deployments" => WorkloadKind::Deployment,
+            "sts" | "statefulset" | "statefulsets" => WorkloadKind::StatefulSet,
+            "ds" | "daemonset" | "daemonsets" => WorkloadKind::DaemonSet,
+            _ => return None,
+        };
+        let groups: &[&str] = match kind {
+            WorkloadKind::Pod => &[],
+            _ => &["apps", "v1.apps"],
+        };
+        match group {
+            Some(group) if !groups.contains(&group) => None,
+            _ => Some(kind),
+        }
+    }
+
     /// A controller that rolls its pods from a template (everything but a bare pod).
     pub fn is_controller(self) -> bool {
         self != WorkloadKind::Pod
@@ -279,6 +306,39 @@ mod tests {
         assert!(WorkloadKind::Deployment.is_controller());
         assert!(!WorkloadKind::Pod.is_controller());
         assert_eq!(WorkloadKind::Pod.api_version(), "v1");
+    }
+
+    #[test]
+    fn resource_names_read_as_kubectl_reads_them() {
+        for (resource, kind) in [
+            ("deploy", WorkloadKind::Deployment),
+            ("Deployment", WorkloadKind::Deployment),
+            ("deployments.apps", WorkloadKind::Deployment),
+            ("deployment.v1.apps", WorkloadKind::Deployment),
+            ("sts", WorkloadKind::StatefulSet),
+            ("statefulsets", WorkloadKind::StatefulSet),
+            ("ds", WorkloadKind::DaemonSet),
+            ("DaemonSet.apps", WorkloadKind::DaemonSet),
+            ("po", WorkloadKind::Pod),
+            ("pods", WorkloadKind::Pod),
+        ] {
+            assert_eq!(
+                WorkloadKind::from_resource(resource),
+                Some(kind),
+                "{resource}"
+            );
+        }
+        for resource in [
+            "svc",
+            "rs",
+            "job",
+            "deployment.batch",
+            "pod.apps",
+            "",
+            "deploy.",
+        ] {
+            assert_eq!(WorkloadKind::from_resource(resource), None, "{resource}");
+        }
     }
 
     #[test]

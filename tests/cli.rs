@@ -1135,6 +1135,19 @@ fn explain_judges_a_manifest_offline_with_each_check() {
 
     let nothing = run(&["explain"], None);
     assert_eq!(nothing.status.code(), Some(2));
+    // A kind explain cannot judge is refused before any cluster is asked.
+    let service = run(
+        &["explain", "svc/web", "--kubeconfig", "/nonexistent"],
+        None,
+    );
+    assert_eq!(service.status.code(), Some(1));
+    assert!(
+        text(&service.stderr).contains(
+            "svc/web: explain takes a pod (NAME or pod/NAME) or a workload (deployment/NAME, statefulset/NAME or daemonset/NAME; deploy, sts, ds for short)"
+        ),
+        "{}",
+        text(&service.stderr)
+    );
     let configmap = run(
         &["explain", "-f", "-"],
         Some("kind: ConfigMap\nmetadata: {name: c}\n"),

@@ -109,8 +109,14 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The pod, `pod/NAME` or `NAME`, read from the cluster (in -n).
-    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    /// What to explain, read from the cluster (in -n): a pod (`NAME` or `pod/NAME`), or a
+    /// workload (`deployment/NAME`, `statefulset/NAME`, `daemonset/NAME`; `deploy`, `sts`,
+    /// `ds` for short): its template, its pods' states, the first in the worst state.
+    #[arg(
+        value_name = "POD|KIND/NAME",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
     pub pod: Option<String>,
     /// A manifest instead (a Pod, or an object with a pod template, the first document;
     /// `-` for standard input), judged offline against the config directory.

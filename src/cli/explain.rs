@@ -1,25 +1,31 @@
 //! `explain`: gathers what [`crate::explain`] needs for one pod (from the cluster, or a
 //! manifest offline) and prints its answer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
+use kube::api::{ListParams, PartialObjectMeta};
+use kube::core::Selector;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::args::{ExplainArgs, OutputFormat};
-use super::one_shot::{OneShot, revisions_in_force, synced_feed};
+use super::one_shot::{OneShot, revisions_from_status, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
 use crate::engine::{Authority, Engine, EngineMode, EngineOptions};
-use crate::explain::{Explanation, PodState, injection, sidecar_drift, workload_action};
+use crate::explain::{
+    Explanation, InjectionExplanation, PodState, SidecarDrift, WorkloadAction, WorkloadPods,
+    injection, sidecar_drift, workload_action,
+};
 use crate::injection::manifest::pod_template_pointer;
 use crate::injection::{InjectionSettings, PodView};
 use crate::metrics::Metrics;
@@ -100,6 +106,7 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Explanatio
             format!("the pods of this {kind}")
         },
         injection: injection(&pod, &namespace, &sidecars, &settings(args)),
+        workload_pods: None,
         pod: None,
         sidecars: Vec::new(),
         workload: None,
@@ -107,28 +114,148 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Explanatio
     })
 }
 
+/// What `explain` was asked about in the cluster: a pod, or a workload by kubectl's
+/// `KIND/NAME` (a bare `NAME` is a pod, as `kubectl get pod NAME` reads it).
+fn subject(given: &str) -> anyhow::Result<(WorkloadKind, &str)> {
+    let Some((resource, name)) = given.split_once('/') else {
+        return Ok((WorkloadKind::Pod, given));
+    };
+    let kind = WorkloadKind::from_resource(resource).with_context(|| {
+        format!(
+            "{given}: explain takes a pod (NAME or pod/NAME) or a workload (deployment/NAME, statefulset/NAME or daemonset/NAME; deploy, sts, ds for short), not {resource:?}"
+        )
+    })?;
+    anyhow::ensure!(
+        !name.is_empty() && !name.contains('/'),
+        "{given}: expected KIND/NAME, with one name"
+    );
+    Ok((kind, name))
+}
+
+/// What a live answer reads from the cluster whatever it is about: the configs as the running
+/// injector serves them and the revisions in force.
+struct Live {
+    client: kube::Client,
+    keys: AnnotationKeys,
+    /// The configs read here.
+    sidecars: SidecarSet,
+    /// What the webhook injects now: the configs with the pins and holds of the running
+    /// injector's campaign book.
+    served: SidecarSet,
+    published: Option<crate::config::RevisionsInForce>,
+    namespace: String,
+}
+
+impl Live {
+    async fn read(args: &ExplainArgs) -> anyhow::Result<Self> {
+        let OneShot {
+            client,
+            keys,
+            sidecars,
+        } = OneShot::connect(&args.cluster).await?;
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let status = super::one_shot::read_status(&client, &args.cluster).await?;
+        let book = super::one_shot::book_of(status.as_ref())?;
+        let served = book.served(&book.pinned(&sidecars).0).0;
+        let published = revisions_from_status(status.as_ref(), &args.cluster)?;
+        Ok(Self {
+            client,
+            keys,
+            sidecars,
+            served,
+            published,
+            namespace,
+        })
+    }
+
+    /// The webhook's decision on a pod (or template) in this namespace, explained.
+    fn injection(&self, args: &ExplainArgs, pod: &Value) -> anyhow::Result<InjectionExplanation> {
+        let view = PodView::deserialize(pod).context("the pod template does not read")?;
+        Ok(injection(
+            &view,
+            &self.namespace,
+            &self.served,
+            &settings(args),
+        ))
+    }
+
+    /// The drift of each sidecar a pod with these annotations asks for.
+    fn drift(&self, annotations: &BTreeMap<String, String>) -> Vec<SidecarDrift> {
+        let state = PodState::read(annotations, &self.keys, Vec::new());
+        let wanted = |sidecar: &str| -> Option<String> {
+            match &self.published {
+                Some(revisions) => revisions.get(sidecar).map(str::to_owned),
+                None => sidecar
+                    .parse()
+                    .ok()
+                    .and_then(|name| self.sidecars.get(&name))
+                    .map(|s| s.revision.to_string()),
+            }
+        };
+        annotations
+            .get(&self.keys.request)
+            .map(|request| sidecar_drift(request, &state, wanted))
+            .unwrap_or_default()
+    }
+
+    /// A pod's own state: injected, the revisions it carries, its containers.
+    fn pod_state(&self, pod: &Pod) -> PodState {
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default();
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        PodState::read(&annotations, &self.keys, containers)
+    }
+
+    /// What the engine plans for the workload now; nothing to ask when no pod drifts.
+    async fn rollout(
+        &self,
+        args: &ExplainArgs,
+        workload: &WorkloadRef,
+        drift: &[SidecarDrift],
+    ) -> anyhow::Result<WorkloadAction> {
+        let plan = plan_now(
+            &self.client,
+            args,
+            self.keys.clone(),
+            &self.sidecars,
+            self.published.clone(),
+        )
+        .await?;
+        Ok(workload_action(&plan, workload, drift))
+    }
+
+    async fn read_pod(&self, name: &str) -> anyhow::Result<Pod> {
+        let namespace = &self.namespace;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        pods.get_opt(name)
+            .await
+            .with_context(|| format!("cannot read pod {namespace}/{name}"))?
+            .with_context(|| format!("pod {namespace}/{name} not found"))
+    }
+}
+
+async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
+    let (kind, name) = subject(args.pod.as_deref().unwrap_or_default())?;
+    let live = Live::read(args).await?;
+    match kind {
+        WorkloadKind::Pod => explain_pod(args, &live, name).await,
+        kind => explain_workload(args, &live, WorkloadRef::new(kind, &live.namespace, name)).await,
+    }
+}
+
 /// A live pod: the decision on what new pods of its workload get (its controller's template,
 /// or the pod itself when bare), its own state and drift, and the engine's plan for its
 /// workload.
-async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
-    let OneShot {
-        client,
-        keys,
-        sidecars,
-    } = OneShot::connect(&args.cluster).await?;
-    let given = args.pod.as_deref().unwrap_or_default();
-    let name = given.strip_prefix("pod/").unwrap_or(given);
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_owned());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let pod = pods
-        .get_opt(name)
-        .await
-        .with_context(|| format!("cannot read pod {namespace}/{name}"))?
-        .with_context(|| format!("pod {namespace}/{name} not found"))?;
-    let owner = Owner::of(&client, &namespace, &pod).await?;
+async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Result<Explanation> {
+    let namespace = &live.namespace;
+    let pod = live.read_pod(name).await?;
+    let owner = Owner::of(&live.client, namespace, &pod).await?;
     let (judged, template) = match &owner.template {
         Some(template) => (
             format!("new pods of {}", owner.controller),
@@ -136,49 +263,22 @@ async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
         ),
         None => ("this pod".to_owned(), serde_json::to_value(&pod)?),
     };
-    let view = PodView::deserialize(&template).context("the pod template does not read")?;
-    // What the webhook injects now: the configs with the pins and holds of the running
-    // injector's campaign book.
-    let status = super::one_shot::read_status(&client, &args.cluster).await?;
-    let book = super::one_shot::book_of(status.as_ref())?;
-    let served = book.served(&book.pinned(&sidecars).0).0;
-    let explained = injection(&view, &namespace, &served, &settings(args));
-
-    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
-        .unwrap_or_default();
-    let state = PodState::read(&annotations, &keys, containers);
-    let published = revisions_in_force(&client, &args.cluster).await?;
-    let wanted = |sidecar: &str| -> Option<String> {
-        match &published {
-            Some(revisions) => revisions.get(sidecar).map(str::to_owned),
-            None => sidecar
-                .parse()
-                .ok()
-                .and_then(|name| sidecars.get(&name))
-                .map(|s| s.revision.to_string()),
-        }
-    };
-    let drift = annotations
-        .get(&keys.request)
-        .map(|request| sidecar_drift(request, &state, wanted))
-        .unwrap_or_default();
-
+    let drift = live.drift(
+        pod.metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
+    );
     let rollout = match &owner.workload {
-        Some(workload) if !drift.is_empty() => {
-            let plan = plan_now(&client, args, keys.clone(), &sidecars, published.clone()).await?;
-            Some(workload_action(&plan, workload, &drift))
-        }
+        Some(workload) if !drift.is_empty() => Some(live.rollout(args, workload, &drift).await?),
         _ => None,
     };
     Ok(Explanation {
         subject: format!("Pod {namespace}/{name} ({})", owner.controller),
         judged,
-        injection: explained,
-        pod: Some(state),
+        injection: live.injection(args, &template)?,
+        workload_pods: None,
+        pod: Some(live.pod_state(&pod)),
         sidecars: drift,
         workload: owner
             .workload
@@ -186,6 +286,165 @@ async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
             .map(|w| format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name)),
         rollout,
     })
+}
+
+/// A workload: the decision on what its new pods get (its own template), how many of its pods
+/// are in which state, the state and drift of the first in the worst state, and the engine's
+/// plan for it.
+async fn explain_workload(
+    args: &ExplainArgs,
+    live: &Live,
+    workload: WorkloadRef,
+) -> anyhow::Result<Explanation> {
+    let spec = WorkloadSpec::read(&live.client, &workload).await?;
+    let mut pods = spec.pods(&live.client, &workload).await?;
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    let drifts: Vec<(String, Vec<SidecarDrift>)> = pods
+        .iter()
+        .map(|pod| {
+            let annotations = pod.annotations.as_ref().unwrap_or(&BTreeMap::new()).clone();
+            (
+                pod.name.clone().unwrap_or_default(),
+                live.drift(&annotations),
+            )
+        })
+        .collect();
+    let (summary, shown) = WorkloadPods::of(&drifts);
+    let (pod, drift) = match shown {
+        // Read in full for its containers, which the metadata list leaves out.
+        Some(index) => (
+            Some(live.pod_state(&live.read_pod(&drifts[index].0).await?)),
+            drifts[index].1.clone(),
+        ),
+        None => (None, Vec::new()),
+    };
+    let rollout = if summary.count == 0 {
+        WorkloadAction::Nothing {
+            why: "it has no pods to restart".to_owned(),
+        }
+    } else if drift.is_empty() {
+        WorkloadAction::Nothing {
+            why: "its pods ask for no sidecar".to_owned(),
+        }
+    } else {
+        live.rollout(args, &workload, &drift).await?
+    };
+    let (kind, name) = (workload.kind.as_str(), &workload.name);
+    Ok(Explanation {
+        subject: format!("{kind} {}/{name}", workload.namespace),
+        judged: format!("new pods of {kind} {name}"),
+        injection: live.injection(args, &serde_json::to_value(&spec.template)?)?,
+        workload_pods: Some(summary),
+        pod,
+        sidecars: drift,
+        workload: Some(format!("{kind} {}/{name}", workload.namespace)),
+        rollout: Some(rollout),
+    })
+}
+
+/// What `explain` needs of a workload: its uid (to know its pods by their owners), the
+/// selector its pods carry, and the template new pods are made from.
+struct WorkloadSpec {
+    uid: String,
+    selector: LabelSelector,
+    template: PodTemplateSpec,
+}
+
+impl WorkloadSpec {
+    async fn read(client: &kube::Client, workload: &WorkloadRef) -> anyhow::Result<Self> {
+        let (namespace, name) = (workload.namespace.as_str(), workload.name.as_str());
+        let missing = || format!("{} {namespace}/{name} not found", workload.kind);
+        let cannot = || format!("cannot read {} {namespace}/{name}", workload.kind);
+        let (metadata, selector, template) = match workload.kind {
+            WorkloadKind::Deployment => {
+                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                let object = api
+                    .get_opt(name)
+                    .await
+                    .with_context(cannot)?
+                    .with_context(missing)?;
+                let spec = object.spec.unwrap_or_default();
+                (object.metadata, spec.selector, spec.template)
+            }
+            WorkloadKind::StatefulSet => {
+                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+                let object = api
+                    .get_opt(name)
+                    .await
+                    .with_context(cannot)?
+                    .with_context(missing)?;
+                let spec = object.spec.unwrap_or_default();
+                (object.metadata, spec.selector, spec.template)
+            }
+            WorkloadKind::DaemonSet => {
+                let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+                let object = api
+                    .get_opt(name)
+                    .await
+                    .with_context(cannot)?
+                    .with_context(missing)?;
+                let spec = object.spec.unwrap_or_default();
+                (object.metadata, spec.selector, spec.template)
+            }
+            WorkloadKind::Pod => anyhow::bail!("a pod is not a workload with a template"),
+        };
+        Ok(Self {
+            uid: metadata.uid.unwrap_or_default(),
+            selector,
+            template,
+        })
+    }
+
+    /// The workload's pods, as metadata: those its selector matches and it controls (through
+    /// a ReplicaSet it controls, for a Deployment), so another workload's pods that happen to
+    /// match are left out.
+    async fn pods(
+        &self,
+        client: &kube::Client,
+        workload: &WorkloadRef,
+    ) -> anyhow::Result<Vec<ObjectMeta>> {
+        let selector = Selector::try_from(self.selector.clone())
+            .with_context(|| format!("{workload}: its selector cannot be used to list its pods"))?;
+        let params = ListParams::default().labels_from(&selector);
+        let namespace = workload.namespace.as_str();
+        let controlled_by = |meta: &ObjectMeta, owners: &BTreeSet<&str>| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.controller == Some(true) && owners.contains(r.uid.as_str()))
+        };
+        let own = BTreeSet::from([self.uid.as_str()]);
+        let replicasets: Vec<ObjectMeta>;
+        let owners = if workload.kind == WorkloadKind::Deployment {
+            let api: Api<PartialObjectMeta<ReplicaSet>> =
+                Api::namespaced(client.clone(), namespace);
+            replicasets = api
+                .list_metadata(&params)
+                .await
+                .with_context(|| format!("cannot list the ReplicaSets of {workload}"))?
+                .items
+                .into_iter()
+                .map(|r| r.metadata)
+                .filter(|meta| controlled_by(meta, &own))
+                .collect();
+            replicasets
+                .iter()
+                .filter_map(|meta| meta.uid.as_deref())
+                .collect()
+        } else {
+            own.clone()
+        };
+        let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), namespace);
+        Ok(api
+            .list_metadata(&params)
+            .await
+            .with_context(|| format!("cannot list the pods of {workload}"))?
+            .items
+            .into_iter()
+            .map(|p| p.metadata)
+            .filter(|meta| controlled_by(meta, &owners))
+            .collect())
+    }
 }
 
 /// Who controls a pod: the words for it, the workload the engine restarts (if any), and the

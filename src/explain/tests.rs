@@ -274,3 +274,103 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
     };
     assert_eq!(why, "its pods run the revisions in force");
 }
+
+fn drift_of(states: &[DriftState]) -> Vec<SidecarDrift> {
+    states
+        .iter()
+        .enumerate()
+        .map(|(i, state)| SidecarDrift {
+            sidecar: format!("sidecar-{i}:v1"),
+            carried: None,
+            wanted: None,
+            state: *state,
+        })
+        .collect()
+}
+
+#[test]
+fn a_workload_shows_the_first_of_its_pods_in_the_worst_state_and_counts_each_pod_once() {
+    use DriftState::{Current, Excluded, Stale, Uninjected, Unknown};
+    let pods: Vec<(String, Vec<SidecarDrift>)> = [
+        ("web-a", vec![Current]),
+        ("web-b", vec![Current, Stale]),
+        ("web-c", vec![]),
+        ("web-d", vec![Unknown, Stale]),
+        ("web-e", vec![Excluded]),
+    ]
+    .into_iter()
+    .map(|(name, states)| (name.to_owned(), drift_of(&states)))
+    .collect();
+    let (summary, shown) = WorkloadPods::of(&pods);
+    assert_eq!(shown, Some(1), "web-b is the first stale pod");
+    assert_eq!(summary.shown.as_deref(), Some("web-b"));
+    assert_eq!(summary.count, 5);
+    assert_eq!(
+        summary.states,
+        [(Excluded, 1), (Stale, 2), (Current, 1)].into(),
+        "a pod counts once, in its worst state; web-c asks for nothing"
+    );
+
+    // An uninjected pod is worse than a stale one, wherever it comes.
+    let mut pods = pods;
+    pods.push(("web-f".to_owned(), drift_of(&[Uninjected])));
+    assert_eq!(WorkloadPods::of(&pods).1, Some(5));
+
+    // No pod asks for a sidecar: the first is shown; no pod at all: none is.
+    let asking_none = vec![("a".to_owned(), vec![]), ("b".to_owned(), vec![])];
+    let (summary, shown) = WorkloadPods::of(&asking_none);
+    assert_eq!((shown, summary.states.len()), (Some(0), 0));
+    let (summary, shown) = WorkloadPods::of(&[]);
+    assert_eq!((shown, summary.count, summary.shown), (None, 0, None));
+}
+
+#[test]
+fn a_workload_answer_names_its_pods_and_the_one_it_describes() {
+    let template = pod(json!({"injector/request": "logger:v1"}));
+    let view = PodView::deserialize(&template).unwrap();
+    let pods = vec![
+        ("web-a".to_owned(), drift_of(&[DriftState::Current])),
+        ("web-b".to_owned(), drift_of(&[DriftState::Stale])),
+        ("web-c".to_owned(), vec![]),
+    ];
+    let (summary, shown) = WorkloadPods::of(&pods);
+    let keys = AnnotationKeys::new("injector");
+    let mut answer = Explanation {
+        subject: "Deployment team/web".to_owned(),
+        judged: "new pods of Deployment web".to_owned(),
+        injection: injection(
+            &view,
+            "team",
+            &sidecars(),
+            &settings(MissingSidecarPolicy::Deny),
+        ),
+        workload_pods: Some(summary),
+        pod: Some(PodState::read(&BTreeMap::new(), &keys, vec!["app".into()])),
+        sidecars: pods[shown.unwrap()].1.clone(),
+        workload: Some("Deployment team/web".to_owned()),
+        rollout: None,
+    };
+    let page = answer.to_string();
+    assert!(
+        page.contains("Its pods: 3 (1 stale, 1 current, 1 asking for no sidecar)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("Pod web-b, the first in the worst state:"),
+        "{page}"
+    );
+    assert!(!page.contains("This pod"), "{page}");
+    let json = serde_json::to_value(&answer).unwrap();
+    assert_eq!(json["workload_pods"]["states"]["stale"], 1, "{json:#}");
+    assert_eq!(json["workload_pods"]["shown"], "web-b", "{json:#}");
+
+    answer.workload_pods = Some(WorkloadPods::of(&pods[..1]).0);
+    assert!(answer.to_string().contains("Pod web-a, its only pod:"));
+
+    answer.workload_pods = Some(WorkloadPods::of(&[]).0);
+    answer.pod = None;
+    answer.sidecars.clear();
+    let page = answer.to_string();
+    assert!(page.contains("Its pods: none"), "{page}");
+    assert!(!page.contains("Pod web"), "{page}");
+}

@@ -76,26 +76,7 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
     // A Deployment requesting a sidecar no config defines: the webhook denies its pods, so it
     // has none, yet drift shows it, from its template, with the reason.
     create_deployment(&ctx, "refused", 1, template("refused", Some("tracer:v9"))).await;
-    let replicasets = ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>();
-    eventually(
-        DEADLINE,
-        "refused's ReplicaSet reports the denial",
-        || async {
-            let list = replicasets
-                .list(&ListParams::default().labels("app=refused"))
-                .await
-                .ok()?;
-            list.items
-                .iter()
-                .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter().flatten()))
-                .any(|c| {
-                    c.type_ == "ReplicaFailure"
-                        && c.message.as_deref().unwrap_or_default().contains("denied")
-                })
-                .then_some(())
-        },
-    )
-    .await;
+    wait_pods_denied(&ctx, "refused").await;
     assert!(pods_of(&ctx, "refused").await.is_empty());
     let report = drift_report(&drift_args());
     let refused = report["workloads"]

@@ -203,6 +203,67 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert_eq!(stale["rollout"]["action"], "restart", "{stale:#}");
     assert_eq!(stale["rollout"]["canary"], true, "{stale:#}");
 
+    // Asked about the Deployment: its own template, its pods by state, the stale pod, the same
+    // plan. A bare pod its selector matches is not its pod.
+    create(
+        &ctx.api::<Pod>(),
+        json!({
+            "metadata": {"name": "stray", "labels": {"app": "web"},
+                         "annotations": {"injector/request": "tracer:v1"}},
+            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+        }),
+    )
+    .await;
+    let mut workload_args = scope_args(&namespace);
+    workload_args.extend(["-n", namespace.as_str(), "deploy/web"]);
+    let workload = explain(&workload_args);
+    assert_eq!(
+        workload["judged"], "new pods of Deployment web",
+        "{workload:#}"
+    );
+    assert_eq!(workload["injection"]["verdict"], "inject", "{workload:#}");
+    assert_eq!(workload["workload_pods"]["count"], 1, "{workload:#}");
+    assert_eq!(workload["workload_pods"]["states"], json!({"stale": 1}));
+    assert_eq!(workload["workload_pods"]["shown"], web.as_str());
+    assert_eq!(workload["pod"], stale["pod"], "{workload:#}");
+    assert_eq!(workload["sidecars"], stale["sidecars"], "{workload:#}");
+    assert_eq!(workload["rollout"], stale["rollout"], "{workload:#}");
+    let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("explain")
+        .arg("--kubeconfig")
+        .arg(&control_plane().kubeconfig)
+        .args(&workload_args)
+        .output()
+        .unwrap();
+    let page = text(&output.stdout);
+    assert!(
+        page.contains("Injection (new pods of Deployment web):"),
+        "{page}"
+    );
+    assert!(page.contains("Its pods: 1 (1 stale)"), "{page}");
+    assert!(
+        page.contains(&format!("Pod {web}, its only pod:")),
+        "{page}"
+    );
+
+    // A Deployment whose pods the webhook denies has none: its template says why.
+    create_deployment(&ctx, "refused", 1, template("refused", Some("tracer:v9"))).await;
+    wait_pods_denied(&ctx, "refused").await;
+    let mut refused_args = scope_args(&namespace);
+    refused_args.extend(["-n", namespace.as_str(), "deployment.apps/refused"]);
+    let refused = explain(&refused_args);
+    assert_eq!(refused["injection"]["verdict"], "deny", "{refused:#}");
+    assert!(
+        refused["injection"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"tracer:v9\" not found"),
+        "{refused:#}"
+    );
+    assert_eq!(refused["workload_pods"]["count"], 0, "{refused:#}");
+    assert!(refused.get("pod").is_none(), "{refused:#}");
+    assert_eq!(refused["rollout"]["why"], "it has no pods to restart");
+
     // ...but not outside its maintenance window, and it says until when.
     let now = k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
     let opens = now

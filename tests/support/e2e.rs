@@ -91,6 +91,31 @@ pub async fn pods_of(ctx: &TestContext, app: &str) -> Vec<Pod> {
         .collect()
 }
 
+/// Waits until the ReplicaSet of Deployment `app` reports that the webhook denied its pods.
+pub async fn wait_pods_denied(ctx: &TestContext, app: &str) {
+    let replicasets = ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>();
+    let selector = format!("app={app}");
+    eventually(
+        DEADLINE,
+        &format!("{app}'s ReplicaSet reports the denial"),
+        || async {
+            let list = replicasets
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            list.items
+                .iter()
+                .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter().flatten()))
+                .any(|c| {
+                    c.type_ == "ReplicaFailure"
+                        && c.message.as_deref().unwrap_or_default().contains("denied")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 pub fn container_names(pod: &Pod) -> Vec<String> {
     pod.spec
         .as_ref()
