@@ -1,5 +1,5 @@
-//! `explain`: gathers what [`crate::explain`] needs for one pod (from the cluster, or a
-//! manifest offline) and prints its answer.
+//! `explain`: gathers what [`crate::explain`] needs for one pod or workload (from the
+//! cluster, or a manifest offline) and prints its answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -182,8 +182,10 @@ impl Live {
         ))
     }
 
-    /// The drift of each sidecar a pod with these annotations asks for.
-    fn drift(&self, annotations: &BTreeMap<String, String>) -> Vec<SidecarDrift> {
+    /// The drift of each sidecar a pod asks for, from its annotations.
+    fn drift(&self, pod: &ObjectMeta) -> Vec<SidecarDrift> {
+        let none = BTreeMap::new();
+        let annotations = pod.annotations.as_ref().unwrap_or(&none);
         let state = PodState::read(annotations, &self.keys, Vec::new());
         let wanted = |sidecar: &str| -> Option<String> {
             match &self.published {
@@ -263,12 +265,7 @@ async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Res
         ),
         None => ("this pod".to_owned(), serde_json::to_value(&pod)?),
     };
-    let drift = live.drift(
-        pod.metadata
-            .annotations
-            .as_ref()
-            .unwrap_or(&BTreeMap::new()),
-    );
+    let drift = live.drift(&pod.metadata);
     let rollout = match &owner.workload {
         Some(workload) if !drift.is_empty() => Some(live.rollout(args, workload, &drift).await?),
         _ => None,
@@ -301,13 +298,7 @@ async fn explain_workload(
     pods.sort_by(|a, b| a.name.cmp(&b.name));
     let drifts: Vec<(String, Vec<SidecarDrift>)> = pods
         .iter()
-        .map(|pod| {
-            let annotations = pod.annotations.as_ref().unwrap_or(&BTreeMap::new()).clone();
-            (
-                pod.name.clone().unwrap_or_default(),
-                live.drift(&annotations),
-            )
-        })
+        .map(|pod| (pod.name.clone().unwrap_or_default(), live.drift(pod)))
         .collect();
     let (summary, shown) = WorkloadPods::of(&drifts);
     let (pod, drift) = match shown {
