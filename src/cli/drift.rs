@@ -68,7 +68,12 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let mut out = io::stdout().lock();
         match args.cluster.output {
             OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
-            OutputFormat::Table => write_drift_table(&mut out, &report)?,
+            OutputFormat::Table => {
+                write_drift_table(&mut out, &report)?;
+                if report.workloads.is_empty() {
+                    writeln!(out, "{}", no_workload(args))?;
+                }
+            }
         }
         Ok(if args.exit_code && report.needs_restart() {
             ExitCode::FAILURE
@@ -76,6 +81,29 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         })
     })
+}
+
+/// What an empty workload list means, said as kubectl says "No resources found in X
+/// namespace.": which namespaces were listed, and the filters that narrowed them.
+fn no_workload(args: &DriftArgs) -> String {
+    let place = match args.namespaces.as_slice() {
+        [] => "in any namespace".to_owned(),
+        [one] => format!("in namespace {one}"),
+        many => format!("in namespaces {}", many.join(", ")),
+    };
+    let mut filters = Vec::new();
+    if !args.sidecars.is_empty() {
+        filters.push(format!("--sidecar {}", args.sidecars.join(", ")));
+    }
+    if !args.states.is_empty() {
+        let states: Vec<&str> = args.states.iter().map(|s| s.as_str()).collect();
+        filters.push(format!("--state {}", states.join(", ")));
+    }
+    if filters.is_empty() {
+        format!("(none: no pod {place} asks for a sidecar)")
+    } else {
+        format!("(none {place} matches {})", filters.join(" and "))
+    }
 }
 
 fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -> io::Result<()> {

@@ -125,6 +125,30 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         assert_eq!(rows[0]["sidecar"], "logger:v1", "{report:#}");
         assert_eq!(rows[0]["state"], "current", "{report:#}");
     }
+    // The table says so when nothing is left to list, and why (kubectl's "No resources found").
+    let table = kubectl(
+        &[
+            "sidecar-injector",
+            "drift",
+            "-n",
+            &ctx.namespace,
+            "--state",
+            "stale",
+            "--config-directory",
+            config,
+        ],
+        &env,
+        "",
+    );
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    assert!(
+        text(&table.stdout).ends_with(&format!(
+            "REASON\n(none in namespace {} matches --state stale)\n",
+            ctx.namespace
+        )),
+        "{}",
+        text(&table.stdout)
+    );
     let unknown = drift(&["--context", "no-such-context"]);
     assert!(!unknown.status.success());
     assert!(
