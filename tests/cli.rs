@@ -1102,6 +1102,15 @@ fn explain_judges_a_manifest_offline_with_each_check() {
     let explained: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(explained["injection"]["verdict"], "inject");
     assert_eq!(explained["judged"], "the pods of this Deployment");
+    // `-o yaml`, as kubectl's: the same document.
+    let yaml = run(
+        &["explain", "-f", "examples/deployment.yaml", "-o", "yaml"],
+        None,
+    );
+    assert!(yaml.status.success(), "{}", text(&yaml.stderr));
+    let from_yaml: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(from_yaml, explained, "{}", text(&yaml.stdout));
+    assert!(text(&yaml.stdout).starts_with("subject: Deployment "));
     let revision = validated_revision("logger:v1");
     assert_eq!(
         explained["injection"]["message"],

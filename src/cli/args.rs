@@ -156,6 +156,20 @@ pub enum OutputFormat {
     #[default]
     Table,
     Json,
+    Yaml,
+}
+
+impl OutputFormat {
+    /// The value as this format's document (ending in a newline), or `None` for the table,
+    /// which each command draws its own way. YAML is the JSON document's data, as
+    /// `kubectl -o yaml` is.
+    pub fn document(self, value: &impl serde::Serialize) -> anyhow::Result<Option<String>> {
+        Ok(match self {
+            OutputFormat::Table => None,
+            OutputFormat::Json => Some(serde_json::to_string_pretty(value)? + "\n"),
+            OutputFormat::Yaml => Some(serde_yaml::to_string(value)?),
+        })
+    }
 }
 
 /// The ConfigMap config source, for `serve` and for `drift`, which reads configs as `serve` does.

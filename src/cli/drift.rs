@@ -66,9 +66,9 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         book.flag_overflow(&mut report);
         book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
         let mut out = io::stdout().lock();
-        match args.cluster.output {
-            OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
-            OutputFormat::Table => {
+        match args.cluster.output.document(&report)? {
+            Some(document) => out.write_all(document.as_bytes())?,
+            None => {
                 write_drift_table(&mut out, &report)?;
                 if report.workloads.is_empty() {
                     writeln!(out, "{}", no_workload(args))?;

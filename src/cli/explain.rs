@@ -17,7 +17,7 @@ use kube::core::Selector;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::args::{ExplainArgs, OutputFormat};
+use super::args::ExplainArgs;
 use super::one_shot::{OneShot, revisions_from_status, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
@@ -45,9 +45,9 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut out = std::io::stdout().lock();
-    match args.cluster.output {
-        OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&explanation)?)?,
-        OutputFormat::Table => write!(out, "{explanation}")?,
+    match args.cluster.output.document(&explanation)? {
+        Some(document) => out.write_all(document.as_bytes())?,
+        None => write!(out, "{explanation}")?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -757,9 +757,9 @@ impl Progress {
 }
 
 fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<()> {
-    match output {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(summary)?),
-        OutputFormat::Table => {
+    match output.document(summary)? {
+        Some(document) => print!("{document}"),
+        None => {
             let mut out = std::io::stdout().lock();
             for workload in &summary.succeeded {
                 writeln!(out, "restarted  {workload}")?;
@@ -889,9 +889,9 @@ fn print_plan_summary(plan: &RolloutPlan) {
 
 fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    match output {
-        OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(plan)?)?,
-        OutputFormat::Table => {
+    match output.document(plan)? {
+        Some(document) => out.write_all(document.as_bytes())?,
+        None => {
             writeln!(out, "{:<56} {:<8} REASON", "WORKLOAD", "ACTION")?;
             for restart in &plan.restarts {
                 plan_row(

@@ -66,9 +66,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
         let view = view(configmap.as_ref(), lease.as_ref(), args, Timestamp::now())?;
         let mut out = std::io::stdout().lock();
-        match args.output {
-            OutputFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
-            OutputFormat::Table => write_table(&mut out, &view, namespace)?,
+        match args.output.document(&view)? {
+            Some(document) => out.write_all(document.as_bytes())?,
+            None => write_table(&mut out, &view, namespace)?,
         }
         Ok(ExitCode::SUCCESS)
     })

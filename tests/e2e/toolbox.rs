@@ -125,6 +125,26 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         assert_eq!(rows[0]["sidecar"], "logger:v1", "{report:#}");
         assert_eq!(rows[0]["state"], "current", "{report:#}");
     }
+    // `-o yaml` holds the same document as `-o json`.
+    let json_report: Value = serde_json::from_slice(&drift(&[]).stdout).unwrap();
+    let yaml = kubectl(
+        &[
+            "sidecar-injector",
+            "drift",
+            "-n",
+            &ctx.namespace,
+            "-o",
+            "yaml",
+            "--config-directory",
+            config,
+        ],
+        &env,
+        "",
+    );
+    assert!(yaml.status.success(), "{}", text(&yaml.stderr));
+    let yaml_report: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(yaml_report, json_report, "{}", text(&yaml.stdout));
+
     // The table says so when nothing is left to list, and why (kubectl's "No resources found").
     let table = kubectl(
         &[
