@@ -1163,8 +1163,36 @@ fn explain_judges_a_manifest_offline_with_each_check() {
     );
     assert!(!configmap.status.success());
     assert!(
-        text(&configmap.stderr).contains("-: a ConfigMap has no pod to explain"),
+        text(&configmap.stderr).contains(
+            "-: no Pod and no object with a pod template to explain (it holds ConfigMap/c)"
+        ),
         "{}",
         text(&configmap.stderr)
+    );
+
+    // A manifest as teams keep them: a Service beside the Deployment, a CronJob after it;
+    // each object with a pod is explained, in order.
+    let manifest = format!(
+        "kind: Service\nmetadata: {{name: web}}\n---\n{}\n---\n{}",
+        std::fs::read_to_string("examples/deployment.yaml").unwrap(),
+        "kind: CronJob\nmetadata: {name: nightly, namespace: team-a}\nspec: {jobTemplate: {spec: {template: {metadata: {annotations: {injector/request: logger:v9}}, spec: {containers: [{name: app, image: a}]}}}}}\n"
+    );
+    let both = run(&["explain", "-f", "-", "-o", "json"], Some(&manifest));
+    assert!(both.status.success(), "{}", text(&both.stderr));
+    let both: Value = serde_json::from_slice(&both.stdout).unwrap();
+    let items = both["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{both:#}");
+    assert_eq!(items[0]["subject"], "Deployment team-a/web (from -)");
+    assert_eq!(
+        items[0]["injection"], explained["injection"],
+        "the Deployment, as when alone"
+    );
+    assert_eq!(items[1]["subject"], "CronJob team-a/nightly (from -)");
+    assert_eq!(items[1]["injection"]["verdict"], "deny");
+    let page = text(&run(&["explain", "-f", "-"], Some(&manifest)).stdout);
+    assert!(
+        page.contains("injects logger:v1 (revision ")
+            && page.contains("\n\nCronJob team-a/nightly"),
+        "{page}"
     );
 }

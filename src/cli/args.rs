@@ -118,8 +118,9 @@ pub struct ExplainArgs {
         conflicts_with = "file"
     )]
     pub pod: Option<String>,
-    /// A manifest instead (a Pod, or an object with a pod template, the first document;
-    /// `-` for standard input), judged offline against the config directory.
+    /// A manifest instead (`-` for standard input): each Pod and object with a pod template
+    /// it holds (every document, each item of a List), judged offline against the config
+    /// directory.
     #[arg(short = 'f', long = "filename")]
     pub file: Option<String>,
     /// The pod's namespace [default: the kubeconfig context's, or the manifest's].

@@ -26,7 +26,7 @@ use crate::explain::{
     Explanation, InjectionExplanation, PodState, SidecarDrift, WorkloadAction, WorkloadPods,
     injection, sidecar_drift, workload_action,
 };
-use crate::injection::manifest::pod_template_pointer;
+use crate::injection::manifest::{document_label, objects_with_pods};
 use crate::injection::{InjectionSettings, PodView};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
@@ -34,20 +34,35 @@ use crate::sources::directory::load_config_directory;
 use crate::workload::{WorkloadKind, WorkloadRef};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
-    let explanation = match &args.file {
+    let explanations = match &args.file {
         Some(file) => explain_manifest(args, file)?,
         None => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
-            runtime.block_on(explain_live(args))?
+            vec![runtime.block_on(explain_live(args))?]
         }
     };
     let mut out = std::io::stdout().lock();
-    match args.cluster.output.document(&explanation)? {
+    // One answer is the object itself; several are listed as kubectl lists several objects.
+    let document = match explanations.as_slice() {
+        [one] => args.cluster.output.document(one)?,
+        many => args
+            .cluster
+            .output
+            .document(&serde_json::json!({ "items": many }))?,
+    };
+    match document {
         Some(document) => out.write_all(document.as_bytes())?,
-        None => write!(out, "{explanation}")?,
+        None => {
+            for (position, explanation) in explanations.iter().enumerate() {
+                if position > 0 {
+                    writeln!(out)?;
+                }
+                write!(out, "{explanation}")?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -60,9 +75,9 @@ fn settings(args: &ExplainArgs) -> InjectionSettings {
     }
 }
 
-/// A manifest, offline: the webhook's decision on its pod (or pod template) with the configs
-/// of the config directory.
-fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Explanation> {
+/// A manifest, offline: the webhook's decision on each pod (or pod template) it holds, every
+/// document and each item of a `List`, with the configs of the config directory.
+fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explanation>> {
     let dir = &args.cluster.configs.config_directory;
     let report = load_config_directory(dir)
         .with_context(|| format!("cannot read config directory {}", dir.display()))?;
@@ -72,31 +87,54 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Explanatio
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?
     };
-    let document = serde_yaml::Deserializer::from_str(&text)
-        .next()
-        .with_context(|| format!("{file}: no document"))?;
-    let document =
-        Value::deserialize(document).with_context(|| format!("{file}: not valid YAML"))?;
-    let kind = document["kind"].as_str().unwrap_or("Pod");
-    let pointer = pod_template_pointer(kind)
-        .with_context(|| format!("{file}: a {kind} has no pod to explain"))?;
-    let template = document
-        .pointer(pointer)
-        .with_context(|| format!("{file}: the {kind} has no pod template at {pointer}"))?;
+    let mut explanations = Vec::new();
+    let mut without_pods = Vec::new();
+    for (position, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let document = Value::deserialize(document)
+            .with_context(|| format!("{file}: document {} is not valid YAML", position + 1))?;
+        if document.is_null() {
+            continue;
+        }
+        let found = objects_with_pods(&document);
+        if found.is_empty() {
+            without_pods.push(document_label(&document));
+        }
+        for (object, template) in found {
+            explanations.push(explain_object(args, file, &sidecars, object, template)?);
+        }
+    }
+    anyhow::ensure!(
+        !explanations.is_empty(),
+        "{file}: no Pod and no object with a pod template to explain{}",
+        if without_pods.is_empty() {
+            String::new()
+        } else {
+            format!(" (it holds {})", without_pods.join(", "))
+        }
+    );
+    Ok(explanations)
+}
+
+/// One object of a manifest with its pod (or template), judged offline.
+fn explain_object(
+    args: &ExplainArgs,
+    file: &str,
+    sidecars: &SidecarSet,
+    object: &Value,
+    template: &Value,
+) -> anyhow::Result<Explanation> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let label = document_label(object);
     let pod = PodView::deserialize(template)
-        .with_context(|| format!("{file}: the {kind}'s pod does not read as a pod"))?;
+        .with_context(|| format!("{file}: {label}: its pod does not read as a pod"))?;
     let namespace = args
         .namespace
         .clone()
-        .or_else(|| {
-            document["metadata"]["namespace"]
-                .as_str()
-                .map(str::to_owned)
-        })
+        .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "default".to_owned());
-    let name = document["metadata"]["name"]
+    let name = object["metadata"]["name"]
         .as_str()
-        .or(document["metadata"]["generateName"].as_str())
+        .or(object["metadata"]["generateName"].as_str())
         .unwrap_or("(no name)");
     Ok(Explanation {
         subject: format!("{kind} {namespace}/{name} (from {file})"),
@@ -105,7 +143,7 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Explanatio
         } else {
             format!("the pods of this {kind}")
         },
-        injection: injection(&pod, &namespace, &sidecars, &settings(args)),
+        injection: injection(&pod, &namespace, sidecars, &settings(args)),
         workload_pods: None,
         pod: None,
         sidecars: Vec::new(),

@@ -125,6 +125,26 @@ fn inject_object(
     Ok(())
 }
 
+/// The objects of a document that hold a pod (a Pod, or a kind with a pod template; each item
+/// of a `List`), each with its pod or template, in document order.
+pub fn objects_with_pods(document: &Value) -> Vec<(&Value, &Value)> {
+    let mut found = Vec::new();
+    let mut stack = vec![document];
+    while let Some(object) = stack.pop() {
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if kind == "List" {
+            let items = object.get("items").and_then(Value::as_array);
+            stack.extend(items.into_iter().flatten().rev());
+        } else if let Some(pod) = pod_template_pointer(kind).and_then(|p| object.pointer(p)) {
+            found.push((object, pod));
+        }
+    }
+    found
+}
+
 /// `Kind/name` (or the generateName) of a document, for messages.
 pub fn document_label(document: &Value) -> String {
     let kind = document
@@ -191,6 +211,31 @@ mod tests {
             list["items"][1],
             json!({"kind": "Service", "metadata": {"name": "web"}})
         );
+    }
+
+    #[test]
+    fn the_objects_with_pods_are_found_in_order_inside_lists() {
+        let list = json!({"kind": "List", "items": [
+            deployment("web", "logger:v1"),
+            {"kind": "Service", "metadata": {"name": "web"}},
+            {"kind": "List", "items": [
+                {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}},
+                {"kind": "Deployment", "metadata": {"name": "no-template"}, "spec": {}},
+            ]},
+            deployment("api", "logger:v9"),
+        ]});
+        let found: Vec<(String, &Value)> = objects_with_pods(&list)
+            .into_iter()
+            .map(|(object, pod)| (document_label(object), pod))
+            .collect();
+        let labels: Vec<&str> = found.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["Deployment/web", "Pod/p", "Deployment/api"]);
+        assert_eq!(
+            found[1].1, &list["items"][2]["items"][0],
+            "a Pod is its own pod"
+        );
+        assert_eq!(found[2].1, &list["items"][3]["spec"]["template"]);
+        assert!(objects_with_pods(&json!({"kind": "Service"})).is_empty());
     }
 
     #[test]
