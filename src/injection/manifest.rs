@@ -57,54 +57,43 @@ pub enum ManifestError {
     },
 }
 
-/// Injects into `object` in place (each item of a `List`, as `kubectl get -o yaml` prints).
+/// Injects into `document` in place (each item of a `List`, as `kubectl get -o yaml` prints).
 /// Kinds without a pod template pass through and report nothing.
 pub fn inject_manifest(
-    object: &mut Value,
+    document: &mut Value,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
 ) -> Result<Vec<ObjectOutcome>, ManifestError> {
     let mut outcomes = Vec::new();
-    inject_object(object, sidecars, settings, &mut outcomes)?;
+    for at in pod_locations(document) {
+        let object = document.pointer(&at.object).unwrap_or(&Value::Null);
+        let label = document_label(object);
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let Some(template) = document.pointer_mut(&at.pod) else {
+            continue;
+        };
+        outcomes.push(inject_pod(template, label, &namespace, sidecars, settings)?);
+    }
     Ok(outcomes)
 }
 
-fn inject_object(
-    object: &mut Value,
+/// Injects into one pod or template in place, as the webhook would.
+fn inject_pod(
+    template: &mut Value,
+    label: String,
+    namespace: &str,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
-    outcomes: &mut Vec<ObjectOutcome>,
-) -> Result<(), ManifestError> {
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    if kind == "List" {
-        for item in object
-            .get_mut("items")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            inject_object(item, sidecars, settings, outcomes)?;
-        }
-        return Ok(());
-    }
-    let label = document_label(object);
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
-    let Some(template) = pod_template_pointer(&kind).and_then(|p| object.pointer_mut(p)) else {
-        return Ok(());
-    };
+) -> Result<ObjectOutcome, ManifestError> {
     let pod = PodView::deserialize(&*template).map_err(|source| ManifestError::ReadPod {
         label: label.clone(),
         source,
     })?;
-    let outcome = match decide(&pod, &namespace, sidecars, settings) {
+    Ok(match decide(&pod, namespace, sidecars, settings) {
         Decision::Inject(injection) => {
             let patch = injection.patch.to_json_patch();
             let missing = injection.missing.clone();
@@ -120,29 +109,49 @@ fn inject_object(
             label,
             message: denial.to_string(),
         },
-    };
-    outcomes.push(outcome);
-    Ok(())
+    })
 }
 
-/// The objects of a document that hold a pod (a Pod, or a kind with a pod template; each item
-/// of a `List`), each with its pod or template, in document order.
-pub fn objects_with_pods(document: &Value) -> Vec<(&Value, &Value)> {
+/// Where a document holds a pod: the object (a Pod, or a kind with a pod template; each item
+/// of a `List`) and its pod or template, as JSON pointers into the document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodLocation {
+    pub object: String,
+    pub pod: String,
+}
+
+/// Every pod a document holds, in document order.
+pub fn pod_locations(document: &Value) -> Vec<PodLocation> {
     let mut found = Vec::new();
-    let mut stack = vec![document];
-    while let Some(object) = stack.pop() {
+    let mut stack = vec![(String::new(), document)];
+    while let Some((at, object)) = stack.pop() {
         let kind = object
             .get("kind")
             .and_then(Value::as_str)
             .unwrap_or_default();
         if kind == "List" {
             let items = object.get("items").and_then(Value::as_array);
-            stack.extend(items.into_iter().flatten().rev());
-        } else if let Some(pod) = pod_template_pointer(kind).and_then(|p| object.pointer(p)) {
-            found.push((object, pod));
+            let items = items.map(Vec::as_slice).unwrap_or_default();
+            let items = items.iter().enumerate().rev();
+            stack.extend(items.map(|(i, item)| (format!("{at}/items/{i}"), item)));
+        } else if let Some(pointer) = pod_template_pointer(kind)
+            && object.pointer(pointer).is_some()
+        {
+            found.push(PodLocation {
+                pod: format!("{at}{pointer}"),
+                object: at,
+            });
         }
     }
     found
+}
+
+/// The objects of a document that hold a pod, each with its pod or template, in order.
+pub fn objects_with_pods(document: &Value) -> Vec<(&Value, &Value)> {
+    pod_locations(document)
+        .iter()
+        .filter_map(|at| Some((document.pointer(&at.object)?, document.pointer(&at.pod)?)))
+        .collect()
 }
 
 /// `Kind/name` (or the generateName) of a document, for messages.
