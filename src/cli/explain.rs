@@ -271,12 +271,8 @@ impl Live {
     }
 
     async fn read_pod(&self, name: &str) -> anyhow::Result<Pod> {
-        let namespace = &self.namespace;
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        pods.get_opt(name)
-            .await
-            .with_context(|| format!("cannot read pod {namespace}/{name}"))?
-            .with_context(|| format!("pod {namespace}/{name} not found"))
+        let pod = WorkloadRef::new(WorkloadKind::Pod, &self.namespace, name);
+        get_object(&self.client, &pod).await
     }
 }
 
@@ -381,37 +377,19 @@ struct WorkloadSpec {
 
 impl WorkloadSpec {
     async fn read(client: &kube::Client, workload: &WorkloadRef) -> anyhow::Result<Self> {
-        let (namespace, name) = (workload.namespace.as_str(), workload.name.as_str());
-        let missing = || format!("{} {namespace}/{name} not found", workload.kind);
-        let cannot = || format!("cannot read {} {namespace}/{name}", workload.kind);
         let (metadata, selector, template) = match workload.kind {
             WorkloadKind::Deployment => {
-                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-                let object = api
-                    .get_opt(name)
-                    .await
-                    .with_context(cannot)?
-                    .with_context(missing)?;
+                let object: Deployment = get_object(client, workload).await?;
                 let spec = object.spec.unwrap_or_default();
                 (object.metadata, spec.selector, spec.template)
             }
             WorkloadKind::StatefulSet => {
-                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-                let object = api
-                    .get_opt(name)
-                    .await
-                    .with_context(cannot)?
-                    .with_context(missing)?;
+                let object: StatefulSet = get_object(client, workload).await?;
                 let spec = object.spec.unwrap_or_default();
                 (object.metadata, spec.selector, spec.template)
             }
             WorkloadKind::DaemonSet => {
-                let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
-                let object = api
-                    .get_opt(name)
-                    .await
-                    .with_context(cannot)?
-                    .with_context(missing)?;
+                let object: DaemonSet = get_object(client, workload).await?;
                 let spec = object.spec.unwrap_or_default();
                 (object.metadata, spec.selector, spec.template)
             }
@@ -572,6 +550,23 @@ impl Owner {
             },
         })
     }
+}
+
+/// A workload (or pod) read whole, or an error saying it does not exist.
+async fn get_object<K>(client: &kube::Client, workload: &WorkloadRef) -> anyhow::Result<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let (kind, namespace, name) = (workload.kind, &workload.namespace, &workload.name);
+    Api::<K>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read {kind} {namespace}/{name}"))?
+        .with_context(|| format!("{kind} {namespace}/{name} not found"))
 }
 
 /// The plan the engine would make now (as `rollout` plans it): the cluster listed once, the
