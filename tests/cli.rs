@@ -1142,6 +1142,20 @@ fn explain_judges_a_manifest_offline_with_each_check() {
     let allowed: Value = serde_json::from_slice(&allowed.stdout).unwrap();
     assert_eq!(allowed["injection"]["verdict"], "skip");
 
+    // A document without a kind is read as a pod.
+    let bare = run(
+        &["explain", "-f", "-"],
+        Some(
+            "metadata: {name: p, annotations: {injector/request: logger:v1}}\nspec: {containers: [{name: app, image: a}]}\n",
+        ),
+    );
+    assert!(
+        text(&bare.stdout).starts_with("Pod default/p (from -)"),
+        "{}{}",
+        text(&bare.stdout),
+        text(&bare.stderr)
+    );
+
     let nothing = run(&["explain"], None);
     assert_eq!(nothing.status.code(), Some(2));
     // A kind explain cannot judge is refused before any cluster is asked.

@@ -46,12 +46,13 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     // One answer is the object itself; several are listed as kubectl lists several objects.
+    #[derive(serde::Serialize)]
+    struct Items<'a> {
+        items: &'a [Explanation],
+    }
     let document = match explanations.as_slice() {
         [one] => args.cluster.output.document(one)?,
-        many => args
-            .cluster
-            .output
-            .document(&serde_json::json!({ "items": many }))?,
+        items => args.cluster.output.document(&Items { items })?,
     };
     match document {
         Some(document) => out.write_all(document.as_bytes())?,
@@ -95,7 +96,11 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explan
         if document.is_null() {
             continue;
         }
-        let found = objects_with_pods(&document);
+        let mut found = objects_with_pods(&document);
+        // A document without a kind is read as a pod (a bare pod spec pasted in).
+        if document.get("kind").is_none() {
+            found.push((&document, &document));
+        }
         if found.is_empty() {
             without_pods.push(document_label(&document));
         }
