@@ -257,7 +257,7 @@ impl Live {
         PodState::read(&annotations, &self.keys, containers)
     }
 
-    /// What the engine plans for the workload now; nothing to ask when no pod drifts.
+    /// What the engine plans for the workload now, planned as `rollout` plans.
     async fn rollout(
         &self,
         args: &ExplainArgs,
