@@ -142,6 +142,12 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         "",
     );
     assert!(yaml.status.success(), "{}", text(&yaml.stderr));
+    // (YAML, not JSON, which a YAML reader would take as well.)
+    assert!(
+        text(&yaml.stdout).starts_with("sidecars:\n"),
+        "{}",
+        text(&yaml.stdout)
+    );
     let yaml_report: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
     assert_eq!(yaml_report, json_report, "{}", text(&yaml.stdout));
 
