@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::args::ExplainArgs;
 use super::one_shot::{OneShot, revisions_from_status, synced_feed};
 use crate::annotations::AnnotationKeys;
+use crate::cluster::list::list_selected;
 use crate::config::SidecarSet;
 use crate::engine::{Authority, Engine, EngineMode, EngineOptions};
 use crate::explain::{
@@ -417,46 +418,51 @@ impl WorkloadSpec {
     ) -> anyhow::Result<Vec<ObjectMeta>> {
         let selector = Selector::try_from(self.selector.clone())
             .with_context(|| format!("{workload}: its selector cannot be used to list its pods"))?;
-        let params = ListParams::default().labels_from(&selector);
-        let namespace = workload.namespace.as_str();
-        let controlled_by = |meta: &ObjectMeta, owners: &BTreeSet<&str>| {
-            meta.owner_references
-                .iter()
-                .flatten()
-                .any(|r| r.controller == Some(true) && owners.contains(r.uid.as_str()))
-        };
-        let own = BTreeSet::from([self.uid.as_str()]);
-        let replicasets: Vec<ObjectMeta>;
+        let own = BTreeSet::from([self.uid.clone()]);
         let owners = if workload.kind == WorkloadKind::Deployment {
-            let api: Api<PartialObjectMeta<ReplicaSet>> =
-                Api::namespaced(client.clone(), namespace);
-            replicasets = api
-                .list_metadata(&params)
+            let replicasets = controlled::<ReplicaSet>(client, workload, &selector, &own)
                 .await
-                .with_context(|| format!("cannot list the ReplicaSets of {workload}"))?
-                .items
-                .into_iter()
-                .map(|r| r.metadata)
-                .filter(|meta| controlled_by(meta, &own))
-                .collect();
+                .with_context(|| format!("cannot list the ReplicaSets of {workload}"))?;
             replicasets
-                .iter()
-                .filter_map(|meta| meta.uid.as_deref())
+                .into_iter()
+                .filter_map(|meta| meta.uid)
                 .collect()
         } else {
-            own.clone()
+            own
         };
-        let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client.clone(), namespace);
-        Ok(api
-            .list_metadata(&params)
+        controlled::<Pod>(client, workload, &selector, &owners)
             .await
-            .with_context(|| format!("cannot list the pods of {workload}"))?
-            .items
-            .into_iter()
-            .map(|p| p.metadata)
-            .filter(|meta| controlled_by(meta, &owners))
-            .collect())
+            .with_context(|| format!("cannot list the pods of {workload}"))
     }
+}
+
+/// The metadata of the objects of a kind in the workload's namespace that `selector` matches
+/// and one of `owners` (by uid) controls, listed page by page.
+async fn controlled<K>(
+    client: &kube::Client,
+    workload: &WorkloadRef,
+    selector: &Selector,
+    owners: &BTreeSet<String>,
+) -> Result<Vec<ObjectMeta>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), &workload.namespace);
+    let params = ListParams::default().labels_from(selector);
+    list_selected(&api, params, |object| {
+        let meta = object.metadata;
+        let controlled = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true) && owners.contains(&r.uid));
+        controlled.then_some(meta)
+    })
+    .await
 }
 
 /// Who controls a pod: the words for it, the workload the engine restarts (if any), and the

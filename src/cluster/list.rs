@@ -22,13 +22,25 @@ const PAGE: u32 = 500;
 /// read, so a large cluster is never held whole.
 pub async fn list_paged<K, T>(
     api: &Api<K>,
+    keep: impl FnMut(K) -> Option<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    list_selected(api, ListParams::default(), keep).await
+}
+
+/// [`list_paged`] of the objects `params` select (by label, say).
+pub async fn list_selected<K, T>(
+    api: &Api<K>,
+    params: ListParams,
     mut keep: impl FnMut(K) -> Option<T>,
 ) -> Result<Vec<T>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     let mut kept = Vec::new();
-    let mut params = ListParams::default().limit(PAGE);
+    let mut params = params.limit(PAGE);
     loop {
         let page = api.list(&params).await?;
         kept.extend(page.items.into_iter().filter_map(&mut keep));
