@@ -103,15 +103,16 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
             "drift",
             "-n",
             &ctx.namespace,
-            "-o",
-            "json",
             "--config-directory",
             config,
         ];
         args.extend_from_slice(extra);
         kubectl(&args, &env, "")
     };
-    for extra in [&[][..], &["--context", "testbed"][..]] {
+    for extra in [
+        &["-o", "json"][..],
+        &["-o", "json", "--context", "testbed"][..],
+    ] {
         let output = drift(extra);
         assert!(
             output.status.success(),
@@ -126,21 +127,8 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         assert_eq!(rows[0]["state"], "current", "{report:#}");
     }
     // `-o yaml` holds the same document as `-o json`.
-    let json_report: Value = serde_json::from_slice(&drift(&[]).stdout).unwrap();
-    let yaml = kubectl(
-        &[
-            "sidecar-injector",
-            "drift",
-            "-n",
-            &ctx.namespace,
-            "-o",
-            "yaml",
-            "--config-directory",
-            config,
-        ],
-        &env,
-        "",
-    );
+    let json_report: Value = serde_json::from_slice(&drift(&["-o", "json"]).stdout).unwrap();
+    let yaml = drift(&["-o", "yaml"]);
     assert!(yaml.status.success(), "{}", text(&yaml.stderr));
     // (YAML, not JSON, which a YAML reader would take as well.)
     assert!(
@@ -152,20 +140,7 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
     assert_eq!(yaml_report, json_report, "{}", text(&yaml.stdout));
 
     // The table says so when nothing is left to list, and why (kubectl's "No resources found").
-    let table = kubectl(
-        &[
-            "sidecar-injector",
-            "drift",
-            "-n",
-            &ctx.namespace,
-            "--state",
-            "stale",
-            "--config-directory",
-            config,
-        ],
-        &env,
-        "",
-    );
+    let table = drift(&["--state", "stale"]);
     assert!(table.status.success(), "{}", text(&table.stderr));
     assert!(
         text(&table.stdout).ends_with(&format!(
@@ -175,7 +150,7 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
         "{}",
         text(&table.stdout)
     );
-    let unknown = drift(&["--context", "no-such-context"]);
+    let unknown = drift(&["-o", "json", "--context", "no-such-context"]);
     assert!(!unknown.status.success());
     assert!(
         text(&unknown.stderr).contains("--context no-such-context"),
