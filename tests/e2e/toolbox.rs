@@ -167,13 +167,12 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
     );
 }
 
-/// `sidecar-injector explain ARGS -o json` against the control plane.
-fn explain(args: &[&str]) -> Value {
+/// `sidecar-injector explain ARGS` against the control plane, in its text form.
+fn explain_page(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("explain")
         .arg("--kubeconfig")
         .arg(&control_plane().kubeconfig)
-        .args(["-o", "json"])
         .args(args)
         .output()
         .expect("explain runs");
@@ -182,7 +181,13 @@ fn explain(args: &[&str]) -> Value {
         "explain {args:?}: {}",
         text(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).unwrap()
+    text(&output.stdout)
+}
+
+/// `sidecar-injector explain ARGS -o json` against the control plane.
+fn explain(args: &[&str]) -> Value {
+    let args: Vec<&str> = ["-o", "json"].iter().chain(args).copied().collect();
+    serde_json::from_str(&explain_page(&args)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -253,14 +258,7 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert_eq!(workload["pod"], stale["pod"], "{workload:#}");
     assert_eq!(workload["sidecars"], stale["sidecars"], "{workload:#}");
     assert_eq!(workload["rollout"], stale["rollout"], "{workload:#}");
-    let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("explain")
-        .arg("--kubeconfig")
-        .arg(&control_plane().kubeconfig)
-        .args(&workload_args)
-        .output()
-        .unwrap();
-    let page = text(&output.stdout);
+    let page = explain_page(&workload_args);
     assert!(
         page.contains("Injection (new pods of Deployment web):"),
         "{page}"
@@ -337,14 +335,7 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert!(skipped.get("rollout").is_none(), "{skipped:#}");
 
     // The text form reads as one answer.
-    let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .arg("explain")
-        .arg("--kubeconfig")
-        .arg(&control_plane().kubeconfig)
-        .args(&windowed)
-        .output()
-        .unwrap();
-    let page = text(&output.stdout);
+    let page = explain_page(&windowed);
     assert!(
         page.contains("Injection (new pods of ReplicaSet web-"),
         "{page}"
