@@ -1166,7 +1166,7 @@ fn explain_judges_a_manifest_offline_with_each_check() {
     assert_eq!(service.status.code(), Some(1));
     assert!(
         text(&service.stderr).contains(
-            "svc/web: explain takes a pod (NAME or pod/NAME) or a workload (deployment/NAME, statefulset/NAME or daemonset/NAME; deploy, sts, ds for short)"
+            "svc/web: explain takes a pod (NAME or pod/NAME), a workload (deployment/NAME, statefulset/NAME or daemonset/NAME; deploy, sts, ds for short) or a job/NAME or cronjob/NAME, not \"svc\""
         ),
         "{}",
         text(&service.stderr)

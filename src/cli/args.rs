@@ -95,9 +95,11 @@ pub enum Command {
     /// Restart the workloads whose pods run a stale sidecar, once: a dry-run plan by default,
     /// --confirm to act and wait until done (exit status 1 when any workload failed).
     Rollout(Box<RolloutArgs>),
-    /// Explain one pod: why it was or was not injected (annotation, namespace, request, configs
-    /// and revisions, clashes, policy), the drift state of each sidecar it asks for, and what
-    /// the rollout engine plans for its workload and when. `-f` judges a manifest offline.
+    /// Explain a pod or a workload (`deploy/NAME`, `sts/NAME`, `ds/NAME`, `job/NAME`,
+    /// `cronjob/NAME`): why it was or was not injected (annotation, namespace, request,
+    /// configs and revisions, clashes, policy), the drift state of each sidecar it asks for,
+    /// and what the rollout engine plans for the workload and when. `-f` judges a manifest's
+    /// pods and pod templates offline.
     Explain(Box<ExplainArgs>),
     /// Print a shell completion script generated from these commands' definitions, e.g.
     /// `source <(sidecar-injector completion bash)`.
@@ -109,9 +111,10 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// What to explain, read from the cluster (in -n): a pod (`NAME` or `pod/NAME`), or a
+    /// What to explain, read from the cluster (in -n): a pod (`NAME` or `pod/NAME`), a
     /// workload (`deployment/NAME`, `statefulset/NAME`, `daemonset/NAME`; `deploy`, `sts`,
-    /// `ds` for short): its template, its pods' states, the first in the worst state.
+    /// `ds` for short), or a `job/NAME` or `cronjob/NAME` (`cj`): its template, its pods'
+    /// states, the first in the worst state.
     #[arg(
         value_name = "POD|KIND/NAME",
         required_unless_present = "file",
@@ -123,7 +126,8 @@ pub struct ExplainArgs {
     /// directory.
     #[arg(short = 'f', long = "filename")]
     pub file: Option<String>,
-    /// The pod's namespace [default: the kubeconfig context's, or the manifest's].
+    /// The namespace of the pod or workload [default: the kubeconfig context's, or the
+    /// manifest's].
     #[arg(short = 'n', long = "namespace")]
     pub namespace: Option<String>,
     /// What the webhook does when a requested sidecar does not exist (as `serve` runs).

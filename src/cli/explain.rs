@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
-use kube::api::{ListParams, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta};
 use kube::core::Selector;
 use serde::Deserialize;
 use serde_json::Value;
@@ -158,17 +159,77 @@ fn explain_object(
     })
 }
 
+/// What `explain` can be asked about in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SubjectKind {
+    /// A pod, or a workload the engine restarts.
+    Workload(WorkloadKind),
+    /// A Job or a CronJob: its template is judged and its pods counted, but the engine never
+    /// restarts them (their pods run to completion).
+    Batch(BatchKind),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BatchKind {
+    Job,
+    CronJob,
+}
+
+impl BatchKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            BatchKind::Job => "Job",
+            BatchKind::CronJob => "CronJob",
+        }
+    }
+
+    /// As kubectl reads it: `job`, `jobs`, `cj`, `cronjobs`, `CronJob`, with or without the
+    /// `batch` group (`jobs.batch`, `cronjob.v1beta1.batch`).
+    fn from_resource(resource: &str) -> Option<Self> {
+        let resource = resource.to_ascii_lowercase();
+        let (name, group) = resource
+            .split_once('.')
+            .map_or((resource.as_str(), None), |(name, group)| {
+                (name, Some(group))
+            });
+        let kind = match name {
+            "job" | "jobs" => BatchKind::Job,
+            "cj" | "cronjob" | "cronjobs" => BatchKind::CronJob,
+            _ => return None,
+        };
+        match group {
+            None | Some("batch" | "v1.batch" | "v1beta1.batch") => Some(kind),
+            Some(_) => None,
+        }
+    }
+
+    /// Why the engine leaves it alone, and what its next pods get.
+    fn never_restarted(self) -> &'static str {
+        match self {
+            BatchKind::Job => {
+                "the engine never restarts a Job's pods: they run to completion (a new Job gets the revisions in force)"
+            }
+            BatchKind::CronJob => {
+                "the engine never restarts a CronJob's pods: they run to completion, and its next Job gets the revisions in force"
+            }
+        }
+    }
+}
+
 /// What `explain` was asked about in the cluster: a pod, or a workload by kubectl's
 /// `KIND/NAME` (a bare `NAME` is a pod, as `kubectl get pod NAME` reads it).
-fn subject(given: &str) -> anyhow::Result<(WorkloadKind, &str)> {
+fn subject(given: &str) -> anyhow::Result<(SubjectKind, &str)> {
     let Some((resource, name)) = given.split_once('/') else {
-        return Ok((WorkloadKind::Pod, given));
+        return Ok((SubjectKind::Workload(WorkloadKind::Pod), given));
     };
-    let kind = WorkloadKind::from_resource(resource).with_context(|| {
-        format!(
-            "{given}: explain takes a pod (NAME or pod/NAME) or a workload (deployment/NAME, statefulset/NAME or daemonset/NAME; deploy, sts, ds for short), not {resource:?}"
-        )
-    })?;
+    let kind = WorkloadKind::from_resource(resource)
+        .map(SubjectKind::Workload)
+        .or_else(|| BatchKind::from_resource(resource).map(SubjectKind::Batch))
+        .with_context(|| {
+            format!(
+                "{given}: explain takes a pod (NAME or pod/NAME), a workload (deployment/NAME, statefulset/NAME or daemonset/NAME; deploy, sts, ds for short) or a job/NAME or cronjob/NAME, not {resource:?}"
+            )
+        })?;
     anyhow::ensure!(
         !name.is_empty() && !name.contains('/'),
         "{given}: expected KIND/NAME, with one name"
@@ -280,14 +341,40 @@ impl Live {
         let pod = WorkloadRef::new(WorkloadKind::Pod, &self.namespace, name);
         get_object(&self.client, &pod).await
     }
+
+    /// A workload's pods (as metadata): counted by the worst state of the sidecars each asks
+    /// for, with the state and drift of the first in the worst state, read in full.
+    async fn pods_of(
+        &self,
+        mut pods: Vec<ObjectMeta>,
+    ) -> anyhow::Result<(WorkloadPods, Option<PodState>, Vec<SidecarDrift>)> {
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        let drifts: Vec<(String, Vec<SidecarDrift>)> = pods
+            .iter()
+            .map(|pod| (pod.name.clone().unwrap_or_default(), self.drift(pod)))
+            .collect();
+        let (summary, shown) = WorkloadPods::of(&drifts);
+        Ok(match shown {
+            // Read in full for its containers, which the metadata list leaves out.
+            Some(index) => (
+                summary,
+                Some(self.pod_state(&self.read_pod(&drifts[index].0).await?)),
+                drifts[index].1.clone(),
+            ),
+            None => (summary, None, Vec::new()),
+        })
+    }
 }
 
 async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
     let (kind, name) = subject(args.pod.as_deref().unwrap_or_default())?;
     let live = Live::read(args).await?;
     match kind {
-        WorkloadKind::Pod => explain_pod(args, &live, name).await,
-        kind => explain_workload(args, &live, WorkloadRef::new(kind, &live.namespace, name)).await,
+        SubjectKind::Workload(WorkloadKind::Pod) => explain_pod(args, &live, name).await,
+        SubjectKind::Workload(kind) => {
+            explain_workload(args, &live, WorkloadRef::new(kind, &live.namespace, name)).await
+        }
+        SubjectKind::Batch(kind) => explain_batch(args, &live, kind, name).await,
     }
 }
 
@@ -334,21 +421,8 @@ async fn explain_workload(
     workload: WorkloadRef,
 ) -> anyhow::Result<Explanation> {
     let spec = WorkloadSpec::read(&live.client, &workload).await?;
-    let mut pods = spec.pods(&live.client, &workload).await?;
-    pods.sort_by(|a, b| a.name.cmp(&b.name));
-    let drifts: Vec<(String, Vec<SidecarDrift>)> = pods
-        .iter()
-        .map(|pod| (pod.name.clone().unwrap_or_default(), live.drift(pod)))
-        .collect();
-    let (summary, shown) = WorkloadPods::of(&drifts);
-    let (pod, drift) = match shown {
-        // Read in full for its containers, which the metadata list leaves out.
-        Some(index) => (
-            Some(live.pod_state(&live.read_pod(&drifts[index].0).await?)),
-            drifts[index].1.clone(),
-        ),
-        None => (None, Vec::new()),
-    };
+    let pods = spec.pods(&live.client, &workload).await?;
+    let (summary, pod, drift) = live.pods_of(pods).await?;
     let rollout = if summary.count == 0 {
         WorkloadAction::Nothing {
             why: "it has no pods to restart".to_owned(),
@@ -371,6 +445,92 @@ async fn explain_workload(
         workload: Some(format!("{kind} {}/{name}", workload.namespace)),
         rollout: Some(rollout),
     })
+}
+
+/// A Job or CronJob: the decision on what its next pods get (its template), how many of its
+/// pods (a CronJob's: those of the Jobs it made) are in which state, the first in the worst
+/// state; the engine never restarts them.
+async fn explain_batch(
+    args: &ExplainArgs,
+    live: &Live,
+    kind: BatchKind,
+    name: &str,
+) -> anyhow::Result<Explanation> {
+    let (client, namespace) = (&live.client, live.namespace.as_str());
+    let label = format!("{} {namespace}/{name}", kind.as_str());
+    let object = read_batch(client, kind, namespace, name)
+        .await
+        .with_context(|| format!("cannot read {label}"))?
+        .with_context(|| format!("{label} not found"))?;
+    let uid = object.metadata.uid.clone().unwrap_or_default();
+    let template = match kind {
+        BatchKind::Job => &object.data["spec"]["template"],
+        BatchKind::CronJob => &object.data["spec"]["jobTemplate"]["spec"]["template"],
+    };
+    let everything = Selector::default();
+    // A Job's pods carry its selector (its uid, set by the API server); a CronJob has none.
+    let pods_selector = match kind {
+        BatchKind::Job => LabelSelector::deserialize(&object.data["spec"]["selector"])
+            .ok()
+            .and_then(|selector| Selector::try_from(selector).ok())
+            .unwrap_or_default(),
+        BatchKind::CronJob => everything.clone(),
+    };
+    let owners = match kind {
+        BatchKind::Job => BTreeSet::from([uid]),
+        BatchKind::CronJob => {
+            controlled::<Job>(client, namespace, &everything, &BTreeSet::from([uid]))
+                .await
+                .with_context(|| format!("cannot list the Jobs of {label}"))?
+                .into_iter()
+                .filter_map(|meta| meta.uid)
+                .collect()
+        }
+    };
+    let pods = controlled::<Pod>(client, namespace, &pods_selector, &owners)
+        .await
+        .with_context(|| format!("cannot list the pods of {label}"))?;
+    let (summary, pod, drift) = live.pods_of(pods).await?;
+    Ok(Explanation {
+        subject: label.clone(),
+        judged: format!("new pods of {} {name}", kind.as_str()),
+        injection: live.injection(args, template)?,
+        workload_pods: Some(summary),
+        pod,
+        sidecars: drift,
+        workload: Some(label),
+        rollout: Some(WorkloadAction::Nothing {
+            why: kind.never_restarted().to_owned(),
+        }),
+    })
+}
+
+/// A Job or CronJob as the cluster serves it, `None` when it does not exist. A CronJob is
+/// read as `batch/v1`, else as `batch/v1beta1` (all Kubernetes 1.20 serves).
+async fn read_batch(
+    client: &kube::Client,
+    kind: BatchKind,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    let versions: &[&str] = match kind {
+        BatchKind::Job => &["v1"],
+        BatchKind::CronJob => &["v1", "v1beta1"],
+    };
+    let mut last = None;
+    for version in versions {
+        let gvk = GroupVersionKind::gvk("batch", version, kind.as_str());
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk));
+        match api.get_opt(name).await {
+            Ok(None) => last = Some(None),
+            Ok(found) => return Ok(found),
+            // This version is not served: the next one may be.
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(last.flatten())
 }
 
 /// What `explain` needs of a workload: its uid (to know its pods by their owners), the
@@ -420,9 +580,10 @@ impl WorkloadSpec {
             .with_context(|| format!("{workload}: its selector cannot be used to list its pods"))?;
         let own = BTreeSet::from([self.uid.clone()]);
         let owners = if workload.kind == WorkloadKind::Deployment {
-            let replicasets = controlled::<ReplicaSet>(client, workload, &selector, &own)
-                .await
-                .with_context(|| format!("cannot list the ReplicaSets of {workload}"))?;
+            let replicasets =
+                controlled::<ReplicaSet>(client, &workload.namespace, &selector, &own)
+                    .await
+                    .with_context(|| format!("cannot list the ReplicaSets of {workload}"))?;
             replicasets
                 .into_iter()
                 .filter_map(|meta| meta.uid)
@@ -430,17 +591,17 @@ impl WorkloadSpec {
         } else {
             own
         };
-        controlled::<Pod>(client, workload, &selector, &owners)
+        controlled::<Pod>(client, &workload.namespace, &selector, &owners)
             .await
             .with_context(|| format!("cannot list the pods of {workload}"))
     }
 }
 
-/// The metadata of the objects of a kind in the workload's namespace that `selector` matches
+/// The metadata of the objects of a kind in `namespace` that `selector` matches
 /// and one of `owners` (by uid) controls, listed page by page.
 async fn controlled<K>(
     client: &kube::Client,
-    workload: &WorkloadRef,
+    namespace: &str,
     selector: &Selector,
     owners: &BTreeSet<String>,
 ) -> Result<Vec<ObjectMeta>, kube::Error>
@@ -451,7 +612,7 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
-    let api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), &workload.namespace);
+    let api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default().labels_from(selector);
     list_selected(&api, params, |object| {
         let meta = object.metadata;
@@ -628,4 +789,54 @@ async fn plan_now(
         engine.use_published_revisions(revisions);
     }
     Ok(engine.tick(&feed, sidecars, Authority::PlanOnly).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_and_cronjobs_are_named_as_kubectl_names_them_beside_workloads() {
+        for (given, kind, name) in [
+            ("web", SubjectKind::Workload(WorkloadKind::Pod), "web"),
+            (
+                "deploy/web",
+                SubjectKind::Workload(WorkloadKind::Deployment),
+                "web",
+            ),
+            ("job/once", SubjectKind::Batch(BatchKind::Job), "once"),
+            (
+                "jobs.batch/once",
+                SubjectKind::Batch(BatchKind::Job),
+                "once",
+            ),
+            ("Job/once", SubjectKind::Batch(BatchKind::Job), "once"),
+            (
+                "cj/nightly",
+                SubjectKind::Batch(BatchKind::CronJob),
+                "nightly",
+            ),
+            (
+                "CronJob/nightly",
+                SubjectKind::Batch(BatchKind::CronJob),
+                "nightly",
+            ),
+            (
+                "cronjobs.v1beta1.batch/nightly",
+                SubjectKind::Batch(BatchKind::CronJob),
+                "nightly",
+            ),
+        ] {
+            assert_eq!(subject(given).unwrap(), (kind, name), "{given}");
+        }
+        for refused in [
+            "job.apps/once",
+            "cronjob.v1.apps/n",
+            "svc/web",
+            "job/",
+            "job/a/b",
+        ] {
+            assert!(subject(refused).is_err(), "{refused}");
+        }
+    }
 }

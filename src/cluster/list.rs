@@ -51,7 +51,6 @@ where
     }
 }
 
-/// Every object's metadata (a metadata-only list: never specs).
 /// Every object's metadata (a metadata-only list: never specs), cluster-wide or, for a user
 /// whose rights stop at some namespaces, in exactly those.
 async fn list_metadata<K>(

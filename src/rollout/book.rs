@@ -626,8 +626,6 @@ impl CampaignBook {
             .collect()
     }
 
-    /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
-    /// maintenance window is closed and when it opens.
     /// Notes, on each sidecar with pods to restart and no note yet, that the book is over its
     /// budget: nothing is restarted until it shrinks.
     pub fn flag_overflow(&self, report: &mut crate::drift::DriftReport) {
@@ -641,6 +639,8 @@ impl CampaignBook {
         }
     }
 
+    /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
+    /// maintenance window is closed and when it opens.
     pub fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
         let Some(status) = self.maintenance.as_ref().filter(|m| !m.open) else {
             return;

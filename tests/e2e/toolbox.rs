@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use k8s_openapi::api::batch::v1::Job;
+
 use super::*;
 use support::cluster::control_plane;
 
@@ -286,6 +288,93 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert_eq!(refused["workload_pods"]["count"], 0, "{refused:#}");
     assert!(refused.get("pod").is_none(), "{refused:#}");
     assert_eq!(refused["rollout"]["why"], "it has no pods to restart");
+
+    // A Job's pods run to completion: explained by its template and its pods, never restarted.
+    // Made after the edit, its pod carries tracer's revision in force: current.
+    let mut job_template = template("once", Some("tracer:v1"));
+    job_template["spec"]["restartPolicy"] = json!("Never");
+    create(
+        &ctx.api::<Job>(),
+        json!({"metadata": {"name": "once"}, "spec": {"template": job_template}}),
+    )
+    .await;
+    let job_pod = eventually(DEADLINE, "the Job's pod", || async {
+        pods_of(&ctx, "once").await.into_iter().next()
+    })
+    .await;
+    let job_pod = job_pod.metadata.name.unwrap();
+    let mut job_args = scope_args(&namespace);
+    job_args.extend(["-n", namespace.as_str(), "job/once"]);
+    let job = explain(&job_args);
+    assert_eq!(job["judged"], "new pods of Job once", "{job:#}");
+    assert_eq!(job["injection"]["verdict"], "inject", "{job:#}");
+    assert_eq!(job["workload_pods"]["count"], 1, "{job:#}");
+    assert_eq!(job["workload_pods"]["states"], json!({"current": 1}));
+    assert_eq!(job["workload_pods"]["shown"], job_pod.as_str());
+    assert_eq!(job["sidecars"][0]["state"], "current", "{job:#}");
+    assert!(
+        job["rollout"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("never restarts a Job's pods"),
+        "{job:#}"
+    );
+
+    // A CronJob (batch/v1beta1, all v1.20 serves; suspended, so only the Job made here as its
+    // controller would make it runs): its pods are those of its Jobs; the Job above is not one.
+    let cronjobs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &namespace,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "batch", "v1beta1", "CronJob",
+        )),
+    );
+    let mut nightly_template = template("nightly", Some("tracer:v1"));
+    nightly_template["spec"]["restartPolicy"] = json!("Never");
+    let cronjob: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "batch/v1beta1", "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 3 * * *", "suspend": true,
+                 "jobTemplate": {"spec": {"template": nightly_template}}}
+    }))
+    .unwrap();
+    let cronjob = cronjobs
+        .create(&PostParams::default(), &cronjob)
+        .await
+        .unwrap();
+    create(
+        &ctx.api::<Job>(),
+        json!({
+            "metadata": {"name": "nightly-1", "ownerReferences": [{
+                "apiVersion": "batch/v1beta1", "kind": "CronJob", "name": "nightly",
+                "uid": cronjob.metadata.uid.unwrap(), "controller": true}]},
+            "spec": {"template": nightly_template}
+        }),
+    )
+    .await;
+    let nightly_pod = eventually(DEADLINE, "the CronJob's Job's pod", || async {
+        pods_of(&ctx, "nightly").await.into_iter().next()
+    })
+    .await;
+    let mut cronjob_args = scope_args(&namespace);
+    cronjob_args.extend(["-n", namespace.as_str(), "cj/nightly"]);
+    let nightly = explain(&cronjob_args);
+    assert_eq!(
+        nightly["judged"], "new pods of CronJob nightly",
+        "{nightly:#}"
+    );
+    assert_eq!(nightly["injection"]["verdict"], "inject", "{nightly:#}");
+    assert_eq!(nightly["workload_pods"]["count"], 1, "{nightly:#}");
+    assert_eq!(
+        nightly["workload_pods"]["shown"],
+        nightly_pod.metadata.name.unwrap()
+    );
+    let page = explain_page(&cronjob_args);
+    assert!(
+        page.contains("Injection (new pods of CronJob nightly):"),
+        "{page}"
+    );
+    assert!(page.contains("Its pods: 1 (1 current)"), "{page}");
 
     // ...but not outside its maintenance window, and it says until when.
     let now = k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
