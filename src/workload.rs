@@ -47,13 +47,8 @@ impl WorkloadKind {
     /// short, any case, a workload's with or without its group (`deploy`, `Deployments`,
     /// `deployment.apps`, `deployment.v1.apps`; `po`, `pods`).
     pub fn from_resource(resource: &str) -> Option<Self> {
-        let resource = resource.to_ascii_lowercase();
-        let (name, group) = resource
-            .split_once('.')
-            .map_or((resource.as_str(), None), |(name, group)| {
-                (name, Some(group))
-            });
-        let kind = match name {
+        let (name, group) = resource_name_and_group(resource);
+        let kind = match name.as_str() {
             "po" | "pod" | "pods" => WorkloadKind::Pod,
             "deploy" | "deployment" | "deployments" => WorkloadKind::Deployment,
             "sts" | "statefulset" | "statefulsets" => WorkloadKind::StatefulSet,
@@ -65,7 +60,7 @@ impl WorkloadKind {
             _ => &["apps", "v1.apps"],
         };
         match group {
-            Some(group) if !groups.contains(&group) => None,
+            Some(group) if !groups.contains(&group.as_str()) => None,
             _ => Some(kind),
         }
     }
@@ -80,6 +75,16 @@ impl WorkloadKind {
             WorkloadKind::Pod => "v1",
             _ => "apps/v1",
         }
+    }
+}
+
+/// A kubectl resource name as `kubectl get` takes it (any case), cut at its first dot into
+/// the name and the group: `Deployment.v1.apps` is (`deployment`, `v1.apps`).
+pub fn resource_name_and_group(resource: &str) -> (String, Option<String>) {
+    let resource = resource.to_ascii_lowercase();
+    match resource.split_once('.') {
+        Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
+        None => (resource, None),
     }
 }
 

@@ -33,7 +33,7 @@ use crate::injection::{InjectionSettings, PodView};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::sources::directory::load_config_directory;
-use crate::workload::{WorkloadKind, WorkloadRef};
+use crate::workload::{WorkloadKind, WorkloadRef, resource_name_and_group};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let explanations = match &args.file {
@@ -186,18 +186,13 @@ impl BatchKind {
     /// As kubectl reads it: `job`, `jobs`, `cj`, `cronjobs`, `CronJob`, with or without the
     /// `batch` group (`jobs.batch`, `cronjob.v1beta1.batch`).
     fn from_resource(resource: &str) -> Option<Self> {
-        let resource = resource.to_ascii_lowercase();
-        let (name, group) = resource
-            .split_once('.')
-            .map_or((resource.as_str(), None), |(name, group)| {
-                (name, Some(group))
-            });
-        let kind = match name {
+        let (name, group) = resource_name_and_group(resource);
+        let kind = match name.as_str() {
             "job" | "jobs" => BatchKind::Job,
             "cj" | "cronjob" | "cronjobs" => BatchKind::CronJob,
             _ => return None,
         };
-        match group {
+        match group.as_deref() {
             None | Some("batch" | "v1.batch" | "v1beta1.batch") => Some(kind),
             Some(_) => None,
         }
@@ -517,20 +512,17 @@ async fn read_batch(
         BatchKind::Job => &["v1"],
         BatchKind::CronJob => &["v1", "v1beta1"],
     };
-    let mut last = None;
     for version in versions {
         let gvk = GroupVersionKind::gvk("batch", version, kind.as_str());
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk));
-        match api.get_opt(name).await {
-            Ok(None) => last = Some(None),
-            Ok(found) => return Ok(found),
-            // This version is not served: the next one may be.
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(error) => return Err(error),
+        // A version the server does not serve answers 404, as a missing object does: the
+        // next version may be served.
+        if let Some(object) = api.get_opt(name).await? {
+            return Ok(Some(object));
         }
     }
-    Ok(last.flatten())
+    Ok(None)
 }
 
 /// What `explain` needs of a workload: its uid (to know its pods by their owners), the
