@@ -376,7 +376,7 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     );
     assert!(page.contains("Its pods: 1 (1 current)"), "{page}");
 
-    // ...but not outside its maintenance window, and it says until when.
+    // The stale web pod's restart waits outside the maintenance window, and says until when.
     let now = k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
     let opens = now
         .checked_add(k8s_openapi::jiff::SignedDuration::from_hours(2))
