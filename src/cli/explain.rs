@@ -458,33 +458,26 @@ async fn explain_batch(
         .with_context(|| format!("cannot read {label}"))?
         .with_context(|| format!("{label} not found"))?;
     let uid = object.metadata.uid.clone().unwrap_or_default();
-    let template = match kind {
-        BatchKind::Job => &object.data["spec"]["template"],
-        BatchKind::CronJob => &object.data["spec"]["jobTemplate"]["spec"]["template"],
-    };
-    let everything = Selector::default();
-    // A Job's pods carry its selector (its uid, set by the API server); a CronJob has none.
-    let pods_selector = match kind {
-        BatchKind::Job => LabelSelector::deserialize(&object.data["spec"]["selector"])
-            .ok()
-            .and_then(|selector| Selector::try_from(selector).ok())
-            .unwrap_or_default(),
-        BatchKind::CronJob => everything.clone(),
-    };
-    let owners = match kind {
-        BatchKind::Job => BTreeSet::from([uid]),
-        BatchKind::CronJob => {
-            controlled::<Job>(client, namespace, &everything, &BTreeSet::from([uid]))
-                .await
-                .with_context(|| format!("cannot list the Jobs of {label}"))?
-                .into_iter()
-                .filter_map(|meta| meta.uid)
-                .collect()
+    let spec = &object.data["spec"];
+    // A Job's pods carry its selector (its uid, set by the API server); a CronJob has none,
+    // and nor do the Jobs it makes.
+    let (template, selector, via) = match kind {
+        BatchKind::Job => {
+            let selector = LabelSelector::deserialize(&spec["selector"])
+                .ok()
+                .and_then(|selector| Selector::try_from(selector).ok())
+                .with_context(|| {
+                    format!("{label}: its selector cannot be used to list its pods")
+                })?;
+            (&spec["template"], selector, None)
         }
+        BatchKind::CronJob => (
+            &spec["jobTemplate"]["spec"]["template"],
+            Selector::default(),
+            Some(Via::Jobs),
+        ),
     };
-    let pods = controlled::<Pod>(client, namespace, &pods_selector, &owners)
-        .await
-        .with_context(|| format!("cannot list the pods of {label}"))?;
+    let pods = pods_controlled(client, namespace, &selector, &uid, via, &label).await?;
     let (summary, pod, drift) = live.pods_of(pods).await?;
     Ok(Explanation {
         subject: label.clone(),
@@ -570,23 +563,61 @@ impl WorkloadSpec {
     ) -> anyhow::Result<Vec<ObjectMeta>> {
         let selector = Selector::try_from(self.selector.clone())
             .with_context(|| format!("{workload}: its selector cannot be used to list its pods"))?;
-        let own = BTreeSet::from([self.uid.clone()]);
-        let owners = if workload.kind == WorkloadKind::Deployment {
-            let replicasets =
-                controlled::<ReplicaSet>(client, &workload.namespace, &selector, &own)
-                    .await
-                    .with_context(|| format!("cannot list the ReplicaSets of {workload}"))?;
-            replicasets
-                .into_iter()
-                .filter_map(|meta| meta.uid)
-                .collect()
-        } else {
-            own
-        };
-        controlled::<Pod>(client, &workload.namespace, &selector, &owners)
-            .await
-            .with_context(|| format!("cannot list the pods of {workload}"))
+        let via = (workload.kind == WorkloadKind::Deployment).then_some(Via::ReplicaSets);
+        pods_controlled(
+            client,
+            &workload.namespace,
+            &selector,
+            &self.uid,
+            via,
+            workload,
+        )
+        .await
     }
+}
+
+/// What stands between a workload and its pods, when something does.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// A Deployment's ReplicaSets.
+    ReplicaSets,
+    /// A CronJob's Jobs.
+    Jobs,
+}
+
+/// The pods (as metadata) in `namespace` that `selector` matches and `owner` (by uid)
+/// controls: directly, or through the objects `via` it controls (listed by the same
+/// selector), so another workload's pods that happen to match are left out. `label` names the
+/// owner in errors.
+async fn pods_controlled(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &Selector,
+    owner: &str,
+    via: Option<Via>,
+    label: &dyn std::fmt::Display,
+) -> anyhow::Result<Vec<ObjectMeta>> {
+    let own = BTreeSet::from([owner.to_owned()]);
+    let between = match via {
+        None => None,
+        Some(Via::ReplicaSets) => Some(
+            controlled::<ReplicaSet>(client, namespace, selector, &own)
+                .await
+                .with_context(|| format!("cannot list the ReplicaSets of {label}"))?,
+        ),
+        Some(Via::Jobs) => Some(
+            controlled::<Job>(client, namespace, selector, &own)
+                .await
+                .with_context(|| format!("cannot list the Jobs of {label}"))?,
+        ),
+    };
+    let owners = match between {
+        Some(objects) => objects.into_iter().filter_map(|meta| meta.uid).collect(),
+        None => own,
+    };
+    controlled::<Pod>(client, namespace, selector, &owners)
+        .await
+        .with_context(|| format!("cannot list the pods of {label}"))
 }
 
 /// The metadata of the objects of a kind in `namespace` that `selector` matches
