@@ -228,14 +228,15 @@ fn record_expiry(cert_file: &Path, metrics: &Metrics) {
 /// of `--ca-bundle-file` (whose keeper hears of each reload); a pair that does not load leaves
 /// the current one serving. With `--webhook-configuration`, a pair is served only once the
 /// caBundle trusts the CA beside it (or [`TRUST_TIMEOUT`] passed): from a new CA, it would
-/// otherwise fail every handshake until the caBundle caught up.
+/// otherwise fail every handshake until the caBundle caught up. Returns what the caBundle's
+/// keeper hears each reload by.
 fn spawn_certificate_reloader(
     options: &ServeOptions,
     (cert_file, key_file): (PathBuf, PathBuf),
     tls: RustlsConfig,
     metrics: Arc<Metrics>,
-    reloaded: watch::Sender<()>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<watch::Receiver<()>> {
+    let (reloaded, heard) = watch::channel(());
     // Only the pair (and a Secret volume's `..data` swap) matters: anything else written
     // beside it, a log file say, must not reload the pair five times a second.
     let mut by_directory: Vec<WatchedDirectory> = Vec::new();
@@ -301,7 +302,7 @@ fn spawn_certificate_reloader(
             }
         }
     });
-    Ok(())
+    Ok(heard)
 }
 
 /// How long a reloaded pair waits for the caBundle to trust its CA before it is served anyway.
@@ -327,16 +328,122 @@ async fn trust_before_serving(client: &kube::Client, name: &str, ca_file: &Path)
 }
 
 /// Runs the webhook until SIGTERM or SIGINT, then shuts down gracefully.
-// Wiring, not a decision: starts each part of the server in order and shuts it down.
-#[allow(clippy::too_many_lines)]
+///
+/// Whatever can refuse to run (options that contradict each other, a missing config
+/// directory, a certificate that does not load, a port in use) is found before anything is
+/// started: a `serve` that cannot run, a second one started by mistake say, exits having sent
+/// nothing to the cluster.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
-    let metrics = options.metrics.clone();
+    let ready_to_serve = prepare(&options)?;
+    // The certificate files and the config directory are watched before the cluster is
+    // reached: a watch that cannot be set up also stops `serve` having sent nothing.
+    let reloaded = spawn_certificate_reloader(
+        &options,
+        (
+            ready_to_serve.cert_file.clone(),
+            ready_to_serve.key_file.clone(),
+        ),
+        ready_to_serve.tls.clone(),
+        options.metrics.clone(),
+    )?;
     let readiness = Arc::new(Readiness::default());
+    let sidecars = start_config_sources(&options, &readiness).await?;
+    // Graceful shutdown: the Lease is given up first, so another replica acts at once.
+    let (stop_tx, stop) = watch::channel(false);
+    let cluster = start_cluster_parts(&options, &readiness, sidecars, stop);
+    if let (Some(client), Some((name, ca_file))) = (&options.cluster, &options.webhook_ca) {
+        tokio::spawn(crate::cluster::webhook_ca::run(
+            client.clone(),
+            name.clone(),
+            ca_file.clone(),
+            reloaded,
+        ));
+    }
+    let state = Arc::new(WebhookState::new(
+        cluster.served,
+        options.settings.clone(),
+        options.metrics.clone(),
+        http::Limits {
+            max_body_bytes: options.max_body_bytes,
+            max_buffered_bytes: options.max_buffered_bytes,
+            body_read_timeout: options.body_read_timeout,
+            review_timeout: options.review_timeout,
+        },
+        readiness.clone(),
+    ));
+    let servers = start_servers(&options, ready_to_serve, state)?;
+    readiness.mark(ReadinessStep::TlsListening);
+    info!(tls = %servers.tls_addr, lifecycle = %servers.lifecycle_addr, "listening");
 
+    let signal = shutdown_signal().await;
+    readiness.mark(ReadinessStep::ShuttingDown);
+    stop_tx.send_replace(true);
+    for task in cluster.stopped_first.into_iter().flatten() {
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
+    info!(signal, delay = %humantime::format_duration(options.shutdown_delay), "shutting down: /ready now fails; draining in-flight requests");
+    tokio::time::sleep(options.shutdown_delay).await;
+    servers.shut_down(options.shutdown_timeout).await
+}
+
+/// What `serve` holds once nothing stands in its way: the serving certificate, loaded, and
+/// both ports, bound.
+struct ReadyToServe {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    tls: RustlsConfig,
+    tls_listener: std::net::TcpListener,
+    lifecycle_listener: std::net::TcpListener,
+}
+
+/// Checks what can be checked without the cluster, and takes the ports and the certificate.
+fn prepare(options: &ServeOptions) -> anyhow::Result<ReadyToServe> {
+    anyhow::ensure!(
+        options.max_buffered_bytes >= options.max_body_bytes,
+        "--max-buffered-bytes ({}) is less than --max-body-bytes ({}): the largest body would never be read",
+        options.max_buffered_bytes,
+        options.max_body_bytes
+    );
+    anyhow::ensure!(
+        options.webhook_ca.is_none() || options.cluster.is_some(),
+        "--webhook-configuration needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
+    );
+    crate::sources::check_config_directory(&options.config_directory)?;
+    // Bound here, not inside the servers' tasks: a port in use is then an error at startup
+    // that names it. axum-server reports a failed bind to `Handle::listening` only to a waiter
+    // already registered, so waiting on it after the task failed hung without a word. Bound
+    // before the certificate, so a second `serve` in another directory leaves no `certs/`.
+    let tls_listener = listen(options.bind_address, options.tls_port, "--tls-port")?;
+    let lifecycle_listener = listen(
+        options.bind_address,
+        options.lifecycle_port,
+        "--lifecycle-port",
+    )?;
+    let (cert_file, key_file) = tls_files(options)?;
+    let tls = RustlsConfig::from_config(
+        server_config_from_files(&cert_file, &key_file)
+            .context("cannot load the serving certificate")?,
+    );
+    record_expiry(&cert_file, &options.metrics);
+    Ok(ReadyToServe {
+        cert_file,
+        key_file,
+        tls,
+        tls_listener,
+        lifecycle_listener,
+    })
+}
+
+/// Loads the config directory and keeps watching it, and starts the ConfigMap source when
+/// there is one; what they serve together, as it changes.
+async fn start_config_sources(
+    options: &ServeOptions,
+    readiness: &Arc<Readiness>,
+) -> anyhow::Result<watch::Receiver<Arc<SidecarSet>>> {
+    let metrics = &options.metrics;
     let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
     let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
-    crate::sources::check_config_directory(&options.config_directory)?;
-    reload_configs(&options.config_directory, &sources, &metrics).await;
+    reload_configs(&options.config_directory, &sources, metrics).await;
     readiness.mark(ReadinessStep::ConfigsLoaded);
     spawn_config_reloader(
         options.config_directory.clone(),
@@ -352,37 +459,57 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 recorder(source.client.clone(), options.pod_name.clone()),
                 source.namespace.clone(),
                 source.selector.clone(),
-                sources.clone(),
+                sources,
                 metrics.clone(),
                 move || ready.mark(ReadinessStep::ConfigMapsListed),
             ));
         }
         None => readiness.mark(ReadinessStep::ConfigMapsListed),
     }
-    // Graceful shutdown: the Lease is given up first, so another replica acts at once.
-    let (stop_tx, stop) = watch::channel(false);
-    let mut lease_task = None;
-    let mut publisher_task = None;
+    Ok(sidecars)
+}
+
+/// What the cluster side of `serve` hands back: the configs the webhook serves, and the
+/// tasks to wait for at shutdown before the ports close.
+struct ClusterParts {
+    /// What the sources serve with the campaign book's pins and holds applied (as they are
+    /// without a cluster).
+    served: watch::Receiver<Arc<SidecarSet>>,
+    /// The Lease and the publisher, which give up what they hold once told to stop.
+    stopped_first: [Option<tokio::task::JoinHandle<()>>; 2],
+}
+
+/// Starts what watches and writes the cluster, when there is one: the status ConfigMap's
+/// watch, the publisher, the drift gauge, and the Lease and engine when the engine runs.
+fn start_cluster_parts(
+    options: &ServeOptions,
+    readiness: &Arc<Readiness>,
+    sidecars: watch::Receiver<Arc<SidecarSet>>,
+    stop: watch::Receiver<bool>,
+) -> ClusterParts {
+    let metrics = &options.metrics;
+    let Some(client) = &options.cluster else {
+        return ClusterParts {
+            served: sidecars,
+            stopped_first: [None, None],
+        };
+    };
     // One watch of the status ConfigMap (the injector's namespace, where the engine keeps it
     // too) for the engine, the pins and holds the webhook serves, and its warnings.
-    let status = match (&options.cluster, &options.publication) {
-        (Some(client), Some(publication)) => Some(crate::cluster::status::watch_status(
-            client.clone(),
-            &publication.namespace,
-        )),
-        _ => None,
-    };
+    let status = options.publication.as_ref().map(|publication| {
+        crate::cluster::status::watch_status(client.clone(), &publication.namespace)
+    });
     let book_signals = status
         .clone()
         .map(|status| crate::cluster::status::apply_book(status, sidecars.clone()));
-    if let (Some(client), Some(publication)) = (&options.cluster, &options.publication) {
+    let publisher_task = options.publication.as_ref().map(|publication| {
         let ready = readiness.clone();
         // What this replica injects with pins applied: a pinned revision is what new pods
         // get, and the one-shot commands judge pods by it.
         let published = book_signals
             .as_ref()
             .map_or_else(|| sidecars.clone(), |b| b.pinned.clone());
-        publisher_task = Some(tokio::spawn(crate::cluster::status::run_publisher(
+        tokio::spawn(crate::cluster::status::run_publisher(
             client.clone(),
             publication.namespace.clone(),
             publication.identity.clone(),
@@ -393,109 +520,100 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                     && ready.done(ReadinessStep::ConfigMapsListed)
             },
             stop.clone(),
-        )));
-    }
-    if let Some(client) = &options.cluster {
-        let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
-        crate::cluster::drift_feed::spawn_gauge(
-            feed.clone(),
-            options.drift_policy.clone(),
-            sidecars.clone(),
-            metrics.clone(),
-        );
-        if let Some(rollout) = &options.rollout {
-            let (grant_tx, grant) = watch::channel(None);
-            lease_task = Some(tokio::spawn(crate::cluster::lease::run(
-                client.clone(),
-                rollout.lease.clone(),
-                readiness.watch(),
-                grant_tx,
-                stop.clone(),
-            )));
-            let mut engine = crate::engine::Engine::new(
-                client.clone(),
-                rollout.engine.clone(),
-                metrics.clone(),
-                recorder(client.clone(), options.pod_name.clone()),
-                status.clone().unwrap_or_else(|| {
-                    crate::cluster::status::watch_status(client.clone(), &rollout.engine.namespace)
-                }),
-            );
-            if let Some(notify) = &rollout.notify {
-                engine.notify_with(crate::engine::notifier::Notifier::spawn(
-                    notify.clone(),
-                    metrics.clone(),
-                ));
-            }
-            tokio::spawn(crate::engine::run(
-                engine,
-                feed,
-                sidecars.clone(),
-                readiness.watch(),
-                grant,
-                rollout.act_after_ready,
-            ));
-        }
-    }
-    let (cert_file, key_file) = tls_files(&options)?;
-    let tls = RustlsConfig::from_config(
-        server_config_from_files(&cert_file, &key_file)
-            .context("cannot load the serving certificate")?,
-    );
-    record_expiry(&cert_file, &metrics);
-    let (reloaded_tx, reloaded) = watch::channel(());
-    spawn_certificate_reloader(
-        &options,
-        (cert_file, key_file),
-        tls.clone(),
+        ))
+    });
+    let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
+    crate::cluster::drift_feed::spawn_gauge(
+        feed.clone(),
+        options.drift_policy.clone(),
+        sidecars.clone(),
         metrics.clone(),
-        reloaded_tx,
-    )?;
-    match (&options.cluster, &options.webhook_ca) {
-        (Some(client), Some((name, ca_file))) => {
-            tokio::spawn(crate::cluster::webhook_ca::run(
-                client.clone(),
-                name.clone(),
-                ca_file.clone(),
-                reloaded,
+    );
+    let lease_task = options.rollout.as_ref().map(|rollout| {
+        let (grant_tx, grant) = watch::channel(None);
+        let lease_task = tokio::spawn(crate::cluster::lease::run(
+            client.clone(),
+            rollout.lease.clone(),
+            readiness.watch(),
+            grant_tx,
+            stop,
+        ));
+        let mut engine = crate::engine::Engine::new(
+            client.clone(),
+            rollout.engine.clone(),
+            metrics.clone(),
+            recorder(client.clone(), options.pod_name.clone()),
+            status.clone().unwrap_or_else(|| {
+                crate::cluster::status::watch_status(client.clone(), &rollout.engine.namespace)
+            }),
+        );
+        if let Some(notify) = &rollout.notify {
+            engine.notify_with(crate::engine::notifier::Notifier::spawn(
+                notify.clone(),
+                metrics.clone(),
             ));
         }
-        (None, Some(_)) => {
-            anyhow::bail!(
-                "--webhook-configuration needs a cluster connection (in a cluster, or --kubeconfig)"
-            );
-        }
-        _ => {}
-    }
-
-    anyhow::ensure!(
-        options.max_buffered_bytes >= options.max_body_bytes,
-        "--max-buffered-bytes ({}) is less than --max-body-bytes ({}): the largest body would never be read",
-        options.max_buffered_bytes,
-        options.max_body_bytes
-    );
+        tokio::spawn(crate::engine::run(
+            engine,
+            feed,
+            sidecars.clone(),
+            readiness.watch(),
+            grant,
+            rollout.act_after_ready,
+        ));
+        lease_task
+    });
     // What the webhook injects is what the sources serve with the pins and holds of the
     // campaign book, and a warning on sidecars whose campaign is paused (known from the
-    // status ConfigMap when there is a cluster).
-    let injected = match book_signals {
-        Some(signals) => signals.served,
-        None => sidecars,
-    };
-    let state = Arc::new(WebhookState::new(
-        injected,
-        options.settings.clone(),
-        metrics.clone(),
-        http::Limits {
-            max_body_bytes: options.max_body_bytes,
-            max_buffered_bytes: options.max_buffered_bytes,
-            body_read_timeout: options.body_read_timeout,
-            review_timeout: options.review_timeout,
-        },
-        readiness.clone(),
-    ));
+    // status ConfigMap).
+    ClusterParts {
+        served: book_signals.map_or(sidecars, |signals| signals.served),
+        stopped_first: [lease_task, publisher_task],
+    }
+}
 
-    let tls_handle: Handle<SocketAddr> = Handle::new();
-    let lifecycle_handle: Handle<SocketAddr> = Handle::new();
+/// The two servers, serving.
+struct Servers {
+    tls_addr: SocketAddr,
+    lifecycle_addr: SocketAddr,
+    tls: (
+        Handle<SocketAddr>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    ),
+    lifecycle: (
+        Handle<SocketAddr>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    ),
+}
+
+impl Servers {
+    /// Lets in-flight requests finish, for at most `timeout`, and closes both ports.
+    async fn shut_down(self, timeout: Duration) -> anyhow::Result<()> {
+        self.tls.0.graceful_shutdown(Some(timeout));
+        self.lifecycle.0.graceful_shutdown(Some(timeout));
+        self.tls
+            .1
+            .await
+            .context("TLS server task")?
+            .context("TLS server")?;
+        self.lifecycle
+            .1
+            .await
+            .context("lifecycle server task")?
+            .context("lifecycle server")?;
+        info!("stopped");
+        Ok(())
+    }
+}
+
+/// Serves the webhook over TLS and the probes and metrics in plain text, each behind the
+/// connection bounds of its port.
+fn start_servers(
+    options: &ServeOptions,
+    ready: ReadyToServe,
+    state: Arc<WebhookState>,
+) -> anyhow::Result<Servers> {
+    let metrics = &options.metrics;
     let guard = connection::GuardAcceptor::new(
         options.max_connections,
         options.idle_timeout,
@@ -513,19 +631,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         ),
         options.body_read_timeout,
     );
-    // Bound here, not inside the servers' tasks: a port in use is then an error at startup
-    // that names it. axum-server reports a failed bind to `Handle::listening` only to a waiter
-    // already registered, so waiting on it after the task failed hung without a word.
-    let tls_listener = listen(options.bind_address, options.tls_port, "--tls-port")?;
-    let lifecycle_listener = listen(
-        options.bind_address,
-        options.lifecycle_port,
-        "--lifecycle-port",
-    )?;
-    let (tls_addr, lifecycle_addr) = (tls_listener.local_addr()?, lifecycle_listener.local_addr()?);
-    let mut tls_server = axum_server::from_tcp(tls_listener)?
+    let (tls_addr, lifecycle_addr) = (
+        ready.tls_listener.local_addr()?,
+        ready.lifecycle_listener.local_addr()?,
+    );
+    let tls_handle: Handle<SocketAddr> = Handle::new();
+    let lifecycle_handle: Handle<SocketAddr> = Handle::new();
+    let mut tls_server = axum_server::from_tcp(ready.tls_listener)?
         .acceptor(connection::HeadAcceptor::new(
-            axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(guard),
+            axum_server::tls_rustls::RustlsAcceptor::new(ready.tls).acceptor(guard),
             options.body_read_timeout,
         ))
         .handle(tls_handle.clone());
@@ -544,35 +658,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .initial_connection_window_size(http::CONNECTION_WINDOW_BYTES);
     let tls_task =
         tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
-    let mut lifecycle_server = axum_server::from_tcp(lifecycle_listener)?
+    let mut lifecycle_server = axum_server::from_tcp(ready.lifecycle_listener)?
         .acceptor(lifecycle_guard)
         .handle(lifecycle_handle.clone());
     heads_timed_by_the_acceptor(lifecycle_server.http_builder());
     let lifecycle_task =
-        tokio::spawn(lifecycle_server.serve(lifecycle_router(state.clone()).into_make_service()));
-    readiness.mark(ReadinessStep::TlsListening);
-    info!(tls = %tls_addr, lifecycle = %lifecycle_addr, "listening");
-
-    let signal = shutdown_signal().await;
-    readiness.mark(ReadinessStep::ShuttingDown);
-    stop_tx.send_replace(true);
-    for task in [lease_task, publisher_task].into_iter().flatten() {
-        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
-    }
-    info!(signal, delay = %humantime::format_duration(options.shutdown_delay), "shutting down: /ready now fails; draining in-flight requests");
-    tokio::time::sleep(options.shutdown_delay).await;
-    tls_handle.graceful_shutdown(Some(options.shutdown_timeout));
-    lifecycle_handle.graceful_shutdown(Some(options.shutdown_timeout));
-    tls_task
-        .await
-        .context("TLS server task")?
-        .context("TLS server")?;
-    lifecycle_task
-        .await
-        .context("lifecycle server task")?
-        .context("lifecycle server")?;
-    info!("stopped");
-    Ok(())
+        tokio::spawn(lifecycle_server.serve(lifecycle_router(state).into_make_service()));
+    Ok(Servers {
+        tls_addr,
+        lifecycle_addr,
+        tls: (tls_handle, tls_task),
+        lifecycle: (lifecycle_handle, lifecycle_task),
+    })
 }
 
 /// A listening socket on `address:port`, ready for the runtime.

@@ -961,6 +961,69 @@ fn a_missing_config_directory_stops_serve_with_an_error_naming_it() {
 }
 
 #[test]
+fn a_serve_that_cannot_run_exits_having_sent_nothing_to_the_cluster() {
+    // The cluster: a socket that only counts who connects. Every part that would reach it
+    // (the drift watches, the publisher, the Lease, the engine) is turned on.
+    let cluster = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let master_url = format!("http://{}", cluster.local_addr().unwrap());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.crt"), "not a certificate").unwrap();
+    std::fs::write(dir.path().join("bad.key"), "not a key").unwrap();
+    let config_directory = Path::new(ROOT).join("config");
+    let bad_pair = [
+        "--tls-cert-file",
+        "bad.crt",
+        "--tls-key-file",
+        "bad.key",
+        "--tls-port",
+        "0",
+        "--lifecycle-port",
+        "0",
+    ];
+    let port_in_use = ["--tls-port", &taken_port, "--lifecycle-port", "0"];
+    for (given, said) in [
+        (
+            &bad_pair[..],
+            "error: cannot load the serving certificate".to_owned(),
+        ),
+        (
+            &port_in_use[..],
+            format!("cannot listen on 127.0.0.1:{taken_port} (--tls-port)"),
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["serve", "--bind-address", "127.0.0.1"])
+            .args(["--master-url", &master_url, "--injector-namespace", "inj"])
+            .args(["--rollout", "auto", "--config-directory"])
+            .arg(&config_directory)
+            .args(given)
+            .current_dir(dir.path())
+            .env("KUBECONFIG", dir.path().join("none"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("CONFIG_DIR")
+            .output()
+            .unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&said), "{stderr}");
+        assert!(!stderr.contains("watching pods"), "{stderr}");
+        // A connection the process made, even one it dropped, waits in the backlog.
+        cluster.set_nonblocking(true).unwrap();
+        let mut connections = 0;
+        while cluster.accept().is_ok() {
+            connections += 1;
+        }
+        assert_eq!(connections, 0, "given {given:?}, it reached the cluster");
+    }
+    assert!(
+        !dir.path().join("certs").exists(),
+        "a serve that could not listen wrote development certificates"
+    );
+}
+
+#[test]
 fn version_names_the_git_commit_it_was_built_from() {
     let output = run(&["--version"], None);
     assert!(output.status.success());
