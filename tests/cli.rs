@@ -934,6 +934,19 @@ fn run_as_tumblrs_entrypoint_sh_the_binary_serves_with_the_scripts_defaults() {
     );
 }
 
+/// `serve` with `args`, run in `dir` to its exit, with no cluster but one the args name.
+fn serve_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("serve")
+        .args(args)
+        .current_dir(dir)
+        .env("KUBECONFIG", dir.join("none"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("CONFIG_DIR")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_missing_config_directory_stops_serve_with_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -942,15 +955,17 @@ fn a_missing_config_directory_stops_serve_with_an_error_naming_it() {
         ("missing", "the config directory missing does not exist"),
         ("file", "the config directory file is not a directory"),
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .args(["serve", "--config-directory", given])
-            .args(["--tls-port", "0", "--lifecycle-port", "0"])
-            .current_dir(dir.path())
-            .env("KUBECONFIG", dir.path().join("none"))
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("CONFIG_DIR")
-            .output()
-            .unwrap();
+        let output = serve_in(
+            dir.path(),
+            &[
+                "--config-directory",
+                given,
+                "--tls-port",
+                "0",
+                "--lifecycle-port",
+                "0",
+            ],
+        );
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert!(
@@ -971,8 +986,10 @@ fn a_serve_that_cannot_run_exits_having_sent_nothing_to_the_cluster() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bad.crt"), "not a certificate").unwrap();
     std::fs::write(dir.path().join("bad.key"), "not a key").unwrap();
-    let config_directory = Path::new(ROOT).join("config");
+    let config_directory = format!("{ROOT}/config");
     let bad_pair = [
+        "--config-directory",
+        &config_directory,
         "--tls-cert-file",
         "bad.crt",
         "--tls-key-file",
@@ -982,7 +999,32 @@ fn a_serve_that_cannot_run_exits_having_sent_nothing_to_the_cluster() {
         "--lifecycle-port",
         "0",
     ];
-    let port_in_use = ["--tls-port", &taken_port, "--lifecycle-port", "0"];
+    let port_in_use = [
+        "--config-directory",
+        &config_directory,
+        "--tls-port",
+        &taken_port,
+        "--lifecycle-port",
+        "0",
+    ];
+    let no_configs = [
+        "--config-directory",
+        "missing",
+        "--tls-port",
+        "0",
+        "--lifecycle-port",
+        "0",
+    ];
+    let cluster_parts_on = [
+        "--bind-address",
+        "127.0.0.1",
+        "--master-url",
+        &master_url,
+        "--injector-namespace",
+        "inj",
+        "--rollout",
+        "auto",
+    ];
     for (given, said) in [
         (
             &bad_pair[..],
@@ -992,19 +1034,12 @@ fn a_serve_that_cannot_run_exits_having_sent_nothing_to_the_cluster() {
             &port_in_use[..],
             format!("cannot listen on 127.0.0.1:{taken_port} (--tls-port)"),
         ),
+        (
+            &no_configs[..],
+            "error: the config directory missing does not exist".to_owned(),
+        ),
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .args(["serve", "--bind-address", "127.0.0.1"])
-            .args(["--master-url", &master_url, "--injector-namespace", "inj"])
-            .args(["--rollout", "auto", "--config-directory"])
-            .arg(&config_directory)
-            .args(given)
-            .current_dir(dir.path())
-            .env("KUBECONFIG", dir.path().join("none"))
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("CONFIG_DIR")
-            .output()
-            .unwrap();
+        let output = serve_in(dir.path(), &[&cluster_parts_on[..], given].concat());
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(&said), "{stderr}");
