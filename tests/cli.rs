@@ -1059,6 +1059,34 @@ fn a_serve_that_cannot_run_exits_having_sent_nothing_to_the_cluster() {
 }
 
 #[test]
+fn keeping_the_ca_bundle_says_it_needs_a_cluster_before_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_directory = format!("{ROOT}/config");
+    let output = serve_in(
+        dir.path(),
+        &[
+            "--config-directory",
+            &config_directory,
+            "--tls-port",
+            "0",
+            "--lifecycle-port",
+            "0",
+            "--webhook-configuration",
+            "sidecar-injector",
+            "--ca-bundle-file",
+            "ca.crt",
+        ],
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--webhook-configuration needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening"), "{stderr}");
+}
+
+#[test]
 fn version_names_the_git_commit_it_was_built_from() {
     let output = run(&["--version"], None);
     assert!(output.status.success());
