@@ -59,7 +59,7 @@ pub const MAX_HISTORY_BYTES: usize = 900 * 1024;
 pub enum HistoryError {
     #[error("`{0}` is not SIDECAR=REVISION (e.g. logger:v1=3f2a9c1e7b0d, or logger:v1=previous)")]
     Spec(String),
-    #[error("no revision history for sidecar {sidecar}; known: {known}")]
+    #[error("no revision history for sidecar {sidecar}; {}", known_sidecars(known))]
     UnknownSidecar { sidecar: String, known: String },
     #[error("sidecar {sidecar} has no revision {revision} in its history; known: {known}")]
     UnknownRevision {
@@ -73,6 +73,19 @@ pub enum HistoryError {
         current: String,
         known: String,
     },
+}
+
+/// The sidecars a history knows, or why it knows none: on a new install, `--to` is tried
+/// before any revision was recorded, and an empty "known:" said nothing of why.
+fn known_sidecars(known: &str) -> String {
+    if known.is_empty() {
+        "the history holds no sidecar yet: the rollout engine's Lease holder (`serve \
+         --rollout=auto`) records each revision it serves, and `rollout --to` can only go back \
+         to one it recorded"
+            .to_owned()
+    } else {
+        format!("known: {known}")
+    }
 }
 
 impl RevisionHistory {
@@ -381,10 +394,21 @@ mod tests {
             history.resolve("logger:v1", current),
             Err(HistoryError::Spec(_))
         ));
-        assert!(matches!(
-            history.resolve("tracer:v1=previous", current),
-            Err(HistoryError::UnknownSidecar { .. })
-        ));
+        let unknown = history.resolve("tracer:v1=previous", current).unwrap_err();
+        assert!(
+            matches!(unknown, HistoryError::UnknownSidecar { .. })
+                && unknown.to_string().ends_with("; known: logger:v1"),
+            "{unknown}"
+        );
+        let none_yet = RevisionHistory::default()
+            .resolve("logger:v1=previous", current)
+            .unwrap_err();
+        assert_eq!(
+            none_yet.to_string(),
+            "no revision history for sidecar logger:v1; the history holds no sidecar yet: the \
+             rollout engine's Lease holder (`serve --rollout=auto`) records each revision it \
+             serves, and `rollout --to` can only go back to one it recorded"
+        );
         let first = |_: &str| Some(revs[0].clone());
         assert!(matches!(
             history.resolve("logger:v1=previous", first),
