@@ -26,6 +26,10 @@ use crate::sources::{
 pub use http::{Readiness, ReadinessStep, WebhookState, lifecycle_router, webhook_router};
 use tls::{DevCertificates, not_after, server_config_from_files};
 
+/// What a flag that works on the cluster is told when `serve` has no connection to one.
+pub const NEEDS_A_CLUSTER: &str =
+    "needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url";
+
 /// Where development certificates go when the default certificate files are missing.
 pub const DEV_CERTS_DIR: &str = "certs";
 
@@ -406,7 +410,7 @@ fn prepare(options: &ServeOptions) -> anyhow::Result<ReadyToServe> {
     );
     anyhow::ensure!(
         options.webhook_ca.is_none() || options.cluster.is_some(),
-        "--webhook-configuration needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
+        "--webhook-configuration {NEEDS_A_CLUSTER}"
     );
     crate::sources::check_config_directory(&options.config_directory)?;
     // Bound here, not inside the servers' tasks: a port in use is then an error at startup
@@ -572,35 +576,35 @@ fn start_cluster_parts(
     }
 }
 
+/// One port's server, serving.
+struct Server {
+    /// "TLS" or "lifecycle", for errors.
+    name: &'static str,
+    handle: Handle<SocketAddr>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
 /// The two servers, serving.
 struct Servers {
     tls_addr: SocketAddr,
     lifecycle_addr: SocketAddr,
-    tls: (
-        Handle<SocketAddr>,
-        tokio::task::JoinHandle<std::io::Result<()>>,
-    ),
-    lifecycle: (
-        Handle<SocketAddr>,
-        tokio::task::JoinHandle<std::io::Result<()>>,
-    ),
+    both: [Server; 2],
 }
 
 impl Servers {
     /// Lets in-flight requests finish, for at most `timeout`, and closes both ports.
     async fn shut_down(self, timeout: Duration) -> anyhow::Result<()> {
-        self.tls.0.graceful_shutdown(Some(timeout));
-        self.lifecycle.0.graceful_shutdown(Some(timeout));
-        self.tls
-            .1
-            .await
-            .context("TLS server task")?
-            .context("TLS server")?;
-        self.lifecycle
-            .1
-            .await
-            .context("lifecycle server task")?
-            .context("lifecycle server")?;
+        for server in &self.both {
+            server.handle.graceful_shutdown(Some(timeout));
+        }
+        for server in self.both {
+            let name = server.name;
+            server
+                .task
+                .await
+                .with_context(|| format!("{name} server task"))?
+                .with_context(|| format!("{name} server"))?;
+        }
         info!("stopped");
         Ok(())
     }
@@ -667,8 +671,18 @@ fn start_servers(
     Ok(Servers {
         tls_addr,
         lifecycle_addr,
-        tls: (tls_handle, tls_task),
-        lifecycle: (lifecycle_handle, lifecycle_task),
+        both: [
+            Server {
+                name: "TLS",
+                handle: tls_handle,
+                task: tls_task,
+            },
+            Server {
+                name: "lifecycle",
+                handle: lifecycle_handle,
+                task: lifecycle_task,
+            },
+        ],
     })
 }
 

@@ -56,9 +56,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
             None
         }
         (None, Some(_)) => None,
-        (Some(_), None) => anyhow::bail!(
-            "--configmap-labels needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url"
-        ),
+        (Some(_), None) => anyhow::bail!("--configmap-labels {}", serve::NEEDS_A_CLUSTER),
         (Some(selector), Some(client)) => {
             let namespace = match &args.configmaps.configmap_namespace {
                 Some(namespace) => namespace.clone(),
