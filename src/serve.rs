@@ -339,6 +339,12 @@ async fn trust_before_serving(client: &kube::Client, name: &str, ca_file: &Path)
 /// nothing to the cluster.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let ready_to_serve = prepare(&options)?;
+    // Said once nothing can refuse to run any more, not while the flags are read.
+    if options.cluster.is_none() {
+        info!(
+            "no cluster connection (not in a cluster, no --kubeconfig or --master-url): serving directory configs only"
+        );
+    }
     // The certificate files and the config directory are watched before the cluster is
     // reached: a watch that cannot be set up also stops `serve` having sent nothing.
     let reloaded = spawn_certificate_reloader(

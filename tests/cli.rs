@@ -972,6 +972,11 @@ fn a_missing_config_directory_stops_serve_with_an_error_naming_it() {
             stderr.contains(&format!("error: {said} (--config-directory, CONFIG_DIR)")),
             "{stderr}"
         );
+        // Nothing about what it would have served: it serves nothing.
+        assert!(
+            !stderr.contains("serving directory configs only"),
+            "{stderr}"
+        );
     }
 }
 

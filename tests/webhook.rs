@@ -734,8 +734,22 @@ async fn serve_with_no_flags_generates_development_certificates_once() {
         dir.path().join("config/logger-v1.yaml"),
     )
     .unwrap();
-    let injector = Injector::start(dir.path(), &["--shutdown-delay", "0s", "-v", "2"], &[]);
+    let no_kubeconfig = dir.path().join("none");
+    let injector = Injector::start(
+        dir.path(),
+        &["--shutdown-delay", "0s", "-v", "2"],
+        &[("KUBECONFIG", no_kubeconfig.to_str().unwrap())],
+    );
     let ca = std::fs::read(dir.path().join("certs/ca.crt")).expect("certs/ca.crt written");
+    // With no cluster it says, once, that only the directory is served.
+    let directory_only = injector
+        .logs()
+        .into_iter()
+        .filter(|l| {
+            l.contains("no cluster connection") && l.contains("serving directory configs only")
+        })
+        .count();
+    assert_eq!(directory_only, 1, "{:#?}", injector.logs());
     let generated: Vec<String> = injector
         .logs()
         .into_iter()

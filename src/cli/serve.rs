@@ -49,13 +49,7 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let configmaps = match (&args.configmaps.configmap_labels, cluster.clone()) {
-        (None, None) => {
-            tracing::info!(
-                "no cluster connection (not in a cluster, no --kubeconfig or --master-url): serving directory configs only"
-            );
-            None
-        }
-        (None, Some(_)) => None,
+        (None, _) => None,
         (Some(_), None) => anyhow::bail!("--configmap-labels {}", serve::NEEDS_A_CLUSTER),
         (Some(selector), Some(client)) => {
             let namespace = match &args.configmaps.configmap_namespace {
