@@ -7,10 +7,12 @@ mod classify;
 mod entries;
 mod gauge;
 mod index;
+mod reach;
 
 pub use entries::{Downtime, PodEntry, PodOwner, PodToReplace, WorkloadEntry};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
+pub use reach::WebhookReach;
 
 use std::collections::BTreeSet;
 

@@ -85,6 +85,37 @@ pub fn injection(
     }
 }
 
+/// What the webhook does with a pod of `namespace`, which the API server never sends to it
+/// (`why`): nothing.
+pub fn not_sent(namespace: &str, why: String) -> InjectionExplanation {
+    InjectionExplanation {
+        checks: vec![Check {
+            check: WEBHOOK_CALLED.to_owned(),
+            passed: false,
+            detail: why,
+        }],
+        verdict: Verdict::Skip,
+        message: format!(
+            "not injected: the API server never calls the webhook for pods of namespace {namespace}"
+        ),
+    }
+}
+
+/// `explanation`, first saying what has the API server call the webhook for the namespace.
+pub fn sent(mut explanation: InjectionExplanation, selected_by: String) -> InjectionExplanation {
+    explanation.checks.insert(
+        0,
+        Check {
+            check: WEBHOOK_CALLED.to_owned(),
+            passed: true,
+            detail: selected_by,
+        },
+    );
+    explanation
+}
+
+const WEBHOOK_CALLED: &str = "webhook called";
+
 /// The webhook's checks in its order, stopping at the first that ends the decision.
 fn checks(
     pod: &PodView<'_>,

@@ -532,7 +532,11 @@ fn start_cluster_parts(
             stop.clone(),
         ))
     });
-    let feed = crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone());
+    let feed = crate::cluster::drift_feed::start(
+        client.clone(),
+        options.settings.keys.clone(),
+        options.webhook_ca.as_ref().map(|(name, _)| name.clone()),
+    );
     crate::cluster::drift_feed::spawn_gauge(
         feed.clone(),
         options.drift_policy.clone(),

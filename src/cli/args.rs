@@ -391,6 +391,18 @@ pub struct OneShotArgs {
     /// A publication older than this is stale (the injectors renew theirs every 30s).
     #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
     pub published_max_age: Duration,
+    /// The MutatingWebhookConfiguration that calls the injector: pods of namespaces its
+    /// namespaceSelector leaves out are never injected, so they count as excluded, not
+    /// uninjected (when it cannot be read, every namespace counts as reached; "" not to read it).
+    #[arg(long, default_value = "sidecar-injector")]
+    pub webhook_configuration: String,
+}
+
+impl OneShotArgs {
+    /// The webhook configuration to read, unless turned off.
+    pub fn webhook_configuration(&self) -> Option<String> {
+        Some(self.webhook_configuration.clone()).filter(|name| !name.is_empty())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -538,7 +550,8 @@ pub struct ServeArgs {
     /// --ca-bundle-file (checked at start, whenever the configuration changes, and on
     /// certificate reload; other CAs still valid are kept beside it, three at most, so replicas
     /// mid-rotation never undo each other), so the manifests need no caBundle that a re-apply
-    /// would reset.
+    /// would reset. Its namespaceSelector is followed too: pods of namespaces it leaves out are
+    /// never injected, so drift counts them excluded and the engine never restarts them.
     #[arg(long, env = "WEBHOOK_CONFIGURATION", requires = "ca_bundle_file")]
     pub webhook_configuration: Option<String>,
     /// The CA certificate (PEM) that signed the serving certificate: what the caBundle must trust.

@@ -20,8 +20,14 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             keys,
             sidecars,
         } = OneShot::connect(&args.cluster).await?;
-        let index = crate::cluster::list::index(&client, &keys, &args.namespaces)
-            .await
+        let webhook_configuration = args.cluster.webhook_configuration();
+        let index = crate::cluster::list::index(
+            &client,
+            &keys,
+            &args.namespaces,
+            webhook_configuration.as_deref(),
+        )
+        .await
             .context("cannot list pods, ReplicaSets and workloads")?;
         let policy = args
             .cluster

@@ -244,6 +244,8 @@ struct Live {
     served: SidecarSet,
     published: Option<crate::config::RevisionsInForce>,
     namespace: String,
+    /// Whether the API server calls the webhook for the namespace, when that can be read.
+    reach: Option<Result<String, String>>,
 }
 
 impl Live {
@@ -261,6 +263,10 @@ impl Live {
         let book = super::one_shot::book_of(status.as_ref())?;
         let served = book.served(&book.pinned(&sidecars).0).0;
         let published = revisions_from_status(status.as_ref(), &args.cluster)?;
+        let reach = match args.cluster.webhook_configuration() {
+            Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,
+            None => None,
+        };
         Ok(Self {
             client,
             keys,
@@ -268,18 +274,19 @@ impl Live {
             served,
             published,
             namespace,
+            reach,
         })
     }
 
     /// The webhook's decision on a pod (or template) in this namespace, explained.
     fn injection(&self, args: &ExplainArgs, pod: &Value) -> anyhow::Result<InjectionExplanation> {
         let view = PodView::deserialize(pod).context("the pod template does not read")?;
-        Ok(injection(
-            &view,
-            &self.namespace,
-            &self.served,
-            &settings(args),
-        ))
+        let decided = || injection(&view, &self.namespace, &self.served, &settings(args));
+        Ok(match self.reach.clone() {
+            None => decided(),
+            Some(Ok(selected_by)) => crate::explain::sent(decided(), selected_by),
+            Some(Err(why)) => crate::explain::not_sent(&self.namespace, why),
+        })
     }
 
     /// The drift of each sidecar a pod asks for, from its annotations.
@@ -797,7 +804,7 @@ async fn plan_now(
         kinds: Some(kinds),
         reason_prefix: None,
     };
-    let feed = synced_feed(client, keys).await?;
+    let feed = synced_feed(client, keys, args.cluster.webhook_configuration()).await?;
     let recorder = crate::cluster::events::recorder(client.clone(), None);
     let status = crate::cluster::status::watch_status(client.clone(), &options.namespace);
     let mut engine = Engine::new(

@@ -90,8 +90,9 @@ const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 pub async fn synced_feed(
     client: &kube::Client,
     keys: crate::annotations::AnnotationKeys,
+    webhook_configuration: Option<String>,
 ) -> anyhow::Result<crate::cluster::drift_feed::DriftFeed> {
-    let feed = crate::cluster::drift_feed::start(client.clone(), keys);
+    let feed = crate::cluster::drift_feed::start(client.clone(), keys, webhook_configuration);
     let mut synced = feed.synced.clone();
     tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
         .await

@@ -102,7 +102,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         None
     };
     let options = engine_options(args, keys.clone());
-    let feed = synced_feed(&client, keys).await?;
+    let feed = synced_feed(&client, keys, args.cluster.webhook_configuration()).await?;
     let by_container = !args.sidecar_container_name.is_empty();
     let recorder = crate::cluster::events::recorder(client.clone(), env.pod_name.clone());
     let mut engine = Engine::new(

@@ -5,12 +5,14 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::watcher;
@@ -19,10 +21,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::info;
 
-use super::watch::{Change, watch};
+use super::watch::{Change, watch, watch_noting_failures};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
-use crate::drift::{DriftGauge, DriftIndex, DriftPolicy, DriftReport, WorkloadEntry};
+use crate::drift::{DriftGauge, DriftIndex, DriftPolicy, DriftReport, WebhookReach, WorkloadEntry};
 use crate::metrics::Metrics;
 use crate::workload::WorkloadKind;
 
@@ -183,10 +185,10 @@ impl FollowedPods {
 struct Signals {
     changes: watch::Sender<u64>,
     synced: watch::Sender<bool>,
-    lists_done: std::sync::atomic::AtomicUsize,
+    lists_done: AtomicUsize,
+    /// How many feeds list before the index counts as synced.
+    feeds: usize,
 }
-
-const FEEDS: usize = 5;
 
 impl Signals {
     fn changed(&self) {
@@ -195,15 +197,23 @@ impl Signals {
 
     fn listed(&self, first: &mut bool) {
         if std::mem::take(first) {
-            let done = self
-                .lists_done
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-                + 1;
-            if done == FEEDS {
-                self.synced.send_replace(true);
-            }
+            self.count_first_list();
         }
         self.changed();
+    }
+
+    /// Counts a feed's first list once, for a feed that may also give up on it.
+    fn first_list_once(&self, counted: &AtomicBool) {
+        if !counted.swap(true, Ordering::AcqRel) {
+            self.count_first_list();
+        }
+    }
+
+    fn count_first_list(&self) {
+        let done = self.lists_done.fetch_add(1, Ordering::AcqRel) + 1;
+        if done == self.feeds {
+            self.synced.send_replace(true);
+        }
     }
 }
 
@@ -335,15 +345,30 @@ async fn feed<K>(
 }
 
 /// Starts the watches; they run until the process ends.
-pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
+///
+/// With `webhook_configuration`, the namespaces and that configuration are followed as well,
+/// so that pods of namespaces its namespaceSelector leaves out count as excluded.
+pub fn start(
+    client: Client,
+    keys: AnnotationKeys,
+    webhook_configuration: Option<String>,
+) -> DriftFeed {
     let index = Arc::new(Mutex::new(DriftIndex::default()));
     let (changes_tx, changes) = watch::channel(0u64);
     let (synced_tx, synced) = watch::channel(false);
     let changed = Arc::new(Signals {
         changes: changes_tx,
         synced: synced_tx,
-        lists_done: Default::default(),
+        lists_done: AtomicUsize::new(0),
+        feeds: 5 + if webhook_configuration.is_some() {
+            2
+        } else {
+            0
+        },
     });
+    if let Some(name) = webhook_configuration {
+        follow_reach(&client, name, &index, &changed);
+    }
     let followed = FollowedPods::default();
     tokio::spawn(feed(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
@@ -392,6 +417,71 @@ pub fn start(client: Client, keys: AnnotationKeys) -> DriftFeed {
         synced,
         followed,
     }
+}
+
+/// Follows the webhook configuration `name` and every namespace's labels into the index.
+/// Neither holds the sync back when the server refuses it (no rights to list namespaces,
+/// say): the index then counts every namespace as reached, as it did before.
+fn follow_reach(
+    client: &Client,
+    name: String,
+    index: &Arc<Mutex<DriftIndex>>,
+    signals: &Arc<Signals>,
+) {
+    follow(
+        Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        "webhook configuration (its namespaceSelector)",
+        |configuration| Some(WebhookReach::of(&configuration)),
+        (index.clone(), signals.clone()),
+        |index, change| {
+            index.set_webhook_reach(match change {
+                Change::Listed(mut listed) => listed.pop(),
+                Change::Applied(reach) => Some(reach),
+                Change::Deleted(_) => None,
+            });
+        },
+    );
+    follow(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default(),
+        "namespace",
+        |namespace: PartialObjectMeta<Namespace>| Some(namespace.metadata),
+        (index.clone(), signals.clone()),
+        |index, change| match change {
+            Change::Listed(metas) => index.reset_namespaces(&metas),
+            Change::Applied(meta) => index.apply_namespace(&meta),
+            Change::Deleted(meta) => index.delete_namespace(meta.name.as_deref().unwrap_or("")),
+        },
+    );
+}
+
+/// Feeds `api`'s changes into the index with `apply`: a feed whose first list counts towards
+/// the sync whether it listed or was refused.
+fn follow<K, T>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    project: impl FnMut(K) -> Option<T> + Send + 'static,
+    (index, signals): (Arc<Mutex<DriftIndex>>, Arc<Signals>),
+    mut apply: impl FnMut(&mut DriftIndex, Change<T>) + Send + 'static,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    T: Send + 'static,
+{
+    let counted = Arc::new(AtomicBool::new(false));
+    let refused = {
+        let (signals, counted) = (signals.clone(), counted.clone());
+        move || signals.first_list_once(&counted)
+    };
+    let mut changes = watch_noting_failures(api, config, what, project, refused);
+    tokio::spawn(async move {
+        while let Some(change) = changes.next().await {
+            apply(&mut index.lock().expect("drift index lock"), change);
+            signals.first_list_once(&counted);
+            signals.changed();
+        }
+    });
 }
 
 /// Keeps the `sidecar_injector_pods` gauge current, counting again only the pods that changed

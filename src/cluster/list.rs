@@ -2,18 +2,20 @@
 //! metadata-only lists (never specs), the workloads cut down to their index entries page by
 //! page, fed into a [`DriftIndex`], and the ConfigMap configs as `serve` would load them.
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
+use tracing::info;
 
 use crate::annotations::AnnotationKeys;
 use crate::config::{LoadReport, configmap_origin, load_configmap_items};
-use crate::drift::{DriftIndex, WorkloadEntry};
+use crate::drift::{DriftIndex, WebhookReach, WorkloadEntry};
 use crate::workload::WorkloadKind;
 
 const PAGE: u32 = 500;
@@ -103,10 +105,14 @@ where
 }
 
 /// The drift index from one round of lists; `namespaces` empty means cluster-wide.
+///
+/// With `webhook_configuration`, pods of namespaces its namespaceSelector leaves out count as
+/// excluded.
 pub async fn index(
     client: &Client,
     keys: &AnnotationKeys,
     namespaces: &[String],
+    webhook_configuration: Option<&str>,
 ) -> Result<DriftIndex, kube::Error> {
     let mut index = DriftIndex::default();
     let replicasets = list_metadata::<ReplicaSet>(client, namespaces).await?;
@@ -143,7 +149,76 @@ pub async fn index(
     }
     let pods = list_metadata::<Pod>(client, namespaces).await?;
     index.reset_pods(pods.iter(), keys);
+    if let Some(name) = webhook_configuration {
+        follow_reach_once(client, name, &mut index).await;
+    }
     Ok(index)
+}
+
+/// Which namespaces the webhook configuration `name` reaches, read once into `index`. Not an
+/// error when it cannot be read (no such configuration, or no right to list namespaces, as a
+/// user whose rights stop at some namespaces has none): every namespace then counts as
+/// reached, and the log says why.
+async fn follow_reach_once(client: &Client, name: &str, index: &mut DriftIndex) {
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let configuration = match configurations.get_opt(name).await {
+        Ok(Some(configuration)) => configuration,
+        Ok(None) => {
+            info!(
+                "no MutatingWebhookConfiguration {name}: every namespace counts as reached by the webhook"
+            );
+            return;
+        }
+        Err(err) => {
+            info!(
+                "cannot read the MutatingWebhookConfiguration {name} ({}): every namespace counts as reached by the webhook",
+                super::error_text(&err)
+            );
+            return;
+        }
+    };
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+    match list_paged(&namespaces, |n| Some(n.metadata)).await {
+        Ok(metas) => {
+            index.reset_namespaces(&metas);
+            index.set_webhook_reach(Some(WebhookReach::of(&configuration)));
+        }
+        Err(err) => info!(
+            "cannot list namespaces ({}): every namespace counts as reached by the webhook {name}",
+            super::error_text(&err)
+        ),
+    }
+}
+
+/// Whether the webhook configuration `name` has the API server call the webhook for pods of
+/// `namespace`: what selects it, or why not; `None` when that cannot be read (no such
+/// configuration, or no right to read it or the namespace).
+pub async fn namespace_reach(
+    client: &Client,
+    name: &str,
+    namespace: &str,
+) -> Option<Result<String, String>> {
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let read = async {
+        let configuration = configurations.get_opt(name).await?;
+        let labels = namespaces.get_metadata_opt(namespace).await?;
+        Ok::<_, kube::Error>(configuration.zip(labels))
+    };
+    match read.await {
+        Ok(Some((configuration, labels))) => Some(
+            WebhookReach::of(&configuration)
+                .reaches(namespace, &labels.metadata.labels.unwrap_or_default()),
+        ),
+        Ok(None) => None,
+        Err(err) => {
+            info!(
+                "cannot tell whether the webhook {name} is called for namespace {namespace}: {}",
+                super::error_text(&err)
+            );
+            None
+        }
+    }
 }
 
 /// The labelled ConfigMaps' items, loaded as `serve` loads them.

@@ -21,7 +21,17 @@ pub enum Change<T> {
 pub fn changes<K, T>(
     events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     what: &'static str,
+    project: impl FnMut(K) -> Option<T>,
+) -> impl Stream<Item = Change<T>> {
+    changes_noting_failures(events, what, project, || {})
+}
+
+/// As [`changes`], calling `failed` on each failure as well.
+fn changes_noting_failures<K, T>(
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    what: &'static str,
     mut project: impl FnMut(K) -> Option<T>,
+    mut failed: impl FnMut(),
 ) -> impl Stream<Item = Change<T>> {
     let mut relist: Option<Vec<T>> = None;
     events.filter_map(move |event| {
@@ -41,6 +51,7 @@ pub fn changes<K, T>(
             Ok(Event::Delete(object)) => project(object).map(Change::Deleted),
             Err(err) => {
                 warn!("{what} watch failed, retrying: {}", super::error_text(&err));
+                failed();
                 None
             }
         };
@@ -59,10 +70,26 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     T: Send + 'static,
 {
-    changes(
+    watch_noting_failures(api, config, what, project, || {})
+}
+
+/// As [`watch`], calling `failed` on each failure (a list or watch the server refused).
+pub fn watch_noting_failures<K, T>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    project: impl FnMut(K) -> Option<T> + Send + 'static,
+    failed: impl FnMut() + Send + 'static,
+) -> impl Stream<Item = Change<T>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Send + 'static,
+{
+    changes_noting_failures(
         init_after_success(watcher::watcher(api, config)).backoff(DefaultBackoff::default()),
         what,
         project,
+        failed,
     )
     .boxed()
 }

@@ -14,8 +14,7 @@ use crate::workload::{OwnerKind, PodWorkload, ReplicaSetOwner, WorkloadKind, res
 use super::entries::{PodEntry, parse_revisions};
 use super::index::DriftIndex;
 use super::{
-    DriftPolicy, DriftReport, DriftState, SidecarDrift, StateCounts, WorkloadDrift,
-    namespace_exclusion, sidecar_state,
+    DriftPolicy, DriftReport, DriftState, SidecarDrift, StateCounts, WorkloadDrift, sidecar_state,
 };
 
 /// A pod's workload (kind, name) and, when its owner excludes it, why.
@@ -66,7 +65,9 @@ impl DriftIndex {
         policy: &DriftPolicy,
     ) -> DriftReport {
         let groups = self.pod_groups();
-        let distinct = Distinct::of(&groups, policy);
+        let distinct = Distinct::of(&groups, |namespace| {
+            self.namespace_exclusion(namespace, policy)
+        });
         let current: HashMap<String, &str> = wanted
             .iter()
             .map(|(name, revision)| (name.to_owned(), revision))
@@ -112,7 +113,7 @@ impl DriftIndex {
             WorkloadKind::DaemonSet,
         ] {
             for (namespace, names) in &self.workloads[kind as usize] {
-                if namespace_exclusion(namespace, policy).is_some() {
+                if self.namespace_exclusion(namespace, policy).is_some() {
                     continue;
                 }
                 for (name, entry) in names {
@@ -360,7 +361,7 @@ struct Distinct<'s> {
 }
 
 impl<'s> Distinct<'s> {
-    fn of(groups: &[PodGroup<'s>], policy: &DriftPolicy) -> Self {
+    fn of(groups: &[PodGroup<'s>], exclusion: impl Fn(&str) -> Option<String>) -> Self {
         let mut names: HashSet<Arc<str>> = HashSet::new();
         let mut distinct = Distinct {
             requests: HashMap::new(),
@@ -389,7 +390,7 @@ impl<'s> Distinct<'s> {
             distinct
                 .namespaces
                 .entry(ptr(namespace))
-                .or_insert_with(|| namespace_exclusion(namespace, policy));
+                .or_insert_with(|| exclusion(namespace));
         }
         distinct
     }

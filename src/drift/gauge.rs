@@ -15,9 +15,7 @@ use crate::name::SidecarName;
 use super::classify::classified_alike;
 use super::entries::{PodEntry, PodOwner, parse_revisions};
 use super::index::{DriftIndex, IndexChanges, Key};
-use super::{
-    DriftPolicy, DriftState, SidecarDrift, StateCounts, namespace_exclusion, sidecar_state,
-};
+use super::{DriftPolicy, DriftState, SidecarDrift, StateCounts, sidecar_state};
 
 /// What one pod adds to the counts: a state per sidecar it requests. Shared by the pods a
 /// full count finds classified alike.
@@ -231,7 +229,7 @@ impl DriftGauge {
     ) -> Contribution {
         let (namespace, name) = key;
         let excluded = index.owner_excludes(namespace, name, pod, &self.policy)
-            || namespace_exclusion(namespace, &self.policy).is_some();
+            || index.namespace_exclusion(namespace, &self.policy).is_some();
         let sidecars = self
             .requests
             .entry(pod.request.clone())

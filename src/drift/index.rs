@@ -4,6 +4,7 @@
 // A fast hasher with a per-process random seed: classification hashes a few strings per pod,
 // and SipHash made up most of its time.
 use foldhash::{HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -13,6 +14,8 @@ use crate::config::RevisionsInForce;
 use crate::workload::WorkloadKind;
 
 use super::entries::{PodEntry, PodOwner, PodToReplace, WorkloadEntry};
+use super::reach::WebhookReach;
+use super::{DriftPolicy, namespace_exclusion};
 
 pub(super) type Key = (Arc<str>, Box<str>);
 
@@ -62,6 +65,13 @@ pub struct DriftIndex {
     pub(super) workloads: [ByNamespace<WorkloadEntry>; 4],
     /// Kept only once [`DriftIndex::track_changes`] was called (by the gauge's owner).
     changes: Option<IndexChanges>,
+    /// What the webhook configuration's namespaceSelectors reach; `None` (not followed, or
+    /// no such configuration): every namespace.
+    reach: Option<WebhookReach>,
+    /// Each namespace's labels, while the reach is followed.
+    namespace_labels: HashMap<Box<str>, BTreeMap<String, String>>,
+    /// The namespaces the webhook is never called for, with why: derived from the two above.
+    unsent: HashMap<Box<str>, String>,
 }
 
 impl DriftIndex {
@@ -200,6 +210,69 @@ impl DriftIndex {
         if previous != Some(deployment) {
             self.changed_replicaset((namespace, name));
         }
+    }
+
+    /// Follows what the webhook configuration reaches (`None`: every namespace).
+    pub fn set_webhook_reach(&mut self, reach: Option<WebhookReach>) {
+        if self.reach != reach {
+            self.reach = reach;
+            self.recompute_unsent();
+        }
+    }
+
+    pub fn apply_namespace(&mut self, meta: &ObjectMeta) {
+        let Some(name) = meta.name.as_deref() else {
+            return;
+        };
+        let labels = meta.labels.clone().unwrap_or_default();
+        if self.namespace_labels.get(name) != Some(&labels) {
+            self.namespace_labels.insert(name.into(), labels);
+            self.recompute_unsent();
+        }
+    }
+
+    pub fn delete_namespace(&mut self, name: &str) {
+        if self.namespace_labels.remove(name).is_some() {
+            self.recompute_unsent();
+        }
+    }
+
+    pub fn reset_namespaces<'m>(&mut self, metas: impl IntoIterator<Item = &'m ObjectMeta>) {
+        self.namespace_labels = metas
+            .into_iter()
+            .filter_map(|meta| {
+                Some((
+                    meta.name.as_deref()?.into(),
+                    meta.labels.clone().unwrap_or_default(),
+                ))
+            })
+            .collect();
+        self.recompute_unsent();
+    }
+
+    /// Namespaces are few and their labels rarely change: each change recomputes them all,
+    /// and a change of what is left out has every pod counted again.
+    fn recompute_unsent(&mut self) {
+        let unsent: HashMap<Box<str>, String> = match &self.reach {
+            None => HashMap::default(),
+            Some(reach) => self
+                .namespace_labels
+                .iter()
+                .filter_map(|(namespace, labels)| {
+                    Some((namespace.clone(), reach.leaves_out(namespace, labels)?))
+                })
+                .collect(),
+        };
+        if unsent != self.unsent {
+            self.unsent = unsent;
+            self.changed_everything();
+        }
+    }
+
+    /// Why pods of `namespace` are left out, if they are: by `policy`, or because the webhook
+    /// is never called for them (a namespace not listed yet counts as reached).
+    pub fn namespace_exclusion(&self, namespace: &str, policy: &DriftPolicy) -> Option<String> {
+        namespace_exclusion(namespace, policy).or_else(|| self.unsent.get(namespace).cloned())
     }
 
     pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {

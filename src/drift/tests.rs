@@ -883,3 +883,99 @@ fn pods_classified_alike_are_counted_once_each() {
     let logger = &report.sidecars[0];
     assert_eq!((logger.pods.current, logger.pods.stale), (3, 4));
 }
+
+#[test]
+fn pods_of_namespaces_the_webhook_configuration_leaves_out_are_excluded_not_uninjected() {
+    let set = sidecars(&[LOGGER_V1]);
+    let wanted = set.revisions_in_force();
+    let mut index = DriftIndex::default();
+    index.track_changes();
+    for namespace in ["team", "legacy"] {
+        index.apply_pod(
+            &PodMeta::new(namespace, "p")
+                .request("logger:v1")
+                .owner("StatefulSet", "db")
+                .0,
+            &keys(),
+        );
+    }
+    let namespace = |name: &str, labels: serde_json::Value| -> ObjectMeta {
+        serde_json::from_value(json!({"name": name, "labels": labels})).unwrap()
+    };
+    let disabled = json!({"sidecar-injector.io/injection": "disabled"});
+    index.reset_namespaces(&[
+        namespace("team", json!({})),
+        namespace("legacy", disabled.clone()),
+    ]);
+    let configuration: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
+        serde_json::from_value(json!({
+            "metadata": {"name": "sidecar-injector"},
+            "webhooks": [{
+                "name": "sidecar-injector.injector-system.svc",
+                "clientConfig": {"url": "https://127.0.0.1/mutate"},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "namespaceSelector": {"matchExpressions": [
+                    {"key": "sidecar-injector.io/injection", "operator": "NotIn", "values": ["disabled"]},
+                ]},
+            }],
+        }))
+        .unwrap();
+    let states = |index: &DriftIndex| -> Vec<(String, DriftState, String)> {
+        index
+            .classify_revisions(&wanted, &DriftPolicy::default())
+            .workloads
+            .into_iter()
+            .map(|w| (w.namespace, w.state, w.reason))
+            .collect()
+    };
+    let mut gauge = DriftGauge::new(DriftPolicy::default());
+    let counted = |gauge: &mut DriftGauge, index: &mut DriftIndex| {
+        let rows = gauge.update(index, &wanted);
+        (rows[0].pods.uninjected, rows[0].pods.excluded)
+    };
+    // Labels alone say nothing: which labels count is the configuration's to say.
+    assert!(
+        states(&index)
+            .iter()
+            .all(|(_, state, _)| *state == DriftState::Uninjected)
+    );
+    assert_eq!(counted(&mut gauge, &mut index), (2, 0));
+
+    index.set_webhook_reach(Some(WebhookReach::of(&configuration)));
+    let now = states(&index);
+    assert_eq!(now[1].0, "team");
+    assert_eq!(now[1].1, DriftState::Uninjected);
+    assert_eq!(now[0].0, "legacy");
+    assert_eq!(now[0].1, DriftState::Excluded);
+    assert!(
+        now[0]
+            .2
+            .contains("namespace legacy is not sent to the webhook (MutatingWebhookConfiguration sidecar-injector"),
+        "{}",
+        now[0].2
+    );
+    assert_eq!(
+        counted(&mut gauge, &mut index),
+        (1, 1),
+        "the gauge counts again"
+    );
+
+    // The label removed: reached again, and uninjected.
+    index.apply_namespace(&namespace("legacy", json!({})));
+    assert!(
+        states(&index)
+            .iter()
+            .all(|(_, state, _)| *state == DriftState::Uninjected)
+    );
+    assert_eq!(counted(&mut gauge, &mut index), (2, 0));
+    // Labelled again, then the configuration deleted: every namespace reached.
+    index.apply_namespace(&namespace("legacy", disabled));
+    assert_eq!(counted(&mut gauge, &mut index), (1, 1));
+    index.set_webhook_reach(None);
+    assert_eq!(counted(&mut gauge, &mut index), (2, 0));
+    // A namespace deleted with its labels: its pods (if any are left) count as reached.
+    index.set_webhook_reach(Some(WebhookReach::of(&configuration)));
+    index.delete_namespace("legacy");
+    assert_eq!(counted(&mut gauge, &mut index), (2, 0));
+}

@@ -374,3 +374,28 @@ fn a_workload_answer_names_its_pods_and_the_one_it_describes() {
     assert!(page.contains("Its pods: none"), "{page}");
     assert!(!page.contains("Pod web"), "{page}");
 }
+
+#[test]
+fn whether_the_api_server_calls_the_webhook_comes_first() {
+    let asked = pod(json!({"injector/request": "logger:v1"}));
+    let why = "namespace legacy is not sent to the webhook (MutatingWebhookConfiguration sidecar-injector: its namespaceSelector wants sidecar-injector.io/injection notin (disabled))";
+    let left_out = not_sent("legacy", why.to_owned());
+    assert_eq!(left_out.verdict, Verdict::Skip);
+    assert_eq!(
+        left_out.message,
+        "not injected: the API server never calls the webhook for pods of namespace legacy"
+    );
+    assert_eq!(failed(&left_out), [("webhook called", why)]);
+    assert_eq!(left_out.checks.len(), 1, "no check of the webhook's own");
+
+    let decided = explain(&asked, "team", MissingSidecarPolicy::Deny);
+    let reached = sent(
+        decided.clone(),
+        "MutatingWebhookConfiguration sidecar-injector selects namespace team".to_owned(),
+    );
+    assert_eq!(reached.verdict, decided.verdict);
+    assert_eq!(reached.message, decided.message);
+    assert_eq!(reached.checks[0].check, "webhook called");
+    assert!(reached.checks[0].passed);
+    assert_eq!(reached.checks[1..], decided.checks[..]);
+}

@@ -1443,3 +1443,296 @@ async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_d
         "{book:#}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_and_never_restarted()
+{
+    use k8s_openapi::api::core::v1::Namespace;
+    let first = "e2e-rollout-reach";
+    let second = "e2e-rollout-reach-b";
+    let configuration = format!("sidecar-injector-{first}");
+    // The injector follows its webhook configuration (as deploy/ runs it; the CA file is the
+    // one in its working directory).
+    let ctx = engine_context(
+        "rollout-reach",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--max-parallel",
+            "10",
+            "--include-namespace",
+            second,
+            "--webhook-configuration",
+            &configuration,
+            "--ca-bundle-file",
+            "ca.crt",
+        ],
+    )
+    .await;
+    // The second namespace lacks the label the test's webhook configuration selects: the API
+    // server never calls the injector for its pods.
+    let namespaces = Api::<Namespace>::all(ctx.client.clone());
+    create(&namespaces, json!({"metadata": {"name": second}})).await;
+    let deployment = |name: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": template(name, Some("tracer:v1"))}
+        })
+    };
+    let outside_deployments = Api::<Deployment>::namespaced(ctx.client.clone(), second);
+    create(&ctx.api::<Deployment>(), deployment("inside")).await;
+    // The ServiceAccount admission of a new namespace may refuse pods for a moment; the
+    // ReplicaSet controller retries.
+    create(&outside_deployments, deployment("outside")).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "inside", 1, &v1, DEADLINE).await;
+    let outside_pods = Api::<Pod>::namespaced(ctx.client.clone(), second);
+    let outside = || async {
+        outside_pods
+            .list(&ListParams::default().labels("app=outside"))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect::<Vec<_>>()
+    };
+    eventually(DEADLINE, "outside: one Ready pod, uninjected", || async {
+        let pods = outside().await;
+        (pods.len() == 1 && is_ready(&pods[0]) && container_names(&pods[0]) == ["app"])
+            .then_some(())
+    })
+    .await;
+    let injector = ctx.injector.as_ref().unwrap();
+
+    // A campaign: inside is restarted to v2; outside, never (each restart would only make
+    // another uninjected pod, and the second would count as a failure).
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    wait_pods_at(&ctx, "inside", 1, &v2, Duration::from_secs(120)).await;
+    eventually(DEADLINE, "the campaign done", || async {
+        (injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    let outside_sets = || async {
+        Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(ctx.client.clone(), second)
+            .list(&ListParams::default().labels("app=outside"))
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    assert_eq!(outside_sets().await, 1, "outside never restarted");
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0,
+        "only inside restarted"
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        0.0
+    );
+    // The gauge counts it excluded (beside the pods of other tests' namespaces, which the
+    // namespace filter excludes), never uninjected.
+    let counted = |state: &str| {
+        injector.metric(&format!(
+            "sidecar_injector_pods{{sidecar=\"tracer:v1\",state=\"{state}\"}}"
+        ))
+    };
+    assert_eq!(counted("uninjected"), 0.0);
+    assert!(counted("excluded") >= 1.0);
+    // drift says why, as the engine judged it.
+    let report = drift_report(&[
+        "--configmap-namespace",
+        first,
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--injector-namespace",
+        first,
+        "--webhook-configuration",
+        &configuration,
+        "-n",
+        second,
+    ]);
+    let row = &report["workloads"][0];
+    assert_eq!(row["name"], "outside", "{report:#}");
+    assert_eq!(row["state"], "excluded", "{report:#}");
+    assert_eq!(
+        row["reason"],
+        format!(
+            "namespace {second} is not sent to the webhook (MutatingWebhookConfiguration {configuration}: its namespaceSelector wants sidecar-injector-e2e={first})"
+        )
+    );
+
+    // explain, asked why outside has no sidecar, answers with the webhook configuration.
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args([
+            "explain",
+            "deploy/outside",
+            "-n",
+            second,
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(scope_args(first))
+        .args(["--webhook-configuration", &configuration])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let explained: Value = serde_json::from_slice(&explained.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)));
+    assert_eq!(
+        explained["injection"]["message"],
+        format!(
+            "not injected: the API server never calls the webhook for pods of namespace {second}"
+        ),
+        "{explained:#}"
+    );
+    assert_eq!(
+        explained["injection"]["checks"][0]["check"],
+        "webhook called"
+    );
+    assert_eq!(explained["injection"]["checks"][0]["detail"], row["reason"]);
+
+    // Labelled as the webhook configuration selects: reached from now on, and the engine
+    // restarts outside into an injected pod at once.
+    namespaces
+        .patch(
+            second,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"labels": {"sidecar-injector-e2e": first}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(120),
+        "outside restarted into an injected pod at v2",
+        || async {
+            let pods = outside().await;
+            (pods.len() == 1
+                && is_ready(&pods[0])
+                && annotation(&pods[0], "injector/revision").is_some_and(|s| s.contains(&v2)))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(outside_sets().await, 2, "outside restarted exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_injector_that_may_not_read_namespaces_still_rolls_out_counting_every_namespace_reached()
+{
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let namespace = "e2e-rollout-reach-rbac";
+    let configuration = format!("sidecar-injector-{namespace}");
+    let mut ctx = engine_context(
+        "rollout-reach-rbac",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--webhook-configuration",
+            &configuration,
+            "--ca-bundle-file",
+            "ca.crt",
+        ],
+    )
+    .await;
+    // deploy/'s ClusterRole as it was before it could read namespaces (a cluster that kept
+    // its own RBAC through an upgrade): the injector is bound to that instead.
+    let mut role = of_kind(&kustomize("deploy"), "ClusterRole").clone();
+    let rules: Vec<Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| rule["resources"] != json!(["namespaces"]))
+        .cloned()
+        .collect();
+    assert_eq!(rules.len() + 1, role["rules"].as_array().unwrap().len());
+    role["rules"] = json!(rules);
+    role["metadata"] = json!({"name": "e2e-sidecar-injector-without-namespaces"});
+    match Api::<ClusterRole>::all(ctx.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(role).unwrap(),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("ClusterRole: {e}"),
+    }
+    let bindings = Api::<ClusterRoleBinding>::all(ctx.client.clone());
+    let binding = format!("sidecar-injector-{namespace}");
+    bindings
+        .delete(&binding, &Default::default())
+        .await
+        .unwrap();
+    create(
+        &bindings,
+        json!({
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "e2e-sidecar-injector-without-namespaces"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sidecar-injector", "namespace": namespace}]
+        }),
+    )
+    .await;
+    ctx.restart_injector().await;
+    create_deployment(&ctx, "web", 1, template("web", Some("tracer:v1"))).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "web", 1, &v1, DEADLINE).await;
+
+    // Refused the namespaces, it still syncs, leads and restarts what is stale.
+    let injector = ctx.injector.as_ref().unwrap();
+    wait_logged(injector, "namespace watch failed").await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    wait_pods_at(
+        &ctx,
+        "web",
+        1,
+        &stamp_of(TRACER_V2),
+        Duration::from_secs(120),
+    )
+    .await;
+    assert!(
+        logged(injector, "namespace watch failed")[0].contains("namespaces is forbidden"),
+        "{:?}",
+        logged(injector, "namespace watch failed")
+    );
+
+    // drift, as that account: the report, every namespace counted as reached.
+    let kubeconfig = support::cluster::service_account_kubeconfig(
+        &ctx.client,
+        namespace,
+        "sidecar-injector",
+        ctx.dir(),
+    )
+    .await;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(["drift", "-o", "json", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(scope_args(namespace))
+        .args(["--webhook-configuration", &configuration, "-n", namespace])
+        .current_dir(ctx.dir())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["workloads"][0]["name"], "web", "{report:#}");
+    assert_eq!(report["workloads"][0]["state"], "current", "{report:#}");
+}
