@@ -1217,6 +1217,95 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
 
     in_place_upgrade(&client, &pods, &deployments, &configmaps).await;
+    uninstall(&pods, &deployments).await;
+}
+
+/// Each container of `pods`: its pod's uid, its name, and how often the kubelet restarted it.
+fn containers<'p>(pods: impl Iterator<Item = &'p Pod>) -> BTreeSet<(String, String, i32)> {
+    pods.flat_map(|p| {
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        p.status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten())
+            .map(move |c| (uid.clone(), c.name.clone(), c.restart_count))
+    })
+    .collect()
+}
+
+/// Uninstalled as the README says, `kubectl delete -k` of what was applied: every object
+/// deploy/ made is gone, cluster-wide ones included; the pods it injected run on untouched;
+/// and a pod created afterwards is admitted, without the sidecar it asks for.
+async fn uninstall(pods: &Api<Pod>, deployments: &Api<Deployment>) {
+    // Every Ready pod but the canary's, whose sidecar crashes by design (its campaign failed).
+    let listed = pods
+        .list(&ListParams::default().labels("app!=small"))
+        .await
+        .unwrap()
+        .items;
+    let running_before = containers(
+        listed
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && ready(p)),
+    );
+    let injected = running_before
+        .iter()
+        .filter(|(_, container, _)| container != "app")
+        .count();
+    assert!(
+        injected >= 3,
+        "sidecars run before the uninstall: {running_before:?}"
+    );
+    // kubectl waits until the objects are gone, the namespace (its pods, the Secret, the
+    // engine's status ConfigMap and Lease) included.
+    kubectl_ok(&["delete", "-k", "tests/realnode/overlay", "--timeout=180s"]);
+    let left = kubectl_ok(&[
+        "get",
+        "-k",
+        "tests/realnode/overlay",
+        "--ignore-not-found",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(left.trim(), "", "left after kubectl delete -k");
+    let left = kubectl_ok(&[
+        "get",
+        "mutatingwebhookconfigurations,clusterroles,clusterrolebindings",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !left.contains("sidecar-injector"),
+        "cluster-wide objects left: {left}"
+    );
+
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("after-uninstall", 1, Some("shipper:v1")),
+        )
+        .await
+        .unwrap();
+    let created = wait_running(pods, "after-uninstall", 1, &["app"], None).await;
+    let annotations = created[0].metadata.annotations.clone().unwrap_or_default();
+    assert!(
+        annotations.contains_key("injector/request")
+            && !annotations.contains_key("injector/status")
+            && !annotations.contains_key("injector/revision"),
+        "asked for a sidecar, not injected: {annotations:?}"
+    );
+
+    let running_after = containers(
+        pods.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter(),
+    );
+    let gone: Vec<_> = running_before.difference(&running_after).collect();
+    assert!(
+        gone.is_empty(),
+        "containers restarted or gone since the uninstall: {gone:?}"
+    );
 }
 
 /// A labelled ConfigMap holding `patcher:v1`: a busybox sidecar of `image`, with `env` when
