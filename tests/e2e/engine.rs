@@ -1489,16 +1489,7 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
     let v1 = stamp_of(TRACER_V1);
     wait_pods_at(&ctx, "inside", 1, &v1, DEADLINE).await;
     let outside_pods = Api::<Pod>::namespaced(ctx.client.clone(), second);
-    let outside = || async {
-        outside_pods
-            .list(&ListParams::default().labels("app=outside"))
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect::<Vec<_>>()
-    };
+    let outside = || pods_in(&outside_pods, "outside");
     eventually(DEADLINE, "outside: one Ready pod, uninjected", || async {
         let pods = outside().await;
         (pods.len() == 1 && is_ready(&pods[0]) && container_names(&pods[0]) == ["app"])
@@ -1519,14 +1510,8 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
             .then_some(())
     })
     .await;
-    let outside_sets = || async {
-        Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(ctx.client.clone(), second)
-            .list(&ListParams::default().labels("app=outside"))
-            .await
-            .unwrap()
-            .items
-            .len()
-    };
+    let outside_replicasets = Api::namespaced(ctx.client.clone(), second);
+    let outside_sets = || replicaset_count_in(&outside_replicasets, "outside");
     assert_eq!(outside_sets().await, 1, "outside never restarted");
     assert_eq!(
         injector

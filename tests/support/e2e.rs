@@ -81,8 +81,12 @@ pub async fn create_daemonset(ctx: &TestContext, name: &str, template: Value) {
 }
 
 pub async fn pods_of(ctx: &TestContext, app: &str) -> Vec<Pod> {
-    ctx.api::<Pod>()
-        .list(&ListParams::default().labels(&format!("app={app}")))
+    pods_in(&ctx.api(), app).await
+}
+
+/// As [`pods_of`], in the namespace of `pods`.
+pub async fn pods_in(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("app={app}")))
         .await
         .expect("pods listed")
         .items
@@ -508,7 +512,15 @@ pub fn template_annotation(
 }
 
 pub async fn replicaset_count(ctx: &TestContext, app: &str) -> usize {
-    ctx.api::<k8s_openapi::api::apps::v1::ReplicaSet>()
+    replicaset_count_in(&ctx.api(), app).await
+}
+
+/// As [`replicaset_count`], in the namespace of `replicasets`.
+pub async fn replicaset_count_in(
+    replicasets: &Api<k8s_openapi::api::apps::v1::ReplicaSet>,
+    app: &str,
+) -> usize {
+    replicasets
         .list(&ListParams::default().labels(&format!("app={app}")))
         .await
         .unwrap()
