@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::info;
 
-use super::watch::{Change, watch, watch_noting_failures};
+use super::watch::{Change, is_refusal, watch, watch_noting_failures};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
 use crate::drift::{DriftGauge, DriftIndex, DriftPolicy, DriftReport, WebhookReach, WorkloadEntry};
@@ -206,6 +206,16 @@ impl Signals {
     fn first_list_once(&self, counted: &AtomicBool) {
         if !counted.swap(true, Ordering::AcqRel) {
             self.count_first_list();
+        }
+    }
+
+    /// A failed first list of a feed that [`Signals::first_list_once`] counts: a refusal
+    /// stands for it (the index goes without what the feed would know), but a failure a retry
+    /// may mend (an API server blip at start-up) holds the sync until the retry lists, so
+    /// nothing is planned without it.
+    fn first_list_failed(&self, counted: &AtomicBool, err: &watcher::Error) {
+        if is_refusal(err) {
+            self.first_list_once(counted);
         }
     }
 
@@ -421,7 +431,8 @@ pub fn start(
 
 /// Follows the webhook configuration `name` and every namespace's labels into the index.
 /// Neither holds the sync back when the server refuses it (no rights to list namespaces,
-/// say): the index then counts every namespace as reached, as it did before.
+/// say): the index then counts every namespace as reached, as it did before. A list that
+/// failed otherwise holds the sync until its retry lists.
 fn follow_reach(
     client: &Client,
     name: String,
@@ -457,7 +468,8 @@ fn follow_reach(
 }
 
 /// Feeds `api`'s changes into the index with `apply`: a feed whose first list counts towards
-/// the sync whether it listed or was refused.
+/// the sync whether it listed or was refused (401, 403, 404); any other failure waits for
+/// the retry.
 fn follow<K, T>(
     api: Api<K>,
     config: watcher::Config,
@@ -470,11 +482,11 @@ fn follow<K, T>(
     T: Send + 'static,
 {
     let counted = Arc::new(AtomicBool::new(false));
-    let refused = {
+    let failed = {
         let (signals, counted) = (signals.clone(), counted.clone());
-        move || signals.first_list_once(&counted)
+        move |err: &watcher::Error| signals.first_list_failed(&counted, err)
     };
-    let mut changes = watch_noting_failures(api, config, what, project, refused);
+    let mut changes = watch_noting_failures(api, config, what, project, failed);
     tokio::spawn(async move {
         while let Some(change) = changes.next().await {
             apply(&mut index.lock().expect("drift index lock"), change);
@@ -522,6 +534,52 @@ mod tests {
 
     fn meta(name: &str, version: &str) -> ObjectMeta {
         PodMeta::new("shop", name).version(version).0
+    }
+
+    fn signals(feeds: usize) -> (Signals, watch::Receiver<bool>) {
+        let (changes, _) = watch::channel(0);
+        let (synced, synced_rx) = watch::channel(false);
+        let signals = Signals {
+            changes,
+            synced,
+            lists_done: AtomicUsize::new(0),
+            feeds,
+        };
+        (signals, synced_rx)
+    }
+
+    fn api_error(code: u16, reason: &str) -> watcher::Error {
+        let status = kube::core::Status::failure("namespaces", reason).with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn a_refused_first_list_counts_toward_the_sync_once_and_a_failure_a_retry_may_mend_never() {
+        for (failure, counts) in [
+            (api_error(403, "Forbidden"), true),
+            (api_error(401, "Unauthorized"), true),
+            (api_error(404, "NotFound"), true),
+            (api_error(500, "InternalError"), false),
+            (api_error(503, "ServiceUnavailable"), false),
+            (api_error(429, "TooManyRequests"), false),
+            (
+                watcher::Error::WatchError(Box::new(
+                    kube::core::Status::failure("too old", "Expired").with_code(410),
+                )),
+                false,
+            ),
+            (watcher::Error::NoResourceVersion, false),
+        ] {
+            let (signals, synced) = signals(2);
+            let (namespaces, pods) = (AtomicBool::new(false), AtomicBool::new(false));
+            signals.first_list_failed(&namespaces, &failure);
+            signals.first_list_once(&pods);
+            assert_eq!(*synced.borrow(), counts, "{failure}");
+            // The retry that lists counts only if the failure did not.
+            signals.first_list_once(&namespaces);
+            assert!(*synced.borrow(), "{failure}: synced once listed");
+            assert_eq!(signals.lists_done.load(Ordering::Acquire), 2, "{failure}");
+        }
     }
 
     #[test]

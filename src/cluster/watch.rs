@@ -23,15 +23,15 @@ pub fn changes<K, T>(
     what: &'static str,
     project: impl FnMut(K) -> Option<T>,
 ) -> impl Stream<Item = Change<T>> {
-    changes_noting_failures(events, what, project, || {})
+    changes_noting_failures(events, what, project, |_| {})
 }
 
-/// As [`changes`], calling `failed` on each failure as well.
+/// As [`changes`], calling `failed` with each failure as well.
 fn changes_noting_failures<K, T>(
     events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     what: &'static str,
     mut project: impl FnMut(K) -> Option<T>,
-    mut failed: impl FnMut(),
+    mut failed: impl FnMut(&watcher::Error),
 ) -> impl Stream<Item = Change<T>> {
     let mut relist: Option<Vec<T>> = None;
     events.filter_map(move |event| {
@@ -51,7 +51,7 @@ fn changes_noting_failures<K, T>(
             Ok(Event::Delete(object)) => project(object).map(Change::Deleted),
             Err(err) => {
                 warn!("{what} watch failed, retrying: {}", super::error_text(&err));
-                failed();
+                failed(&err);
                 None
             }
         };
@@ -70,16 +70,17 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     T: Send + 'static,
 {
-    watch_noting_failures(api, config, what, project, || {})
+    watch_noting_failures(api, config, what, project, |_| {})
 }
 
-/// As [`watch`], calling `failed` on each failure (a list or watch the server refused).
+/// As [`watch`], calling `failed` with each failure (a list or watch that failed or that the
+/// server refused).
 pub fn watch_noting_failures<K, T>(
     api: kube::Api<K>,
     config: watcher::Config,
     what: &'static str,
     project: impl FnMut(K) -> Option<T> + Send + 'static,
-    failed: impl FnMut() + Send + 'static,
+    failed: impl FnMut(&watcher::Error) + Send + 'static,
 ) -> impl Stream<Item = Change<T>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
@@ -92,6 +93,23 @@ where
         failed,
     )
     .boxed()
+}
+
+/// Whether the API server refused `err`'s request for as long as nothing changes on its side
+/// (no rights: 401, 403; a resource it does not serve: 404), rather than failed it in a way a
+/// retry may mend (a timeout, a 5xx, a 429, a dropped connection).
+pub fn is_refusal(err: &watcher::Error) -> bool {
+    let code = match err {
+        watcher::Error::InitialListFailed(err)
+        | watcher::Error::WatchStartFailed(err)
+        | watcher::Error::WatchFailed(err) => match err {
+            kube::Error::Api(status) => Some(status.code),
+            _ => None,
+        },
+        watcher::Error::WatchError(status) => Some(status.code),
+        watcher::Error::NoResourceVersion => None,
+    };
+    matches!(code, Some(401 | 403 | 404))
 }
 
 /// `events` with each `Event::Init` held back until the (re)list it starts delivers something.
