@@ -9,7 +9,7 @@ mod gauge;
 mod index;
 mod reach;
 
-pub use entries::{Downtime, PodEntry, PodOwner, PodToReplace, WorkloadEntry};
+pub use entries::{Downtime, PodEntry, PodOwner, PodToReplace, WorkloadEntry, rollout_disabled};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
 pub use reach::WebhookReach;
@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::workload::OwnerKind;
+use crate::workload::{OwnerKind, PodWorkload};
 
 /// The six pod states, in order of precedence: a pod-sidecar pair takes the first that
 /// applies; and `denied`, for a workload that has no pod because the webhook denies them.
@@ -187,6 +187,31 @@ impl DriftPolicy {
     pub fn namespace_exclusion(&self, namespace: &str) -> Option<String> {
         namespace_exclusion(namespace, self)
     }
+}
+
+/// Why the engine leaves out the pods of `owner`, as the drift report says it; `None` for the
+/// pods of a workload it restarts (unless the workload opted out: [`ROLLOUT_DISABLED`]).
+pub fn owner_exclusion(owner: &PodWorkload<'_>) -> Option<String> {
+    match owner {
+        PodWorkload::Workload(..) => None,
+        PodWorkload::ReplicaSetWithoutDeployment(_) => Some(REPLICASET_WITHOUT_DEPLOYMENT),
+        PodWorkload::ReplicaSetNotKnown(_) => Some(REPLICASET_NOT_KNOWN),
+        PodWorkload::Job(_) => Some(JOB_POD),
+        PodWorkload::Other { kind, .. } => return Some(owned_by(kind)),
+        PodWorkload::BarePod => Some(BARE_POD),
+    }
+    .map(str::to_owned)
+}
+
+const REPLICASET_WITHOUT_DEPLOYMENT: &str = "owned by a ReplicaSet without a Deployment";
+const REPLICASET_NOT_KNOWN: &str = "its ReplicaSet is not known yet";
+const JOB_POD: &str = "a Job's pod (runs to completion)";
+const BARE_POD: &str = "a bare pod (no controller; --evict-bare-pods to restart it)";
+/// Why the pods of a workload annotated `NS/rollout: disabled` are left out.
+pub const ROLLOUT_DISABLED: &str = "rollout disabled by annotation";
+
+fn owned_by(kind: &str) -> String {
+    format!("owned by a {kind}")
 }
 
 fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> {

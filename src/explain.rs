@@ -295,14 +295,19 @@ pub struct SidecarDrift {
     pub carried: Option<String>,
     pub wanted: Option<String>,
     pub state: DriftState,
+    /// Why the pod is `excluded`, as `drift` says it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<String>,
 }
 
-/// The drift state of each sidecar `request` names, by the one staleness rule; `wanted` gives
-/// the revision in force of a sidecar.
+/// The drift state of each sidecar `request` names: `excluded`, for the reason `exclusion`
+/// gives (the pod's namespace or owner, as `drift` judges them), else by the one staleness
+/// rule; `wanted` gives the revision in force of a sidecar.
 pub fn sidecar_drift(
     request: &str,
     pod: &PodState,
     wanted: impl Fn(&str) -> Option<String>,
+    exclusion: Option<&str>,
 ) -> Vec<SidecarDrift> {
     let Ok(names) = SidecarName::parse_list(request) else {
         return Vec::new();
@@ -314,7 +319,11 @@ pub fn sidecar_drift(
             let carried = pod.revisions.get(&sidecar).cloned();
             let wanted = wanted(&sidecar);
             SidecarDrift {
-                state: sidecar_state(pod.injected, carried.as_deref(), wanted.as_deref()),
+                state: match exclusion {
+                    Some(_) => DriftState::Excluded,
+                    None => sidecar_state(pod.injected, carried.as_deref(), wanted.as_deref()),
+                },
+                excluded: exclusion.map(str::to_owned),
                 sidecar,
                 carried,
                 wanted,
@@ -422,6 +431,11 @@ pub fn workload_action(
     }
     if plan.succeeded.contains(workload) {
         return WorkloadAction::Succeeded;
+    }
+    if let Some(why) = sidecars.iter().find_map(|s| s.excluded.as_deref()) {
+        return WorkloadAction::Nothing {
+            why: format!("the engine leaves its pods out: {why}"),
+        };
     }
     let needs = sidecars.iter().any(|s| s.state.needs_restart(false));
     WorkloadAction::Nothing {
@@ -545,7 +559,7 @@ impl fmt::Display for Explanation {
         if !self.sidecars.is_empty() {
             writeln!(f, "\nDrift:")?;
             for sidecar in &self.sidecars {
-                writeln!(
+                write!(
                     f,
                     "  {:<24} {:<10} carries {}, in force {}",
                     sidecar.sidecar,
@@ -553,6 +567,10 @@ impl fmt::Display for Explanation {
                     sidecar.carried.as_deref().unwrap_or("-"),
                     sidecar.wanted.as_deref().unwrap_or("- (no config)")
                 )?;
+                match &sidecar.excluded {
+                    Some(why) => writeln!(f, ": {why}")?,
+                    None => writeln!(f)?,
+                }
             }
         }
         if let Some(workload) = &self.workload {

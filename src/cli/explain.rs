@@ -11,7 +11,7 @@ use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta};
 use kube::core::Selector;
@@ -33,7 +33,10 @@ use crate::injection::{InjectionSettings, PodView};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::sources::directory::load_config_directory;
-use crate::workload::{WorkloadKind, WorkloadRef, resource_name_and_group};
+use crate::workload::{
+    PodWorkload, ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner,
+    resource_name_and_group,
+};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let explanations = match &args.file {
@@ -68,6 +71,13 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The namespace filters the drift report and the engine apply, as the flags give them.
+fn policy(args: &ExplainArgs) -> crate::drift::DriftPolicy {
+    args.cluster
+        .drift
+        .policy(args.cluster.ignore_namespaces.namespaces())
 }
 
 fn settings(args: &ExplainArgs) -> InjectionSettings {
@@ -246,6 +256,8 @@ struct Live {
     namespace: String,
     /// Whether the API server calls the webhook for the namespace, when that can be read.
     reach: Option<Result<String, String>>,
+    /// Why the engine leaves out every pod of the namespace, as `drift` says it, if it does.
+    namespace_exclusion: Option<String>,
 }
 
 impl Live {
@@ -267,6 +279,13 @@ impl Live {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,
             None => None,
         };
+        let namespace_exclusion =
+            policy(args)
+                .namespace_exclusion(&namespace)
+                .or_else(|| match &reach {
+                    Some(Err(why)) => Some(why.clone()),
+                    _ => None,
+                });
         Ok(Self {
             client,
             keys,
@@ -275,6 +294,7 @@ impl Live {
             published,
             namespace,
             reach,
+            namespace_exclusion,
         })
     }
 
@@ -289,8 +309,9 @@ impl Live {
         })
     }
 
-    /// The drift of each sidecar a pod asks for, from its annotations.
-    fn drift(&self, pod: &ObjectMeta) -> Vec<SidecarDrift> {
+    /// The drift of each sidecar a pod asks for, from its annotations: `excluded` when its
+    /// namespace or its owner (`owner_exclusion`) has the engine leave it out.
+    fn drift(&self, pod: &ObjectMeta, owner_exclusion: Option<&str>) -> Vec<SidecarDrift> {
         let none = BTreeMap::new();
         let annotations = pod.annotations.as_ref().unwrap_or(&none);
         let state = PodState::read(annotations, &self.keys, Vec::new());
@@ -306,7 +327,10 @@ impl Live {
         };
         annotations
             .get(&self.keys.request)
-            .map(|request| sidecar_drift(request, &state, wanted))
+            .map(|request| {
+                let exclusion = self.namespace_exclusion.as_deref().or(owner_exclusion);
+                sidecar_drift(request, &state, wanted, exclusion)
+            })
             .unwrap_or_default()
     }
 
@@ -328,6 +352,11 @@ impl Live {
         workload: &WorkloadRef,
         drift: &[SidecarDrift],
     ) -> anyhow::Result<WorkloadAction> {
+        // The engine plans nothing for pods it leaves out: no need to list the cluster to
+        // say so.
+        if drift.iter().all(|sidecar| sidecar.excluded.is_some()) {
+            return Ok(workload_action(&RolloutPlan::default(), workload, drift));
+        }
         let plan = plan_now(
             &self.client,
             args,
@@ -346,14 +375,19 @@ impl Live {
 
     /// A workload's pods (as metadata): counted by the worst state of the sidecars each asks
     /// for, with the state and drift of the first in the worst state, read in full.
+    /// `owner_exclusion` says why the engine leaves them out, when their owner is why.
     async fn pods_of(
         &self,
         mut pods: Vec<ObjectMeta>,
+        owner_exclusion: Option<&str>,
     ) -> anyhow::Result<(WorkloadPods, Option<PodState>, Vec<SidecarDrift>)> {
         pods.sort_by(|a, b| a.name.cmp(&b.name));
         let drifts: Vec<(String, Vec<SidecarDrift>)> = pods
             .iter()
-            .map(|pod| (pod.name.clone().unwrap_or_default(), self.drift(pod)))
+            .map(|pod| {
+                let name = pod.name.clone().unwrap_or_default();
+                (name, self.drift(pod, owner_exclusion))
+            })
             .collect();
         let (summary, shown) = WorkloadPods::of(&drifts);
         Ok(match shown {
@@ -386,7 +420,8 @@ async fn explain_live(args: &ExplainArgs) -> anyhow::Result<Explanation> {
 async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Result<Explanation> {
     let namespace = &live.namespace;
     let pod = live.read_pod(name).await?;
-    let owner = Owner::of(&live.client, namespace, &pod).await?;
+    let evict_bare_pods = args.cluster.drift.evict_bare_pods;
+    let owner = Owner::of(&live.client, namespace, &pod, evict_bare_pods).await?;
     let (judged, template) = match &owner.template {
         Some(template) => (
             format!("new pods of {}", owner.controller),
@@ -394,7 +429,15 @@ async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Res
         ),
         None => ("this pod".to_owned(), serde_json::to_value(&pod)?),
     };
-    let drift = live.drift(&pod.metadata);
+    let owner_exclusion = match &owner.workload {
+        Some(workload) if workload.kind != WorkloadKind::Pod => {
+            WorkloadSpec::read(&live.client, workload, &live.keys)
+                .await?
+                .owner_exclusion()
+        }
+        _ => owner.exclusion(&pod, evict_bare_pods),
+    };
+    let drift = live.drift(&pod.metadata, owner_exclusion.as_deref());
     let rollout = match &owner.workload {
         Some(workload) if !drift.is_empty() => Some(live.rollout(args, workload, &drift).await?),
         _ => None,
@@ -422,9 +465,11 @@ async fn explain_workload(
     live: &Live,
     workload: WorkloadRef,
 ) -> anyhow::Result<Explanation> {
-    let spec = WorkloadSpec::read(&live.client, &workload).await?;
+    let spec = WorkloadSpec::read(&live.client, &workload, &live.keys).await?;
     let pods = spec.pods(&live.client, &workload).await?;
-    let (summary, pod, drift) = live.pods_of(pods).await?;
+    let (summary, pod, drift) = live
+        .pods_of(pods, spec.owner_exclusion().as_deref())
+        .await?;
     let rollout = if summary.count == 0 {
         WorkloadAction::Nothing {
             why: "it has no pods to restart".to_owned(),
@@ -485,7 +530,9 @@ async fn explain_batch(
         ),
     };
     let pods = pods_controlled(client, namespace, &selector, &uid, via, &label).await?;
-    let (summary, pod, drift) = live.pods_of(pods).await?;
+    // A CronJob's pods are its Jobs' pods too.
+    let job_pod = crate::drift::owner_exclusion(&PodWorkload::Job(name));
+    let (summary, pod, drift) = live.pods_of(pods, job_pod.as_deref()).await?;
     Ok(Explanation {
         subject: label.clone(),
         judged: format!("new pods of {} {name}", kind.as_str()),
@@ -531,10 +578,16 @@ struct WorkloadSpec {
     uid: String,
     selector: LabelSelector,
     template: PodTemplateSpec,
+    /// Annotated `NS/rollout: disabled`.
+    rollout_disabled: bool,
 }
 
 impl WorkloadSpec {
-    async fn read(client: &kube::Client, workload: &WorkloadRef) -> anyhow::Result<Self> {
+    async fn read(
+        client: &kube::Client,
+        workload: &WorkloadRef,
+        keys: &AnnotationKeys,
+    ) -> anyhow::Result<Self> {
         let (metadata, selector, template) = match workload.kind {
             WorkloadKind::Deployment => {
                 let object: Deployment = get_object(client, workload).await?;
@@ -554,10 +607,17 @@ impl WorkloadSpec {
             WorkloadKind::Pod => anyhow::bail!("a pod is not a workload with a template"),
         };
         Ok(Self {
+            rollout_disabled: crate::drift::rollout_disabled(&metadata, keys),
             uid: metadata.uid.unwrap_or_default(),
             selector,
             template,
         })
+    }
+
+    /// Why the engine leaves the workload's pods out, when it does.
+    fn owner_exclusion(&self) -> Option<String> {
+        self.rollout_disabled
+            .then(|| crate::drift::ROLLOUT_DISABLED.to_owned())
     }
 
     /// The workload's pods, as metadata: those its selector matches and it controls (through
@@ -665,18 +725,26 @@ struct Owner {
 }
 
 impl Owner {
-    async fn of(client: &kube::Client, namespace: &str, pod: &Pod) -> anyhow::Result<Self> {
-        let controller = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true));
-        let Some(controller) = controller else {
-            return Ok(Self {
-                controller: "a bare pod: nothing restarts it but --evict-bare-pods".to_owned(),
-                workload: None,
-                template: None,
+    async fn of(
+        client: &kube::Client,
+        namespace: &str,
+        pod: &Pod,
+        evict_bare_pods: bool,
+    ) -> anyhow::Result<Self> {
+        let Some(controller) = controller_of(pod) else {
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            return Ok(if evict_bare_pods {
+                Self {
+                    controller: "a bare pod: --evict-bare-pods has the engine evict it".to_owned(),
+                    workload: Some(WorkloadRef::new(WorkloadKind::Pod, namespace, name)),
+                    template: None,
+                }
+            } else {
+                Self {
+                    controller: "a bare pod: nothing restarts it but --evict-bare-pods".to_owned(),
+                    workload: None,
+                    template: None,
+                }
             });
         };
         let name = controller.name.as_str();
@@ -717,6 +785,20 @@ impl Owner {
 }
 
 impl Owner {
+    /// Why the engine leaves out `pod`, which this owns, as `drift` says it: its owner is not
+    /// a workload the engine restarts.
+    fn exclusion(&self, pod: &Pod, evict_bare_pods: bool) -> Option<String> {
+        let controller = controller_of(pod).map(|r| (r.kind.as_str(), r.name.as_str()));
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let owner = resolve_pod_owner(controller, name, evict_bare_pods, |_| {
+            match &self.workload {
+                Some(deployment) => ReplicaSetOwner::Deployment(&deployment.name),
+                None => ReplicaSetOwner::NoDeployment,
+            }
+        });
+        crate::drift::owner_exclusion(&owner)
+    }
+
     async fn of_replicaset(
         client: &kube::Client,
         namespace: &str,
@@ -752,6 +834,15 @@ impl Owner {
             },
         })
     }
+}
+
+/// The owner reference of `pod`'s controller, if it has one.
+fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
 }
 
 /// A workload (or pod) read whole, or an error saying it does not exist.
@@ -793,10 +884,7 @@ async fn plan_now(
         mode: EngineMode::DryRun,
         settings: args.safety.settings(Duration::ZERO),
         keys: keys.clone(),
-        policy: args
-            .cluster
-            .drift
-            .policy(args.cluster.ignore_namespaces.namespaces()),
+        policy: policy(args),
         namespace: args.cluster.injector_namespace.clone(),
         replan_every: Duration::from_secs(1),
         // As the engine of `serve` plans: manual sidecars wait for a person.

@@ -14,7 +14,9 @@ use crate::workload::{OwnerKind, PodWorkload, ReplicaSetOwner, WorkloadKind, res
 use super::entries::{PodEntry, parse_revisions};
 use super::index::DriftIndex;
 use super::{
-    DriftPolicy, DriftReport, DriftState, SidecarDrift, StateCounts, WorkloadDrift, sidecar_state,
+    BARE_POD, DriftPolicy, DriftReport, DriftState, JOB_POD, REPLICASET_NOT_KNOWN,
+    REPLICASET_WITHOUT_DEPLOYMENT, ROLLOUT_DISABLED, SidecarDrift, StateCounts, WorkloadDrift,
+    owned_by, sidecar_state,
 };
 
 /// A pod's workload (kind, name) and, when its owner excludes it, why.
@@ -295,23 +297,22 @@ impl DriftIndex {
             }
             PodWorkload::Workload(kind, name) => (kind, name),
             PodWorkload::ReplicaSetWithoutDeployment(rs) => {
-                let why = Detail::Text("owned by a ReplicaSet without a Deployment");
+                let why = Detail::Text(REPLICASET_WITHOUT_DEPLOYMENT);
                 return (RowKind::ReplicaSet, rs, Some(why));
             }
             PodWorkload::ReplicaSetNotKnown(rs) => {
-                let why = Detail::Text("its ReplicaSet is not known yet");
+                let why = Detail::Text(REPLICASET_NOT_KNOWN);
                 return (RowKind::ReplicaSet, rs, Some(why));
             }
             PodWorkload::Job(name) => {
-                let why = Detail::Text("a Job's pod (runs to completion)");
+                let why = Detail::Text(JOB_POD);
                 return (RowKind::Job, name, Some(why));
             }
             PodWorkload::Other { kind, name } => {
                 return (RowKind::Other(kind), name, Some(Detail::OwnedBy(kind)));
             }
             PodWorkload::BarePod => {
-                let why =
-                    Detail::Text("a bare pod (no controller; --evict-bare-pods to restart it)");
+                let why = Detail::Text(BARE_POD);
                 return (RowKind::Workload(WorkloadKind::Pod), pod_name, Some(why));
             }
         };
@@ -322,7 +323,7 @@ impl DriftIndex {
         (
             RowKind::Workload(kind),
             name,
-            disabled.then_some(Detail::Text("rollout disabled by annotation")),
+            disabled.then_some(Detail::Text(ROLLOUT_DISABLED)),
         )
     }
 }
@@ -519,7 +520,7 @@ fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String 
     let total = pods.total();
     match (state, detail) {
         (_, Detail::Text(text)) => (*text).to_owned(),
-        (_, Detail::OwnedBy(kind)) => format!("owned by a {kind}"),
+        (_, Detail::OwnedBy(kind)) => owned_by(kind),
         (_, Detail::Orphaned(sidecar)) => format!("sidecar {sidecar} no longer exists"),
         (DriftState::Stale, Detail::Stale { from, to }) => {
             format!("{} of {total} pods stale ({from} -> {to})", pods.stale)

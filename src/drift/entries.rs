@@ -373,7 +373,8 @@ impl WorkloadEntry {
     }
 }
 
-fn rollout_disabled(meta: &ObjectMeta, keys: &AnnotationKeys) -> bool {
+/// Whether a workload opted out of the engine's restarts (`NS/rollout: disabled`).
+pub fn rollout_disabled(meta: &ObjectMeta, keys: &AnnotationKeys) -> bool {
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(&keys.rollout))

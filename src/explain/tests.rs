@@ -181,7 +181,7 @@ fn drift_of_a_live_pod_follows_the_one_staleness_rule() {
         "tracer:v1" => Some("ccc".to_owned()),
         _ => None,
     };
-    let drift = sidecar_drift("logger:v1, tracer:v1, gone:v1", &pod, wanted);
+    let drift = sidecar_drift("logger:v1, tracer:v1, gone:v1", &pod, wanted, None);
     let states: Vec<(&str, DriftState)> = drift
         .iter()
         .map(|d| (d.sidecar.as_str(), d.state))
@@ -195,8 +195,56 @@ fn drift_of_a_live_pod_follows_the_one_staleness_rule() {
         ]
     );
     let uninjected = PodState::read(&BTreeMap::new(), &keys, vec!["app".into()]);
-    let drift = sidecar_drift("logger:v1", &uninjected, wanted);
+    let drift = sidecar_drift("logger:v1", &uninjected, wanted, None);
     assert_eq!(drift[0].state, DriftState::Uninjected);
+    assert_eq!(drift[0].excluded, None);
+
+    // Left out by its namespace or owner, as `drift` says: excluded whatever it carries.
+    let why = "namespace legacy is not sent to the webhook (MutatingWebhookConfiguration x: it has no webhook)";
+    for pod in [&pod, &uninjected] {
+        let drift = sidecar_drift("logger:v1, tracer:v1", pod, wanted, Some(why));
+        for sidecar in &drift {
+            assert_eq!(sidecar.state, DriftState::Excluded, "{sidecar:?}");
+            assert_eq!(sidecar.excluded.as_deref(), Some(why));
+        }
+    }
+}
+
+#[test]
+fn an_excluded_workload_is_said_to_be_left_out_for_its_reason_and_its_drift_lines_say_it() {
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "legacy", "web");
+    let keys = AnnotationKeys::new("injector");
+    let uninjected = PodState::read(&BTreeMap::new(), &keys, vec!["app".into()]);
+    let why = "namespace legacy is not sent to the webhook";
+    let wanted = |_: &str| Some("bbb".to_owned());
+    let drift = sidecar_drift("logger:v1", &uninjected, wanted, Some(why));
+    assert_eq!(
+        workload_action(&RolloutPlan::default(), &web, &drift),
+        WorkloadAction::Nothing {
+            why: format!("the engine leaves its pods out: {why}")
+        }
+    );
+    let (summary, _) = WorkloadPods::of(&[("web-1".into(), drift.clone())]);
+    let explanation = Explanation {
+        subject: "Deployment legacy/web".into(),
+        judged: "new pods of Deployment web".into(),
+        injection: not_sent("legacy", why.to_owned()),
+        workload_pods: Some(summary),
+        pod: Some(uninjected),
+        sidecars: drift,
+        workload: Some("Deployment legacy/web".into()),
+        rollout: Some(WorkloadAction::Nothing {
+            why: "the engine leaves its pods out".into(),
+        }),
+    };
+    let text = explanation.to_string();
+    assert!(text.contains("Its pods: 1 (1 excluded)"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "logger:v1                excluded   carries -, in force bbb: {why}\n"
+        )),
+        "{text}"
+    );
 }
 
 #[test]
@@ -208,6 +256,7 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         carried: Some("aaa".into()),
         wanted: Some("bbb".into()),
         state: DriftState::Stale,
+        excluded: None,
     }];
     let plan = RolloutPlan {
         restarts: vec![Restart {
@@ -284,6 +333,7 @@ fn drift_of(states: &[DriftState]) -> Vec<SidecarDrift> {
             carried: None,
             wanted: None,
             state: *state,
+            excluded: None,
         })
         .collect()
 }

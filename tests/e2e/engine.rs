@@ -1567,7 +1567,15 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
             "--kubeconfig",
         ])
         .arg(&support::cluster::control_plane().kubeconfig)
-        .args(scope_args(first))
+        // As drift above: no namespace filter, which would be the reason given first.
+        .args([
+            "--configmap-namespace",
+            first,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "--injector-namespace",
+            first,
+        ])
         .args(["--webhook-configuration", &configuration])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -1586,6 +1594,22 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
         "webhook called"
     );
     assert_eq!(explained["injection"]["checks"][0]["detail"], row["reason"]);
+    // Its pods and drift say what `drift` says, and the engine is said to leave them out.
+    assert_eq!(
+        explained["workload_pods"]["states"],
+        json!({"excluded": 1}),
+        "{explained:#}"
+    );
+    assert_eq!(explained["sidecars"][0]["state"], "excluded");
+    assert_eq!(explained["sidecars"][0]["excluded"], row["reason"]);
+    assert_eq!(explained["rollout"]["action"], "nothing", "{explained:#}");
+    assert_eq!(
+        explained["rollout"]["why"],
+        format!(
+            "the engine leaves its pods out: {}",
+            row["reason"].as_str().unwrap()
+        )
+    );
 
     // Labelled as the webhook configuration selects: reached from now on, and the engine
     // restarts outside into an injected pod at once.

@@ -309,9 +309,18 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert_eq!(job["judged"], "new pods of Job once", "{job:#}");
     assert_eq!(job["injection"]["verdict"], "inject", "{job:#}");
     assert_eq!(job["workload_pods"]["count"], 1, "{job:#}");
-    assert_eq!(job["workload_pods"]["states"], json!({"current": 1}));
+    // Excluded, as `drift` counts a Job's pods, with the revision it carries still shown.
+    assert_eq!(job["workload_pods"]["states"], json!({"excluded": 1}));
     assert_eq!(job["workload_pods"]["shown"], job_pod.as_str());
-    assert_eq!(job["sidecars"][0]["state"], "current", "{job:#}");
+    assert_eq!(job["sidecars"][0]["state"], "excluded", "{job:#}");
+    assert_eq!(
+        job["sidecars"][0]["excluded"], "a Job's pod (runs to completion)",
+        "{job:#}"
+    );
+    assert_eq!(
+        job["sidecars"][0]["carried"], job["sidecars"][0]["wanted"],
+        "{job:#}"
+    );
     assert!(
         job["rollout"]["why"]
             .as_str()
@@ -374,7 +383,11 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
         page.contains("Injection (new pods of CronJob nightly):"),
         "{page}"
     );
-    assert!(page.contains("Its pods: 1 (1 current)"), "{page}");
+    assert!(page.contains("Its pods: 1 (1 excluded)"), "{page}");
+    assert!(
+        page.contains("excluded   carries ") && page.contains(": a Job's pod (runs to completion)"),
+        "{page}"
+    );
 
     // The stale web pod's restart waits outside the maintenance window, and says until when.
     let now = k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
@@ -423,6 +436,40 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert_eq!(skipped["pod"]["injected"], false);
     assert!(skipped.get("rollout").is_none(), "{skipped:#}");
 
+    // A bare pod: left out as `drift` leaves it out, unless bare pods are evicted, and then
+    // the engine's plan for it is given.
+    create(
+        &ctx.api::<Pod>(),
+        json!({
+            "metadata": {"name": "bare", "annotations": {"injector/request": "tracer:v1"}},
+            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+        }),
+    )
+    .await;
+    let mut args = scope_args(&namespace);
+    args.extend(["-n", namespace.as_str(), "bare"]);
+    let bare = explain(&args);
+    assert_eq!(bare["pod"]["injected"], true, "{bare:#}");
+    assert_eq!(bare["sidecars"][0]["state"], "excluded", "{bare:#}");
+    assert_eq!(
+        bare["sidecars"][0]["excluded"],
+        "a bare pod (no controller; --evict-bare-pods to restart it)"
+    );
+    assert!(bare.get("rollout").is_none(), "{bare:#}");
+    args.push("--evict-bare-pods");
+    let evicted = explain(&args);
+    assert_eq!(evicted["sidecars"][0]["state"], "current", "{evicted:#}");
+    assert!(evicted["sidecars"][0].get("excluded").is_none());
+    assert_eq!(
+        evicted["workload"],
+        format!("Pod {namespace}/bare"),
+        "{evicted:#}"
+    );
+    assert_eq!(
+        evicted["rollout"],
+        json!({"action": "nothing", "why": "its pods run the revisions in force"})
+    );
+
     // The text form reads as one answer.
     let page = explain_page(&windowed);
     assert!(
@@ -438,5 +485,32 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
     assert!(
         page.contains("waits: outside maintenance window (opens"),
         "{page}"
+    );
+
+    // Opted out of rollouts: its stale pod is excluded, as `drift` says, and left alone.
+    ctx.api::<Deployment>()
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"injector/rollout": "disabled"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let disabled = explain(&workload_args);
+    assert_eq!(
+        disabled["workload_pods"]["states"],
+        json!({"excluded": 1}),
+        "{disabled:#}"
+    );
+    assert_eq!(
+        disabled["sidecars"][0]["excluded"],
+        "rollout disabled by annotation"
+    );
+    assert_eq!(
+        disabled["rollout"],
+        json!({"action": "nothing",
+               "why": "the engine leaves its pods out: rollout disabled by annotation"})
     );
 }
