@@ -180,10 +180,13 @@ impl OutputFormat {
 /// The ConfigMap config source, for `serve` and for `drift`, which reads configs as `serve` does.
 #[derive(Debug, Args)]
 pub struct ConfigMapArgs {
-    /// Namespace of the sidecar ConfigMaps [default for `serve`: the injector's own namespace].
+    /// Namespace of the sidecar ConfigMaps [default: the injector's own namespace
+    /// (--injector-namespace)].
     #[arg(long, env = "CONFIGMAP_NAMESPACE")]
     pub configmap_namespace: Option<String>,
-    /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on.
+    /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on
+    /// (`drift`, `rollout` and `explain` run where config/ is not read deploy/'s:
+    /// sidecar-injector.io/config=true).
     #[arg(long, env = "CONFIGMAP_LABELS")]
     pub configmap_labels: Option<String>,
 }
@@ -680,6 +683,10 @@ pub struct ConfigDirectoryArgs {
 /// Where configs are read from unless told otherwise (Tumblr's image uses /conf via CONFIG_DIR).
 pub const DEFAULT_CONFIG_DIRECTORY: &str = "config/";
 
+/// The label of the sidecar ConfigMaps deploy/ installs and its injector serves: what the
+/// one-shot commands read when the default directory is not where they run.
+pub const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=true";
+
 #[derive(Debug, Args)]
 pub struct InjectArgs {
     #[command(flatten)]
@@ -876,6 +883,23 @@ pub fn bare_verbosity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the one-shot commands read outside a checkout is what deploy/'s injector serves:
+    /// the label its `serve` selects, and the label its sidecar ConfigMap carries.
+    #[test]
+    fn the_deployed_configmap_labels_are_deploy_s() {
+        let (key, value) = DEPLOYED_CONFIGMAP_LABELS.split_once('=').unwrap();
+        let deployment = include_str!("../../deploy/base/deployment.yaml");
+        assert!(
+            deployment.contains(&format!("--configmap-labels={DEPLOYED_CONFIGMAP_LABELS}\n")),
+            "deploy/base/deployment.yaml"
+        );
+        let configmap = include_str!("../../deploy/base/sidecar-configs.yaml");
+        assert!(
+            configmap.contains(&format!("{key}: \"{value}\"")),
+            "deploy/base/sidecar-configs.yaml"
+        );
+    }
 
     /// client-go's transport (the API server's webhook client) closes a connection idle this
     /// long (net/http's default `IdleConnTimeout`).

@@ -112,7 +112,13 @@ pub struct OneShot {
 impl OneShot {
     pub async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
         let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-        let sidecars = one_shot_configs(&client, &args.configs, &args.configmaps).await?;
+        let sidecars = one_shot_configs(
+            &client,
+            &args.configs,
+            &args.configmaps,
+            &args.injector_namespace,
+        )
+        .await?;
         Ok(Self {
             client,
             keys: crate::annotations::AnnotationKeys::new(&args.annotation_namespace),
@@ -150,35 +156,33 @@ pub async fn one_shot_client(
 }
 
 /// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems
-/// printed on stderr.
+/// printed on stderr. Run where the default directory is not (outside a checkout: a laptop, a
+/// kubectl plugin), the ConfigMaps deploy/'s injector serves stand in for it, so that the
+/// answers are about the configs the cluster's webhook injects.
 pub async fn one_shot_configs(
     client: &kube::Client,
     configs: &ConfigDirectoryArgs,
     configmap_args: &ConfigMapArgs,
+    injector_namespace: &str,
 ) -> anyhow::Result<SidecarSet> {
     let mut sources = crate::config::SourceState::default();
     let dir = &configs.config_directory;
+    let namespace = configmap_args
+        .configmap_namespace
+        .as_deref()
+        .unwrap_or(injector_namespace);
+    let labels = configmap_args.configmap_labels.as_deref();
     let directory = match load_config_directory(dir) {
         Ok(report) => report,
-        Err(err) if configmap_args.configmap_labels.is_some() => {
+        Err(err) if labels.is_some() => {
             tracing::debug!("no config directory {}: {err}", dir.display());
             LoadReport::default()
         }
-        // Run outside a checkout, the default directory is simply not there: the published
-        // revisions (or ConfigMaps) still say everything. A directory the user named must exist.
         Err(err)
             if err.kind() == std::io::ErrorKind::NotFound
                 && dir == Path::new(DEFAULT_CONFIG_DIRECTORY) =>
         {
-            notice(
-                Level::INFO,
-                &format!(
-                    "no {} directory here: no sidecar configs from disk (--config-directory to name one)",
-                    dir.display()
-                ),
-                &[],
-            );
-            LoadReport::default()
+            return deployed_configs(client, dir, namespace).await;
         }
         Err(err) => {
             return Err(anyhow::anyhow!(
@@ -190,18 +194,62 @@ pub async fn one_shot_configs(
     print_config_problems(&directory);
     sources.apply(&directory);
     let mut configmaps = crate::config::SourceState::default();
-    if let Some(selector) = &configmap_args.configmap_labels {
-        let namespace = configmap_args
-            .configmap_namespace
-            .as_deref()
-            .context("--configmap-labels needs --configmap-namespace")?;
+    if let Some(selector) = labels {
         let report = crate::cluster::list::configmap_configs(client, namespace, selector)
             .await
-            .context("cannot list the sidecar ConfigMaps")?;
+            .with_context(|| {
+                format!("cannot list the sidecar ConfigMaps of {namespace} labelled {selector}")
+            })?;
+        if report.sidecars.is_empty() && report.errors.is_empty() {
+            notice(
+                Level::WARN,
+                &format!(
+                    "no sidecar config in the ConfigMaps of {namespace} labelled {selector} (--configmap-namespace, --configmap-labels)"
+                ),
+                &[],
+            );
+        }
         print_config_problems(&report);
         configmaps.apply(&report);
     }
     Ok(crate::config::merge_sources(&sources, &configmaps).0)
+}
+
+/// The configs of the ConfigMaps deploy/'s injector serves (labelled
+/// [`DEPLOYED_CONFIGMAP_LABELS`] in its namespace), read because the default directory `dir`
+/// is not here. Not an error when they cannot be read (no such namespace, no right to list
+/// it): the published revisions still judge the pods, and stderr says why no config is known.
+async fn deployed_configs(
+    client: &kube::Client,
+    dir: &Path,
+    namespace: &str,
+) -> anyhow::Result<SidecarSet> {
+    let labels = DEPLOYED_CONFIGMAP_LABELS;
+    let read = crate::cluster::list::configmap_configs(client, namespace, labels).await;
+    let said = match &read {
+        Ok(report) if !report.sidecars.is_empty() || !report.errors.is_empty() => format!(
+            "no {} directory here: reading the sidecar ConfigMaps of {namespace} labelled {labels}, as deploy/'s injector does (--config-directory, --configmap-labels to read others)",
+            dir.display()
+        ),
+        Ok(_) => format!(
+            "no {} directory here, and no sidecar config in the ConfigMaps of {namespace} labelled {labels} (deploy/'s): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
+            dir.display()
+        ),
+        Err(err) => format!(
+            "no {} directory here, and the ConfigMaps of {namespace} labelled {labels} (deploy/'s) cannot be listed ({}): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
+            dir.display(),
+            crate::cluster::error_text(err)
+        ),
+    };
+    notice(Level::INFO, &said, &[]);
+    let Ok(report) = read else {
+        return Ok(SidecarSet::default());
+    };
+    print_config_problems(&report);
+    let mut configmaps = crate::config::SourceState::default();
+    configmaps.apply(&report);
+    let none = crate::config::SourceState::default();
+    Ok(crate::config::merge_sources(&none, &configmaps).0)
 }
 
 pub fn print_config_problems(report: &LoadReport) {

@@ -277,6 +277,53 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         .unwrap();
     assert_eq!(tracer["revision"], v2_revision.as_str());
 
+    // There, the configs read are the ConfigMaps deploy/ installs (labelled
+    // sidecar-injector.io/config=true in --injector-namespace), not none: judged by them, the
+    // tracer row has their revision.
+    let v3 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "deployed-sidecars",
+                             "labels": {"sidecar-injector.io/config": "true"}},
+                "data": {"tracer.yaml": v3}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut from_configs = only_published.to_vec();
+    from_configs.extend(["--revisions-from", "configs"]);
+    let output = drift_command(elsewhere.path(), &from_configs);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no config/ directory here: reading the sidecar ConfigMaps of e2e-drift labelled sidecar-injector.io/config=true"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let v3_revision = stamp_of(v3).split('=').nth(1).unwrap().to_owned();
+    assert_eq!(
+        sidecar_row(&report, "tracer:v1")["revision"],
+        v3_revision.as_str(),
+        "{report:#}"
+    );
+    // Labels that select no config are said, not silently read as no sidecar at all.
+    from_configs.extend(["--configmap-labels", "nothing=here"]);
+    let output = drift_command(elsewhere.path(), &from_configs);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success()
+            && stderr
+                .contains("no sidecar config in the ConfigMaps of e2e-drift labelled nothing=here"),
+        "{stderr}"
+    );
+    configmaps
+        .delete("deployed-sidecars", &Default::default())
+        .await
+        .unwrap();
+
     // Another replica that publishes v1 (say, one that has not seen the edit) disagrees: the
     // report says so in one line and judges by the configs it reads.
     let v1_revision = stamp_of(v1).split('=').nth(1).unwrap().to_owned();
