@@ -1532,8 +1532,9 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
     };
     assert_eq!(counted("uninjected"), 0.0);
     assert!(counted("excluded") >= 1.0);
-    // drift says why, as the engine judged it.
-    let report = drift_report(&[
+    // drift says why, as the engine judged it. Its configs are the engine's, and no namespace
+    // filter (which would be the reason given first).
+    let configs = [
         "--configmap-namespace",
         first,
         "--configmap-labels",
@@ -1542,9 +1543,10 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
         first,
         "--webhook-configuration",
         &configuration,
-        "-n",
-        second,
-    ]);
+    ];
+    let mut drift_args = configs.to_vec();
+    drift_args.extend(["-n", second]);
+    let report = drift_report(&drift_args);
     let row = &report["workloads"][0];
     assert_eq!(row["name"], "outside", "{report:#}");
     assert_eq!(row["state"], "excluded", "{report:#}");
@@ -1567,16 +1569,7 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
             "--kubeconfig",
         ])
         .arg(&support::cluster::control_plane().kubeconfig)
-        // As drift above: no namespace filter, which would be the reason given first.
-        .args([
-            "--configmap-namespace",
-            first,
-            "--configmap-labels",
-            "sidecar-injector-e2e/config=true",
-            "--injector-namespace",
-            first,
-        ])
-        .args(["--webhook-configuration", &configuration])
+        .args(configs)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
