@@ -33,7 +33,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .cluster
             .drift
             .policy(args.cluster.ignore_namespaces.namespaces());
-        let status = read_status(&client, &args.cluster).await?;
+        let status = status_for_report(&client, &args.cluster, &sidecars).await?;
         // Paused campaigns and manual sidecars are flagged: a stale count alone would not say
         // that nothing is going to restart them.
         let book = status
@@ -157,4 +157,31 @@ fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -
         )?;
     }
     Ok(())
+}
+
+/// The status ConfigMap for the report. Judged by the configs read here, the report needs it
+/// only for its campaign flags: a user refused it still gets the report, unless no config was
+/// read either (every pod would read as orphaned).
+async fn status_for_report(
+    client: &kube::Client,
+    args: &super::args::OneShotArgs,
+    sidecars: &crate::config::SidecarSet,
+) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
+    let judged_by_configs = args.revisions_from == crate::cluster::status::RevisionsSource::Configs;
+    match read_status(client, args).await {
+        Err(err) if judged_by_configs && super::one_shot::status_refused(&err) => {
+            if sidecars.is_empty() {
+                return Err(err.context(
+                    "no sidecar config was read here either (--config-directory, --configmap-labels): there is nothing to judge the pods by",
+                ));
+            }
+            notice(
+                tracing::Level::WARN,
+                &format!("{}; campaigns not shown", crate::cli::one_line(&err)),
+                &[],
+            );
+            Ok(None)
+        }
+        status => status,
+    }
 }

@@ -23,16 +23,40 @@ pub async fn revisions_in_force(
     revisions_from_status(status.as_ref(), args)
 }
 
-/// The running injector's status ConfigMap, when there is one.
+/// The running injector's status ConfigMap, when there is one. Refused (a user whose rights
+/// stop at a team's namespaces), the error says who can grant it and how.
 pub async fn read_status(
     client: &kube::Client,
     args: &OneShotArgs,
 ) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
+    let namespace = &args.injector_namespace;
+    let name = crate::cluster::status::STATUS_CONFIGMAP;
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client.clone(), &args.injector_namespace);
-    api.get_opt(crate::cluster::status::STATUS_CONFIGMAP)
-        .await
-        .context("cannot read the injector's status ConfigMap")
+        kube::Api::namespaced(client.clone(), namespace);
+    api.get_opt(name).await.map_err(|err| {
+        let refused = matches!(&err, kube::Error::Api(status) if status.code == 403);
+        let err = anyhow::Error::new(err).context(format!(
+            "cannot read the injector's status ConfigMap {namespace}/{name}"
+        ));
+        if refused {
+            err.context(StatusRefused)
+        } else {
+            err
+        }
+    })
+}
+
+/// The status ConfigMap was refused: what it is for, and how a platform admin lets every user
+/// read it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the injector's status ConfigMap, which says the revisions in force and the campaigns, is refused to you: a platform admin can let every user read it (deploy/components/status-readers), or `drift --revisions-from configs` judges by configs you can read (--config-directory)"
+)]
+pub struct StatusRefused;
+
+/// Whether `err` is [`read_status`] refused.
+pub fn status_refused(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<StatusRefused>().is_some()
 }
 
 /// The campaign book of a status ConfigMap already read (`None`: none yet); a malformed one is

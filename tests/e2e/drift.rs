@@ -481,3 +481,119 @@ async fn a_watch_the_rbac_refuses_is_retried_ever_less_often_and_said_once() {
         "kube's own warning (with the Status dump) repeats ours"
     );
 }
+
+/// A team whose rights stop at its namespace (kubectl's `view` there, nothing in the injector's
+/// namespace) is told what it lacks and who can grant it; once a platform admin applies
+/// deploy/components/status-readers, its `drift -n TEAM` and `status` work, judged by the
+/// revisions the running injector publishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_readers_component_is_applied()
+ {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let injector_namespace = "e2e-readers";
+    let team = "e2e-readers-team";
+    let ctx = engine_context("readers", &[]).await;
+    let stamp = stamp_of(TRACER_V1);
+    wait_published(&ctx, &stamp).await;
+    let namespaces = Api::<Namespace>::all(ctx.client.clone());
+    create(&namespaces, json!({"metadata": {"name": team}})).await;
+    create(
+        &Api::<Deployment>::namespaced(ctx.client.clone(), team),
+        json!({"metadata": {"name": "web"}, "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": template("web", Some("tracer:v1"))}}),
+    )
+    .await;
+    eventually(DEADLINE, "web's pod", || async {
+        let pods = pods_in(&Api::namespaced(ctx.client.clone(), team), "web").await;
+        (!pods.is_empty()).then_some(())
+    })
+    .await;
+    create(
+        &Api::<ServiceAccount>::namespaced(ctx.client.clone(), team),
+        json!({"metadata": {"name": "dev"}}),
+    )
+    .await;
+    create(
+        &Api::<RoleBinding>::namespaced(ctx.client.clone(), team),
+        json!({"metadata": {"name": "dev-view"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+               "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": team}]}),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig =
+        support::cluster::service_account_kubeconfig(&ctx.client, team, "dev", dir.path()).await;
+    let as_dev = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--injector-namespace", injector_namespace])
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+
+    // Refused: the error says what and who can grant it, in the API server's words.
+    let refused = as_dev(&["drift", "-n", team]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("is refused to you: a platform admin can let every user read it (deploy/components/status-readers)")
+            && stderr.contains("(Forbidden, 403)"),
+        "{stderr}"
+    );
+    // Judged by configs it can read instead: it has none, and says so rather than report
+    // every pod orphaned.
+    let nothing = as_dev(&["drift", "-n", team, "--revisions-from", "configs"]);
+    let stderr = String::from_utf8_lossy(&nothing.stderr);
+    assert!(
+        !nothing.status.success() && stderr.contains("there is nothing to judge the pods by"),
+        "{stderr}"
+    );
+
+    // The component, as deploy/overlays/status-readers renders it (moved into the injector's
+    // namespace): a Role and its RoleBinding.
+    let granted: Vec<Value> = kustomize("deploy/overlays/status-readers")
+        .into_iter()
+        .filter(|d| d["metadata"]["name"] == "sidecar-injector-status-reader")
+        .collect();
+    assert_eq!(granted.len(), 2, "{granted:#?}");
+    for mut object in granted {
+        object["metadata"]["namespace"] = json!(injector_namespace);
+        let client = ctx.client.clone();
+        match object["kind"].as_str().unwrap() {
+            "Role" => create(&Api::<Role>::namespaced(client, injector_namespace), object).await,
+            "RoleBinding" => {
+                create(
+                    &Api::<RoleBinding>::namespaced(client, injector_namespace),
+                    object,
+                )
+                .await;
+            }
+            other => panic!("the component holds a {other}"),
+        }
+    }
+    let report = eventually(DEADLINE, "drift as the team, granted", || async {
+        let output = as_dev(&["drift", "-n", team, "-o", "json"]);
+        output.status.success().then_some(())?;
+        serde_json::from_slice::<Value>(&output.stdout).ok()
+    })
+    .await;
+    let revision = stamp.split_once('=').unwrap().1;
+    assert_eq!(
+        sidecar_row(&report, "tracer:v1")["revision"],
+        revision,
+        "judged by the published revision: {report:#}"
+    );
+    assert_eq!(report["workloads"][0]["name"], "web", "{report:#}");
+    let status = as_dev(&["status"]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    namespaces.delete(team, &Default::default()).await.unwrap();
+}
