@@ -421,7 +421,7 @@ async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Res
     let namespace = &live.namespace;
     let pod = live.read_pod(name).await?;
     let evict_bare_pods = args.cluster.drift.evict_bare_pods;
-    let owner = Owner::of(&live.client, namespace, &pod, evict_bare_pods).await?;
+    let owner = Owner::of(&live.client, namespace, &pod, evict_bare_pods, &live.keys).await?;
     let (judged, template) = match &owner.template {
         Some(template) => (
             format!("new pods of {}", owner.controller),
@@ -429,14 +429,7 @@ async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Res
         ),
         None => ("this pod".to_owned(), serde_json::to_value(&pod)?),
     };
-    let owner_exclusion = match &owner.workload {
-        Some(workload) if workload.kind != WorkloadKind::Pod => {
-            WorkloadSpec::read(&live.client, workload, &live.keys)
-                .await?
-                .owner_exclusion()
-        }
-        _ => owner.exclusion(&pod, evict_bare_pods),
-    };
+    let owner_exclusion = owner.exclusion(&pod, evict_bare_pods);
     let drift = live.drift(&pod.metadata, owner_exclusion.as_deref());
     let rollout = match &owner.workload {
         Some(workload) if !drift.is_empty() => Some(live.rollout(args, workload, &drift).await?),
@@ -722,6 +715,8 @@ struct Owner {
     controller: String,
     workload: Option<WorkloadRef>,
     template: Option<PodTemplateSpec>,
+    /// The workload is annotated `NS/rollout: disabled`.
+    rollout_disabled: bool,
 }
 
 impl Owner {
@@ -730,6 +725,7 @@ impl Owner {
         namespace: &str,
         pod: &Pod,
         evict_bare_pods: bool,
+        keys: &AnnotationKeys,
     ) -> anyhow::Result<Self> {
         let Some(controller) = controller_of(pod) else {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -738,19 +734,21 @@ impl Owner {
                     controller: "a bare pod: --evict-bare-pods has the engine evict it".to_owned(),
                     workload: Some(WorkloadRef::new(WorkloadKind::Pod, namespace, name)),
                     template: None,
+                    rollout_disabled: false,
                 }
             } else {
                 Self {
                     controller: "a bare pod: nothing restarts it but --evict-bare-pods".to_owned(),
                     workload: None,
                     template: None,
+                    rollout_disabled: false,
                 }
             });
         };
         let name = controller.name.as_str();
         let workload = |kind| Some(WorkloadRef::new(kind, namespace, name));
         Ok(match controller.kind.as_str() {
-            "ReplicaSet" => Self::of_replicaset(client, namespace, name).await?,
+            "ReplicaSet" => Self::of_replicaset(client, namespace, name, keys).await?,
             "StatefulSet" => {
                 let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
                 let set = api
@@ -761,6 +759,7 @@ impl Owner {
                     controller: format!("StatefulSet {name}"),
                     workload: workload(WorkloadKind::StatefulSet),
                     template: set.spec.map(|s| s.template),
+                    rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
                 }
             }
             "DaemonSet" => {
@@ -773,12 +772,14 @@ impl Owner {
                     controller: format!("DaemonSet {name}"),
                     workload: workload(WorkloadKind::DaemonSet),
                     template: set.spec.map(|s| s.template),
+                    rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
                 }
             }
             kind => Self {
                 controller: format!("{kind} {name}: the engine does not restart it"),
                 workload: None,
                 template: None,
+                rollout_disabled: false,
             },
         })
     }
@@ -786,8 +787,11 @@ impl Owner {
 
 impl Owner {
     /// Why the engine leaves out `pod`, which this owns, as `drift` says it: its owner is not
-    /// a workload the engine restarts.
+    /// a workload the engine restarts, or one that opted out.
     fn exclusion(&self, pod: &Pod, evict_bare_pods: bool) -> Option<String> {
+        if self.workload.is_some() && self.rollout_disabled {
+            return Some(crate::drift::ROLLOUT_DISABLED.to_owned());
+        }
         let controller = controller_of(pod).map(|r| (r.kind.as_str(), r.name.as_str()));
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let owner = resolve_pod_owner(controller, name, evict_bare_pods, |_| {
@@ -803,6 +807,7 @@ impl Owner {
         client: &kube::Client,
         namespace: &str,
         name: &str,
+        keys: &AnnotationKeys,
     ) -> anyhow::Result<Self> {
         let api: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
         let replicaset = api
@@ -818,19 +823,28 @@ impl Owner {
             .map(|r| r.name.clone());
         let template = replicaset.spec.and_then(|s| s.template);
         Ok(match deployment {
-            Some(deployment) => Self {
-                controller: format!("ReplicaSet {name} of Deployment {deployment}"),
-                workload: Some(WorkloadRef::new(
-                    WorkloadKind::Deployment,
-                    namespace,
-                    &deployment,
-                )),
-                template,
-            },
+            Some(deployment) => {
+                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                let metadata = api
+                    .get_metadata(&deployment)
+                    .await
+                    .with_context(|| format!("cannot read Deployment {namespace}/{deployment}"))?;
+                Self {
+                    controller: format!("ReplicaSet {name} of Deployment {deployment}"),
+                    workload: Some(WorkloadRef::new(
+                        WorkloadKind::Deployment,
+                        namespace,
+                        &deployment,
+                    )),
+                    template,
+                    rollout_disabled: crate::drift::rollout_disabled(&metadata.metadata, keys),
+                }
+            }
             None => Self {
                 controller: format!("ReplicaSet {name}, with no Deployment: nothing rolls it"),
                 workload: None,
                 template,
+                rollout_disabled: false,
             },
         })
     }

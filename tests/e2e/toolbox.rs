@@ -513,4 +513,11 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
         json!({"action": "nothing",
                "why": "the engine leaves its pods out: rollout disabled by annotation"})
     );
+    // Asked about its pod, the same.
+    let pod = explain(&windowed);
+    assert_eq!(
+        pod["sidecars"][0]["excluded"], "rollout disabled by annotation",
+        "{pod:#}"
+    );
+    assert_eq!(pod["rollout"], disabled["rollout"], "{pod:#}");
 }
