@@ -1721,20 +1721,9 @@ async fn an_injector_that_may_not_read_namespaces_still_rolls_out_counting_every
         ctx.dir(),
     )
     .await;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .args(["drift", "-o", "json", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(scope_args(namespace))
-        .args(["--webhook-configuration", &configuration, "-n", namespace])
-        .current_dir(ctx.dir())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut args = scope_args(namespace);
+    args.extend(["--webhook-configuration", &configuration, "-n", namespace]);
+    let report = drift_report_as(&kubeconfig, ctx.dir(), &args);
     assert_eq!(report["workloads"][0]["name"], "web", "{report:#}");
     assert_eq!(report["workloads"][0]["state"], "current", "{report:#}");
 }

@@ -279,10 +279,19 @@ pub fn drift_args() -> Vec<&'static str> {
 /// `sidecar-injector drift -o json ARGS` against the control plane, run from `dir`; whatever
 /// its exit status.
 pub fn drift_command(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    drift_command_as(&super::cluster::control_plane().kubeconfig, dir, args)
+}
+
+/// As [`drift_command`], connecting with `kubeconfig` (an account's, say).
+pub fn drift_command_as(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("drift")
         .arg("--kubeconfig")
-        .arg(&super::cluster::control_plane().kubeconfig)
+        .arg(kubeconfig)
         .args(["-o", "json"])
         .args(args)
         .current_dir(dir)
@@ -311,7 +320,16 @@ pub fn drift_report(args: &[&str]) -> Value {
 
 /// As [`drift_report`], run from `dir` (outside the checkout, say).
 pub fn drift_report_from(dir: &std::path::Path, args: &[&str]) -> Value {
-    let output = drift_command(dir, args);
+    drift_report_as(&super::cluster::control_plane().kubeconfig, dir, args)
+}
+
+/// As [`drift_report_from`], connecting with `kubeconfig`.
+pub fn drift_report_as(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> Value {
+    let output = drift_command_as(kubeconfig, dir, args);
     assert!(
         output.status.success(),
         "drift: {}",
