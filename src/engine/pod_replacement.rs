@@ -66,7 +66,7 @@ impl Engine {
             match upgrade.progress(pod.as_ref()) {
                 UpgradeProgress::Pending => continue,
                 UpgradeProgress::Done(restarts) => {
-                    info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, no other container restarted",
+                    info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, the pod Ready, no other container restarted",
                         upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
                     self.upgraded
                         .entry(workload.clone())

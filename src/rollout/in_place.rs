@@ -221,8 +221,8 @@ pub struct InPlaceUpgrade {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpgradeProgress {
     Pending,
-    /// Every upgraded container runs its new image and is ready; the restart counts of the
-    /// pod's containers then, for the bake to count restarts from.
+    /// Every upgraded container runs its new image and is ready, and the pod is Ready; the
+    /// restart counts of the pod's containers then, for the bake to count restarts from.
     Done(BTreeMap<String, i32>),
     Failed(String),
 }
@@ -319,7 +319,9 @@ impl InPlaceUpgrade {
             let running = state.is_some_and(|s| s.running.is_some());
             done &= running && status.ready;
         }
-        if done {
+        // Its containers ready is not yet the pod Ready (a readiness gate, another container):
+        // until it is, the pod still counts against the workload's maxUnavailable.
+        if done && pod_ready(pod) {
             UpgradeProgress::Done(
                 statuses
                     .iter()
@@ -330,6 +332,16 @@ impl InPlaceUpgrade {
             UpgradeProgress::Pending
         }
     }
+}
+
+/// Whether the pod's Ready condition is True.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 #[cfg(test)]
@@ -414,7 +426,7 @@ mod tests {
             "metadata": {"name": "web-1", "namespace": "team", "uid": "u-1",
                 "annotations": {"injector/revision": revision}},
             "spec": {"containers": [{"name": "app", "image": "app:1"}, {"name": "shipper", "image": "s:1"}]},
-            "status": {"containerStatuses": [
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": [
                 {"name": "app", "ready": true, "restartCount": 0, "image": "app:1", "imageID": "", "state": {"running": {}}},
                 {"name": "shipper", "ready": true, "restartCount": 0, "image": "docker.io/s:1", "imageID": "", "state": {"running": {}}}
             ]}
@@ -485,6 +497,10 @@ mod tests {
             UpgradeProgress::Done(_)
         ));
         let ready = json!({"name": "shipper", "ready": true, "restartCount": 1, "image": "docker.io/s:2", "imageID": "", "state": {"running": {}}});
+        // Its containers ready, the pod not yet (a readiness gate): still unavailable.
+        let mut gated = with(ready.clone(), 0, "u-1");
+        gated.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        assert_eq!(upgrade.progress(Some(&gated)), UpgradeProgress::Pending);
         assert_eq!(
             upgrade.progress(Some(&with(ready.clone(), 0, "u-1"))),
             UpgradeProgress::Done(BTreeMap::from([("app".into(), 0), ("shipper".into(), 1)]))
