@@ -169,6 +169,8 @@ struct Eviction {
     workload: WorkloadRef,
     pods: Vec<PodToReplace>,
     healthy: bool,
+    /// Its `minReadySeconds`: a pod upgraded in place counts as available again only then.
+    min_ready: Duration,
 }
 
 /// A plan, with what the executor needs from the index to carry it out.
@@ -659,6 +661,12 @@ impl Engine {
                     workload: r.workload.clone(),
                     pods,
                     healthy: rollout::rolled_out(kind, entry),
+                    min_ready: Duration::from_secs(
+                        entry
+                            .min_ready_seconds
+                            .and_then(|s| u64::try_from(s).ok())
+                            .unwrap_or(0),
+                    ),
                 })
             })
             .collect();

@@ -244,6 +244,8 @@ pub struct WorkloadEntry {
     /// A Deployment's maxUnavailable as a pod count (see [`max_unavailable`]); `None` for other
     /// kinds (one at a time) and a Recreate Deployment.
     pub max_unavailable: Option<i32>,
+    /// `minReadySeconds`: how long a pod must have been Ready to count as available.
+    pub min_ready_seconds: Option<i32>,
 }
 
 impl WorkloadEntry {
@@ -309,6 +311,7 @@ impl WorkloadEntry {
             downtime: spec.and_then(Downtime::of_deployment),
             max_unavailable: spec.and_then(max_unavailable),
             paused: spec.and_then(|s| s.paused).unwrap_or(false),
+            min_ready_seconds: spec.and_then(|s| s.min_ready_seconds),
             replicas: spec.and_then(|s| s.replicas),
             status_replicas: status.and_then(|s| s.replicas),
             observed_generation: status.and_then(|s| s.observed_generation),
@@ -333,6 +336,7 @@ impl WorkloadEntry {
         WorkloadEntry {
             update_strategy: UpdateStrategy::parse(strategy.and_then(|u| u.type_.as_deref())),
             partition: strategy.and_then(|u| u.rolling_update.as_ref()?.partition),
+            min_ready_seconds: spec.and_then(|s| s.min_ready_seconds),
             replicas: spec.and_then(|s| s.replicas),
             update_revision_pending: status.is_some_and(|s| {
                 s.update_revision.is_some() && s.update_revision != s.current_revision
@@ -359,6 +363,7 @@ impl WorkloadEntry {
             update_strategy: UpdateStrategy::parse(
                 spec.and_then(|s| s.update_strategy.as_ref()?.type_.as_deref()),
             ),
+            min_ready_seconds: spec.and_then(|s| s.min_ready_seconds),
             replicas: status.map(|s| s.desired_number_scheduled),
             observed_generation: status.and_then(|s| s.observed_generation),
             updated_replicas: status.and_then(|s| s.updated_number_scheduled),

@@ -577,7 +577,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
     let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "team", "generation": 4, "annotations": {"injector/rollout": "Disabled", "injector/rolled-at": "2026-11-21T10:00:00Z", "injector/rollout-priority": " -5 ", "injector/allow-downtime": "True", "injector/maintenance-window": "Sat-Sun 00:00-04:00 Europe/Oslo"},
                      "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
-        "spec": {"paused": true, "replicas": 3, "strategy": {"type": "RollingUpdate"}, "selector": {},
+        "spec": {"paused": true, "replicas": 3, "minReadySeconds": 10, "strategy": {"type": "RollingUpdate"}, "selector": {},
                  "template": {"metadata": {"annotations": {"injector/rollout-revision": "logger:v1=abc", "injector/rollout-heal": "logger:v1=def", "injector/request": "logger:v1"}},
                               "spec": {"containers": [{"name": "app", "image": "app:1"}]}}},
         "status": {"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3}
@@ -605,6 +605,7 @@ fn workloads_are_stripped_to_what_planning_needs() {
             rollout_priority: Some(-5),
             downtime: None,
             max_unavailable: Some(0),
+            min_ready_seconds: Some(10),
             allow_downtime: true,
             maintenance_window: Some(Ok(crate::maintenance::MaintenanceWindows::parse_list(
                 "Sat-Sun 00:00-04:00 Europe/Oslo"

@@ -26,14 +26,17 @@ use crate::workload::WorkloadRef;
 pub(super) struct UpgradeUnderWay {
     pub upgrade: InPlaceUpgrade,
     last_read: PodRead,
+    /// Found upgraded and Ready, within its workload's minReadySeconds: when it is available
+    /// (nothing the watch sees happens then, so the engine wakes for it).
+    available_at: Option<Timestamp>,
 }
 
 impl Engine {
     /// Judges each pod being upgraded in place, read again once the pod watch saw it change
     /// (its container states are not in the index, but each change comes through the watch
-    /// and wakes the engine): done, it frees its workload for the next pod; failed, its
-    /// workload's restart fails with the reason at the next plan; still under way, read again
-    /// at its next change.
+    /// and wakes the engine) or once its minReadySeconds are up: done, it frees its workload
+    /// for the next pod; failed, its workload's restart fails with the reason at the next plan;
+    /// still under way, read again at its next change.
     pub(super) async fn follow_upgrades(&mut self, followed: &FollowedPods) {
         let workloads: Vec<WorkloadRef> = self.upgrades.keys().cloned().collect();
         for workload in workloads {
@@ -44,9 +47,13 @@ impl Engine {
                 under_way.upgrade.namespace.clone(),
                 under_way.upgrade.pod.clone(),
             );
-            if !under_way
-                .last_read
-                .changed(followed.seen(&namespace, &name).as_ref())
+            let available = under_way
+                .available_at
+                .is_some_and(|at| at <= Timestamp::now());
+            if !available
+                && !under_way
+                    .last_read
+                    .changed(followed.seen(&namespace, &name).as_ref())
             {
                 continue;
             }
@@ -62,9 +69,19 @@ impl Engine {
                 continue;
             };
             under_way.last_read = read;
+            let progress = under_way.upgrade.progress(pod.as_ref(), Timestamp::now());
+            under_way.available_at = match progress {
+                UpgradeProgress::Ready { available_at } => Some(available_at),
+                _ => None,
+            };
             let upgrade = &under_way.upgrade;
-            match upgrade.progress(pod.as_ref()) {
+            match progress {
                 UpgradeProgress::Pending => continue,
+                UpgradeProgress::Ready { available_at } => {
+                    info!(workload = %workload, pod = upgrade.pod, "{} upgraded in place and Ready; the next pod waits until it is available at {available_at} (minReadySeconds)", upgrade.pod);
+                    self.wake_at(available_at);
+                    continue;
+                }
                 UpgradeProgress::Done(restarts) => {
                     info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, the pod Ready, no other container restarted",
                         upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
@@ -158,7 +175,7 @@ impl Engine {
                 return;
             }
         };
-        let upgrade = InPlaceUpgrade::of(&pod, &patch);
+        let upgrade = InPlaceUpgrade::of(&pod, &patch, eviction.min_ready);
         // Followed from before the patch, so that no change after it goes unseen (followed
         // already, by its workload's bake, what the watch saw of it then is no news either).
         followed.follow(namespace, &next.name);
@@ -180,6 +197,7 @@ impl Engine {
                 let under_way = UpgradeUnderWay {
                     upgrade,
                     last_read: PodRead::of(Some(&patched), seen_at_patch),
+                    available_at: None,
                 };
                 self.upgrades.insert(workload.clone(), under_way);
             }

@@ -4,8 +4,10 @@
 //! revisions qualify, the JSON patch of one pod, and how an upgrade under way is going.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::history::RevisionHistory;
@@ -215,12 +217,19 @@ pub struct InPlaceUpgrade {
     pub upgraded: BTreeMap<String, (String, i32)>,
     /// Every other container's restart count: none may restart.
     pub others: BTreeMap<String, i32>,
+    /// Its workload's `minReadySeconds`: how long the pod must be Ready again to count as
+    /// available, as its controller counts it.
+    pub min_ready: Duration,
 }
 
 /// How an in-place upgrade is going.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpgradeProgress {
     Pending,
+    /// Upgraded and Ready, not yet for its workload's `minReadySeconds`: available then.
+    Ready {
+        available_at: Timestamp,
+    },
     /// Every upgraded container runs its new image and is ready, and the pod is Ready; the
     /// restart counts of the pod's containers then, for the bake to count restarts from.
     Done(BTreeMap<String, i32>),
@@ -228,8 +237,9 @@ pub enum UpgradeProgress {
 }
 
 impl InPlaceUpgrade {
-    /// The upgrade of `pod` (as read just before its patch) by `patch`.
-    pub fn of(pod: &Pod, patch: &InPlacePatch) -> Self {
+    /// The upgrade of `pod` (as read just before its patch) by `patch`, in a workload whose
+    /// `minReadySeconds` is `min_ready`.
+    pub fn of(pod: &Pod, patch: &InPlacePatch, min_ready: Duration) -> Self {
         let statuses = pod
             .status
             .as_ref()
@@ -256,11 +266,12 @@ impl InPlaceUpgrade {
                 .filter(|s| !patch.upgraded.contains_key(&s.name))
                 .map(|s| (s.name.clone(), s.restart_count))
                 .collect(),
+            min_ready,
         }
     }
 
-    /// Judges the pod as read now (`None`: gone).
-    pub fn progress(&self, pod: Option<&Pod>) -> UpgradeProgress {
+    /// Judges the pod as read at `now` (`None`: gone).
+    pub fn progress(&self, pod: Option<&Pod>, now: Timestamp) -> UpgradeProgress {
         let Some(pod) = pod else {
             // Deleted (a scale-down, a drain): nothing left to upgrade or to fail.
             return UpgradeProgress::Done(BTreeMap::new());
@@ -319,29 +330,41 @@ impl InPlaceUpgrade {
             let running = state.is_some_and(|s| s.running.is_some());
             done &= running && status.ready;
         }
-        // Its containers ready is not yet the pod Ready (a readiness gate, another container):
-        // until it is, the pod still counts against the workload's maxUnavailable.
-        if done && pod_ready(pod) {
-            UpgradeProgress::Done(
-                statuses
-                    .iter()
-                    .map(|s| (s.name.clone(), s.restart_count))
-                    .collect(),
-            )
-        } else {
-            UpgradeProgress::Pending
+        // Its containers ready is not yet the pod Ready (a readiness gate, another container),
+        // nor available (minReadySeconds): until it is, the pod still counts against the
+        // workload's maxUnavailable.
+        let Some(ready_since) = ready_since(pod).filter(|_| done) else {
+            return UpgradeProgress::Pending;
+        };
+        let available_at = super::after(ready_since, self.min_ready);
+        if available_at > now {
+            return UpgradeProgress::Ready { available_at };
         }
+        UpgradeProgress::Done(
+            statuses
+                .iter()
+                .map(|s| (s.name.clone(), s.restart_count))
+                .collect(),
+        )
     }
 }
 
-/// Whether the pod's Ready condition is True.
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default()
+/// Since when the pod has been Ready (its Ready condition's last transition; without one, for
+/// ever), or `None` when it is not Ready.
+fn ready_since(pod: &Pod) -> Option<Timestamp> {
+    let ready = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_deref()?
         .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    Some(
+        ready
+            .last_transition_time
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+    )
 }
 
 #[cfg(test)]
@@ -467,15 +490,50 @@ mod tests {
     }
 
     #[test]
+    fn an_upgraded_pod_is_done_once_ready_for_its_workload_s_min_ready_seconds() {
+        let keys = AnnotationKeys::default();
+        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+        let before = pod("logger:v1=aaaaaaaaaaaa");
+        let patch = pod_patch(&before, &keys, &target, &history()).unwrap();
+        let ready_at: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
+        let mut upgraded: Value = serde_json::to_value(&before).unwrap();
+        upgraded["status"]["conditions"][0]["lastTransitionTime"] = json!("2026-11-29T10:00:00Z");
+        upgraded["status"]["containerStatuses"][1]["restartCount"] = json!(1);
+        let upgraded: Pod = serde_json::from_value(upgraded).unwrap();
+        let at = |seconds: i64| ready_at + k8s_openapi::jiff::SignedDuration::from_secs(seconds);
+
+        let patient = InPlaceUpgrade::of(&before, &patch, Duration::from_secs(10));
+        assert_eq!(
+            patient.progress(Some(&upgraded), at(3)),
+            UpgradeProgress::Ready {
+                available_at: at(10)
+            },
+            "Ready 3 s of minReadySeconds 10: not yet available"
+        );
+        assert!(matches!(
+            patient.progress(Some(&upgraded), at(10)),
+            UpgradeProgress::Done(_)
+        ));
+        let eager = InPlaceUpgrade::of(&before, &patch, Duration::ZERO);
+        assert!(matches!(
+            eager.progress(Some(&upgraded), at(0)),
+            UpgradeProgress::Done(_)
+        ));
+    }
+
+    #[test]
     fn an_upgrade_is_done_when_the_new_container_runs_ready_and_nothing_else_restarted() {
         let keys = AnnotationKeys::default();
         let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
         let before = pod("logger:v1=aaaaaaaaaaaa");
         let patch = pod_patch(&before, &keys, &target, &history()).unwrap();
-        let upgrade = InPlaceUpgrade::of(&before, &patch);
+        let upgrade = InPlaceUpgrade::of(&before, &patch, Duration::ZERO);
         assert_eq!(upgrade.others, BTreeMap::from([("app".into(), 0)]));
         // Patched, the kubelet not there yet.
-        assert_eq!(upgrade.progress(Some(&before)), UpgradeProgress::Pending);
+        assert_eq!(
+            upgrade.progress(Some(&before), Timestamp::UNIX_EPOCH),
+            UpgradeProgress::Pending
+        );
         let with = |shipper: Value, app_restarts: i32, uid: &str| -> Pod {
             let mut pod = before.clone();
             pod.metadata.uid = Some(uid.into());
@@ -487,25 +545,29 @@ mod tests {
         };
         let starting = json!({"name": "shipper", "ready": false, "restartCount": 1, "image": "docker.io/s:2", "imageID": "", "state": {"running": {}}});
         assert_eq!(
-            upgrade.progress(Some(&with(starting, 0, "u-1"))),
+            upgrade.progress(Some(&with(starting, 0, "u-1")), Timestamp::UNIX_EPOCH),
             UpgradeProgress::Pending
         );
         // A runtime may report the image by another of its tags: the restart tells.
         let retagged = json!({"name": "shipper", "ready": true, "restartCount": 1, "image": "docker.io/s:1", "imageID": "", "state": {"running": {}}});
         assert!(matches!(
-            upgrade.progress(Some(&with(retagged, 0, "u-1"))),
+            upgrade.progress(Some(&with(retagged, 0, "u-1")), Timestamp::UNIX_EPOCH),
             UpgradeProgress::Done(_)
         ));
         let ready = json!({"name": "shipper", "ready": true, "restartCount": 1, "image": "docker.io/s:2", "imageID": "", "state": {"running": {}}});
         // Its containers ready, the pod not yet (a readiness gate): still unavailable.
         let mut gated = with(ready.clone(), 0, "u-1");
         gated.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
-        assert_eq!(upgrade.progress(Some(&gated)), UpgradeProgress::Pending);
         assert_eq!(
-            upgrade.progress(Some(&with(ready.clone(), 0, "u-1"))),
+            upgrade.progress(Some(&gated), Timestamp::UNIX_EPOCH),
+            UpgradeProgress::Pending
+        );
+        assert_eq!(
+            upgrade.progress(Some(&with(ready.clone(), 0, "u-1")), Timestamp::UNIX_EPOCH),
             UpgradeProgress::Done(BTreeMap::from([("app".into(), 0), ("shipper".into(), 1)]))
         );
-        let UpgradeProgress::Failed(why) = upgrade.progress(Some(&with(ready.clone(), 1, "u-1")))
+        let UpgradeProgress::Failed(why) =
+            upgrade.progress(Some(&with(ready.clone(), 1, "u-1")), Timestamp::UNIX_EPOCH)
         else {
             panic!("an app restart fails it")
         };
@@ -514,18 +576,18 @@ mod tests {
             "pod web-1: container app restarted during the in-place upgrade of shipper"
         );
         assert!(matches!(
-            upgrade.progress(Some(&with(ready, 0, "u-2"))),
+            upgrade.progress(Some(&with(ready, 0, "u-2")), Timestamp::UNIX_EPOCH),
             UpgradeProgress::Failed(_)
         ));
         let backoff = json!({"name": "shipper", "ready": false, "restartCount": 2, "image": "docker.io/s:2", "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
         assert_eq!(
-            upgrade.progress(Some(&with(backoff, 0, "u-1"))),
+            upgrade.progress(Some(&with(backoff, 0, "u-1")), Timestamp::UNIX_EPOCH),
             UpgradeProgress::Failed(
                 "pod web-1: upgraded container shipper is waiting (CrashLoopBackOff)".into()
             )
         );
         assert_eq!(
-            upgrade.progress(None),
+            upgrade.progress(None, Timestamp::UNIX_EPOCH),
             UpgradeProgress::Done(BTreeMap::new())
         );
     }

@@ -55,10 +55,27 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
     for name in ["canary", "web"] {
         create_deployment(&ctx, name, 4, template(name, Some("tracer:v1"))).await;
     }
+    // canary's pods count as available 2 s after they are Ready: each upgraded pod is waited
+    // out for that long before the next, by the engine itself (not only by the Deployment's
+    // status, which may lag).
+    let deployments = ctx.api::<Deployment>();
+    deployments
+        .patch(
+            "canary",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"minReadySeconds": 2}})),
+        )
+        .await
+        .unwrap();
     let v1 = stamp_of(TRACER_V1);
     for app in ["canary", "web"] {
         wait_pods_at(&ctx, app, 4, &v1, DEADLINE).await;
     }
+    eventually(DEADLINE, "canary's 4 pods available", || async {
+        let status = deployments.get("canary").await.ok()?.status?;
+        (status.available_replicas == Some(4)).then_some(())
+    })
+    .await;
     let before = [uids(&ctx, "canary").await, uids(&ctx, "web").await];
     // web's budget allows no disruption: its pods wait, never patched past it.
     let pdbs = blocking_pdb(&ctx, "web", 4).await;
@@ -89,6 +106,15 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
         [uids(&ctx, "canary").await, uids(&ctx, "web").await],
         before,
         "the very same pods"
+    );
+    let waited = logged(injector, "the next pod waits until it is available at");
+    assert!(
+        waited.iter().any(|m| m.starts_with("canary-")),
+        "the engine waited out canary's minReadySeconds: {waited:?}"
+    );
+    assert!(
+        !waited.iter().any(|m| m.starts_with("web-")),
+        "web has no minReadySeconds to wait out: {waited:?}"
     );
     for app in ["canary", "web"] {
         for pod in pods_of(&ctx, app).await {
@@ -133,11 +159,12 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
         "one patch per pod"
     );
     // Each pod is read once before its patch, once more when the pod watch says it changed
-    // after it (the kubelet's report of the restarted sidecar), and once at the end of its
-    // workload's bake: not at every pass of the engine (35 reads in this test when it was).
+    // after it (the kubelet's report of the restarted sidecar), a canary pod once more when its
+    // minReadySeconds are up, and once at the end of its workload's bake: not at every pass of
+    // the engine (35 reads in this test when it was).
     let reads = injector.metric("sidecar_injector_rollout_api_requests_total{verb=\"read_pod\"}");
     assert!(
-        reads <= 3.0 * 8.0,
+        reads <= 3.0 * 8.0 + 4.0,
         "{reads} pod reads for 8 pods upgraded in place"
     );
     let events = events_for(&ctx, "web", "SidecarRestart").await;
