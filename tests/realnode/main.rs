@@ -1371,7 +1371,7 @@ struct WatchedPod {
     /// The sidecar's restart count when the watch first saw the pod.
     first_restarts: i32,
     unready_since: Option<std::time::Instant>,
-    upgrading: bool,
+    /// Seen Ready on a restarted sidecar once: done, whatever its readiness does after.
     upgraded: bool,
 }
 
@@ -1419,7 +1419,6 @@ impl UpgradeTimeline {
             || (image == self.new_image && ready && restarts > first_restarts);
         let state = WatchedPod {
             ready,
-            upgrading: image == self.new_image && !upgraded,
             upgraded,
             unready_since: if ready {
                 None
@@ -1435,7 +1434,11 @@ impl UpgradeTimeline {
         }
         self.pods.insert(name.clone(), state);
         let unready = self.pods.values().filter(|s| !s.ready).count();
-        let upgrading = self.pods.values().filter(|s| s.upgrading).count();
+        let upgrading = self
+            .pods
+            .values()
+            .filter(|s| s.image == self.new_image && !s.upgraded)
+            .count();
         self.most_unready = self.most_unready.max(unready);
         self.most_upgrading = self.most_upgrading.max(upgrading);
         let pod = &self.pods[&name];
@@ -1471,7 +1474,7 @@ fn the_upgrade_timeline_flags_two_pods_upgrading_and_a_patch_into_an_unready_pod
     let start = std::time::Instant::now();
     let at = |ms: u64| start + Duration::from_millis(ms);
     let fresh = || {
-        let mut timeline = UpgradeTimeline::new("patcher", "localhost/busybox:next");
+        let mut timeline = UpgradeTimeline::new("patcher", new);
         timeline.started = start;
         for name in ["a", "b", "c"] {
             timeline.saw(&pod(name, old, 0, true), at(0));
