@@ -88,6 +88,16 @@ pub fn injection(
 /// What the webhook does with a pod of `namespace`, which the API server never sends to it
 /// (`why`): nothing.
 pub fn not_sent(namespace: &str, why: String) -> InjectionExplanation {
+    not_called(format!("pods of namespace {namespace}"), why)
+}
+
+/// The webhook is never called for these pods: an objectSelector leaves out their labels
+/// (`why`).
+pub fn not_sent_by_labels(why: String) -> InjectionExplanation {
+    not_called("pods labelled as these".to_owned(), why)
+}
+
+fn not_called(whom: String, why: String) -> InjectionExplanation {
     InjectionExplanation {
         checks: vec![Check {
             check: WEBHOOK_CALLED.to_owned(),
@@ -95,9 +105,7 @@ pub fn not_sent(namespace: &str, why: String) -> InjectionExplanation {
             detail: why,
         }],
         verdict: Verdict::Skip,
-        message: format!(
-            "not injected: the API server never calls the webhook for pods of namespace {namespace}"
-        ),
+        message: format!("not injected: the API server never calls the webhook for {whom}"),
     }
 }
 

@@ -22,6 +22,13 @@ impl PodMeta {
             .insert(key.into(), value.into());
         self
     }
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .labels
+            .get_or_insert_default()
+            .insert(key.into(), value.into());
+        self
+    }
     pub fn request(self, request: &str) -> Self {
         self.annotation("injector/request", request)
     }

@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::args::ExplainArgs;
 use super::one_shot::{OneShot, revisions_from_status, synced_feed};
 use crate::annotations::AnnotationKeys;
-use crate::cluster::list::list_selected;
+use crate::cluster::list::{NamespaceReach, list_selected};
 use crate::config::SidecarSet;
 use crate::engine::{Authority, Engine, EngineMode, EngineOptions};
 use crate::explain::{
@@ -254,8 +254,9 @@ struct Live {
     served: SidecarSet,
     published: Option<crate::config::RevisionsInForce>,
     namespace: String,
-    /// Whether the API server calls the webhook for the namespace, when that can be read.
-    reach: Option<Result<String, String>>,
+    /// What the webhook configuration reaches and the namespace's labels, when they can be
+    /// read.
+    reach: Option<NamespaceReach>,
     /// Why the engine leaves out every pod of the namespace, as `drift` says it, if it does.
     namespace_exclusion: Option<String>,
 }
@@ -279,13 +280,9 @@ impl Live {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,
             None => None,
         };
-        let namespace_exclusion =
-            policy(args)
-                .namespace_exclusion(&namespace)
-                .or_else(|| match &reach {
-                    Some(Err(why)) => Some(why.clone()),
-                    _ => None,
-                });
+        let namespace_exclusion = policy(args)
+            .namespace_exclusion(&namespace)
+            .or_else(|| reach.as_ref()?.namespace().err());
         Ok(Self {
             client,
             keys,
@@ -302,15 +299,22 @@ impl Live {
     fn injection(&self, args: &ExplainArgs, pod: &Value) -> anyhow::Result<InjectionExplanation> {
         let view = PodView::deserialize(pod).context("the pod template does not read")?;
         let decided = || injection(&view, &self.namespace, &self.served, &settings(args));
-        Ok(match self.reach.clone() {
-            None => decided(),
-            Some(Ok(selected_by)) => crate::explain::sent(decided(), selected_by),
-            Some(Err(why)) => crate::explain::not_sent(&self.namespace, why),
+        let Some(reach) = &self.reach else {
+            return Ok(decided());
+        };
+        if let Err(why) = reach.namespace() {
+            return Ok(crate::explain::not_sent(&self.namespace, why));
+        }
+        let labels =
+            BTreeMap::<String, String>::deserialize(&pod["metadata"]["labels"]).unwrap_or_default();
+        Ok(match reach.pod(&labels) {
+            Ok(selected_by) => crate::explain::sent(decided(), selected_by),
+            Err(why) => crate::explain::not_sent_by_labels(why),
         })
     }
 
     /// The drift of each sidecar a pod asks for, from its annotations: `excluded` when its
-    /// namespace or its owner (`owner_exclusion`) has the engine leave it out.
+    /// namespace, its labels or its owner (`owner_exclusion`) has the engine leave it out.
     fn drift(&self, pod: &ObjectMeta, owner_exclusion: Option<&str>) -> Vec<SidecarDrift> {
         let none = BTreeMap::new();
         let annotations = pod.annotations.as_ref().unwrap_or(&none);
@@ -328,7 +332,15 @@ impl Live {
         annotations
             .get(&self.keys.request)
             .map(|request| {
-                let exclusion = self.namespace_exclusion.as_deref().or(owner_exclusion);
+                let by_labels = match (&self.namespace_exclusion, &self.reach) {
+                    (None, Some(reach)) => reach.pod(pod.labels.as_ref().unwrap_or(&none)).err(),
+                    _ => None,
+                };
+                let exclusion = self
+                    .namespace_exclusion
+                    .as_deref()
+                    .or(by_labels.as_deref())
+                    .or(owner_exclusion);
                 sidecar_drift(request, &state, wanted, exclusion)
             })
             .unwrap_or_default()

@@ -10,6 +10,7 @@ use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use tracing::info;
 
@@ -190,14 +191,14 @@ async fn follow_reach_once(client: &Client, name: &str, index: &mut DriftIndex) 
     }
 }
 
-/// Whether the webhook configuration `name` has the API server call the webhook for pods of
-/// `namespace`: what selects it, or why not; `None` when that cannot be read (no such
-/// configuration, or no right to read it or the namespace).
+/// What the webhook configuration `name` reaches, and the labels of `namespace`, to say
+/// whether the API server calls the webhook for a pod there; `None` when that cannot be read
+/// (no such configuration, or no right to read it or the namespace).
 pub async fn namespace_reach(
     client: &Client,
     name: &str,
     namespace: &str,
-) -> Option<Result<String, String>> {
+) -> Option<NamespaceReach> {
     let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let read = async {
@@ -206,10 +207,11 @@ pub async fn namespace_reach(
         Ok::<_, kube::Error>(configuration.zip(labels))
     };
     match read.await {
-        Ok(Some((configuration, labels))) => Some(
-            WebhookReach::of(&configuration)
-                .reaches(namespace, &labels.metadata.labels.unwrap_or_default()),
-        ),
+        Ok(Some((configuration, labels))) => Some(NamespaceReach {
+            reach: WebhookReach::of(&configuration),
+            namespace: namespace.to_owned(),
+            labels: labels.metadata.labels.unwrap_or_default(),
+        }),
         Ok(None) => None,
         Err(err) => {
             info!(
@@ -218,6 +220,28 @@ pub async fn namespace_reach(
             );
             None
         }
+    }
+}
+
+/// A webhook configuration's reach and one namespace's labels.
+#[derive(Clone, Debug)]
+pub struct NamespaceReach {
+    reach: WebhookReach,
+    namespace: String,
+    labels: BTreeMap<String, String>,
+}
+
+impl NamespaceReach {
+    /// Whether the webhook is called for pods of the namespace (for some of them, when an
+    /// objectSelector chooses by label): what selects it, or why not.
+    pub fn namespace(&self) -> Result<String, String> {
+        self.reach.reaches(&self.namespace, &self.labels)
+    }
+
+    /// Whether the webhook is called for a pod of the namespace labelled `labels`.
+    pub fn pod(&self, labels: &BTreeMap<String, String>) -> Result<String, String> {
+        self.reach
+            .reaches_pod(&self.namespace, &self.labels, labels)
     }
 }
 

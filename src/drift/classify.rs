@@ -11,7 +11,7 @@ use crate::config::{RevisionsInForce, SidecarSet};
 use crate::name::SidecarName;
 use crate::workload::{OwnerKind, PodWorkload, ReplicaSetOwner, WorkloadKind, resolve_pod_owner};
 
-use super::entries::{PodEntry, parse_revisions};
+use super::entries::{Labels, PodEntry, parse_revisions};
 use super::index::DriftIndex;
 use super::{
     BARE_POD, DriftPolicy, DriftReport, DriftState, JOB_POD, REPLICASET_NOT_KNOWN,
@@ -67,14 +67,15 @@ impl DriftIndex {
         policy: &DriftPolicy,
     ) -> DriftReport {
         let groups = self.pod_groups();
-        let distinct = Distinct::of(&groups, |namespace| {
-            self.namespace_exclusion(namespace, policy)
+        let labels_matter = self.labels_matter();
+        let distinct = Distinct::of(&groups, labels_matter, |namespace, labels| {
+            self.pod_exclusion(namespace, labels, policy)
         });
         let current: HashMap<String, &str> = wanted
             .iter()
             .map(|(name, revision)| (name.to_owned(), revision))
             .collect();
-        let tally = self.tally(&groups, &distinct, &current, policy);
+        let tally = self.tally(&groups, &distinct, &current, policy, labels_matter);
         let mut workloads = workload_rows(tally.by_workload, policy);
         let denied = self.denied_rows(&current, policy, &workloads);
         if !denied.is_empty() {
@@ -169,6 +170,7 @@ impl DriftIndex {
         distinct: &'d Distinct<'s>,
         current: &HashMap<String, &'d str>,
         policy: &DriftPolicy,
+        labels_matter: bool,
     ) -> Tally<'d> {
         let mut tally = Tally::default();
         // Pods of one workload share their interned owner name: resolve each owner once.
@@ -187,7 +189,8 @@ impl DriftIndex {
                     .clone(),
                 None => self.resolve(namespace, name, pod, policy),
             };
-            let exclusion: Option<Detail<'_>> = distinct.namespaces[&ptr(namespace)]
+            let exclusion: Option<Detail<'_>> = distinct.exclusions
+                [&exclusion_key(namespace, pod, labels_matter)]
                 .as_deref()
                 .map(Detail::Text)
                 .or(owner_exclusion);
@@ -233,15 +236,17 @@ impl DriftIndex {
     }
 
     /// The indexed pods, those classified alike counted together: pods in one namespace with
-    /// the same owner, request, revision stamp and injection get the same state and detail. A
-    /// workload's pods mostly share all five, so the classification that follows runs once per
-    /// workload and revision instead of once per pod. Groups come in the order of their first
-    /// pod, so a workload still takes the detail of the first of its pods in its worst state.
+    /// the same owner, request, revision stamp and injection (and labels, when a webhook
+    /// selects pods by label) get the same state and detail. A workload's pods mostly share
+    /// them all, so the classification that follows runs once per workload and revision
+    /// instead of once per pod. Groups come in the order of their first pod, so a workload
+    /// still takes the detail of the first of its pods in its worst state.
     fn pod_groups(&self) -> Vec<PodGroup<'_>> {
         let mut groups: Vec<PodGroup<'_>> = Vec::new();
-        let mut slots: HashMap<[usize; 6], usize> = HashMap::new();
+        let mut slots: HashMap<[usize; 7], usize> = HashMap::new();
+        let labels_matter = self.labels_matter();
         for ((namespace, name), pod) in &self.pods {
-            match slots.entry(classified_alike(namespace, name, pod)) {
+            match slots.entry(classified_alike(namespace, name, pod, labels_matter)) {
                 Entry::Occupied(slot) => groups[*slot.get()].pods += 1,
                 Entry::Vacant(slot) => {
                     slot.insert(groups.len());
@@ -331,17 +336,36 @@ impl DriftIndex {
 /// What a pod's classification depends on, as pointers of the index's interned strings: pods
 /// with the same key get the same state and detail for every sidecar they request. Only
 /// meaningful while the index is borrowed (a pointer is reused once its string is dropped).
-pub(super) fn classified_alike(namespace: &Arc<str>, name: &str, pod: &PodEntry) -> [usize; 6] {
+/// Labels count only when they matter: a StatefulSet's pods each have their own.
+pub(super) fn classified_alike(
+    namespace: &Arc<str>,
+    name: &str,
+    pod: &PodEntry,
+    labels_matter: bool,
+) -> [usize; 7] {
     // A bare pod is its own owner (`resolve` names it after the pod).
     let owner = pod.owner.name().map_or(name.as_ptr() as usize, ptr);
+    let [namespace, labels] = exclusion_key(namespace, pod, labels_matter);
     [
-        ptr(namespace),
+        namespace,
         pod.owner.kind_tag(),
         owner,
         ptr(&pod.request),
         pod.revision.as_ref().map_or(0, ptr),
         usize::from(pod.injected),
+        labels,
     ]
+}
+
+/// What the webhook's reach of a pod depends on: its namespace, and its labels when they
+/// matter.
+fn exclusion_key(namespace: &Arc<str>, pod: &PodEntry, labels_matter: bool) -> [usize; 2] {
+    let labels = if labels_matter {
+        Arc::as_ptr(&pod.labels) as *const u8 as usize
+    } else {
+        0
+    };
+    [ptr(namespace), labels]
 }
 
 /// An interned string's identity: equal pointers, equal text.
@@ -357,17 +381,21 @@ struct Distinct<'s> {
     /// identifies it across requests.
     requests: HashMap<usize, Vec<Arc<str>>>,
     revisions: HashMap<usize, Vec<(String, &'s str)>>,
-    /// Namespace -> why it is excluded, if it is.
-    namespaces: HashMap<usize, Option<String>>,
+    /// Namespace (and labels, when they matter) -> why its pods are excluded, if they are.
+    exclusions: HashMap<[usize; 2], Option<String>>,
 }
 
 impl<'s> Distinct<'s> {
-    fn of(groups: &[PodGroup<'s>], exclusion: impl Fn(&str) -> Option<String>) -> Self {
+    fn of(
+        groups: &[PodGroup<'s>],
+        labels_matter: bool,
+        exclusion: impl Fn(&str, &Labels) -> Option<String>,
+    ) -> Self {
         let mut names: HashSet<Arc<str>> = HashSet::new();
         let mut distinct = Distinct {
             requests: HashMap::new(),
             revisions: HashMap::new(),
-            namespaces: HashMap::new(),
+            exclusions: HashMap::new(),
         };
         for &PodGroup { namespace, pod, .. } in groups {
             distinct
@@ -389,9 +417,9 @@ impl<'s> Distinct<'s> {
                     .or_insert_with(|| parse_revisions(revision));
             }
             distinct
-                .namespaces
-                .entry(ptr(namespace))
-                .or_insert_with(|| exclusion(namespace));
+                .exclusions
+                .entry(exclusion_key(namespace, pod, labels_matter))
+                .or_insert_with(|| exclusion(namespace, &pod.labels));
         }
         distinct
     }

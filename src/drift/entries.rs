@@ -15,6 +15,7 @@ use crate::maintenance::MaintenanceWindows;
 use crate::name::SidecarName;
 use crate::workload::UpdateStrategy;
 
+use super::index::Interner;
 use super::sidecar_state;
 
 /// The controller of a pod, as its own metadata names it.
@@ -67,6 +68,10 @@ impl PodOwner {
     }
 }
 
+/// A pod's labels, sorted by key and interned as a whole: the pods of one ReplicaSet share
+/// one set. Kept for the webhook's objectSelector, which may change at any time.
+pub type Labels = Arc<[(Arc<str>, Arc<str>)]>;
+
 /// The compact projection of a pod: no spec, no managedFields, only what drift needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodEntry {
@@ -74,15 +79,16 @@ pub struct PodEntry {
     pub request: Arc<str>,
     pub injected: bool,
     pub revision: Option<Arc<str>>,
+    pub labels: Labels,
 }
 
 impl PodEntry {
     /// `None` for a pod that requests nothing or is terminating: such pods are not indexed.
-    /// Strings go through `intern`, so that pods of one workload share them.
+    /// Strings and label sets go through `interner`, so that pods of one workload share them.
     pub fn project(
         meta: &ObjectMeta,
         keys: &AnnotationKeys,
-        intern: &mut impl FnMut(&str) -> Arc<str>,
+        interner: &mut Interner,
     ) -> Option<Self> {
         if meta.deletion_timestamp.is_some() {
             return None;
@@ -95,14 +101,14 @@ impl PodEntry {
             .flatten()
             .find(|o| o.controller == Some(true))
             .map(|o| {
-                let name = intern(&o.name);
+                let name = interner.text(&o.name);
                 match o.kind.as_str() {
                     "ReplicaSet" => PodOwner::ReplicaSet(name),
                     "StatefulSet" => PodOwner::StatefulSet(name),
                     "DaemonSet" => PodOwner::DaemonSet(name),
                     "Job" => PodOwner::Job(name),
                     kind => PodOwner::Other {
-                        kind: intern(kind),
+                        kind: interner.text(kind),
                         name,
                     },
                 }
@@ -110,9 +116,10 @@ impl PodEntry {
             .unwrap_or(PodOwner::Bare);
         Some(PodEntry {
             owner,
-            request: intern(request),
+            request: interner.text(request),
             injected: annotations.get(&keys.status).map(String::as_str) == Some(STATUS_INJECTED),
-            revision: annotations.get(&keys.revision).map(|r| intern(r)),
+            revision: annotations.get(&keys.revision).map(|r| interner.text(r)),
+            labels: interner.labels(meta.labels.as_ref()),
         })
     }
 }

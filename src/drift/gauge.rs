@@ -83,10 +83,12 @@ impl DriftGauge {
         self.requests.clear();
         // A workload's pods mostly classify alike: each group is classified once and its pods
         // counted together, as the report does.
-        let mut groups: HashMap<[usize; 6], (Contribution, u32)> = HashMap::new();
+        let mut groups: HashMap<[usize; 7], (Contribution, u32)> = HashMap::new();
         self.per_pod.reserve(index.pods.len());
+        let labels_matter = index.labels_matter();
         for (key, pod) in &index.pods {
-            let (contribution, pods) = match groups.entry(classified_alike(&key.0, &key.1, pod)) {
+            let alike = classified_alike(&key.0, &key.1, pod, labels_matter);
+            let (contribution, pods) = match groups.entry(alike) {
                 Entry::Occupied(group) => group.into_mut(),
                 Entry::Vacant(group) => {
                     group.insert((self.contribution(index, key, pod, wanted), 0))
@@ -218,8 +220,8 @@ impl DriftGauge {
         }
     }
 
-    /// The same rule as the report's: excluded by namespace or owner first, else the state
-    /// of each requested sidecar.
+    /// The same rule as the report's: excluded by namespace, labels or owner first, else the
+    /// state of each requested sidecar.
     fn contribution(
         &mut self,
         index: &DriftIndex,
@@ -229,7 +231,9 @@ impl DriftGauge {
     ) -> Contribution {
         let (namespace, name) = key;
         let excluded = index.owner_excludes(namespace, name, pod, &self.policy)
-            || index.namespace_exclusion(namespace, &self.policy).is_some();
+            || index
+                .pod_exclusion(namespace, &pod.labels, &self.policy)
+                .is_some();
         let sidecars = self
             .requests
             .entry(pod.request.clone())

@@ -13,7 +13,7 @@ use crate::annotations::AnnotationKeys;
 use crate::config::RevisionsInForce;
 use crate::workload::WorkloadKind;
 
-use super::entries::{PodEntry, PodOwner, PodToReplace, WorkloadEntry};
+use super::entries::{Labels, PodEntry, PodOwner, PodToReplace, WorkloadEntry};
 use super::reach::WebhookReach;
 use super::{DriftPolicy, namespace_exclusion};
 
@@ -51,10 +51,60 @@ fn remove_named<V>(map: &mut ByNamespace<V>, namespace: &str, name: &str) -> Opt
     removed
 }
 
+/// Namespaces, owner names, annotation values and labels, each stored once, and pods' label
+/// sets, each stored once.
+#[derive(Debug, Default)]
+pub struct Interner {
+    strings: HashSet<Arc<str>>,
+    label_sets: HashSet<Labels>,
+}
+
+impl Interner {
+    pub fn text(&mut self, text: &str) -> Arc<str> {
+        DriftIndex::intern(&mut self.strings, text)
+    }
+
+    /// A pod's labels (sorted by key, as the map keeps them), shared with every pod labelled
+    /// alike.
+    pub fn labels(&mut self, labels: Option<&BTreeMap<String, String>>) -> Labels {
+        let pairs: Vec<(Arc<str>, Arc<str>)> = labels
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| (self.text(key), self.text(value)))
+            .collect();
+        match self.label_sets.get(pairs.as_slice()) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Labels = pairs.into();
+                self.label_sets.insert(shared.clone());
+                shared
+            }
+        }
+    }
+
+    /// Drops what no entry refers to any more: label sets first, which hold strings.
+    fn prune(&mut self) {
+        self.label_sets.retain(|set| Arc::strong_count(set) > 1);
+        self.strings.retain(|text| Arc::strong_count(text) > 1);
+    }
+
+    /// How many distinct strings are kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// How many distinct label sets are kept.
+    #[cfg(test)]
+    pub(super) fn label_sets(&self) -> usize {
+        self.label_sets.len()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct DriftIndex {
-    /// Namespaces, owner names and annotation values, each stored once.
-    pub(super) interned: HashSet<Arc<str>>,
+    /// Namespaces, owner names, annotation values and labels, each stored once.
+    pub(super) interned: Interner,
     deletes_since_prune: usize,
     pub(super) pods: HashMap<Key, PodEntry>,
     /// Namespace -> ReplicaSet -> the Deployment that controls it, if any. Nested so that a
@@ -133,7 +183,7 @@ impl DriftIndex {
     }
 
     fn key(&mut self, namespace: &str, name: &str) -> Key {
-        (Self::intern(&mut self.interned, namespace), name.into())
+        (self.interned.text(namespace), name.into())
     }
 
     fn meta_key(&mut self, meta: &ObjectMeta) -> Option<Key> {
@@ -144,8 +194,7 @@ impl DriftIndex {
         let Some(key) = self.meta_key(meta) else {
             return;
         };
-        let interned = &mut self.interned;
-        match PodEntry::project(meta, keys, &mut |text| Self::intern(interned, text)) {
+        match PodEntry::project(meta, keys, &mut self.interned) {
             // A status-only update (most pod events) changes nothing here.
             Some(entry) if self.pods.get(&key) != Some(&entry) => {
                 self.changed_pod(&key);
@@ -174,7 +223,7 @@ impl DriftIndex {
     }
 
     fn prune_interned(&mut self) {
-        self.interned.retain(|text| Arc::strong_count(text) > 1);
+        self.interned.prune();
         self.deletes_since_prune = 0;
     }
 
@@ -201,7 +250,7 @@ impl DriftIndex {
             .iter()
             .flatten()
             .find(|o| o.controller == Some(true) && o.kind == "Deployment")
-            .map(|o| Self::intern(&mut self.interned, &o.name));
+            .map(|o| self.interned.text(&o.name));
         let previous = self
             .replicasets
             .entry(namespace.clone())
@@ -217,6 +266,8 @@ impl DriftIndex {
         if self.reach != reach {
             self.reach = reach;
             self.recompute_unsent();
+            // Its objectSelectors may have changed with no namespace's reach changing.
+            self.changed_everything();
         }
     }
 
@@ -251,7 +302,8 @@ impl DriftIndex {
     }
 
     /// Namespaces are few and their labels rarely change: each change recomputes them all,
-    /// and a change of what is left out has every pod counted again.
+    /// and a change of what is left out (or of any, when pods' labels matter) has every pod
+    /// counted again.
     fn recompute_unsent(&mut self) {
         let unsent: HashMap<Box<str>, String> = match &self.reach {
             None => HashMap::default(),
@@ -263,7 +315,8 @@ impl DriftIndex {
                 })
                 .collect(),
         };
-        if unsent != self.unsent {
+        // A namespace's labels also say which webhooks' objectSelectors apply to its pods.
+        if unsent != self.unsent || self.labels_matter() {
             self.unsent = unsent;
             self.changed_everything();
         }
@@ -273,6 +326,37 @@ impl DriftIndex {
     /// is never called for them (a namespace not listed yet counts as reached).
     pub fn namespace_exclusion(&self, namespace: &str, policy: &DriftPolicy) -> Option<String> {
         namespace_exclusion(namespace, policy).or_else(|| self.unsent.get(namespace).cloned())
+    }
+
+    /// Whether a pod's labels may leave it out: some webhook selects pods by label.
+    pub(super) fn labels_matter(&self) -> bool {
+        self.reach
+            .as_ref()
+            .is_some_and(WebhookReach::selects_objects)
+    }
+
+    /// Why a pod of `namespace` labelled `labels` is left out, if it is: its namespace (as
+    /// [`DriftIndex::namespace_exclusion`]), or its labels, which no objectSelector of a
+    /// webhook that selects the namespace selects (a namespace not listed yet counts as
+    /// reached).
+    pub(super) fn pod_exclusion(
+        &self,
+        namespace: &str,
+        labels: &Labels,
+        policy: &DriftPolicy,
+    ) -> Option<String> {
+        self.namespace_exclusion(namespace, policy).or_else(|| {
+            if !self.labels_matter() {
+                return None;
+            }
+            let reach = self.reach.as_ref()?;
+            let namespace_labels = self.namespace_labels.get(namespace)?;
+            let labels: BTreeMap<String, String> = labels
+                .iter()
+                .map(|(key, value)| (key.to_string(), value.to_string()))
+                .collect();
+            reach.leaves_out_pod(namespace, namespace_labels, &labels)
+        })
     }
 
     pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {

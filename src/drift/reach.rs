@@ -1,72 +1,135 @@
-//! Which namespaces the API server calls the webhook for at all. The webhook configuration's
-//! `namespaceSelector` leaves some out (deploy/'s: those labelled
-//! `sidecar-injector.io/injection=disabled`); their pods are never injected, whatever they ask
-//! for, so a restart would only make another uninjected pod. Drift counts them excluded.
+//! Which pods the API server calls the webhook for at all. The webhook configuration's
+//! `namespaceSelector` leaves some namespaces out (deploy/'s: those labelled
+//! `sidecar-injector.io/injection=disabled`), an `objectSelector` of an overlay some pods by
+//! their labels (opt-in by label, as Istio's `sidecar.istio.io/inject`); those pods are never
+//! injected, whatever they ask for, so a restart would only make another uninjected pod. Drift
+//! counts them excluded.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::core::{Selector, SelectorExt};
 
-/// The namespaces a webhook configuration reaches: those any of its webhooks'
-/// `namespaceSelector`s selects (a webhook without one selects every namespace).
-/// `objectSelector` and `matchConditions` are not evaluated (the index keeps no pod labels).
+/// The pods a webhook configuration reaches: those of a namespace some webhook's
+/// `namespaceSelector` selects whose labels the same webhook's `objectSelector` selects (a
+/// webhook without one selects everything). `matchConditions` are not evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WebhookReach {
     configuration: String,
-    selectors: Vec<Selector>,
+    webhooks: Vec<WebhookSelectors>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WebhookSelectors {
+    namespaces: Selector,
+    objects: Selector,
 }
 
 impl WebhookReach {
     pub fn of(configuration: &MutatingWebhookConfiguration) -> Self {
-        let selectors = configuration
+        // The API server validated them; one it could not have kept selects everything, as
+        // no reach known at all does.
+        let selector = |selector: &Option<_>| {
+            selector
+                .clone()
+                .and_then(|s| Selector::try_from(s).ok())
+                .unwrap_or_default()
+        };
+        let webhooks = configuration
             .webhooks
             .iter()
             .flatten()
-            .map(|webhook| {
-                // The API server validated it; one it could not have kept selects everything,
-                // as no reach known at all does.
-                webhook
-                    .namespace_selector
-                    .clone()
-                    .and_then(|selector| Selector::try_from(selector).ok())
-                    .unwrap_or_default()
+            .map(|webhook| WebhookSelectors {
+                namespaces: selector(&webhook.namespace_selector),
+                objects: selector(&webhook.object_selector),
             })
             .collect();
         WebhookReach {
             configuration: configuration.metadata.name.clone().unwrap_or_default(),
-            selectors,
+            webhooks,
         }
     }
 
     /// Why the webhook is never called for pods of `namespace`, labelled `labels`; `None` when
-    /// it is.
+    /// it is for some.
     pub fn leaves_out(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<String> {
         self.reaches(namespace, labels).err()
     }
 
-    /// Whether the webhook is called for pods of `namespace`, labelled `labels`: what selects
-    /// it, or why it is left out.
+    /// Whether the webhook is called for pods of `namespace`, labelled `labels` (for those
+    /// its objectSelector selects): what selects it, or why it is left out.
     pub fn reaches(
         &self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<String, String> {
-        if self.selectors.iter().any(|s| s.matches(labels)) {
+        if self.webhooks.iter().any(|w| w.namespaces.matches(labels)) {
             return Ok(format!(
                 "MutatingWebhookConfiguration {} selects namespace {namespace}",
                 self.configuration
             ));
         }
-        let wanted = if self.selectors.is_empty() {
+        let wanted = if self.webhooks.is_empty() {
             "it has no webhook".to_owned()
         } else {
-            let each: Vec<String> = self.selectors.iter().map(ToString::to_string).collect();
+            let each: Vec<String> = self
+                .webhooks
+                .iter()
+                .map(|w| w.namespaces.to_string())
+                .collect();
             format!("its namespaceSelector wants {}", each.join(" or "))
         };
         Err(format!(
             "namespace {namespace} is not sent to the webhook (MutatingWebhookConfiguration {}: {wanted})",
             self.configuration
+        ))
+    }
+
+    /// Whether some webhook selects pods by their labels: only then do a pod's labels matter.
+    pub fn selects_objects(&self) -> bool {
+        self.webhooks.iter().any(|w| !w.objects.selects_all())
+    }
+
+    /// Why the webhook is never called for a pod labelled `pod_labels` in `namespace`,
+    /// labelled `namespace_labels`; `None` when it is.
+    pub fn leaves_out_pod(
+        &self,
+        namespace: &str,
+        namespace_labels: &BTreeMap<String, String>,
+        pod_labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        self.reaches_pod(namespace, namespace_labels, pod_labels)
+            .err()
+    }
+
+    /// Whether the webhook is called for a pod labelled `pod_labels` in `namespace`,
+    /// labelled `namespace_labels`: what selects it, or why it is left out.
+    pub fn reaches_pod(
+        &self,
+        namespace: &str,
+        namespace_labels: &BTreeMap<String, String>,
+        pod_labels: &BTreeMap<String, String>,
+    ) -> Result<String, String> {
+        let selected = self.reaches(namespace, namespace_labels)?;
+        let in_namespace: Vec<&WebhookSelectors> = self
+            .webhooks
+            .iter()
+            .filter(|w| w.namespaces.matches(namespace_labels))
+            .collect();
+        if in_namespace.iter().any(|w| w.objects.selects_all()) {
+            return Ok(selected);
+        }
+        if let Some(webhook) = in_namespace.iter().find(|w| w.objects.matches(pod_labels)) {
+            return Ok(format!(
+                "{selected} and, by its objectSelector {}, the pod's labels",
+                webhook.objects
+            ));
+        }
+        let each: Vec<String> = in_namespace.iter().map(|w| w.objects.to_string()).collect();
+        Err(format!(
+            "the pods' labels leave them out of the webhook (MutatingWebhookConfiguration {}: its objectSelector wants {})",
+            self.configuration,
+            each.join(" or ")
         ))
     }
 }
@@ -181,6 +244,58 @@ mod tests {
                 .leaves_out("y", &labels(&[]))
                 .unwrap()
                 .ends_with("it has no webhook)")
+        );
+    }
+
+    #[test]
+    fn a_pod_is_sent_when_a_webhook_selects_both_its_namespace_and_its_labels() {
+        let mut opt_in = webhook(Some(json!({"matchLabels": {"team": "a"}})));
+        opt_in["objectSelector"] = json!({"matchLabels": {"sidecars": "on"}});
+        let reach = WebhookReach::of(&configuration(json!([
+            opt_in,
+            webhook(Some(json!({"matchLabels": {"team": "b"}}))),
+        ])));
+        assert!(reach.selects_objects());
+        let team_a = labels(&[("team", "a")]);
+        // In team a only pods labelled on are sent: a's webhook selects by label.
+        assert_eq!(
+            reach
+                .reaches_pod("a", &team_a, &labels(&[("sidecars", "on"), ("app", "web")]))
+                .as_deref(),
+            Ok(
+                "MutatingWebhookConfiguration sidecar-injector selects namespace a and, by its objectSelector sidecars=on, the pod's labels"
+            )
+        );
+        assert_eq!(
+            reach
+                .leaves_out_pod("a", &team_a, &labels(&[("app", "web")]))
+                .as_deref(),
+            Some(
+                "the pods' labels leave them out of the webhook (MutatingWebhookConfiguration sidecar-injector: its objectSelector wants sidecars=on)"
+            )
+        );
+        // In team b every pod is: b's webhook selects no labels. The other webhook's
+        // objectSelector does not apply there.
+        assert_eq!(
+            reach
+                .reaches_pod("b", &labels(&[("team", "b")]), &labels(&[]))
+                .as_deref(),
+            Ok("MutatingWebhookConfiguration sidecar-injector selects namespace b")
+        );
+        // A namespace neither selects: its own reason, whatever the pod's labels.
+        assert!(
+            reach
+                .leaves_out_pod("c", &labels(&[]), &labels(&[("sidecars", "on")]))
+                .unwrap()
+                .starts_with("namespace c is not sent to the webhook")
+        );
+        // Without objectSelectors, labels never matter.
+        let namespaces_only =
+            WebhookReach::of(&configuration(json!([webhook(Some(deploy_selector()))])));
+        assert!(!namespaces_only.selects_objects());
+        assert_eq!(
+            namespaces_only.leaves_out_pod("team-a", &labels(&[]), &labels(&[("x", "y")])),
+            None
         );
     }
 }

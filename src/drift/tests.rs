@@ -506,10 +506,13 @@ fn strings_of_deleted_pods_do_not_accumulate() {
     let mut index = DriftIndex::default();
     for i in 0..3000 {
         let name = format!("job-{i}");
+        // Each with labels of its own (the Job controller's `job-name`): their label sets
+        // go with them.
         index.apply_pod(
             &PodMeta::new("batch", &name)
                 .request("logger:v1")
                 .owner("Job", &name)
+                .label("job-name", &name)
                 .0,
             &keys(),
         );
@@ -520,6 +523,11 @@ fn strings_of_deleted_pods_do_not_accumulate() {
         index.interned.len() < 1500,
         "{} strings kept",
         index.interned.len()
+    );
+    assert!(
+        index.interned.label_sets() < 1500,
+        "{} label sets kept",
+        index.interned.label_sets()
     );
 }
 
@@ -979,4 +987,136 @@ fn pods_of_namespaces_the_webhook_configuration_leaves_out_are_excluded_not_unin
     index.set_webhook_reach(Some(WebhookReach::of(&configuration)));
     index.delete_namespace("legacy");
     assert_eq!(counted(&mut gauge, &mut index), (2, 0));
+}
+
+#[test]
+fn pods_an_object_selector_leaves_out_are_excluded_by_their_labels() {
+    let set = sidecars(&[LOGGER_V1]);
+    let wanted = set.revisions_in_force();
+    let mut index = DriftIndex::default();
+    index.track_changes();
+    // web's two pods opt out by label (as with Istio's `sidecar.istio.io/inject: "false"`); a
+    // StatefulSet's pods each carry a label of their own, and db's opt out too.
+    index.apply_replicaset(&rs("team", "web-1", Some("web")));
+    index.apply_replicaset(&rs("team", "api-1", Some("api")));
+    for (pod, owner, app) in [
+        ("web-1-a", "web-1", "web"),
+        ("web-1-b", "web-1", "web"),
+        ("api-1-a", "api-1", "api"),
+    ] {
+        let mut meta = PodMeta::new("team", pod)
+            .request("logger:v1")
+            .owner("ReplicaSet", owner)
+            .label("app", app);
+        if app == "web" {
+            meta = meta.label("sidecars", "off");
+        }
+        index.apply_pod(&meta.0, &keys());
+    }
+    for pod in ["db-0", "db-1"] {
+        index.apply_pod(
+            &PodMeta::new("team", pod)
+                .request("logger:v1")
+                .owner("StatefulSet", "db")
+                .label("statefulset.kubernetes.io/pod-name", pod)
+                .label("sidecars", "off")
+                .0,
+            &keys(),
+        );
+    }
+    let namespace: ObjectMeta = serde_json::from_value(json!({"name": "team"})).unwrap();
+    index.reset_namespaces(&[namespace]);
+    let configuration = |object_selector: serde_json::Value| {
+        serde_json::from_value::<
+            k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+        >(json!({
+            "metadata": {"name": "sidecar-injector"},
+            "webhooks": [{
+                "name": "sidecar-injector.injector-system.svc",
+                "clientConfig": {"url": "https://127.0.0.1/mutate"},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "objectSelector": object_selector,
+            }],
+        }))
+        .unwrap()
+    };
+    let opt_out = configuration(json!({"matchExpressions": [
+        {"key": "sidecars", "operator": "NotIn", "values": ["off"]},
+    ]}));
+    let states = |index: &DriftIndex| -> Vec<(String, DriftState, u32, String)> {
+        index
+            .classify_revisions(&wanted, &DriftPolicy::default())
+            .workloads
+            .into_iter()
+            .map(|w| (w.name, w.state, w.pods.total(), w.reason))
+            .collect()
+    };
+    let mut gauge = DriftGauge::new(DriftPolicy::default());
+    let counted = |gauge: &mut DriftGauge, index: &mut DriftIndex| {
+        let rows = gauge.update(index, &wanted);
+        (rows[0].pods.uninjected, rows[0].pods.excluded)
+    };
+    assert_eq!(counted(&mut gauge, &mut index), (5, 0));
+
+    index.set_webhook_reach(Some(WebhookReach::of(&opt_out)));
+    let left_out = "the pods' labels leave them out of the webhook (MutatingWebhookConfiguration sidecar-injector: its objectSelector wants sidecars notin (off))";
+    assert_eq!(
+        states(&index),
+        [
+            (
+                "api".to_owned(),
+                DriftState::Uninjected,
+                1,
+                "1 of 1 pods never injected".to_owned()
+            ),
+            (
+                "db".to_owned(),
+                DriftState::Excluded,
+                2,
+                left_out.to_owned()
+            ),
+            (
+                "web".to_owned(),
+                DriftState::Excluded,
+                2,
+                left_out.to_owned()
+            ),
+        ],
+        "{:#?}",
+        states(&index)
+    );
+    assert_eq!(
+        counted(&mut gauge, &mut index),
+        (1, 4),
+        "the gauge counts again"
+    );
+
+    // One of web's pods relabelled (its opt-out removed): reached, and uninjected.
+    index.apply_pod(
+        &PodMeta::new("team", "web-1-b")
+            .request("logger:v1")
+            .owner("ReplicaSet", "web-1")
+            .label("app", "web")
+            .0,
+        &keys(),
+    );
+    assert_eq!(counted(&mut gauge, &mut index), (2, 3));
+    let report = index.classify_revisions(&wanted, &DriftPolicy::default());
+    let web = workload(&report, "Deployment", "web");
+    assert_eq!(web.state, DriftState::Uninjected);
+    assert_eq!((web.pods.uninjected, web.pods.excluded), (1, 1), "{web:#?}");
+
+    // An opt-in selector instead: only pods labelled on are reached, none is.
+    let opt_in = configuration(json!({"matchLabels": {"sidecars": "on"}}));
+    index.set_webhook_reach(Some(WebhookReach::of(&opt_in)));
+    assert_eq!(counted(&mut gauge, &mut index), (0, 5));
+    // The selector removed from the configuration: every pod reached again.
+    index.set_webhook_reach(Some(WebhookReach::of(&configuration(json!({})))));
+    assert!(
+        states(&index)
+            .iter()
+            .all(|(_, state, _, _)| *state == DriftState::Uninjected)
+    );
+    assert_eq!(counted(&mut gauge, &mut index), (5, 0));
 }
