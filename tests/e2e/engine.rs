@@ -1632,6 +1632,196 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn pods_an_object_selector_leaves_out_are_excluded_and_never_restarted() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let namespace = "e2e-rollout-labels";
+    let configuration = format!("sidecar-injector-{namespace}");
+    let ctx = engine_context(
+        "rollout-labels",
+        &[
+            "--rollout=auto",
+            "--settle",
+            "1s",
+            "--max-parallel",
+            "10",
+            "--webhook-configuration",
+            &configuration,
+            "--ca-bundle-file",
+            "ca.crt",
+        ],
+    )
+    .await;
+    // Pods labelled `sidecars: off` opt out of the webhook, as an overlay of deploy/ may say.
+    let opt_out = "sidecar-injector-e2e/sidecars";
+    let configurations = Api::<MutatingWebhookConfiguration>::all(ctx.client.clone());
+    let set_object_selector = |selector: Value| {
+        let configurations = configurations.clone();
+        let configuration = configuration.clone();
+        async move {
+            configurations
+                .patch(
+                    &configuration,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Json::<()>(
+                        serde_json::from_value(json!([
+                            {"op": "add", "path": "/webhooks/0/objectSelector", "value": selector},
+                        ]))
+                        .unwrap(),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_object_selector(json!({"matchExpressions": [
+        {"key": opt_out, "operator": "NotIn", "values": ["off"]},
+    ]}))
+    .await;
+    let opted_out = |name: &str| {
+        let mut template = template(name, Some("tracer:v1"));
+        template["metadata"]["labels"][opt_out] = json!("off");
+        template
+    };
+    // The API server follows its webhook configurations a moment later: a pod created
+    // before would still be injected. A server-side dry run goes through the webhook.
+    let pods = ctx.api::<Pod>();
+    eventually(DEADLINE, "the API server applies the objectSelector", || async {
+        let probe: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "probe", "labels": {opt_out: "off"},
+                         "annotations": {"injector/request": "tracer:v1"}},
+            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]},
+        }))
+        .unwrap();
+        let params = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let created = pods.create(&params, &probe).await.ok()?;
+        (container_names(&created) == ["app"]).then_some(())
+    })
+    .await;
+    create_deployment(&ctx, "plain", 1, template("plain", Some("tracer:v1"))).await;
+    create_deployment(&ctx, "opted-out", 1, opted_out("opted-out")).await;
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "plain", 1, &v1, DEADLINE).await;
+    eventually(DEADLINE, "opted-out: one Ready pod, uninjected", || async {
+        let pods = pods_of(&ctx, "opted-out").await;
+        (pods.len() == 1 && is_ready(&pods[0]) && container_names(&pods[0]) == ["app"])
+            .then_some(())
+    })
+    .await;
+    let injector = ctx.injector.as_ref().unwrap();
+
+    // A campaign: plain is restarted to v2; opted-out, never (each restart would only make
+    // another uninjected pod, and the second would count as a failure).
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let v2 = stamp_of(TRACER_V2);
+    wait_pods_at(&ctx, "plain", 1, &v2, Duration::from_secs(120)).await;
+    eventually(DEADLINE, "the campaign done", || async {
+        (injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        replicaset_count(&ctx, "opted-out").await,
+        1,
+        "opted-out never restarted"
+    );
+    assert_eq!(
+        injector
+            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
+        1.0,
+        "only plain restarted"
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
+        0.0
+    );
+    assert_eq!(
+        injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"uninjected\"}"),
+        0.0,
+        "counted excluded, not uninjected"
+    );
+    // drift says why, as the engine judged it.
+    let configs = [
+        "--configmap-namespace",
+        namespace,
+        "--configmap-labels",
+        "sidecar-injector-e2e/config=true",
+        "--injector-namespace",
+        namespace,
+        "--webhook-configuration",
+        &configuration,
+    ];
+    let mut drift_args = configs.to_vec();
+    drift_args.extend(["-n", namespace]);
+    let report = drift_report(&drift_args);
+    let rows = report["workloads"].as_array().unwrap();
+    let row = rows
+        .iter()
+        .find(|row| row["name"] == "opted-out")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(row["state"], "excluded", "{report:#}");
+    let why = format!(
+        "the pods' labels leave them out of the webhook (MutatingWebhookConfiguration {configuration}: its objectSelector wants {opt_out} notin (off))"
+    );
+    assert_eq!(row["reason"], why, "{report:#}");
+    let plain = rows.iter().find(|row| row["name"] == "plain").unwrap();
+    assert_eq!(plain["state"], "current", "{report:#}");
+
+    // explain, asked why opted-out has no sidecar, answers with the objectSelector, and
+    // that the engine leaves it out.
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args([
+            "explain",
+            "deploy/opted-out",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(configs)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let explained: Value = serde_json::from_slice(&explained.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)));
+    assert_eq!(
+        explained["injection"]["message"],
+        "not injected: the API server never calls the webhook for pods labelled as these",
+        "{explained:#}"
+    );
+    assert_eq!(explained["injection"]["checks"][0]["detail"], why);
+    assert_eq!(explained["sidecars"][0]["excluded"], why, "{explained:#}");
+    assert_eq!(explained["rollout"]["action"], "nothing", "{explained:#}");
+
+    // The objectSelector removed: opted-out is reached from now on, and the engine restarts it
+    // once, into an injected pod at v2.
+    set_object_selector(json!({})).await;
+    eventually(
+        Duration::from_secs(120),
+        "opted-out restarted into an injected pod at v2",
+        || async {
+            let pods = pods_of(&ctx, "opted-out").await;
+            (pods.len() == 1
+                && is_ready(&pods[0])
+                && annotation(&pods[0], "injector/revision").is_some_and(|s| s.contains(&v2)))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        replicaset_count(&ctx, "opted-out").await,
+        2,
+        "opted-out restarted exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_injector_that_may_not_read_namespaces_still_rolls_out_counting_every_namespace_reached()
 {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
