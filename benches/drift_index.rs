@@ -69,6 +69,14 @@ fn main() {
                 namespace: Some(namespace.clone()),
                 name: Some(format!("{rs}-{p:05}")),
                 owner_references: owner("ReplicaSet", &rs),
+                // As a Deployment's pods are labelled: its template's labels and the hash.
+                labels: Some(
+                    [
+                        ("app".to_owned(), deployment.clone()),
+                        ("pod-template-hash".to_owned(), "7d9c6b5f4d".to_owned()),
+                    ]
+                    .into(),
+                ),
                 annotations: Some(
                     [
                         (keys.request.clone(), "logger:v1".to_owned()),

@@ -442,7 +442,7 @@ fn follow_reach(
     follow(
         Api::<MutatingWebhookConfiguration>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
-        "webhook configuration (its namespaceSelector)",
+        "webhook configuration (its namespaceSelector and objectSelector)",
         |configuration| Some(WebhookReach::of(&configuration)),
         (index.clone(), signals.clone()),
         |index, change| {

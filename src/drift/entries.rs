@@ -84,11 +84,13 @@ pub struct PodEntry {
 
 impl PodEntry {
     /// `None` for a pod that requests nothing or is terminating: such pods are not indexed.
-    /// Strings and label sets go through `interner`, so that pods of one workload share them.
+    /// Strings and label sets go through `interner`, so that pods of one workload share them;
+    /// `labels_before` are the labels the pod had, if it was indexed.
     pub fn project(
         meta: &ObjectMeta,
         keys: &AnnotationKeys,
         interner: &mut Interner,
+        labels_before: Option<&Labels>,
     ) -> Option<Self> {
         if meta.deletion_timestamp.is_some() {
             return None;
@@ -119,7 +121,7 @@ impl PodEntry {
             request: interner.text(request),
             injected: annotations.get(&keys.status).map(String::as_str) == Some(STATUS_INJECTED),
             revision: annotations.get(&keys.revision).map(|r| interner.text(r)),
-            labels: interner.labels(meta.labels.as_ref()),
+            labels: interner.labels(meta.labels.as_ref(), labels_before),
         })
     }
 }

@@ -65,8 +65,24 @@ impl Interner {
     }
 
     /// A pod's labels (sorted by key, as the map keeps them), shared with every pod labelled
-    /// alike.
-    pub fn labels(&mut self, labels: Option<&BTreeMap<String, String>>) -> Labels {
+    /// alike. `before` (what the pod had) is taken as it is when equal: most pod events
+    /// change its status only, and comparing costs less than interning.
+    pub fn labels(
+        &mut self,
+        labels: Option<&BTreeMap<String, String>>,
+        before: Option<&Labels>,
+    ) -> Labels {
+        if let Some(before) = before {
+            let mut now = labels.into_iter().flatten();
+            let same = before.len() == labels.map_or(0, BTreeMap::len)
+                && before.iter().all(|(key, value)| {
+                    now.next()
+                        .is_some_and(|(k, v)| k == key.as_ref() && v == value.as_ref())
+                });
+            if same {
+                return before.clone();
+            }
+        }
         let pairs: Vec<(Arc<str>, Arc<str>)> = labels
             .into_iter()
             .flatten()
@@ -194,7 +210,8 @@ impl DriftIndex {
         let Some(key) = self.meta_key(meta) else {
             return;
         };
-        match PodEntry::project(meta, keys, &mut self.interned) {
+        let before = self.pods.get(&key).map(|pod| &pod.labels);
+        match PodEntry::project(meta, keys, &mut self.interned, before) {
             // A status-only update (most pod events) changes nothing here.
             Some(entry) if self.pods.get(&key) != Some(&entry) => {
                 self.changed_pod(&key);

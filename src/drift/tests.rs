@@ -1,4 +1,5 @@
 use serde_json::json;
+use std::sync::Arc;
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -1119,4 +1120,67 @@ fn pods_an_object_selector_leaves_out_are_excluded_by_their_labels() {
             .all(|(_, state, _, _)| *state == DriftState::Uninjected)
     );
     assert_eq!(counted(&mut gauge, &mut index), (5, 0));
+}
+
+#[test]
+fn a_pod_s_labels_are_shared_with_its_workload_s_and_follow_its_changes() {
+    let mut index = DriftIndex::default();
+    let pod = |name: &str, hash: &str| {
+        PodMeta::new("team", name)
+            .request("logger:v1")
+            .owner("ReplicaSet", "web-1")
+            .label("app", "web")
+            .label("pod-template-hash", hash)
+            .0
+    };
+    index.apply_pod(&pod("web-1-a", "1"), &keys());
+    index.apply_pod(&pod("web-1-b", "1"), &keys());
+    let labels = |index: &DriftIndex, name: &str| {
+        index.pods[&(Arc::from("team"), Box::from(name))]
+            .labels
+            .clone()
+    };
+    assert!(Arc::ptr_eq(
+        &labels(&index, "web-1-a"),
+        &labels(&index, "web-1-b")
+    ));
+    // A status update: the same set.
+    let before = labels(&index, "web-1-a");
+    index.apply_pod(&pod("web-1-a", "1"), &keys());
+    assert!(Arc::ptr_eq(&before, &labels(&index, "web-1-a")));
+    // Relabelled: its new labels, and the other pod keeps the old ones.
+    index.apply_pod(&pod("web-1-a", "2"), &keys());
+    let now: Vec<(String, String)> = labels(&index, "web-1-a")
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(
+        now,
+        [
+            ("app".to_owned(), "web".to_owned()),
+            ("pod-template-hash".to_owned(), "2".to_owned())
+        ]
+    );
+    assert_eq!(labels(&index, "web-1-b")[1].1.as_ref(), "1");
+    // A label removed is seen too (same first label, one fewer).
+    index.apply_pod(
+        &PodMeta::new("team", "web-1-b")
+            .request("logger:v1")
+            .owner("ReplicaSet", "web-1")
+            .label("app", "web")
+            .0,
+        &keys(),
+    );
+    assert_eq!(labels(&index, "web-1-b").len(), 1);
+    // ...and one added after the others.
+    index.apply_pod(
+        &PodMeta::new("team", "web-1-b")
+            .request("logger:v1")
+            .owner("ReplicaSet", "web-1")
+            .label("app", "web")
+            .label("sidecars", "off")
+            .0,
+        &keys(),
+    );
+    assert_eq!(labels(&index, "web-1-b").len(), 2);
 }

@@ -1685,20 +1685,24 @@ async fn pods_an_object_selector_leaves_out_are_excluded_and_never_restarted() {
     // The API server follows its webhook configurations a moment later: a pod created
     // before would still be injected. A server-side dry run goes through the webhook.
     let pods = ctx.api::<Pod>();
-    eventually(DEADLINE, "the API server applies the objectSelector", || async {
-        let probe: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "probe", "labels": {opt_out: "off"},
-                         "annotations": {"injector/request": "tracer:v1"}},
-            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]},
-        }))
-        .unwrap();
-        let params = PostParams {
-            dry_run: true,
-            ..Default::default()
-        };
-        let created = pods.create(&params, &probe).await.ok()?;
-        (container_names(&created) == ["app"]).then_some(())
-    })
+    eventually(
+        DEADLINE,
+        "the API server applies the objectSelector",
+        || async {
+            let probe: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "probe", "labels": {opt_out: "off"},
+                             "annotations": {"injector/request": "tracer:v1"}},
+                "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]},
+            }))
+            .unwrap();
+            let params = PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let created = pods.create(&params, &probe).await.ok()?;
+            (container_names(&created) == ["app"]).then_some(())
+        },
+    )
     .await;
     create_deployment(&ctx, "plain", 1, template("plain", Some("tracer:v1"))).await;
     create_deployment(&ctx, "opted-out", 1, opted_out("opted-out")).await;
