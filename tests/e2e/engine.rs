@@ -1444,6 +1444,36 @@ async fn reverting_a_broken_revision_heals_the_canary_and_a_workload_scaled_up_d
     );
 }
 
+/// Waits (up to 120 s: a restart included) until `app`'s pods in the namespace of `pods` are
+/// one Ready pod for which `check` holds, said as `what`.
+async fn wait_one_pod(pods: &Api<Pod>, app: &str, what: &str, check: impl Fn(&Pod) -> bool) {
+    eventually(
+        Duration::from_secs(120),
+        &format!("{app}: one Ready pod, {what}"),
+        || async {
+            let found = pods_in(pods, app).await;
+            (found.len() == 1 && is_ready(&found[0]) && check(&found[0])).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the engine's campaign succeeded, having restarted one Deployment and failed
+/// none.
+async fn wait_campaign_done_with_one_restart(injector: &support::injector::Injector) {
+    let rollouts = |result: &str| {
+        injector.metric(&format!(
+            "sidecar_injector_rollouts_total{{kind=\"Deployment\",result=\"{result}\"}}"
+        ))
+    };
+    eventually(DEADLINE, "the campaign done", || async {
+        (rollouts("succeeded") == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(rollouts("restarted"), 1.0, "one Deployment restarted");
+    assert_eq!(rollouts("failed"), 0.0, "none failed");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_and_never_restarted()
 {
@@ -1489,11 +1519,8 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
     let v1 = stamp_of(TRACER_V1);
     wait_pods_at(&ctx, "inside", 1, &v1, DEADLINE).await;
     let outside_pods = Api::<Pod>::namespaced(ctx.client.clone(), second);
-    let outside = || pods_in(&outside_pods, "outside");
-    eventually(DEADLINE, "outside: one Ready pod, uninjected", || async {
-        let pods = outside().await;
-        (pods.len() == 1 && is_ready(&pods[0]) && container_names(&pods[0]) == ["app"])
-            .then_some(())
+    wait_one_pod(&outside_pods, "outside", "uninjected", |pod| {
+        container_names(pod) == ["app"]
     })
     .await;
     let injector = ctx.injector.as_ref().unwrap();
@@ -1503,26 +1530,10 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
     put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
     let v2 = stamp_of(TRACER_V2);
     wait_pods_at(&ctx, "inside", 1, &v2, Duration::from_secs(120)).await;
-    eventually(DEADLINE, "the campaign done", || async {
-        (injector
-            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign_done_with_one_restart(injector).await;
     let outside_replicasets = Api::namespaced(ctx.client.clone(), second);
     let outside_sets = || replicaset_count_in(&outside_replicasets, "outside");
     assert_eq!(outside_sets().await, 1, "outside never restarted");
-    assert_eq!(
-        injector
-            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
-        1.0,
-        "only inside restarted"
-    );
-    assert_eq!(
-        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
-        0.0
-    );
     // The gauge counts it excluded (beside the pods of other tests' namespaces, which the
     // namespace filter excludes), never uninjected.
     let counted = |state: &str| {
@@ -1558,23 +1569,9 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
     );
 
     // explain, asked why outside has no sidecar, answers with the webhook configuration.
-    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .args([
-            "explain",
-            "deploy/outside",
-            "-n",
-            second,
-            "-o",
-            "json",
-            "--kubeconfig",
-        ])
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(configs)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let explained: Value = serde_json::from_slice(&explained.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)));
+    let mut explain_args = vec!["deploy/outside", "-n", second];
+    explain_args.extend(configs);
+    let explained = crate::toolbox::explain(&explain_args);
     assert_eq!(
         explained["injection"]["message"],
         format!(
@@ -1616,16 +1613,11 @@ async fn pods_of_a_namespace_the_webhook_configuration_leaves_out_are_excluded_a
         )
         .await
         .unwrap();
-    eventually(
-        Duration::from_secs(120),
-        "outside restarted into an injected pod at v2",
-        || async {
-            let pods = outside().await;
-            (pods.len() == 1
-                && is_ready(&pods[0])
-                && annotation(&pods[0], "injector/revision").is_some_and(|s| s.contains(&v2)))
-            .then_some(())
-        },
+    wait_one_pod(
+        &outside_pods,
+        "outside",
+        "restarted, injected at v2",
+        |pod| annotation(pod, "injector/revision").is_some_and(|s| s.contains(&v2)),
     )
     .await;
     assert_eq!(outside_sets().await, 2, "outside restarted exactly once");
@@ -1708,10 +1700,8 @@ async fn pods_an_object_selector_leaves_out_are_excluded_and_never_restarted() {
     create_deployment(&ctx, "opted-out", 1, opted_out("opted-out")).await;
     let v1 = stamp_of(TRACER_V1);
     wait_pods_at(&ctx, "plain", 1, &v1, DEADLINE).await;
-    eventually(DEADLINE, "opted-out: one Ready pod, uninjected", || async {
-        let pods = pods_of(&ctx, "opted-out").await;
-        (pods.len() == 1 && is_ready(&pods[0]) && container_names(&pods[0]) == ["app"])
-            .then_some(())
+    wait_one_pod(&pods, "opted-out", "uninjected", |pod| {
+        container_names(pod) == ["app"]
     })
     .await;
     let injector = ctx.injector.as_ref().unwrap();
@@ -1721,27 +1711,11 @@ async fn pods_an_object_selector_leaves_out_are_excluded_and_never_restarted() {
     put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
     let v2 = stamp_of(TRACER_V2);
     wait_pods_at(&ctx, "plain", 1, &v2, Duration::from_secs(120)).await;
-    eventually(DEADLINE, "the campaign done", || async {
-        (injector
-            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"succeeded\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign_done_with_one_restart(injector).await;
     assert_eq!(
         replicaset_count(&ctx, "opted-out").await,
         1,
         "opted-out never restarted"
-    );
-    assert_eq!(
-        injector
-            .metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"restarted\"}"),
-        1.0,
-        "only plain restarted"
-    );
-    assert_eq!(
-        injector.metric("sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"failed\"}"),
-        0.0
     );
     assert_eq!(
         injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"uninjected\"}"),
@@ -1777,23 +1751,9 @@ async fn pods_an_object_selector_leaves_out_are_excluded_and_never_restarted() {
 
     // explain, asked why opted-out has no sidecar, answers with the objectSelector, and
     // that the engine leaves it out.
-    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .args([
-            "explain",
-            "deploy/opted-out",
-            "-n",
-            namespace,
-            "-o",
-            "json",
-            "--kubeconfig",
-        ])
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(configs)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let explained: Value = serde_json::from_slice(&explained.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)));
+    let mut explain_args = vec!["deploy/opted-out", "-n", namespace];
+    explain_args.extend(configs);
+    let explained = crate::toolbox::explain(&explain_args);
     assert_eq!(
         explained["injection"]["message"],
         "not injected: the API server never calls the webhook for pods labelled as these",
@@ -1806,17 +1766,9 @@ async fn pods_an_object_selector_leaves_out_are_excluded_and_never_restarted() {
     // The objectSelector removed: opted-out is reached from now on, and the engine restarts it
     // once, into an injected pod at v2.
     set_object_selector(json!({})).await;
-    eventually(
-        Duration::from_secs(120),
-        "opted-out restarted into an injected pod at v2",
-        || async {
-            let pods = pods_of(&ctx, "opted-out").await;
-            (pods.len() == 1
-                && is_ready(&pods[0])
-                && annotation(&pods[0], "injector/revision").is_some_and(|s| s.contains(&v2)))
-            .then_some(())
-        },
-    )
+    wait_one_pod(&pods, "opted-out", "restarted, injected at v2", |pod| {
+        annotation(pod, "injector/revision").is_some_and(|s| s.contains(&v2))
+    })
     .await;
     assert_eq!(
         replicaset_count(&ctx, "opted-out").await,

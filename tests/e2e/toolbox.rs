@@ -170,7 +170,7 @@ async fn kubectl_runs_the_binary_as_its_sidecar_injector_plugin() {
 }
 
 /// `sidecar-injector explain ARGS` against the control plane, in its text form.
-fn explain_page(args: &[&str]) -> String {
+pub(crate) fn explain_page(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .arg("explain")
         .arg("--kubeconfig")
@@ -187,7 +187,7 @@ fn explain_page(args: &[&str]) -> String {
 }
 
 /// `sidecar-injector explain ARGS -o json` against the control plane.
-fn explain(args: &[&str]) -> Value {
+pub(crate) fn explain(args: &[&str]) -> Value {
     let args: Vec<&str> = ["-o", "json"].iter().chain(args).copied().collect();
     serde_json::from_str(&explain_page(&args)).unwrap()
 }
