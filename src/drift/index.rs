@@ -363,10 +363,7 @@ impl DriftIndex {
         policy: &DriftPolicy,
     ) -> Option<String> {
         self.namespace_exclusion(namespace, policy).or_else(|| {
-            if !self.labels_matter() {
-                return None;
-            }
-            let reach = self.reach.as_ref()?;
+            let reach = self.reach.as_ref().filter(|r| r.selects_objects())?;
             let namespace_labels = self.namespace_labels.get(namespace)?;
             let labels: BTreeMap<String, String> = labels
                 .iter()

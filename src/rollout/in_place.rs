@@ -457,6 +457,14 @@ mod tests {
         .unwrap()
     }
 
+    /// A pod at logger:v1 aaaaaaaaaaaa and its patch to bbbbbbbbbbbb.
+    fn logger_pod_and_its_patch() -> (Pod, InPlacePatch) {
+        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+        let before = pod("logger:v1=aaaaaaaaaaaa");
+        let patch = pod_patch(&before, &AnnotationKeys::default(), &target, &history()).unwrap();
+        (before, patch)
+    }
+
     #[test]
     fn the_pod_patch_sets_the_images_and_the_revision_guarded_by_uid_and_name() {
         let keys = AnnotationKeys::default();
@@ -491,10 +499,7 @@ mod tests {
 
     #[test]
     fn an_upgraded_pod_is_done_once_ready_for_its_workload_s_min_ready_seconds() {
-        let keys = AnnotationKeys::default();
-        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
-        let before = pod("logger:v1=aaaaaaaaaaaa");
-        let patch = pod_patch(&before, &keys, &target, &history()).unwrap();
+        let (before, patch) = logger_pod_and_its_patch();
         let ready_at: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
         let mut upgraded: Value = serde_json::to_value(&before).unwrap();
         upgraded["status"]["conditions"][0]["lastTransitionTime"] = json!("2026-11-29T10:00:00Z");
@@ -523,10 +528,7 @@ mod tests {
 
     #[test]
     fn an_upgrade_is_done_when_the_new_container_runs_ready_and_nothing_else_restarted() {
-        let keys = AnnotationKeys::default();
-        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
-        let before = pod("logger:v1=aaaaaaaaaaaa");
-        let patch = pod_patch(&before, &keys, &target, &history()).unwrap();
+        let (before, patch) = logger_pod_and_its_patch();
         let upgrade = InPlaceUpgrade::of(&before, &patch, Duration::ZERO);
         assert_eq!(upgrade.others, BTreeMap::from([("app".into(), 0)]));
         // Patched, the kubelet not there yet.
