@@ -362,15 +362,20 @@ impl DriftIndex {
         labels: &Labels,
         policy: &DriftPolicy,
     ) -> Option<String> {
-        self.namespace_exclusion(namespace, policy).or_else(|| {
-            let reach = self.reach.as_ref().filter(|r| r.selects_objects())?;
-            let namespace_labels = self.namespace_labels.get(namespace)?;
-            let labels: BTreeMap<String, String> = labels
-                .iter()
-                .map(|(key, value)| (key.to_string(), value.to_string()))
-                .collect();
-            reach.leaves_out_pod(namespace, namespace_labels, &labels)
-        })
+        self.namespace_exclusion(namespace, policy)
+            .or_else(|| self.labels_exclusion(namespace, labels))
+    }
+
+    /// Why a pod of `namespace` labelled `labels` is left out by its labels, if it is: no
+    /// objectSelector of a webhook that selects the namespace selects them.
+    fn labels_exclusion(&self, namespace: &str, labels: &Labels) -> Option<String> {
+        let reach = self.reach.as_ref().filter(|r| r.selects_objects())?;
+        let namespace_labels = self.namespace_labels.get(namespace)?;
+        let labels: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        reach.leaves_out_pod(namespace, namespace_labels, &labels)
     }
 
     pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {
@@ -469,8 +474,9 @@ impl DriftIndex {
 
     /// The names of a workload's pods that run another revision than `wanted` of a sidecar
     /// they request (or were never injected; injected without a revision with
-    /// `restart_unknown`), sorted. A scan of the index: called per OnDelete workload in
-    /// flight, not per event.
+    /// `restart_unknown`), sorted. Pods the webhook's objectSelector leaves out are never
+    /// among them: their replacements would not be injected either. A scan of the index:
+    /// called per OnDelete workload in flight, not per event.
     pub fn pods_needing_restart(
         &self,
         kind: WorkloadKind,
@@ -482,6 +488,7 @@ impl DriftIndex {
         let mut pods: Vec<PodToReplace> = self
             .pods_of(kind, namespace, name)
             .filter(|(_, pod)| pod.needs_restart(wanted, restart_unknown))
+            .filter(|(_, pod)| self.labels_exclusion(namespace, &pod.labels).is_none())
             .map(|((_, pod_name), pod)| PodToReplace {
                 name: pod_name.to_string(),
                 injected: pod.injected,

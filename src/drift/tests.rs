@@ -1107,11 +1107,33 @@ fn pods_an_object_selector_leaves_out_are_excluded_by_their_labels() {
     let web = workload(&report, "Deployment", "web");
     assert_eq!(web.state, DriftState::Uninjected);
     assert_eq!((web.pods.uninjected, web.pods.excluded), (1, 1), "{web:#?}");
+    // An OnDelete StatefulSet with one pod opted back in: only that pod is evicted; the other's
+    // replacement would not be injected either.
+    index.apply_pod(
+        &PodMeta::new("team", "db-1")
+            .request("logger:v1")
+            .owner("StatefulSet", "db")
+            .label("statefulset.kubernetes.io/pod-name", "db-1")
+            .0,
+        &keys(),
+    );
+    assert_eq!(
+        index.pods_needing_restart(WorkloadKind::StatefulSet, "team", "db", &wanted, false),
+        [PodToReplace {
+            name: "db-1".to_owned(),
+            injected: false,
+        }]
+    );
 
     // An opt-in selector instead: only pods labelled on are reached, none is.
     let opt_in = configuration(json!({"matchLabels": {"sidecars": "on"}}));
     index.set_webhook_reach(Some(WebhookReach::of(&opt_in)));
     assert_eq!(counted(&mut gauge, &mut index), (0, 5));
+    assert!(
+        index
+            .pods_needing_restart(WorkloadKind::StatefulSet, "team", "db", &wanted, false)
+            .is_empty()
+    );
     // The selector removed from the configuration: every pod reached again.
     index.set_webhook_reach(Some(WebhookReach::of(&configuration(json!({})))));
     assert!(
