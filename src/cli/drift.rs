@@ -19,6 +19,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             client,
             keys,
             sidecars,
+            configs_unread,
         } = OneShot::connect(&args.cluster).await?;
         let webhook_configuration = args.cluster.webhook_configuration();
         let index = crate::cluster::list::index(
@@ -51,7 +52,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .flatten()
             .unwrap_or_default();
         // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
-        let report = match revisions_from_status(status.as_ref(), &args.cluster)? {
+        let report = match revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)? {
             Some(revisions) => index.classify_revisions(&revisions, &policy),
             None => index.classify(&book.pinned(&sidecars).0, &policy),
         };

@@ -267,6 +267,7 @@ impl Live {
             client,
             keys,
             sidecars,
+            configs_unread,
         } = OneShot::connect(&args.cluster).await?;
         let namespace = args
             .namespace
@@ -275,7 +276,7 @@ impl Live {
         let status = super::one_shot::read_status(&client, &args.cluster).await?;
         let book = super::one_shot::book_of(status.as_ref())?;
         let served = book.served(&book.pinned(&sidecars).0).0;
-        let published = revisions_from_status(status.as_ref(), &args.cluster)?;
+        let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,
             None => None,

@@ -18,9 +18,10 @@ use tracing::Level;
 pub async fn revisions_in_force(
     client: &kube::Client,
     args: &OneShotArgs,
+    configs: &ConfigsUnread,
 ) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
     let status = read_status(client, args).await?;
-    revisions_from_status(status.as_ref(), args)
+    revisions_from_status(status.as_ref(), args, configs)
 }
 
 /// The running injector's status ConfigMap, when there is one. Refused (a user whose rights
@@ -76,6 +77,7 @@ pub fn book_of(
 pub fn revisions_from_status(
     status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
     args: &OneShotArgs,
+    configs: &ConfigsUnread,
 ) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
     use crate::cluster::status::{self, RevisionsChoice};
     let injectors = match status {
@@ -94,6 +96,7 @@ pub fn revisions_from_status(
         args.revisions_from,
         k8s_openapi::jiff::Timestamp::now(),
         args.published_max_age,
+        configs.here(),
     );
     Ok(match choice {
         RevisionsChoice::Published { revisions, why } => {
@@ -104,7 +107,24 @@ pub fn revisions_from_status(
             notice(Level::INFO, &why, &[("revisions_from", "configs")]);
             None
         }
+        RevisionsChoice::Neither { why } => anyhow::bail!(
+            "there is nothing to judge the pods by: {why}, and the sidecar configs cannot be read here ({}); every pod would read as orphaned",
+            configs.0.as_deref().unwrap_or_default()
+        ),
     })
+}
+
+/// Why the sidecar configs could not be read here (`None`: they were, even if there are none).
+#[derive(Clone, Debug, Default)]
+pub struct ConfigsUnread(pub Option<String>);
+
+impl ConfigsUnread {
+    fn here(&self) -> crate::cluster::status::ConfigsHere {
+        match self.0 {
+            Some(_) => crate::cluster::status::ConfigsHere::Unreadable,
+            None => crate::cluster::status::ConfigsHere::Read,
+        }
+    }
 }
 
 /// How long the cluster may take to be listed by a one-shot command.
@@ -131,12 +151,13 @@ pub struct OneShot {
     pub client: kube::Client,
     pub keys: crate::annotations::AnnotationKeys,
     pub sidecars: SidecarSet,
+    pub configs_unread: ConfigsUnread,
 }
 
 impl OneShot {
     pub async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
         let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-        let sidecars = one_shot_configs(
+        let (sidecars, configs_unread) = one_shot_configs(
             &client,
             &args.configs,
             &args.configmaps,
@@ -147,6 +168,7 @@ impl OneShot {
             client,
             keys: crate::annotations::AnnotationKeys::new(&args.annotation_namespace),
             sidecars,
+            configs_unread,
         })
     }
 }
@@ -182,13 +204,13 @@ pub async fn one_shot_client(
 /// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems
 /// printed on stderr. Run where the default directory is not (outside a checkout: a laptop, a
 /// kubectl plugin), the ConfigMaps deploy/'s injector serves stand in for it, so that the
-/// answers are about the configs the cluster's webhook injects.
+/// answers are about the configs the cluster's webhook injects; those refused, it says why.
 pub async fn one_shot_configs(
     client: &kube::Client,
     configs: &ConfigDirectoryArgs,
     configmap_args: &ConfigMapArgs,
     injector_namespace: &str,
-) -> anyhow::Result<SidecarSet> {
+) -> anyhow::Result<(SidecarSet, ConfigsUnread)> {
     let mut sources = crate::config::SourceState::default();
     let dir = &configs.config_directory;
     let namespace = configmap_args
@@ -236,7 +258,10 @@ pub async fn one_shot_configs(
         print_config_problems(&report);
         configmaps.apply(&report);
     }
-    Ok(crate::config::merge_sources(&sources, &configmaps).0)
+    Ok((
+        crate::config::merge_sources(&sources, &configmaps).0,
+        ConfigsUnread::default(),
+    ))
 }
 
 /// The configs of the ConfigMaps deploy/'s injector serves (labelled
@@ -247,7 +272,7 @@ async fn deployed_configs(
     client: &kube::Client,
     dir: &Path,
     namespace: &str,
-) -> anyhow::Result<SidecarSet> {
+) -> anyhow::Result<(SidecarSet, ConfigsUnread)> {
     let labels = DEPLOYED_CONFIGMAP_LABELS;
     let read = crate::cluster::list::configmap_configs(client, namespace, labels).await;
     let said = match &read {
@@ -266,14 +291,24 @@ async fn deployed_configs(
         ),
     };
     notice(Level::INFO, &said, &[]);
-    let Ok(report) = read else {
-        return Ok(SidecarSet::default());
+    let report = match read {
+        Ok(report) => report,
+        Err(err) => {
+            let unread = format!(
+                "the ConfigMaps of {namespace} labelled {labels}: {}",
+                crate::cluster::error_text(&err)
+            );
+            return Ok((SidecarSet::default(), ConfigsUnread(Some(unread))));
+        }
     };
     print_config_problems(&report);
     let mut configmaps = crate::config::SourceState::default();
     configmaps.apply(&report);
     let none = crate::config::SourceState::default();
-    Ok(crate::config::merge_sources(&none, &configmaps).0)
+    Ok((
+        crate::config::merge_sources(&none, &configmaps).0,
+        ConfigsUnread::default(),
+    ))
 }
 
 pub fn print_config_problems(report: &LoadReport) {

@@ -71,16 +71,18 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
         None => Timestamp::now(),
     };
+    let one_shot = OneShot::connect(&args.cluster).await?;
     let OneShot {
         client,
         keys,
         sidecars,
-    } = OneShot::connect(&args.cluster).await?;
+        ..
+    } = &one_shot;
     let namespace = &args.cluster.injector_namespace;
-    let holder = LeaseHolder::read(&client, namespace).await?;
+    let holder = LeaseHolder::read(client, namespace).await?;
     let identity = format!("rollout-cli/{}", env.identity());
     if args.resume {
-        resume_campaigns(&client, namespace, &identity).await?;
+        resume_campaigns(client, namespace, &identity).await?;
         if let Some(holder) = holder.as_ref().filter(|h| h.restarts()) {
             notice(
                 Level::INFO,
@@ -93,17 +95,16 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
             return Ok(ExitCode::SUCCESS);
         }
     }
-    if let Some(done) = overrides(args, &client, &sidecars, &identity, holder.as_ref()).await? {
+    if let Some(done) = overrides(args, &one_shot, &identity, holder.as_ref()).await? {
         return Ok(done);
     }
     let standing = if args.confirm {
-        Some(Standing::take(&client, namespace, &identity, holder.as_ref()).await?)
+        Some(Standing::take(client, namespace, &identity, holder.as_ref()).await?)
     } else {
         None
     };
     let options = engine_options(args, keys.clone());
-    let feed = synced_feed(&client, keys, args.cluster.webhook_configuration()).await?;
-    let by_container = !args.sidecar_container_name.is_empty();
+    let feed = synced_feed(client, keys.clone(), args.cluster.webhook_configuration()).await?;
     let recorder = crate::cluster::events::recorder(client.clone(), env.pod_name.clone());
     let mut engine = Engine::new(
         client.clone(),
@@ -113,8 +114,44 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         crate::cluster::status::watch_status(client.clone(), &options.namespace),
     );
     engine.keep_summary();
-    if by_container {
-        let run = container_run(&client, args, &options, &feed, started_before).await?;
+    aim(
+        &mut engine,
+        args,
+        &one_shot,
+        &options,
+        &feed,
+        started_before,
+    )
+    .await?;
+    let Some(standing) = standing else {
+        let plan = engine.tick(&feed, sidecars, Authority::PlanOnly).await;
+        print_plan(
+            args.cluster.output,
+            &plan,
+            &nothing_planned(args, started_before),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let acted = act_until_done(&mut engine, &feed, sidecars, args, &standing).await;
+    standing.give_up().await;
+    acted?;
+    print_summary(args.cluster.output, engine.summary())?;
+    Ok(exit_code(engine.summary()))
+}
+
+/// What the engine restarts towards: the chosen pods of `--sidecar-container-name`, or the
+/// revisions in force.
+async fn aim(
+    engine: &mut Engine,
+    args: &RolloutArgs,
+    one_shot: &OneShot,
+    options: &EngineOptions,
+    feed: &DriftFeed,
+    started_before: Timestamp,
+) -> anyhow::Result<()> {
+    let client = &one_shot.client;
+    if !args.sidecar_container_name.is_empty() {
+        let run = container_run(client, args, options, feed, started_before).await?;
         for skipped in &run.selection.skipped {
             let pod = format!("{}/{}", skipped.namespace, skipped.name);
             notice(
@@ -124,28 +161,16 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
             );
         }
         engine.select_containers(run);
-    } else {
-        engine.load_status().await;
-        // As `drift` does: pods are brought to what the running injector injects, which may
-        // differ from this reading of the configs (another checkout, a pending edit).
-        if let Some(revisions) = revisions_in_force(&client, &args.cluster).await? {
-            engine.use_published_revisions(revisions);
-        }
+        return Ok(());
     }
-    let Some(standing) = standing else {
-        let plan = engine.tick(&feed, &sidecars, Authority::PlanOnly).await;
-        print_plan(
-            args.cluster.output,
-            &plan,
-            &nothing_planned(args, started_before),
-        )?;
-        return Ok(ExitCode::SUCCESS);
-    };
-    let acted = act_until_done(&mut engine, &feed, &sidecars, args, &standing).await;
-    standing.give_up().await;
-    acted?;
-    print_summary(args.cluster.output, engine.summary())?;
-    Ok(exit_code(engine.summary()))
+    engine.load_status().await;
+    // As `drift` does: pods are brought to what the running injector injects, which may
+    // differ from this reading of the configs (another checkout, a pending edit).
+    let published = revisions_in_force(client, &args.cluster, &one_shot.configs_unread).await?;
+    if let Some(revisions) = published {
+        engine.use_published_revisions(revisions);
+    }
+    Ok(())
 }
 
 fn nothing_planned(args: &RolloutArgs, started_before: Timestamp) -> String {
@@ -191,12 +216,12 @@ async fn resume_campaigns(
 /// status when nothing else is left to do here (a `serve --rollout=auto` acts on a pin).
 async fn overrides(
     args: &RolloutArgs,
-    client: &kube::Client,
-    sidecars: &SidecarSet,
+    one_shot: &OneShot,
     identity: &str,
     holder: Option<&LeaseHolder>,
 ) -> anyhow::Result<Option<ExitCode>> {
     let namespace = &args.cluster.injector_namespace;
+    let client = &one_shot.client;
     if let Some(sidecar) = &args.unpin {
         edit_overrides(client, namespace, Override::Unpin(sidecar)).await?;
         return Ok(Some(ExitCode::SUCCESS));
@@ -206,7 +231,7 @@ async fn overrides(
         return Ok(Some(ExitCode::SUCCESS));
     }
     if let Some(spec) = &args.to {
-        pin_revision(client, args, spec, sidecars, identity).await?;
+        pin_revision(args, spec, one_shot, identity).await?;
         if let Some(holder) = holder.filter(|h| h.restarts()) {
             notice(
                 Level::INFO,
@@ -276,18 +301,24 @@ async fn edit_overrides(
 /// `--to SIDECAR=REVISION`: the revision looked up in the history ConfigMap and pinned in the
 /// status ConfigMap over the revision in force.
 async fn pin_revision(
-    client: &kube::Client,
     args: &RolloutArgs,
     spec: &str,
-    sidecars: &SidecarSet,
+    one_shot: &OneShot,
     identity: &str,
 ) -> anyhow::Result<()> {
+    let OneShot {
+        client,
+        sidecars,
+        configs_unread,
+        ..
+    } = one_shot;
     let namespace = &args.cluster.injector_namespace;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let (history, _) = crate::cluster::status::read_history(&api).await?;
     let status = super::one_shot::read_status(client, &args.cluster).await?;
     let book = super::one_shot::book_of(status.as_ref())?;
-    let published = super::one_shot::revisions_from_status(status.as_ref(), &args.cluster)?;
+    let published =
+        super::one_shot::revisions_from_status(status.as_ref(), &args.cluster, configs_unread)?;
     // What the config says: what is published (or read here), unless a pin already serves
     // in its place.
     let configured = |sidecar: &str| -> Option<String> {

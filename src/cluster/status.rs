@@ -123,23 +123,57 @@ pub enum RevisionsChoice {
     Configs {
         why: String,
     },
+    /// Nothing to judge pods by: no publication, and the configs cannot be read here.
+    Neither {
+        why: String,
+    },
+}
+
+/// Whether the one-shot command could read the sidecar configs itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigsHere {
+    Read,
+    /// Refused or unreachable (a team's rights stop at its namespace): every pod would read
+    /// as orphaned by them.
+    Unreadable,
 }
 
 /// The rule of `--revisions-from`: a publication is fresh when renewed within `max_age`; fresh
 /// publications that agree are what new pods get; when they disagree, or none is fresh, the
-/// configs read here are the better guess, and the line says so.
+/// configs read here are the better guess, and the line says so. Configs that cannot be read
+/// here are no guess at all: the newest publication, however old, is the better one.
 pub fn choose_revisions(
     injectors: &BTreeMap<String, Publication>,
     source: RevisionsSource,
     now: k8s_openapi::jiff::Timestamp,
     max_age: std::time::Duration,
+    configs: ConfigsHere,
 ) -> RevisionsChoice {
     let describe = |p: &Publication| humantime::format_duration(p.age(now)).to_string() + " ago";
     let newest = injectors.iter().max_by_key(|(_, p)| p.at.0);
-    if source == RevisionsSource::Configs {
-        return RevisionsChoice::Configs {
-            why: "revisions from the configs read here (--revisions-from=configs)".into(),
-        };
+    let unreadable = configs == ConfigsHere::Unreadable;
+    match (source, newest) {
+        (RevisionsSource::Configs, _) if unreadable => {
+            return RevisionsChoice::Neither {
+                why: "--revisions-from=configs".into(),
+            };
+        }
+        (RevisionsSource::Configs, _) => {
+            return RevisionsChoice::Configs {
+                why: "revisions from the configs read here (--revisions-from=configs)".into(),
+            };
+        }
+        (_, None) if unreadable => {
+            return RevisionsChoice::Neither {
+                why: "no running injector has published its revisions".into(),
+            };
+        }
+        (RevisionsSource::Auto, Some(newest)) if unreadable => {
+            if let Some(choice) = without_configs(injectors, newest, now, max_age) {
+                return choice;
+            }
+        }
+        _ => {}
     }
     let Some((newest_by, newest_publication)) = newest else {
         return match source {
@@ -194,6 +228,35 @@ pub fn choose_revisions(
             describe(newest_publication)
         ),
     }
+}
+
+/// [`choose_revisions`]'s `auto` when the configs cannot be read here: the `newest`
+/// publication, stale or disagreeing, when the fresh ones do not settle it (`None`: they do).
+fn without_configs(
+    injectors: &BTreeMap<String, Publication>,
+    (newest_by, newest): (&String, &Publication),
+    now: k8s_openapi::jiff::Timestamp,
+    max_age: std::time::Duration,
+) -> Option<RevisionsChoice> {
+    let though = match disagreeing(injectors, now, max_age) {
+        Some([(first, one), (other, another)]) => format!(
+            "the newest of injectors that disagree ({first} publishes {}, {other} publishes {})",
+            summary(&one.revisions),
+            summary(&another.revisions)
+        ),
+        None if newest.age(now) <= max_age => return None,
+        None => format!(
+            "though stale (older than {}: is the injector running?)",
+            humantime::format_duration(max_age)
+        ),
+    };
+    Some(RevisionsChoice::Published {
+        revisions: newest.revisions.clone(),
+        why: format!(
+            "the sidecar configs cannot be read here: revisions as {newest_by} published them {} ago, {though}",
+            humantime::format_duration(newest.age(now))
+        ),
+    })
 }
 
 fn summary(revisions: &RevisionsInForce) -> String {
@@ -686,12 +749,102 @@ mod tests {
     }
 
     fn choose(injectors: &[(&str, Publication)], source: RevisionsSource) -> RevisionsChoice {
+        choose_with(injectors, source, ConfigsHere::Read)
+    }
+
+    fn choose_with(
+        injectors: &[(&str, Publication)],
+        source: RevisionsSource,
+        configs: ConfigsHere,
+    ) -> RevisionsChoice {
         let injectors: BTreeMap<String, Publication> = injectors
             .iter()
             .map(|(n, p)| ((*n).to_owned(), p.clone()))
             .collect();
         let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
-        choose_revisions(&injectors, source, now, std::time::Duration::from_secs(90))
+        choose_revisions(
+            &injectors,
+            source,
+            now,
+            std::time::Duration::from_secs(90),
+            configs,
+        )
+    }
+
+    #[test]
+    fn configs_that_cannot_be_read_here_give_way_to_any_publication() {
+        let unread = |injectors: &[(&str, Publication)], source| {
+            choose_with(injectors, source, ConfigsHere::Unreadable)
+        };
+        let revisions = |choice: &RevisionsChoice| match choice {
+            RevisionsChoice::Published { revisions, .. } => {
+                revisions.get("logger:v1").map(str::to_owned)
+            }
+            _ => None,
+        };
+        let stale = unread(
+            &[("gone", publication("aaaaaaaaaaaa", 3600))],
+            RevisionsSource::Auto,
+        );
+        assert_eq!(
+            stale,
+            RevisionsChoice::Published {
+                revisions: publication("aaaaaaaaaaaa", 0).revisions,
+                why: "the sidecar configs cannot be read here: revisions as gone published them 1h ago, though stale (older than 1m 30s: is the injector running?)".into()
+            }
+        );
+        let split = unread(
+            &[
+                ("a", publication("aaaaaaaaaaaa", 5)),
+                ("b", publication("bbbbbbbbbbbb", 2)),
+            ],
+            RevisionsSource::Auto,
+        );
+        assert_eq!(revisions(&split).as_deref(), Some("bbbbbbbbbbbb"));
+        let RevisionsChoice::Published { why, .. } = &split else {
+            panic!("{split:?}")
+        };
+        assert_eq!(
+            why,
+            "the sidecar configs cannot be read here: revisions as b published them 2s ago, the newest of injectors that disagree (a publishes logger:v1=aaaaaaaaaaaa, b publishes logger:v1=bbbbbbbbbbbb)"
+        );
+        // Fresh publications that agree: chosen as always.
+        let fresh = unread(
+            &[
+                ("a", publication("aaaaaaaaaaaa", 5)),
+                ("old", publication("bbbbbbbbbbbb", 600)),
+            ],
+            RevisionsSource::Auto,
+        );
+        assert_eq!(
+            fresh,
+            choose(
+                &[
+                    ("a", publication("aaaaaaaaaaaa", 5)),
+                    ("old", publication("bbbbbbbbbbbb", 600))
+                ],
+                RevisionsSource::Auto
+            )
+        );
+        assert_eq!(revisions(&fresh).as_deref(), Some("aaaaaaaaaaaa"));
+        // Nothing published, or the configs asked for by name: nothing to judge by.
+        assert_eq!(
+            unread(&[], RevisionsSource::Auto),
+            RevisionsChoice::Neither {
+                why: "no running injector has published its revisions".into()
+            }
+        );
+        assert!(matches!(
+            unread(
+                &[("a", publication("aaaaaaaaaaaa", 5))],
+                RevisionsSource::Configs
+            ),
+            RevisionsChoice::Neither { .. }
+        ));
+        assert!(matches!(
+            unread(&[], RevisionsSource::Published),
+            RevisionsChoice::Neither { .. }
+        ));
     }
 
     #[test]

@@ -589,6 +589,39 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
         "judged by the published revision: {report:#}"
     );
     assert_eq!(report["workloads"][0]["name"], "web", "{report:#}");
+    // The publication stale (as when the injector is down): the configs it cannot read are no
+    // better guess, so the stale publication judges, and stderr says so; never every pod
+    // orphaned. Publications are stamped to the second: stale past 1ms once a second old.
+    let fresh = report;
+    let report = eventually(DEADLINE, "drift as the team, publication stale", || async {
+        let stale = as_dev(&[
+            "drift",
+            "-n",
+            team,
+            "-o",
+            "json",
+            "--published-max-age",
+            "1ms",
+        ]);
+        let stderr = String::from_utf8_lossy(&stale.stderr);
+        assert!(stale.status.success(), "{stderr}");
+        if stderr.contains("published them (0s ago)") {
+            return None;
+        }
+        assert!(
+            stderr.contains("the sidecar configs cannot be read here: revisions as ")
+                && stderr.contains("though stale (older than 1ms: is the injector running?)"),
+            "{stderr}"
+        );
+        serde_json::from_slice::<Value>(&stale.stdout).ok()
+    })
+    .await;
+    assert_eq!(
+        sidecar_row(&report, "tracer:v1")["revision"],
+        revision,
+        "{report:#}"
+    );
+    assert_eq!(report["workloads"], fresh["workloads"], "as when fresh");
     let status = as_dev(&["status"]);
     assert!(
         status.status.success(),
