@@ -9,8 +9,8 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::annotations::AnnotationKeys;
-use crate::config::SidecarSet;
 use crate::config::revision::stamp_items;
+use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::{DriftState, sidecar_state};
 use crate::injection::{Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide};
 use crate::name::SidecarName;
@@ -31,6 +31,8 @@ pub enum Verdict {
     Inject,
     Skip,
     Deny,
+    /// The configs the decision turns on cannot be read here.
+    Unknown,
 }
 
 /// What the webhook does with a pod: its checks up to the one that decides, and the outcome
@@ -123,6 +125,62 @@ pub fn sent(mut explanation: InjectionExplanation, selected_by: String) -> Injec
 }
 
 const WEBHOOK_CALLED: &str = "webhook called";
+/// The check of a requested sidecar's config: this, then its name.
+const CONFIG_CHECK: &str = "config ";
+const POLICY_CHECK: &str = "policy";
+
+/// `explanation`, judged against no config because the configs cannot be read here (`unread`
+/// says why), told as what it is: the decision is unknown here, and each requested sidecar's
+/// check says what the running injectors publish of it instead of "no config defines it".
+/// Unchanged when the decision came before the configs (no request, injected already...).
+pub fn without_configs(
+    mut explanation: InjectionExplanation,
+    unread: &str,
+    published: Option<&RevisionsInForce>,
+) -> InjectionExplanation {
+    let mut publishes = Vec::new();
+    let mut missing = Vec::new();
+    for check in &mut explanation.checks {
+        let Some(name) = check.check.strip_prefix(CONFIG_CHECK) else {
+            continue;
+        };
+        let revision = published.and_then(|p| p.get(name));
+        check.passed = revision.is_some();
+        check.detail = match revision {
+            Some(revision) => {
+                publishes.push(format!("{name} (revision {revision})"));
+                format!("revision {revision}, as the running injectors publish it")
+            }
+            None => {
+                missing.push(name.to_owned());
+                "the running injectors publish no revision of it".to_owned()
+            }
+        };
+    }
+    if publishes.is_empty() && missing.is_empty() {
+        return explanation;
+    }
+    explanation.checks.retain(|c| c.check != POLICY_CHECK);
+    let mut parts = vec![format!(
+        "unknown here: the sidecar configs cannot be read ({unread})"
+    )];
+    if !publishes.is_empty() {
+        parts.push(format!(
+            "the running injectors publish {}, which the webhook injects unless the pod conflicts with its config",
+            publishes.join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        parts.push(format!(
+            "they publish no {}: the webhook denies the pod unless --on-missing-sidecar=allow",
+            missing.join(", ")
+        ));
+    }
+    let message = parts.join("; ");
+    explanation.verdict = Verdict::Unknown;
+    explanation.message = message;
+    explanation
+}
 
 /// The webhook's checks in its order, stopping at the first that ends the decision.
 fn checks(
@@ -191,14 +249,14 @@ fn checks(
         let found = sidecars.get(name).is_some();
         settled &= found;
         check(
-            &format!("config {name}"),
+            &format!("{CONFIG_CHECK}{name}"),
             found,
             config_detail(name, sidecars),
         );
     }
     if !settled {
         check(
-            "policy",
+            POLICY_CHECK,
             settings.on_missing_sidecar == MissingSidecarPolicy::Allow,
             policy_detail(settings.on_missing_sidecar),
         );
@@ -403,6 +461,8 @@ pub enum WorkloadAction {
     FailedEarlier { message: String },
     /// Nothing to do.
     Nothing { why: String },
+    /// Not planned here: what planning needs cannot be read.
+    Unplanned { why: String },
 }
 
 pub fn workload_action(
@@ -477,6 +537,7 @@ impl WorkloadAction {
             WorkloadAction::Failed { reason } => format!("its restart failed: {reason}"),
             WorkloadAction::FailedEarlier { message } => message.clone(),
             WorkloadAction::Nothing { why } => format!("nothing to do: {why}"),
+            WorkloadAction::Unplanned { why } => format!("not planned here: {why}"),
         }
     }
 }

@@ -19,14 +19,16 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::args::ExplainArgs;
-use super::one_shot::{OneShot, revisions_from_status, synced_feed};
+use super::one_shot::{
+    ClusterListRefused, ConfigsUnread, OneShot, revisions_from_status, synced_feed,
+};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::{NamespaceReach, list_selected};
 use crate::config::SidecarSet;
 use crate::engine::{Authority, Engine, EngineMode, EngineOptions};
 use crate::explain::{
     Explanation, InjectionExplanation, PodState, SidecarDrift, WorkloadAction, WorkloadPods,
-    injection, sidecar_drift, workload_action,
+    injection, sidecar_drift, without_configs, workload_action,
 };
 use crate::injection::manifest::{document_label, objects_with_pods};
 use crate::injection::{InjectionSettings, PodView};
@@ -253,6 +255,8 @@ struct Live {
     /// injector's campaign book.
     served: SidecarSet,
     published: Option<crate::config::RevisionsInForce>,
+    /// Why the configs could not be read here, if they could not.
+    configs_unread: ConfigsUnread,
     namespace: String,
     /// What the webhook configuration reaches and the namespace's labels, when they can be
     /// read.
@@ -290,6 +294,7 @@ impl Live {
             sidecars,
             served,
             published,
+            configs_unread,
             namespace,
             reach,
             namespace_exclusion,
@@ -299,7 +304,13 @@ impl Live {
     /// The webhook's decision on a pod (or template) in this namespace, explained.
     fn injection(&self, args: &ExplainArgs, pod: &Value) -> anyhow::Result<InjectionExplanation> {
         let view = PodView::deserialize(pod).context("the pod template does not read")?;
-        let decided = || injection(&view, &self.namespace, &self.served, &settings(args));
+        let decided = || {
+            let explained = injection(&view, &self.namespace, &self.served, &settings(args));
+            match &self.configs_unread.0 {
+                Some(why) => without_configs(explained, why, self.published.as_ref()),
+                None => explained,
+            }
+        };
         let Some(reach) = &self.reach else {
             return Ok(decided());
         };
@@ -377,8 +388,17 @@ impl Live {
             &self.sidecars,
             self.published.clone(),
         )
-        .await?;
-        Ok(workload_action(&plan, workload, drift))
+        .await;
+        match plan {
+            Ok(plan) => Ok(workload_action(&plan, workload, drift)),
+            // The rest of the answer stands without it.
+            Err(err) => match err.downcast::<ClusterListRefused>() {
+                Ok(refused) => Ok(WorkloadAction::Unplanned {
+                    why: refused.to_string(),
+                }),
+                Err(err) => Err(err),
+            },
+        }
     }
 
     async fn read_pod(&self, name: &str) -> anyhow::Result<Pod> {

@@ -130,20 +130,38 @@ impl ConfigsUnread {
 /// How long the cluster may take to be listed by a one-shot command.
 const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The drift feed (pods, ReplicaSets, workloads), once the cluster has been listed.
+/// The drift feed (pods, ReplicaSets, workloads), once the cluster has been listed. A list
+/// the API server refuses ends the wait at once ([`ClusterListRefused`]): no retry mends it.
 pub async fn synced_feed(
     client: &kube::Client,
     keys: crate::annotations::AnnotationKeys,
     webhook_configuration: Option<String>,
 ) -> anyhow::Result<crate::cluster::drift_feed::DriftFeed> {
     let feed = crate::cluster::drift_feed::start(client.clone(), keys, webhook_configuration);
-    let mut synced = feed.synced.clone();
-    tokio::time::timeout(SYNC_DEADLINE, synced.wait_for(|s| *s))
+    let (mut synced, mut refused) = (feed.synced.clone(), feed.refused.clone());
+    let listed = async {
+        tokio::select! {
+            synced = synced.wait_for(|s| *s) => synced.map(|_| None),
+            refused = refused.wait_for(Option::is_some) => refused.map(|r| r.clone()),
+        }
+    };
+    let refusal = tokio::time::timeout(SYNC_DEADLINE, listed)
         .await
         .context("the cluster was not listed in time")?
         .context("the watches stopped")?;
-    Ok(feed)
+    match refusal {
+        Some(refusal) => Err(anyhow::Error::new(ClusterListRefused(refusal))),
+        None => Ok(feed),
+    }
 }
+
+/// Listing the cluster's pods, ReplicaSets or workloads, which planning a rollout needs
+/// across every namespace, is refused (a user whose rights stop at a team's namespaces).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the rollout plan needs the pods, ReplicaSets and workloads of every namespace, and listing them is refused to you: {0}"
+)]
+pub struct ClusterListRefused(pub String);
 
 /// What every one-shot command starts from: the cluster, the annotation keys, and the
 /// configs as `serve` would load them.

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::info;
 
-use super::watch::{Change, is_refusal, watch, watch_noting_failures};
+use super::watch::{Change, is_refusal, watch_noting_failures};
 use crate::annotations::AnnotationKeys;
 use crate::config::SidecarSet;
 use crate::drift::{DriftGauge, DriftIndex, DriftPolicy, DriftReport, WebhookReach, WorkloadEntry};
@@ -36,6 +36,9 @@ pub struct DriftFeed {
     pub index: Arc<Mutex<DriftIndex>>,
     pub changes: watch::Receiver<u64>,
     pub synced: watch::Receiver<bool>,
+    /// The first refusal (401, 403, 404) of a list the index cannot go without (pods,
+    /// ReplicaSets, workloads): `serve` retries on, a one-shot command gives up at once.
+    pub refused: watch::Receiver<Option<String>>,
     pub followed: FollowedPods,
 }
 
@@ -185,6 +188,7 @@ impl FollowedPods {
 struct Signals {
     changes: watch::Sender<u64>,
     synced: watch::Sender<bool>,
+    refused: watch::Sender<Option<String>>,
     lists_done: AtomicUsize,
     /// How many feeds list before the index counts as synced.
     feeds: usize,
@@ -216,6 +220,18 @@ impl Signals {
     fn first_list_failed(&self, counted: &AtomicBool, err: &watcher::Error) {
         if is_refusal(err) {
             self.first_list_once(counted);
+        }
+    }
+
+    /// A failure of a feed the index cannot go without: its first refusal is said once.
+    fn failed(&self, err: &watcher::Error) {
+        if is_refusal(err) {
+            self.refused.send_if_modified(|refused| {
+                refused.is_none() && {
+                    *refused = Some(super::error_text(err));
+                    true
+                }
+            });
         }
     }
 
@@ -274,7 +290,8 @@ async fn feed_workloads<K>(
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let project_keys = keys.clone();
-    let mut changes = watch(
+    let failed = signals.clone();
+    let mut changes = watch_noting_failures(
         api,
         watcher::Config::default(),
         "workload",
@@ -286,6 +303,7 @@ async fn feed_workloads<K>(
                 strip(&object, &project_keys),
             ))
         },
+        move |err| failed.failed(err),
     );
     let mut first = true;
     while let Some(change) = changes.next().await {
@@ -319,11 +337,13 @@ async fn feed<K>(
     PartialObjectMeta<K>:
         Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let mut changes = watch(
+    let failed = signals.clone();
+    let mut changes = watch_noting_failures(
         api,
         watcher::Config::default(),
         "drift",
         |object: PartialObjectMeta<K>| Some(object.metadata),
+        move |err| failed.failed(err),
     );
     let mut first = true;
     while let Some(change) = changes.next().await {
@@ -366,9 +386,11 @@ pub fn start(
     let index = Arc::new(Mutex::new(DriftIndex::default()));
     let (changes_tx, changes) = watch::channel(0u64);
     let (synced_tx, synced) = watch::channel(false);
+    let (refused_tx, refused) = watch::channel(None);
     let changed = Arc::new(Signals {
         changes: changes_tx,
         synced: synced_tx,
+        refused: refused_tx,
         lists_done: AtomicUsize::new(0),
         feeds: 5 + if webhook_configuration.is_some() {
             2
@@ -425,6 +447,7 @@ pub fn start(
         index,
         changes,
         synced,
+        refused,
         followed,
     }
 }
@@ -542,6 +565,7 @@ mod tests {
         let signals = Signals {
             changes,
             synced,
+            refused: watch::channel(None).0,
             lists_done: AtomicUsize::new(0),
             feeds,
         };
@@ -580,6 +604,21 @@ mod tests {
             assert!(*synced.borrow(), "{failure}: synced once listed");
             assert_eq!(signals.lists_done.load(Ordering::Acquire), 2, "{failure}");
         }
+    }
+
+    #[test]
+    fn the_first_refusal_of_a_feed_is_said_and_a_failure_a_retry_may_mend_is_not() {
+        let (mut signals, _) = signals(5);
+        let (refused_tx, refused) = watch::channel(None);
+        signals.refused = refused_tx;
+        signals.failed(&api_error(503, "ServiceUnavailable"));
+        assert_eq!(*refused.borrow(), None);
+        signals.failed(&api_error(403, "Forbidden"));
+        signals.failed(&api_error(404, "NotFound"));
+        assert_eq!(
+            refused.borrow().as_deref(),
+            Some("failed to perform initial object list: namespaces (Forbidden, 403)")
+        );
     }
 
     #[test]

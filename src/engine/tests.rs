@@ -530,6 +530,7 @@ async fn leadership_follows_the_grant_and_readiness_at_once() {
         index: Arc::new(Mutex::new(crate::drift::DriftIndex::default())),
         changes,
         synced,
+        refused: watch::channel(None).1,
         followed: Default::default(),
     };
     let (_sidecars_tx, sidecars) = watch::channel(Arc::new(SidecarSet::default()));

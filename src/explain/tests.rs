@@ -449,3 +449,57 @@ fn whether_the_api_server_calls_the_webhook_comes_first() {
     assert!(reached.checks[0].passed);
     assert_eq!(reached.checks[1..], decided.checks[..]);
 }
+
+#[test]
+fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_published() {
+    let unread =
+        "the ConfigMaps of injector-system labelled sidecar-injector.io/config=true: forbidden";
+    let judged = |annotations: Value| {
+        let pod = pod(annotations);
+        let view = PodView::deserialize(&pod).unwrap();
+        let explained = injection(
+            &view,
+            "team",
+            &SidecarSet::default(),
+            &settings(MissingSidecarPolicy::Deny),
+        );
+        let published: RevisionsInForce = [("logger:v1".to_owned(), "876339fe41bc".to_owned())]
+            .into_iter()
+            .collect();
+        without_configs(explained, unread, Some(&published))
+    };
+    let explained = judged(json!({"injector/request": "logger:v1,tracer:v1"}));
+    assert_eq!(explained.verdict, Verdict::Unknown, "{explained:#?}");
+    assert_eq!(
+        explained.message,
+        format!(
+            "unknown here: the sidecar configs cannot be read ({unread}); the running injectors publish logger:v1 (revision 876339fe41bc), which the webhook injects unless the pod conflicts with its config; they publish no tracer:v1: the webhook denies the pod unless --on-missing-sidecar=allow"
+        )
+    );
+    let checks: Vec<(&str, bool, &str)> = explained
+        .checks
+        .iter()
+        .map(|c| (c.check.as_str(), c.passed, c.detail.as_str()))
+        .collect();
+    assert_eq!(
+        checks[checks.len() - 2..],
+        [
+            (
+                "config logger:v1",
+                true,
+                "revision 876339fe41bc, as the running injectors publish it"
+            ),
+            (
+                "config tracer:v1",
+                false,
+                "the running injectors publish no revision of it"
+            ),
+        ],
+        "no policy check judged on configs never read"
+    );
+    // Decided before any config: unchanged.
+    let injected = judged(json!({"injector/request": "logger:v1", "injector/status": "injected"}));
+    assert_eq!(injected.verdict, Verdict::Skip);
+    let none = judged(json!({}));
+    assert_eq!(none.verdict, Verdict::Skip);
+}

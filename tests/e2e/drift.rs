@@ -622,6 +622,33 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
         "{report:#}"
     );
     assert_eq!(report["workloads"], fresh["workloads"], "as when fresh");
+    // `explain` as the team: the webhook's decision turns on configs it cannot read, so it is
+    // unknown here, with what the running injector publishes of the sidecar (never "no config
+    // defines it", which would send the team after a config that exists).
+    let explained = as_dev(&["explain", "deploy/web", "-n", team]);
+    let stdout = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&explained.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "=>  unknown here: the sidecar configs cannot be read (the ConfigMaps of {injector_namespace} labelled sidecar-injector.io/config=true: "
+        )) && stdout.contains(&format!(
+            "the running injectors publish tracer:v1 (revision {revision}), which the webhook injects unless the pod conflicts with its config"
+        )) && stdout.contains(&format!(
+            "config tracer:v1       revision {revision}, as the running injectors publish it"
+        )),
+        "{stdout}"
+    );
+    // Its Rollout cannot be planned by a team (the plan lists every namespace): said at once,
+    // the rest of the answer kept.
+    assert!(
+        stdout.contains("not planned here: the rollout plan needs the pods, ReplicaSets and workloads of every namespace, and listing them is refused to you: ")
+            && stdout.contains("(Forbidden, 403)"),
+        "{stdout}"
+    );
     let status = as_dev(&["status"]);
     assert!(
         status.status.success(),
