@@ -152,40 +152,19 @@ pub fn choose_revisions(
     let describe = |p: &Publication| humantime::format_duration(p.age(now)).to_string() + " ago";
     let newest = injectors.iter().max_by_key(|(_, p)| p.at.0);
     let unreadable = configs == ConfigsHere::Unreadable;
-    match (source, newest) {
-        (RevisionsSource::Configs, _) if unreadable => {
-            return RevisionsChoice::Neither {
+    if source == RevisionsSource::Configs {
+        return if unreadable {
+            RevisionsChoice::Neither {
                 why: "--revisions-from=configs".into(),
-            };
-        }
-        (RevisionsSource::Configs, _) => {
-            return RevisionsChoice::Configs {
-                why: "revisions from the configs read here (--revisions-from=configs)".into(),
-            };
-        }
-        (_, None) if unreadable => {
-            return RevisionsChoice::Neither {
-                why: "no running injector has published its revisions".into(),
-            };
-        }
-        (RevisionsSource::Auto, Some(newest)) if unreadable => {
-            if let Some(choice) = without_configs(injectors, newest, now, max_age) {
-                return choice;
             }
-        }
-        _ => {}
+        } else {
+            RevisionsChoice::Configs {
+                why: "revisions from the configs read here (--revisions-from=configs)".into(),
+            }
+        };
     }
     let Some((newest_by, newest_publication)) = newest else {
-        return match source {
-            RevisionsSource::Published => RevisionsChoice::Configs {
-                why: "no running injector has published its revisions; using the configs read here"
-                    .into(),
-            },
-            _ => RevisionsChoice::Configs {
-                why: "revisions from the configs read here (no running injector has published any)"
-                    .into(),
-            },
-        };
+        return unpublished(source, configs);
     };
     let fresh: Vec<(&String, &Publication)> = injectors
         .iter()
@@ -200,6 +179,20 @@ pub fn choose_revisions(
             ),
         };
     }
+    // Where the configs read here would stand in, but none could be read.
+    let newest_instead = |though: String| RevisionsChoice::Published {
+        revisions: newest_publication.revisions.clone(),
+        why: format!(
+            "the sidecar configs cannot be read here: revisions as {newest_by} published them {}, {though}",
+            describe(newest_publication)
+        ),
+    };
+    if fresh.is_empty() && unreadable {
+        return newest_instead(format!(
+            "though stale (older than {}: is the injector running?)",
+            humantime::format_duration(max_age)
+        ));
+    }
     if fresh.is_empty() {
         return RevisionsChoice::Configs {
             why: format!(
@@ -210,11 +203,15 @@ pub fn choose_revisions(
         };
     }
     if let Some([(first, one), (other, another)]) = disagreeing(injectors, now, max_age) {
+        let (one, another) = (summary(&one.revisions), summary(&another.revisions));
+        if unreadable {
+            return newest_instead(format!(
+                "the newest of injectors that disagree ({first} publishes {one}, {other} publishes {another})"
+            ));
+        }
         return RevisionsChoice::Configs {
             why: format!(
-                "running injectors disagree ({first} publishes {}, {other} publishes {}): using the configs read here",
-                summary(&one.revisions),
-                summary(&another.revisions)
+                "running injectors disagree ({first} publishes {one}, {other} publishes {another}): using the configs read here"
             ),
         };
     }
@@ -230,33 +227,21 @@ pub fn choose_revisions(
     }
 }
 
-/// [`choose_revisions`]'s `auto` when the configs cannot be read here: the `newest`
-/// publication, stale or disagreeing, when the fresh ones do not settle it (`None`: they do).
-fn without_configs(
-    injectors: &BTreeMap<String, Publication>,
-    (newest_by, newest): (&String, &Publication),
-    now: k8s_openapi::jiff::Timestamp,
-    max_age: std::time::Duration,
-) -> Option<RevisionsChoice> {
-    let though = match disagreeing(injectors, now, max_age) {
-        Some([(first, one), (other, another)]) => format!(
-            "the newest of injectors that disagree ({first} publishes {}, {other} publishes {})",
-            summary(&one.revisions),
-            summary(&another.revisions)
-        ),
-        None if newest.age(now) <= max_age => return None,
-        None => format!(
-            "though stale (older than {}: is the injector running?)",
-            humantime::format_duration(max_age)
-        ),
-    };
-    Some(RevisionsChoice::Published {
-        revisions: newest.revisions.clone(),
-        why: format!(
-            "the sidecar configs cannot be read here: revisions as {newest_by} published them {} ago, {though}",
-            humantime::format_duration(newest.age(now))
-        ),
-    })
+/// [`choose_revisions`] when no injector has published its revisions.
+fn unpublished(source: RevisionsSource, configs: ConfigsHere) -> RevisionsChoice {
+    match (configs, source) {
+        (ConfigsHere::Unreadable, _) => RevisionsChoice::Neither {
+            why: "no running injector has published its revisions".into(),
+        },
+        (ConfigsHere::Read, RevisionsSource::Published) => RevisionsChoice::Configs {
+            why: "no running injector has published its revisions; using the configs read here"
+                .into(),
+        },
+        (ConfigsHere::Read, _) => RevisionsChoice::Configs {
+            why: "revisions from the configs read here (no running injector has published any)"
+                .into(),
+        },
+    }
 }
 
 fn summary(revisions: &RevisionsInForce) -> String {
@@ -809,23 +794,12 @@ mod tests {
             "the sidecar configs cannot be read here: revisions as b published them 2s ago, the newest of injectors that disagree (a publishes logger:v1=aaaaaaaaaaaa, b publishes logger:v1=bbbbbbbbbbbb)"
         );
         // Fresh publications that agree: chosen as always.
-        let fresh = unread(
-            &[
-                ("a", publication("aaaaaaaaaaaa", 5)),
-                ("old", publication("bbbbbbbbbbbb", 600)),
-            ],
-            RevisionsSource::Auto,
-        );
-        assert_eq!(
-            fresh,
-            choose(
-                &[
-                    ("a", publication("aaaaaaaaaaaa", 5)),
-                    ("old", publication("bbbbbbbbbbbb", 600))
-                ],
-                RevisionsSource::Auto
-            )
-        );
+        let agreeing = [
+            ("a", publication("aaaaaaaaaaaa", 5)),
+            ("old", publication("bbbbbbbbbbbb", 600)),
+        ];
+        let fresh = unread(&agreeing, RevisionsSource::Auto);
+        assert_eq!(fresh, choose(&agreeing, RevisionsSource::Auto));
         assert_eq!(revisions(&fresh).as_deref(), Some("aaaaaaaaaaaa"));
         // Nothing published, or the configs asked for by name: nothing to judge by.
         assert_eq!(
