@@ -292,7 +292,9 @@ async fn deployed_configs(
     namespace: &str,
 ) -> anyhow::Result<(SidecarSet, ConfigsUnread)> {
     let labels = DEPLOYED_CONFIGMAP_LABELS;
-    let read = crate::cluster::list::configmap_configs(client, namespace, labels).await;
+    let read = crate::cluster::list::configmap_configs(client, namespace, labels)
+        .await
+        .map_err(|err| crate::cluster::error_text(&err));
     let said = match &read {
         Ok(report) if !report.sidecars.is_empty() || !report.errors.is_empty() => format!(
             "no {} directory here: reading the sidecar ConfigMaps of {namespace} labelled {labels}, as deploy/'s injector does (--config-directory, --configmap-labels to read others)",
@@ -302,20 +304,16 @@ async fn deployed_configs(
             "no {} directory here, and no sidecar config in the ConfigMaps of {namespace} labelled {labels} (deploy/'s): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
             dir.display()
         ),
-        Err(err) => format!(
-            "no {} directory here, and the ConfigMaps of {namespace} labelled {labels} (deploy/'s) cannot be listed ({}): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
-            dir.display(),
-            crate::cluster::error_text(err)
+        Err(failure) => format!(
+            "no {} directory here, and the ConfigMaps of {namespace} labelled {labels} (deploy/'s) cannot be listed ({failure}): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
+            dir.display()
         ),
     };
     notice(Level::INFO, &said, &[]);
     let report = match read {
         Ok(report) => report,
-        Err(err) => {
-            let unread = format!(
-                "the ConfigMaps of {namespace} labelled {labels}: {}",
-                crate::cluster::error_text(&err)
-            );
+        Err(failure) => {
+            let unread = format!("the ConfigMaps of {namespace} labelled {labels}: {failure}");
             return Ok((SidecarSet::default(), ConfigsUnread(Some(unread))));
         }
     };
