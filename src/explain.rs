@@ -131,12 +131,14 @@ const POLICY_CHECK: &str = "policy";
 
 /// `explanation`, judged against no config because the configs cannot be read here (`unread`
 /// says why), told as what it is: the decision is unknown here, and each requested sidecar's
-/// check says what the running injectors publish of it instead of "no config defines it".
+/// check says what the running injectors publish of it instead of "no config defines it",
+/// and whether its rollout is left to a person (`manual`, as they publish it).
 /// Unchanged when the decision came before the configs (no request, injected already...).
 pub fn without_configs(
     mut explanation: InjectionExplanation,
     unread: &str,
     published: Option<&RevisionsInForce>,
+    manual: &std::collections::BTreeSet<String>,
 ) -> InjectionExplanation {
     let mut publishes = Vec::new();
     let mut missing = Vec::new();
@@ -149,7 +151,14 @@ pub fn without_configs(
         check.detail = match revision {
             Some(revision) => {
                 publishes.push(format!("{name} (revision {revision})"));
-                format!("revision {revision}, as the running injectors publish it")
+                format!(
+                    "revision {revision}, as the running injectors publish it{}",
+                    if manual.contains(name) {
+                        " (rollout: manual)"
+                    } else {
+                        ""
+                    }
+                )
             }
             None => {
                 missing.push(name.to_owned());

@@ -52,8 +52,9 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             .flatten()
             .unwrap_or_default();
         // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
-        let report = match revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)? {
-            Some(revisions) => index.classify_revisions(&revisions, &policy),
+        let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
+        let report = match &published {
+            Some(publication) => index.classify_revisions(&publication.revisions, &policy),
             None => index.classify(&book.pinned(&sidecars).0, &policy),
         };
         for name in report.unmatched_sidecars(&args.sidecars) {
@@ -64,11 +65,7 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let mut report = report.filtered(&args.sidecars, &args.states);
-        let manual = sidecars
-            .iter()
-            .filter(|s| s.config.rollout_mode() == crate::config::RolloutMode::Manual)
-            .map(|s| s.config.name.to_string())
-            .collect();
+        let manual = configs_unread.manual_rollouts(&sidecars, published.as_ref());
         book.flag(&mut report, &manual);
         book.flag_overflow(&mut report);
         book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());

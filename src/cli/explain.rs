@@ -254,7 +254,7 @@ struct Live {
     /// What the webhook injects now: the configs with the pins and holds of the running
     /// injector's campaign book.
     served: SidecarSet,
-    published: Option<crate::config::RevisionsInForce>,
+    published: Option<crate::cluster::status::Publication>,
     /// Why the configs could not be read here, if they could not.
     configs_unread: ConfigsUnread,
     namespace: String,
@@ -307,7 +307,14 @@ impl Live {
         let decided = || {
             let explained = injection(&view, &self.namespace, &self.served, &settings(args));
             match &self.configs_unread.0 {
-                Some(why) => without_configs(explained, why, self.published.as_ref()),
+                Some(why) => without_configs(
+                    explained,
+                    why,
+                    self.published.as_ref().map(|p| &p.revisions),
+                    &self
+                        .configs_unread
+                        .manual_rollouts(&self.sidecars, self.published.as_ref()),
+                ),
                 None => explained,
             }
         };
@@ -333,7 +340,7 @@ impl Live {
         let state = PodState::read(annotations, &self.keys, Vec::new());
         let wanted = |sidecar: &str| -> Option<String> {
             match &self.published {
-                Some(revisions) => revisions.get(sidecar).map(str::to_owned),
+                Some(publication) => publication.revisions.get(sidecar).map(str::to_owned),
                 None => sidecar
                     .parse()
                     .ok()
@@ -386,7 +393,7 @@ impl Live {
             args,
             self.keys.clone(),
             &self.sidecars,
-            self.published.clone(),
+            self.published.as_ref().map(|p| p.revisions.clone()),
         )
         .await;
         match plan {

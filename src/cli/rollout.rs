@@ -318,7 +318,8 @@ async fn pin_revision(
     let status = super::one_shot::read_status(client, &args.cluster).await?;
     let book = super::one_shot::book_of(status.as_ref())?;
     let published =
-        super::one_shot::revisions_from_status(status.as_ref(), &args.cluster, configs_unread)?;
+        super::one_shot::revisions_from_status(status.as_ref(), &args.cluster, configs_unread)?
+            .map(|p| p.revisions);
     // What the config says: what is published (or read here), unless a pin already serves
     // in its place.
     let configured = |sidecar: &str| -> Option<String> {

@@ -139,12 +139,19 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
             .iter()
             .map(|(s, r)| format!("{s}={r}"))
             .collect();
+        let mut revisions = revisions.join(",");
+        let manual = &injector.publication.manual;
+        if !manual.is_empty() {
+            // The engine restarts nothing for these: said where their revisions are.
+            let names: Vec<&str> = manual.iter().map(String::as_str).collect();
+            revisions.push_str(&format!(" (rollout manual: {})", names.join(", ")));
+        }
         let age = format!(
             "{}s ago{}",
             injector.age_seconds,
             if injector.fresh { "" } else { " (stale)" }
         );
-        writeln!(out, "{identity:<40} {age:<12} {}", revisions.join(","))?;
+        writeln!(out, "{identity:<40} {age:<12} {revisions}")?;
     }
     if view.injectors.is_empty() {
         writeln!(out, "(no injector publishes in {namespace})")?;
@@ -220,7 +227,8 @@ mod tests {
         let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
         let injectors = serde_json::json!({
             "a-1": {"revisions": {"logger:v1": "aaaaaaaaaaaa"}, "at": "2027-01-15T08:00:00Z"},
-            "b-2": {"revisions": {"logger:v1": "bbbbbbbbbbbb"}, "at": "2027-01-15T08:00:10Z"},
+            "b-2": {"revisions": {"logger:v1": "bbbbbbbbbbbb", "agent:v1": "dddddddddddd"},
+                    "manual": ["agent:v1"], "at": "2027-01-15T08:00:10Z"},
             "gone": {"revisions": {"logger:v1": "cccccccccccc"}, "at": "2027-01-15T07:00:00Z"}
         });
         let configmap = ConfigMap {
@@ -248,6 +256,16 @@ mod tests {
         write_table(&mut table, &view, "injector-system").unwrap();
         let table = String::from_utf8(table).unwrap();
         assert!(table.contains("3630s ago (stale)"), "{table}");
+        assert!(
+            table.contains(
+                "20s ago      agent:v1=dddddddddddd,logger:v1=bbbbbbbbbbbb (rollout manual: agent:v1)"
+            ),
+            "{table}"
+        );
+        assert_eq!(
+            serde_json::to_value(&view).unwrap()["injectors"]["b-2"]["manual"],
+            serde_json::json!(["agent:v1"])
+        );
         assert!(table.contains("rollout Lease: free"), "{table}");
         assert!(
             table.contains("(no rollout campaign recorded in injector-system")

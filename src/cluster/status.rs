@@ -1,7 +1,7 @@
 //! The status ConfigMap (`sidecar-injector-status` in the injector's namespace): the revisions
 //! in force and the campaign book, which outlive any one process.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -27,6 +27,11 @@ pub const STATUS_INJECTORS_KEY: &str = "injectors";
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Publication {
     pub revisions: RevisionsInForce,
+    /// The sidecars whose config leaves their restarts to a person, so that a reader who
+    /// cannot read the configs (a team) still learns that nothing restarts their pods. Absent
+    /// from the publications of releases before it.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub manual: BTreeSet<String>,
     pub at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
@@ -116,8 +121,9 @@ pub enum RevisionsSource {
 /// Which revisions a one-shot command judges pods by, and the one line that says why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RevisionsChoice {
+    /// The publication that judges (its revisions, and its sidecars of manual rollout).
     Published {
-        revisions: RevisionsInForce,
+        publication: Publication,
         why: String,
     },
     Configs {
@@ -172,7 +178,7 @@ pub fn choose_revisions(
         .collect();
     if source == RevisionsSource::Published {
         return RevisionsChoice::Published {
-            revisions: newest_publication.revisions.clone(),
+            publication: newest_publication.clone(),
             why: format!(
                 "revisions as {newest_by} published them {} (--revisions-from=published)",
                 describe(newest_publication)
@@ -181,7 +187,7 @@ pub fn choose_revisions(
     }
     // Where the configs read here would stand in, but none could be read.
     let newest_instead = |though: String| RevisionsChoice::Published {
-        revisions: newest_publication.revisions.clone(),
+        publication: newest_publication.clone(),
         why: format!(
             "the sidecar configs cannot be read here: revisions as {newest_by} published them {}, {though}",
             describe(newest_publication)
@@ -215,10 +221,9 @@ pub fn choose_revisions(
             ),
         };
     }
-    let first = &fresh[0].1.revisions;
     let names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
     RevisionsChoice::Published {
-        revisions: first.clone(),
+        publication: fresh[0].1.clone(),
         why: format!(
             "revisions as the running injector(s) {} published them ({})",
             names.join(", "),
@@ -411,7 +416,9 @@ pub async fn run_publisher(
     mut stop: signal::Receiver<bool>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-    let mut published: Option<RevisionsInForce> = None;
+    let injected =
+        |set: &crate::config::SidecarSet| (set.revisions_in_force(), set.manual_rollouts());
+    let mut published: Option<(RevisionsInForce, BTreeSet<String>)> = None;
     let mut last = tokio::time::Instant::now();
     // Failures in a row other than conflicts: a lasting failure (the namespace missing, no
     // rights, an outage) is retried ever less often, up to once a heartbeat.
@@ -419,15 +426,15 @@ pub async fn run_publisher(
     let mut retry_in: Option<std::time::Duration> = None;
     loop {
         let due = published.is_none() || retry_in.is_some() || last.elapsed() >= every;
-        let changed = published.as_ref() != Some(&sidecars.borrow().revisions_in_force());
+        let changed = published.as_ref() != Some(&injected(&sidecars.borrow()));
         if ready() && (due || changed) {
-            let revisions = sidecars.borrow_and_update().revisions_in_force();
-            match publish_once(&api, &namespace, &identity, &revisions, every).await {
+            let injects = injected(&sidecars.borrow_and_update());
+            match publish_once(&api, &namespace, &identity, &injects, every).await {
                 Ok(()) => {
-                    if published.as_ref() != Some(&revisions) {
+                    if published.as_ref() != Some(&injects) {
                         tracing::info!(identity, "published the revisions this replica injects");
                     }
-                    published = Some(revisions);
+                    published = Some(injects);
                     last = tokio::time::Instant::now();
                     failures = 0;
                     retry_in = None;
@@ -495,12 +502,13 @@ async fn publish_once(
     api: &Api<ConfigMap>,
     namespace: &str,
     identity: &str,
-    revisions: &RevisionsInForce,
+    (revisions, manual): &(RevisionsInForce, BTreeSet<String>),
     every: std::time::Duration,
 ) -> Result<(), kube::Error> {
     let current = api.get_opt(STATUS_CONFIGMAP).await?;
     let publication = Publication {
         revisions: revisions.clone(),
+        manual: manual.clone(),
         at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         ),
@@ -727,6 +735,7 @@ mod tests {
             revisions: [("logger:v1".to_owned(), revision.to_owned())]
                 .into_iter()
                 .collect(),
+            manual: BTreeSet::new(),
             at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 - seconds_ago).unwrap(),
             ),
@@ -762,8 +771,8 @@ mod tests {
             choose_with(injectors, source, ConfigsHere::Unreadable)
         };
         let revisions = |choice: &RevisionsChoice| match choice {
-            RevisionsChoice::Published { revisions, .. } => {
-                revisions.get("logger:v1").map(str::to_owned)
+            RevisionsChoice::Published { publication, .. } => {
+                publication.revisions.get("logger:v1").map(str::to_owned)
             }
             _ => None,
         };
@@ -774,7 +783,7 @@ mod tests {
         assert_eq!(
             stale,
             RevisionsChoice::Published {
-                revisions: publication("aaaaaaaaaaaa", 0).revisions,
+                publication: publication("aaaaaaaaaaaa", 3600),
                 why: "the sidecar configs cannot be read here: revisions as gone published them 1h ago, though stale (older than 1m 30s: is the injector running?)".into()
             }
         );
@@ -830,10 +839,10 @@ mod tests {
             ],
             RevisionsSource::Auto,
         );
-        let RevisionsChoice::Published { revisions, why } = choice else {
+        let RevisionsChoice::Published { publication, why } = choice else {
             panic!("{choice:?}")
         };
-        assert_eq!(revisions.get("logger:v1"), Some("aaaaaaaaaaaa"));
+        assert_eq!(publication.revisions.get("logger:v1"), Some("aaaaaaaaaaaa"));
         assert_eq!(
             why,
             "revisions as the running injector(s) a, b published them (10s ago)"
@@ -927,6 +936,41 @@ mod tests {
             injectors["a"].revisions.get("logger:v1"),
             Some("bbbbbbbbbbbb")
         );
+    }
+
+    #[test]
+    fn a_publication_names_its_manual_rollouts_and_reads_one_that_names_none() {
+        let mut manual = publication("aaaaaaaaaaaa", 0);
+        manual.manual = ["logger:v1".to_owned()].into();
+        let data = publish(
+            &BTreeMap::new(),
+            "a",
+            manual.clone(),
+            std::time::Duration::from_secs(300),
+        );
+        let configmap = |data| ConfigMap {
+            data: Some(data),
+            ..Default::default()
+        };
+        assert_eq!(decode_injectors(&configmap(data)).unwrap()["a"], manual);
+        // As an earlier release publishes (no manual item), and as this one publishes none.
+        let earlier = BTreeMap::from([(
+            STATUS_INJECTORS_KEY.to_owned(),
+            r#"{"a": {"revisions": {"logger:v1": "aaaaaaaaaaaa"}, "at": "2027-01-15T08:00:00Z"}}"#
+                .to_owned(),
+        )]);
+        assert!(
+            decode_injectors(&configmap(earlier)).unwrap()["a"]
+                .manual
+                .is_empty()
+        );
+        let none = publish(
+            &BTreeMap::new(),
+            "a",
+            publication("aaaaaaaaaaaa", 0),
+            std::time::Duration::from_secs(300),
+        );
+        assert!(!none[STATUS_INJECTORS_KEY].contains("manual"), "{none:?}");
     }
 
     #[test]

@@ -176,6 +176,16 @@ impl SidecarSet {
             .collect()
     }
 
+    /// The sidecars whose config leaves their restarts to a person (`rollout: {policy: manual}`),
+    /// by normalised name.
+    pub fn manual_rollouts(&self) -> BTreeSet<String> {
+        self.by_name
+            .iter()
+            .filter(|(_, s)| s.config.rollout_mode() == super::sidecar::RolloutMode::Manual)
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+
     /// The same configs, each injection of a sidecar in `warnings` warned about with its text.
     pub fn with_warnings(&self, warnings: BTreeMap<SidecarName, Arc<str>>) -> Self {
         Self {

@@ -463,17 +463,21 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
             &SidecarSet::default(),
             &settings(MissingSidecarPolicy::Deny),
         );
-        let published: RevisionsInForce = [("logger:v1".to_owned(), "876339fe41bc".to_owned())]
-            .into_iter()
-            .collect();
-        without_configs(explained, unread, Some(&published))
+        let published: RevisionsInForce = [
+            ("logger:v1".to_owned(), "876339fe41bc".to_owned()),
+            ("metrics-agent:v1".to_owned(), "222e989f9b95".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let manual = ["metrics-agent:v1".to_owned()].into();
+        without_configs(explained, unread, Some(&published), &manual)
     };
-    let explained = judged(json!({"injector/request": "logger:v1,tracer:v1"}));
+    let explained = judged(json!({"injector/request": "logger:v1,metrics-agent:v1,tracer:v1"}));
     assert_eq!(explained.verdict, Verdict::Unknown, "{explained:#?}");
     assert_eq!(
         explained.message,
         format!(
-            "unknown here: the sidecar configs cannot be read ({unread}); the running injectors publish logger:v1 (revision 876339fe41bc), which the webhook injects unless the pod conflicts with its config; they publish no tracer:v1: the webhook denies the pod unless --on-missing-sidecar=allow"
+            "unknown here: the sidecar configs cannot be read ({unread}); the running injectors publish logger:v1 (revision 876339fe41bc), metrics-agent:v1 (revision 222e989f9b95), which the webhook injects unless the pod conflicts with its config; they publish no tracer:v1: the webhook denies the pod unless --on-missing-sidecar=allow"
         )
     );
     let checks: Vec<(&str, bool, &str)> = explained
@@ -482,12 +486,17 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
         .map(|c| (c.check.as_str(), c.passed, c.detail.as_str()))
         .collect();
     assert_eq!(
-        checks[checks.len() - 2..],
+        checks[checks.len() - 3..],
         [
             (
                 "config logger:v1",
                 true,
                 "revision 876339fe41bc, as the running injectors publish it"
+            ),
+            (
+                "config metrics-agent:v1",
+                true,
+                "revision 222e989f9b95, as the running injectors publish it (rollout: manual)"
             ),
             (
                 "config tracer:v1",

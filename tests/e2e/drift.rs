@@ -494,22 +494,29 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
     let injector_namespace = "e2e-readers";
     let team = "e2e-readers-team";
     let ctx = engine_context("readers", &[]).await;
+    // A second sidecar whose restarts are left to a person: the team cannot read its config,
+    // only what the injector publishes of it.
+    const LEDGER_MANUAL: &str = "name: ledger:v1\ncontainers: [{name: ledger, image: 'ledger:1'}]\nrollout: {policy: manual}\n";
+    put_config(&ctx, "ledger", "ledger.yaml", LEDGER_MANUAL).await;
     let stamp = stamp_of(TRACER_V1);
     wait_published(&ctx, &stamp).await;
+    wait_published(&ctx, &stamp_of(LEDGER_MANUAL)).await;
     let namespaces = Api::<Namespace>::all(ctx.client.clone());
     create(&namespaces, json!({"metadata": {"name": team}})).await;
-    create(
-        &Api::<Deployment>::namespaced(ctx.client.clone(), team),
-        json!({"metadata": {"name": "web"}, "spec": {
-            "replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-            "template": template("web", Some("tracer:v1"))}}),
-    )
-    .await;
-    eventually(DEADLINE, "web's pod", || async {
-        let pods = pods_in(&Api::namespaced(ctx.client.clone(), team), "web").await;
-        (!pods.is_empty()).then_some(())
-    })
-    .await;
+    for (app, sidecar) in [("web", "tracer:v1"), ("batch", "ledger:v1")] {
+        create(
+            &Api::<Deployment>::namespaced(ctx.client.clone(), team),
+            json!({"metadata": {"name": app}, "spec": {
+                "replicas": 1, "selector": {"matchLabels": {"app": app}},
+                "template": template(app, Some(sidecar))}}),
+        )
+        .await;
+        eventually(DEADLINE, &format!("{app}'s pod"), || async {
+            let pods = pods_in(&Api::namespaced(ctx.client.clone(), team), app).await;
+            (!pods.is_empty()).then_some(())
+        })
+        .await;
+    }
     create(
         &Api::<ServiceAccount>::namespaced(ctx.client.clone(), team),
         json!({"metadata": {"name": "dev"}}),
@@ -588,7 +595,21 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
         revision,
         "judged by the published revision: {report:#}"
     );
-    assert_eq!(report["workloads"][0]["name"], "web", "{report:#}");
+    let names: Vec<&Value> = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| &w["name"])
+        .collect();
+    assert_eq!(names, ["batch", "web"], "{report:#}");
+    // Its rollout is left to a person, as the publication says: the team learns that nothing
+    // restarts its pods on its own.
+    assert_eq!(
+        sidecar_row(&report, "ledger:v1")["note"],
+        "rollout policy manual: the engine leaves its restarts to `sidecar-injector rollout`",
+        "{report:#}"
+    );
+    assert_eq!(sidecar_row(&report, "tracer:v1")["note"], Value::Null);
     // The publication stale (as when the injector is down): the configs it cannot read are no
     // better guess, so the stale publication judges, and stderr says so; never every pod
     // orphaned. Publications are stamped to the second: stale past 1ms once a second old.
@@ -649,10 +670,23 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
             && stdout.contains("(Forbidden, 403)"),
         "{stdout}"
     );
+    let explained = as_dev(&["explain", "deploy/batch", "-n", team]);
+    let stdout = String::from_utf8_lossy(&explained.stdout);
+    let ledger = stamp_of(LEDGER_MANUAL);
+    assert!(
+        stdout.contains(&format!(
+            "config ledger:v1       revision {}, as the running injectors publish it (rollout: manual)",
+            ledger.split_once('=').unwrap().1
+        )),
+        "{stdout}"
+    );
     let status = as_dev(&["status"]);
     assert!(
-        status.status.success(),
-        "{}",
+        status.status.success()
+            && String::from_utf8_lossy(&status.stdout)
+                .contains(" (rollout manual: ledger:v1, metrics-agent:v1)"),
+        "{}{}",
+        String::from_utf8_lossy(&status.stdout),
         String::from_utf8_lossy(&status.stderr)
     );
     namespaces.delete(team, &Default::default()).await.unwrap();
