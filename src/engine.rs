@@ -233,9 +233,9 @@ pub struct Engine {
     notices: rollout::notice::NoticeTracker,
     notifier: Option<notifier::Notifier>,
     containers: Option<ContainerRun>,
-    /// The revisions a running injector published, which the one-shot CLI brings pods to
+    /// What a running injector published, whose revisions the one-shot CLI brings pods to
     /// rather than the ones it computes from its own reading of the configs.
-    published: Option<RevisionsInForce>,
+    published: Option<crate::cluster::status::Publication>,
     /// What a one-shot run ends with, kept only when asked ([`Engine::keep_summary`]): `serve`'s
     /// engine runs for months, and would keep every workload it ever restarted.
     summary: Option<RunSummary>,
@@ -315,10 +315,10 @@ impl Engine {
         self.notifier = Some(notifier);
     }
 
-    /// Brings pods to `revisions` (what the running injector injects) instead of the revisions
-    /// of the configs this process read.
-    pub fn use_published_revisions(&mut self, revisions: RevisionsInForce) {
-        self.published = Some(revisions);
+    /// Brings pods to the revisions of `publication` (what the running injector injects)
+    /// instead of the revisions of the configs this process read.
+    pub fn use_publication(&mut self, publication: crate::cluster::status::Publication) {
+        self.published = Some(publication);
     }
 
     /// The revisions to bring pods to, with what changed when this process saw the previous
@@ -327,7 +327,8 @@ impl Engine {
         let honour_manual = !self.options.ignore_manual_policy;
         match &self.published {
             Some(published) => {
-                let mut targets = published_targets(published, set, honour_manual);
+                let mut targets =
+                    published_targets(&published.revisions, &published.manual, set, honour_manual);
                 // Replicas publish the pinned revision once they have read the pin; until then
                 // they publish the config's, which the pin replaces.
                 for (sidecar, pin) in &self.book.pins {

@@ -393,7 +393,7 @@ impl Live {
             args,
             self.keys.clone(),
             &self.sidecars,
-            self.published.as_ref().map(|p| p.revisions.clone()),
+            self.published.clone(),
         )
         .await;
         match plan {
@@ -923,7 +923,7 @@ async fn plan_now(
     args: &ExplainArgs,
     keys: AnnotationKeys,
     sidecars: &SidecarSet,
-    published: Option<crate::config::RevisionsInForce>,
+    published: Option<crate::cluster::status::Publication>,
 ) -> anyhow::Result<RolloutPlan> {
     let mut kinds: BTreeSet<WorkloadKind> = [
         WorkloadKind::Deployment,
@@ -957,8 +957,8 @@ async fn plan_now(
         status,
     );
     engine.load_status().await;
-    if let Some(revisions) = published {
-        engine.use_published_revisions(revisions);
+    if let Some(publication) = published {
+        engine.use_publication(publication);
     }
     Ok(engine.tick(&feed, sidecars, Authority::PlanOnly).await)
 }

@@ -19,9 +19,9 @@ pub async fn revisions_in_force(
     client: &kube::Client,
     args: &OneShotArgs,
     configs: &ConfigsUnread,
-) -> anyhow::Result<Option<crate::config::RevisionsInForce>> {
+) -> anyhow::Result<Option<crate::cluster::status::Publication>> {
     let status = read_status(client, args).await?;
-    Ok(revisions_from_status(status.as_ref(), args, configs)?.map(|p| p.revisions))
+    revisions_from_status(status.as_ref(), args, configs)
 }
 
 /// The running injector's status ConfigMap, when there is one. Refused (a user whose rights

@@ -167,8 +167,8 @@ async fn aim(
     // As `drift` does: pods are brought to what the running injector injects, which may
     // differ from this reading of the configs (another checkout, a pending edit).
     let published = revisions_in_force(client, &args.cluster, &one_shot.configs_unread).await?;
-    if let Some(revisions) = published {
-        engine.use_published_revisions(revisions);
+    if let Some(publication) = published {
+        engine.use_publication(publication);
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The targets of a plan: the revision each sidecar's pods are brought to, whether its rollout
 //! policy is manual, and what changed since the revision this process saw before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -127,9 +127,11 @@ impl ContentHistory {
 }
 
 /// The targets a running injector published: its revisions, the policy from the configs read
-/// here; no change description (the published content is not known here).
+/// here, or, for a sidecar with none here, as published (`published_manual`); no change
+/// description (the published content is not known here).
 pub fn published_targets(
     published: &RevisionsInForce,
+    published_manual: &BTreeSet<String>,
     set: &SidecarSet,
     honour_manual: bool,
 ) -> BTreeMap<String, SidecarTarget> {
@@ -138,7 +140,10 @@ pub fn published_targets(
         .map(|(name, revision)| {
             let own = set.iter().find(|s| s.config.name.to_string() == name);
             let manual = honour_manual
-                && own.is_some_and(|s| s.config.rollout_mode() == RolloutMode::Manual);
+                && match own {
+                    Some(own) => own.config.rollout_mode() == RolloutMode::Manual,
+                    None => published_manual.contains(name),
+                };
             let target = SidecarTarget {
                 revision: revision.to_owned(),
                 manual,
@@ -214,9 +219,18 @@ mod tests {
         let published: RevisionsInForce = [("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned())]
             .into_iter()
             .collect();
-        let targets = published_targets(&published, &set(MANUAL), true);
+        let none = BTreeSet::new();
+        let targets = published_targets(&published, &none, &set(MANUAL), true);
         assert_eq!(targets["logger:v1"].revision, "aaaaaaaaaaaa");
         assert!(targets["logger:v1"].manual);
         assert_eq!(targets["logger:v1"].changes, None);
+        // No config read here: the publication says which are manual.
+        let manual = BTreeSet::from(["logger:v1".to_owned()]);
+        let unread = SidecarSet::default();
+        assert!(published_targets(&published, &manual, &unread, true)["logger:v1"].manual);
+        assert!(!published_targets(&published, &none, &unread, true)["logger:v1"].manual);
+        assert!(!published_targets(&published, &manual, &unread, false)["logger:v1"].manual);
+        // A config read here decides over the publication.
+        assert!(!published_targets(&published, &manual, &set(V1), true)["logger:v1"].manual);
     }
 }

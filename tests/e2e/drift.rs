@@ -490,7 +490,7 @@ async fn a_watch_the_rbac_refuses_is_retried_ever_less_often_and_said_once() {
 async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_readers_component_is_applied()
  {
     use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let injector_namespace = "e2e-readers";
     let team = "e2e-readers-team";
     let ctx = engine_context("readers", &[]).await;
@@ -689,5 +689,47 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
         String::from_utf8_lossy(&status.stdout),
         String::from_utf8_lossy(&status.stderr)
     );
+    // Allowed to list the cluster (a role of the platform's own, still without the sidecar
+    // ConfigMaps), the team's explain plans the Rollout, and leaves the workload of a manual
+    // sidecar to a person as the publication says (its pod needs a restart: the test's webhook
+    // does not reach the team's namespace, so it is uninjected).
+    let lister = "e2e-readers-lister";
+    create(
+        &Api::<ClusterRole>::all(ctx.client.clone()),
+        json!({"metadata": {"name": lister}, "rules": [
+            {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets", "daemonsets"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+             "verbs": ["get", "list", "watch"]}]}),
+    )
+    .await;
+    create(
+        &Api::<ClusterRoleBinding>::all(ctx.client.clone()),
+        json!({"metadata": {"name": lister},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": lister},
+               "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": team}]}),
+    )
+    .await;
+    let planned = eventually(DEADLINE, "the team's explain plans the Rollout", || async {
+        let explained = as_dev(&["explain", "deploy/batch", "-n", team]);
+        let stdout = String::from_utf8_lossy(&explained.stdout).into_owned();
+        (explained.status.success() && !stdout.contains("not planned here")).then_some(stdout)
+    })
+    .await;
+    assert!(
+        planned.contains(
+            "waits: ledger:v1 has rollout policy manual (run `sidecar-injector rollout`)"
+        ),
+        "{planned}"
+    );
     namespaces.delete(team, &Default::default()).await.unwrap();
+    Api::<ClusterRoleBinding>::all(ctx.client.clone())
+        .delete(lister, &Default::default())
+        .await
+        .unwrap();
+    Api::<ClusterRole>::all(ctx.client.clone())
+        .delete(lister, &Default::default())
+        .await
+        .unwrap();
 }
