@@ -59,10 +59,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
             .get_opt(status::STATUS_CONFIGMAP)
             .await
+            .map_err(refused_hint)
             .with_context(|| format!("cannot read {namespace}/{}", status::STATUS_CONFIGMAP))?;
         let lease = Api::<Lease>::namespaced(client, namespace)
             .get_opt(ROLLOUT_LEASE)
             .await
+            .map_err(refused_hint)
             .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
         let view = view(configmap.as_ref(), lease.as_ref(), args, Timestamp::now())?;
         let mut out = std::io::stdout().lock();
@@ -73,6 +75,24 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     })
 }
+
+/// `err`, and when the API server refused it (a user whose rights stop at a team's
+/// namespaces), who can grant it and how.
+fn refused_hint(err: kube::Error) -> anyhow::Error {
+    let refused = matches!(&err, kube::Error::Api(status) if status.code == 403);
+    let err = anyhow::Error::new(err);
+    if refused {
+        err.context(StatusObjectsRefused)
+    } else {
+        err
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the injector's status ConfigMap and rollout Lease are refused to you: a platform admin can let every user read them (deploy/components/status-readers)"
+)]
+struct StatusObjectsRefused;
 
 fn view(
     configmap: Option<&ConfigMap>,

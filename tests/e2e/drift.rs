@@ -552,6 +552,14 @@ async fn a_team_with_rights_in_its_namespace_alone_reads_drift_once_the_status_r
             && stderr.contains("(Forbidden, 403)"),
         "{stderr}"
     );
+    let refused = as_dev(&["status"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("the injector's status ConfigMap and rollout Lease are refused to you: a platform admin can let every user read them (deploy/components/status-readers)")
+            && stderr.contains("(Forbidden, 403)"),
+        "{stderr}"
+    );
     // Judged by configs it can read instead: it has none, and says so rather than report
     // every pod orphaned.
     let nothing = as_dev(&["drift", "-n", team, "--revisions-from", "configs"]);
