@@ -455,6 +455,40 @@ fn a_missing_config_directory_is_a_clear_error() {
 }
 
 #[test]
+fn inject_outside_a_checkout_reads_the_cluster_and_says_so_when_there_is_none() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let example = Path::new(ROOT).join("examples/deployment.yaml");
+    let inject = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .arg("inject")
+            .arg("-f")
+            .arg(&example)
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("HOME", elsewhere.path())
+            .env("KUBECONFIG", elsewhere.path().join("no-kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("CONFIG_DIR")
+            .env_remove("CONFIGMAP_LABELS")
+            .output()
+            .unwrap()
+    };
+    let no_cluster = inject(&[]);
+    assert_eq!(no_cluster.status.code(), Some(1));
+    assert!(
+        text(&no_cluster.stderr).contains("no config/ directory here, and the cluster whose sidecar ConfigMaps would be read instead is not reachable (--config-directory DIR to inject from files)"),
+        "{}",
+        text(&no_cluster.stderr)
+    );
+    assert!(no_cluster.stdout.is_empty());
+    // A directory named: read offline, as always, with no cluster needed.
+    let config = Path::new(ROOT).join("config");
+    let offline = inject(&["--config-directory", config.to_str().unwrap()]);
+    assert!(offline.status.success(), "{}", text(&offline.stderr));
+    assert!(text(&offline.stdout).contains("log-shipper"));
+}
+
+#[test]
 fn an_empty_environment_variable_counts_as_unset() {
     let with_env = |value: &str| {
         Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))

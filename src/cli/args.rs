@@ -702,6 +702,21 @@ pub struct InjectArgs {
     /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
     #[arg(short = 'f', long = "filename")]
     pub file: String,
+    /// Read the configs from the cluster's ConfigMaps so labelled (k=v[,k=v]), as `serve`
+    /// does; also done, with deploy/'s label, where there is no config/ directory.
+    #[command(flatten)]
+    pub configmaps: ConfigMapArgs,
+    /// Kubeconfig file, read only when the configs come from the cluster [default: $KUBECONFIG,
+    /// ~/.kube/config, or the in-cluster configuration].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use, as kubectl's --context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
+    /// status ConfigMap, whose pins and holds the webhook serves.
+    #[arg(long, default_value = "injector-system")]
+    pub injector_namespace: String,
 }
 
 #[derive(Debug, Args)]

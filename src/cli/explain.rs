@@ -277,7 +277,8 @@ impl Live {
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
-        let status = super::one_shot::read_status(&client, &args.cluster).await?;
+        let status =
+            super::one_shot::read_status(&client, &args.cluster.injector_namespace).await?;
         let book = super::one_shot::book_of(status.as_ref())?;
         let served = book.served(&book.pinned(&sidecars).0).0;
         let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;

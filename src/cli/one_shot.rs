@@ -20,7 +20,7 @@ pub async fn revisions_in_force(
     args: &OneShotArgs,
     configs: &ConfigsUnread,
 ) -> anyhow::Result<Option<crate::cluster::status::Publication>> {
-    let status = read_status(client, args).await?;
+    let status = read_status(client, &args.injector_namespace).await?;
     revisions_from_status(status.as_ref(), args, configs)
 }
 
@@ -28,9 +28,8 @@ pub async fn revisions_in_force(
 /// stop at a team's namespaces), the error says who can grant it and how.
 pub async fn read_status(
     client: &kube::Client,
-    args: &OneShotArgs,
+    namespace: &str,
 ) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
-    let namespace = &args.injector_namespace;
     let name = crate::cluster::status::STATUS_CONFIGMAP;
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(client.clone(), namespace);

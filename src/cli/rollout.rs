@@ -315,7 +315,7 @@ async fn pin_revision(
     let namespace = &args.cluster.injector_namespace;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let (history, _) = crate::cluster::status::read_history(&api).await?;
-    let status = super::one_shot::read_status(client, &args.cluster).await?;
+    let status = super::one_shot::read_status(client, &args.cluster.injector_namespace).await?;
     let book = super::one_shot::book_of(status.as_ref())?;
     let published =
         super::one_shot::revisions_from_status(status.as_ref(), &args.cluster, configs_unread)?

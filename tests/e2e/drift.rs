@@ -69,10 +69,12 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         },
     )
     .await;
-    assert!(
-        injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"excluded\"}") >= 1.0,
-        "the bare pod"
-    );
+    // The bare pod (created last) is counted once the injector's watch has seen it.
+    eventually(DEADLINE, "the bare pod counted excluded", || async {
+        (injector.metric("sidecar_injector_pods{sidecar=\"tracer:v1\",state=\"excluded\"}") >= 1.0)
+            .then_some(())
+    })
+    .await;
     // A Deployment requesting a sidecar no config defines: the webhook denies its pods, so it
     // has none, yet drift shows it, from its template, with the reason.
     create_deployment(&ctx, "refused", 1, template("refused", Some("tracer:v9"))).await;
@@ -308,6 +310,19 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         sidecar_row(&report, "tracer:v1")["revision"],
         v3_revision.as_str(),
         "{report:#}"
+    );
+    // `inject` there injects what those ConfigMaps say (as istioctl kube-inject reads the
+    // mesh's), instead of failing on the missing config/ directory.
+    let (stamped, stderr) = inject_revision(
+        elsewhere.path(),
+        "tracer:v1",
+        &["--injector-namespace", "e2e-drift"],
+    )
+    .unwrap_or_else(|stderr| panic!("inject failed: {stderr}"));
+    assert_eq!(stamped, stamp_of(v3), "{stderr}");
+    assert!(
+        stderr.contains("no config/ directory here: reading the sidecar ConfigMaps of e2e-drift labelled sidecar-injector.io/config=true"),
+        "{stderr}"
     );
     // Labels that select no config are said, not silently read as no sidecar at all.
     from_configs.extend(["--configmap-labels", "nothing=here"]);

@@ -15,6 +15,24 @@ fn cli(ctx: &TestContext, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The tracer:v1 stamp `inject` gives a new pod, with the configs the test's injector reads
+/// (its ConfigMaps) and the pins and holds of its status ConfigMap.
+fn injected(ctx: &TestContext) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    inject_revision(
+        dir.path(),
+        "tracer:v1",
+        &[
+            "--injector-namespace",
+            &ctx.namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+        ],
+    )
+    .unwrap_or_else(|stderr| panic!("inject failed: {stderr}"))
+    .0
+}
+
 fn revision(stamp: &str) -> &str {
     stamp.split_once('=').unwrap().1
 }
@@ -124,6 +142,8 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
         "{text}{}",
         String::from_utf8_lossy(&explained.stderr)
     );
+    // So does `inject`, with the configs and the hold the cluster's injector serves.
+    assert_eq!(injected(&ctx), v1, "held");
     let row = drift_row(&ctx);
     let note = row["note"].as_str().unwrap_or_default();
     assert!(
@@ -194,7 +214,8 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
         .then_some(())
     })
     .await;
-    // A new pod gets the pinned revision too.
+    // A new pod gets the pinned revision too, and `inject` says so.
+    assert_eq!(injected(&ctx), v1, "pinned");
     assert!(
         !dry_run_warnings(&ctx, "tracer:v1")
             .expect("dry run")

@@ -299,6 +299,42 @@ pub fn drift_command_as(
         .expect("drift runs")
 }
 
+/// `sidecar-injector inject` of a Deployment whose pods ask for `request`, run in `dir` against
+/// the test cluster with `args`: the `injector/revision` its template is stamped with, or the
+/// command's stderr when it fails.
+pub fn inject_revision(
+    dir: &std::path::Path,
+    request: &str,
+    args: &[&str],
+) -> Result<(String, String), String> {
+    let manifest = dir.join("inject-me.yaml");
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "inject-me"},
+        "spec": {"selector": {"matchLabels": {"app": "inject-me"}},
+                 "template": template("inject-me", Some(request))}});
+    std::fs::write(&manifest, deployment.to_string()).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("inject")
+        .arg("-f")
+        .arg(&manifest)
+        .arg("--kubeconfig")
+        .arg(&super::cluster::control_plane().kubeconfig)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("inject runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    if !output.status.success() {
+        return Err(stderr);
+    }
+    let injected: Value = serde_yaml::from_slice(&output.stdout).unwrap();
+    let revision = injected["spec"]["template"]["metadata"]["annotations"]["injector/revision"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no revision: {injected:#}"))
+        .to_owned();
+    Ok((revision, stderr))
+}
+
 /// `sidecar-injector explain pod/POD -n NS` (its text form) for a pod of the test's namespace,
 /// with the configs read as its injector reads them; whatever its exit status.
 pub fn explain_pod(ctx: &TestContext, pod: &str) -> std::process::Output {
