@@ -476,7 +476,7 @@ fn inject_outside_a_checkout_reads_the_cluster_and_says_so_when_there_is_none() 
     let no_cluster = inject(&[]);
     assert_eq!(no_cluster.status.code(), Some(1));
     assert!(
-        text(&no_cluster.stderr).contains("no config/ directory here, and the cluster whose sidecar ConfigMaps would be read instead is not reachable (--config-directory DIR to inject from files)"),
+        text(&no_cluster.stderr).contains("no config/ directory here, and the cluster whose sidecar ConfigMaps would be read instead is not reachable (--config-directory DIR to read files)"),
         "{}",
         text(&no_cluster.stderr)
     );

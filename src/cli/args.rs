@@ -78,7 +78,9 @@ impl GlogFlags {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what the webhook would do to each document (Pod, or the pod template of a workload),
-    /// offline. Prints the result as YAML; a denial goes to stderr with exit status 1.
+    /// offline from a config directory, or with the configs the cluster's injector serves
+    /// where there is none (or with --configmap-labels). Prints the result as YAML; a denial
+    /// goes to stderr with exit status 1.
     Inject(InjectArgs),
     /// Check sidecar configs and print each with its revision; exit status 1 on any error.
     Validate(ValidateArgs),
@@ -185,7 +187,7 @@ pub struct ConfigMapArgs {
     #[arg(long, env = "CONFIGMAP_NAMESPACE")]
     pub configmap_namespace: Option<String>,
     /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on
-    /// (`drift`, `rollout` and `explain` run where config/ is not read deploy/'s:
+    /// (`drift`, `rollout`, `explain` and `inject` run where config/ is not read deploy/'s:
     /// sidecar-injector.io/config=true).
     #[arg(long, env = "CONFIGMAP_LABELS")]
     pub configmap_labels: Option<String>,
@@ -370,12 +372,8 @@ pub struct OneShotArgs {
     pub annotation_namespace: String,
     #[command(flatten)]
     pub configmaps: ConfigMapArgs,
-    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use, as kubectl's --context.
-    #[arg(long)]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     #[command(flatten)]
     pub drift: DriftPolicyArgs,
     #[command(flatten)]
@@ -473,14 +471,21 @@ pub struct RolloutArgs {
     pub only_started_before: Option<String>,
 }
 
+/// How a one-shot command reaches the cluster, as kubectl does.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use, as kubectl's --context.
     #[arg(long)]
     pub context: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     /// Namespace of the running injector (its status ConfigMap and rollout Lease).
     #[arg(long, default_value = "injector-system")]
     pub injector_namespace: String,
@@ -702,17 +707,13 @@ pub struct InjectArgs {
     /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
     #[arg(short = 'f', long = "filename")]
     pub file: String,
-    /// Read the configs from the cluster's ConfigMaps so labelled (k=v[,k=v]), as `serve`
-    /// does; also done, with deploy/'s label, where there is no config/ directory.
+    // The cluster's ConfigMaps so labelled, as `serve` reads them; also read, with deploy/'s
+    // label, where there is no config/ directory.
     #[command(flatten)]
     pub configmaps: ConfigMapArgs,
-    /// Kubeconfig file, read only when the configs come from the cluster [default: $KUBECONFIG,
-    /// ~/.kube/config, or the in-cluster configuration].
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use, as kubectl's --context.
-    #[arg(long)]
-    pub context: Option<String>,
+    // Reached only when the configs come from the cluster.
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
     /// status ConfigMap, whose pins and holds the webhook serves.
     #[arg(long, default_value = "injector-system")]

@@ -34,7 +34,6 @@ use crate::injection::manifest::{document_label, objects_with_pods};
 use crate::injection::{InjectionSettings, PodView};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
-use crate::sources::directory::load_config_directory;
 use crate::workload::{
     PodWorkload, ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner,
     resource_name_and_group,
@@ -90,13 +89,17 @@ fn settings(args: &ExplainArgs) -> InjectionSettings {
     }
 }
 
-/// A manifest, offline: the webhook's decision on each pod (or pod template) it holds, every
-/// document and each item of a `List`, with the configs of the config directory.
+/// A manifest: the webhook's decision on each pod (or pod template) it holds, every document
+/// and each item of a `List`, with the configs of the config directory (offline) or, outside
+/// a checkout, those the cluster's injector serves.
 fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explanation>> {
-    let dir = &args.cluster.configs.config_directory;
-    let report = load_config_directory(dir)
-        .with_context(|| format!("cannot read config directory {}", dir.display()))?;
-    let sidecars = report.sidecar_set();
+    let cluster = &args.cluster;
+    let sidecars = super::one_shot::manifest_configs(
+        &cluster.configs,
+        &cluster.configmaps,
+        &cluster.connection,
+        &cluster.injector_namespace,
+    )?;
     let text = if file == "-" {
         std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?
     } else {

@@ -2,7 +2,6 @@
 //! directory, or with the configs the cluster's injector serves.
 
 use std::io::{self, Read, Write};
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -12,17 +11,20 @@ use serde_json::Value;
 use super::args::*;
 use super::one_shot::*;
 use crate::annotations::AnnotationKeys;
-use crate::config::SidecarSet;
 use crate::injection::InjectionSettings;
 use crate::injection::SkipReason;
 use crate::injection::manifest::{ObjectOutcome, inject_manifest};
 use crate::injection::yaml::to_yaml;
-use crate::sources::directory::load_config_directory;
 use crate::telemetry::notice;
 use tracing::Level;
 
 pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
-    let sidecars = configs(args)?;
+    let sidecars = manifest_configs(
+        &args.configs,
+        &args.configmaps,
+        &args.connection,
+        &args.injector_namespace,
+    )?;
     let settings = InjectionSettings {
         keys: AnnotationKeys::new(&args.annotation_namespace),
         ignored_namespaces: args.ignore_namespaces.namespaces(),
@@ -83,49 +85,6 @@ pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
-    })
-}
-
-/// The configs to inject: the config directory, read offline; or, given --configmap-labels or
-/// where the default directory is absent (outside a checkout), the cluster's sidecar ConfigMaps
-/// with the pins and holds of the status ConfigMap, as its running webhook serves them.
-fn configs(args: &InjectArgs) -> anyhow::Result<SidecarSet> {
-    let dir = &args.configs.config_directory;
-    let outside_a_checkout = dir == Path::new(DEFAULT_CONFIG_DIRECTORY) && !dir.exists();
-    if args.configmaps.configmap_labels.is_none() && !outside_a_checkout {
-        let report = load_config_directory(dir)
-            .with_context(|| format!("cannot read config directory {}", dir.display()))?;
-        print_config_problems(&report);
-        return Ok(report.sidecar_set());
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref())
-            .await
-            .with_context(|| {
-                if outside_a_checkout {
-                    format!(
-                        "no {} directory here, and the cluster whose sidecar ConfigMaps would be read instead is not reachable (--config-directory DIR to inject from files)",
-                        dir.display()
-                    )
-                } else {
-                    "cannot reach the cluster to read its sidecar ConfigMaps".to_owned()
-                }
-            })?;
-        let namespace = &args.injector_namespace;
-        let (sidecars, unread) =
-            one_shot_configs(&client, &args.configs, &args.configmaps, namespace).await?;
-        if let ConfigsUnread(Some(why)) = unread {
-            anyhow::bail!(
-                "the sidecar configs cannot be read here ({why}): there is nothing to inject (--config-directory to inject from files)"
-            );
-        }
-        let status = read_status(&client, namespace).await?;
-        let book = book_of(status.as_ref())?;
-        Ok(book.served(&book.pinned(&sidecars).0).0)
     })
 }
 

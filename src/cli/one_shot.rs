@@ -186,7 +186,7 @@ pub struct OneShot {
 
 impl OneShot {
     pub async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
-        let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client = one_shot_client(&args.connection).await?;
         let (sidecars, configs_unread) = one_shot_configs(
             &client,
             &args.configs,
@@ -205,10 +205,11 @@ impl OneShot {
 
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution, in
 /// --context when given (as kubectl).
-pub async fn one_shot_client(
-    kubeconfig: Option<&Path>,
-    context: Option<&str>,
-) -> anyhow::Result<kube::Client> {
+pub async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Result<kube::Client> {
+    let (kubeconfig, context) = (
+        connection.kubeconfig.as_deref(),
+        connection.context.as_deref(),
+    );
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_owned),
         ..Default::default()
@@ -229,6 +230,52 @@ pub async fn one_shot_client(
             .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
     };
     Ok(counted_client(config, Default::default())?)
+}
+
+/// The configs a manifest is judged against (`inject -f`, `explain -f`): the config directory,
+/// read offline; or, given --configmap-labels or where the default directory is absent
+/// (outside a checkout), the cluster's sidecar ConfigMaps with the pins and holds of the status
+/// ConfigMap, as its running webhook serves them.
+pub fn manifest_configs(
+    configs: &ConfigDirectoryArgs,
+    configmaps: &ConfigMapArgs,
+    connection: &ConnectionArgs,
+    injector_namespace: &str,
+) -> anyhow::Result<SidecarSet> {
+    let dir = &configs.config_directory;
+    let outside_a_checkout = dir == Path::new(DEFAULT_CONFIG_DIRECTORY) && !dir.exists();
+    if configmaps.configmap_labels.is_none() && !outside_a_checkout {
+        let report = load_config_directory(dir)
+            .with_context(|| format!("cannot read config directory {}", dir.display()))?;
+        print_config_problems(&report);
+        return Ok(report.sidecar_set());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let client = one_shot_client(connection).await.with_context(|| {
+            if outside_a_checkout {
+                format!(
+                    "no {} directory here, and the cluster whose sidecar ConfigMaps would be read instead is not reachable (--config-directory DIR to read files)",
+                    dir.display()
+                )
+            } else {
+                "cannot reach the cluster to read its sidecar ConfigMaps".to_owned()
+            }
+        })?;
+        let (sidecars, unread) =
+            one_shot_configs(&client, configs, configmaps, injector_namespace).await?;
+        if let ConfigsUnread(Some(why)) = unread {
+            anyhow::bail!(
+                "the sidecar configs cannot be read here ({why}) (--config-directory DIR to read files)"
+            );
+        }
+        let status = read_status(&client, injector_namespace).await?;
+        let book = book_of(status.as_ref())?;
+        Ok(book.served(&book.pinned(&sidecars).0).0)
+    })
 }
 
 /// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems

@@ -54,7 +54,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = one_shot_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client = one_shot_client(&args.connection).await?;
         let namespace = &args.injector_namespace;
         let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
             .get_opt(status::STATUS_CONFIGMAP)
@@ -234,8 +234,10 @@ mod tests {
     /// `status` in the injector-system namespace, as a table.
     fn table_args() -> StatusArgs {
         StatusArgs {
-            kubeconfig: None,
-            context: None,
+            connection: ConnectionArgs {
+                kubeconfig: None,
+                context: None,
+            },
             injector_namespace: "injector-system".into(),
             published_max_age: std::time::Duration::from_secs(90),
             output: OutputFormat::Table,

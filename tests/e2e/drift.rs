@@ -324,6 +324,29 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         stderr.contains("no config/ directory here: reading the sidecar ConfigMaps of e2e-drift labelled sidecar-injector.io/config=true"),
         "{stderr}"
     );
+    // So does `explain -f` (the manifest `inject_revision` wrote there).
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args([
+            "explain",
+            "-f",
+            "inject-me.yaml",
+            "--injector-namespace",
+            "e2e-drift",
+        ])
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.status.success()
+            && page.contains(&format!(
+                "config tracer:v1       revision {v3_revision} from ConfigMap e2e-drift/deployed-sidecars"
+            )),
+        "{page}{}",
+        String::from_utf8_lossy(&explained.stderr)
+    );
     // Labels that select no config are said, not silently read as no sidecar at all.
     from_configs.extend(["--configmap-labels", "nothing=here"]);
     let output = drift_command(elsewhere.path(), &from_configs);
