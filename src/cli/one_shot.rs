@@ -13,8 +13,9 @@ use crate::telemetry::notice;
 use tracing::Level;
 
 /// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
-/// the running injectors publish when fresh and in agreement (what new pods actually get),
-/// else the configs read here (`None`). Says on stderr, in one line, which and why.
+/// the running injectors publish when fresh and in agreement (what new pods actually get:
+/// that publication, its manual sidecars too), else the configs read here (`None`). Says on
+/// stderr, in one line, which and why.
 pub async fn revisions_in_force(
     client: &kube::Client,
     args: &OneShotArgs,
