@@ -15,6 +15,11 @@ pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
+/// A request the API server refused to this user (403): no retry mends it, a grant does.
+pub fn is_forbidden(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 403)
+}
+
 /// An error as one line of a log, with each API error in it said as the API server said it.
 pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
     api_errors_said(err.to_string(), err)

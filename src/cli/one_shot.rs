@@ -35,7 +35,7 @@ pub async fn read_status(
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(client.clone(), namespace);
     api.get_opt(name).await.map_err(|err| {
-        let refused = matches!(&err, kube::Error::Api(status) if status.code == 403);
+        let refused = crate::cluster::is_forbidden(&err);
         let err = anyhow::Error::new(err).context(format!(
             "cannot read the injector's status ConfigMap {namespace}/{name}"
         ));

@@ -79,7 +79,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
 /// `err`, and when the API server refused it (a user whose rights stop at a team's
 /// namespaces), who can grant it and how.
 fn refused_hint(err: kube::Error) -> anyhow::Error {
-    let refused = matches!(&err, kube::Error::Api(status) if status.code == 403);
+    let refused = crate::cluster::is_forbidden(&err);
     let err = anyhow::Error::new(err);
     if refused {
         err.context(StatusObjectsRefused)
