@@ -1,5 +1,6 @@
 //! `drift`: the one-shot drift report, as a table or JSON.
 
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
@@ -65,7 +66,9 @@ pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let mut report = report.filtered(&args.sidecars, &args.states);
-        let manual = configs_unread.manual_rollouts(&sidecars, published.as_ref());
+        let manual = sidecars.manual_rollouts_with(
+            published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual),
+        );
         book.flag(&mut report, &manual);
         book.flag_overflow(&mut report);
         book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());

@@ -315,9 +315,11 @@ impl Live {
                     explained,
                     why,
                     self.published.as_ref().map(|p| &p.revisions),
-                    &self
-                        .configs_unread
-                        .manual_rollouts(&self.sidecars, self.published.as_ref()),
+                    &self.sidecars.manual_rollouts_with(
+                        self.published
+                            .as_ref()
+                            .map_or(&BTreeSet::new(), |p| &p.manual),
+                    ),
                 ),
                 None => explained,
             }

@@ -125,19 +125,6 @@ impl ConfigsUnread {
             None => crate::cluster::status::ConfigsHere::Read,
         }
     }
-
-    /// The sidecars whose restarts are left to a person: as the configs read here say (what
-    /// the engine reads too), or, when they cannot be read, as the judging publication says.
-    pub fn manual_rollouts(
-        &self,
-        sidecars: &SidecarSet,
-        published: Option<&crate::cluster::status::Publication>,
-    ) -> std::collections::BTreeSet<String> {
-        match (&self.0, published) {
-            (Some(_), Some(publication)) => publication.manual.clone(),
-            _ => sidecars.manual_rollouts(),
-        }
-    }
 }
 
 /// How long the cluster may take to be listed by a one-shot command.
@@ -393,45 +380,5 @@ pub fn print_config_problems(report: &LoadReport) {
     }
     for error in &report.errors {
         crate::telemetry::error_notice(&error.to_string(), &[]);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{LoadedSidecar, parse_config};
-
-    #[test]
-    fn manual_rollouts_come_from_the_configs_read_here_else_from_the_publication() {
-        let sidecars: SidecarSet = [
-            "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n",
-            "name: agent:v1\ncontainers: [{name: a, image: 'a:1'}]\nrollout: {policy: manual}\n",
-        ]
-        .iter()
-        .map(|t| LoadedSidecar::new(parse_config("t", t).unwrap().config, "t"))
-        .collect();
-        let publication: crate::cluster::status::Publication = serde_json::from_value(
-            serde_json::json!({"revisions": {}, "manual": ["tracer:v1"], "at": "2027-01-15T08:00:00Z"}),
-        )
-        .unwrap();
-        let read = ConfigsUnread(None);
-        let unread = ConfigsUnread(Some("forbidden".to_owned()));
-        let names = |set: std::collections::BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
-        // Read here: the configs say, whatever is published (the engine reads them too).
-        assert_eq!(
-            names(read.manual_rollouts(&sidecars, Some(&publication))),
-            ["agent:v1"]
-        );
-        assert_eq!(names(read.manual_rollouts(&sidecars, None)), ["agent:v1"]);
-        // Not read here: the publication that judges says.
-        assert_eq!(
-            names(unread.manual_rollouts(&SidecarSet::default(), Some(&publication))),
-            ["tracer:v1"]
-        );
-        assert!(
-            unread
-                .manual_rollouts(&SidecarSet::default(), None)
-                .is_empty()
-        );
     }
 }

@@ -186,6 +186,27 @@ impl SidecarSet {
             .collect()
     }
 
+    /// Whether `name`'s restarts are left to a person: as its config read here says (what the
+    /// engine reads), or, for a sidecar with no config here, as the judging publication says
+    /// (`published_manual`, empty when none judges).
+    pub fn rollout_is_manual(&self, name: &str, published_manual: &BTreeSet<String>) -> bool {
+        match self.by_name.iter().find(|(own, _)| own.to_string() == name) {
+            Some((_, own)) => own.config.rollout_mode() == super::sidecar::RolloutMode::Manual,
+            None => published_manual.contains(name),
+        }
+    }
+
+    /// Every sidecar whose restarts are left to a person, each judged by
+    /// [`Self::rollout_is_manual`]: the manual configs read here, and the published manual
+    /// sidecars that have no config here.
+    pub fn manual_rollouts_with(&self, published_manual: &BTreeSet<String>) -> BTreeSet<String> {
+        let own = self.manual_rollouts();
+        let published = published_manual
+            .iter()
+            .filter(|name| self.rollout_is_manual(name, published_manual));
+        own.iter().chain(published).cloned().collect()
+    }
+
     /// The same configs, each injection of a sidecar in `warnings` warned about with its text.
     pub fn with_warnings(&self, warnings: BTreeMap<SidecarName, Arc<str>>) -> Self {
         Self {
@@ -309,4 +330,44 @@ pub fn merge_sources(
         set.insert(sidecar.clone());
     }
     (set, overridden)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_config;
+
+    #[test]
+    fn a_config_read_here_decides_its_manual_policy_and_the_publication_the_rest() {
+        let sidecars: SidecarSet = [
+            "name: logger:v1\ncontainers: [{name: s, image: 's:1'}]\n",
+            "name: agent:v1\ncontainers: [{name: a, image: 'a:1'}]\nrollout: {policy: manual}\n",
+        ]
+        .iter()
+        .map(|t| LoadedSidecar::new(parse_config("t", t).unwrap().config, "t"))
+        .collect();
+        // The publication calls logger manual and agent not (an older config), and names a
+        // sidecar with no config here.
+        let published: BTreeSet<String> = ["logger:v1", "tracer:v1"].map(str::to_owned).into();
+        let names = |set: BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
+        assert!(!sidecars.rollout_is_manual("logger:v1", &published));
+        assert!(sidecars.rollout_is_manual("agent:v1", &published));
+        assert!(sidecars.rollout_is_manual("tracer:v1", &published));
+        assert!(!sidecars.rollout_is_manual("cache:v1", &published));
+        assert_eq!(
+            names(sidecars.manual_rollouts_with(&published)),
+            ["agent:v1", "tracer:v1"]
+        );
+        assert_eq!(
+            names(sidecars.manual_rollouts_with(&BTreeSet::new())),
+            ["agent:v1"]
+        );
+        // No config read here: the publication says.
+        let none = SidecarSet::default();
+        assert_eq!(
+            names(none.manual_rollouts_with(&published)),
+            ["logger:v1", "tracer:v1"]
+        );
+        assert!(none.manual_rollouts_with(&BTreeSet::new()).is_empty());
+    }
 }

@@ -139,11 +139,7 @@ pub fn published_targets(
         .iter()
         .map(|(name, revision)| {
             let own = set.iter().find(|s| s.config.name.to_string() == name);
-            let manual = honour_manual
-                && match own {
-                    Some(own) => own.config.rollout_mode() == RolloutMode::Manual,
-                    None => published_manual.contains(name),
-                };
+            let manual = honour_manual && set.rollout_is_manual(name, published_manual);
             let target = SidecarTarget {
                 revision: revision.to_owned(),
                 manual,
