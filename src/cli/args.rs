@@ -101,7 +101,7 @@ pub enum Command {
     /// `cronjob/NAME`): why it was or was not injected (annotation, namespace, request,
     /// configs and revisions, clashes, policy), the drift state of each sidecar it asks for,
     /// and what the rollout engine plans for the workload and when. `-f` judges a manifest's
-    /// pods and pod templates offline.
+    /// pods and pod templates against the configs `inject` reads.
     Explain(Box<ExplainArgs>),
     /// Print a shell completion script generated from these commands' definitions, e.g.
     /// `source <(sidecar-injector completion bash)`.
@@ -124,8 +124,9 @@ pub struct ExplainArgs {
     )]
     pub pod: Option<String>,
     /// A manifest instead (`-` for standard input): each Pod and object with a pod template
-    /// it holds (every document, each item of a List), judged offline against the config
-    /// directory.
+    /// it holds (every document, each item of a List), judged against the configs `inject`
+    /// reads: the config directory, offline, or outside a checkout (or with
+    /// --configmap-labels) the sidecar ConfigMaps the cluster's injector serves.
     #[arg(short = 'f', long = "filename")]
     pub file: Option<String>,
     /// The namespace of the pod or workload [default: the kubeconfig context's, or the

@@ -137,7 +137,8 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explan
     Ok(explanations)
 }
 
-/// One object of a manifest with its pod (or template), judged offline.
+/// One object of a manifest with its pod (or template), judged against `sidecars` with no
+/// further read of the cluster.
 fn explain_object(
     args: &ExplainArgs,
     file: &str,
