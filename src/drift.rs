@@ -7,6 +7,7 @@ mod classify;
 mod entries;
 mod gauge;
 mod index;
+mod interner;
 mod reach;
 
 pub use entries::{Downtime, PodEntry, PodOwner, PodToReplace, WorkloadEntry, rollout_disabled};

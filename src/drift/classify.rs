@@ -11,8 +11,9 @@ use crate::config::{RevisionsInForce, SidecarSet};
 use crate::name::SidecarName;
 use crate::workload::{OwnerKind, PodWorkload, ReplicaSetOwner, WorkloadKind, resolve_pod_owner};
 
-use super::entries::{Labels, PodEntry, parse_revisions};
+use super::entries::{PodEntry, parse_revisions};
 use super::index::DriftIndex;
+use super::interner::{Labels, intern};
 use super::{
     BARE_POD, DriftPolicy, DriftReport, DriftState, JOB_POD, REPLICASET_NOT_KNOWN,
     REPLICASET_WITHOUT_DEPLOYMENT, ROLLOUT_DISABLED, SidecarDrift, StateCounts, WorkloadDrift,
@@ -405,7 +406,7 @@ impl<'s> Distinct<'s> {
                     SidecarName::parse_list(&pod.request)
                         .map(|list| {
                             list.iter()
-                                .map(|n| DriftIndex::intern(&mut names, &n.to_string()))
+                                .map(|n| intern(&mut names, &n.to_string()))
                                 .collect()
                         })
                         .unwrap_or_default()

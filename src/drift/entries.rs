@@ -1,8 +1,6 @@
 //! What the index keeps per pod and per workload: compact projections, stripped on arrival
 //! (no spec, no managedFields).
 
-// A fast hasher with a per-process random seed: classification hashes a few strings per pod,
-// and SipHash made up most of its time.
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -15,7 +13,7 @@ use crate::maintenance::MaintenanceWindows;
 use crate::name::SidecarName;
 use crate::workload::UpdateStrategy;
 
-use super::index::Interner;
+use super::interner::{Interner, Labels};
 use super::sidecar_state;
 
 /// The controller of a pod, as its own metadata names it.
@@ -67,10 +65,6 @@ impl PodOwner {
         }
     }
 }
-
-/// A pod's labels, sorted by key and interned as a whole: the pods of one ReplicaSet share
-/// one set. Kept for the webhook's objectSelector, which may change at any time.
-pub type Labels = Arc<[(Arc<str>, Arc<str>)]>;
 
 /// The compact projection of a pod: no spec, no managedFields, only what drift needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
