@@ -190,8 +190,11 @@ impl SidecarSet {
     /// engine reads), or, for a sidecar with no config here, as the judging publication says
     /// (`published_manual`, empty when none judges).
     pub fn rollout_is_manual(&self, name: &str, published_manual: &BTreeSet<String>) -> bool {
-        match self.by_name.iter().find(|(own, _)| own.to_string() == name) {
-            Some((_, own)) => own.config.rollout_mode() == super::sidecar::RolloutMode::Manual,
+        let own = SidecarName::parse(name)
+            .ok()
+            .and_then(|name| self.by_name.get(&name));
+        match own {
+            Some(own) => own.config.rollout_mode() == super::sidecar::RolloutMode::Manual,
             None => published_manual.contains(name),
         }
     }
