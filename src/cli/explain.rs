@@ -1,5 +1,5 @@
 //! `explain`: gathers what [`crate::explain`] needs for one pod or workload (from the
-//! cluster, or a manifest offline) and prints its answer.
+//! cluster, or a manifest against the configs `inject` reads) and prints its answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
