@@ -186,14 +186,19 @@ impl SidecarSet {
             .collect()
     }
 
+    /// The config of the sidecar a publication or the campaign book names (`name:version`,
+    /// as they write it), if one is loaded here.
+    pub fn named(&self, name: &str) -> Option<&Arc<LoadedSidecar>> {
+        SidecarName::parse(name)
+            .ok()
+            .and_then(|name| self.by_name.get(&name))
+    }
+
     /// Whether `name`'s restarts are left to a person: as its config read here says (what the
     /// engine reads), or, for a sidecar with no config here, as the judging publication says
     /// (`published_manual`, empty when none judges).
     pub fn rollout_is_manual(&self, name: &str, published_manual: &BTreeSet<String>) -> bool {
-        let own = SidecarName::parse(name)
-            .ok()
-            .and_then(|name| self.by_name.get(&name));
-        match own {
+        match self.named(name) {
             Some(own) => own.config.rollout_mode() == super::sidecar::RolloutMode::Manual,
             None => published_manual.contains(name),
         }

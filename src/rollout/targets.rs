@@ -138,7 +138,7 @@ pub fn published_targets(
     published
         .iter()
         .map(|(name, revision)| {
-            let own = set.iter().find(|s| s.config.name.to_string() == name);
+            let own = set.named(name);
             let manual = honour_manual && set.rollout_is_manual(name, published_manual);
             let target = SidecarTarget {
                 revision: revision.to_owned(),
