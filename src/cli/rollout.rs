@@ -328,10 +328,7 @@ async fn pin_revision(
         }
         match &published {
             Some(published) => published.get(sidecar).map(str::to_owned),
-            None => sidecars
-                .iter()
-                .find(|s| s.config.name.to_string() == sidecar)
-                .map(|s| s.revision.to_string()),
+            None => sidecars.named(sidecar).map(|s| s.revision.to_string()),
         }
     };
     let (sidecar, entry) = history.resolve(spec, |sidecar| {
@@ -350,10 +347,7 @@ async fn pin_revision(
         by: identity.to_owned(),
         at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
     };
-    if let Some(own) = sidecars
-        .iter()
-        .find(|s| s.config.name.to_string() == sidecar)
-    {
+    if let Some(own) = sidecars.named(&sidecar) {
         crate::rollout::content::sidecar_with_content(own, &pin.revision, &pin.content)?;
     }
     let pinned = entry.revision.clone();

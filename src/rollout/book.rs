@@ -527,10 +527,7 @@ impl CampaignBook {
         let mut set = config.clone();
         let mut errors = Vec::new();
         for (sidecar, pin) in &self.pins {
-            let Some(own) = config
-                .iter()
-                .find(|s| s.config.name.to_string() == *sidecar)
-            else {
+            let Some(own) = config.named(sidecar) else {
                 continue;
             };
             if own.revision.as_str() != pin.over {
@@ -551,8 +548,7 @@ impl CampaignBook {
             .iter()
             .filter(|(sidecar, pin)| {
                 config
-                    .iter()
-                    .find(|s| s.config.name.to_string() == **sidecar)
+                    .named(sidecar)
                     .is_none_or(|s| s.revision.as_str() != pin.over)
             })
             .map(|(sidecar, _)| sidecar.clone())
