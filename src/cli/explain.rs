@@ -99,6 +99,7 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explan
         &cluster.configmaps,
         &cluster.connection,
         &cluster.injector_namespace,
+        cluster.published_max_age,
     )?;
     let text = if file == "-" {
         std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?

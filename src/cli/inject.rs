@@ -24,6 +24,7 @@ pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
         &args.configmaps,
         &args.connection,
         &args.injector_namespace,
+        args.published_max_age,
     )?;
     let settings = InjectionSettings {
         keys: AnnotationKeys::new(&args.annotation_namespace),

@@ -229,6 +229,7 @@ pub fn manifest_configs(
     configmaps: &ConfigMapArgs,
     connection: &ConnectionArgs,
     injector_namespace: &str,
+    published_max_age: std::time::Duration,
 ) -> anyhow::Result<SidecarSet> {
     let dir = &configs.config_directory;
     let outside_a_checkout = dir == Path::new(DEFAULT_CONFIG_DIRECTORY) && !dir.exists();
@@ -262,8 +263,45 @@ pub fn manifest_configs(
         }
         let status = read_status(&client, injector_namespace).await?;
         let book = book_of(status.as_ref())?;
-        Ok(book.served(&book.pinned(&sidecars).0).0)
+        let pinned = book.pinned(&sidecars).0;
+        warn_where_the_webhook_differs(
+            status.as_ref(),
+            &pinned,
+            injector_namespace,
+            published_max_age,
+        )?;
+        Ok(book.served(&pinned).0)
     })
+}
+
+/// Says on stderr where the configs read here (`pinned`: pins applied, as the replicas
+/// publish theirs) differ from what the running injectors publish that they inject.
+fn warn_where_the_webhook_differs(
+    status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
+    pinned: &SidecarSet,
+    injector_namespace: &str,
+    max_age: std::time::Duration,
+) -> anyhow::Result<()> {
+    use crate::cluster::status;
+    let Some(configmap) = status else {
+        return Ok(());
+    };
+    let injectors = status::decode_injectors(configmap).with_context(|| {
+        format!(
+            "{injector_namespace}/{} item {} is malformed",
+            status::STATUS_CONFIGMAP,
+            status::STATUS_INJECTORS_KEY
+        )
+    })?;
+    for line in status::preview_warnings(
+        &pinned.revisions_in_force(),
+        &injectors,
+        k8s_openapi::jiff::Timestamp::now(),
+        max_age,
+    ) {
+        notice(Level::WARN, &line, &[]);
+    }
+    Ok(())
 }
 
 /// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems

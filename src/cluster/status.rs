@@ -249,6 +249,72 @@ fn unpublished(source: RevisionsSource, configs: ConfigsHere) -> RevisionsChoice
     }
 }
 
+/// What a preview made with the configs read here (`inject -f`, `explain -f` outside a
+/// checkout) must warn of, one line each: a sidecar whose revision here (pins applied) is not
+/// the one the fresh, agreeing publications say the webhook injects (it has not loaded the
+/// edit yet, or it refused the config and keeps the last good one), or fresh publications
+/// that disagree. A preview cannot take a publication's revisions instead (it holds no
+/// content), so it says where it may differ. Nothing when no publication is fresh: the
+/// configs read here are then the best guess there is.
+pub fn preview_warnings(
+    here: &RevisionsInForce,
+    injectors: &BTreeMap<String, Publication>,
+    now: k8s_openapi::jiff::Timestamp,
+    max_age: std::time::Duration,
+) -> Vec<String> {
+    if let Some([(first, one), (other, another)]) = disagreeing(injectors, now, max_age) {
+        return vec![format!(
+            "running injectors disagree ({first} publishes {}, {other} publishes {}): new pods get what the replica that answers serves; shown with the configs read here",
+            summary(&one.revisions),
+            summary(&another.revisions)
+        )];
+    }
+    let fresh: Vec<(&String, &Publication)> = injectors
+        .iter()
+        .filter(|(_, p)| p.age(now) <= max_age)
+        .collect();
+    let Some((_, published)) = fresh.iter().max_by_key(|(_, p)| p.at.0) else {
+        return Vec::new();
+    };
+    let by = format!(
+        "the running injector(s) {} (published {} ago)",
+        fresh
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        humantime::format_duration(published.age(now))
+    );
+    let names: BTreeSet<&str> = here
+        .iter()
+        .chain(published.revisions.iter())
+        .map(|(name, _)| name)
+        .collect();
+    let mut warnings = Vec::new();
+    // Sidecars no config here defines, said in one line: a preview of one Deployment is
+    // not to be buried under every sidecar the cluster serves.
+    let mut unread = Vec::new();
+    for name in names {
+        match (here.get(name), published.revisions.get(name)) {
+            (Some(ours), Some(theirs)) if ours != theirs => warnings.push(format!(
+                "{name}: the config read here is revision {ours}, but {by} inject revision {theirs}: the webhook has not loaded this config yet, or refused it and keeps its last good one (its log says why); shown with the config read here"
+            )),
+            (Some(ours), None) => warnings.push(format!(
+                "{name}: revision {ours} is read here, but {by} do not inject it: the webhook has not loaded this config yet, or refused it (its log says why); shown with it all the same"
+            )),
+            (None, Some(theirs)) => unread.push(format!("{name} ({theirs})")),
+            _ => {}
+        }
+    }
+    if !unread.is_empty() {
+        warnings.push(format!(
+            "{by} also inject {}, but no config for them is read here: a pod that asks for one is shown without it",
+            unread.join(", ")
+        ));
+    }
+    warnings
+}
+
 fn summary(revisions: &RevisionsInForce) -> String {
     revisions
         .iter()
@@ -846,6 +912,74 @@ mod tests {
         assert_eq!(
             why,
             "revisions as the running injector(s) a, b published them (10s ago)"
+        );
+    }
+
+    #[test]
+    fn a_preview_warns_where_its_configs_differ_from_what_the_running_injectors_inject() {
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let max_age = std::time::Duration::from_secs(90);
+        let warnings = |here: &[(&str, &str)], injectors: &[(&str, Publication)]| {
+            let here: RevisionsInForce = here
+                .iter()
+                .map(|(s, r)| ((*s).to_owned(), (*r).to_owned()))
+                .collect();
+            let injectors: BTreeMap<String, Publication> = injectors
+                .iter()
+                .map(|(n, p)| ((*n).to_owned(), p.clone()))
+                .collect();
+            preview_warnings(&here, &injectors, now, max_age)
+        };
+        let logger_a = [("logger:v1", "aaaaaaaaaaaa")];
+        // The same revision as published, or nothing fresh to compare with: nothing to say.
+        assert!(warnings(&logger_a, &[("r1", publication("aaaaaaaaaaaa", 5))]).is_empty());
+        assert!(warnings(&logger_a, &[("gone", publication("bbbbbbbbbbbb", 3600))]).is_empty());
+        assert!(warnings(&logger_a, &[]).is_empty());
+        // An edit the webhook has not taken: both revisions, and who injects theirs.
+        assert_eq!(
+            warnings(
+                &logger_a,
+                &[
+                    ("r1", publication("bbbbbbbbbbbb", 5)),
+                    ("r2", publication("bbbbbbbbbbbb", 20)),
+                    ("gone", publication("cccccccccccc", 3600)),
+                ]
+            ),
+            [
+                "logger:v1: the config read here is revision aaaaaaaaaaaa, but the running injector(s) r1, r2 (published 5s ago) inject revision bbbbbbbbbbbb: the webhook has not loaded this config yet, or refused it and keeps its last good one (its log says why); shown with the config read here"
+            ]
+        );
+        // A sidecar on one side only.
+        let both = [("logger:v1", "aaaaaaaaaaaa"), ("tracer:v1", "dddddddddddd")];
+        assert_eq!(
+            warnings(&both, &[("r1", publication("aaaaaaaaaaaa", 5))]),
+            [
+                "tracer:v1: revision dddddddddddd is read here, but the running injector(s) r1 (published 5s ago) do not inject it: the webhook has not loaded this config yet, or refused it (its log says why); shown with it all the same"
+            ]
+        );
+        let mut two = publication("aaaaaaaaaaaa", 5);
+        two.revisions = [("logger:v1", "aaaaaaaaaaaa"), ("tracer:v1", "dddddddddddd")]
+            .iter()
+            .map(|(s, r)| ((*s).to_owned(), (*r).to_owned()))
+            .collect();
+        assert_eq!(
+            warnings(&[], &[("r1", two)]),
+            [
+                "the running injector(s) r1 (published 5s ago) also inject logger:v1 (aaaaaaaaaaaa), tracer:v1 (dddddddddddd), but no config for them is read here: a pod that asks for one is shown without it"
+            ]
+        );
+        // Replicas that disagree: one line, whatever is read here.
+        assert_eq!(
+            warnings(
+                &logger_a,
+                &[
+                    ("r1", publication("aaaaaaaaaaaa", 5)),
+                    ("r2", publication("bbbbbbbbbbbb", 5)),
+                ]
+            ),
+            [
+                "running injectors disagree (r1 publishes logger:v1=aaaaaaaaaaaa, r2 publishes logger:v1=bbbbbbbbbbbb): new pods get what the replica that answers serves; shown with the configs read here"
+            ]
         );
     }
 

@@ -324,6 +324,14 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         stderr.contains("no config/ directory here: reading the sidecar ConfigMaps of e2e-drift labelled sidecar-injector.io/config=true"),
         "{stderr}"
     );
+    // The running replica injects v2 (it reads other ConfigMaps): the preview says where it
+    // differs from what the webhook does, naming both revisions.
+    let differs = |stderr: &str| {
+        stderr.contains(&format!(
+            "tracer:v1: the config read here is revision {v3_revision}, but the running injector(s) "
+        )) && stderr.contains(&format!(" inject revision {v2_revision}: the webhook has not loaded"))
+    };
+    assert!(differs(&stderr), "{stderr}");
     // So does `explain -f` (the manifest `inject_revision` wrote there).
     let explained = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .args([
@@ -343,7 +351,8 @@ async fn drift_reports_exactly_the_stale_workloads_after_a_configmap_edit() {
         explained.status.success()
             && page.contains(&format!(
                 "config tracer:v1       revision {v3_revision} from ConfigMap e2e-drift/deployed-sidecars"
-            )),
+            ))
+            && differs(&String::from_utf8_lossy(&explained.stderr)),
         "{page}{}",
         String::from_utf8_lossy(&explained.stderr)
     );
