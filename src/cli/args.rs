@@ -719,8 +719,8 @@ pub struct InjectArgs {
     /// status ConfigMap, whose pins and holds the webhook serves.
     #[arg(long, default_value = "injector-system")]
     pub injector_namespace: String,
-    /// With the cluster's configs: a sidecar whose revision differs from the one the running
-    /// injectors publish (renewed within this) is warned of, as the webhook injects theirs.
+    /// With the cluster's configs: the running injectors' publications renewed within this
+    /// say what the webhook injects, and a sidecar read here at another revision is warned of.
     #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
     pub published_max_age: Duration,
 }
