@@ -264,12 +264,7 @@ pub fn manifest_configs(
         let status = read_status(&client, injector_namespace).await?;
         let book = book_of(status.as_ref())?;
         let pinned = book.pinned(&sidecars).0;
-        warn_where_the_webhook_differs(
-            status.as_ref(),
-            &pinned,
-            injector_namespace,
-            published_max_age,
-        )?;
+        warn_where_the_webhook_differs(status.as_ref(), &pinned, published_max_age);
         Ok(book.served(&pinned).0)
     })
 }
@@ -279,29 +274,19 @@ pub fn manifest_configs(
 fn warn_where_the_webhook_differs(
     status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
     pinned: &SidecarSet,
-    injector_namespace: &str,
     max_age: std::time::Duration,
-) -> anyhow::Result<()> {
-    use crate::cluster::status;
+) {
     let Some(configmap) = status else {
-        return Ok(());
+        return;
     };
-    let injectors = status::decode_injectors(configmap).with_context(|| {
-        format!(
-            "{injector_namespace}/{} item {} is malformed",
-            status::STATUS_CONFIGMAP,
-            status::STATUS_INJECTORS_KEY
-        )
-    })?;
-    for line in status::preview_warnings(
+    for line in crate::cluster::status::preview_warnings_of(
+        configmap,
         &pinned.revisions_in_force(),
-        &injectors,
         k8s_openapi::jiff::Timestamp::now(),
         max_age,
     ) {
         notice(Level::WARN, &line, &[]);
     }
-    Ok(())
 }
 
 /// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems

@@ -249,6 +249,23 @@ fn unpublished(source: RevisionsSource, configs: ConfigsHere) -> RevisionsChoice
     }
 }
 
+/// [`preview_warnings`] of the publications a status ConfigMap holds. A malformed item is
+/// said in their place: the preview needs only the configs, and goes on.
+pub fn preview_warnings_of(
+    status: &ConfigMap,
+    here: &RevisionsInForce,
+    now: k8s_openapi::jiff::Timestamp,
+    max_age: std::time::Duration,
+) -> Vec<String> {
+    match decode_injectors(status) {
+        Ok(injectors) => preview_warnings(here, &injectors, now, max_age),
+        Err(err) => vec![format!(
+            "{}/{STATUS_CONFIGMAP} item {STATUS_INJECTORS_KEY} is malformed ({err}): whether the running injectors inject these revisions is unknown",
+            status.metadata.namespace.as_deref().unwrap_or_default()
+        )],
+    }
+}
+
 /// What a preview made with the configs read here (`inject -f`, `explain -f` outside a
 /// checkout) must warn of, one line each: a sidecar whose revision here (pins applied) is not
 /// the one the fresh, agreeing publications say the webhook injects (it has not loaded the
@@ -980,6 +997,26 @@ mod tests {
             [
                 "running injectors disagree (r1 publishes logger:v1=aaaaaaaaaaaa, r2 publishes logger:v1=bbbbbbbbbbbb): new pods get what the replica that answers serves; shown with the configs read here"
             ]
+        );
+        // Read from the status ConfigMap; a malformed item is said, not an error.
+        let here: RevisionsInForce = [("logger:v1".to_owned(), "aaaaaaaaaaaa".to_owned())]
+            .into_iter()
+            .collect();
+        let published = serde_json::json!({"r1": publication("bbbbbbbbbbbb", 5)}).to_string();
+        let from_status = preview_warnings_of(&status(Some(&published)), &here, now, max_age);
+        assert_eq!(from_status.len(), 1, "{from_status:?}");
+        assert!(from_status[0].contains("inject revision bbbbbbbbbbbb"));
+        assert!(preview_warnings_of(&status(None), &here, now, max_age).is_empty());
+        let mut broken = status(Some("{not json"));
+        broken.metadata.namespace = Some("injector-system".into());
+        let said = preview_warnings_of(&broken, &here, now, max_age);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].starts_with(
+                "injector-system/sidecar-injector-status item injectors is malformed ("
+            ) && said[0]
+                .ends_with("): whether the running injectors inject these revisions is unknown"),
+            "{said:?}"
         );
     }
 
