@@ -391,7 +391,7 @@ pub struct OneShotArgs {
     #[arg(long, value_enum, default_value_t = crate::cluster::status::RevisionsSource::Auto)]
     pub revisions_from: crate::cluster::status::RevisionsSource,
     /// A publication older than this is stale (the injectors renew theirs every 30s).
-    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
     pub published_max_age: Duration,
     /// The MutatingWebhookConfiguration that calls the injector: pods of namespaces its
     /// namespaceSelector leaves out are never injected, so they count as excluded, not
@@ -491,7 +491,7 @@ pub struct StatusArgs {
     #[arg(long, default_value = "injector-system")]
     pub injector_namespace: String,
     /// A publication older than this is stale (the injectors renew theirs every 30s).
-    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
     pub published_max_age: Duration,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
@@ -689,6 +689,10 @@ pub struct ConfigDirectoryArgs {
 /// Where configs are read from unless told otherwise (Tumblr's image uses /conf via CONFIG_DIR).
 pub const DEFAULT_CONFIG_DIRECTORY: &str = "config/";
 
+/// How old a publication may be and still count (`--published-max-age`): three of the
+/// replicas' 30s renewals, so one missed renewal does not make it stale.
+pub const DEFAULT_PUBLISHED_MAX_AGE: &str = "90s";
+
 /// The label of the sidecar ConfigMaps deploy/ installs and its injector serves: what the
 /// one-shot commands read when the default directory is not where they run.
 pub const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=true";
@@ -721,7 +725,7 @@ pub struct InjectArgs {
     pub injector_namespace: String,
     /// With the cluster's configs: the running injectors' publications renewed within this
     /// say what the webhook injects, and a sidecar read here at another revision is warned of.
-    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
     pub published_max_age: Duration,
 }
 

@@ -41,6 +41,15 @@ impl Publication {
         let seconds = (now.as_second() - self.at.0.as_second()).max(0);
         std::time::Duration::from_secs(seconds as u64)
     }
+
+    /// Renewed within `max_age`: a replica still running publishes it.
+    pub fn is_fresh(
+        &self,
+        now: k8s_openapi::jiff::Timestamp,
+        max_age: std::time::Duration,
+    ) -> bool {
+        self.age(now) <= max_age
+    }
 }
 
 /// Two fresh publications (renewed within `max_age`) with different revisions, the first
@@ -50,7 +59,7 @@ pub fn disagreeing(
     now: k8s_openapi::jiff::Timestamp,
     max_age: std::time::Duration,
 ) -> Option<[(&String, &Publication); 2]> {
-    let mut fresh = injectors.iter().filter(|(_, p)| p.age(now) <= max_age);
+    let mut fresh = injectors.iter().filter(|(_, p)| p.is_fresh(now, max_age));
     let first = fresh.next()?;
     fresh
         .find(|(_, p)| p.revisions != first.1.revisions)
@@ -174,7 +183,7 @@ pub fn choose_revisions(
     };
     let fresh: Vec<(&String, &Publication)> = injectors
         .iter()
-        .filter(|(_, p)| p.age(now) <= max_age)
+        .filter(|(_, p)| p.is_fresh(now, max_age))
         .collect();
     if source == RevisionsSource::Published {
         return RevisionsChoice::Published {
@@ -288,7 +297,7 @@ pub fn preview_warnings(
     }
     let fresh: Vec<(&String, &Publication)> = injectors
         .iter()
-        .filter(|(_, p)| p.age(now) <= max_age)
+        .filter(|(_, p)| p.is_fresh(now, max_age))
         .collect();
     let Some((_, published)) = fresh.iter().max_by_key(|(_, p)| p.at.0) else {
         return Vec::new();
