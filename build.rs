@@ -22,16 +22,19 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn git_commit() -> Option<String> {
     let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
-    // Rebuilt when HEAD moves: a commit, a checkout, or a ref packed by gc.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(file) = git(&["rev-parse", "--git-path", path]) {
+    // Rebuilt when HEAD moves: a commit, a checkout, or a ref packed by gc. Only files that
+    // exist are named: cargo counts a missing one as changed on every build, and a repository
+    // that never packed its refs has no packed-refs, so each build (fat LTO: minutes) compiled
+    // the crate again. Packing deletes the loose ref named here, which triggers the rerun that
+    // then names packed-refs.
+    let mut paths = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    paths.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for path in paths {
+        if let Some(file) = git(&["rev-parse", "--git-path", &path])
+            && std::path::Path::new(&file).exists()
+        {
             println!("cargo:rerun-if-changed={file}");
         }
-    }
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(file) = git(&["rev-parse", "--git-path", &branch])
-    {
-        println!("cargo:rerun-if-changed={file}");
     }
     Some(commit)
 }
