@@ -14,6 +14,7 @@ use tracing::{error, info, warn};
 
 pub mod connection;
 pub mod http;
+pub mod read_ahead;
 pub mod tls;
 
 use crate::cluster::events::recorder;
@@ -653,7 +654,8 @@ fn start_servers(
     let lifecycle_handle: Handle<SocketAddr> = Handle::new();
     let mut tls_server = axum_server::from_tcp(ready.tls_listener)?
         .acceptor(connection::HeadAcceptor::new(
-            axum_server::tls_rustls::RustlsAcceptor::new(ready.tls).acceptor(guard),
+            axum_server::tls_rustls::RustlsAcceptor::new(ready.tls)
+                .acceptor(read_ahead::ReadAheadAcceptor::new(guard)),
             options.body_read_timeout,
         ))
         .handle(tls_handle.clone());
