@@ -5,95 +5,21 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
 
 use axum_server::accept::Accept;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, BufReader};
 
-/// One full TLS record (16 KB of payload and its header and tag) fits, and so does the
-/// largest review the API server sends in one go in practice.
+/// A full TLS record (16 KB of payload, its header and tag) fits. Each connection keeps one
+/// such buffer from its accept (`--max-connections` bounds their number).
 pub const READ_AHEAD_BYTES: usize = 16 * 1024 + 512;
 
-/// A stream whose reads are served from a buffer filled by one large read of the inner stream.
-/// The buffer is allocated at the first small read and kept with the connection (the cap on
-/// connections bounds their number); writes pass through.
-pub struct ReadAhead<T> {
-    inner: T,
-    buffer: Box<[u8]>,
-    start: usize,
-    end: usize,
-}
+/// A stream read through a buffer of [`READ_AHEAD_BYTES`]: a small read fills it with one read
+/// of the stream and is served from it, a read as large as the buffer goes straight through,
+/// and writes pass through.
+pub type ReadAhead<T> = BufReader<T>;
 
-impl<T> ReadAhead<T> {
-    pub fn new(inner: T) -> Self {
-        Self {
-            inner,
-            buffer: Box::default(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.start == this.end {
-            // A read as large as the buffer gains nothing from it.
-            if buf.remaining() >= READ_AHEAD_BYTES {
-                return Pin::new(&mut this.inner).poll_read(cx, buf);
-            }
-            if this.buffer.is_empty() {
-                this.buffer = vec![0; READ_AHEAD_BYTES].into_boxed_slice();
-            }
-            let mut ahead = ReadBuf::new(&mut this.buffer);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut ahead))?;
-            // Nothing read is the end of the stream, passed on as nothing copied.
-            (this.start, this.end) = (0, ahead.filled().len());
-        }
-        let n = (this.end - this.start).min(buf.remaining());
-        buf.put_slice(&this.buffer[this.start..this.start + n]);
-        this.start += n;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for ReadAhead<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
+pub fn read_ahead<T: AsyncRead>(inner: T) -> ReadAhead<T> {
+    BufReader::with_capacity(READ_AHEAD_BYTES, inner)
 }
 
 /// The acceptor that puts [`ReadAhead`] under what reads the accepted stream (TLS).
@@ -111,6 +37,7 @@ impl<A> ReadAheadAcceptor<A> {
 impl<A, I, S> Accept<I, S> for ReadAheadAcceptor<A>
 where
     A: Accept<I, S>,
+    A::Stream: AsyncRead,
     A::Future: Send + 'static,
 {
     type Stream = ReadAhead<A::Stream>;
@@ -121,7 +48,7 @@ where
         let accepted = self.inner.accept(stream, service);
         Box::pin(async move {
             let (stream, service) = accepted.await?;
-            Ok((ReadAhead::new(stream), service))
+            Ok((read_ahead(stream), service))
         })
     }
 }
@@ -129,7 +56,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncReadExt;
+    use std::task::{Context, Poll};
+    use tokio::io::{AsyncReadExt, AsyncWrite, ReadBuf};
 
     /// Hands out its chunks one per read, as a socket hands out what has arrived, and counts
     /// the reads.
@@ -168,7 +96,7 @@ mod tests {
     #[tokio::test]
     async fn a_review_read_4_kb_at_a_time_takes_one_read_of_the_socket_and_loses_no_byte() {
         let (review, next) = (bytes(8_400, 1), bytes(3_000, 2));
-        let mut stream = ReadAhead::new(Chunks {
+        let mut stream = read_ahead(Chunks {
             chunks: vec![review.clone(), next.clone()],
             reads: 0,
         });
@@ -195,14 +123,25 @@ mod tests {
     #[tokio::test]
     async fn a_read_as_large_as_the_buffer_goes_straight_to_the_socket() {
         let body = bytes(READ_AHEAD_BYTES + 100, 3);
-        let mut stream = ReadAhead::new(Chunks {
+        let mut stream = read_ahead(Chunks {
             chunks: vec![body.clone()],
             reads: 0,
         });
         let mut large = vec![0u8; READ_AHEAD_BYTES + 100];
         let n = stream.read(&mut large).await.unwrap();
-        assert_eq!(&large[..n], &body[..n]);
-        assert_eq!(n, body.len());
-        assert!(stream.buffer.is_empty(), "no buffer was needed");
+        assert_eq!(n, body.len(), "one read of the socket takes it all");
+        assert_eq!(large, body);
+        assert_eq!(stream.get_ref().reads, 1);
+    }
+
+    /// rustls hands its records over as one vectored write, which must reach the socket as one.
+    #[tokio::test]
+    async fn writes_stay_vectored() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        assert!(socket.is_write_vectored());
+        assert!(read_ahead(socket).is_write_vectored());
     }
 }
