@@ -12,6 +12,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+pub mod acceptor;
 pub mod connection;
 pub mod http;
 pub mod read_ahead;
@@ -24,6 +25,7 @@ use crate::metrics::{Metrics, Port};
 use crate::sources::{
     ConfigSources, WatchedDirectory, reload_configs, spawn_config_reloader, watch_paths,
 };
+use acceptor::WrapAcceptor;
 pub use http::{Readiness, ReadinessStep, WebhookState, lifecycle_router, webhook_router};
 use tls::{DevCertificates, not_after, server_config_from_files};
 
@@ -112,7 +114,7 @@ impl std::fmt::Debug for ConfigMapOptions {
     }
 }
 
-/// Heads are timed by [`connection::HeadAcceptor`] from their first byte: hyper's own header
+/// Heads are timed by [`connection::HeadLayer`] from their first byte: hyper's own header
 /// timer also ran between requests, and closed keep-alive connections the API server still
 /// pooled.
 fn heads_timed_by_the_acceptor(
@@ -637,14 +639,14 @@ fn start_servers(
     );
     // Probes and scrapes get the same bounds, under a cap of their own so that neither port
     // can crowd out the other.
-    let lifecycle_guard = connection::HeadAcceptor::new(
+    let lifecycle_guard = WrapAcceptor::new(
         connection::GuardAcceptor::new(
             connection::LIFECYCLE_MAX_CONNECTIONS,
             options.idle_timeout,
             metrics.clone(),
             Port::Lifecycle,
         ),
-        options.body_read_timeout,
+        connection::HeadLayer::new(options.body_read_timeout),
     );
     let (tls_addr, lifecycle_addr) = (
         ready.tls_listener.local_addr()?,
@@ -653,10 +655,10 @@ fn start_servers(
     let tls_handle: Handle<SocketAddr> = Handle::new();
     let lifecycle_handle: Handle<SocketAddr> = Handle::new();
     let mut tls_server = axum_server::from_tcp(ready.tls_listener)?
-        .acceptor(connection::HeadAcceptor::new(
+        .acceptor(WrapAcceptor::new(
             axum_server::tls_rustls::RustlsAcceptor::new(ready.tls)
-                .acceptor(read_ahead::ReadAheadAcceptor::new(guard)),
-            options.body_read_timeout,
+                .acceptor(WrapAcceptor::new(guard, read_ahead::ReadAheadLayer)),
+            connection::HeadLayer::new(options.body_read_timeout),
         ))
         .handle(tls_handle.clone());
     heads_timed_by_the_acceptor(tls_server.http_builder());

@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+use super::acceptor::Wrap;
 use crate::metrics::{Metrics, Port};
 
 /// At most this many connections to the lifecycle port at once: probes open one each and
@@ -217,21 +218,21 @@ impl Watch for IdleWatch {
     }
 }
 
-/// The acceptor that times HTTP/1.1 request heads: the first byte of a head starts
+/// The layer that times HTTP/1.1 request heads (with
+/// [`WrapAcceptor`](super::acceptor::WrapAcceptor)): the first byte of a head starts
 /// `--body-read-timeout`, and the time between requests is the idle guard's. hyper's own header
 /// timeout also runs while a keep-alive connection waits for its next request, so it closed the
 /// API server's pooled connections 10 s after each review; the API server keeps them for 90 s,
 /// and a review it sent as the close crossed was lost (its pod, with failurePolicy Ignore,
 /// created uninjected).
-#[derive(Clone)]
-pub struct HeadAcceptor<A> {
-    inner: A,
+#[derive(Clone, Copy)]
+pub struct HeadLayer {
     limit: Duration,
 }
 
-impl<A> HeadAcceptor<A> {
-    pub fn new(inner: A, limit: Duration) -> Self {
-        Self { inner, limit }
+impl HeadLayer {
+    pub fn new(limit: Duration) -> Self {
+        Self { limit }
     }
 }
 
@@ -253,27 +254,14 @@ impl<T> Negotiated for Guarded<T> {
     }
 }
 
-impl<A, I, S> Accept<I, S> for HeadAcceptor<A>
-where
-    A: Accept<I, S>,
-    A::Stream: Negotiated,
-    A::Future: Send + 'static,
-    A::Service: Send + 'static,
-{
-    type Stream = HeadDeadline<A::Stream>;
-    type Service = A::Service;
-    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
+impl<T: Negotiated> Wrap<T> for HeadLayer {
+    type Wrapped = HeadDeadline<T>;
 
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        let accepted = self.inner.accept(stream, service);
-        let limit = self.limit;
-        Box::pin(async move {
-            let (stream, service) = accepted.await?;
-            // HTTP/2 frames are not heads; hyper and the handler time its streams. Without ALPN
-            // the client may still speak HTTP/2 (prior knowledge): its preface tells.
-            let http1 = !stream.agreed_http2();
-            Ok((HeadDeadline::new(stream, http1.then_some(limit)), service))
-        })
+    fn wrap(&self, stream: T) -> HeadDeadline<T> {
+        // HTTP/2 frames are not heads; hyper and the handler time its streams. Without ALPN
+        // the client may still speak HTTP/2 (prior knowledge): its preface tells.
+        let http1 = !stream.agreed_http2();
+        HeadDeadline::new(stream, http1.then_some(self.limit))
     }
 }
 
@@ -481,6 +469,24 @@ mod tests {
     fn head_pair(limit: Option<Duration>) -> (HeadDeadline<DuplexStream>, DuplexStream) {
         let (server, client) = tokio::io::duplex(256);
         (HeadDeadline::new(server, limit), client)
+    }
+
+    /// A stream whose ALPN outcome is set by the test.
+    struct Alpn {
+        h2: bool,
+    }
+
+    impl Negotiated for Alpn {
+        fn agreed_http2(&self) -> bool {
+            self.h2
+        }
+    }
+
+    #[test]
+    fn the_head_layer_times_heads_unless_http2_was_agreed() {
+        let layer = HeadLayer::new(HEAD_LIMIT);
+        assert_eq!(layer.wrap(Alpn { h2: false }).watch.limit, Some(HEAD_LIMIT));
+        assert_eq!(layer.wrap(Alpn { h2: true }).watch.limit, None);
     }
 
     /// Reads on `server` until it fails or `within` passes: the error's kind, if any.

@@ -2,12 +2,9 @@
 //! an 8 KB review took three `recvfrom` calls, each a system call with the socket's lock; read
 //! ahead, it takes one, and rustls gets the rest from memory.
 
-use std::future::Future;
-use std::io;
-use std::pin::Pin;
-
-use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, BufReader};
+
+use super::acceptor::Wrap;
 
 /// A full TLS record (16 KB of payload, its header and tag) fits. Each connection keeps one
 /// such buffer from its accept (`--max-connections` bounds their number).
@@ -18,44 +15,23 @@ pub const READ_AHEAD_BYTES: usize = 16 * 1024 + 512;
 /// and writes pass through.
 pub type ReadAhead<T> = BufReader<T>;
 
-pub fn read_ahead<T: AsyncRead>(inner: T) -> ReadAhead<T> {
-    BufReader::with_capacity(READ_AHEAD_BYTES, inner)
-}
+/// The layer that puts [`ReadAhead`] under what reads the accepted stream (TLS); used with
+/// [`WrapAcceptor`](super::acceptor::WrapAcceptor).
+#[derive(Clone, Copy)]
+pub struct ReadAheadLayer;
 
-/// The acceptor that puts [`ReadAhead`] under what reads the accepted stream (TLS).
-#[derive(Clone)]
-pub struct ReadAheadAcceptor<A> {
-    inner: A,
-}
-
-impl<A> ReadAheadAcceptor<A> {
-    pub fn new(inner: A) -> Self {
-        Self { inner }
-    }
-}
-
-impl<A, I, S> Accept<I, S> for ReadAheadAcceptor<A>
-where
-    A: Accept<I, S>,
-    A::Stream: AsyncRead,
-    A::Future: Send + 'static,
-{
-    type Stream = ReadAhead<A::Stream>;
-    type Service = A::Service;
-    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
-
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        let accepted = self.inner.accept(stream, service);
-        Box::pin(async move {
-            let (stream, service) = accepted.await?;
-            Ok((read_ahead(stream), service))
-        })
+impl<T: AsyncRead> Wrap<T> for ReadAheadLayer {
+    type Wrapped = ReadAhead<T>;
+    fn wrap(&self, stream: T) -> ReadAhead<T> {
+        BufReader::with_capacity(READ_AHEAD_BYTES, stream)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
+    use std::pin::Pin;
     use std::task::{Context, Poll};
     use tokio::io::{AsyncReadExt, AsyncWrite, ReadBuf};
 
@@ -96,7 +72,7 @@ mod tests {
     #[tokio::test]
     async fn a_review_read_4_kb_at_a_time_takes_one_read_of_the_socket_and_loses_no_byte() {
         let (review, next) = (bytes(8_400, 1), bytes(3_000, 2));
-        let mut stream = read_ahead(Chunks {
+        let mut stream = ReadAheadLayer.wrap(Chunks {
             chunks: vec![review.clone(), next.clone()],
             reads: 0,
         });
@@ -123,7 +99,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_as_large_as_the_buffer_goes_straight_to_the_socket() {
         let body = bytes(READ_AHEAD_BYTES + 100, 3);
-        let mut stream = read_ahead(Chunks {
+        let mut stream = ReadAheadLayer.wrap(Chunks {
             chunks: vec![body.clone()],
             reads: 0,
         });
@@ -142,6 +118,6 @@ mod tests {
             .await
             .unwrap();
         assert!(socket.is_write_vectored());
-        assert!(read_ahead(socket).is_write_vectored());
+        assert!(ReadAheadLayer.wrap(socket).is_write_vectored());
     }
 }
