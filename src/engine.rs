@@ -132,7 +132,7 @@ pub enum ActionError {
         pod: String,
         source: kube::Error,
     },
-    #[error("cannot read pod {namespace}/{pod} for its health bake: {source}")]
+    #[error("cannot read pod {namespace}/{pod}: {source}")]
     ReadPod {
         namespace: String,
         pod: String,
@@ -530,11 +530,7 @@ impl Engine {
             .map(|(name, t)| (name.clone(), t.revision.clone()))
             .collect();
         let now = Timestamp::now();
-        // What the planner knows of the upgrades under way, taken from them each time rather
-        // than kept in step with them.
-        for (workload, restart) in &mut self.evicting {
-            restart.upgrading = self.upgrades.contains_key(workload);
-        }
+        self.note_upgrades();
         self.note_bake_changes(feed);
         let Planned {
             plan,
@@ -601,6 +597,16 @@ impl Engine {
             EngineMode::Off => {}
         }
         plan
+    }
+
+    /// What the planner knows of the upgrades under way, taken from them each time rather than
+    /// kept in step with them.
+    fn note_upgrades(&mut self) {
+        for (workload, restart) in &mut self.evicting {
+            let under_way = self.upgrades.get(workload);
+            restart.upgrading = under_way.is_some();
+            restart.awaiting = under_way.map(|u| u.awaiting.clone());
+        }
     }
 
     /// The plan from the index as it stands, and for each OnDelete workload rolling, the pods
@@ -776,10 +782,12 @@ impl Engine {
     /// One restart: a template patch, or the eviction of a bare pod; an Event either way.
     async fn restart(&mut self, restart: &rollout::Restart, now: Timestamp) {
         let result = match (&restart.target, restart.method) {
-            _ if restart.workload.kind == WorkloadKind::Pod => self
-                .evict(&restart.workload.namespace, &restart.workload.name)
-                .await
-                .map(|_| ()),
+            _ if restart.workload.kind == WorkloadKind::Pod => {
+                match self.evict_bare_pod(&restart.workload, now).await {
+                    Some(result) => result,
+                    None => return,
+                }
+            }
             (Some(target), method @ (RestartMethod::Evict | RestartMethod::InPlace)) => {
                 // Nothing is written: the next plan rolls it by evicting its stale pods, or
                 // upgrading them in place.
@@ -797,6 +805,7 @@ impl Engine {
                         in_place,
                         problem: None,
                         upgrading: false,
+                        awaiting: None,
                     },
                 );
                 self.wake_at(now);
@@ -842,6 +851,30 @@ impl Engine {
             ),
         )
         .await;
+    }
+
+    /// A bare pod's restart: its eviction. `None` when a PodDisruptionBudget refuses it for
+    /// now: nothing was restarted, and a later plan asks again.
+    async fn evict_bare_pod(
+        &mut self,
+        pod: &WorkloadRef,
+        now: Timestamp,
+    ) -> Option<Result<(), ActionError>> {
+        match self.evict(&pod.namespace, &pod.name).await {
+            Ok(true) => {
+                self.metrics
+                    .record_rollout(WorkloadKind::Pod, RolloutResult::Evicted);
+                Some(Ok(()))
+            }
+            Ok(false) => {
+                self.metrics
+                    .record_rollout(WorkloadKind::Pod, RolloutResult::EvictionBlocked);
+                info!(workload = %pod, "eviction blocked by a PodDisruptionBudget; retrying, never forcing");
+                self.wake_at(rollout::after(now, rollout::eviction::BLOCKED_RETRY));
+                None
+            }
+            Err(err) => Some(Err(err)),
+        }
     }
 
     async fn report_outcomes(&mut self, plan: &RolloutPlan) {

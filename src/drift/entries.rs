@@ -171,6 +171,8 @@ impl Downtime {
 pub struct PodToReplace {
     pub name: String,
     pub injected: bool,
+    /// Its `NS/revision` stamp: a pod that a failed revision made unavailable is healed first.
+    pub revision: Option<Arc<str>>,
 }
 
 impl PodToReplace {
@@ -179,6 +181,15 @@ impl PodToReplace {
         Self {
             name: name.to_owned(),
             injected: true,
+            revision: None,
+        }
+    }
+
+    /// An injected pod of that name carrying `stamp`.
+    pub fn at(name: &str, stamp: &str) -> Self {
+        Self {
+            revision: Some(Arc::from(stamp)),
+            ..Self::injected(name)
         }
     }
 }

@@ -416,6 +416,7 @@ impl DriftIndex {
             .map(|((_, pod_name), pod)| PodToReplace {
                 name: pod_name.to_string(),
                 injected: pod.injected,
+                revision: pod.revision.clone(),
             })
             .collect();
         pods.sort();

@@ -1122,6 +1122,7 @@ fn pods_an_object_selector_leaves_out_are_excluded_by_their_labels() {
         [PodToReplace {
             name: "db-1".to_owned(),
             injected: false,
+            revision: None,
         }]
     );
 

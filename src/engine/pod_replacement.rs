@@ -16,7 +16,7 @@ use crate::drift::PodToReplace;
 use crate::metrics::{EngineCall, RolloutResult};
 use crate::rollout;
 use crate::rollout::eviction::{
-    BlockNews, EVICTION_SPACING, LastEviction, next_eviction, on_blocked,
+    BlockNews, EVICTION_SPACING, LastEviction, carries_failed_revision, next_eviction, on_blocked,
 };
 use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress, next_upgrade};
 use crate::workload::WorkloadRef;
@@ -29,6 +29,8 @@ pub(super) struct UpgradeUnderWay {
     /// Found upgraded and Ready, within its workload's minReadySeconds: when it is available
     /// (nothing the watch sees happens then, so the engine wakes for it).
     available_at: Option<Timestamp>,
+    /// What it waits for, as last read ([`InPlaceUpgrade::awaiting`]): said if it times out.
+    pub awaiting: String,
 }
 
 impl Engine {
@@ -69,6 +71,7 @@ impl Engine {
                 continue;
             };
             under_way.last_read = read;
+            under_way.awaiting = under_way.upgrade.awaiting(pod.as_ref());
             let progress = under_way.upgrade.progress(pod.as_ref(), Timestamp::now());
             under_way.available_at = match progress {
                 UpgradeProgress::Ready { available_at } => Some(available_at),
@@ -144,28 +147,26 @@ impl Engine {
             .get(workload)
             .is_some_and(|restart| restart.problem.is_some());
         let upgrading = self.upgrades.contains_key(workload);
-        let Some(next) = next_upgrade(&eviction.pods, eviction.healthy, upgrading, failed) else {
+        let book = &self.book;
+        let Some(picked) = next_upgrade(&eviction.pods, eviction.healthy, upgrading, failed, |p| {
+            carries_failed_revision(p, book)
+        }) else {
             return;
         };
+        let next = picked.pod;
         let namespace = workload.namespace.as_str();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        if !self.budget_allows(workload, &next.name).await {
+        // A heal touches a pod that is unavailable already: no budget to ask.
+        if !picked.heal && !self.budget_allows(workload, &next.name).await {
             return;
         }
-        self.metrics.record_api_request(EngineCall::ReadPod);
-        let pod = match with_timeout(api.get_opt(&next.name)).await {
-            Ok(Some(pod)) => pod,
-            Ok(None) => return,
-            Err(source) => {
-                self.failed(&ActionError::ReadPod {
-                    namespace: namespace.to_owned(),
-                    pod: next.name.clone(),
-                    source,
-                });
-                self.retry_later();
-                return;
-            }
+        let Some(pod) = self.read_pod(namespace, &next.name).await else {
+            return;
         };
+        if picked.heal && !in_place::unavailable(&pod) {
+            // Ready after all: it waits for its workload's health like any other pod.
+            return;
+        }
         let patch = match in_place::pod_patch(&pod, &self.options.keys, target, &self.revisions) {
             Ok(patch) => patch,
             Err(why) => {
@@ -175,6 +176,9 @@ impl Engine {
                 return;
             }
         };
+        if picked.heal {
+            info!(workload = %workload, pod = next.name, "healing first: {} carries a revision whose rollout failed and is not Ready; upgraded now, whatever the workload's health", next.name);
+        }
         let upgrade = InPlaceUpgrade::of(&pod, &patch, eviction.min_ready);
         // Followed from before the patch, so that no change after it goes unseen (followed
         // already, by its workload's bake, what the watch saw of it then is no news either).
@@ -195,6 +199,7 @@ impl Engine {
                     .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
                 // Read again once the watch sees a version other than the patch's own.
                 let under_way = UpgradeUnderWay {
+                    awaiting: upgrade.awaiting(None),
                     upgrade,
                     last_read: PodRead::of(Some(&patched), seen_at_patch),
                     available_at: None,
@@ -215,6 +220,25 @@ impl Engine {
                     source,
                 });
                 self.retry_later();
+            }
+        }
+    }
+
+    /// Reads a pod of a workload being replaced; `None` when it is gone, or the read failed
+    /// (said, and tried again later).
+    async fn read_pod(&mut self, namespace: &str, name: &str) -> Option<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        self.metrics.record_api_request(EngineCall::ReadPod);
+        match with_timeout(api.get_opt(name)).await {
+            Ok(pod) => pod,
+            Err(source) => {
+                self.failed(&ActionError::ReadPod {
+                    namespace: namespace.to_owned(),
+                    pod: name.to_owned(),
+                    source,
+                });
+                self.retry_later();
+                None
             }
         }
     }
@@ -262,7 +286,10 @@ impl Engine {
     ) {
         let now = Timestamp::now();
         let last = self.evictions.get(workload);
-        let Some(pod) = next_eviction(pods, healthy, last, now) else {
+        let book = &self.book;
+        let Some(picked) = next_eviction(pods, healthy, last, now, |p| {
+            carries_failed_revision(p, book)
+        }) else {
             // Spaced out: due again when the spacing ends (health comes by the watch).
             if let Some(spaced) = last.map(|l| rollout::after(l.at, EVICTION_SPACING))
                 && spaced > now
@@ -272,7 +299,17 @@ impl Engine {
             }
             return;
         };
-        let (pod, name) = (pod.clone(), pod.name.as_str());
+        let (pod, heal) = (picked.pod.clone(), picked.heal);
+        let name = pod.name.as_str();
+        if heal {
+            let Some(read) = self.read_pod(&workload.namespace, name).await else {
+                return;
+            };
+            if !in_place::unavailable(&read) {
+                return;
+            }
+            info!(workload = %workload, pod = name, "healing first: {name} carries a revision whose rollout failed and is not Ready; evicted now, whatever the workload's health");
+        }
         match self.evict(&workload.namespace, name).await {
             Ok(true) => {
                 if pod.injected {

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::book::CampaignBook;
 use super::gates::after;
+pub use super::in_place::NextPod;
+use crate::config::revision::stamp_items;
 use crate::drift::PodToReplace;
 
 /// The last eviction made in a workload.
@@ -19,26 +22,46 @@ pub struct LastEviction {
 /// workload being healthy again, so that a status that lags the eviction cannot let two go.
 pub const EVICTION_SPACING: Duration = Duration::from_secs(2);
 
-/// The next pod to evict of a rolling OnDelete workload (`stale` sorted), or none: only while
-/// the workload is healthy, once the last evicted pod is gone from the stale ones, and not
-/// within [`EVICTION_SPACING`] of it. A replacement under the same name that the webhook never
-/// saw (uninjected, where the evicted pod was injected) is another pod: it is evicted in turn.
+/// The next pod to evict of a rolling OnDelete workload (`stale` sorted), or none: once the last
+/// evicted pod is gone from the stale ones, and not within [`EVICTION_SPACING`] of it; a pod
+/// carrying a revision whose campaign failed (`broken`) first, whatever the workload's health
+/// (see [`NextPod::heal`]), the others only while it is healthy. A replacement under the same
+/// name that the webhook never saw (uninjected, where the evicted pod was injected) is another
+/// pod: it is evicted in turn.
 pub fn next_eviction<'p>(
     stale: &'p [PodToReplace],
     healthy: bool,
     last: Option<&LastEviction>,
     now: Timestamp,
-) -> Option<&'p PodToReplace> {
-    let pod = stale.last()?;
-    if !healthy {
-        return None;
-    }
+    broken: impl Fn(&PodToReplace) -> bool,
+) -> Option<NextPod<'p>> {
     if let Some(last) = last
         && (stale.contains(&last.pod) || after(last.at, EVICTION_SPACING) > now)
     {
         return None;
     }
-    Some(pod)
+    if let Some(pod) = stale.iter().rev().find(|p| broken(p)) {
+        return Some(NextPod {
+            pod,
+            heal: !healthy,
+        });
+    }
+    stale
+        .last()
+        .filter(|_| healthy)
+        .map(|pod| NextPod { pod, heal: false })
+}
+
+/// Whether `pod` carries a revision whose campaign failed (one of the book's `failedBefore`):
+/// a pod such a revision of ours broke is replaced first.
+pub fn carries_failed_revision(pod: &PodToReplace, book: &CampaignBook) -> bool {
+    pod.revision.as_deref().is_some_and(|stamp| {
+        stamp_items(stamp).any(|(sidecar, revision)| {
+            book.campaigns
+                .get(sidecar)
+                .is_some_and(|c| c.failed_before.iter().any(|f| f == revision))
+        })
+    })
 }
 
 /// A workload whose evictions a PodDisruptionBudget refuses, since when.
@@ -131,20 +154,35 @@ mod tests {
     fn one_pod_at_a_time_only_while_healthy() {
         let pod = PodToReplace::injected;
         let stale = [pod("db-0"), pod("db-1")];
-        assert_eq!(next_eviction(&stale, true, None, at(0)), Some(&pod("db-1")));
-        assert_eq!(next_eviction(&stale, false, None, at(0)), None);
-        assert_eq!(next_eviction(&[], true, None, at(0)), None);
+        assert_eq!(
+            next_eviction(&stale, true, None, at(0), |_| false).map(|n| n.pod),
+            Some(&pod("db-1"))
+        );
+        assert_eq!(
+            next_eviction(&stale, false, None, at(0), |_| false).map(|n| n.pod),
+            None
+        );
+        assert_eq!(
+            next_eviction(&[], true, None, at(0), |_| false).map(|n| n.pod),
+            None
+        );
         let last = LastEviction {
             pod: pod("db-1"),
             at: at(0),
         };
         // The evicted pod is still stale (not yet gone): wait.
-        assert_eq!(next_eviction(&stale, true, Some(&last), at(60)), None);
+        assert_eq!(
+            next_eviction(&stale, true, Some(&last), at(60), |_| false).map(|n| n.pod),
+            None
+        );
         // Gone, but within the spacing: wait; after it: the next one.
         let rest = [pod("db-0")];
-        assert_eq!(next_eviction(&rest, true, Some(&last), at(1)), None);
         assert_eq!(
-            next_eviction(&rest, true, Some(&last), at(2)),
+            next_eviction(&rest, true, Some(&last), at(1), |_| false).map(|n| n.pod),
+            None
+        );
+        assert_eq!(
+            next_eviction(&rest, true, Some(&last), at(2), |_| false).map(|n| n.pod),
             Some(&pod("db-0"))
         );
     }
@@ -158,15 +196,16 @@ mod tests {
         let missed = PodToReplace {
             name: "db-0".into(),
             injected: false,
+            revision: None,
         };
         let stale = [missed.clone()];
         assert_eq!(
-            next_eviction(&stale, true, Some(&last), at(1)),
+            next_eviction(&stale, true, Some(&last), at(1), |_| false).map(|n| n.pod),
             None,
             "spacing"
         );
         assert_eq!(
-            next_eviction(&stale, true, Some(&last), at(5)),
+            next_eviction(&stale, true, Some(&last), at(5), |_| false).map(|n| n.pod),
             Some(&missed)
         );
         // A second miss is not chased: the rollout times out and says why.
@@ -174,6 +213,45 @@ mod tests {
             pod: missed.clone(),
             at: at(5),
         };
-        assert_eq!(next_eviction(&stale, true, Some(&again), at(60)), None);
+        assert_eq!(
+            next_eviction(&stale, true, Some(&again), at(60), |_| false).map(|n| n.pod),
+            None
+        );
+    }
+
+    #[test]
+    fn a_pod_a_failed_revision_broke_is_evicted_first_even_while_unhealthy() {
+        let broken = PodToReplace::at("db-0", "logger:v1=bbbbbbbbbbbb");
+        let stale = [
+            broken.clone(),
+            PodToReplace::at("db-1", "logger:v1=aaaaaaaaaaaa"),
+        ];
+        let mut book = CampaignBook::default();
+        let mut campaign = crate::test_fixtures::campaign(
+            "cccccccccccc",
+            crate::rollout::CampaignState::Running,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)),
+        );
+        campaign.failed_before = vec!["bbbbbbbbbbbb".into()];
+        book.campaigns.insert("logger:v1".into(), campaign);
+        let is_broken = |p: &PodToReplace| carries_failed_revision(p, &book);
+        assert!(is_broken(&stale[0]) && !is_broken(&stale[1]));
+        assert!(!is_broken(&PodToReplace::injected("db-2")), "no revision");
+        let next = next_eviction(&stale, false, None, at(0), is_broken).unwrap();
+        assert_eq!((next.pod, next.heal), (&broken, true));
+        // The spacing holds for a heal too.
+        let last = LastEviction {
+            pod: PodToReplace::injected("db-9"),
+            at: at(0),
+        };
+        assert_eq!(
+            next_eviction(&stale, false, Some(&last), at(1), is_broken),
+            None
+        );
+        // Once it is replaced, the rest waits for the workload's health.
+        assert_eq!(
+            next_eviction(&stale[1..], false, None, at(9), is_broken),
+            None
+        );
     }
 }

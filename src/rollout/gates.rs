@@ -115,7 +115,7 @@ pub(super) fn admit<'r>(
         input,
         &candidate.group.workload,
         candidate.heal || candidate.reverted,
-        carries_failed_revision(book, candidate),
+        || carries_failed_revision(input, book, candidate),
     )?;
     if !candidate.heal {
         window_gate(input, &candidate.group.workload)?;
@@ -186,7 +186,7 @@ fn workload_gate(
     input: &PlanInput<'_>,
     workload: &WorkloadRef,
     heal: bool,
-    carries_failed: bool,
+    carries_failed: impl Fn() -> bool,
 ) -> Result<(), WaitReason> {
     let Some(kind) = workload.controller_kind() else {
         return Ok(());
@@ -231,7 +231,7 @@ fn workload_gate(
             None if entry.rolled_at.is_some() || entry.rollout_revision.is_some() => Ok(()),
             // Its stale pods carry a revision whose campaign failed (created while it was
             // paused): that revision is what is wrong with it, and the restart the cure.
-            None if carries_failed => Ok(()),
+            None if carries_failed() => Ok(()),
             // Unhealthy before any restart of ours (its app, its own rollout): a restart would
             // not make it healthy and would fail the campaign at its canary. It waits until
             // it is healthy, never counted as a failure.
@@ -250,14 +250,37 @@ fn workload_gate(
     }
 }
 
-/// Whether the candidate's stale pods carry a revision whose campaign failed.
-fn carries_failed_revision(book: &CampaignBook, candidate: &Candidate<'_, '_>) -> bool {
-    candidate.restart_for.iter().any(|row| {
+/// Whether the candidate's stale pods carry a revision whose campaign failed: the revision its
+/// rows name, or that of any of its pods (a workload whose pods run several revisions, one of
+/// them broken, names one).
+fn carries_failed_revision(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    candidate: &Candidate<'_, '_>,
+) -> bool {
+    let named = candidate.restart_for.iter().any(|row| {
         let campaign = book.campaigns.get(&row.sidecar);
         row.from_revision
             .as_ref()
             .is_some_and(|from| campaign.is_some_and(|c| c.failed_before.contains(from)))
-    })
+    });
+    if named {
+        return true;
+    }
+    let workload = &candidate.group.workload;
+    let Some(kind) = workload.controller_kind() else {
+        return false;
+    };
+    let wanted: crate::config::RevisionsInForce = input
+        .targets
+        .iter()
+        .map(|(name, target)| (name.clone(), target.revision.clone()))
+        .collect();
+    input
+        .index
+        .pods_needing_restart(kind, &workload.namespace, &workload.name, &wanted, false)
+        .iter()
+        .any(|pod| super::eviction::carries_failed_revision(pod, book))
 }
 
 /// Restarts start inside a maintenance window: the workload's own `NS/maintenance-window`,

@@ -190,20 +190,47 @@ pub fn pod_patch(
     })
 }
 
+/// The pod [`next_upgrade`] or [`super::eviction::next_eviction`] picks, and whether only because
+/// a failed revision of ours broke it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextPod<'p> {
+    pub pod: &'p PodToReplace,
+    /// Picked while its workload is unhealthy, because it carries a revision whose campaign
+    /// failed: it is replaced only if it is indeed unavailable (not Ready), which replacing it
+    /// cannot make worse; a Ready one waits for the workload's health like any other.
+    pub heal: bool,
+}
+
 /// The next pod of a workload upgraded in place (`stale` sorted, the last first), or none: one
-/// pod at a time (none while one of its pods is `upgrading`), only while the workload is
-/// healthy, and none once an upgrade of one of its pods `failed`: that fails its restart at the
-/// next plan, and until then no other pod is touched.
-pub fn next_upgrade(
-    stale: &[PodToReplace],
+/// pod at a time (none while one of its pods is `upgrading`), and none once an upgrade of one of
+/// its pods `failed`: that fails its restart at the next plan, and until then no other pod is
+/// touched. Pods that carry a revision whose campaign failed (`broken`) come first, whatever the
+/// workload's health (see [`NextPod::heal`]); the others only while the workload is healthy.
+pub fn next_upgrade<'p>(
+    stale: &'p [PodToReplace],
     healthy: bool,
     upgrading: bool,
     failed: bool,
-) -> Option<&PodToReplace> {
-    if upgrading || failed || !healthy {
+    broken: impl Fn(&PodToReplace) -> bool,
+) -> Option<NextPod<'p>> {
+    if upgrading || failed {
         return None;
     }
-    stale.last()
+    if let Some(pod) = stale.iter().rev().find(|p| broken(p)) {
+        return Some(NextPod {
+            pod,
+            heal: !healthy,
+        });
+    }
+    stale
+        .last()
+        .filter(|_| healthy)
+        .map(|pod| NextPod { pod, heal: false })
+}
+
+/// Whether a pod is unavailable: not Ready (pending, backing off, failing its probe).
+pub fn unavailable(pod: &Pod) -> bool {
+    ready_since(pod).is_none()
 }
 
 /// One pod being upgraded in place: what it was when patched.
@@ -215,6 +242,8 @@ pub struct InPlaceUpgrade {
     /// The containers upgraded, with the image each was running (as its status said) and its
     /// restart count then.
     pub upgraded: BTreeMap<String, (String, i32)>,
+    /// The image each upgraded container is patched to.
+    pub images: BTreeMap<String, String>,
     /// Every other container's restart count: none may restart.
     pub others: BTreeMap<String, i32>,
     /// Its workload's `minReadySeconds`: how long the pod must be Ready again to count as
@@ -261,6 +290,7 @@ impl InPlaceUpgrade {
                     (name.clone(), before)
                 })
                 .collect(),
+            images: patch.upgraded.clone(),
             others: statuses
                 .iter()
                 .filter(|s| !patch.upgraded.contains_key(&s.name))
@@ -268,6 +298,37 @@ impl InPlaceUpgrade {
                 .collect(),
             min_ready,
         }
+    }
+
+    /// What the upgrade waits for, with the pod as last read (`None`: not read since the
+    /// patch): each upgraded container to run its new image and be ready, then the pod Ready.
+    /// Said when the restart times out.
+    pub fn awaiting(&self, pod: Option<&Pod>) -> String {
+        let statuses = pod
+            .and_then(|p| p.status.as_ref())
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or_default();
+        let containers: Vec<String> = self
+            .images
+            .iter()
+            .map(|(container, image)| {
+                let now = match statuses.iter().find(|s| &s.name == container) {
+                    None => "no status yet".to_owned(),
+                    Some(status) => container_state(status),
+                };
+                format!("container {container} to run {image} and be ready (it is {now})")
+            })
+            .collect();
+        let pod_state = match pod {
+            Some(pod) if !unavailable(pod) => "Ready",
+            Some(_) => "not Ready",
+            None => "not read since its patch",
+        };
+        format!(
+            "pod {}: {}; the pod is {pod_state}",
+            self.pod,
+            containers.join(", ")
+        )
     }
 
     /// Judges the pod as read at `now` (`None`: gone).
@@ -305,6 +366,14 @@ impl InPlaceUpgrade {
                 continue;
             };
             let state = status.state.as_ref();
+            // The kubelet restarted it with the new spec: its restart count went up (the
+            // image it reports may not change: a runtime names an image by the first of its
+            // tags). Until then its state is the old spec's: a pod healed from a revision whose
+            // image could not be pulled still says so.
+            if status.image == *image_before && status.restart_count <= *restarts_before {
+                done = false;
+                continue;
+            }
             let waiting = state
                 .and_then(|s| s.waiting.as_ref())
                 .and_then(|w| w.reason.as_deref())
@@ -313,13 +382,6 @@ impl InPlaceUpgrade {
                 return UpgradeProgress::Failed(format!(
                     "pod {name}: upgraded container {container} is waiting ({reason})"
                 ));
-            }
-            // The kubelet restarted it with the new spec: its restart count went up (the
-            // image it reports may not change: a runtime names an image by the first of its
-            // tags).
-            if status.image == *image_before && status.restart_count <= *restarts_before {
-                done = false;
-                continue;
             }
             if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
                 return UpgradeProgress::Failed(format!(
@@ -347,6 +409,25 @@ impl InPlaceUpgrade {
                 .collect(),
         )
     }
+}
+
+/// A container's state as a person reads it: `waiting (ImagePullBackOff)`, `running s:2, ready`.
+fn container_state(status: &k8s_openapi::api::core::v1::ContainerStatus) -> String {
+    let state = status.state.as_ref();
+    if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
+        return format!(
+            "waiting ({})",
+            waiting.reason.as_deref().unwrap_or("no reason given")
+        );
+    }
+    if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
+        return format!("terminated with exit code {}", terminated.exit_code);
+    }
+    let ready = if status.ready { "ready" } else { "not ready" };
+    format!(
+        "running {}, {ready}, {} restart(s)",
+        status.image, status.restart_count
+    )
 }
 
 /// Since when the pod has been Ready (its Ready condition's last transition; without one, for
@@ -380,7 +461,8 @@ mod tests {
             PodToReplace::injected("web-b"),
         ];
         let next = |healthy, upgrading, failed| {
-            next_upgrade(&stale, healthy, upgrading, failed).map(|pod| pod.name.as_str())
+            next_upgrade(&stale, healthy, upgrading, failed, |_| false)
+                .map(|next| next.pod.name.as_str())
         };
         assert_eq!(next(true, false, false), Some("web-b"));
         assert_eq!(
@@ -394,7 +476,42 @@ mod tests {
             None,
             "a failed upgrade stops the workload's other pods"
         );
-        assert_eq!(next_upgrade(&[], true, false, false), None);
+        assert_eq!(next_upgrade(&[], true, false, false, |_| false), None);
+    }
+
+    #[test]
+    fn a_pod_a_failed_revision_broke_is_healed_first_even_while_its_workload_is_unhealthy() {
+        let stale = [
+            PodToReplace::at("d1-a", "logger:v1=broken"),
+            PodToReplace::at("d1-b", "logger:v1=good"),
+        ];
+        let broken = |p: &PodToReplace| p.revision.as_deref() == Some("logger:v1=broken");
+        let next = |healthy| next_upgrade(&stale, healthy, false, false, broken);
+        // Unhealthy (because of that very pod): the broken pod, only if it is unavailable.
+        assert_eq!(
+            next(false),
+            Some(NextPod {
+                pod: &stale[0],
+                heal: true
+            })
+        );
+        // Healthy: still the broken pod first, then the rest by the usual order.
+        assert_eq!(
+            next(true),
+            Some(NextPod {
+                pod: &stale[0],
+                heal: false
+            })
+        );
+        let rest = &stale[1..];
+        assert_eq!(next_upgrade(rest, false, false, false, broken), None);
+        assert_eq!(
+            next_upgrade(rest, true, false, false, broken).map(|n| n.pod),
+            Some(&stale[1])
+        );
+        // One at a time and none after a failure, heal or not.
+        assert_eq!(next_upgrade(&stale, false, true, false, broken), None);
+        assert_eq!(next_upgrade(&stale, false, false, true, broken), None);
     }
 
     fn content(image: &str, env: &str) -> Value {
@@ -591,6 +708,51 @@ mod tests {
         assert_eq!(
             upgrade.progress(None, Timestamp::UNIX_EPOCH),
             UpgradeProgress::Done(BTreeMap::new())
+        );
+    }
+
+    #[test]
+    fn a_pod_healed_from_an_image_it_could_not_pull_is_judged_by_its_new_container_only() {
+        // The pod a broken revision left backing off, as read before its patch.
+        let mut broken: Value = serde_json::to_value(pod("logger:v1=aaaaaaaaaaaa")).unwrap();
+        broken["status"]["conditions"][0]["status"] = json!("False");
+        broken["status"]["containerStatuses"][1] = json!({"name": "shipper", "ready": false,
+            "restartCount": 0, "image": "s:1", "imageID": "",
+            "state": {"waiting": {"reason": "ImagePullBackOff"}}});
+        let broken: Pod = serde_json::from_value(broken).unwrap();
+        assert!(unavailable(&broken));
+        let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+        let patch = pod_patch(&broken, &AnnotationKeys::default(), &target, &history()).unwrap();
+        let upgrade = InPlaceUpgrade::of(&broken, &patch, Duration::ZERO);
+        let now = Timestamp::UNIX_EPOCH;
+        // Read again before the kubelet acted: the old back-off is no failure of the fix.
+        assert_eq!(
+            upgrade.progress(Some(&broken), now),
+            UpgradeProgress::Pending
+        );
+        assert_eq!(
+            upgrade.awaiting(Some(&broken)),
+            "pod web-1: container shipper to run s:2 and be ready (it is waiting (ImagePullBackOff)); the pod is not Ready"
+        );
+        // The kubelet runs the new image: done.
+        let mut healed: Value = serde_json::to_value(&broken).unwrap();
+        healed["status"]["conditions"][0]["status"] = json!("True");
+        healed["status"]["containerStatuses"][1] = json!({"name": "shipper", "ready": true,
+            "restartCount": 0, "image": "s:2", "imageID": "", "state": {"running": {}}});
+        let healed: Pod = serde_json::from_value(healed).unwrap();
+        assert!(matches!(
+            upgrade.progress(Some(&healed), now),
+            UpgradeProgress::Done(_)
+        ));
+        // The new image cannot be pulled either: that is a failure of the new revision.
+        let mut again: Value = serde_json::to_value(&broken).unwrap();
+        again["status"]["containerStatuses"][1]["image"] = json!("s:2");
+        let again: Pod = serde_json::from_value(again).unwrap();
+        assert_eq!(
+            upgrade.progress(Some(&again), now),
+            UpgradeProgress::Failed(
+                "pod web-1: upgraded container shipper is waiting (ImagePullBackOff)".into()
+            )
         );
     }
 }

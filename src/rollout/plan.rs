@@ -163,6 +163,9 @@ pub struct EvictionRestart {
     /// but its sidecar not yet back. The restart is not over until it is. Set by the executor
     /// from its upgrades under way before each plan.
     pub upgrading: bool,
+    /// What that upgrade waits for (a pod, its containers and their states): said if the
+    /// restart times out. Set with `upgrading`.
+    pub awaiting: Option<String>,
 }
 
 /// A workload carrying the target, not yet rolled out.

@@ -185,47 +185,77 @@ fn survey_workload<'g, 'r>(
     let entry = by_eviction.as_ref().or(entry);
     match entry {
         Some(entry) if entry.rollout_revision.as_deref() == Some(target.as_str()) => {
-            let active: Vec<&str> = relevant.iter().map(|r| r.sidecar.as_str()).collect();
-            // An in-place upgrade of one of its pods failed (a crash loop, an app container
-            // restarted): the restart fails with it.
-            let workload = &group.workload;
-            let upgrade = input.evicting.get(workload).filter(|e| e.target == target);
-            if let Some(problem) = upgrade.and_then(|e| e.problem.clone()) {
-                let failed = Some(problem);
-                roll_or_fail(
-                    input,
-                    survey,
-                    out,
-                    (workload, &active),
-                    target,
-                    true,
-                    failed,
-                );
-                return;
-            }
-            // One of its pods is being upgraded in place: patched, so its revision says
-            // current, but its sidecar is not back yet. It rolls, within --rollout-timeout,
-            // until that upgrade is judged.
-            if upgrade.is_some_and(|e| e.upgrading) {
-                let (failure, deadline) = timeout_failure(input, book, workload, entry, &active);
-                survey.wakes.extend(deadline);
-                let still = (workload, &active[..]);
-                roll_or_fail(input, survey, out, still, target, true, failure);
-                return;
-            }
-            let stale: Vec<&WorkloadDrift> = restart_for;
-            let carrier = Carrier {
-                group,
-                entry,
-                active: &active,
-                stale: &stale,
-                target,
-            };
-            judge_carrier(input, book, carrier, survey, out);
+            let rows = (relevant.as_slice(), restart_for);
+            survey_carrier(input, (group, entry), book, rows, target, survey, out);
         }
         _ if restart_for.is_empty() => {}
         _ => candidate(input, group, entry, restart_for, target, survey),
     }
+}
+
+/// A workload that carries the target: judged for this campaign's restart (failed, rolling,
+/// succeeded), or a candidate again when the stamp is an earlier campaign's.
+fn survey_carrier<'g, 'r>(
+    input: &PlanInput<'_>,
+    (group, entry): (&'g Group<'r>, &WorkloadEntry),
+    book: &CampaignBook,
+    (relevant, restart_for): (&[&'r WorkloadDrift], Vec<&'r WorkloadDrift>),
+    target: RevisionStamp,
+    survey: &mut Survey<'g, 'r>,
+    out: &mut RolloutPlan,
+) {
+    let active: Vec<&str> = relevant.iter().map(|r| r.sidecar.as_str()).collect();
+    // Stamped for this revision by an earlier campaign of it (the revision came back: a
+    // rollback, a pin, a revert of the config): that restart was judged then, and nothing this
+    // campaign did is there to judge. Its stale pods, if any, are restarted as any candidate's.
+    if !restarted_in_campaign(book, entry, &active) {
+        if !restart_for.is_empty() {
+            candidate(input, group, Some(entry), restart_for, target, survey);
+        }
+        return;
+    }
+    // An in-place upgrade of one of its pods failed (a crash loop, an app container
+    // restarted): the restart fails with it.
+    let workload = &group.workload;
+    let upgrade = input.evicting.get(workload).filter(|e| e.target == target);
+    if let Some(problem) = upgrade.and_then(|e| e.problem.clone()) {
+        let still = (workload, &active[..]);
+        roll_or_fail(input, survey, out, still, target, true, Some(problem));
+        return;
+    }
+    let said = replacement_progress(upgrade, workload, entry, relevant);
+    // One of its pods is being upgraded in place: patched, so its revision says current, but
+    // its sidecar is not back yet. It rolls, within --rollout-timeout, until that upgrade is
+    // judged.
+    if upgrade.is_some_and(|e| e.upgrading) {
+        let (failure, deadline) = timeout_failure(input, book, (entry, &active), said);
+        survey.wakes.extend(deadline);
+        let still = (workload, &active[..]);
+        roll_or_fail(input, survey, out, still, target, true, failure);
+        return;
+    }
+    let carrier = Carrier {
+        group,
+        entry,
+        active: &active,
+        stale: &restart_for,
+        target,
+        progress: said,
+    };
+    judge_carrier(input, book, carrier, survey, out);
+}
+
+/// Whether a workload carrying the target was restarted to it in the campaigns now in force,
+/// so that this campaign judges its rollout: not when the revision came back (the campaign
+/// replaced another) and the restart is older than the campaign.
+fn restarted_in_campaign(book: &CampaignBook, entry: &WorkloadEntry, active: &[&str]) -> bool {
+    let Some(at) = entry.rolled_at else {
+        return true;
+    };
+    active
+        .iter()
+        .filter_map(|s| book.campaigns.get(*s))
+        .all(|c| c.previous.is_none() || at >= c.since.0)
 }
 
 /// A workload not carrying the target, with pods to restart: a candidate, restarted in place
@@ -360,6 +390,8 @@ struct Carrier<'a, 'g, 'r> {
     /// Its rows still stale, uninjected (or unknown with `--restart-unknown`).
     stale: &'a [&'r WorkloadDrift],
     target: RevisionStamp,
+    /// How far its restart got, as a timeout says it.
+    progress: String,
 }
 
 /// Rolling, succeeded, failed (finished but not current after the grace, or timed out), or
@@ -377,20 +409,10 @@ fn judge_carrier<'g, 'r>(
         active,
         stale,
         target,
+        progress: said,
     } = carrier;
     let workload = &group.workload;
-    if let Some((sidecar, campaign)) = failed_under(book, active, workload) {
-        survey.count(active, |c| c.failed += 1);
-        // Said in the plan while it is left stale; once its controller rolled it out after
-        // all, it is current and there is nothing to say.
-        if !stale.is_empty() {
-            out.failed_earlier.push(FailedEarlier::new(
-                workload.clone(),
-                sidecar,
-                &campaign.revision,
-                campaign.failure_reason(workload),
-            ));
-        }
+    if judged_by_its_campaign(input, book, (workload, active, stale), survey, out) {
         return;
     }
     let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
@@ -444,7 +466,7 @@ fn judge_carrier<'g, 'r>(
     } else if finished {
         Some(not_current_failure(input, stale))
     } else {
-        let (failure, deadline) = timeout_failure(input, book, workload, entry, active);
+        let (failure, deadline) = timeout_failure(input, book, (entry, active), said);
         survey.wakes.extend(deadline);
         failure
     };
@@ -457,6 +479,73 @@ fn judge_carrier<'g, 'r>(
         on_delete,
         failure,
     );
+}
+
+/// A carrier whose campaign settled it already: failed under it earlier (left alone), or held
+/// back while it is paused; `false` when it is to be judged.
+fn judged_by_its_campaign(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    (workload, active, stale): (&WorkloadRef, &[&str], &[&WorkloadDrift]),
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+) -> bool {
+    if let Some((sidecar, campaign)) = failed_under(book, active, workload) {
+        survey.count(active, |c| c.failed += 1);
+        // Said in the plan while it is left stale; once its controller rolled it out after
+        // all, it is current and there is nothing to say.
+        if !stale.is_empty() {
+            out.failed_earlier.push(FailedEarlier::new(
+                workload.clone(),
+                sidecar,
+                &campaign.revision,
+                campaign.failure_reason(workload),
+            ));
+        }
+        return true;
+    }
+    // Its campaign paused and holds new pods at the last good revision: pods it made are at
+    // that revision, not ours, and say nothing of ours. It waits for the campaign, neither
+    // failed nor rolled on (evicting its pods would only bring more of the held revision).
+    if let Some(sidecar) = held_back(book, stale) {
+        survey.count(active, |c| c.pending += 1);
+        out.waiting
+            .push(waiting_for_campaign(input, workload, active, sidecar));
+        return true;
+    }
+    false
+}
+
+fn waiting_for_campaign(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    active: &[&str],
+    sidecar: String,
+) -> Waiting {
+    let reason = WaitReason::CampaignPaused { sidecar };
+    Waiting {
+        workload: workload.clone(),
+        sidecars: active.iter().map(|s| (*s).to_owned()).collect(),
+        message: reason.describe(input.now),
+        reason,
+    }
+}
+
+/// The sidecar whose paused campaign holds new pods at the revision that every stale row of a
+/// carrier runs, if there is one.
+fn held_back(book: &CampaignBook, stale: &[&WorkloadDrift]) -> Option<String> {
+    let held = |row: &&WorkloadDrift| {
+        let campaign = book.campaigns.get(&row.sidecar)?;
+        let hold = campaign
+            .held
+            .as_ref()
+            .filter(|_| campaign.state == CampaignState::Paused)?;
+        (row.from_revision.as_deref() == Some(hold.revision.as_str())
+            && row.pods.uninjected + row.pods.unknown == 0)
+            .then(|| row.sidecar.clone())
+    };
+    let first = stale.first().and_then(held)?;
+    stale.iter().all(|r| held(r).is_some()).then_some(first)
 }
 
 /// A carrier still rolling, or failed with `failure`.
@@ -599,9 +688,8 @@ fn not_current_failure(input: &PlanInput<'_>, stale: &[&WorkloadDrift]) -> Strin
 fn timeout_failure(
     input: &PlanInput<'_>,
     book: &CampaignBook,
-    workload: &WorkloadRef,
-    entry: &WorkloadEntry,
-    active: &[&str],
+    (entry, active): (&WorkloadEntry, &[&str]),
+    progress: String,
 ) -> (Option<String>, Option<Timestamp>) {
     let started = entry.rolled_at.or_else(|| {
         active
@@ -618,11 +706,42 @@ fn timeout_failure(
         return (None, Some(deadline));
     }
     let reason = format!(
-        "not rolled out within {} ({})",
+        "not rolled out within {} ({progress})",
         humantime::format_duration(timeout),
-        progress(workload.kind, entry)
     );
     (Some(reason), None)
+}
+
+/// How far a restart got, as its timeout says it: the workload's status for a template
+/// restart; for one that replaces pods itself (by eviction or in place), which the status does
+/// not count, its pods at the target and what the next step waits for.
+fn replacement_progress(
+    restart: Option<&super::plan::EvictionRestart>,
+    workload: &WorkloadRef,
+    entry: &WorkloadEntry,
+    rows: &[&WorkloadDrift],
+) -> String {
+    let Some(restart) = restart else {
+        return progress(workload.kind, entry);
+    };
+    let total = rows.iter().map(|r| r.pods.total()).max().unwrap_or(0);
+    let current = rows.iter().map(|r| r.pods.current).min().unwrap_or(0);
+    let ready = format!(
+        "{} of {} ready",
+        entry.ready_replicas.unwrap_or(0),
+        entry.replicas.unwrap_or(0)
+    );
+    match (restart.in_place, &restart.awaiting) {
+        (true, Some(awaiting)) => {
+            format!("{current} of {total} pods upgraded in place; waiting for {awaiting}")
+        }
+        (true, None) => format!(
+            "{current} of {total} pods upgraded in place; the next waits for the workload to be healthy: {ready}"
+        ),
+        (false, _) => format!(
+            "{current} of {total} pods replaced by eviction; the next waits for the workload to be healthy: {ready}"
+        ),
+    }
 }
 
 /// The campaign, among the `active` sidecars', under whose revision `workload` failed.
@@ -658,10 +777,21 @@ const FAILURES_NAMED: usize = 5;
 /// Campaigns whose unacknowledged failures reached `--max-failures` pause.
 fn pause_campaigns(book: &mut CampaignBook, input: &PlanInput<'_>, out: &mut RolloutPlan) {
     let settings = input.settings;
+    let pins = book.pins.clone();
     for (sidecar, campaign) in &mut book.campaigns {
         if campaign.state == CampaignState::Paused
             || campaign.unacknowledged_failures() < settings.max_failures.max(1)
         {
+            continue;
+        }
+        // A rollback (a pin of `rollout --to`, or the config put back to the revision before a
+        // failed one) goes back to what ran before: pausing it would leave the failed
+        // revision's pods where they are. Its failures are said, and those workloads are left
+        // alone; the rest converges, a canary at a time until one succeeds.
+        let pinned = pins
+            .get(sidecar)
+            .is_some_and(|p| p.revision == campaign.revision);
+        if pinned || campaign.reverted.is_some() {
             continue;
         }
         let held = (settings.on_campaign_failure == OnCampaignFailure::Hold)

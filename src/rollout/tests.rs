@@ -674,8 +674,8 @@ fn on_delete_statefulsets_are_restarted_for_eviction_and_done_only_when_pods_are
             .index
             .pods_needing_restart(WorkloadKind::StatefulSet, "team", "db", &wanted, false),
         [
-            crate::drift::PodToReplace::injected("db-0"),
-            crate::drift::PodToReplace::injected("db-1")
+            crate::drift::PodToReplace::at("db-0", &format!("{LOGGER}={OLD}")),
+            crate::drift::PodToReplace::at("db-1", &format!("{LOGGER}={OLD}"))
         ]
     );
 }
@@ -1557,6 +1557,7 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
             in_place: false,
             problem: None,
             upgrading: false,
+            awaiting: None,
         },
     );
     world.now = at(7210);
@@ -2166,6 +2167,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         in_place: true,
         problem: None,
         upgrading: false,
+        awaiting: None,
     };
     world.evicting.insert(web.clone(), restart.clone());
     world.now = at(7201);
@@ -2196,6 +2198,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         in_place: true,
         problem: None,
         upgrading: true,
+        awaiting: None,
     };
     world.evicting.insert(web.clone(), restart.clone());
     let stamp = format!("{LOGGER}={NEW}");
@@ -2516,4 +2519,127 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
     let plan = world.step();
     assert!(world.book.overflow().is_none());
     assert_eq!(restarted(&plan), ["web"], "{plan:#?}");
+}
+
+/// web, stamped for `revision` by an earlier campaign of it (restarted at `rolled_at`), its
+/// `replicas` pods at that revision, `available` of them available.
+fn restarted_earlier(
+    world: &mut World,
+    name: &str,
+    replicas: usize,
+    available: i32,
+    (revision, rolled_at): (&str, Timestamp),
+) {
+    let mut entry = healthy(replicas as i32);
+    entry.rollout_revision = Some(format!("{LOGGER}={revision}").into());
+    entry.rolled_at = Some(rolled_at);
+    entry.available_replicas = Some(available);
+    entry.ready_replicas = Some(available);
+    world.deployment_with(name, replicas, Some(revision), entry);
+}
+
+#[test]
+fn a_scale_up_during_a_hold_fails_nothing_and_a_rollback_heals_the_canary_without_pausing() {
+    let mut world = World::new();
+    world.history = history_with_old_good();
+    // The campaign of OLD restarted web and api an hour before NEW came.
+    world.deployment("canary", 1, Some(OLD));
+    restarted_earlier(&mut world, "web", 2, 2, (OLD, at(3000)));
+    restarted_earlier(&mut world, "api", 2, 2, (OLD, at(3000)));
+    assert_eq!(restarted(&world.step()), ["canary"]);
+    world.patched("canary", at(7200));
+    // The canary's new pod (at NEW) never becomes ready beside its old one.
+    world.pods(
+        "team",
+        ("ReplicaSet", "canary-rs2"),
+        &["canary-rs2-0"],
+        Some(&format!("{LOGGER}={NEW}")),
+    );
+    world.index.apply_replicaset(
+        &PodMeta::new("team", "canary-rs2")
+            .owner("Deployment", "canary")
+            .0,
+    );
+    world.now = at(7500);
+    let plan = world.step();
+    assert_eq!(plan.paused.len(), 1, "{plan:#?}");
+    assert_eq!(
+        world.book.campaigns[LOGGER].held.as_ref().unwrap().revision,
+        OLD
+    );
+
+    // web scales 2 -> 3 during the hold: its new pod gets the held revision OLD and is not
+    // ready yet. Nothing fails: a scale-up says nothing against any revision.
+    restarted_earlier(&mut world, "web", 3, 2, (OLD, at(3000)));
+    world.now = at(7560);
+    let plan = world.step();
+    assert!(plan.failed.is_empty(), "{:#?}", plan.failed);
+    assert!(plan.paused.is_empty(), "{:#?}", plan.paused);
+    assert!(plan.restarts.is_empty(), "paused: {:#?}", plan.restarts);
+
+    // `rollout --to logger:v1=previous` pins OLD over NEW.
+    world.book.pins.insert(
+        LOGGER.into(),
+        crate::rollout::Pin {
+            revision: OLD.into(),
+            content: json!({}),
+            over: NEW.into(),
+            by: "ops".into(),
+            at: Time(at(7600)),
+        },
+    );
+    world.target(LOGGER, OLD);
+    world.now = at(7600);
+    world.step();
+    world.now = at(7611);
+    let plan = world.step();
+    // The canary, with its broken pod, is restarted to OLD; web and api, stamped OLD by the
+    // campaign of an hour ago, are not judged again: web's scale-up is no failure of OLD.
+    assert_eq!(restarted(&plan), ["canary"], "{plan:#?}");
+    assert!(plan.failed.is_empty(), "{:#?}", plan.failed);
+    assert_ne!(world.book.campaigns[LOGGER].state, CampaignState::Paused);
+
+    // Even if the canary's restart to OLD failed, the rollback would not pause itself.
+    world.patched("canary", at(7611));
+    world.now = at(7611 + 301);
+    let plan = world.step();
+    assert_eq!(plan.failed.len(), 1, "{plan:#?}");
+    assert!(plan.paused.is_empty(), "{:#?}", plan.paused);
+    assert_ne!(world.book.campaigns[LOGGER].state, CampaignState::Paused);
+}
+
+#[test]
+fn a_carrier_whose_new_pods_get_the_held_revision_waits_and_is_not_failed() {
+    let mut world = World::new();
+    world.history = history_with_old_good();
+    world.settings.canary = 0;
+    world.settings.max_parallel = 2;
+    world
+        .deployment("a", 1, Some(OLD))
+        .deployment("b", 1, Some(OLD));
+    assert_eq!(restarted(&world.step()), ["a", "b"]);
+    world.patched("a", at(7200));
+    world.patched("b", at(7400));
+    // a fails (its rollout never finishes); the campaign pauses and holds OLD.
+    world.now = at(7501);
+    let plan = world.step();
+    assert_eq!(plan.paused.len(), 1, "{plan:#?}");
+    assert_eq!(plan.failed.len(), 1, "{plan:#?}");
+    // b's controller finished, but with the hold in force its new pod got OLD: not current, and
+    // no failure of NEW either, not even past its --rollout-timeout. It waits for the campaign.
+    let mut entry = world.entry("b");
+    entry.observed_generation = entry.generation;
+    world.set_entry("b", entry);
+    world.now = at(7800);
+    let plan = world.step();
+    assert!(
+        plan.failed.iter().all(|f| f.workload.name != "b"),
+        "{:#?}",
+        plan.failed
+    );
+    assert!(
+        matches!(waiting(&plan, "b"), WaitReason::CampaignPaused { .. }),
+        "{plan:#?}"
+    );
+    assert!(plan.rolling.iter().all(|r| r.workload.name != "b"));
 }

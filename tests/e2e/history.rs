@@ -249,3 +249,147 @@ async fn a_failed_revision_is_held_back_for_new_pods_and_rolled_back_with_rollou
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scale_up_during_a_hold_fails_nothing_and_the_rollback_heals_the_canary() {
+    let flags = [QUICK_FAILURE, &["--cooldown", "1s"]].concat();
+    let ctx = engine_context("hold-scale", &flags).await;
+    let apps = [("canary", 1), ("web", 2), ("api", 2)];
+    for (name, replicas) in apps {
+        create_deployment(&ctx, name, replicas, template(name, Some("tracer:v1"))).await;
+    }
+    for (app, count) in apps {
+        wait_pods_at(&ctx, app, count as usize, &stamp_of(TRACER_V1), DEADLINE).await;
+    }
+    // A good revision, rolled out by the engine: every workload is stamped with it.
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let good = stamp_of(TRACER_V2);
+    for (app, count) in apps {
+        wait_pods_at(&ctx, app, count as usize, &good, Duration::from_secs(90)).await;
+    }
+    eventually(
+        DEADLINE,
+        "the good revision good in the history",
+        || async {
+            let history = revision_history(&ctx).await?;
+            history["sidecars"]["tracer:v1"]
+                .as_array()?
+                .iter()
+                .any(|e| e["revision"] == revision(&good) && e["outcome"] == "good")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // A broken revision: the canary's new pod never becomes ready, the campaign pauses and
+    // holds new pods at the good revision.
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    let broken_stamp = stamp_of(broken);
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    let book = wait_book_paused(&ctx, "tracer:v1").await;
+    assert_eq!(
+        book["campaigns"]["tracer:v1"]["held"]["revision"],
+        revision(&good),
+        "{book:#}"
+    );
+
+    // web scales 2 -> 3: the new pod gets the held revision, and stays not Ready (a slow
+    // start), so web is short of its replicas for as long as this test wants.
+    let before: Vec<String> = pods_of(&ctx, "web")
+        .await
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    ctx.api::<Deployment>()
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let pods = ctx.api::<Pod>();
+    let added = eventually(DEADLINE, "web's third pod", || async {
+        pods_of(&ctx, "web")
+            .await
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .find(|n| !before.contains(n))
+    })
+    .await;
+    let added_pod = pods.get(&added).await.unwrap();
+    assert_eq!(
+        annotation(&added_pod, "injector/revision"),
+        Some(good.as_str()),
+        "held"
+    );
+    pods.patch(
+        &added,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {support::kubelet::UNREADY: "true"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    eventually(DEADLINE, "web short of a replica", || async {
+        let status = ctx.api::<Deployment>().get("web").await.ok()?.status?;
+        (status.replicas == Some(3) && status.available_replicas == Some(2)).then_some(())
+    })
+    .await;
+
+    // Roll back: the pin's campaign restarts the canary, whose broken pod goes; web (stamped
+    // with the good revision by its campaign a minute ago, short of a replica by a scale-up)
+    // and api are nothing this campaign did, and fail nothing.
+    let run = cli(&ctx, &["rollout", "--to", "tracer:v1=previous"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    wait_pods_at(&ctx, "canary", 1, &good, Duration::from_secs(60)).await;
+    assert!(
+        pods_of(&ctx, "canary")
+            .await
+            .iter()
+            .all(|p| annotation(p, "injector/revision") != Some(broken_stamp.as_str())),
+        "the broken pod is gone"
+    );
+    eventually(DEADLINE, "the rollback's campaign complete", || async {
+        let book = campaign_book(&ctx).await?;
+        let campaign = &book["campaigns"]["tracer:v1"];
+        (campaign["revision"] == revision(&good) && campaign["state"] == "complete")
+            .then_some(campaign.clone())
+    })
+    .await;
+    let book = campaign_book(&ctx).await.unwrap();
+    let campaign = &book["campaigns"]["tracer:v1"];
+    assert!(
+        campaign["failures"].as_array().is_none_or(Vec::is_empty),
+        "{book:#}"
+    );
+    assert!(campaign.get("pauseReason").is_none(), "{book:#}");
+    // web was never restarted for it: the same three pods, one still not Ready.
+    let web: Vec<String> = pods_of(&ctx, "web")
+        .await
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(web.len(), 3);
+    assert!(web.contains(&added), "{web:?}");
+    let failed: Vec<Value> = ctx
+        .injector
+        .as_ref()
+        .unwrap()
+        .logs()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["message"] == "rollout failed")
+        .collect();
+    assert!(
+        failed.iter().all(|l| l["workload"]
+            .as_str()
+            .is_some_and(|w| w.ends_with("/canary"))),
+        "only the canary ever failed: {failed:#?}"
+    );
+}

@@ -302,3 +302,69 @@ async fn the_one_shot_command_upgrades_pods_in_place_as_the_engine_does() {
     let after: Vec<_> = futures::future::join_all(apps.map(|app| uids(&ctx, app))).await;
     assert_eq!(after, before, "the very same pods");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fix_after_a_failed_in_place_upgrade_heals_the_broken_pod_first_and_completes() {
+    let flags = [PATIENT_FAILURE, &["--in-place", "auto", "--cooldown", "1s"]].concat();
+    let ctx = engine_context("in-place-heal", &flags).await;
+    // The DaemonSet (a pod on each of the test kubelet's two nodes) is the canary: the
+    // smallest workload.
+    create_daemonset(&ctx, "d1", template("d1", Some("tracer:v1"))).await;
+    for name in ["web", "api"] {
+        create_deployment(&ctx, name, 3, template(name, Some("tracer:v1"))).await;
+    }
+    let v1 = stamp_of(TRACER_V1);
+    wait_pods_at(&ctx, "d1", 2, &v1, DEADLINE).await;
+    for app in ["web", "api"] {
+        wait_pods_at(&ctx, app, 3, &v1, DEADLINE).await;
+    }
+    let before = uids(&ctx, "d1").await;
+
+    // An image the sidecar cannot run: the canary's first pod is patched, its container backs
+    // off, the upgrade fails, the campaign pauses.
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    wait_campaign_paused(injector, "tracer:v1").await;
+    let broken_stamp = stamp_of(broken);
+    let broken_pods: Vec<String> = pods_of(&ctx, "d1")
+        .await
+        .into_iter()
+        .filter(|p| annotation(p, "injector/revision") == Some(broken_stamp.as_str()))
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(broken_pods.len(), 1, "one pod of the canary broken");
+
+    // The fix: the broken pod is upgraded first, though its DaemonSet is unhealthy (because of
+    // that very pod), then the rest; the same pods, every one Ready at the fix.
+    let fixed = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
+    let v3 = stamp_of(fixed);
+    put_config(&ctx, "tracing", "tracer.yaml", fixed).await;
+    wait_upgraded(&ctx, "d1", 2, &v3, "tracer:3").await;
+    wait_pods_at(&ctx, "d1", 2, &v3, DEADLINE).await;
+    assert_eq!(uids(&ctx, "d1").await, before, "healed in place");
+    let healed = logged(injector, "healing first:");
+    assert!(
+        healed
+            .iter()
+            .any(|m| m.starts_with(&format!("healing first: {} ", broken_pods[0]))),
+        "the broken pod was healed first: {healed:?}"
+    );
+    for app in ["web", "api"] {
+        wait_upgraded(&ctx, app, 3, &v3, "tracer:3").await;
+    }
+    // The fixed revision's campaign completes with no failure: nothing paused it again.
+    eventually(
+        Duration::from_secs(90),
+        "the fix's campaign complete",
+        || async {
+            let book = campaign_book(&ctx).await?;
+            let campaign = &book["campaigns"]["tracer:v1"];
+            (campaign["revision"] == v3.split_once('=').unwrap().1
+                && campaign["state"] == "complete"
+                && campaign["failures"].as_array().is_none_or(Vec::is_empty))
+            .then_some(())
+        },
+    )
+    .await;
+}
