@@ -1,9 +1,11 @@
 #!/bin/bash
-# A real single-node Kubernetes v1.20.2 cluster next to the project's control plane recipe, offline:
-# etcd + kube-apiserver + kube-controller-manager (testbed/build.sh, cached) + kube-scheduler, kubelet
-# and kube-proxy built here from the same Debian source tarball; containerd 1.6 (CRI v1alpha2) + runc
-# and the CNI plugins from Debian; images (pause, busybox, and any docker-archive tarballs given in
-# $REALNODE_IMAGES) imported with `ctr images import` -- no registry.
+# A real single-node Kubernetes cluster next to the project's control plane recipe, offline:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy of the
+# release testbed/k8s/go.mod pins (testbed/build.sh, cached); containerd 2.1 (CRI v1; Debian
+# sid's package, unpacked, never installed: bookworm's 1.6 is older than this kubelet supports)
+# with runc and the CNI plugins from Debian bookworm; images (pause, busybox, and any
+# docker-archive tarballs given in $REALNODE_IMAGES) imported with `ctr images import` -- no
+# registry. This machine's cgroups are v1: the kubelet is told `failCgroupV1: false`.
 #
 #   realnode.sh up      install packages, build (cached), start everything, wait for node Ready;
 #                       prints the kubeconfig's path on its last line
@@ -21,10 +23,11 @@
 set -euo pipefail
 RN=${RN:-$HOME/.cache/k8s-realnode}
 S=$RN/state; P=$S/pki; B0=$RN/baseline
-SRC=$RN/src; NBIN=$RN/bin; IMG=$RN/images
-TARBALL=${TARBALL:-$HOME/.cache/k8s-testbed/v1.20.2/kubernetes_1.20.5+really1.20.2.orig.tar.gz}
+IMG=$RN/images; PKG=$RN/pkgs
+# containerd from Debian sid, unpacked: its binaries need only bookworm's glibc.
+CONTAINERD_DEB=${CONTAINERD_DEB:-containerd=2.1.9+ds1-5}
 SOCK=$RN/run/containerd/containerd.sock
-CTR="ctr -a $SOCK -n k8s.io"
+CTR="$PKG/usr/bin/ctr -a $SOCK -n k8s.io"
 NODE=realnode; NODE_IP=10.214.0.1; POD_CIDR=10.214.0.0/24; SVC_CIDR=10.213.0.0/24
 SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
  kernel.keys.root_maxbytes net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv4.conf.all.route_localnet
@@ -35,47 +38,41 @@ timed() { local t=$(date +%s); "$@"; log "  ($1: $(( $(date +%s)-t ))s)"; }
 
 # ---------------------------------------------------------------- packages
 install_pkgs() {
-  local pk="containerd runc containernetworking-plugins busybox-static conntrack buildah golang-go etcd-server
-            golang-github-modern-go-reflect2-dev nftables gcc libc6-dev openssl curl python3"
-  dpkg -s $pk >/dev/null 2>&1 && return 0
-  apt-get update >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $pk >/dev/null
+  local pk="runc containernetworking-plugins busybox-static conntrack buildah nftables gcc libc6-dev openssl curl python3 iptables"
+  dpkg -s $pk >/dev/null 2>&1 || {
+    apt-get update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $pk >/dev/null
+  }
+  [[ -x $PKG/usr/bin/containerd ]] && return 0
+  # sid through a private apt configuration: the system's sources stay untouched
+  local A=$RN/apt; mkdir -p $A/lists/partial $A/parts $A/debs
+  cat > $A/parts/sid.sources <<'EOS'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOS
+  local APTO=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$A/parts" -o "Dir::State::Lists=$A/lists")
+  apt-get "${APTO[@]}" update >/dev/null
+  (cd $A/debs && apt-get "${APTO[@]}" download "$CONTAINERD_DEB" >/dev/null 2>&1)
+  rm -rf $PKG.tmp && dpkg-deb -x $A/debs/containerd_*.deb $PKG.tmp && rm -rf $PKG && mv $PKG.tmp $PKG
 }
 
 # ---------------------------------------------------------------- builds (cached)
-build_cp() { CPBIN=$("$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/build.sh" | tail -1); }   # kube-apiserver, kube-controller-manager (cached)
-build_node() {   # kubelet, kube-proxy, kube-scheduler from the same tarball with the same two fixes
-  mkdir -p $NBIN
-  local need=0 c; for c in kubelet kube-proxy kube-scheduler; do [[ -x $NBIN/$c ]] || need=1; done
-  [[ $need = 0 ]] && return 0
-  if [[ ! -d $SRC/kubernetes-1.20.2 ]]; then
-    mkdir -p $SRC && tar xzf "$TARBALL" -C $SRC
-    local RF=$SRC/kubernetes-1.20.2/vendor/github.com/modern-go/reflect2   # fix 1: reflect2 1.0.1 -> Debian's 1.0.2
-    rm -rf $RF && mkdir $RF
-    cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go /usr/share/gocode/src/github.com/modern-go/reflect2/*.s $RF/
-    rm -f $RF/*_test.go
-  fi
-  # (fix 2 of build.sh, openapi-gen, is not needed: kubelet/kube-proxy/kube-scheduler don't import pkg/generated/openapi)
-  mkdir -p $SRC/gopath/src/k8s.io && ln -sfn $SRC/kubernetes-1.20.2 $SRC/gopath/src/k8s.io/kubernetes
-  local V=k8s.io/kubernetes/vendor/k8s.io/component-base/version
-  local LD="-s -w -X $V.gitVersion=v1.20.2 -X $V.gitMajor=1 -X $V.gitMinor=20 -X $V.gitTreeState=clean"
-  for c in kubelet kube-proxy kube-scheduler; do
-    [[ -x $NBIN/$c ]] && continue
-    log "building $c"
-    (cd $SRC/gopath/src/k8s.io/kubernetes && CGO_ENABLED=0 GO111MODULE=off GOPROXY=off GOFLAGS= GOPATH=$SRC/gopath \
-      GOCACHE=$SRC/gocache timed go build -ldflags "$LD" -o $NBIN/$c.tmp ./cmd/$c) && mv $NBIN/$c.tmp $NBIN/$c
-  done
-}
-build_images() {   # docker-archive tarballs: localhost/pause:3.4.1, localhost/busybox:1.35
+# Every Kubernetes binary, kubectl and etcd included (cached).
+build_k8s() { BIN=$("$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/build.sh" | tail -1); export PATH=$BIN:$PATH; }
+build_images() {   # docker-archive tarballs: localhost/pause:3.10, localhost/busybox:1.35
   mkdir -p $IMG/pause $IMG/busybox
   local BA="buildah --root $RN/buildah/root --runroot $RN/buildah/run --storage-driver vfs"
   if [[ ! -f $IMG/pause.tar ]]; then
-    [[ -d $SRC/kubernetes-1.20.2 ]] || { mkdir -p $SRC && tar xzf "$TARBALL" -C $SRC kubernetes-1.20.2/build/pause; }
-    gcc -Os -Wall -Werror -static -DVERSION=v3.4.1-realnode -o $IMG/pause/pause $SRC/kubernetes-1.20.2/build/pause/linux/pause.c
+    # pause.c from the k8s.io/kubernetes module testbed/build.sh built from
+    local src; src=$(cd "$(dirname "${BASH_SOURCE[0]}")/k8s" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+    gcc -Os -Wall -Werror -static -DVERSION=v3.10-realnode -o $IMG/pause/pause $src/build/pause/linux/pause.c
     strip $IMG/pause/pause
     printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' > $IMG/pause/Containerfile
-    $BA bud --isolation chroot -q -t localhost/pause:3.4.1 -f $IMG/pause/Containerfile $IMG/pause >/dev/null
-    $BA push -q localhost/pause:3.4.1 docker-archive:$IMG/pause.tar:localhost/pause:3.4.1
+    $BA bud --isolation chroot -q -t localhost/pause:3.10 -f $IMG/pause/Containerfile $IMG/pause >/dev/null
+    $BA push -q localhost/pause:3.10 docker-archive:$IMG/pause.tar:localhost/pause:3.10
   fi
   if [[ ! -f $IMG/busybox.tar ]]; then
     local RF=$IMG/busybox/rootfs a; rm -rf $RF; mkdir -p $RF/{bin,etc,tmp,www,root}
@@ -112,7 +109,7 @@ state = "$RN/run/containerd"
 [grpc]
   address = "$SOCK"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/pause:3.4.1"
+  sandbox_image = "localhost/pause:3.10"
   enable_selinux = false
   # this VM refuses negative oom_score_adj writes (EIO/EACCES); runc then fails with
   # "can't get final child's PID from pipe: EOF". Clamp to containerd's own score (0).
@@ -173,13 +170,13 @@ start_cp() {
     client_cert scheduler system:kube-scheduler
   fi
   local ETCD PEER; ETCD=$(free_port); PEER=$(free_port); API=$(free_port)
-  etcd --data-dir "$S/etcd" --listen-client-urls "http://127.0.0.1:$ETCD" --advertise-client-urls "http://127.0.0.1:$ETCD" \
+  "$BIN/etcd" --data-dir "$S/etcd" --listen-client-urls "http://127.0.0.1:$ETCD" --advertise-client-urls "http://127.0.0.1:$ETCD" \
     --listen-peer-urls "http://127.0.0.1:$PEER" --initial-advertise-peer-urls "http://127.0.0.1:$PEER" \
     --initial-cluster "default=http://127.0.0.1:$PEER" >"$S/etcd.log" 2>&1 &
   echo $! > $S/etcd.pid
   local AGG=(); [[ ${AGG_ROUTING:-0} = 1 ]] && AGG=(--enable-aggregator-routing=true)
-  "$CPBIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD" --bind-address=$NODE_IP --advertise-address=$NODE_IP \
-    --secure-port="$API" --insecure-port=0 --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
+  "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD" --bind-address=$NODE_IP --advertise-address=$NODE_IP \
+    --secure-port="$API" --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
     --client-ca-file="$P/ca.crt" --token-auth-file="$P/tokens.csv" \
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
     --service-account-signing-key-file="$P/sa.key" --api-audiences=https://kubernetes.default.svc \
@@ -197,16 +194,16 @@ start_cp() {
   done
   curl -sf --cacert "$P/ca.crt" -H 'Authorization: Bearer admin-token' "https://$NODE_IP:$API/readyz" >/dev/null \
     || { log "apiserver did not become ready; see $S/apiserver.log"; exit 1; }
-  "$CPBIN/kube-controller-manager" --kubeconfig="$S/kubeconfig" --leader-elect=false --use-service-account-credentials=false \
-    --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --port=0 --secure-port=0 --controllers='*' \
+  "$BIN/kube-controller-manager" --kubeconfig="$S/kubeconfig" --leader-elect=false --use-service-account-credentials=false \
+    --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --secure-port=0 --controllers='*' \
     --concurrent-deployment-syncs=10 --concurrent-replicaset-syncs=10 --kube-api-qps=200 --kube-api-burst=400 \
     >"$S/controller-manager.log" 2>&1 &
   echo $! > $S/controller-manager.pid
-  $NBIN/kube-scheduler --kubeconfig="$S/scheduler.kubeconfig" --leader-elect=false --port=0 --secure-port=0 \
+  $BIN/kube-scheduler --kubeconfig="$S/scheduler.kubeconfig" --leader-elect=false --secure-port=0 \
     >"$S/scheduler.log" 2>&1 &
   echo $! > $S/scheduler.pid
   for i in $(seq 1 60); do
-    kubectl --kubeconfig $S/kubeconfig get secrets 2>/dev/null | grep -q '^default-token-' && break; sleep 0.5
+    kubectl --kubeconfig $S/kubeconfig get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5
   done
 }
 
@@ -230,10 +227,10 @@ tag_images() {
 }
 
 start_node() {
-  if ! ctr -a $SOCK version >/dev/null 2>&1; then
-    containerd --config $RN/containerd/config.toml > $S/containerd.log 2>&1 &
+  if ! $PKG/usr/bin/ctr -a $SOCK version >/dev/null 2>&1; then
+    PATH=$PKG/usr/bin:$PATH $PKG/usr/bin/containerd --config $RN/containerd/config.toml > $S/containerd.log 2>&1 &
     echo $! > $S/containerd.pid
-    local i; for i in $(seq 1 40); do ctr -a $SOCK version >/dev/null 2>&1 && break; sleep 0.25; done
+    local i; for i in $(seq 1 40); do $PKG/usr/bin/ctr -a $SOCK version >/dev/null 2>&1 && break; sleep 0.25; done
   fi
   local im; for im in $IMG/pause.tar $IMG/busybox.tar ${REALNODE_IMAGES:-}; do $CTR images import "$im" >/dev/null; done
   tag_images
@@ -264,14 +261,17 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 makeIPTablesUtilChains: true
 protectKernelDefaults: false
+containerRuntimeEndpoint: unix://$SOCK
+imageServiceEndpoint: unix://$SOCK
+# this machine's cgroups are v1, which kubelets since 1.35 refuse unless told
+failCgroupV1: false
 EOC
-  $NBIN/kubelet --config=$S/kubelet-config.yaml --kubeconfig=$S/kubelet.kubeconfig \
-    --container-runtime=remote --container-runtime-endpoint=unix://$SOCK --image-service-endpoint=unix://$SOCK \
+  $BIN/kubelet --config=$S/kubelet-config.yaml --kubeconfig=$S/kubelet.kubeconfig \
     --hostname-override=$NODE --node-ip=$NODE_IP --root-dir=$S/kubelet --cert-dir=$S/kubelet/pki \
-    --pod-infra-container-image=localhost/pause:3.4.1 --register-node=true --v=2 > $S/kubelet.log 2>&1 &
+    --register-node=true --v=2 > $S/kubelet.log 2>&1 &
   echo $! > $S/kubelet.pid
   # --conntrack-*=0: leave the host's conntrack sysctls alone
-  $NBIN/kube-proxy --kubeconfig=$S/proxy.kubeconfig --hostname-override=$NODE --proxy-mode=iptables \
+  $BIN/kube-proxy --kubeconfig=$S/proxy.kubeconfig --hostname-override=$NODE --proxy-mode=iptables \
     --cluster-cidr=$POD_CIDR --bind-address=127.0.0.1 --healthz-bind-address=127.0.0.1:10256 \
     --metrics-bind-address=127.0.0.1:10249 --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 \
     --conntrack-tcp-timeout-close-wait=0 --v=2 > $S/kube-proxy.log 2>&1 &
@@ -288,8 +288,7 @@ up() {
     echo "$S/kubeconfig"; return 0
   fi
   log "installing Debian packages (if missing)"; timed install_pkgs
-  log "control plane binaries (testbed/build.sh, cached)"; timed build_cp
-  log "node binaries (cached in $NBIN)"; timed build_node
+  log "Kubernetes binaries (testbed/build.sh, cached)"; timed build_k8s
   log "images (cached in $IMG)"; timed build_images
   record_baseline; write_configs
   bridge_up
@@ -335,7 +334,7 @@ down() {
   log "stopping kube-proxy, kubelet, scheduler, controller-manager, apiserver, etcd"
   stop_pid $S/kube-proxy.pid; stop_pid $S/kubelet.pid
   stop_pid $S/scheduler.pid; stop_pid $S/controller-manager.pid; stop_pid $S/apiserver.pid 20; stop_pid $S/etcd.pid
-  if [[ -S $SOCK ]] && timeout 5 ctr -a $SOCK version >/dev/null 2>&1; then
+  if [[ -S $SOCK ]] && timeout 5 $PKG/usr/bin/ctr -a $SOCK version >/dev/null 2>&1; then
     log "removing leftover containers"
     local id; for id in $($CTR tasks ls -q 2>/dev/null); do $CTR tasks kill -s SIGKILL $id >/dev/null 2>&1 || true; done
     sleep 1

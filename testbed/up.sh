@@ -1,6 +1,6 @@
 #!/bin/bash
 # Starts a real, single-host Kubernetes control plane on loopback: etcd, kube-apiserver and
-# kube-controller-manager (built by build.sh). There is no kubelet, scheduler or network: pods are
+# kube-controller-manager (built by build.sh from the release testbed/k8s/go.mod pins). There is no kubelet, scheduler or network: pods are
 # stored and controllers act on them, but nothing runs them (a test "kubelet" has to mark them Ready).
 #   usage: up.sh STATE_DIR [BIN_DIR]
 # Writes STATE_DIR/kubeconfig (cluster-admin token), STATE_DIR/pki/ca.{crt,key} (a CA the tests can use
@@ -26,7 +26,7 @@ ETCD_BIN=etcd; [[ -x $BIN/etcd ]] && ETCD_BIN=$BIN/etcd
   --initial-cluster "default=http://127.0.0.1:$PEER" >"$S/etcd.log" 2>&1 &
 echo $! > "$S/etcd.pid"
 "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
-  --secure-port="$API" --insecure-port=0 --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
+  --secure-port="$API" --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
   --client-ca-file="$P/ca.crt" --token-auth-file="$P/tokens.csv" \
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
   --service-account-signing-key-file="$P/sa.key" --api-audiences=https://kubernetes.default.svc \
@@ -48,14 +48,14 @@ done
 curl -sf --cacert "$P/ca.crt" -H 'Authorization: Bearer admin-token' "https://127.0.0.1:$API/readyz" >/dev/null \
   || { echo "k8s-testbed: kube-apiserver did not become ready; see $S/apiserver.log" >&2; exit 1; }
 "$BIN/kube-controller-manager" --kubeconfig="$S/kubeconfig" --leader-elect=false --use-service-account-credentials=false \
-  --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --port=0 --secure-port=0 --controllers='*' \
+  --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --secure-port=0 --controllers='*' \
   --concurrent-deployment-syncs=10 --concurrent-replicaset-syncs=10 --kube-api-qps=200 --kube-api-burst=400 \
   >"$S/controller-manager.log" 2>&1 &
 echo $! > "$S/controller-manager.pid"
-# the ServiceAccount admission plugin rejects pods until the token controller has made default's token
+# the ServiceAccount admission plugin rejects pods until the ServiceAccount controller has made default
 for _ in $(seq 1 60); do
   curl -sf --cacert "$P/ca.crt" -H 'Authorization: Bearer admin-token' \
-    "https://127.0.0.1:$API/api/v1/namespaces/default/secrets" 2>/dev/null | grep -q '"default-token-' && break
+    "https://127.0.0.1:$API/api/v1/namespaces/default/serviceaccounts/default" >/dev/null 2>&1 && break
   sleep 0.5
 done
 echo "$S/kubeconfig"

@@ -588,29 +588,17 @@ async fn explain_batch(
     })
 }
 
-/// A Job or CronJob as the cluster serves it, `None` when it does not exist. A CronJob is
-/// read as `batch/v1`, else as `batch/v1beta1` (all Kubernetes 1.20 serves).
+/// A Job or CronJob as the cluster serves it (`batch/v1`), `None` when it does not exist.
 async fn read_batch(
     client: &kube::Client,
     kind: BatchKind,
     namespace: &str,
     name: &str,
 ) -> Result<Option<DynamicObject>, kube::Error> {
-    let versions: &[&str] = match kind {
-        BatchKind::Job => &["v1"],
-        BatchKind::CronJob => &["v1", "v1beta1"],
-    };
-    for version in versions {
-        let gvk = GroupVersionKind::gvk("batch", version, kind.as_str());
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk));
-        // A version the server does not serve answers 404, as a missing object does: the
-        // next version may be served.
-        if let Some(object) = api.get_opt(name).await? {
-            return Ok(Some(object));
-        }
-    }
-    Ok(None)
+    let gvk = GroupVersionKind::gvk("batch", "v1", kind.as_str());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk));
+    api.get_opt(name).await
 }
 
 /// What `explain` needs of a workload: its uid (to know its pods by their owners), the

@@ -16,7 +16,7 @@ pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
     )
 }
 
-/// v1.20 rejects Event notes over 1 KiB.
+/// The API server rejects an Event whose note is over 1 KiB (events.k8s.io/v1 validation).
 pub const EVENT_NOTE_LIMIT: usize = 1000;
 /// events.k8s.io caps `action` at 128 characters.
 pub const EVENT_ACTION_LIMIT: usize = 128;

@@ -40,16 +40,7 @@ pub fn next_eviction<'p>(
     {
         return None;
     }
-    if let Some(pod) = stale.iter().rev().find(|p| broken(p)) {
-        return Some(NextPod {
-            pod,
-            heal: !healthy,
-        });
-    }
-    stale
-        .last()
-        .filter(|_| healthy)
-        .map(|pod| NextPod { pod, heal: false })
+    super::in_place::broken_first(stale, healthy, broken)
 }
 
 /// Whether `pod` carries a revision whose campaign failed (one of the book's `failedBefore`):

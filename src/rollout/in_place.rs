@@ -216,6 +216,16 @@ pub fn next_upgrade<'p>(
     if upgrading || failed {
         return None;
     }
+    broken_first(stale, healthy, broken)
+}
+
+/// Of `stale` (sorted, the last first), a pod carrying a failed revision (`broken`) whatever
+/// the workload's health, else the next one while it is healthy.
+pub(super) fn broken_first<'p>(
+    stale: &'p [PodToReplace],
+    healthy: bool,
+    broken: impl Fn(&PodToReplace) -> bool,
+) -> Option<NextPod<'p>> {
     if let Some(pod) = stale.iter().rev().find(|p| broken(p)) {
         return Some(NextPod {
             pod,

@@ -96,13 +96,7 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
         "{args}"
     );
 
-    // The PodDisruptionBudget, against the Deployment it protects: policy/v1 in deploy/, and
-    // policy/v1beta1 in the overlay for 1.20, which has no policy/v1.
-    let old = kustomize("deploy/overlays/kubernetes-1.20");
-    assert_eq!(
-        of_kind(&old, "PodDisruptionBudget")["apiVersion"],
-        "policy/v1beta1"
-    );
+    // The PodDisruptionBudget, against the Deployment it protects: policy/v1.
     let pdb = of_kind(&base, "PodDisruptionBudget");
     let deployment = of_kind(&base, "Deployment");
     assert_eq!(pdb["apiVersion"], "policy/v1");
@@ -121,8 +115,11 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
         true
     );
 
-    // The 1.20 overlay, server-side: the namespace for real, then a dry run of everything
-    // else, the PodDisruptionBudget included.
+    // deploy/ applied for real, server-side, with strict field validation: the API server
+    // accepts every object and field as written (a field it does not know is an error, not a
+    // warning). Other tests on this control plane create and delete deploy/'s cluster-wide
+    // objects under their own names: here those are renamed, and the webhook selects no
+    // namespace, so that it never stands in the way of another test's pods.
     let kubectl = |args: &[&str], input: &str| {
         let output = kubectl(args, &[("KUBECONFIG", plane.kubeconfig.as_os_str())], input);
         assert!(
@@ -132,48 +129,91 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
-    let yaml = |docs: Vec<&Value>| {
+    let yaml = |docs: &[Value]| {
         docs.iter()
             .map(|d| serde_yaml::to_string(d).unwrap())
             .collect::<Vec<_>>()
             .join("---\n")
     };
-    kubectl(
-        &["apply", "-f", "-"],
-        &yaml(vec![of_kind(&old, "Namespace")]),
+    for (dir, suffix) in [
+        ("deploy", "e2e-apply"),
+        ("deploy/overlays/matchconditions", "e2e-apply-mc"),
+    ] {
+        let renamed: Vec<Value> = kustomize(dir)
+            .into_iter()
+            .map(|mut d| {
+                if d["metadata"].get("namespace").is_none() && d["kind"] != "Namespace" {
+                    let name = format!("{}-{suffix}", d["metadata"]["name"].as_str().unwrap());
+                    d["metadata"]["name"] = json!(name);
+                }
+                if d["roleRef"]["kind"] == "ClusterRole" {
+                    let role = format!("{}-{suffix}", d["roleRef"]["name"].as_str().unwrap());
+                    d["roleRef"]["name"] = json!(role);
+                }
+                if d["kind"] == "MutatingWebhookConfiguration" {
+                    for webhook in d["webhooks"].as_array_mut().unwrap() {
+                        webhook["namespaceSelector"] =
+                            json!({"matchLabels": {"sidecar-injector-e2e": "nothing"}});
+                    }
+                }
+                d
+            })
+            .collect();
+        let applied = kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=e2e",
+                "--force-conflicts",
+                "--validate=strict",
+                "-f",
+                "-",
+            ],
+            &yaml(&renamed),
+        );
+        assert_eq!(
+            applied
+                .lines()
+                .filter(|l| l.contains("serverside-applied"))
+                .count(),
+            renamed.len(),
+            "{dir}: {applied}"
+        );
+        // Applied again, nothing changes.
+        let again = kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=e2e",
+                "--validate=strict",
+                "-f",
+                "-",
+            ],
+            &yaml(&renamed),
+        );
+        assert_eq!(
+            again
+                .lines()
+                .filter(|l| l.contains("serverside-applied"))
+                .count(),
+            renamed.len(),
+            "{dir}: {again}"
+        );
+    }
+    // A field the server does not know is refused under the same validation: the check is real.
+    let mut wrong = of_kind(&base, "ConfigMap").clone();
+    wrong["metadata"]["name"] = json!("e2e-apply-unknown-field");
+    wrong["spec"] = json!({"notAField": true});
+    let output = support::e2e::kubectl(
+        &["apply", "--server-side", "--validate=strict", "-f", "-"],
+        &[("KUBECONFIG", plane.kubeconfig.as_os_str())],
+        &serde_yaml::to_string(&wrong).unwrap(),
     );
-    // Other tests on this control plane create and delete deploy/'s cluster-wide objects for
-    // real (the webhook configuration, whose RBAC names it): under their own names here, the
-    // dry run is a create of every object, never a patch of one deleted under it.
-    let renamed: Vec<Value> = old
-        .iter()
-        .filter(|d| d["kind"] != "Namespace")
-        .map(|d| {
-            let mut d = d.clone();
-            if d["metadata"].get("namespace").is_none() {
-                let name = format!("{}-dry-run", d["metadata"]["name"].as_str().unwrap());
-                d["metadata"]["name"] = json!(name);
-            }
-            // A reference to a renamed (cluster-wide) role follows it.
-            if d["roleRef"]["kind"] == "ClusterRole" {
-                let role = format!("{}-dry-run", d["roleRef"]["name"].as_str().unwrap());
-                d["roleRef"]["name"] = json!(role);
-            }
-            d
-        })
-        .collect();
-    let rest: Vec<&Value> = renamed.iter().collect();
-    let applied = kubectl(
-        &["apply", "--dry-run=server", "-f", "-"],
-        &yaml(rest.clone()),
-    );
-    assert_eq!(
-        applied
-            .lines()
-            .filter(|l| l.contains("(server dry run)"))
-            .count(),
-        rest.len(),
-        "{applied}"
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(".spec: field not declared in schema"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
     );
 }
 

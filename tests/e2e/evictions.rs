@@ -109,3 +109,56 @@ async fn an_on_delete_statefulset_behind_a_pdb_is_evicted_one_pod_at_a_time_neve
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_pod_is_evicted_through_policy_v1_only_once_its_budget_allows() {
+    let ctx = engine_context(
+        "rollout-bare-pod",
+        &["--rollout=auto", "--settle", "1s", "--evict-bare-pods"],
+    )
+    .await;
+    let pods = ctx.api::<Pod>();
+    let created = create_pod(&ctx, "lonely", "tracer:v1").await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    wait_ready(&ctx, "lonely", 1).await;
+    // A policy/v1 budget that lets no disruption through.
+    let pdbs = blocking_pdb(&ctx, "lonely", 1).await;
+
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER_V2).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let blocked = "sidecar_injector_rollouts_total{kind=\"Pod\",result=\"eviction_blocked\"}";
+    eventually(
+        Duration::from_secs(60),
+        "the bare pod's eviction refused by its budget",
+        || async { (injector.metric(blocked) >= 1.0).then_some(()) },
+    )
+    .await;
+    let still = pods.get_opt("lonely").await.unwrap();
+    assert_eq!(
+        still.and_then(|p| p.metadata.uid),
+        Some(uid.clone()),
+        "never deleted past its budget"
+    );
+
+    // The budget relaxed: the eviction goes through, the pod is gone (nothing recreates a bare
+    // pod; its owner does, with the new revision).
+    pdbs.patch(
+        "lonely",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(60), "the bare pod evicted", || async {
+        match pods.get_opt("lonely").await.ok()? {
+            None => Some(()),
+            Some(p) if p.metadata.deletion_timestamp.is_some() => Some(()),
+            Some(_) => None,
+        }
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_rollouts_total{kind=\"Pod\",result=\"evicted\"}"),
+        1.0
+    );
+}

@@ -180,3 +180,135 @@ async fn the_test_kubelet_never_readies_a_broken_image() {
         assert_eq!(statuses[0].ready, ready == "True", "{name}");
     }
 }
+
+/// Every review the injector answered, whatever its result.
+fn reviews(ctx: &TestContext) -> f64 {
+    let injector = ctx.injector.as_ref().unwrap();
+    ["injected", "skipped", "denied", "not_a_pod", "invalid_pod"]
+        .iter()
+        .map(|result| {
+            injector.metric(&format!(
+                "sidecar_injector_admission_requests_total{{result=\"{result}\"}}"
+            ))
+        })
+        .sum()
+}
+
+async fn plain_pod(ctx: &TestContext, name: &str) -> Pod {
+    ctx.api::<Pod>()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"app": "plain"}},
+                "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_matchconditions_overlay_keeps_pods_that_request_nothing_from_the_webhook() {
+    let ctx = TestContext::new("matchconditions", &[]).await;
+    // Without conditions every pod of the namespace is reviewed, requesting or not.
+    let before = reviews(&ctx);
+    for name in ["plain-0", "plain-1"] {
+        plain_pod(&ctx, name).await;
+    }
+    assert_eq!(reviews(&ctx) - before, 2.0, "both plain pods reviewed");
+
+    // The overlay's conditions on this test's webhook: the API server itself evaluates them.
+    let overlay = support::cluster::kustomize("deploy/overlays/matchconditions");
+    let conditions = support::cluster::of_kind(&overlay, "MutatingWebhookConfiguration")
+        ["webhooks"][0]["matchConditions"]
+        .clone();
+    assert!(conditions.as_array().is_some_and(|c| !c.is_empty()));
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
+    let name = format!("sidecar-injector-{}", ctx.namespace);
+    let mut configuration = configurations.get(&name).await.unwrap();
+    let mut webhook = serde_json::to_value(&configuration.webhooks.as_ref().unwrap()[0]).unwrap();
+    webhook["matchConditions"] = conditions;
+    configuration.webhooks = Some(vec![serde_json::from_value(webhook).unwrap()]);
+    configurations
+        .replace(&name, &PostParams::default(), &configuration)
+        .await
+        .unwrap();
+    // The API server's view of webhook configurations lags a write: a server-side dry run of a
+    // plain pod (which a webhook is called for, as for a real one) reaches the webhook until
+    // the conditions are in force.
+    let pods = ctx.api::<Pod>();
+    eventually(DEADLINE, "the matchConditions in force", || async {
+        let before = reviews(&ctx);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "probe"},
+            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+        }))
+        .unwrap();
+        pods.create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &pod,
+        )
+        .await
+        .ok()?;
+        (reviews(&ctx) == before).then_some(())
+    })
+    .await;
+    let before = reviews(&ctx);
+    for name in ["plain-2", "plain-3", "plain-4"] {
+        let pod = plain_pod(&ctx, name).await;
+        assert_eq!(container_names(&pod), ["app"]);
+    }
+    assert_eq!(
+        reviews(&ctx),
+        before,
+        "no pod that requests nothing reached the webhook"
+    );
+    // Requesting pods still do, and are injected (a pod may be reviewed more than once:
+    // `reinvocationPolicy: IfNeeded` calls the webhook again after later plugins changed it).
+    for name in ["asks-0", "asks-1"] {
+        let pod = create_pod(&ctx, name, "logger:v1").await.unwrap();
+        assert_eq!(container_names(&pod), ["app", "log-shipper"], "{name}");
+    }
+    assert!(
+        reviews(&ctx) >= before + 2.0,
+        "the requesting pods reached it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_native_sidecar_keeps_its_restart_policy_through_admission() {
+    let namespace = "e2e-native-sidecar";
+    let ctx = TestContext::with_deploy_rbac(
+        "native-sidecar",
+        &[
+            "--configmap-namespace",
+            namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+        ],
+    )
+    .await;
+    let config = "name: proxy:v1\ninitContainers: [{name: proxy, image: 'proxy:1', restartPolicy: Always}]\n";
+    put_config(&ctx, "proxy", "proxy.yaml", config).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    wait_in_force(injector, stamp_of(config), true).await;
+    let created = create_pod(&ctx, "meshed", "proxy:v1").await.unwrap();
+    // What the API server stored, read back: the field survived defaulting and validation.
+    let stored = ctx
+        .api::<Pod>()
+        .get(created.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    let init = stored.spec.unwrap().init_containers.unwrap_or_default();
+    let proxy = init
+        .iter()
+        .find(|c| c.name == "proxy")
+        .expect("the proxy injected as an init container");
+    assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(annotation(&created, "injector/status"), Some("injected"));
+}

@@ -1,5 +1,5 @@
 //! End-to-end: the real `serve` binary behind a real MutatingWebhookConfiguration of a real
-//! kube-apiserver (v1.20.2, built from Debian's source package by testbed/build.sh), with the
+//! kube-apiserver (the release testbed/k8s/go.mod pins, built by testbed/build.sh), with the
 //! real Deployment, ReplicaSet, StatefulSet and DaemonSet controllers creating the pods. No
 //! container runs: a test kubelet marks pods Ready.
 #![allow(clippy::too_many_lines)] // a test or bench reads as one scenario

@@ -329,19 +329,19 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
         "{job:#}"
     );
 
-    // A CronJob (batch/v1beta1, all v1.20 serves; suspended, so only the Job made here as its
-    // controller would make it runs): its pods are those of its Jobs; the Job above is not one.
+    // A CronJob (suspended, so only the Job made here as its controller would make it runs):
+    // its pods are those of its Jobs; the Job above is not one.
     let cronjobs: Api<kube::api::DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         &namespace,
         &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "batch", "v1beta1", "CronJob",
+            "batch", "v1", "CronJob",
         )),
     );
     let mut nightly_template = template("nightly", Some("tracer:v1"));
     nightly_template["spec"]["restartPolicy"] = json!("Never");
     let cronjob: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "batch/v1beta1", "kind": "CronJob",
+        "apiVersion": "batch/v1", "kind": "CronJob",
         "metadata": {"name": "nightly"},
         "spec": {"schedule": "0 3 * * *", "suspend": true,
                  "jobTemplate": {"spec": {"template": nightly_template}}}
@@ -355,7 +355,7 @@ async fn explain_says_why_a_pod_was_injected_how_stale_it_is_and_what_the_engine
         &ctx.api::<Job>(),
         json!({
             "metadata": {"name": "nightly-1", "ownerReferences": [{
-                "apiVersion": "batch/v1beta1", "kind": "CronJob", "name": "nightly",
+                "apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
                 "uid": cronjob.metadata.uid.unwrap(), "controller": true}]},
             "spec": {"template": nightly_template}
         }),

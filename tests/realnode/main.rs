@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ContainerState, ContainerStatus, Namespace, Pod, Secret,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerState, ContainerStatus, Namespace, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -277,8 +275,8 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     node();
     let client = client().await;
 
-    // Install as the README says: deploy/ (its 1.20 overlay, the local image), the Secret
-    // made from `certs`, and nothing else by hand.
+    // Install as the README says: deploy/ (the local image), the Secret made from `certs`, and
+    // nothing else by hand.
     kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
     let tls = tempfile::tempdir().unwrap();
     let tls_file = |name: &str| tls.path().join(name).display().to_string();
@@ -383,19 +381,15 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         )
         .await
         .unwrap();
-    eventually(DEADLINE, "the team namespace's default token", || async {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), TEAM);
-        let list = secrets.list(&Default::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|s| {
-                s.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("default-token-"))
-            })
-            .then_some(())
-    })
+    eventually(
+        DEADLINE,
+        "the team namespace's default ServiceAccount",
+        || async {
+            let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                Api::namespaced(client.clone(), TEAM);
+            accounts.get_opt("default").await.ok().flatten()
+        },
+    )
     .await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
     let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
@@ -820,7 +814,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         std::fs::write(
             &file,
             format!(
-                "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {{name: db, namespace: {TEAM}}}\nspec: {{minAvailable: {min_available}, selector: {{matchLabels: {{app: db}}}}}}\n"
+                "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: db, namespace: {TEAM}}}\nspec: {{minAvailable: {min_available}, selector: {{matchLabels: {{app: db}}}}}}\n"
             ),
         )
         .unwrap();
@@ -1217,7 +1211,76 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
 
     in_place_upgrade(&client, &pods, &deployments, &configmaps).await;
+    native_sidecar(&pods, &deployments, &configmaps).await;
     uninstall(&pods, &deployments).await;
+}
+
+/// A config whose container is a native sidecar (an init container with `restartPolicy:
+/// Always`): the stored pod keeps the field, and the kubelet starts the sidecar before the app
+/// container (once its startupProbe passes) and keeps it running beside it.
+async fn native_sidecar(
+    pods: &Api<Pod>,
+    deployments: &Api<Deployment>,
+    configmaps: &Api<ConfigMap>,
+) {
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "native", "labels": {"sidecar-injector.io/config": "true"}},
+                "data": {"native.yaml": "name: native:v1\ninitContainers:\n  - name: proxy\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    restartPolicy: Always\n    command: [\"sh\", \"-c\", \"touch /tmp/up; exec sleep 100000\"]\n    startupProbe: {exec: {command: [\"test\", \"-f\", \"/tmp/up\"]}, periodSeconds: 1}\n"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_both_publish(configmaps, "native:v1").await;
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("meshed", 1, Some("native:v1")),
+        )
+        .await
+        .unwrap();
+    let pod = eventually(DEADLINE, "meshed: its sidecar and app running", || async {
+        let list = pods_of(pods, "meshed").await;
+        let pod = list.into_iter().next()?;
+        let status = pod.status.as_ref()?;
+        let sidecar = status
+            .init_container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == "proxy")?;
+        let sidecar_running = sidecar.state.as_ref()?.running.is_some();
+        (ready(&pod) && sidecar_running && running(&pod).contains("app")).then_some(pod)
+    })
+    .await;
+    let spec = pod.spec.as_ref().unwrap();
+    let proxy = spec
+        .init_containers
+        .as_ref()
+        .and_then(|c| c.iter().find(|c| c.name == "proxy"))
+        .expect("the sidecar injected as an init container");
+    assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+    assert!(spec.containers.iter().all(|c| c.name != "proxy"));
+    let status = pod.status.as_ref().unwrap();
+    let started = |statuses: Option<&Vec<ContainerStatus>>, name: &str| {
+        statuses
+            .and_then(|s| s.iter().find(|c| c.name == name))
+            .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
+            .unwrap_or_else(|| panic!("{name} has no start time"))
+            .0
+    };
+    let sidecar_started = started(status.init_container_statuses.as_ref(), "proxy");
+    let app_started = started(status.container_statuses.as_ref(), "app");
+    assert!(
+        sidecar_started <= app_started,
+        "the sidecar started ({sidecar_started}) before the app ({app_started})"
+    );
+    deployments
+        .delete("meshed", &Default::default())
+        .await
+        .unwrap();
 }
 
 /// Each container of `pods`: its pod's uid, its name, and how often the kubelet restarted it.
@@ -1662,4 +1725,106 @@ async fn in_place_upgrade(
             restarts_explained(client, "inplace").await
         );
     }
+    heal_after_a_failed_in_place_upgrade(pods, configmaps, &restarted).await;
+}
+
+/// An image the node does not have (and may never pull): the kubelet cannot start the first
+/// patched pod's sidecar, the upgrade fails, the campaign pauses. The fix is upgraded into that
+/// broken pod first, though its Deployment is unhealthy because of it, then into the others:
+/// the same pods, all Ready on the fixed image.
+async fn heal_after_a_failed_in_place_upgrade(
+    pods: &Api<Pod>,
+    configmaps: &Api<ConfigMap>,
+    running_now: &[Pod],
+) {
+    let uids: BTreeSet<String> = running_now
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    edit(
+        configmaps,
+        patcher("localhost/busybox:missing", Some("debug")),
+    )
+    .await;
+    let broken = eventually(
+        Duration::from_secs(120),
+        "one inplace pod patched to the missing image, its sidecar unable to start",
+        || async {
+            let list = pods_of(pods, "inplace").await;
+            let waiting: Vec<&Pod> = list
+                .iter()
+                .filter(|p| {
+                    spec_image(p, "patcher") == Some("localhost/busybox:missing")
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.container_statuses.as_ref())
+                            .into_iter()
+                            .flatten()
+                            .any(|c| {
+                                c.name == "patcher"
+                                    && c.state
+                                        .as_ref()
+                                        .and_then(|s| s.waiting.as_ref())
+                                        .is_some_and(|w| w.reason.is_some())
+                            })
+                })
+                .collect();
+            (waiting.len() == 1).then(|| waiting[0].metadata.name.clone().unwrap())
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "the campaign of patcher:v1 paused",
+        || async {
+            let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
+            let campaigns = status.data?.get("campaigns")?.clone();
+            (campaigns.contains("\"patcher:v1\"") && campaigns.contains("\"paused\"")).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        pods_of(pods, "inplace")
+            .await
+            .iter()
+            .filter(|p| spec_image(p, "patcher") == Some("localhost/busybox:missing"))
+            .count(),
+        1,
+        "no other pod touched after the failure"
+    );
+
+    edit(configmaps, patcher("localhost/busybox:1.35", Some("debug"))).await;
+    let healed = eventually(
+        Duration::from_secs(180),
+        "inplace: the broken pod healed, then the rest, all on busybox:1.35",
+        || async {
+            let list = pods_of(pods, "inplace").await;
+            (list.len() == 3
+                && list.iter().all(|p| {
+                    ready(p)
+                        && running(p).len() == 2
+                        && spec_image(p, "patcher") == Some("localhost/busybox:1.35")
+                }))
+            .then_some(list)
+        },
+    )
+    .await;
+    let after: BTreeSet<String> = healed
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    assert_eq!(after, uids, "the same pods, healed in place");
+    let logs = injector_logs(&["--tail=-1"]);
+    let first = logs
+        .lines()
+        .find(|l| l.contains("upgrading in place:") && l.contains("busybox:1.35"))
+        .unwrap_or_default();
+    assert!(
+        first.contains(&broken),
+        "the broken pod {broken} was upgraded first: {first}"
+    );
+    assert!(
+        logs.contains(&format!("healing first: {broken} ")),
+        "healed while its Deployment was unhealthy:\n{logs}"
+    );
 }

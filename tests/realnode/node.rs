@@ -1,4 +1,4 @@
-//! One real node per test binary (testbed/realnode.sh: a v1.20.2 control plane, kubelet,
+//! One real node per test binary (testbed/realnode.sh: the testbed's control plane, kubelet,
 //! containerd, kube-proxy and scheduler on this machine), with the injector image built by
 //! scripts/image imported into it. When the node cannot be built or started, tests fail with
 //! the reason: they never pass by skipping. A node left up by a killed run is taken down

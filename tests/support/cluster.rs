@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -92,6 +93,16 @@ fn start_control_plane() -> Result<ControlPlane, String> {
         state_dir,
         kubeconfig: PathBuf::from(kubeconfig),
     };
+    let version = Command::new("kubectl")
+        .args(["version", "--kubeconfig"])
+        .arg(&plane.kubeconfig)
+        .output()
+        .map_err(|e| format!("cannot run kubectl: {e}"))?;
+    eprintln!(
+        "e2e: control plane from {bin_dir}, the test kubelet's nodes report {}:\n{}",
+        super::kubelet::KUBELET_VERSION,
+        String::from_utf8_lossy(&version.stdout).trim()
+    );
     super::kubelet::start(&plane.kubeconfig, Duration::from_millis(300));
     Ok(plane)
 }
@@ -154,24 +165,14 @@ impl TestContext {
             )
             .await
             .expect("a fresh namespace");
-        // The ServiceAccount admission plugin rejects pods until the token controller has made
-        // the namespace's `default` token; controllers retry, but a test creating a Pod would not.
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+        // The ServiceAccount admission plugin rejects pods until the ServiceAccount controller
+        // has made the namespace's `default` account; controllers retry, but a test creating a
+        // Pod would not.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &namespace);
         super::injector::eventually(
             Duration::from_secs(30),
-            "the namespace's default token",
-            || async {
-                let list = secrets.list(&Default::default()).await.ok()?;
-                list.items
-                    .iter()
-                    .any(|s| {
-                        s.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with("default-token-"))
-                    })
-                    .then_some(())
-            },
+            "the namespace's default ServiceAccount",
+            || async { accounts.get_opt("default").await.ok().flatten() },
         )
         .await;
         let dir = tempfile::tempdir().unwrap();
@@ -410,7 +411,6 @@ pub fn of_kind<'v>(docs: &'v [serde_json::Value], kind: &str) -> &'v serde_json:
 /// cluster-wide objects once per control plane, the binding per namespace) and writes a
 /// kubeconfig that authenticates with that ServiceAccount's token.
 pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -> PathBuf {
-    use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let base = kustomize("deploy");
     let moved = |kind: &str| {
@@ -463,33 +463,29 @@ pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -
 }
 
 /// A kubeconfig in `dir` that connects as the ServiceAccount `account` of `namespace` (created
-/// beforehand), with the token v1.20 still puts in a Secret for each ServiceAccount.
+/// beforehand), with a token of the TokenRequest API, valid for a day.
 pub async fn service_account_kubeconfig(
     client: &Client,
     namespace: &str,
     account: &str,
     dir: &Path,
 ) -> PathBuf {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let prefix = format!("{account}-token-");
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 86_400}
+    }))
+    .unwrap();
     let token = super::injector::eventually(
         Duration::from_secs(30),
-        &format!("{account}'s token"),
+        &format!("a token for {account}"),
         || async {
-            secrets
-                .list(&Default::default())
+            accounts
+                .create_token_request(account, &PostParams::default(), &request)
                 .await
                 .ok()?
-                .items
-                .into_iter()
-                .find_map(|s| {
-                    s.metadata
-                        .name
-                        .as_deref()?
-                        .starts_with(&prefix)
-                        .then_some(())?;
-                    String::from_utf8(s.data?.get("token")?.0.clone()).ok()
-                })
+                .status
+                .map(|s| s.token)
         },
     )
     .await;

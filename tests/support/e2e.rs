@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -652,38 +653,23 @@ pub fn rollout_command(namespace: &str, args: &[&str]) -> std::process::Output {
         .expect("rollout runs")
 }
 
-/// A policy/v1beta1 PodDisruptionBudget: v1.20 serves no policy/v1, and k8s-openapi's types are
-/// policy/v1 only.
-pub fn pdb_api(ctx: &TestContext) -> Api<kube::api::DynamicObject> {
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource)
-}
-
 /// A PodDisruptionBudget `app` over the `pods` pods of `app` that allows no disruption, once
 /// the disruption controller counts them all healthy.
-pub async fn blocking_pdb(
-    ctx: &TestContext,
-    app: &str,
-    pods: usize,
-) -> Api<kube::api::DynamicObject> {
-    let pdbs = pdb_api(ctx);
-    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+pub async fn blocking_pdb(ctx: &TestContext, app: &str, pods: usize) -> Api<PodDisruptionBudget> {
+    let pdbs = ctx.api::<PodDisruptionBudget>();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": app},
         "spec": {"minAvailable": pods, "selector": {"matchLabels": {"app": app}}}
     }))
     .unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let pods = i32::try_from(pods).unwrap();
     eventually(
         DEADLINE,
         "the disruption controller counts the budget",
         || async {
-            let pdb = pdbs.get(app).await.ok()?;
-            let status = pdb.data.get("status")?;
-            (status["expectedPods"] == pods && status["currentHealthy"] == pods).then_some(())
+            let status = pdbs.get(app).await.ok()?.status?;
+            (status.expected_pods == pods && status.current_healthy == pods).then_some(())
         },
     )
     .await;

@@ -20,6 +20,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 pub const NODES: &[&str] = &["e2e-node-1", "e2e-node-2"];
+/// The version the fake Nodes report: the release of the testbed's control plane.
+pub const KUBELET_VERSION: &str = "v1.36.3";
 const BROKEN_TAG: &str = ":broken";
 /// The annotation that makes a running pod not Ready (its containers keep running).
 pub const UNREADY: &str = "e2e.kubelet/unready";
@@ -61,7 +63,7 @@ fn node_status() -> Value {
                         "lastHeartbeatTime": now, "lastTransitionTime": now}],
         "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
         "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-        "nodeInfo": {"kubeletVersion": "v1.20.2", "architecture": "amd64", "operatingSystem": "linux",
+        "nodeInfo": {"kubeletVersion": KUBELET_VERSION, "architecture": "amd64", "operatingSystem": "linux",
                      "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
                      "containerRuntimeVersion": "", "kubeProxyVersion": ""}
     }})
