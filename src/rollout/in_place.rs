@@ -254,6 +254,9 @@ pub struct InPlaceUpgrade {
     pub upgraded: BTreeMap<String, (String, i32)>,
     /// The image each upgraded container is patched to.
     pub images: BTreeMap<String, String>,
+    /// Each upgraded container's id and waiting reason when read before the patch: a pod healed
+    /// from a back-off reports that state until the kubelet acts on the new spec.
+    pub before: BTreeMap<String, (Option<String>, Option<String>)>,
     /// Every other container's restart count: none may restart.
     pub others: BTreeMap<String, i32>,
     /// Its workload's `minReadySeconds`: how long the pod must be Ready again to count as
@@ -301,6 +304,17 @@ impl InPlaceUpgrade {
                 })
                 .collect(),
             images: patch.upgraded.clone(),
+            before: patch
+                .upgraded
+                .keys()
+                .filter_map(|name| {
+                    let status = statuses.iter().find(|s| &s.name == name)?;
+                    Some((
+                        name.clone(),
+                        (status.container_id.clone(), waiting_reason(status)),
+                    ))
+                })
+                .collect(),
             others: statuses
                 .iter()
                 .filter(|s| !patch.upgraded.contains_key(&s.name))
@@ -376,22 +390,30 @@ impl InPlaceUpgrade {
                 continue;
             };
             let state = status.state.as_ref();
-            // The kubelet restarted it with the new spec: its restart count went up (the
-            // image it reports may not change: a runtime names an image by the first of its
-            // tags). Until then its state is the old spec's: a pod healed from a revision whose
-            // image could not be pulled still says so.
-            if status.image == *image_before && status.restart_count <= *restarts_before {
-                done = false;
-                continue;
-            }
-            let waiting = state
-                .and_then(|s| s.waiting.as_ref())
-                .and_then(|w| w.reason.as_deref())
-                .filter(|r| *r != "ContainerCreating" && *r != "PodInitializing");
-            if let Some(reason) = waiting {
+            let (id_before, waiting_before) =
+                self.before.get(container).cloned().unwrap_or_default();
+            let waiting = waiting_reason(status)
+                .filter(|r| r != "ContainerCreating" && r != "PodInitializing");
+            // A pod healed from a back-off (an image it could not pull, a crash loop) says so
+            // until the kubelet acts on the new spec: that state is the old revision's.
+            let as_before = status.container_id == id_before
+                && status.image == *image_before
+                && waiting == waiting_before;
+            if let Some(reason) = waiting.as_ref().filter(|_| !as_before) {
                 return UpgradeProgress::Failed(format!(
                     "pod {name}: upgraded container {container} is waiting ({reason})"
                 ));
+            }
+            // The kubelet restarted it with the new spec: its restart count went up, or another
+            // container runs in its place (the image it reports may not change: a runtime
+            // names an image by the first of its tags).
+            let running = state.is_some_and(|s| s.running.is_some());
+            let restarted = status.image != *image_before
+                || status.restart_count > *restarts_before
+                || (running && status.container_id != id_before);
+            if !restarted || waiting.is_some() {
+                done = false;
+                continue;
             }
             if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
                 return UpgradeProgress::Failed(format!(
@@ -399,7 +421,6 @@ impl InPlaceUpgrade {
                     terminated.exit_code
                 ));
             }
-            let running = state.is_some_and(|s| s.running.is_some());
             done &= running && status.ready;
         }
         // Its containers ready is not yet the pod Ready (a readiness gate, another container),
@@ -419,6 +440,11 @@ impl InPlaceUpgrade {
                 .collect(),
         )
     }
+}
+
+/// Why a container waits, as its status says.
+fn waiting_reason(status: &k8s_openapi::api::core::v1::ContainerStatus) -> Option<String> {
+    status.state.as_ref()?.waiting.as_ref()?.reason.clone()
 }
 
 /// A container's state as a person reads it: `waiting (ImagePullBackOff)`, `running s:2, ready`.
@@ -762,6 +788,25 @@ mod tests {
             upgrade.progress(Some(&again), now),
             UpgradeProgress::Failed(
                 "pod web-1: upgraded container shipper is waiting (ImagePullBackOff)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_running_sidecar_patched_to_an_image_the_node_cannot_get_fails_at_once() {
+        let (before, patch) = logger_pod_and_its_patch();
+        let upgrade = InPlaceUpgrade::of(&before, &patch, Duration::ZERO);
+        // As a real kubelet reports it: the container killed, the new one never created, the
+        // status still naming the image and restart count of the one that ran.
+        let mut stuck: Value = serde_json::to_value(&before).unwrap();
+        stuck["status"]["containerStatuses"][1]["ready"] = json!(false);
+        stuck["status"]["containerStatuses"][1]["state"] =
+            json!({"waiting": {"reason": "ErrImageNeverPull"}});
+        let stuck: Pod = serde_json::from_value(stuck).unwrap();
+        assert_eq!(
+            upgrade.progress(Some(&stuck), Timestamp::UNIX_EPOCH),
+            UpgradeProgress::Failed(
+                "pod web-1: upgraded container shipper is waiting (ErrImageNeverPull)".into()
             )
         );
     }

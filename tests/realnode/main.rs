@@ -1700,6 +1700,10 @@ async fn in_place_upgrade(
         "no new ReplicaSet"
     );
 
+    // Before any restart of the template (whose cooldown would hold the next revision back):
+    // a broken image, then its fix, healed into the broken pod first.
+    heal_after_a_failed_in_place_upgrade(pods, configmaps, &upgraded).await;
+
     // An env change is not made in place: the Deployment is restarted.
     edit(configmaps, patcher("localhost/busybox:next", Some("debug"))).await;
     let restarted = eventually(
@@ -1725,7 +1729,6 @@ async fn in_place_upgrade(
             restarts_explained(client, "inplace").await
         );
     }
-    heal_after_a_failed_in_place_upgrade(pods, configmaps, &restarted).await;
 }
 
 /// An image the node does not have (and may never pull): the kubelet cannot start the first
@@ -1741,11 +1744,7 @@ async fn heal_after_a_failed_in_place_upgrade(
         .iter()
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
-    edit(
-        configmaps,
-        patcher("localhost/busybox:missing", Some("debug")),
-    )
-    .await;
+    edit(configmaps, patcher("localhost/busybox:missing", None)).await;
     let broken = eventually(
         Duration::from_secs(120),
         "one inplace pod patched to the missing image, its sidecar unable to start",
@@ -1777,9 +1776,9 @@ async fn heal_after_a_failed_in_place_upgrade(
         Duration::from_secs(60),
         "the campaign of patcher:v1 paused",
         || async {
-            let status = configmaps.get_opt("sidecar-injector-status").await.ok()??;
-            let campaigns = status.data?.get("campaigns")?.clone();
-            (campaigns.contains("\"patcher:v1\"") && campaigns.contains("\"paused\"")).then_some(())
+            let status = configmaps.get("sidecar-injector-status").await.ok()?;
+            let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
+            (book["campaigns"]["patcher:v1"]["state"] == "paused").then_some(())
         },
     )
     .await;
@@ -1793,7 +1792,7 @@ async fn heal_after_a_failed_in_place_upgrade(
         "no other pod touched after the failure"
     );
 
-    edit(configmaps, patcher("localhost/busybox:1.35", Some("debug"))).await;
+    edit(configmaps, patcher("localhost/busybox:1.35", None)).await;
     let healed = eventually(
         Duration::from_secs(180),
         "inplace: the broken pod healed, then the rest, all on busybox:1.35",
