@@ -294,6 +294,7 @@ up() {
   bridge_up
   log "starting control plane"; timed start_cp
   log "starting containerd, kubelet, kube-proxy"; timed start_node
+  kubectl --kubeconfig $S/kubeconfig version >&2
   kubectl --kubeconfig $S/kubeconfig get nodes -o wide >&2
   echo "$S/kubeconfig"
 }

@@ -277,7 +277,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
 
     // Install as the README says: deploy/ (the local image), the Secret made from `certs`, and
     // nothing else by hand.
-    kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
+    kubectl_ok(&["apply", "--validate=strict", "-k", "tests/realnode/overlay"]);
     let tls = tempfile::tempdir().unwrap();
     let tls_file = |name: &str| tls.path().join(name).display().to_string();
     let certs = || {
@@ -464,7 +464,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     );
 
     // Re-apply deploy/ (the natural upgrade): the caBundle stays and injection keeps working.
-    kubectl_ok(&["apply", "-k", "tests/realnode/overlay"]);
+    kubectl_ok(&["apply", "--validate=strict", "-k", "tests/realnode/overlay"]);
     eventually(DEADLINE, "the caBundle after a re-apply", bundle_set).await;
 
     // Renew the certificate as the README says: `certs` again in the same directory (the same
