@@ -223,7 +223,7 @@ fn survey_carrier<'g, 'r>(
         roll_or_fail(input, survey, out, still, target, true, Some(problem));
         return;
     }
-    let said = replacement_progress(upgrade, workload, entry, relevant);
+    let said = || replacement_progress(upgrade, workload, entry, relevant);
     // One of its pods is being upgraded in place: patched, so its revision says current, but
     // its sidecar is not back yet. It rolls, within --rollout-timeout, until that upgrade is
     // judged.
@@ -240,7 +240,7 @@ fn survey_carrier<'g, 'r>(
         active: &active,
         stale: &restart_for,
         target,
-        progress: said,
+        progress: &said,
     };
     judge_carrier(input, book, carrier, survey, out);
 }
@@ -390,8 +390,8 @@ struct Carrier<'a, 'g, 'r> {
     /// Its rows still stale, uninjected (or unknown with `--restart-unknown`).
     stale: &'a [&'r WorkloadDrift],
     target: RevisionStamp,
-    /// How far its restart got, as a timeout says it.
-    progress: String,
+    /// How far its restart got, as a timeout says it (made only for one).
+    progress: &'a dyn Fn() -> String,
 }
 
 /// Rolling, succeeded, failed (finished but not current after the grace, or timed out), or
@@ -689,7 +689,7 @@ fn timeout_failure(
     input: &PlanInput<'_>,
     book: &CampaignBook,
     (entry, active): (&WorkloadEntry, &[&str]),
-    progress: String,
+    progress: impl FnOnce() -> String,
 ) -> (Option<String>, Option<Timestamp>) {
     let started = entry.rolled_at.or_else(|| {
         active
@@ -706,8 +706,9 @@ fn timeout_failure(
         return (None, Some(deadline));
     }
     let reason = format!(
-        "not rolled out within {} ({progress})",
+        "not rolled out within {} ({})",
         humantime::format_duration(timeout),
+        progress()
     );
     (Some(reason), None)
 }
