@@ -104,9 +104,14 @@ pub(super) fn admit<'r>(
         .filter(|r| !input.targets[&r.sidecar].manual)
         .collect();
     if auto.is_empty() {
-        return Err(WaitReason::Manual {
-            sidecar: candidate.restart_for[0].sidecar.clone(),
-        });
+        // A candidate has a row to restart for; one without any never reaches a gate, but a
+        // planner bug must not panic the engine while it holds the index.
+        let sidecar = candidate.restart_for.first().map(|r| r.sidecar.clone());
+        return Err(
+            sidecar.map_or(WaitReason::NotKnownYet, |sidecar| WaitReason::Manual {
+                sidecar,
+            }),
+        );
     }
     settle_gate(input, book, &auto)?;
     // A reverted restart was made already, and undone by someone else: its cooldown is not

@@ -432,8 +432,10 @@ fn judge_carrier<'g, 'r>(
         }
     }
     let still = (workload, active);
-    if current && bake_failure.is_none() {
-        roll_or_fail(input, survey, out, still, target, on_delete, None);
+    // A container problem the bake found fails the restart as it is found, whether or not
+    // the workload is up again by then.
+    if bake_failure.is_some() || current {
+        roll_or_fail(input, survey, out, still, target, on_delete, bake_failure);
         return;
     }
     if finished && let Some(ends) = finish_grace_end(input, workload) {
@@ -445,9 +447,10 @@ fn judge_carrier<'g, 'r>(
     // Pods created while the webhook was down or unreachable (failurePolicy Ignore) say
     // nothing against the revision: the restart is made once more, cooldown or not. Once
     // only: a webhook that never sees this workload's pods must not restart it forever.
-    let only_uninjected = stale
-        .iter()
-        .all(|r| r.pods.uninjected > 0 && r.pods.stale + r.pods.unknown == 0);
+    let only_uninjected = !stale.is_empty()
+        && stale
+            .iter()
+            .all(|r| r.pods.uninjected > 0 && r.pods.stale + r.pods.unknown == 0);
     if finished && only_uninjected && entry.rollout_heal.as_deref() != Some(target.as_str()) {
         survey.count(active, |c| c.pending += 1);
         survey.candidates.push(Candidate {
@@ -461,9 +464,7 @@ fn judge_carrier<'g, 'r>(
         });
         return;
     }
-    let failure = if bake_failure.is_some() {
-        bake_failure
-    } else if finished {
+    let failure = if finished {
         Some(not_current_failure(input, stale))
     } else {
         let (failure, deadline) = timeout_failure(input, book, (entry, active), said);

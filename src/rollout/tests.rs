@@ -2643,3 +2643,45 @@ fn a_carrier_whose_new_pods_get_the_held_revision_waits_and_is_not_failed() {
     );
     assert!(plan.rolling.iter().all(|r| r.workload.name != "b"));
 }
+
+#[test]
+fn a_bake_failure_found_while_the_workload_is_healthy_fails_it_at_once() {
+    use crate::rollout::Bake;
+    let mut world = World::new();
+    world.settings.bake = Duration::from_secs(30);
+    world
+        .deployment("canary", 1, Some(OLD))
+        .deployment("other", 2, Some(OLD));
+    assert_eq!(restarted(&world.step()), ["canary"]);
+    world.patched("canary", at(7200));
+    world.now = at(7210);
+    world.rolled("canary", 1);
+    let canary = WorkloadRef::new(WorkloadKind::Deployment, "team", "canary");
+    let target = crate::config::RevisionStamp::sorted([(LOGGER, NEW)]);
+    world.step();
+    // The read found a container that crashed and is back up: the workload is rolled out and
+    // every pod current, and the restart still fails, now (it used to wait out a finish grace,
+    // then plan a heal with no pods to heal, which panicked in the gates).
+    world.baking.insert(
+        canary.clone(),
+        Bake {
+            target,
+            since: at(7210),
+            read_at: Some(at(7225)),
+            problem: Some("pod canary-rs2-0: container logger (restarted 1 time)".into()),
+            ..Default::default()
+        },
+    );
+    for now in [7225, 7300, 7400] {
+        world.now = at(now);
+        let plan = world.step();
+        assert!(
+            plan.restarts.iter().all(|r| r.workload != canary),
+            "{plan:#?}"
+        );
+        if now == 7225 {
+            assert_eq!(plan.failed.len(), 1, "{plan:#?}");
+            assert_eq!(plan.paused.len(), 1);
+        }
+    }
+}
