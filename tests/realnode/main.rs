@@ -1281,6 +1281,11 @@ async fn native_sidecar(
         .delete("meshed", &Default::default())
         .await
         .unwrap();
+    // Gone before the uninstall counts the containers that must outlive it.
+    eventually(DEADLINE, "meshed's pod gone", || async {
+        pods_of(pods, "meshed").await.is_empty().then_some(())
+    })
+    .await;
 }
 
 /// Each container of `pods`: its pod's uid, its name, and how often the kubelet restarted it.
