@@ -1239,6 +1239,21 @@ fn man_pages_render_without_warnings() {
 }
 
 #[test]
+fn the_flag_reference_in_docs_is_the_one_the_binary_generates() {
+    let generated = run(&["man", "--markdown"], None);
+    assert!(generated.status.success(), "{}", text(&generated.stderr));
+    let generated = text(&generated.stdout);
+    assert!(generated.contains("## sidecar-injector rollout\n"), "{generated}");
+    assert!(generated.contains("--max-parallel-per-namespace"), "{generated}");
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/flags.md"))
+        .unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/flags.md is stale: run `cargo run -- man --markdown > docs/flags.md`"
+    );
+}
+
+#[test]
 fn run_as_kubectl_sidecar_injector_usage_names_the_plugin() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("kubectl-sidecar_injector");

@@ -155,8 +155,11 @@ pub struct CompletionArgs {
 pub struct ManArgs {
     /// Write every page into this directory (created if missing) instead of printing the
     /// top-level page.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     pub dir: Option<PathBuf>,
+    /// Print the reference of every command and flag as Markdown (docs/flags.md) instead.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
