@@ -17,7 +17,7 @@
 //!   [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per subcommand).
 #![forbid(unsafe_code)]
 
-/// The crate version and the git commit it was built from (`0.1.0 (commit 650ebd9c1a2b)`).
+/// The crate version and the git commit it was built from (`0.2.0 (commit 650ebd9c1a2b)`).
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
