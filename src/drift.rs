@@ -229,7 +229,7 @@ fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> 
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DriftReport {
     pub sidecars: Vec<SidecarDrift>,
     pub workloads: Vec<WorkloadDrift>,

@@ -22,16 +22,15 @@ use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
 use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
 use crate::cluster::status::{self, STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP};
-use crate::config::{RevisionsInForce, SidecarSet};
-use crate::drift::{DriftPolicy, PodToReplace};
+use crate::config::SidecarSet;
+use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
 use crate::rollout::change::restart_action;
-use crate::rollout::eviction::{BlockedEviction, LastEviction};
 use crate::rollout::history::RevisionHistory;
-use crate::rollout::outcome::{PodlessOutcome, podless_outcomes};
+use crate::rollout::machine::{Conduct, Effect, OnIndex, RolloutState};
 use crate::rollout::selection::ContainerSelection;
-use crate::rollout::targets::{ContentHistory, published_targets};
-use crate::rollout::{self, CampaignBook, PlanInput, RolloutPlan, RolloutSettings, SidecarTarget};
+use crate::rollout::targets::{ContentHistory, in_force, plan_targets};
+use crate::rollout::{self, RolloutPlan, RolloutSettings, SidecarTarget};
 use crate::workload::{RestartMethod, WorkloadKind, WorkloadRef};
 
 /// Every API call of the engine gets this long.
@@ -164,29 +163,13 @@ pub enum Authority {
     PlanOnly,
 }
 
-/// An OnDelete workload rolling: the pods still to evict, one at a time while it is healthy.
-struct Eviction {
-    workload: WorkloadRef,
-    pods: Vec<PodToReplace>,
-    healthy: bool,
-    /// Its `minReadySeconds`: a pod upgraded in place counts as available again only then.
-    min_ready: Duration,
-}
-
-/// A plan, with what the executor needs from the index to carry it out.
-struct Planned {
-    plan: RolloutPlan,
-    evictions: Vec<Eviction>,
-    podless: BTreeMap<WorkloadRef, PodlessOutcome>,
-    /// The pods of each workload whose bake the plan asks to check.
-    bake_reads: Vec<(WorkloadRef, Vec<String>)>,
-}
-
 pub struct Engine {
     client: Client,
     options: EngineOptions,
     metrics: Arc<Metrics>,
     recorder: Recorder,
+    /// The decision memory: the book, restarts, bakes and pods under way.
+    state: RolloutState,
     /// Each sidecar's content as last seen: what a new revision is described against.
     history: ContentHistory,
     /// Each sidecar's remembered revisions, as in the history ConfigMap once read.
@@ -198,28 +181,15 @@ pub struct Engine {
     revisions_dirty: bool,
     /// What the pins and holds of the book could not serve, as last said.
     overlay_errors: Vec<String>,
-    finished_since: BTreeMap<WorkloadRef, Timestamp>,
-    evictions: BTreeMap<WorkloadRef, LastEviction>,
-    /// The template stamps this process wrote and whose rollout is not over: one found gone
-    /// with the pods still stale was reverted.
-    stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
-    /// Restarts by eviction under way (the template is never written for them).
-    evicting: BTreeMap<WorkloadRef, rollout::EvictionRestart>,
-    /// Workloads in their health bake.
-    baking: BTreeMap<WorkloadRef, rollout::Bake>,
     /// The pods of each bake as last read, followed by the pod watch while the bake is open.
     bake_pods: BTreeMap<WorkloadRef, health_bake::BakeRead>,
-    /// The pod of each workload being upgraded in place (one at a time).
-    upgrades: BTreeMap<WorkloadRef, pod_replacement::UpgradeUnderWay>,
-    /// Pods upgraded in place, by workload and pod uid: their containers' restart counts once
-    /// upgraded, which the health bake counts restarts from (the upgraded container restarted
-    /// on purpose). Kept while the workload rolls (its bake included).
-    upgraded: BTreeMap<WorkloadRef, BTreeMap<String, BTreeMap<String, i32>>>,
-    /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
-    blocked: BTreeMap<WorkloadRef, BlockedEviction>,
-    book: CampaignBook,
+    /// The pod of each upgrade in place under way as last read (or patched): it is read again
+    /// once the pod watch sees it change.
+    upgrade_reads: BTreeMap<WorkloadRef, PodRead>,
     /// The resourceVersion of the status ConfigMap our book corresponds to.
     known_version: Option<String>,
+    /// The error of the malformed book last said, so that it is said once.
+    malformed_book: Option<String>,
     written: Option<BTreeMap<String, String>>,
     /// The book this process last wrote, counts aside, and when.
     written_shape: Option<(String, Timestamp)>,
@@ -227,10 +197,6 @@ pub struct Engine {
     /// action is due again.
     wake_at: Option<Timestamp>,
     status: watch::Receiver<Option<ConfigMap>>,
-    /// Workloads this process restarted whose success is not reported yet.
-    awaiting_success: BTreeSet<WorkloadRef>,
-    journal: rollout::journal::Journal,
-    notices: rollout::notice::NoticeTracker,
     notifier: Option<notifier::Notifier>,
     containers: Option<ContainerRun>,
     /// What a running injector published, whose revisions the one-shot CLI brings pods to
@@ -261,24 +227,15 @@ impl Engine {
             revisions_version: None,
             revisions_dirty: false,
             overlay_errors: Vec::new(),
-            finished_since: BTreeMap::new(),
-            evictions: BTreeMap::new(),
-            blocked: BTreeMap::new(),
-            baking: BTreeMap::new(),
+            state: RolloutState::default(),
             bake_pods: BTreeMap::new(),
-            upgrades: BTreeMap::new(),
-            upgraded: BTreeMap::new(),
-            stamped: BTreeMap::new(),
-            evicting: BTreeMap::new(),
-            book: CampaignBook::default(),
+            upgrade_reads: BTreeMap::new(),
             known_version: None,
+            malformed_book: None,
             written: None,
             written_shape: None,
             wake_at: None,
             status,
-            awaiting_success: BTreeSet::new(),
-            journal: rollout::journal::Journal::default(),
-            notices: Default::default(),
             notifier: None,
             containers: None,
             published: None,
@@ -321,29 +278,6 @@ impl Engine {
         self.published = Some(publication);
     }
 
-    /// The revisions to bring pods to, with what changed when this process saw the previous
-    /// content of a sidecar; `set` has the book's pins applied.
-    fn targets(&mut self, set: &SidecarSet) -> BTreeMap<String, SidecarTarget> {
-        let honour_manual = !self.options.ignore_manual_policy;
-        match &self.published {
-            Some(published) => {
-                let mut targets =
-                    published_targets(&published.revisions, &published.manual, set, honour_manual);
-                // Replicas publish the pinned revision once they have read the pin; until then
-                // they publish the config's, which the pin replaces.
-                for (sidecar, pin) in &self.book.pins {
-                    if let Some(target) = targets.get_mut(sidecar)
-                        && target.revision == pin.over
-                    {
-                        target.revision.clone_from(&pin.revision);
-                    }
-                }
-                targets
-            }
-            None => self.history.targets(set, honour_manual),
-        }
-    }
-
     /// The targets of a plan by revision: the cluster's book adopted, pins whose config changed
     /// dropped (when this process writes the book), the history read; and the configs in force
     /// (see [`in_force`]), already noted in the history.
@@ -354,7 +288,7 @@ impl Engine {
     ) -> (BTreeMap<String, SidecarTarget>, SidecarSet) {
         self.adopt_cluster_book();
         if may_write && self.published.is_none() {
-            for (sidecar, pin) in self.book.drop_stale_pins(set) {
+            for (sidecar, pin) in self.state.book.drop_stale_pins(set) {
                 info!(
                     sidecar,
                     "the pin of {sidecar} at {} ends: its config changed since it was pinned over {}",
@@ -364,15 +298,22 @@ impl Engine {
             }
         }
         self.load_revisions().await;
-        let (pinned, errors) = self.book.pinned(set);
+        let (pinned, errors) = self.state.book.pinned(set);
         self.say_overlay_errors(&errors);
-        let targets = self.targets(&pinned);
+        let published = self.published.as_ref().map(|p| (&p.revisions, &p.manual));
+        let targets = plan_targets(
+            published,
+            &self.state.book,
+            &mut self.history,
+            &pinned,
+            !self.options.ignore_manual_policy,
+        );
         // The content of each revision in force is in the history before the plan compares
         // it (an in-place upgrade needs both contents).
         let in_force = in_force(&pinned, &targets);
         self.revisions_dirty |= self.revisions.observe(
             &in_force,
-            &self.book,
+            &self.state.book,
             Timestamp::now(),
             self.options.settings.good_after,
             self.options.settings.history_limit,
@@ -419,7 +360,7 @@ impl Engine {
         };
         self.revisions_dirty |= self.revisions.observe(
             served,
-            &self.book,
+            &self.state.book,
             now,
             self.options.settings.good_after,
             self.options.settings.history_limit,
@@ -461,7 +402,7 @@ impl Engine {
     /// Workloads this process restarted that have no outcome yet (a workload scaled to zero
     /// or deleted mid-rollout has no pods in the plan, yet still awaits one).
     pub fn awaiting_outcomes(&self) -> usize {
-        self.awaiting_success.len()
+        self.state.awaiting_success.len()
     }
 
     /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
@@ -496,17 +437,13 @@ impl Engine {
         if theirs != item(self.written.as_ref()) {
             // Theirs is in the ConfigMap now: whatever differs from it is written at once.
             self.written_shape = None;
-            match status::decode_book(&configmap) {
-                Ok(Some(book)) => {
-                    for line in rollout::journal::resumptions(&self.book, &book) {
-                        say(&line);
-                    }
-                    self.book = book;
+            if let Some(Some(book)) =
+                status::book_or_warn(Some(&configmap), &mut self.malformed_book)
+            {
+                for line in rollout::journal::resumptions(&self.state.book, &book) {
+                    say(&line);
                 }
-                Err(err) => warn!(
-                    "the status ConfigMap's {STATUS_CAMPAIGNS_KEY} item is malformed; starting fresh: {err}"
-                ),
-                Ok(None) => {}
+                self.state.book = book;
             }
         }
         self.written = configmap.data.clone().map(|d| d.into_iter().collect());
@@ -520,34 +457,25 @@ impl Engine {
         set: &SidecarSet,
         authority: Authority,
     ) -> RolloutPlan {
-        let may_write = authority == Authority::Act && self.options.mode == EngineMode::Auto;
+        let conduct = self.conduct(authority);
+        let may_write = matches!(conduct, Conduct::Act { .. });
         let (targets, in_force) = match &self.containers {
             Some(run) => (run.selection.targets(), SidecarSet::default()),
             None => self.revision_targets(set, may_write).await,
         };
-        let wanted: RevisionsInForce = targets
-            .iter()
-            .map(|(name, t)| (name.clone(), t.revision.clone()))
-            .collect();
+        // What happened to the pods upgraded in place is observed before the plan, which
+        // then frees their workloads for the next pod, or fails their restart.
+        if may_write {
+            self.follow_upgrades(&feed.followed).await;
+        }
+        let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
-        self.note_upgrades();
-        self.note_bake_changes(feed);
-        let Planned {
-            plan,
-            evictions,
-            podless,
-            bake_reads,
-        } = self.plan_now(feed, &targets, &wanted, now);
-        self.wake_at = plan.wake_at;
-        let previous: BTreeMap<WorkloadRef, Timestamp> = std::mem::take(&mut self.finished_since);
-        self.finished_since = plan
-            .finished_not_current
-            .iter()
-            .map(|w| (w.clone(), previous.get(w).copied().unwrap_or(now)))
-            .collect();
+        let step = self.step(feed, &targets, &bakes_changed, now, conduct);
+        self.wake_at = step.wake_at;
         self.metrics
             .rollouts_in_flight
-            .set(plan.rolling.len() as i64);
+            .set(step.plan.rolling.len() as i64);
+        let plan = &step.plan;
         self.summarise(|summary| {
             summary.waiting = plan.waiting.clone();
             summary.failed_earlier = plan
@@ -557,269 +485,145 @@ impl Engine {
                 .cloned()
                 .collect();
         });
-        if self.options.mode != EngineMode::Off {
-            self.follow_bakes(&plan, bake_reads, now, &feed.followed, authority)
+        if may_write {
+            self.metrics.record_campaigns(&self.state.book);
+        }
+        for effect in step.effects {
+            self.perform(effect, &feed.followed, authority, &in_force, now)
                 .await;
         }
-        if authority == Authority::PlanOnly {
-            return plan;
-        }
-        self.book = plan.book.clone();
-        match self.options.mode {
-            EngineMode::Auto => {
-                self.metrics.record_campaigns(&self.book);
-                self.act(&plan, evictions, now, &feed.followed).await;
-                self.end_podless(podless);
-                for line in self.journal.campaigns(&plan, &self.book) {
-                    say(&line);
-                }
-                if let Some(notifier) = &self.notifier {
-                    for notice in self.notices.notices(
-                        &plan,
-                        &self.book,
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-                    ) {
-                        notifier.notify(notice);
-                    }
-                }
-                if self.containers.is_none() {
-                    self.write_status().await;
-                    self.record_revisions(&in_force, now).await;
-                }
+        // A bake that passed or failed reads nothing more: its pods are no longer followed.
+        let state = &self.state;
+        self.bake_pods.retain(|workload, read| {
+            let open = state.bake_open(workload);
+            if !open {
+                read.forget(&workload.namespace, &feed.followed);
             }
-            // A dry run acts on nothing, so its campaigns never progress: it keeps them to
-            // itself (no status write, no campaign gauge) and says the whole plan instead.
-            EngineMode::DryRun => {
-                for line in self.journal.dry_run(&plan) {
-                    say(&line);
-                }
-            }
-            EngineMode::Off => {}
-        }
-        plan
+            open
+        });
+        step.plan
     }
 
-    /// What the planner knows of the upgrades under way, taken from them each time rather than
-    /// kept in step with them.
-    fn note_upgrades(&mut self) {
-        for (workload, restart) in &mut self.evicting {
-            let under_way = self.upgrades.get(workload);
-            restart.upgrading = under_way.is_some();
-            restart.awaiting = under_way.map(|u| u.awaiting.clone());
+    /// How far this process goes with its plan.
+    fn conduct(&self, authority: Authority) -> Conduct {
+        match (authority, self.options.mode) {
+            (Authority::Act, EngineMode::Auto) => Conduct::Act {
+                record: self.containers.is_none(),
+            },
+            (Authority::Act, EngineMode::DryRun) => Conduct::DryRun,
+            (_, mode) => Conduct::Plan {
+                follow_bakes: mode != EngineMode::Off,
+            },
         }
     }
 
-    /// The plan from the index as it stands, and for each OnDelete workload rolling, the pods
-    /// still to evict and whether it is healthy enough for the next.
-    fn plan_now(
-        &self,
+    /// The state machine's step on the index as it stands.
+    fn step(
+        &mut self,
         feed: &DriftFeed,
         targets: &BTreeMap<String, SidecarTarget>,
-        wanted: &RevisionsInForce,
+        bakes_changed: &BTreeSet<WorkloadRef>,
         now: Timestamp,
-    ) -> Planned {
+        conduct: Conduct,
+    ) -> rollout::machine::Step {
         let index = feed.index.lock().expect("drift index lock");
         let live = self
             .containers
             .as_ref()
-            .map(|run| run.live.lock().expect("live pods lock"));
-        let mut report = match (&self.containers, &live) {
-            (Some(run), Some(live)) => run.selection.report(live),
-            _ => index.classify_revisions(wanted, &self.options.policy),
-        };
-        if let Some(kinds) = &self.options.kinds {
-            report
-                .workloads
-                .retain(|w| w.kind.workload().is_some_and(|k| kinds.contains(&k)));
-        }
-        let mut plan = rollout::plan(PlanInput {
-            report: &report,
+            .map(|run| (&run.selection, run.live.lock().expect("live pods lock")));
+        let input = OnIndex {
             index: &index,
             targets,
-            book: &self.book,
-            finished_since: &self.finished_since,
-            stamped: &self.stamped,
-            evicting: &self.evicting,
-            baking: &self.baking,
             settings: &self.options.settings,
             history: &self.revisions,
-            now,
-        });
-        let evictions = plan
-            .rolling
-            .iter()
-            .filter(|r| r.on_delete)
-            .filter_map(|r| {
-                let kind = r.workload.controller_kind()?;
-                let entry = index.workload(kind, &r.workload.namespace, &r.workload.name)?;
-                let pods = match (&self.containers, &live) {
-                    (Some(run), Some(live)) => {
-                        run.selection.pods_needing_restart(&r.workload, live)
-                    }
-                    _ => index.pods_needing_restart(
-                        kind,
-                        &r.workload.namespace,
-                        &r.workload.name,
-                        wanted,
-                        self.options.policy.restart_unknown,
-                    ),
-                };
-                Some(Eviction {
-                    workload: r.workload.clone(),
-                    pods,
-                    healthy: rollout::rolled_out(kind, entry),
-                    min_ready: Duration::from_secs(
-                        entry
-                            .min_ready_seconds
-                            .and_then(|s| u64::try_from(s).ok())
-                            .unwrap_or(0),
-                    ),
-                })
-            })
-            .collect();
-        if let Some(run) = &self.containers {
-            for restart in &mut plan.restarts {
-                restart.reason = run.selection.reason(&restart.workload);
-            }
-        }
-        let podless = podless_outcomes(&self.awaiting_success, &report, &index);
-        let bake_reads = plan
-            .bake_checks
-            .iter()
-            .filter_map(|workload| {
-                let kind = workload.controller_kind()?;
-                let pods = index.pod_names(kind, &workload.namespace, &workload.name);
-                Some((workload.clone(), pods))
-            })
-            .collect();
-        Planned {
-            plan,
-            evictions,
-            podless,
-            bake_reads,
-        }
+            policy: &self.options.policy,
+            kinds: self.options.kinds.as_ref(),
+            selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
+            bakes_changed,
+        };
+        self.state.step_on_index(&input, now, conduct)
     }
 
-    async fn act(
+    /// Carries out one effect of a step.
+    async fn perform(
         &mut self,
-        plan: &RolloutPlan,
-        evictions: Vec<Eviction>,
-        now: Timestamp,
+        effect: Effect,
         followed: &FollowedPods,
+        authority: Authority,
+        in_force: &SidecarSet,
+        now: Timestamp,
     ) {
-        // A restart by eviction ends when its workload no longer rolls to its target; a stamp
-        // matters until its workload's outcome is known; the pace of evictions only within a
-        // rollout.
-        self.evicting.retain(|w, e| {
-            plan.rolling
-                .iter()
-                .any(|r| &r.workload == w && r.target == e.target)
-        });
-        self.evictions
-            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
-        for done in plan
-            .succeeded
-            .iter()
-            .chain(plan.failed.iter().map(|f| &f.workload))
-        {
-            self.stamped.remove(done);
-        }
-        for restart in &plan.restarts {
-            self.restart(restart, now).await;
-        }
-        self.blocked.retain(|w, _| {
-            evictions
-                .iter()
-                .any(|e| &e.workload == w && !e.pods.is_empty())
-        });
-        self.follow_upgrades(followed).await;
-        for eviction in evictions {
-            let in_place = self
-                .evicting
-                .get(&eviction.workload)
-                .filter(|e| e.in_place)
-                .map(|e| e.target.clone());
-            match in_place {
-                Some(target) => self.upgrade_next(&eviction, &target, followed).await,
-                None => {
-                    self.evict_next(&eviction.workload, &eviction.pods, eviction.healthy)
-                        .await;
+        match effect {
+            Effect::BakeStarted(workload) => self.bake_started(&workload, followed, authority),
+            Effect::ReadBake { workload, pods } => self.read_bake(workload, pods, followed).await,
+            Effect::PatchTemplate(restart) => {
+                let patched = self.patch(&restart, now).await;
+                self.restarted(&restart, patched).await;
+            }
+            Effect::EvictBarePod(restart) => {
+                if let Some(result) = self.evict_bare_pod(&restart.workload, now).await {
+                    self.restarted(&restart, result).await;
                 }
             }
-        }
-        self.report_outcomes(plan).await;
-        for (sidecar, reason) in &plan.paused {
-            self.announce_pause(sidecar, reason).await;
-        }
-    }
-
-    /// Restarted workloads with no pods left end too: succeeded when rolled out (scaled to
-    /// zero), gone when deleted or evicted for good.
-    fn end_podless(&mut self, podless: BTreeMap<WorkloadRef, PodlessOutcome>) {
-        for (workload, outcome) in podless {
-            if !self.awaiting_success.remove(&workload) {
-                continue;
-            }
-            match outcome {
-                PodlessOutcome::Succeeded => {
-                    self.metrics
-                        .record_rollout(workload.kind, RolloutResult::Succeeded);
-                    self.summarise(|summary| {
-                        summary.succeeded.insert(workload);
-                    });
-                }
-                PodlessOutcome::Gone => {
-                    info!(workload = %workload, "restarted workload no longer exists");
-                    self.stamped.remove(&workload);
-                    self.summarise(|summary| {
-                        summary.gone.insert(workload);
-                    });
-                }
-            }
-        }
-    }
-
-    /// One restart: a template patch, or the eviction of a bare pod; an Event either way.
-    async fn restart(&mut self, restart: &rollout::Restart, now: Timestamp) {
-        let result = match (&restart.target, restart.method) {
-            _ if restart.workload.kind == WorkloadKind::Pod => {
-                match self.evict_bare_pod(&restart.workload, now).await {
-                    Some(result) => result,
-                    None => return,
-                }
-            }
-            (Some(target), method @ (RestartMethod::Evict | RestartMethod::InPlace)) => {
-                // Nothing is written: the next plan rolls it by evicting its stale pods, or
-                // upgrading them in place.
-                let in_place = method == RestartMethod::InPlace;
-                if in_place {
+            Effect::PodByPodStarted(restart) => {
+                if restart.method == RestartMethod::InPlace {
                     info!(workload = %restart.workload, "upgrading in place, pod by pod: {}", restart.reason);
                 } else {
                     info!(workload = %restart.workload, "restarting by eviction: {}", restart.reason);
                 }
-                self.evicting.insert(
-                    restart.workload.clone(),
-                    rollout::EvictionRestart {
-                        target: target.clone(),
-                        since: now,
-                        in_place,
-                        problem: None,
-                        upgrading: false,
-                        awaiting: None,
-                    },
-                );
-                self.wake_at(now);
-                Ok(())
+                self.announce_restart(&restart).await;
             }
-            _ => {
-                let patched = self.patch(restart, now).await;
-                if let (Ok(()), Some(target)) = (&patched, &restart.target) {
-                    self.stamped
-                        .insert(restart.workload.clone(), target.clone());
+            Effect::UpgradePod {
+                workload,
+                pod,
+                heal,
+                target,
+                healthy,
+                min_ready,
+            } => {
+                self.upgrade_pod(&workload, &pod, heal, &target, healthy, min_ready, followed)
+                    .await;
+            }
+            Effect::EvictPod {
+                workload,
+                pod,
+                heal,
+            } => self.evict_pod(&workload, pod, heal).await,
+            Effect::Succeeded(workload) => {
+                self.metrics
+                    .record_rollout(workload.kind, RolloutResult::Succeeded);
+                self.summarise(|summary| {
+                    summary.succeeded.insert(workload);
+                });
+            }
+            Effect::Failed { failure, ours } => self.report_failure(failure, ours).await,
+            Effect::Gone(workload) => {
+                info!(workload = %workload, "restarted workload no longer exists");
+                self.summarise(|summary| {
+                    summary.gone.insert(workload);
+                });
+            }
+            Effect::Paused {
+                sidecar,
+                reason,
+                workloads,
+            } => self.announce_pause(&sidecar, &reason, workloads).await,
+            Effect::Say(line) => say(&line),
+            Effect::Notify(notice) => {
+                if let Some(notifier) = &self.notifier {
+                    notifier.notify(notice);
                 }
-                patched
             }
-        };
+            Effect::WriteStatus => {
+                self.write_status().await;
+                self.record_revisions(in_force, now).await;
+            }
+        }
+    }
+
+    /// A restart's result: made, it is remembered and said; failed, it is retried by a later
+    /// plan.
+    async fn restarted(&mut self, restart: &rollout::Restart, result: Result<(), ActionError>) {
         if let Err(err) = result {
             self.failed(&err);
             self.retry_later();
@@ -827,13 +631,18 @@ impl Engine {
                 .record_rollout(restart.workload.kind, RolloutResult::Error);
             return;
         }
+        self.state.on_restarted(restart);
+        self.announce_restart(restart).await;
+    }
+
+    /// A restart made: logged, counted, and an Event on the workload.
+    async fn announce_restart(&mut self, restart: &rollout::Restart) {
         info!(workload = %restart.workload, canary = restart.canary, method = restart.method.as_str(), reason = %restart.reason, "restarted for a new sidecar revision");
         self.metrics
             .record_rollout(restart.workload.kind, RolloutResult::Restarted);
         self.summarise(|summary| {
             summary.restarted.insert(restart.workload.clone());
         });
-        self.awaiting_success.insert(restart.workload.clone());
         let canary = if restart.canary { " (canary)" } else { "" };
         self.event(
             &restart.workload,
@@ -870,61 +679,38 @@ impl Engine {
                 self.metrics
                     .record_rollout(WorkloadKind::Pod, RolloutResult::EvictionBlocked);
                 info!(workload = %pod, "eviction blocked by a PodDisruptionBudget; retrying, never forcing");
-                self.wake_at(rollout::after(now, rollout::eviction::BLOCKED_RETRY));
+                self.wake_at(RolloutState::blocked_retry(now));
                 None
             }
             Err(err) => Some(Err(err)),
         }
     }
 
-    async fn report_outcomes(&mut self, plan: &RolloutPlan) {
-        // A success is counted once, and only for a restart this process made: another run's
-        // or an earlier revision's finished workloads are not this process's to report.
-        for succeeded in &plan.succeeded {
-            if self.awaiting_success.remove(succeeded) {
-                self.metrics
-                    .record_rollout(succeeded.kind, RolloutResult::Succeeded);
-                self.summarise(|summary| {
-                    summary.succeeded.insert(succeeded.clone());
-                });
-            }
+    /// A failed rollout is said in a log line and a Warning Event, and counted as this
+    /// process's failure only when it made the restart.
+    async fn report_failure(&mut self, failure: rollout::Failure, ours: bool) {
+        error!(workload = %failure.workload, reason = %failure.reason, "rollout failed");
+        if ours {
+            self.metrics
+                .record_rollout(failure.workload.kind, RolloutResult::Failed);
+            let failed = failure.clone();
+            self.summarise(|summary| summary.failed.push(failed));
         }
-        for failure in &plan.failed {
-            error!(workload = %failure.workload, reason = %failure.reason, "rollout failed");
-            // Counted as this process's failure only when it made the restart (a new leader
-            // still says it: the Event and the log line); either way nothing awaits it now.
-            if self.awaiting_success.remove(&failure.workload) {
-                self.metrics
-                    .record_rollout(failure.workload.kind, RolloutResult::Failed);
-                self.summarise(|summary| summary.failed.push(failure.clone()));
-            }
-            self.event(
-                &failure.workload,
-                EventType::Warning,
-                "SidecarRolloutFailed",
-                "RolloutFailed",
-                &failure.reason,
-            )
-            .await;
-        }
+        self.event(
+            &failure.workload,
+            EventType::Warning,
+            "SidecarRolloutFailed",
+            "RolloutFailed",
+            &failure.reason,
+        )
+        .await;
     }
 
     /// A pause is said in a log line and a Warning Event on the status ConfigMap and on each
     /// workload whose failure caused it (not on those of a pause already resumed: each had
     /// its own).
-    async fn announce_pause(&mut self, sidecar: &str, reason: &str) {
+    async fn announce_pause(&mut self, sidecar: &str, reason: &str, failed: Vec<WorkloadRef>) {
         error!(sidecar, "{reason}");
-        let failed: Vec<WorkloadRef> = self
-            .book
-            .campaigns
-            .get(sidecar)
-            .map(|c| {
-                c.unacknowledged_details()
-                    .iter()
-                    .map(|f| f.workload.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
         for workload in failed {
             self.event(
                 &workload,
@@ -1097,12 +883,12 @@ impl Engine {
     /// changed, at most every [`STATUS_COUNTS_EVERY`] when only its counts did (a campaign
     /// would otherwise rewrite the ConfigMap at nearly every restart); `flush` writes now.
     async fn write_status_when(&mut self, flush: bool) {
-        let data = status::encode(self.written.as_ref(), &self.book);
+        let data = status::encode(self.written.as_ref(), &self.state.book);
         if self.written.as_ref() == Some(&data) {
             self.record_book_size(&data);
             return;
         }
-        let shape = status::book_shape(&self.book);
+        let shape = status::book_shape(&self.state.book);
         let now = Timestamp::now();
         if !flush
             && let Some((written, at)) = &self.written_shape
@@ -1143,21 +929,6 @@ impl Engine {
             }
         }
     }
-}
-
-/// The configs this process read (`pinned`: pins applied) whose revision is the one pods are
-/// brought to (the one-shot CLI may judge by published revisions): their content is that
-/// revision's.
-fn in_force(pinned: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {
-    pinned
-        .iter()
-        .filter(|s| {
-            targets
-                .get(&s.config.name.to_string())
-                .is_some_and(|t| t.revision == s.revision.as_str())
-        })
-        .map(|s| (**s).clone())
-        .collect()
 }
 
 /// Logs one journal line, with its sidecar and workload as fields.

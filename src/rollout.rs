@@ -15,10 +15,12 @@ pub mod history;
 pub mod in_place;
 mod instant;
 pub mod journal;
+pub mod machine;
 pub mod notice;
 pub mod outcome;
 mod plan;
 mod planner;
+pub mod publication;
 pub mod selection;
 pub mod targets;
 

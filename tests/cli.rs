@@ -1243,8 +1243,14 @@ fn the_flag_reference_in_docs_is_the_one_the_binary_generates() {
     let generated = run(&["man", "--markdown"], None);
     assert!(generated.status.success(), "{}", text(&generated.stderr));
     let generated = text(&generated.stdout);
-    assert!(generated.contains("## sidecar-injector rollout\n"), "{generated}");
-    assert!(generated.contains("--max-parallel-per-namespace"), "{generated}");
+    assert!(
+        generated.contains("## sidecar-injector rollout\n"),
+        "{generated}"
+    );
+    assert!(
+        generated.contains("--max-parallel-per-namespace"),
+        "{generated}"
+    );
     let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/flags.md"))
         .unwrap_or_default();
     assert!(

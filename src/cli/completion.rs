@@ -79,7 +79,10 @@ fn append_command(page: &mut String, command: &clap::Command, path: &str) {
     let mut command = command.clone().mut_args(|arg| arg.hide_env_values(true));
     let help = command.render_long_help().to_string();
     let help: Vec<&str> = help.trim_end().lines().map(str::trim_end).collect();
-    page.push_str(&format!("\n## {path}\n\n```text\n{}\n```\n", help.join("\n")));
+    page.push_str(&format!(
+        "\n## {path}\n\n```text\n{}\n```\n",
+        help.join("\n")
+    ));
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         if sub.get_name() == "help" {
             continue;

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -25,14 +24,13 @@ use super::one_shot::{
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::{NamespaceReach, list_selected};
 use crate::config::SidecarSet;
-use crate::engine::{Authority, Engine, EngineMode, EngineOptions};
+use crate::engine::{EngineMode, EngineOptions};
 use crate::explain::{
     Explanation, InjectionExplanation, PodState, SidecarDrift, WorkloadAction, WorkloadPods,
     injection, sidecar_drift, without_configs, workload_action,
 };
 use crate::injection::manifest::{document_label, objects_with_pods};
 use crate::injection::{InjectionSettings, PodView};
-use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::workload::{
     PodWorkload, ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner,
@@ -943,20 +941,8 @@ async fn plan_now(
         reason_prefix: None,
     };
     let feed = synced_feed(client, keys, args.cluster.webhook_configuration()).await?;
-    let recorder = crate::cluster::events::recorder(client.clone(), None);
-    let status = crate::cluster::status::watch_status(client.clone(), &options.namespace);
-    let mut engine = Engine::new(
-        client.clone(),
-        options,
-        Arc::new(Metrics::new()),
-        recorder,
-        status,
-    );
-    engine.load_status().await;
-    if let Some(publication) = published {
-        engine.use_publication(publication);
-    }
-    Ok(engine.tick(&feed, sidecars, Authority::PlanOnly).await)
+    let aim = super::one_shot::Aim::Revisions(published);
+    Ok(super::one_shot::plan_snapshot(client, &options, &feed, sidecars, &aim).await)
 }
 
 #[cfg(test)]

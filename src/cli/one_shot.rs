@@ -405,3 +405,101 @@ pub fn print_config_problems(report: &LoadReport) {
         crate::telemetry::error_notice(&error.to_string(), &[]);
     }
 }
+
+/// What a snapshot plan brings pods to.
+pub enum Aim {
+    /// The revisions in force: those a running injector published (`--revisions-from`), or
+    /// the configs read here.
+    Revisions(Option<crate::cluster::status::Publication>),
+    /// `rollout --sidecar-container-name`: a selection of pods by container name.
+    Containers(crate::engine::ContainerRun),
+}
+
+/// The plan the engine would make now, as one pure step of the rollout state machine on a
+/// snapshot: the cluster as `feed` listed it, the book of the status ConfigMap and the
+/// revision history read once. No executor: nothing is acted on, written or followed. What
+/// cannot be read (a team's rights) is said, and planned without.
+pub async fn plan_snapshot(
+    client: &kube::Client,
+    options: &crate::engine::EngineOptions,
+    feed: &crate::cluster::drift_feed::DriftFeed,
+    set: &SidecarSet,
+    aim: &Aim,
+) -> crate::rollout::RolloutPlan {
+    use crate::rollout::machine::{Conduct, OnIndex, RolloutState};
+    use crate::rollout::targets::{ContentHistory, in_force, plan_targets};
+
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let (targets, book, revisions) = match aim {
+        Aim::Containers(run) => (
+            run.selection.targets(),
+            crate::rollout::CampaignBook::default(),
+            crate::rollout::history::RevisionHistory::default(),
+        ),
+        Aim::Revisions(published) => {
+            let book = match read_status(client, &options.namespace).await {
+                Ok(status) => book_of(status.as_ref()).unwrap_or_else(|err| {
+                    tracing::warn!("{err:#}; planning as if there were no campaigns");
+                    crate::rollout::CampaignBook::default()
+                }),
+                Err(err) => {
+                    tracing::warn!("{err:#}; planning as if there were no campaigns");
+                    crate::rollout::CampaignBook::default()
+                }
+            };
+            let api = kube::Api::namespaced(client.clone(), &options.namespace);
+            let mut revisions = match crate::cluster::status::read_history(&api).await {
+                Ok((history, _)) => history,
+                Err(err) => {
+                    tracing::warn!("{err}; planning without the revision history");
+                    crate::rollout::history::RevisionHistory::default()
+                }
+            };
+            let (pinned, errors) = book.pinned(set);
+            for error in &errors {
+                tracing::warn!("a pinned revision is not served: {error}");
+            }
+            let published = published.as_ref().map(|p| (&p.revisions, &p.manual));
+            let targets = plan_targets(
+                published,
+                &book,
+                &mut ContentHistory::default(),
+                &pinned,
+                !options.ignore_manual_policy,
+            );
+            let settings = &options.settings;
+            revisions.observe(
+                &in_force(&pinned, &targets),
+                &book,
+                now,
+                settings.good_after,
+                settings.history_limit,
+            );
+            (targets, book, revisions)
+        }
+    };
+    let index = feed.index.lock().expect("drift index lock");
+    let live = match aim {
+        Aim::Containers(run) => Some((&run.selection, run.live.lock().expect("live pods lock"))),
+        Aim::Revisions(_) => None,
+    };
+    let input = OnIndex {
+        index: &index,
+        targets: &targets,
+        settings: &options.settings,
+        history: &revisions,
+        policy: &options.policy,
+        kinds: options.kinds.as_ref(),
+        selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
+        bakes_changed: &std::collections::BTreeSet::new(),
+    };
+    RolloutState::with_book(book)
+        .step_on_index(
+            &input,
+            now,
+            Conduct::Plan {
+                follow_bakes: false,
+            },
+        )
+        .plan
+}

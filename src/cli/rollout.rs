@@ -18,7 +18,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
-use super::one_shot::{OneShot, revisions_in_force, synced_feed};
+use super::one_shot::{Aim, OneShot, plan_snapshot, revisions_in_force, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::lease::{
@@ -105,6 +105,16 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     };
     let options = engine_options(args, keys.clone());
     let feed = synced_feed(client, keys.clone(), args.cluster.webhook_configuration()).await?;
+    let aim = aim(args, &one_shot, &options, &feed, started_before).await?;
+    let Some(standing) = standing else {
+        let plan = plan_snapshot(client, &options, &feed, sidecars, &aim).await;
+        print_plan(
+            args.cluster.output,
+            &plan,
+            &nothing_planned(args, started_before),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    };
     let recorder = crate::cluster::events::recorder(client.clone(), env.pod_name.clone());
     let mut engine = Engine::new(
         client.clone(),
@@ -114,24 +124,15 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         crate::cluster::status::watch_status(client.clone(), &options.namespace),
     );
     engine.keep_summary();
-    aim(
-        &mut engine,
-        args,
-        &one_shot,
-        &options,
-        &feed,
-        started_before,
-    )
-    .await?;
-    let Some(standing) = standing else {
-        let plan = engine.tick(&feed, sidecars, Authority::PlanOnly).await;
-        print_plan(
-            args.cluster.output,
-            &plan,
-            &nothing_planned(args, started_before),
-        )?;
-        return Ok(ExitCode::SUCCESS);
-    };
+    match aim {
+        Aim::Containers(run) => engine.select_containers(run),
+        Aim::Revisions(published) => {
+            engine.load_status().await;
+            if let Some(publication) = published {
+                engine.use_publication(publication);
+            }
+        }
+    }
     let acted = act_until_done(&mut engine, &feed, sidecars, args, &standing).await;
     standing.give_up().await;
     acted?;
@@ -142,13 +143,12 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
 /// What the engine restarts towards: the chosen pods of `--sidecar-container-name`, or the
 /// revisions in force.
 async fn aim(
-    engine: &mut Engine,
     args: &RolloutArgs,
     one_shot: &OneShot,
     options: &EngineOptions,
     feed: &DriftFeed,
     started_before: Timestamp,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Aim> {
     let client = &one_shot.client;
     if !args.sidecar_container_name.is_empty() {
         let run = container_run(client, args, options, feed, started_before).await?;
@@ -160,17 +160,12 @@ async fn aim(
                 &[("pod", &pod), ("reason", &skipped.reason)],
             );
         }
-        engine.select_containers(run);
-        return Ok(());
+        return Ok(Aim::Containers(run));
     }
-    engine.load_status().await;
     // As `drift` does: pods are brought to what the running injector injects, which may
     // differ from this reading of the configs (another checkout, a pending edit).
     let published = revisions_in_force(client, &args.cluster, &one_shot.configs_unread).await?;
-    if let Some(publication) = published {
-        engine.use_publication(publication);
-    }
-    Ok(())
+    Ok(Aim::Revisions(published))
 }
 
 fn nothing_planned(args: &RolloutArgs, started_before: Timestamp) -> String {

@@ -4,14 +4,14 @@
 //! nothing happens. The planner says when to read; this reads, and tells it before each plan
 //! whether the pods changed since their last read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, info};
 
 use super::{Authority, Engine};
 use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
-use crate::rollout::{self, RolloutPlan};
+use crate::rollout;
 use crate::workload::WorkloadRef;
 
 /// A baked workload's pods as last read: those the index listed then, each as read. They stay
@@ -41,7 +41,7 @@ impl BakeRead {
             }
     }
 
-    fn forget(&self, namespace: &str, followed: &FollowedPods) {
+    pub(super) fn forget(&self, namespace: &str, followed: &FollowedPods) {
         for name in self.pods.keys() {
             followed.forget(namespace, name);
         }
@@ -49,139 +49,100 @@ impl BakeRead {
 }
 
 impl Engine {
-    /// Tells each bake, for the plan about to be made, whether its pods changed since they
-    /// were last read. The planner reads them again only then, and only while the workload's
-    /// health is down: a healthy one is not asked about (nor the index scanned for its pods).
-    pub(super) fn note_bake_changes(&mut self, feed: &DriftFeed) {
+    /// The bakes whose pods changed since they were last read, for the plan about to be made.
+    /// The planner reads them again only then, and only while the workload's health is down:
+    /// a healthy one is not asked about (nor the index scanned for its pods).
+    pub(super) fn bakes_changed(&self, feed: &DriftFeed) -> BTreeSet<WorkloadRef> {
         let index = feed.index.lock().expect("drift index lock");
-        for (workload, bake) in &mut self.baking {
-            bake.pods_changed = false;
-            let (Some(read), Some(kind)) =
-                (self.bake_pods.get(workload), workload.controller_kind())
-            else {
-                continue;
-            };
-            let (namespace, name) = (workload.namespace.as_str(), workload.name.as_str());
-            let healthy = index
-                .workload(kind, namespace, name)
-                .is_some_and(|entry| rollout::rolled_out(kind, entry));
-            if !healthy {
-                bake.pods_changed = read.changed(namespace, &feed.followed, || {
-                    index.pod_names(kind, namespace, name)
-                });
-            }
-        }
+        self.state
+            .baking
+            .keys()
+            .filter(|workload| {
+                let (Some(read), Some(kind)) =
+                    (self.bake_pods.get(*workload), workload.controller_kind())
+                else {
+                    return false;
+                };
+                let (namespace, name) = (workload.namespace.as_str(), workload.name.as_str());
+                let healthy = index
+                    .workload(kind, namespace, name)
+                    .is_some_and(|entry| rollout::rolled_out(kind, entry));
+                !healthy
+                    && read.changed(namespace, &feed.followed, || {
+                        index.pod_names(kind, namespace, name)
+                    })
+            })
+            .cloned()
+            .collect()
     }
 
-    /// Bakes are followed by every process that plans, acting or not: the one-shot CLI
-    /// watching a `serve` that acts must see them end too (reads are GETs, and rare).
-    pub(super) async fn follow_bakes(
+    /// A bake began. Bakes are followed by every process that plans, acting or not: the
+    /// one-shot CLI watching a `serve` that acts must see them end too (reads are GETs, and
+    /// rare); the one that acts says so.
+    pub(super) fn bake_started(
         &mut self,
-        plan: &RolloutPlan,
-        reads: Vec<(WorkloadRef, Vec<String>)>,
-        now: Timestamp,
+        started: &WorkloadRef,
         followed: &FollowedPods,
         authority: Authority,
     ) {
-        // Kept while rolling, and once passed while succeeded (so it is not baked again).
-        self.baking.retain(|w, _| {
-            plan.rolling.iter().any(|r| &r.workload == w) || plan.succeeded.contains(w)
-        });
-        self.upgraded
-            .retain(|w, _| plan.rolling.iter().any(|r| &r.workload == w));
-        for passed in &plan.succeeded {
-            if let Some(bake) = self.baking.get_mut(passed) {
-                bake.passed = true;
-            }
+        let bake = humantime::format_duration(self.options.settings.bake);
+        if authority == Authority::Act {
+            info!(workload = %started, "rolled out with every pod current: baking for {bake} before it counts as succeeded");
+        } else {
+            debug!(workload = %started, "rolled out with every pod current: baking for {bake}");
         }
-        for (started, target) in &plan.bakes_started {
-            let bake = humantime::format_duration(self.options.settings.bake);
-            // Said by the process that acts; one that only plans follows the bake quietly.
-            if authority == Authority::Act {
-                info!(workload = %started, "rolled out with every pod current: baking for {bake} before it counts as succeeded");
-            } else {
-                debug!(workload = %started, "rolled out with every pod current: baking for {bake}");
-            }
-            self.baking.insert(
-                started.clone(),
-                rollout::Bake {
-                    target: target.clone(),
-                    since: now,
-                    ..Default::default()
-                },
-            );
-            // What was read for a bake of another target says nothing of this one.
-            if let Some(stale) = self.bake_pods.remove(started) {
-                stale.forget(&started.namespace, followed);
-            }
+        // What was read for a bake of another target says nothing of this one.
+        if let Some(stale) = self.bake_pods.remove(started) {
+            stale.forget(&started.namespace, followed);
         }
-        self.read_bakes(reads, followed).await;
-        // A bake that passed or failed reads nothing more: its pods are no longer followed.
-        let baking = &self.baking;
-        self.bake_pods.retain(|workload, read| {
-            let open = baking
-                .get(workload)
-                .is_some_and(|b| !b.passed && b.problem.is_none());
-            if !open {
-                read.forget(&workload.namespace, followed);
-            }
-            open
-        });
     }
 
-    /// Reads the pods of each workload whose bake the plan asks about, and remembers what
-    /// their containers show for the next plan (which follows at once). A read that fails is
-    /// asked again by a later plan.
-    async fn read_bakes(
+    /// Reads the pods of a workload whose bake the plan asks about, and hands what their
+    /// containers show to the state for the next plan (which follows at once). A read that
+    /// fails is asked again by a later plan.
+    pub(super) async fn read_bake(
         &mut self,
-        reads: Vec<(WorkloadRef, Vec<String>)>,
+        workload: WorkloadRef,
+        pods: Vec<String>,
         followed: &FollowedPods,
     ) {
-        for (workload, pods) in reads {
-            let namespace = &workload.namespace;
-            // Followed from before the reads, so that no change after one goes unseen.
-            for pod in &pods {
-                followed.follow(namespace, pod);
-            }
-            let mut problems = Vec::new();
-            let mut read = BakeRead::default();
-            let mut failure = None;
-            for pod in &pods {
-                let (found, pod_read) = match self.read_followed_pod(namespace, pod, followed).await
-                {
-                    Ok(found) => found,
-                    Err(err) => {
-                        failure = Some(err);
-                        break;
+        let namespace = &workload.namespace;
+        // Followed from before the reads, so that no change after one goes unseen.
+        for pod in &pods {
+            followed.follow(namespace, pod);
+        }
+        let mut problems = Vec::new();
+        let mut read = BakeRead::default();
+        for pod in &pods {
+            let (found, pod_read) = match self.read_followed_pod(namespace, pod, followed).await {
+                Ok(found) => found,
+                Err(err) => {
+                    for pod in &pods {
+                        followed.forget(namespace, pod);
                     }
-                };
-                if let Some(found) = &found {
-                    let baseline = found.metadata.uid.as_ref().and_then(|uid| {
-                        self.upgraded.get(&workload).and_then(|pods| pods.get(uid))
-                    });
-                    problems.extend(rollout::container_problems_since(found, baseline));
+                    self.failed(&err);
+                    self.retry_later();
+                    return;
                 }
-                read.pods.insert(pod.clone(), pod_read);
+            };
+            if let Some(found) = &found {
+                let baseline = found
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .and_then(|uid| self.state.upgraded_baseline(&workload, uid));
+                problems.extend(rollout::container_problems_since(found, baseline));
             }
-            if let Some(err) = failure {
-                for pod in &pods {
-                    followed.forget(namespace, pod);
-                }
-                self.failed(&err);
-                self.retry_later();
-                continue;
-            }
-            if let Some(earlier) = self.bake_pods.insert(workload.clone(), read) {
-                earlier.forget(namespace, followed);
-            }
-            let read_at = Timestamp::now();
-            if let Some(bake) = self.baking.get_mut(&workload) {
-                bake.read_at = Some(read_at);
-                if bake.problem.is_none() && !problems.is_empty() {
-                    bake.problem = Some(problems.join("; "));
-                }
-                self.wake_at(read_at);
-            }
+            read.pods.insert(pod.clone(), pod_read);
+        }
+        if let Some(earlier) = self.bake_pods.insert(workload.clone(), read) {
+            earlier.forget(namespace, followed);
+        }
+        if let Some(wake) = self
+            .state
+            .on_bake_read(&workload, &problems, Timestamp::now())
+        {
+            self.wake_at(wake);
         }
     }
 }

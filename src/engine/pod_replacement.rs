@@ -10,56 +10,39 @@ use kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
-use super::{ActionError, Engine, Eviction, with_timeout};
+use super::{ActionError, Engine, with_timeout};
 use crate::cluster::drift_feed::{FollowedPods, PodRead};
+use crate::config::RevisionStamp;
 use crate::drift::PodToReplace;
 use crate::metrics::{EngineCall, RolloutResult};
 use crate::rollout;
-use crate::rollout::eviction::{
-    BlockNews, EVICTION_SPACING, LastEviction, carries_failed_revision, next_eviction, on_blocked,
-};
-use crate::rollout::in_place::{self, InPlaceUpgrade, UpgradeProgress, next_upgrade};
+use crate::rollout::eviction::BlockNews;
+use crate::rollout::in_place::{self, InPlaceUpgrade};
+use crate::rollout::machine::{Effect, RolloutState, UpgradeNews};
 use crate::workload::WorkloadRef;
 
-/// A pod being upgraded in place: the upgrade, and the pod as last read (or patched).
-#[derive(Debug)]
-pub(super) struct UpgradeUnderWay {
-    pub upgrade: InPlaceUpgrade,
-    last_read: PodRead,
-    /// Found upgraded and Ready, within its workload's minReadySeconds: when it is available
-    /// (nothing the watch sees happens then, so the engine wakes for it).
-    available_at: Option<Timestamp>,
-    /// What it waits for, as last read ([`InPlaceUpgrade::awaiting`]): said if it times out.
-    pub awaiting: String,
-}
-
 impl Engine {
-    /// Judges each pod being upgraded in place, read again once the pod watch saw it change
-    /// (its container states are not in the index, but each change comes through the watch
-    /// and wakes the engine) or once its minReadySeconds are up: done, it frees its workload
-    /// for the next pod; failed, its workload's restart fails with the reason at the next plan;
-    /// still under way, read again at its next change.
+    /// Reads again each pod being upgraded in place once the pod watch saw it change (its
+    /// container states are not in the index, but each change comes through the watch and
+    /// wakes the engine) or once its minReadySeconds are up, and hands it to the state to
+    /// judge ([`RolloutState::on_upgrade_read`]).
     pub(super) async fn follow_upgrades(&mut self, followed: &FollowedPods) {
-        let workloads: Vec<WorkloadRef> = self.upgrades.keys().cloned().collect();
+        let workloads: Vec<WorkloadRef> = self.state.upgrades.keys().cloned().collect();
         for workload in workloads {
-            let Some(under_way) = self.upgrades.get(&workload) else {
+            let Some(under_way) = self.state.upgrades.get(&workload) else {
                 continue;
             };
-            let (namespace, name) = (
-                under_way.upgrade.namespace.clone(),
-                under_way.upgrade.pod.clone(),
-            );
-            let available = under_way
-                .available_at
-                .is_some_and(|at| at <= Timestamp::now());
-            if !available
-                && !under_way
-                    .last_read
-                    .changed(followed.seen(&namespace, &name).as_ref())
-            {
+            let upgrade = under_way.upgrade.clone();
+            let (namespace, name) = (upgrade.namespace.as_str(), upgrade.pod.as_str());
+            let available = self.state.upgrade_available(&workload, Timestamp::now());
+            let changed = self
+                .upgrade_reads
+                .get(&workload)
+                .is_none_or(|read| read.changed(followed.seen(namespace, name).as_ref()));
+            if !available && !changed {
                 continue;
             }
-            let (pod, read) = match self.read_followed_pod(&namespace, &name, followed).await {
+            let (pod, read) = match self.read_followed_pod(namespace, name, followed).await {
                 Ok(found) => found,
                 Err(err) => {
                     self.failed(&err);
@@ -67,43 +50,32 @@ impl Engine {
                     continue;
                 }
             };
-            let Some(under_way) = self.upgrades.get_mut(&workload) else {
+            self.upgrade_reads.insert(workload.clone(), read);
+            let Some(news) = self
+                .state
+                .on_upgrade_read(&workload, pod.as_ref(), Timestamp::now())
+            else {
                 continue;
             };
-            under_way.last_read = read;
-            under_way.awaiting = under_way.upgrade.awaiting(pod.as_ref());
-            let progress = under_way.upgrade.progress(pod.as_ref(), Timestamp::now());
-            under_way.available_at = match progress {
-                UpgradeProgress::Ready { available_at } => Some(available_at),
-                _ => None,
-            };
-            let upgrade = &under_way.upgrade;
-            match progress {
-                UpgradeProgress::Pending => continue,
-                UpgradeProgress::Ready { available_at } => {
-                    info!(workload = %workload, pod = upgrade.pod, "{} upgraded in place and Ready; the next pod waits until it is available at {available_at} (minReadySeconds)", upgrade.pod);
+            match news {
+                UpgradeNews::Pending => continue,
+                UpgradeNews::Ready { available_at } => {
+                    info!(workload = %workload, pod = name, "{name} upgraded in place and Ready; the next pod waits until it is available at {available_at} (minReadySeconds)");
                     self.wake_at(available_at);
                     continue;
                 }
-                UpgradeProgress::Done(restarts) => {
-                    info!(workload = %workload, pod = upgrade.pod, "upgraded in place: {} running and ready, the pod Ready, no other container restarted",
+                UpgradeNews::Done => {
+                    info!(workload = %workload, pod = name, "upgraded in place: {} running and ready, the pod Ready, no other container restarted",
                         upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
-                    self.upgraded
-                        .entry(workload.clone())
-                        .or_default()
-                        .insert(upgrade.uid.clone(), restarts);
                 }
-                UpgradeProgress::Failed(reason) => {
-                    warn!(workload = %workload, pod = upgrade.pod, "in-place upgrade failed: {reason}");
+                UpgradeNews::Failed(reason) => {
+                    warn!(workload = %workload, pod = name, "in-place upgrade failed: {reason}");
                     self.metrics
                         .record_rollout(workload.kind, RolloutResult::InPlaceFailed);
-                    if let Some(restart) = self.evicting.get_mut(&workload) {
-                        restart.problem = Some(format!("in-place upgrade failed: {reason}"));
-                    }
                 }
             }
-            self.upgrades.remove(&workload);
-            followed.forget(&namespace, &name);
+            self.upgrade_reads.remove(&workload);
+            followed.forget(namespace, name);
             self.wake_at(Timestamp::now());
         }
     }
@@ -117,10 +89,7 @@ impl Engine {
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
                 info!(workload = %workload, pod, "in-place upgrade waits: a PodDisruptionBudget allows no disruption now");
-                self.wake_at(rollout::after(
-                    Timestamp::now(),
-                    rollout::eviction::BLOCKED_RETRY,
-                ));
+                self.wake_at(RolloutState::blocked_retry(Timestamp::now()));
                 false
             }
             Err(err) => {
@@ -131,39 +100,30 @@ impl Engine {
         }
     }
 
-    /// Upgrades the next stale pod of a workload upgraded in place, as [`next_upgrade`] picks it,
-    /// when a PodDisruptionBudget would let it go (a dry-run eviction asks); a pod whose own
-    /// revision cannot be upgraded in place (several revisions behind) is evicted instead.
-    pub(super) async fn upgrade_next(
+    /// Upgrades `next`, the pod the state picked of a workload upgraded in place, when a
+    /// PodDisruptionBudget would let it go (a dry-run eviction asks); a pod whose own revision
+    /// cannot be upgraded in place (several revisions behind) is evicted instead.
+    #[allow(clippy::too_many_arguments)] // the fields of one effect
+    pub(super) async fn upgrade_pod(
         &mut self,
-        eviction: &Eviction,
-        target: &crate::config::RevisionStamp,
+        workload: &WorkloadRef,
+        next: &PodToReplace,
+        heal: bool,
+        target: &RevisionStamp,
+        healthy: bool,
+        min_ready: Duration,
         followed: &FollowedPods,
     ) {
-        let workload = &eviction.workload;
-        // follow_upgrades may have seen a failure in this very pass: it is in the restart.
-        let failed = self
-            .evicting
-            .get(workload)
-            .is_some_and(|restart| restart.problem.is_some());
-        let upgrading = self.upgrades.contains_key(workload);
-        let book = &self.book;
-        let Some(picked) = next_upgrade(&eviction.pods, eviction.healthy, upgrading, failed, |p| {
-            carries_failed_revision(p, book)
-        }) else {
-            return;
-        };
-        let next = picked.pod;
         let namespace = workload.namespace.as_str();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         // A heal touches a pod that is unavailable already: no budget to ask.
-        if !picked.heal && !self.budget_allows(workload, &next.name).await {
+        if !heal && !self.budget_allows(workload, &next.name).await {
             return;
         }
         let Some(pod) = self.read_pod(namespace, &next.name).await else {
             return;
         };
-        if picked.heal && !in_place::unavailable(&pod) {
+        if heal && !in_place::unavailable(&pod) {
             // Ready after all: it waits for its workload's health like any other pod.
             return;
         }
@@ -171,15 +131,24 @@ impl Engine {
             Ok(patch) => patch,
             Err(why) => {
                 info!(workload = %workload, pod = next.name, "not upgradable in place ({why}); evicting it instead");
-                self.evict_next(workload, std::slice::from_ref(next), eviction.healthy)
-                    .await;
+                let now = Timestamp::now();
+                match self
+                    .state
+                    .next_eviction(workload, std::slice::from_ref(next), healthy, now)
+                {
+                    Ok(Effect::EvictPod { pod, heal, .. }) => {
+                        self.evict_pod(workload, pod, heal).await
+                    }
+                    Err(Some(spaced)) => self.wake_at(spaced),
+                    _ => {}
+                }
                 return;
             }
         };
-        if picked.heal {
+        if heal {
             info!(workload = %workload, pod = next.name, "healing first: {} carries a revision whose rollout failed and is not Ready; upgraded now, whatever the workload's health", next.name);
         }
-        let upgrade = InPlaceUpgrade::of(&pod, &patch, eviction.min_ready);
+        let upgrade = InPlaceUpgrade::of(&pod, &patch, min_ready);
         // Followed from before the patch, so that no change after it goes unseen (followed
         // already, by its workload's bake, what the watch saw of it then is no news either).
         followed.follow(namespace, &next.name);
@@ -198,13 +167,9 @@ impl Engine {
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
                 // Read again once the watch sees a version other than the patch's own.
-                let under_way = UpgradeUnderWay {
-                    awaiting: upgrade.awaiting(None),
-                    upgrade,
-                    last_read: PodRead::of(Some(&patched), seen_at_patch),
-                    available_at: None,
-                };
-                self.upgrades.insert(workload.clone(), under_way);
+                self.upgrade_reads
+                    .insert(workload.clone(), PodRead::of(Some(&patched), seen_at_patch));
+                self.state.on_upgrade_started(workload, upgrade);
             }
             // The pod changed since it was read (the test of its uid or a container failed):
             // read again at the next plan.
@@ -277,30 +242,17 @@ impl Engine {
         }
     }
 
-    /// OnDelete: one stale pod at a time, only while the workload is healthy.
-    pub(super) async fn evict_next(
+    /// Evicts `pod`, the stale pod the state picked of an OnDelete workload (or one that
+    /// cannot be upgraded in place); a heal only if the pod is indeed not Ready.
+    pub(super) async fn evict_pod(
         &mut self,
         workload: &WorkloadRef,
-        pods: &[PodToReplace],
-        healthy: bool,
+        pod: PodToReplace,
+        heal: bool,
     ) {
         let now = Timestamp::now();
-        let last = self.evictions.get(workload);
-        let book = &self.book;
-        let Some(picked) = next_eviction(pods, healthy, last, now, |p| {
-            carries_failed_revision(p, book)
-        }) else {
-            // Spaced out: due again when the spacing ends (health comes by the watch).
-            if let Some(spaced) = last.map(|l| rollout::after(l.at, EVICTION_SPACING))
-                && spaced > now
-                && !pods.is_empty()
-            {
-                self.wake_at(spaced);
-            }
-            return;
-        };
-        let (pod, heal) = (picked.pod.clone(), picked.heal);
-        let name = pod.name.as_str();
+        let name = pod.name.clone();
+        let name = name.as_str();
         if heal {
             let Some(read) = self.read_pod(&workload.namespace, name).await else {
                 return;
@@ -319,19 +271,15 @@ impl Engine {
                 }
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::Evicted);
-                self.blocked.remove(workload);
-                let at = Timestamp::now();
-                self.evictions
-                    .insert(workload.clone(), LastEviction { pod, at });
-                self.wake_at(rollout::after(at, EVICTION_SPACING));
+                let due = self.state.on_evicted(workload, pod, Timestamp::now());
+                self.wake_at(due);
             }
             Ok(false) => {
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::EvictionBlocked);
                 let timeout = self.options.settings.eviction_timeout;
-                let (state, news, retry) = on_blocked(self.blocked.get(workload), now, timeout);
-                self.blocked.insert(workload.clone(), state);
-                self.wake_at(rollout::after(now, retry));
+                let (news, retry) = self.state.on_eviction_blocked(workload, now, timeout);
+                self.wake_at(retry);
                 match news {
                     BlockNews::First => {
                         info!(workload = %workload, pod = name, "eviction blocked by a PodDisruptionBudget; retrying, never forcing");

@@ -9,6 +9,8 @@ use kube::client::Body;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::drift::PodToReplace;
+use crate::rollout::machine::Observed;
 use crate::rollout::{Restart, SidecarChange};
 use crate::test_fixtures::within;
 
@@ -140,6 +142,58 @@ fn answer_ok(method: &str, path: &str) -> (StatusCode, Value) {
     (code, object)
 }
 
+/// Carries out one effect, as a step of the engine acting would.
+async fn perform(engine: &mut Engine, effect: Effect, now: Timestamp) {
+    engine
+        .perform(
+            effect,
+            &FollowedPods::default(),
+            Authority::Act,
+            &SidecarSet::default(),
+            now,
+        )
+        .await;
+}
+
+/// Evicts the pod the state picks of `pods`, if one may go now.
+async fn evict_next(
+    engine: &mut Engine,
+    workload: &WorkloadRef,
+    pods: &[PodToReplace],
+    healthy: bool,
+) {
+    if let Ok(effect) = engine
+        .state
+        .next_eviction(workload, pods, healthy, Timestamp::now())
+    {
+        perform(engine, effect, Timestamp::now()).await;
+    }
+}
+
+/// The engine acting on `plan` over an empty index: the state's transitions, then its effects.
+async fn act(engine: &mut Engine, plan: RolloutPlan, now: Timestamp) {
+    let index = crate::drift::DriftIndex::default();
+    let report = crate::drift::DriftReport::default();
+    let settings = RolloutSettings::default();
+    let history = RevisionHistory::default();
+    let observed = Observed {
+        report: &report,
+        index: &index,
+        targets: &BTreeMap::new(),
+        settings: &settings,
+        history: &history,
+        stale_pods: &|_| Vec::new(),
+        restart_reason: None,
+        bakes_changed: &BTreeSet::new(),
+    };
+    let step = engine
+        .state
+        .carry(plan, &observed, now, Conduct::Act { record: false });
+    for effect in step.effects {
+        perform(engine, effect, now).await;
+    }
+}
+
 fn metric(metrics: &Metrics, line: &str) -> bool {
     metrics.encode().lines().any(|l| l == line)
 }
@@ -151,7 +205,7 @@ async fn a_restart_is_one_merge_patch_of_the_template_stamps_and_one_event() {
     engine.keep_summary();
     let now: Timestamp = "2026-11-22T10:00:00Z".parse().unwrap();
     let restart = restart_of_web();
-    engine.restart(&restart, now).await;
+    perform(&mut engine, Effect::PatchTemplate(restart.clone()), now).await;
 
     let sent = sent.lock().unwrap().clone();
     let patches: Vec<&Sent> = sent.iter().filter(|s| s.method == "PATCH").collect();
@@ -219,8 +273,17 @@ async fn a_pause_is_announced_on_the_workloads_that_caused_it() {
     campaign.resume();
     campaign.record_failure(fail("web"));
     campaign.record_failure(fail("api"));
-    engine.book.campaigns.insert("logger:v1".into(), campaign);
-    engine.announce_pause("logger:v1", "paused").await;
+    engine
+        .state
+        .book
+        .campaigns
+        .insert("logger:v1".into(), campaign);
+    let plan = RolloutPlan {
+        paused: vec![("logger:v1".into(), "paused".into())],
+        book: engine.state.book.clone(),
+        ..RolloutPlan::default()
+    };
+    act(&mut engine, plan, Timestamp::now()).await;
 
     let sent = sent.lock().unwrap().clone();
     let regarding: Vec<(&str, &str)> = sent
@@ -252,7 +315,12 @@ async fn a_heal_marks_the_template_with_its_target() {
         heal: true,
         ..restart_of_web()
     };
-    engine.restart(&restart, Timestamp::now()).await;
+    perform(
+        &mut engine,
+        Effect::PatchTemplate(restart),
+        Timestamp::now(),
+    )
+    .await;
     let sent = sent.lock().unwrap().clone();
     let patch = sent.iter().find(|s| s.method == "PATCH").unwrap();
     let annotations = &patch.body["spec"]["template"]["metadata"]["annotations"];
@@ -275,7 +343,12 @@ async fn a_refused_patch_is_counted_as_an_error_and_announces_nothing() {
     let (client, sent) = mock_client(refuse);
     let (mut engine, metrics) = engine(client);
     engine.keep_summary();
-    engine.restart(&restart_of_web(), Timestamp::now()).await;
+    perform(
+        &mut engine,
+        Effect::PatchTemplate(restart_of_web()),
+        Timestamp::now(),
+    )
+    .await;
     let sent = sent.lock().unwrap().clone();
     assert!(
         sent.iter().all(|s| !s.path.contains("/events")),
@@ -306,10 +379,10 @@ async fn an_eviction_refused_by_a_budget_is_retried_later_never_forced() {
         crate::drift::PodToReplace::injected("db-0"),
         crate::drift::PodToReplace::injected("db-1"),
     ];
-    engine.evict_next(&db, &pods, true).await;
+    evict_next(&mut engine, &db, &pods, true).await;
     // Not healthy: no eviction at all.
-    engine.evict_next(&db, &pods, false).await;
-    engine.evict_next(&db, &pods, true).await;
+    evict_next(&mut engine, &db, &pods, false).await;
+    evict_next(&mut engine, &db, &pods, true).await;
     let sent = sent.lock().unwrap().clone();
     let evictions: Vec<&Sent> = sent
         .iter()
@@ -336,17 +409,18 @@ fn remembered(engine: &Engine) -> BTreeSet<String> {
             .chain(&s.gone)
             .chain(s.failed.iter().map(|f| &f.workload))
     });
-    engine
+    let state = &engine.state;
+    state
         .finished_since
         .keys()
-        .chain(engine.evictions.keys())
-        .chain(engine.stamped.keys())
-        .chain(engine.evicting.keys())
-        .chain(engine.baking.keys())
-        .chain(engine.upgrades.keys())
-        .chain(engine.upgraded.keys())
-        .chain(engine.blocked.keys())
-        .chain(&engine.awaiting_success)
+        .chain(state.evictions.keys())
+        .chain(state.stamped.keys())
+        .chain(state.evicting.keys())
+        .chain(state.baking.keys())
+        .chain(state.upgrades.keys())
+        .chain(state.upgraded.keys())
+        .chain(state.blocked.keys())
+        .chain(&state.awaiting_success)
         .chain(summary)
         .map(ToString::to_string)
         .collect()
@@ -371,7 +445,7 @@ async fn a_long_running_engine_lets_go_of_each_workload_once_its_rollout_ends() 
     let web = restart_of_web();
     let now = Timestamp::now();
 
-    engine.restart(&web, now).await;
+    perform(&mut engine, Effect::PatchTemplate(web.clone()), now).await;
     assert_eq!(
         remembered(&engine),
         BTreeSet::from(["Deployment/team/web".to_owned()])
@@ -380,37 +454,26 @@ async fn a_long_running_engine_lets_go_of_each_workload_once_its_rollout_ends() 
         succeeded: vec![web.workload.clone()],
         ..RolloutPlan::default()
     };
-    engine
-        .act(&succeeded, Vec::new(), now, &Default::default())
-        .await;
+    act(&mut engine, succeeded, now).await;
     assert_eq!(remembered(&engine), BTreeSet::new(), "after its success");
 
     let db = WorkloadRef::new(WorkloadKind::StatefulSet, "team", "db");
     let stale = [crate::drift::PodToReplace::injected("db-0")];
-    engine.evict_next(&db, &stale, true).await;
+    evict_next(&mut engine, &db, &stale, true).await;
     assert_eq!(
         remembered(&engine),
         BTreeSet::from(["StatefulSet/team/db".to_owned()])
     );
-    engine
-        .act(
-            &RolloutPlan::default(),
-            Vec::new(),
-            now,
-            &Default::default(),
-        )
-        .await;
+    act(&mut engine, RolloutPlan::default(), now).await;
     assert_eq!(
         remembered(&engine),
         BTreeSet::new(),
         "once it no longer rolls"
     );
 
-    engine.restart(&web, now).await;
-    engine.end_podless(BTreeMap::from([(
-        web.workload.clone(),
-        PodlessOutcome::Gone,
-    )]));
+    perform(&mut engine, Effect::PatchTemplate(web.clone()), now).await;
+    // Gone with no pods left: the index no longer has it.
+    act(&mut engine, RolloutPlan::default(), now).await;
     assert_eq!(remembered(&engine), BTreeSet::new(), "once it is gone");
 }
 
@@ -421,19 +484,17 @@ async fn a_kept_summary_says_what_was_restarted_and_how_it_ended() {
     let (mut engine, _metrics) = engine(client);
     engine.keep_summary();
     let web = restart_of_web();
-    engine.restart(&web, Timestamp::now()).await;
+    perform(
+        &mut engine,
+        Effect::PatchTemplate(web.clone()),
+        Timestamp::now(),
+    )
+    .await;
     let succeeded = RolloutPlan {
         succeeded: vec![web.workload.clone()],
         ..RolloutPlan::default()
     };
-    engine
-        .act(
-            &succeeded,
-            Vec::new(),
-            Timestamp::now(),
-            &Default::default(),
-        )
-        .await;
+    act(&mut engine, succeeded, Timestamp::now()).await;
     assert!(engine.summary().restarted.contains(&web.workload));
     assert!(engine.summary().succeeded.contains(&web.workload));
 }
@@ -494,7 +555,7 @@ async fn the_book_gauge_is_the_size_of_the_campaigns_item_written() {
     let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         "2026-11-27T08:00:00Z".parse().unwrap(),
     );
-    engine.book.campaigns.insert(
+    engine.state.book.campaigns.insert(
         "logger:v1".into(),
         crate::test_fixtures::campaign(
             "aaaaaaaaaaaa",

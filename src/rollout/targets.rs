@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
+use super::book::CampaignBook;
 use super::change::describe_changes;
 use super::plan::SidecarTarget;
 use crate::config::revision::injected_content;
@@ -149,6 +150,46 @@ pub fn published_targets(
             };
             (name.to_owned(), target)
         })
+        .collect()
+}
+
+/// The revisions a plan brings pods to: what a running injector published (`published`: its
+/// revisions and manual sidecars), with the book's pins over them, or else those of `pinned`
+/// (the configs read here, pins applied) with what changed since `content` last saw each.
+pub fn plan_targets(
+    published: Option<(&RevisionsInForce, &BTreeSet<String>)>,
+    book: &CampaignBook,
+    content: &mut ContentHistory,
+    pinned: &SidecarSet,
+    honour_manual: bool,
+) -> BTreeMap<String, SidecarTarget> {
+    let Some((revisions, manual)) = published else {
+        return content.targets(pinned, honour_manual);
+    };
+    let mut targets = published_targets(revisions, manual, pinned, honour_manual);
+    // Replicas publish the pinned revision once they have read the pin; until then they
+    // publish the config's, which the pin replaces.
+    for (sidecar, pin) in &book.pins {
+        if let Some(target) = targets.get_mut(sidecar)
+            && target.revision == pin.over
+        {
+            target.revision.clone_from(&pin.revision);
+        }
+    }
+    targets
+}
+
+/// The configs of `pinned` whose revision is the one pods are brought to (the one-shot CLI may
+/// judge by published revisions): their content is that revision's.
+pub fn in_force(pinned: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {
+    pinned
+        .iter()
+        .filter(|s| {
+            targets
+                .get(&s.config.name.to_string())
+                .is_some_and(|t| t.revision == s.revision.as_str())
+        })
+        .map(|s| (**s).clone())
         .collect()
 }
 

@@ -42,13 +42,10 @@ fn healthy(replicas: i32) -> WorkloadEntry {
 struct World {
     index: DriftIndex,
     targets: BTreeMap<String, SidecarTarget>,
-    book: CampaignBook,
     settings: RolloutSettings,
     policy: DriftPolicy,
-    finished_since: BTreeMap<WorkloadRef, Timestamp>,
-    stamped: BTreeMap<WorkloadRef, crate::config::RevisionStamp>,
-    evicting: BTreeMap<WorkloadRef, crate::rollout::EvictionRestart>,
-    baking: BTreeMap<WorkloadRef, crate::rollout::Bake>,
+    /// The engine's memory between plans.
+    state: crate::rollout::machine::RolloutState,
     history: crate::rollout::history::RevisionHistory,
     now: Timestamp,
     keys: AnnotationKeys,
@@ -62,24 +59,20 @@ impl World {
         let mut world = World {
             index: DriftIndex::default(),
             targets: BTreeMap::new(),
-            book: CampaignBook::default(),
             // Restarts, unless a test of in-place upgrades turns them on.
             settings: RolloutSettings {
                 in_place: crate::rollout::in_place::InPlaceMode::Off,
                 ..RolloutSettings::default()
             },
             policy: DriftPolicy::default(),
-            finished_since: BTreeMap::new(),
-            stamped: BTreeMap::new(),
-            evicting: BTreeMap::new(),
-            baking: BTreeMap::new(),
+            state: crate::rollout::machine::RolloutState::default(),
             history: Default::default(),
             now: at(3600),
             keys: AnnotationKeys::default(),
             namespace: "team",
         };
         world.target(LOGGER, NEW);
-        world.book = world.plan().book;
+        world.state.book = world.plan().book;
         world.now = at(7200);
         world
     }
@@ -211,11 +204,11 @@ impl World {
             report: &report,
             index: &self.index,
             targets: &self.targets,
-            book: &self.book,
-            finished_since: &self.finished_since,
-            stamped: &self.stamped,
-            evicting: &self.evicting,
-            baking: &self.baking,
+            book: &self.state.book,
+            finished_since: &self.state.finished_since,
+            stamped: &self.state.stamped,
+            evicting: &self.state.evicting,
+            baking: &self.state.baking,
             settings: &self.settings,
             history: &self.history,
             now: self.now,
@@ -225,7 +218,7 @@ impl World {
     /// Plans and carries the plan's book forward, as the executor does.
     fn step(&mut self) -> RolloutPlan {
         let plan = self.plan();
-        self.book = plan.book.clone();
+        self.state.book = plan.book.clone();
         plan
     }
 }
@@ -288,8 +281,14 @@ fn a_new_revision_settles_before_anything_restarts_and_each_edit_restarts_the_wi
     assert!(
         matches!(waiting(&first, "web"), WaitReason::Settling { until } if until.0 == at(7210))
     );
-    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Settling);
-    assert_eq!(world.book.campaigns[LOGGER].previous.as_deref(), Some(NEW));
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Settling
+    );
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].previous.as_deref(),
+        Some(NEW)
+    );
 
     // Another edit 8 s later: the window starts again, so one campaign covers both.
     world.now = at(7208);
@@ -307,7 +306,10 @@ fn a_new_revision_settles_before_anything_restarts_and_each_edit_restarts_the_wi
         plan.restarts[0].target.as_ref().map(RevisionStamp::as_str),
         Some(format!("{LOGGER}=dddddddddddd").as_str())
     );
-    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Running);
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Running
+    );
 }
 
 #[test]
@@ -331,7 +333,7 @@ fn the_canary_goes_first_and_alone_until_it_is_healthy_and_current() {
     let plan = world.step();
     assert!(plan.restarts.is_empty(), "the canary is rolling: {plan:#?}");
     assert_eq!(plan.rolling.len(), 1);
-    assert_eq!(world.book.campaigns[LOGGER].counts.rolling, 1);
+    assert_eq!(world.state.book.campaigns[LOGGER].counts.rolling, 1);
 
     world.now = at(7230);
     world.rolled("small", 1);
@@ -449,8 +451,11 @@ fn a_workload_carrying_the_target_is_waited_on_not_patched_again() {
         [WorkloadRef::new(WorkloadKind::Deployment, "team", "web")]
     );
     assert!(plan.is_settled());
-    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Complete);
-    assert_eq!(world.book.campaigns[LOGGER].counts.succeeded, 1);
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Complete
+    );
+    assert_eq!(world.state.book.campaigns[LOGGER].counts.succeeded, 1);
 }
 
 #[test]
@@ -468,7 +473,7 @@ fn finishing_the_rollout_without_becoming_current_fails_after_the_grace() {
         plan.finished_not_current,
         [WorkloadRef::new(WorkloadKind::Deployment, "team", "web")]
     );
-    world.finished_since.insert(
+    world.state.finished_since.insert(
         WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
         world.now,
     );
@@ -506,7 +511,7 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
     );
     assert_eq!(plan.paused.len(), 1);
     assert!(plan.paused[0].1.contains("fix or revert"));
-    let campaign = &world.book.campaigns[LOGGER];
+    let campaign = &world.state.book.campaigns[LOGGER];
     assert_eq!(campaign.state, CampaignState::Paused);
     assert_eq!(campaign.counts.failed, 1);
     assert!(matches!(
@@ -516,8 +521,8 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
 
     // Persisted and read back (a restart of the injector): still paused, nothing restarted,
     // the failure not reported twice. The failed canary is in the plan, with why it is left.
-    let text = serde_json::to_string(&world.book).unwrap();
-    world.book = serde_json::from_str(&text).unwrap();
+    let text = serde_json::to_string(&world.state.book).unwrap();
+    world.state.book = serde_json::from_str(&text).unwrap();
     world.now = at(9000);
     let plan = world.step();
     assert!(plan.restarts.is_empty() && plan.failed.is_empty() && plan.paused.is_empty());
@@ -544,20 +549,24 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
 
     // `rollout --resume`: the failed canary is not retried; the next workload goes. Only
     // paused campaigns are resumed, each marked with who resumed it.
-    let resumed = world.book.resume_paused("ops@laptop", Time(at(9001)));
+    let resumed = world.state.book.resume_paused("ops@laptop", Time(at(9001)));
     assert_eq!(
         resumed,
         [crate::rollout::Resumed {
             sidecar: LOGGER.into(),
-            revision: world.book.campaigns[LOGGER].revision.clone()
+            revision: world.state.book.campaigns[LOGGER].revision.clone()
         }]
     );
-    let campaign = &world.book.campaigns[LOGGER];
+    let campaign = &world.state.book.campaigns[LOGGER];
     assert_eq!(campaign.state, CampaignState::Running);
     assert_eq!(campaign.resumed.as_ref().unwrap().by, "ops@laptop");
     assert!(campaign.pause_reason.is_none());
     assert!(
-        world.book.resume_paused("again", Time(at(9002))).is_empty(),
+        world
+            .state
+            .book
+            .resume_paused("again", Time(at(9002)))
+            .is_empty(),
         "nothing paused left"
     );
     let plan = world.step();
@@ -566,7 +575,7 @@ fn a_timeout_fails_the_workload_and_pauses_the_campaign_until_resumed_or_replace
     // A new revision replaces the paused campaign.
     let mut world2 = World::new();
     world2.deployment("web", 1, Some(OLD));
-    world2.book.campaigns.get_mut(LOGGER).unwrap().state = CampaignState::Paused;
+    world2.state.book.campaigns.get_mut(LOGGER).unwrap().state = CampaignState::Paused;
     assert!(world2.plan().restarts.is_empty());
     world2.target(LOGGER, "eeeeeeeeeeee");
     world2.step();
@@ -635,7 +644,10 @@ fn manual_policy_paused_deployments_and_partitions_wait_with_a_reason() {
     world.deployment("web", 1, Some(OLD));
     let plan = world.step();
     assert!(matches!(waiting(&plan, "web"), WaitReason::Manual { .. }));
-    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Manual);
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Manual
+    );
 }
 
 #[test]
@@ -806,13 +818,13 @@ fn the_book_round_trips_through_its_json_form() {
     let mut world = World::new();
     world.deployment("web", 1, Some(OLD));
     world.step();
-    let text = serde_json::to_string(&world.book).unwrap();
+    let text = serde_json::to_string(&world.state.book).unwrap();
     let value: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["campaigns"][LOGGER]["revision"], NEW);
     assert_eq!(value["campaigns"][LOGGER]["state"], "running");
     assert_eq!(value["campaigns"][LOGGER]["counts"]["pending"], 1);
     let back: CampaignBook = serde_json::from_str(&text).unwrap();
-    assert_eq!(back, world.book);
+    assert_eq!(back, world.state.book);
 }
 
 #[test]
@@ -911,9 +923,9 @@ fn workloads_outside_the_policy_count_toward_no_campaign() {
     assert_eq!(restarted(&plan), ["small"], "only the canary: {plan:#?}");
     assert!(plan.restarts[0].canary);
     assert!(plan.succeeded.is_empty(), "{:?}", plan.succeeded);
-    assert_eq!(world.book.campaigns[LOGGER].counts.succeeded, 0);
+    assert_eq!(world.state.book.campaigns[LOGGER].counts.succeeded, 0);
     assert_eq!(
-        world.book.campaigns[LOGGER].counts.pending, 2,
+        world.state.book.campaigns[LOGGER].counts.pending, 2,
         "small (now) and big (after it)"
     );
 }
@@ -922,7 +934,7 @@ fn workloads_outside_the_policy_count_toward_no_campaign() {
 fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
     let mut world = World::new();
     world.deployment("web", 1, Some(OLD));
-    let campaign = world.book.campaigns.get_mut(LOGGER).unwrap();
+    let campaign = world.state.book.campaigns.get_mut(LOGGER).unwrap();
     campaign.state = CampaignState::Paused;
     campaign.pause_reason = Some("rollout of logger:v1 paused after 1 failed workload(s)".into());
     let wanted: RevisionsInForce = [
@@ -933,6 +945,7 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
     .collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
     world
+        .state
         .book
         .flag(&mut report, &["tracer:v1".to_owned()].into());
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
@@ -958,9 +971,9 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
             .starts_with("rollout policy manual")
     );
     // A campaign for another revision than the one in force says nothing about it.
-    world.book.campaigns.get_mut(LOGGER).unwrap().revision = OLD.into();
+    world.state.book.campaigns.get_mut(LOGGER).unwrap().revision = OLD.into();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.book.flag(&mut report, &Default::default());
+    world.state.book.flag(&mut report, &Default::default());
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     assert_eq!(
         (logger.campaign.as_deref(), logger.note.as_deref()),
@@ -984,7 +997,7 @@ fn pods_a_restart_created_while_the_webhook_was_bypassed_get_one_more_restart_th
         "within the finish grace: {plan:#?}"
     );
     assert_eq!(plan.rolling.len(), 1);
-    world.finished_since.insert(late.clone(), world.now);
+    world.state.finished_since.insert(late.clone(), world.now);
     world.now = at(7205);
 
     // Past the grace, its one pod still uninjected: restarted once more although it was
@@ -1011,7 +1024,7 @@ fn pods_a_restart_created_while_the_webhook_was_bypassed_get_one_more_restart_th
     entry.rollout_heal = Some(target.as_str().into());
     entry.observed_generation = entry.generation;
     world.set_entry("late", entry);
-    world.finished_since.insert(late, at(7205));
+    world.state.finished_since.insert(late, at(7205));
     world.now = at(7300);
     let plan = world.step();
     assert!(plan.restarts.is_empty(), "{plan:#?}");
@@ -1036,7 +1049,7 @@ fn a_heal_waits_for_the_campaign_and_the_paused_deployment_but_not_the_cooldown(
     entry.observed_generation = entry.generation;
     world.set_entry("late", entry);
     let late = WorkloadRef::new(WorkloadKind::Deployment, "team", "late");
-    world.finished_since.insert(late, at(7000));
+    world.state.finished_since.insert(late, at(7000));
     let plan = world.step();
     assert!(plan.restarts.is_empty(), "{plan:#?}");
     assert_eq!(waiting(&plan, "late"), &WaitReason::DeploymentPaused);
@@ -1049,7 +1062,7 @@ fn the_plan_says_when_it_changes_by_time_alone() {
     // Nothing waits on time: only a change can alter the plan.
     world.targets.clear();
     world.target(LOGGER, OLD);
-    world.book = world.plan().book;
+    world.state.book = world.plan().book;
     world.now = at(9000);
     let plan = world.plan();
     assert!(
@@ -1080,7 +1093,7 @@ fn the_plan_says_when_it_changes_by_time_alone() {
     let mut entry = world.entry("web");
     entry.observed_generation = entry.generation;
     world.set_entry("web", entry);
-    world.finished_since.insert(web, at(9020));
+    world.state.finished_since.insert(web, at(9020));
     world.now = at(9021);
     let plan = world.step();
     assert_eq!(plan.finished_not_current.len(), 1, "{plan:#?}");
@@ -1380,7 +1393,7 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     let mut notices = |world: &mut World| {
         let plan = world.step();
         tracker
-            .notices(&plan, &world.book, Time(world.now))
+            .notices(&plan, &world.state.book, Time(world.now))
             .into_iter()
             .map(|n| (n.event, n.counts.pending, n.counts.rolling, n.text))
             .collect::<Vec<_>>()
@@ -1427,12 +1440,12 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
         .deployment("canary", 1, Some(OLD))
         .deployment("other", 2, Some(OLD));
     let plan = world.step();
-    let started = tracker.notices(&plan, &world.book, Time(world.now));
+    let started = tracker.notices(&plan, &world.state.book, Time(world.now));
     assert_eq!(started[0].event, NoticeEvent::Started);
     world.patched("canary", at(7200));
     world.now = at(7200 + 300);
     let plan = world.step();
-    let paused = tracker.notices(&plan, &world.book, Time(world.now));
+    let paused = tracker.notices(&plan, &world.state.book, Time(world.now));
     assert_eq!(paused.len(), 1);
     assert_eq!(paused[0].event, NoticeEvent::Paused);
     assert_eq!(paused[0].counts.failed, 1);
@@ -1447,7 +1460,10 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     assert_eq!(json["event"], "paused");
     assert!(json["text"].as_str().unwrap().contains("paused"), "{json}");
     let plan = world.step();
-    assert_eq!(tracker.notices(&plan, &world.book, Time(world.now)), []);
+    assert_eq!(
+        tracker.notices(&plan, &world.state.book, Time(world.now)),
+        []
+    );
 }
 
 #[test]
@@ -1483,7 +1499,10 @@ fn a_workload_unhealthy_before_any_restart_of_ours_waits_and_is_never_the_failed
         waiting(&plan, "sick"),
         WaitReason::Unhealthy { .. }
     ));
-    assert_eq!(world.book.campaigns[LOGGER].state, CampaignState::Running);
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Running
+    );
     // Healthy again: restarted.
     world.set_entry("sick", healthy(1));
     assert_eq!(restarted(&world.step()), ["sick"]);
@@ -1506,6 +1525,7 @@ fn a_workload_sick_from_a_revision_whose_campaign_failed_is_restarted_not_held()
     // The book says OLD failed (its campaign paused before NEW replaced it): that is what
     // ails web, and the restart to NEW the cure.
     world
+        .state
         .book
         .campaigns
         .get_mut(LOGGER)
@@ -1528,7 +1548,7 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
     let mut entry = world.entry("web");
     entry.rolled_at = Some(at(7200 - 60));
     world.set_entry("web", entry);
-    world.stamped.insert(web.clone(), target.clone());
+    world.state.stamped.insert(web.clone(), target.clone());
     let plan = world.step();
     assert_eq!(
         restarted(&plan),
@@ -1549,7 +1569,7 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
     );
 
     // The executor began it: rolling, by eviction, until the pods are current.
-    world.evicting.insert(
+    world.state.evicting.insert(
         web.clone(),
         crate::rollout::EvictionRestart {
             target: target.clone(),
@@ -1580,7 +1600,7 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
         crate::workload::RestartMethod::Template
     );
     // An explicit `template` on the workload keeps the template method, reverted or not.
-    world.stamped.insert(web.clone(), target.clone());
+    world.state.stamped.insert(web.clone(), target.clone());
     let mut entry = world.entry("web");
     entry.restart_method = Some(RestartMethod::Template);
     world.set_entry("web", entry.clone());
@@ -1590,7 +1610,7 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
         (RestartMethod::Template, false)
     );
     // `evict` on the workload, or --restart-method evict: evicted from the first restart.
-    world.stamped.clear();
+    world.state.stamped.clear();
     entry.restart_method = Some(RestartMethod::Evict);
     world.set_entry("web", entry.clone());
     assert_eq!(world.plan().restarts[0].method, RestartMethod::Evict);
@@ -1625,7 +1645,7 @@ fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the
     assert_eq!(plan.rolling.len(), 1);
     assert!(matches!(waiting(&plan, "other"), WaitReason::Canary { .. }));
     assert_eq!(plan.wake_at, Some(at(7240)));
-    world.baking.insert(
+    world.state.baking.insert(
         canary.clone(),
         Bake {
             target: target.clone(),
@@ -1648,7 +1668,7 @@ fn a_restart_succeeds_only_after_its_health_bake_and_a_crash_within_it_stops_the
     assert_eq!(plan.bake_checks, std::slice::from_ref(&canary));
     assert!(plan.failed.is_empty());
     // ...which names the container: the restart fails, the campaign pauses at the canary.
-    world.baking.insert(
+    world.state.baking.insert(
         canary.clone(),
         Bake {
             target: target.clone(),
@@ -1684,7 +1704,7 @@ fn a_bake_passes_once_its_end_read_finds_nothing_even_after_a_drop_its_pods_do_n
     world.rolled("web", 2);
     let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
     let target = crate::config::RevisionStamp::sorted([(LOGGER, NEW)]);
-    world.baking.insert(
+    world.state.baking.insert(
         web.clone(),
         Bake {
             target: target.clone(),
@@ -1698,14 +1718,14 @@ fn a_bake_passes_once_its_end_read_finds_nothing_even_after_a_drop_its_pods_do_n
     assert_eq!(plan.bake_checks, std::slice::from_ref(&web));
     assert!(plan.succeeded.is_empty());
     // ...and found fine: it succeeded.
-    world.baking.get_mut(&web).unwrap().read_at = Some(at(7180));
+    world.state.baking.get_mut(&web).unwrap().read_at = Some(at(7180));
     assert_eq!(world.step().succeeded, std::slice::from_ref(&web));
 
     // Its health drops within the bake (scaled up, the new pod not ready yet): its pods
     // are read, and read again only when the pod watch saw them change while it lasts
     // (no timer: until then the plan wakes only at the bake's end); nothing wrong with a
     // container is no failure, and the bake passes at its end.
-    world.baking.insert(
+    world.state.baking.insert(
         web.clone(),
         Bake {
             target,
@@ -1720,7 +1740,7 @@ fn a_bake_passes_once_its_end_read_finds_nothing_even_after_a_drop_its_pods_do_n
     world.set_entry("web", entry);
     let plan = world.step();
     assert_eq!(plan.bake_checks, std::slice::from_ref(&web));
-    world.baking.get_mut(&web).unwrap().read_at = Some(at(7160));
+    world.state.baking.get_mut(&web).unwrap().read_at = Some(at(7160));
     let plan = world.step();
     assert!(
         plan.failed.is_empty() && plan.bake_checks.is_empty(),
@@ -1732,27 +1752,27 @@ fn a_bake_passes_once_its_end_read_finds_nothing_even_after_a_drop_its_pods_do_n
         world.step().bake_checks.is_empty(),
         "nothing changed: no read"
     );
-    world.baking.get_mut(&web).unwrap().pods_changed = true;
+    world.state.baking.get_mut(&web).unwrap().pods_changed = true;
     assert_eq!(
         world.step().bake_checks,
         std::slice::from_ref(&web),
         "a pod changed: read again"
     );
-    let bake = world.baking.get_mut(&web).unwrap();
+    let bake = world.state.baking.get_mut(&web).unwrap();
     bake.read_at = Some(at(7170));
     bake.pods_changed = false;
     // Healthy again (scaled back), a change of its pods asks for no read before the end.
     let mut entry = world.entry("web");
     entry.replicas = Some(2);
     world.set_entry("web", entry);
-    world.baking.get_mut(&web).unwrap().pods_changed = true;
+    world.state.baking.get_mut(&web).unwrap().pods_changed = true;
     world.now = at(7175);
     let plan = world.step();
     assert!(plan.bake_checks.is_empty(), "{plan:#?}");
     assert_eq!(plan.wake_at, Some(at(7180)));
     world.now = at(7180);
     assert_eq!(world.step().bake_checks, std::slice::from_ref(&web));
-    world.baking.get_mut(&web).unwrap().read_at = Some(at(7180));
+    world.state.baking.get_mut(&web).unwrap().read_at = Some(at(7180));
     assert_eq!(world.step().succeeded, std::slice::from_ref(&web));
 }
 
@@ -1773,7 +1793,7 @@ fn each_restart_bakes_once_and_a_passed_bake_stays_succeeded() {
         for r in &plan.restarts {
             world.patched(&r.workload.name, world.now);
         }
-        let bakes = &mut world.baking;
+        let bakes = &mut world.state.baking;
         bakes.retain(|w, _| {
             plan.rolling.iter().any(|r| &r.workload == w) || plan.succeeded.contains(w)
         });
@@ -1816,7 +1836,7 @@ fn each_restart_bakes_once_and_a_passed_bake_stays_succeeded() {
     assert_eq!(started, ["canary", "other"], "each baked once");
     assert_eq!(first_success.len(), 2);
     // A process that starts later does not bake them again: restarted long enough ago.
-    world.baking.clear();
+    world.state.baking.clear();
     world.now = at(7200 + 3600);
     let plan = world.step();
     assert_eq!(plan.succeeded.len(), 2, "{plan:#?}");
@@ -1937,20 +1957,26 @@ fn a_paused_campaign_holds_new_pods_at_the_last_good_revision_until_resumed_or_r
         "{}",
         plan.paused[0].1
     );
-    let held = world.book.campaigns[LOGGER].held.clone().expect("a hold");
+    let held = world.state.book.campaigns[LOGGER]
+        .held
+        .clone()
+        .expect("a hold");
     assert_eq!(held.revision, OLD);
     assert_eq!(held.content["containers"][0]["image"], OLD);
     assert_eq!(held.since, Time(at(7500)));
     // The hold outlives a restart of the injector, and plans after the pause keep it.
-    let text = serde_json::to_string(&world.book).unwrap();
-    world.book = serde_json::from_str(&text).unwrap();
+    let text = serde_json::to_string(&world.state.book).unwrap();
+    world.state.book = serde_json::from_str(&text).unwrap();
     world.now = at(9000);
     world.step();
-    assert_eq!(world.book.campaigns[LOGGER].held.as_ref(), Some(&held));
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].held.as_ref(),
+        Some(&held)
+    );
 
     // `rollout --resume` ends it.
-    world.book.resume_paused("ops", Time(at(9001)));
-    assert!(world.book.campaigns[LOGGER].held.is_none());
+    world.state.book.resume_paused("ops", Time(at(9001)));
+    assert!(world.state.book.campaigns[LOGGER].held.is_none());
 
     // A new revision ends it: its campaign starts with no hold.
     let mut world2 = World::new();
@@ -1960,10 +1986,10 @@ fn a_paused_campaign_holds_new_pods_at_the_last_good_revision_until_resumed_or_r
     world2.patched("web", at(7200));
     world2.now = at(7500);
     world2.step();
-    assert!(world2.book.campaigns[LOGGER].held.is_some());
+    assert!(world2.state.book.campaigns[LOGGER].held.is_some());
     world2.target(LOGGER, "eeeeeeeeeeee");
     world2.step();
-    assert!(world2.book.campaigns[LOGGER].held.is_none());
+    assert!(world2.state.book.campaigns[LOGGER].held.is_none());
 }
 
 #[test]
@@ -1989,7 +2015,7 @@ fn with_continue_or_no_good_revision_a_paused_campaign_holds_nothing() {
         world.now = at(7500);
         let plan = world.step();
         assert!(plan.paused[0].1.contains(says), "{}", plan.paused[0].1);
-        assert!(world.book.campaigns[LOGGER].held.is_none());
+        assert!(world.state.book.campaigns[LOGGER].held.is_none());
     }
 }
 
@@ -2169,14 +2195,14 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         upgrading: false,
         awaiting: None,
     };
-    world.evicting.insert(web.clone(), restart.clone());
+    world.state.evicting.insert(web.clone(), restart.clone());
     world.now = at(7201);
     let plan = world.step();
     assert!(plan.restarts.is_empty());
     assert_eq!(plan.rolling.len(), 1);
     assert!(plan.rolling[0].on_delete);
     restart.problem = Some("in-place upgrade failed: pod web-rs-1: container app restarted".into());
-    world.evicting.insert(web.clone(), restart);
+    world.state.evicting.insert(web.clone(), restart);
     let plan = world.step();
     assert_eq!(plan.failed.len(), 1);
     assert_eq!(
@@ -2200,7 +2226,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         upgrading: true,
         awaiting: None,
     };
-    world.evicting.insert(web.clone(), restart.clone());
+    world.state.evicting.insert(web.clone(), restart.clone());
     let stamp = format!("{LOGGER}={NEW}");
     world.pods(
         "team",
@@ -2213,7 +2239,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
     assert!(plan.succeeded.is_empty(), "{:?}", plan.succeeded);
     assert_eq!(plan.rolling.len(), 1, "{plan:?}");
     restart.upgrading = false;
-    world.evicting.insert(web.clone(), restart);
+    world.state.evicting.insert(web.clone(), restart);
     let plan = world.step();
     assert_eq!(plan.succeeded, std::slice::from_ref(&web));
 
@@ -2286,7 +2312,7 @@ fn a_revision_failing_on_thousands_of_workloads_keeps_the_book_small() {
     world.now = at(7200 + 300);
     let plan = world.step();
     assert_eq!(plan.failed.len(), WORKLOADS);
-    let campaign = &world.book.campaigns[LOGGER];
+    let campaign = &world.state.book.campaigns[LOGGER];
     assert_eq!(campaign.state, CampaignState::Paused);
     assert_eq!(campaign.failure_count(), WORKLOADS);
     assert_eq!(campaign.failures.len(), book::FAILURE_DETAILS);
@@ -2301,7 +2327,7 @@ fn a_revision_failing_on_thousands_of_workloads_keeps_the_book_small() {
     assert!(reason.len() < 2_000, "{} bytes: {reason}", reason.len());
 
     // As the status ConfigMap holds it: a failure takes about 300 bytes written out in full.
-    let data = crate::cluster::status::encode(None, &world.book);
+    let data = crate::cluster::status::encode(None, &world.state.book);
     let size = data[crate::cluster::status::STATUS_CAMPAIGNS_KEY].len();
     assert!(
         size < 150 * 1024,
@@ -2309,8 +2335,12 @@ fn a_revision_failing_on_thousands_of_workloads_keeps_the_book_small() {
     );
 
     // Read back (a restart, or another replica), resumed: no failed workload goes again.
-    world.book = CampaignBook::decode(&data[crate::cluster::status::STATUS_CAMPAIGNS_KEY]).unwrap();
-    assert_eq!(world.book.resume_paused("ops", Time(at(7600))).len(), 1);
+    world.state.book =
+        CampaignBook::decode(&data[crate::cluster::status::STATUS_CAMPAIGNS_KEY]).unwrap();
+    assert_eq!(
+        world.state.book.resume_paused("ops", Time(at(7600))).len(),
+        1
+    );
     world.deployment("newcomer", 1, Some(OLD));
     world.now = at(7700);
     let plan = world.step();
@@ -2342,7 +2372,7 @@ fn a_book_from_before_keeps_its_failed_workloads_and_acknowledgements() {
     let mut world = World::new();
     world.deployment("web", 1, Some(OLD));
     world.deployment("failed-00", 1, Some(OLD));
-    let mut value = serde_json::to_value(&world.book).unwrap();
+    let mut value = serde_json::to_value(&world.state.book).unwrap();
     let failures: Vec<Value> = (0..25)
         .map(|i| {
             json!({
@@ -2356,8 +2386,8 @@ fn a_book_from_before_keeps_its_failed_workloads_and_acknowledgements() {
     value["campaigns"][LOGGER]["acknowledgedFailures"] = json!(25);
     assert!(value["campaigns"][LOGGER].get("failedWorkloads").is_none());
 
-    world.book = CampaignBook::decode(&value.to_string()).unwrap();
-    let campaign = &world.book.campaigns[LOGGER];
+    world.state.book = CampaignBook::decode(&value.to_string()).unwrap();
+    let campaign = &world.state.book.campaigns[LOGGER];
     assert_eq!(campaign.failure_count(), 25);
     assert_eq!(campaign.unacknowledged_failures(), 0);
     assert_eq!(campaign.failures.len(), book::FAILURE_DETAILS);
@@ -2375,7 +2405,7 @@ fn a_book_from_before_keeps_its_failed_workloads_and_acknowledgements() {
         "{plan:#?}"
     );
     assert_eq!(restarted(&plan), ["web"]);
-    let value = serde_json::to_value(&world.book).unwrap();
+    let value = serde_json::to_value(&world.state.book).unwrap();
     assert_eq!(
         value["campaigns"][LOGGER]["failedWorkloads"]["team"][0],
         "Deployment/failed-00"
@@ -2384,7 +2414,7 @@ fn a_book_from_before_keeps_its_failed_workloads_and_acknowledgements() {
 
 #[test]
 fn a_malformed_failed_workload_is_named() {
-    let mut value = serde_json::to_value(&World::new().book).unwrap();
+    let mut value = serde_json::to_value(&World::new().state.book).unwrap();
     value["campaigns"][LOGGER]["failedWorkloads"] = json!({"team": ["Deployment/web", "Job/x"]});
     let err = CampaignBook::decode(&value.to_string()).unwrap_err();
     assert!(
@@ -2456,8 +2486,8 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
     let mut world = World::new();
     world.deployment("web", 1, Some(OLD));
     let mut failed = 0;
-    while world.book.overflow().is_none() {
-        let campaign = world.book.campaigns.get_mut(LOGGER).unwrap();
+    while world.state.book.overflow().is_none() {
+        let campaign = world.state.book.campaigns.get_mut(LOGGER).unwrap();
         for _ in 0..1_000 {
             campaign.failed_workloads.insert(WorkloadRef::new(
                 WorkloadKind::Deployment,
@@ -2487,17 +2517,23 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
         "{message}"
     );
     // The 20,000 failures paused the campaign too, though none came with its reason.
-    let paused = world.book.campaigns[LOGGER].pause_reason.clone().unwrap();
+    let paused = world.state.book.campaigns[LOGGER]
+        .pause_reason
+        .clone()
+        .unwrap();
     assert!(
         paused.contains("paused after 20000 failed workload(s) (their reasons are no longer kept)"),
         "{paused}"
     );
     // Resumed, it still waits on the book, and `drift` says so on the sidecar.
-    assert_eq!(world.book.resume_paused("ops", Time(world.now)).len(), 1);
+    assert_eq!(
+        world.state.book.resume_paused("ops", Time(world.now)).len(),
+        1
+    );
     let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.book.flag(&mut report, &Default::default());
-    world.book.flag_overflow(&mut report);
+    world.state.book.flag(&mut report, &Default::default());
+    world.state.book.flag_overflow(&mut report);
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     let note = logger.note.as_deref().unwrap_or_default();
     assert!(
@@ -2507,7 +2543,7 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
     );
     // What is written still fits a ConfigMap, with room for the failures of restarts that
     // were rolling when the budget was reached.
-    let data = crate::cluster::status::encode(None, &world.book);
+    let data = crate::cluster::status::encode(None, &world.state.book);
     let size: usize = data.iter().map(|(k, v)| k.len() + v.len()).sum();
     assert!(size + 64 * 1024 < 1024 * 1024, "{size} bytes");
 
@@ -2517,7 +2553,7 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
     world.step();
     world.now = at(9000 + 60);
     let plan = world.step();
-    assert!(world.book.overflow().is_none());
+    assert!(world.state.book.overflow().is_none());
     assert_eq!(restarted(&plan), ["web"], "{plan:#?}");
 }
 
@@ -2564,7 +2600,11 @@ fn a_scale_up_during_a_hold_fails_nothing_and_a_rollback_heals_the_canary_withou
     let plan = world.step();
     assert_eq!(plan.paused.len(), 1, "{plan:#?}");
     assert_eq!(
-        world.book.campaigns[LOGGER].held.as_ref().unwrap().revision,
+        world.state.book.campaigns[LOGGER]
+            .held
+            .as_ref()
+            .unwrap()
+            .revision,
         OLD
     );
 
@@ -2578,7 +2618,7 @@ fn a_scale_up_during_a_hold_fails_nothing_and_a_rollback_heals_the_canary_withou
     assert!(plan.restarts.is_empty(), "paused: {:#?}", plan.restarts);
 
     // `rollout --to logger:v1=previous` pins OLD over NEW.
-    world.book.pins.insert(
+    world.state.book.pins.insert(
         LOGGER.into(),
         crate::rollout::Pin {
             revision: OLD.into(),
@@ -2597,7 +2637,10 @@ fn a_scale_up_during_a_hold_fails_nothing_and_a_rollback_heals_the_canary_withou
     // campaign of an hour ago, are not judged again: web's scale-up is no failure of OLD.
     assert_eq!(restarted(&plan), ["canary"], "{plan:#?}");
     assert!(plan.failed.is_empty(), "{:#?}", plan.failed);
-    assert_ne!(world.book.campaigns[LOGGER].state, CampaignState::Paused);
+    assert_ne!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Paused
+    );
 
     // Even if the canary's restart to OLD failed, the rollback would not pause itself.
     world.patched("canary", at(7611));
@@ -2605,7 +2648,10 @@ fn a_scale_up_during_a_hold_fails_nothing_and_a_rollback_heals_the_canary_withou
     let plan = world.step();
     assert_eq!(plan.failed.len(), 1, "{plan:#?}");
     assert!(plan.paused.is_empty(), "{:#?}", plan.paused);
-    assert_ne!(world.book.campaigns[LOGGER].state, CampaignState::Paused);
+    assert_ne!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Paused
+    );
 }
 
 #[test]
@@ -2662,7 +2708,7 @@ fn a_bake_failure_found_while_the_workload_is_healthy_fails_it_at_once() {
     // The read found a container that crashed and is back up: the workload is rolled out and
     // every pod current, and the restart still fails, now (it used to wait out a finish grace,
     // then plan a heal with no pods to heal, which panicked in the gates).
-    world.baking.insert(
+    world.state.baking.insert(
         canary.clone(),
         Bake {
             target,
@@ -2685,3 +2731,5 @@ fn a_bake_failure_found_while_the_workload_is_healthy_fails_it_at_once() {
         }
     }
 }
+
+mod machine;
