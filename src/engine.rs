@@ -8,20 +8,17 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use serde_json::{Value, json};
+use kube::api::Api;
+use kube::runtime::events::{EventType, Recorder};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
-use crate::cluster::events::{EVENT_ACTION_LIMIT, EVENT_NOTE_LIMIT, shortened};
-use crate::cluster::status::{self, STATUS_CAMPAIGNS_KEY, STATUS_CONFIGMAP};
+use crate::cluster::status::{self, BookWrite, STATUS_CONFIGMAP};
 use crate::config::SidecarSet;
 use crate::drift::DriftPolicy;
 use crate::metrics::{EngineCall, Metrics, RolloutResult};
@@ -29,7 +26,7 @@ use crate::rollout::change::restart_action;
 use crate::rollout::history::RevisionHistory;
 use crate::rollout::machine::{Conduct, Effect, OnIndex, RolloutState};
 use crate::rollout::selection::ContainerSelection;
-use crate::rollout::targets::{ContentHistory, in_force, plan_targets};
+use crate::rollout::targets::ContentHistory;
 use crate::rollout::{self, RolloutPlan, RolloutSettings, SidecarTarget};
 use crate::workload::{RestartMethod, WorkloadKind, WorkloadRef};
 
@@ -40,9 +37,6 @@ pub(crate) const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
 /// A failed action, or an eviction a PodDisruptionBudget refused, is tried again this long
 /// after (or sooner, if something watched changes).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
-/// Progress counts alone are written to the status ConfigMap at most this often; a change of
-/// a campaign's state, failures or pause is written at once.
-const STATUS_COUNTS_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineMode {
@@ -186,18 +180,12 @@ pub struct Engine {
     /// The pod of each upgrade in place under way as last read (or patched): it is read again
     /// once the pod watch sees it change.
     upgrade_reads: BTreeMap<WorkloadRef, PodRead>,
-    /// The resourceVersion of the status ConfigMap our book corresponds to.
-    known_version: Option<String>,
-    /// The error of the malformed book last said, so that it is said once.
-    malformed_book: Option<String>,
-    written: Option<BTreeMap<String, String>>,
-    /// The book this process last wrote, counts aside, and when.
-    written_shape: Option<(String, Timestamp)>,
+    /// The status ConfigMap's book as last read or written.
+    book_writer: status::BookWriter,
     /// The next moment a plan can change by time alone (see [`RolloutPlan::wake_at`]), or an
     /// action is due again.
     wake_at: Option<Timestamp>,
-    status: watch::Receiver<Option<ConfigMap>>,
-    notifier: Option<notifier::Notifier>,
+    notifier: Option<crate::notifier::Notifier>,
     containers: Option<ContainerRun>,
     /// What a running injector published, whose revisions the one-shot CLI brings pods to
     /// rather than the ones it computes from its own reading of the configs.
@@ -230,12 +218,8 @@ impl Engine {
             state: RolloutState::default(),
             bake_pods: BTreeMap::new(),
             upgrade_reads: BTreeMap::new(),
-            known_version: None,
-            malformed_book: None,
-            written: None,
-            written_shape: None,
+            book_writer: status::BookWriter::new(status),
             wake_at: None,
-            status,
             notifier: None,
             containers: None,
             published: None,
@@ -268,7 +252,7 @@ impl Engine {
     }
 
     /// Sends campaign notices (started, paused, completed) through `notifier`.
-    pub fn notify_with(&mut self, notifier: notifier::Notifier) {
+    pub fn notify_with(&mut self, notifier: crate::notifier::Notifier) {
         self.notifier = Some(notifier);
     }
 
@@ -276,120 +260,6 @@ impl Engine {
     /// instead of the revisions of the configs this process read.
     pub fn use_publication(&mut self, publication: crate::cluster::status::Publication) {
         self.published = Some(publication);
-    }
-
-    /// The targets of a plan by revision: the cluster's book adopted, pins whose config changed
-    /// dropped (when this process writes the book), the history read; and the configs in force
-    /// (see [`in_force`]), already noted in the history.
-    async fn revision_targets(
-        &mut self,
-        set: &SidecarSet,
-        may_write: bool,
-    ) -> (BTreeMap<String, SidecarTarget>, SidecarSet) {
-        self.adopt_cluster_book();
-        if may_write && self.published.is_none() {
-            for (sidecar, pin) in self.state.book.drop_stale_pins(set) {
-                info!(
-                    sidecar,
-                    "the pin of {sidecar} at {} ends: its config changed since it was pinned over {}",
-                    pin.revision,
-                    pin.over
-                );
-            }
-        }
-        self.load_revisions().await;
-        let (pinned, errors) = self.state.book.pinned(set);
-        self.say_overlay_errors(&errors);
-        let published = self.published.as_ref().map(|p| (&p.revisions, &p.manual));
-        let targets = plan_targets(
-            published,
-            &self.state.book,
-            &mut self.history,
-            &pinned,
-            !self.options.ignore_manual_policy,
-        );
-        // The content of each revision in force is in the history before the plan compares
-        // it (an in-place upgrade needs both contents).
-        let in_force = in_force(&pinned, &targets);
-        self.revisions_dirty |= self.revisions.observe(
-            &in_force,
-            &self.state.book,
-            Timestamp::now(),
-            self.options.settings.good_after,
-            self.options.settings.history_limit,
-        );
-        (targets, in_force)
-    }
-
-    /// Logs what a pin could not serve, once while it stays the same.
-    fn say_overlay_errors(&mut self, errors: &[rollout::content::ContentError]) {
-        let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        if texts != self.overlay_errors {
-            for text in &texts {
-                warn!("a pinned revision is not served: {text}");
-            }
-            self.overlay_errors = texts;
-        }
-    }
-
-    /// Reads the revision history ConfigMap until it has been read once; a failure is said and
-    /// tried again at the next plan (the history is never written before it was read).
-    async fn load_revisions(&mut self) {
-        if self.revisions_version.is_some() {
-            return;
-        }
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
-        self.metrics.record_api_request(EngineCall::Status);
-        match status::read_history(&api).await {
-            Ok((history, version)) => {
-                self.revisions = history;
-                self.revisions_version = Some(version);
-            }
-            Err(err) => warn!(
-                "{}; a paused campaign cannot hold new pods at a good revision until it is read",
-                crate::cluster::error_text(&err)
-            ),
-        }
-    }
-
-    /// Notes the revisions served and their outcomes in the history, and writes it when that
-    /// changed it (or it was never written).
-    async fn record_revisions(&mut self, served: &SidecarSet, now: Timestamp) {
-        let Some(version) = self.revisions_version.clone() else {
-            return;
-        };
-        self.revisions_dirty |= self.revisions.observe(
-            served,
-            &self.state.book,
-            now,
-            self.options.settings.good_after,
-            self.options.settings.history_limit,
-        );
-        if !self.revisions_dirty && version.is_some() {
-            return;
-        }
-        if self.revisions.sidecars.is_empty() {
-            return;
-        }
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
-        let object = status::history_object(&self.options.namespace, version, &self.revisions);
-        self.metrics.record_api_request(EngineCall::Status);
-        match with_timeout(status::write(&api, &object)).await {
-            Ok(written) => {
-                self.revisions_version = Some(written.metadata.resource_version);
-                self.revisions_dirty = false;
-            }
-            // Another holder wrote it since: read it again and note this plan's view on it.
-            Err(e) if crate::cluster::is_conflict(&e) => {
-                info!("the revision history changed under us; re-reading it");
-                self.revisions_version = None;
-                self.retry_later();
-            }
-            Err(source) => {
-                self.failed(&ActionError::WriteHistory { source });
-                self.retry_later();
-            }
-        }
     }
 
     /// Plans from `run` instead of from revisions. Such a run keeps its campaign to itself: it
@@ -408,46 +278,24 @@ impl Engine {
     /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
     /// `serve`'s loop wakes on it; `false` once its watch is gone.
     pub async fn status_changed(&mut self) -> bool {
-        self.status.changed().await.is_ok()
+        self.book_writer.changed().await
     }
 
     /// Waits for the first read of the status ConfigMap (present or not).
     pub async fn load_status(&mut self) {
-        let _ = tokio::time::timeout(REQUEST_TIMEOUT, self.status.changed()).await;
+        self.book_writer.first_read(REQUEST_TIMEOUT).await;
         self.adopt_cluster_book();
     }
 
     /// Adopts the cluster's book when someone else wrote it (a previous leader, `rollout
     /// --resume`).
     fn adopt_cluster_book(&mut self) {
-        let status = self.status.borrow_and_update().clone();
-        let Some(configmap) = status else {
-            return;
-        };
-        let version = configmap.metadata.resource_version.clone();
-        if version.is_some() && version == self.known_version {
-            return;
-        }
-        // Only a change of the campaigns item is someone else's book (a previous leader,
-        // `rollout --resume`); a publication or heartbeat leaves ours as it is.
-        let item = |data: Option<&BTreeMap<String, String>>| {
-            data.and_then(|d| d.get(STATUS_CAMPAIGNS_KEY)).cloned()
-        };
-        let theirs = item(configmap.data.as_ref());
-        if theirs != item(self.written.as_ref()) {
-            // Theirs is in the ConfigMap now: whatever differs from it is written at once.
-            self.written_shape = None;
-            if let Some(Some(book)) =
-                status::book_or_warn(Some(&configmap), &mut self.malformed_book)
-            {
-                for line in rollout::journal::resumptions(&self.state.book, &book) {
-                    say(&line);
-                }
-                self.state.book = book;
+        if let Some(book) = self.book_writer.theirs() {
+            for line in rollout::journal::resumptions(&self.state.book, &book) {
+                say(&line);
             }
+            self.state.book = book;
         }
-        self.written = configmap.data.clone().map(|d| d.into_iter().collect());
-        self.known_version = version;
     }
 
     /// Plans from the index; acts on the plan when this process has the authority to.
@@ -763,112 +611,10 @@ impl Engine {
         self.metrics.record_api_error(err.metric_label());
     }
 
-    async fn patch(&self, restart: &rollout::Restart, now: Timestamp) -> Result<(), ActionError> {
-        let keys = &self.options.keys;
-        let reason = match &self.options.reason_prefix {
-            Some(prefix) => format!("{prefix}: {}", restart.reason),
-            None => restart.reason.clone(),
-        };
-        let cause = format!("sidecar-injector: {reason}");
-        // A first restart clears the mark, so a target the workload comes back to may be
-        // healed again.
-        let heal = restart.heal.then_some(restart.target.as_ref()).flatten();
-        let body = json!({
-            "metadata": {"annotations": {
-                keys.rolled_at.as_str(): now.to_string(),
-                "kubernetes.io/change-cause": cause,
-            }},
-            "spec": {"template": {"metadata": {"annotations": {
-                keys.rollout_revision.as_str(): restart.target,
-                keys.rollout_reason.as_str(): reason,
-                keys.rollout_heal.as_str(): heal,
-            }}}}
-        });
-        let (client, namespace, name) = (
-            self.client.clone(),
-            &restart.workload.namespace,
-            &restart.workload.name,
-        );
-        self.metrics.record_api_request(EngineCall::Patch);
-        let result = match restart.workload.controller_kind() {
-            Some(WorkloadKind::Deployment) => {
-                merge_patch::<Deployment>(client, namespace, name, &body).await
-            }
-            Some(WorkloadKind::StatefulSet) => {
-                merge_patch::<StatefulSet>(client, namespace, name, &body).await
-            }
-            Some(WorkloadKind::DaemonSet) => {
-                merge_patch::<DaemonSet>(client, namespace, name, &body).await
-            }
-            Some(WorkloadKind::Pod) | None => Ok(()),
-        };
-        result.map_err(|source| ActionError::Patch {
-            workload: restart.workload.clone(),
-            source,
-        })
-    }
-
-    async fn event(
-        &self,
-        workload: &WorkloadRef,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
-        let reference = ObjectReference {
-            api_version: Some(workload.kind.api_version().into()),
-            kind: Some(workload.kind.as_str().into()),
-            name: Some(workload.name.clone()),
-            namespace: Some(workload.namespace.clone()),
-            ..Default::default()
-        };
-        self.publish_event(&reference, type_, reason, action, note)
-            .await;
-    }
-
-    async fn publish_event(
-        &self,
-        reference: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(shortened(note, EVENT_NOTE_LIMIT)),
-            // The recorder folds repeats by (reason, action, object) for minutes, keeping the
-            // first note: the revisions go into the action so each campaign is its own Event.
-            action: shortened(action, EVENT_ACTION_LIMIT),
-            secondary: None,
-        };
-        self.metrics.record_api_request(EngineCall::Event);
-        if let Err(source) = with_timeout(self.recorder.publish(&event, reference)).await {
-            self.failed(&ActionError::RecordEvent {
-                object: format!(
-                    "{}/{}",
-                    reference.kind.as_deref().unwrap_or_default(),
-                    reference.name.as_deref().unwrap_or_default()
-                ),
-                source,
-            });
-        }
-    }
-
-    /// Writes revisions and campaigns to the status ConfigMap when they changed.
-    /// The campaign book; the revisions in force are each serving replica's to publish.
+    /// Writes the campaign book to the status ConfigMap when it changed; the revisions in
+    /// force are each serving replica's to publish.
     async fn write_status(&mut self) {
         self.write_status_when(false).await;
-    }
-
-    /// The size of the book the status ConfigMap holds, for the book alert.
-    fn record_book_size(&self, data: &BTreeMap<String, String>) {
-        let bytes = data.get(STATUS_CAMPAIGNS_KEY).map_or(0, String::len);
-        self.metrics
-            .rollout_book
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Writes what the progress counts alone have changed since the last write (the one-shot
@@ -879,51 +625,37 @@ impl Engine {
         }
     }
 
-    /// Writes the book when it changed: at once when a campaign's state, failures or pause
-    /// changed, at most every [`STATUS_COUNTS_EVERY`] when only its counts did (a campaign
-    /// would otherwise rewrite the ConfigMap at nearly every restart); `flush` writes now.
     async fn write_status_when(&mut self, flush: bool) {
-        let data = status::encode(self.written.as_ref(), &self.state.book);
-        if self.written.as_ref() == Some(&data) {
-            self.record_book_size(&data);
-            return;
-        }
-        let shape = status::book_shape(&self.state.book);
-        let now = Timestamp::now();
-        if !flush
-            && let Some((written, at)) = &self.written_shape
-            && *written == shape
-        {
-            let due = rollout::after(*at, STATUS_COUNTS_EVERY);
-            if due > now {
-                self.wake_at(due);
-                return;
-            }
-        }
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.options.namespace);
-        let configmap = status::status_object(
-            &self.options.namespace,
-            self.known_version.clone(),
-            data.clone(),
-        );
-        self.metrics.record_api_request(EngineCall::Status);
-        let result = with_timeout(status::write(&api, &configmap)).await;
-        match result {
-            Ok(written) => {
-                self.known_version = written.metadata.resource_version;
-                self.record_book_size(&data);
-                self.written = Some(data);
-                self.written_shape = Some((shape, now));
+        let namespace = &self.options.namespace;
+        let now = Timestamp::now();
+        let written = self
+            .book_writer
+            .write(
+                &api,
+                namespace,
+                &self.state.book,
+                flush,
+                now,
+                REQUEST_TIMEOUT,
+            )
+            .await;
+        if matches!(
+            written,
+            BookWrite::Stored { .. } | BookWrite::Conflict | BookWrite::Failed(_)
+        ) {
+            self.metrics.record_api_request(EngineCall::Status);
+        }
+        match written {
+            // The size of the book the status ConfigMap holds, for the book alert.
+            BookWrite::Stored { bytes } | BookWrite::Unchanged { bytes } => {
+                self.metrics
+                    .rollout_book
+                    .set(i64::try_from(bytes).unwrap_or(i64::MAX));
             }
-            // Someone else wrote it since (or it exists already): the watch brings their copy,
-            // which is adopted before the next write.
-            Err(e) if crate::cluster::is_conflict(&e) => {
-                info!("the status ConfigMap changed under us; re-reading it");
-                if self.known_version.is_none() {
-                    self.known_version = Some(String::new());
-                }
-            }
-            Err(source) => {
+            BookWrite::Later(due) => self.wake_at(due),
+            BookWrite::Conflict => info!("the status ConfigMap changed under us; re-reading it"),
+            BookWrite::Failed(source) => {
                 self.failed(&ActionError::WriteStatus { source });
                 self.retry_later();
             }
@@ -940,39 +672,6 @@ fn say(line: &rollout::journal::Line) {
         "{}",
         line.message
     );
-}
-
-async fn merge_patch<K>(
-    client: Client,
-    namespace: &str,
-    name: &str,
-    body: &Value,
-) -> Result<(), kube::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client, namespace);
-    with_timeout(api.patch(name, &PatchParams::default(), &Patch::Merge(body)))
-        .await
-        .map(|_| ())
-}
-
-/// When a planning loop (`serve`'s, `rollout --confirm`'s) must plan again though nothing it
-/// watches changed: the soonest of `moments` (the plan's own next change, a grant's end...),
-/// and never later than `safety_net` from `now`, a net should a watch miss a change, not what
-/// paces a campaign. A moment already past is due at once.
-pub(crate) fn soonest_wake(
-    now: Instant,
-    safety_net: Duration,
-    moments: impl IntoIterator<Item = Option<Instant>>,
-) -> Instant {
-    moments
-        .into_iter()
-        .flatten()
-        .fold(now + safety_net, Instant::min)
 }
 
 impl Engine {
@@ -1010,96 +709,14 @@ async fn with_timeout<T>(
     }
 }
 
-/// Runs the engine for `serve` until the process ends: plans on every change and whenever the
-/// last plan said it would change by time alone, acts only while `grant` allows, and only once
-/// this replica has been ready (`not_ready` says why not, `None` when ready) for
-/// `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
-/// Service sends the API server's calls to a ready replica, it would come back without its
-/// sidecars (failurePolicy Ignore).
-pub async fn run(
-    mut engine: Engine,
-    mut feed: DriftFeed,
-    mut sidecars: watch::Receiver<Arc<SidecarSet>>,
-    mut not_ready: watch::Receiver<Option<&'static str>>,
-    mut grant: watch::Receiver<Option<Instant>>,
-    act_after_ready: Duration,
-) {
-    let mut synced = feed.synced.clone();
-    if synced.wait_for(|s| *s).await.is_err() {
-        return;
-    }
-    let replan = engine.options.replan_every;
-    info!(
-        mode = engine.options.mode.as_str(),
-        "rollout engine started"
-    );
-    let mut leading = false;
-    let mut ready_since: Option<Instant> = None;
-    loop {
-        // Wake when something watched changes, or when the plan says it changes by time
-        // alone, or when the warm-up ends. A grant that is not renewed only runs out: nothing
-        // is sent when it does. Wake then too, so that a replica whose Lease was taken stops
-        // reporting itself leader (and its book) at once, not at the next safety-net replan.
-        // `leading` is never true after a pass that was not ready, so an expired grant cannot
-        // wake a replica that is not ready again and again.
-        let now = Instant::now();
-        let wake = soonest_wake(
-            now,
-            replan,
-            [
-                engine.next_wake(now),
-                ready_since
-                    .map(|since| since + act_after_ready)
-                    .filter(|&warm| warm > now),
-                leading.then(|| *grant.borrow()).flatten(),
-            ],
-        );
-        let changed = tokio::select! {
-            result = feed.changes.changed() => if result.is_err() { return } else { true },
-            result = sidecars.changed() => if result.is_err() { return } else { true },
-            result = grant.changed() => if result.is_err() { return } else { true },
-            result = engine.status.changed() => if result.is_err() { return } else { true },
-            // Becoming ready, or no longer, is acted on at once: a leader that stops being
-            // ready steps down now, not at its next planned pass.
-            result = not_ready.changed() => if result.is_err() { return } else { true },
-            () = tokio::time::sleep_until(wake.into()) => false,
-        };
-        if changed {
-            tokio::time::sleep(PLAN_DEBOUNCE).await;
-        }
-        feed.changes.borrow_and_update();
-        let was_ready = not_ready.borrow_and_update().is_none();
-        if !was_ready {
-            ready_since = None;
-        }
-        // A replica that is not ready does not act, and says so: it is not the leader.
-        let warmed =
-            was_ready && ready_since.get_or_insert_with(Instant::now).elapsed() >= act_after_ready;
-        let may_act = warmed && crate::cluster::lease::may_act(&grant);
-        if may_act != leading {
-            engine.metrics.rollout_leader.set(i64::from(may_act));
-            // The book is the leader's to report: an ex-leader's last figure would keep the
-            // book alert firing after the new leader's book shrank.
-            if !may_act {
-                engine.metrics.rollout_book.set(0);
-            }
-            leading = may_act;
-        }
-        if !was_ready {
-            continue;
-        }
-        let set = sidecars.borrow_and_update().clone();
-        let authority = if may_act {
-            Authority::Act
-        } else {
-            Authority::PlanOnly
-        };
-        engine.tick(&feed, &set, authority).await;
-    }
-}
-
 mod health_bake;
-pub mod notifier;
+mod revisions;
+mod run;
+mod writes;
+
+pub use run::run;
+pub(crate) use run::soonest_wake;
+
 mod pod_replacement;
 
 #[cfg(test)]

@@ -9,12 +9,15 @@
 //!   [`annotations`] and [`name`] (the vocabulary), [`workload`] (kinds and references),
 //!   [`config`] (parse, load, revision, the set in force), [`injection`] (the decision and the
 //!   JSON patch), [`admission`] (an AdmissionReview in, a reply out), [`drift`] (the index and
-//!   its classification), [`maintenance`] (when restarts may start) and [`rollout`] (the
-//!   planner, campaigns, health, change text).
-//! - The I/O shell: [`cluster`] (client, watches, lists, the status ConfigMap, Events, the
-//!   Lease), [`sources`] (the directory and ConfigMap config sources behind one snapshot),
-//!   [`engine`] (the rollout executor), [`serve`] (HTTPS, readiness, certificate reload),
-//!   [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per subcommand).
+//!   its classification), [`maintenance`] (when restarts may start), [`explain`] (the checks
+//!   of `explain`) and [`rollout`] (the state machine, the planner, campaigns, health, change
+//!   text, the publication rules).
+//! - The I/O shell: [`cluster`] (client, watches, lists, the status and history ConfigMaps,
+//!   Events, the Lease), [`sources`] (the directory and ConfigMap config sources behind one
+//!   snapshot), [`engine`] (the rollout executor: performs the state machine's effects),
+//!   [`notifier`] (campaign notices to `--notify-url`), [`serve`] (HTTPS, readiness,
+//!   certificate reload), [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per
+//!   subcommand).
 #![forbid(unsafe_code)]
 
 /// The crate version and the git commit it was built from (`0.2.0 (commit 650ebd9c1a2b)`).
@@ -43,6 +46,7 @@ pub mod cli;
 pub mod cluster;
 pub mod engine;
 pub mod metrics;
+pub mod notifier;
 pub mod serve;
 pub mod sources;
 pub mod telemetry;

@@ -95,7 +95,7 @@ pub struct RolloutOptions {
     /// How long this replica must have been ready before the engine acts.
     pub act_after_ready: Duration,
     /// `--notify-url`: where campaign notices go.
-    pub notify: Option<crate::engine::notifier::NotifierOptions>,
+    pub notify: Option<crate::notifier::NotifierOptions>,
 }
 
 #[derive(Clone)]
@@ -565,7 +565,7 @@ fn start_cluster_parts(
             }),
         );
         if let Some(notify) = &rollout.notify {
-            engine.notify_with(crate::engine::notifier::Notifier::spawn(
+            engine.notify_with(crate::notifier::Notifier::spawn(
                 notify.clone(),
                 metrics.clone(),
             ));

@@ -7,12 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::Selector;
 use serde::Deserialize;
 use serde_json::Value;
@@ -22,7 +21,7 @@ use super::one_shot::{
     ClusterListRefused, ConfigsUnread, OneShot, revisions_from_status, synced_feed,
 };
 use crate::annotations::AnnotationKeys;
-use crate::cluster::list::{NamespaceReach, list_selected};
+use crate::cluster::list::NamespaceReach;
 use crate::config::SidecarSet;
 use crate::engine::{EngineMode, EngineOptions};
 use crate::explain::{
@@ -32,10 +31,10 @@ use crate::explain::{
 use crate::injection::manifest::{document_label, objects_with_pods};
 use crate::injection::{InjectionSettings, PodView};
 use crate::rollout::RolloutPlan;
-use crate::workload::{
-    PodWorkload, ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner,
-    resource_name_and_group,
-};
+use crate::workload::{PodWorkload, WorkloadKind, WorkloadRef, resource_name_and_group};
+
+mod controlled;
+use controlled::*;
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let explanations = match &args.file {
@@ -670,229 +669,6 @@ impl WorkloadSpec {
     }
 }
 
-/// What stands between a workload and its pods, when something does.
-#[derive(Clone, Copy, Debug)]
-enum Via {
-    /// A Deployment's ReplicaSets.
-    ReplicaSets,
-    /// A CronJob's Jobs.
-    Jobs,
-}
-
-/// The pods (as metadata) in `namespace` that `selector` matches and `owner` (by uid)
-/// controls: directly, or through the objects `via` it controls (listed by the same
-/// selector), so another workload's pods that happen to match are left out. `label` names the
-/// owner in errors.
-async fn pods_controlled(
-    client: &kube::Client,
-    namespace: &str,
-    selector: &Selector,
-    owner: &str,
-    via: Option<Via>,
-    label: &dyn std::fmt::Display,
-) -> anyhow::Result<Vec<ObjectMeta>> {
-    let own = BTreeSet::from([owner.to_owned()]);
-    let between = match via {
-        None => None,
-        Some(Via::ReplicaSets) => Some(
-            controlled::<ReplicaSet>(client, namespace, selector, &own)
-                .await
-                .with_context(|| format!("cannot list the ReplicaSets of {label}"))?,
-        ),
-        Some(Via::Jobs) => Some(
-            controlled::<Job>(client, namespace, selector, &own)
-                .await
-                .with_context(|| format!("cannot list the Jobs of {label}"))?,
-        ),
-    };
-    let owners = match between {
-        Some(objects) => objects.into_iter().filter_map(|meta| meta.uid).collect(),
-        None => own,
-    };
-    controlled::<Pod>(client, namespace, selector, &owners)
-        .await
-        .with_context(|| format!("cannot list the pods of {label}"))
-}
-
-/// The metadata of the objects of a kind in `namespace` that `selector` matches
-/// and one of `owners` (by uid) controls, listed page by page.
-async fn controlled<K>(
-    client: &kube::Client,
-    namespace: &str,
-    selector: &Selector,
-    owners: &BTreeSet<String>,
-) -> Result<Vec<ObjectMeta>, kube::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), namespace);
-    let params = ListParams::default().labels_from(selector);
-    list_selected(&api, params, |object| {
-        let meta = object.metadata;
-        let controlled = meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|r| r.controller == Some(true) && owners.contains(&r.uid));
-        controlled.then_some(meta)
-    })
-    .await
-}
-
-/// Who controls a pod: the words for it, the workload the engine restarts (if any), and the
-/// template new pods are made from.
-struct Owner {
-    controller: String,
-    workload: Option<WorkloadRef>,
-    template: Option<PodTemplateSpec>,
-    /// The workload is annotated `NS/rollout: disabled`.
-    rollout_disabled: bool,
-}
-
-impl Owner {
-    async fn of(
-        client: &kube::Client,
-        namespace: &str,
-        pod: &Pod,
-        evict_bare_pods: bool,
-        keys: &AnnotationKeys,
-    ) -> anyhow::Result<Self> {
-        let Some(controller) = controller_of(pod) else {
-            let name = pod.metadata.name.as_deref().unwrap_or_default();
-            return Ok(if evict_bare_pods {
-                Self {
-                    controller: "a bare pod: --evict-bare-pods has the engine evict it".to_owned(),
-                    workload: Some(WorkloadRef::new(WorkloadKind::Pod, namespace, name)),
-                    template: None,
-                    rollout_disabled: false,
-                }
-            } else {
-                Self {
-                    controller: "a bare pod: nothing restarts it but --evict-bare-pods".to_owned(),
-                    workload: None,
-                    template: None,
-                    rollout_disabled: false,
-                }
-            });
-        };
-        let name = controller.name.as_str();
-        let workload = |kind| Some(WorkloadRef::new(kind, namespace, name));
-        Ok(match controller.kind.as_str() {
-            "ReplicaSet" => Self::of_replicaset(client, namespace, name, keys).await?,
-            "StatefulSet" => {
-                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-                let set = api
-                    .get(name)
-                    .await
-                    .with_context(|| format!("cannot read StatefulSet {namespace}/{name}"))?;
-                Self {
-                    controller: format!("StatefulSet {name}"),
-                    workload: workload(WorkloadKind::StatefulSet),
-                    template: set.spec.map(|s| s.template),
-                    rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
-                }
-            }
-            "DaemonSet" => {
-                let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
-                let set = api
-                    .get(name)
-                    .await
-                    .with_context(|| format!("cannot read DaemonSet {namespace}/{name}"))?;
-                Self {
-                    controller: format!("DaemonSet {name}"),
-                    workload: workload(WorkloadKind::DaemonSet),
-                    template: set.spec.map(|s| s.template),
-                    rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
-                }
-            }
-            kind => Self {
-                controller: format!("{kind} {name}: the engine does not restart it"),
-                workload: None,
-                template: None,
-                rollout_disabled: false,
-            },
-        })
-    }
-}
-
-impl Owner {
-    /// Why the engine leaves out `pod`, which this owns, as `drift` says it: its owner is not
-    /// a workload the engine restarts, or one that opted out.
-    fn exclusion(&self, pod: &Pod, evict_bare_pods: bool) -> Option<String> {
-        if self.workload.is_some() && self.rollout_disabled {
-            return Some(crate::drift::ROLLOUT_DISABLED.to_owned());
-        }
-        let controller = controller_of(pod).map(|r| (r.kind.as_str(), r.name.as_str()));
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let owner = resolve_pod_owner(controller, name, evict_bare_pods, |_| {
-            match &self.workload {
-                Some(deployment) => ReplicaSetOwner::Deployment(&deployment.name),
-                None => ReplicaSetOwner::NoDeployment,
-            }
-        });
-        crate::drift::owner_exclusion(&owner)
-    }
-
-    async fn of_replicaset(
-        client: &kube::Client,
-        namespace: &str,
-        name: &str,
-        keys: &AnnotationKeys,
-    ) -> anyhow::Result<Self> {
-        let api: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-        let replicaset = api
-            .get(name)
-            .await
-            .with_context(|| format!("cannot read ReplicaSet {namespace}/{name}"))?;
-        let deployment = replicaset
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true) && r.kind == "Deployment")
-            .map(|r| r.name.clone());
-        let template = replicaset.spec.and_then(|s| s.template);
-        Ok(match deployment {
-            Some(deployment) => {
-                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-                let metadata = api
-                    .get_metadata(&deployment)
-                    .await
-                    .with_context(|| format!("cannot read Deployment {namespace}/{deployment}"))?;
-                Self {
-                    controller: format!("ReplicaSet {name} of Deployment {deployment}"),
-                    workload: Some(WorkloadRef::new(
-                        WorkloadKind::Deployment,
-                        namespace,
-                        &deployment,
-                    )),
-                    template,
-                    rollout_disabled: crate::drift::rollout_disabled(&metadata.metadata, keys),
-                }
-            }
-            None => Self {
-                controller: format!("ReplicaSet {name}, with no Deployment: nothing rolls it"),
-                workload: None,
-                template,
-                rollout_disabled: false,
-            },
-        })
-    }
-}
-
-/// The owner reference of `pod`'s controller, if it has one.
-fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-}
-
 /// A workload (or pod) read whole, or an error saying it does not exist.
 async fn get_object<K>(client: &kube::Client, workload: &WorkloadRef) -> anyhow::Result<K>
 where
@@ -946,51 +722,4 @@ async fn plan_now(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jobs_and_cronjobs_are_named_as_kubectl_names_them_beside_workloads() {
-        for (given, kind, name) in [
-            ("web", SubjectKind::Workload(WorkloadKind::Pod), "web"),
-            (
-                "deploy/web",
-                SubjectKind::Workload(WorkloadKind::Deployment),
-                "web",
-            ),
-            ("job/once", SubjectKind::Batch(BatchKind::Job), "once"),
-            (
-                "jobs.batch/once",
-                SubjectKind::Batch(BatchKind::Job),
-                "once",
-            ),
-            ("Job/once", SubjectKind::Batch(BatchKind::Job), "once"),
-            (
-                "cj/nightly",
-                SubjectKind::Batch(BatchKind::CronJob),
-                "nightly",
-            ),
-            (
-                "CronJob/nightly",
-                SubjectKind::Batch(BatchKind::CronJob),
-                "nightly",
-            ),
-            (
-                "cronjobs.v1beta1.batch/nightly",
-                SubjectKind::Batch(BatchKind::CronJob),
-                "nightly",
-            ),
-        ] {
-            assert_eq!(subject(given).unwrap(), (kind, name), "{given}");
-        }
-        for refused in [
-            "job.apps/once",
-            "cronjob.v1.apps/n",
-            "svc/web",
-            "job/",
-            "job/a/b",
-        ] {
-            assert!(subject(refused).is_err(), "{refused}");
-        }
-    }
-}
+mod tests;

@@ -3,14 +3,13 @@
 //! waits until every planned workload is done.
 
 use std::collections::{BTreeSet, HashSet};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -21,19 +20,21 @@ use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
 use super::one_shot::{Aim, OneShot, plan_snapshot, revisions_in_force, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::DriftFeed;
-use crate::cluster::lease::{
-    LeaseDecision, LeaseSettings, MODE_ANNOTATION, ROLLOUT_LEASE, decide, may_act,
-};
 use crate::cluster::list::list_paged;
 use crate::cluster::watch::{Change, watch};
-use crate::config::SidecarSet;
-use crate::engine::{Authority, ContainerRun, Engine, EngineMode, EngineOptions, RunSummary};
+use crate::engine::{ContainerRun, Engine, EngineMode, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
 use crate::telemetry::notice;
 use crate::workload::{WorkloadKind, WorkloadRef};
-use tracing::{Level, debug};
+use tracing::Level;
+
+mod until_done;
+use until_done::*;
+
+mod standing;
+use standing::*;
 
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
@@ -392,149 +393,6 @@ fn exit_code(summary: &RunSummary) -> ExitCode {
     ExitCode::from(EXIT_STILL_WAITING)
 }
 
-/// Whoever holds the rollout Lease, live, other than this run.
-struct LeaseHolder {
-    name: String,
-    mode: Option<String>,
-    until: Timestamp,
-}
-
-impl LeaseHolder {
-    async fn read(client: &kube::Client, namespace: &str) -> anyhow::Result<Option<Self>> {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-        let lease = leases
-            .get_opt(ROLLOUT_LEASE)
-            .await
-            .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
-        Ok(match decide(lease.as_ref(), "", Timestamp::now()) {
-            LeaseDecision::HeldBy {
-                holder,
-                mode,
-                until,
-            } => Some(Self {
-                name: holder,
-                mode,
-                until,
-            }),
-            _ => None,
-        })
-    }
-
-    /// A `serve --rollout=auto` (or another `rollout --confirm`): it restarts workloads.
-    fn restarts(&self) -> bool {
-        matches!(self.mode.as_deref(), Some("auto" | CLI_MODE))
-    }
-}
-
-/// The mode a `rollout --confirm` writes on the Lease it holds.
-const CLI_MODE: &str = "cli";
-/// How long the Lease this run holds lasts without renewal.
-const CLI_LEASE_DURATION: Duration = Duration::from_secs(15);
-
-/// How `--confirm` may act: holding the rollout Lease itself (so no `serve` replica acts
-/// meanwhile), or beside a holder that never restarts anything (`serve --rollout=dry-run`).
-enum Standing {
-    Holding {
-        grant: tokio::sync::watch::Receiver<Option<std::time::Instant>>,
-        stop: tokio::sync::watch::Sender<bool>,
-        task: tokio::task::JoinHandle<()>,
-    },
-    BesidePlanner,
-}
-
-impl Standing {
-    /// Never beside a live holder that restarts workloads: two actors would restart (or
-    /// evict) the same workloads at once.
-    async fn take(
-        client: &kube::Client,
-        namespace: &str,
-        identity: &str,
-        holder: Option<&LeaseHolder>,
-    ) -> anyhow::Result<Self> {
-        if let Some(holder) = holder {
-            if holder.restarts() {
-                anyhow::bail!(
-                    "refusing to act: {} holds the rollout Lease in {namespace} ({MODE_ANNOTATION}={}, until {}) and restarts \
-                     stale workloads itself. `sidecar-injector rollout` (no --confirm) shows the plan; \
-                     `sidecar-injector rollout --resume` resumes a paused campaign for it to act on",
-                    holder.name,
-                    holder.mode.as_deref().unwrap_or(""),
-                    holder.until
-                );
-            }
-            notice(
-                Level::INFO,
-                &format!(
-                    "{} holds the rollout Lease in {} mode and restarts nothing; acting beside it",
-                    holder.name,
-                    holder.mode.as_deref().unwrap_or("an unknown")
-                ),
-                &[("holder", &holder.name)],
-            );
-            return Ok(Self::BesidePlanner);
-        }
-        let settings = LeaseSettings {
-            namespace: namespace.to_owned(),
-            identity: identity.to_owned(),
-            mode: CLI_MODE.to_owned(),
-            duration: CLI_LEASE_DURATION,
-            renew_every: CLI_LEASE_DURATION / 3,
-        };
-        let (grant_tx, mut grant) = tokio::sync::watch::channel(None);
-        let (stop, stopping) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(crate::cluster::lease::run(
-            client.clone(),
-            settings,
-            // The command is ready from the start, and stays so.
-            tokio::sync::watch::channel(None).1,
-            grant_tx,
-            stopping,
-        ));
-        let held = tokio::time::timeout(CLI_LEASE_DURATION, grant.wait_for(Option::is_some))
-            .await
-            .is_ok_and(|r| r.is_ok());
-        if !held {
-            let _ = stop.send(true);
-            let _ = task.await;
-            anyhow::bail!(
-                "cannot take the rollout Lease in {namespace}: another process took it first; try again"
-            );
-        }
-        Ok(Self::Holding { grant, stop, task })
-    }
-
-    fn may_act(&self) -> bool {
-        match self {
-            Self::Holding { grant, .. } => may_act(grant),
-            Self::BesidePlanner => true,
-        }
-    }
-
-    /// When the Lease held runs out unless renewed (beside a planner: never).
-    fn grant_ends(&self) -> Option<Instant> {
-        match self {
-            Self::Holding { grant, .. } => *grant.borrow(),
-            Self::BesidePlanner => None,
-        }
-    }
-
-    /// The renewals of the Lease held, to wake on (beside a planner: none).
-    fn grant(&self) -> Option<tokio::sync::watch::Receiver<Option<Instant>>> {
-        match self {
-            Self::Holding { grant, .. } => Some(grant.clone()),
-            Self::BesidePlanner => None,
-        }
-    }
-
-    /// Gives the Lease up (when held), so that a `serve` replica acts at once.
-    async fn give_up(self) {
-        if let Self::Holding { stop, task, .. } = self {
-            let _ = stop.send(true);
-            let _ = task.await;
-        }
-    }
-}
-
 fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
     let mut kinds: BTreeSet<WorkloadKind> = BTreeSet::new();
     if !args.exclude_deployment {
@@ -573,207 +431,6 @@ fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
         ignore_manual_policy: true,
         kinds: Some(kinds),
         reason_prefix: args.rollout_reason.clone(),
-    }
-}
-
-/// Plans and acts until nothing is rolling and nothing waits for what clears by itself.
-async fn act_until_done(
-    engine: &mut Engine,
-    feed: &DriftFeed,
-    sidecars: &SidecarSet,
-    args: &RolloutArgs,
-    standing: &Standing,
-) -> anyhow::Result<()> {
-    // The bar is drawn only on a terminal, and only when stderr carries text.
-    let terminal = std::io::stderr().is_terminal()
-        && args.cluster.output == OutputFormat::Table
-        && crate::telemetry::text_on_stderr();
-    let mut changes = feed.changes.clone();
-    let mut grant = standing.grant();
-    let mut progress: Option<Progress> = None;
-    let mut unheld_since: Option<Instant> = None;
-    let mut settled_since: Option<Instant> = None;
-    loop {
-        let acting = standing.may_act();
-        let authority = if acting {
-            unheld_since = None;
-            Authority::Act
-        } else {
-            // The Lease was not renewed in time: act no more until it is.
-            let since = *unheld_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= CLI_LEASE_DURATION {
-                anyhow::bail!(
-                    "lost the rollout Lease for {CLI_LEASE_DURATION:?}; stopped acting (the summary would be partial)"
-                );
-            }
-            Authority::PlanOnly
-        };
-        let plan = engine.tick(feed, sidecars, authority).await;
-        let progress = progress.get_or_insert_with(|| {
-            print_plan_summary(&plan);
-            Progress::of(&plan)
-        });
-        progress.report(engine.summary(), terminal, &plan);
-        let settled =
-            plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself());
-        // A restarted workload whose pods all went (scaled to zero, deleted) is in no plan
-        // list, yet ends as succeeded or gone once its controller says so: wait for that too,
-        // within the rollout timeout.
-        let awaiting = engine.awaiting_outcomes() > 0;
-        if !settled {
-            settled_since = None;
-        } else {
-            let since = *settled_since.get_or_insert_with(Instant::now);
-            if !awaiting || since.elapsed() >= args.safety.rollout_timeout {
-                break;
-            }
-        }
-        // As `serve` does: on a change (of the cluster, the status ConfigMap or the Lease), or
-        // at the next moment the plan or this run's standing can change by time alone; no poll.
-        let now = Instant::now();
-        let wake = LoopWake {
-            plan: engine.next_wake(now),
-            grant_ends: acting.then(|| standing.grant_ends()).flatten(),
-            lost_for_good: unheld_since.map(|since| since + CLI_LEASE_DURATION),
-            outcomes_given_up: settled_since
-                .filter(|_| awaiting)
-                .map(|since| since + args.safety.rollout_timeout),
-        }
-        .next(now);
-        debug!(
-            rolling = plan.rolling.len(),
-            waiting = plan.waiting.len(),
-            "planned; next pass on a change or in {:?}",
-            wake.saturating_duration_since(now)
-        );
-        let changed = tokio::select! {
-            result = changes.changed() => if result.is_err() {
-                anyhow::bail!("the cluster watches stopped");
-            } else { true },
-            watching = engine.status_changed() => if watching { true } else {
-                anyhow::bail!("the watch of the status ConfigMap stopped");
-            },
-            () = grant_changed(&mut grant) => true,
-            () = tokio::time::sleep_until(wake.into()) => false,
-        };
-        // A burst of watch events (a restart's pods come and go) costs one plan, as in `serve`.
-        if changed {
-            tokio::time::sleep(crate::engine::PLAN_DEBOUNCE).await;
-            changes.borrow_and_update();
-        }
-    }
-    engine.flush_status().await;
-    if terminal {
-        eprintln!();
-    }
-    Ok(())
-}
-
-/// Resolves when the Lease's grant changes; never without a Lease, or once its task is gone.
-async fn grant_changed(grant: &mut Option<tokio::sync::watch::Receiver<Option<Instant>>>) {
-    let renewed = match grant {
-        Some(receiver) => receiver.changed().await.is_ok(),
-        None => false,
-    };
-    if !renewed {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// The moments the one-shot loop must plan again though nothing it watches changed.
-#[derive(Debug, Default)]
-struct LoopWake {
-    /// The plan changes by time alone (a settle, a cooldown, a bake's end...).
-    plan: Option<Instant>,
-    /// The Lease this run holds runs out unless renewed: it stops acting then.
-    grant_ends: Option<Instant>,
-    /// The Lease was lost long enough ago to give up.
-    lost_for_good: Option<Instant>,
-    /// Workloads left without pods had long enough to report their outcome.
-    outcomes_given_up: Option<Instant>,
-}
-
-impl LoopWake {
-    /// The soonest of them, under the same safety net as `serve`'s engine.
-    fn next(&self, now: Instant) -> Instant {
-        crate::engine::soonest_wake(
-            now,
-            LOOP_SAFETY_NET,
-            [
-                self.plan,
-                self.grant_ends,
-                self.lost_for_good,
-                self.outcomes_given_up,
-            ],
-        )
-    }
-}
-
-/// The longest the one-shot loop waits with nothing due.
-const LOOP_SAFETY_NET: Duration = Duration::from_secs(60);
-
-/// What this run planned, and which of those workloads it has reported done.
-struct Progress {
-    planned: BTreeSet<WorkloadRef>,
-    reported: BTreeSet<WorkloadRef>,
-}
-
-impl Progress {
-    fn of(plan: &RolloutPlan) -> Self {
-        // What this run restarts now or once its wait ends; a workload already rolling from
-        // an earlier run is not this run's to count.
-        let planned = plan
-            .restarts
-            .iter()
-            .map(|r| r.workload.clone())
-            .chain(plan.waiting.iter().map(|w| w.workload.clone()))
-            .collect();
-        Self {
-            planned,
-            reported: BTreeSet::new(),
-        }
-    }
-
-    /// A `done KIND/ns/name (3/10)` line per workload of the plan as it ends (on a terminal or
-    /// not), and on a terminal a bar that never runs past the plan.
-    fn report(&mut self, summary: &RunSummary, terminal: bool, plan: &RolloutPlan) {
-        let total = self.planned.len();
-        let ended = summary
-            .succeeded
-            .iter()
-            .map(|w| (w, "done"))
-            .chain(summary.failed.iter().map(|f| (&f.workload, "failed")))
-            .chain(summary.gone.iter().map(|w| (w, "gone")));
-        for (workload, outcome) in ended {
-            if self.planned.contains(workload) && self.reported.insert(workload.clone()) {
-                if terminal {
-                    eprint!("\r\x1b[2K");
-                }
-                let (workload, done) = (workload.to_string(), self.reported.len().to_string());
-                notice(
-                    Level::INFO,
-                    &format!("{outcome} {workload} ({done}/{total})"),
-                    &[
-                        ("workload", &workload),
-                        ("outcome", outcome),
-                        ("done", &done),
-                        ("total", &total.to_string()),
-                    ],
-                );
-            }
-        }
-        if terminal {
-            let done = self.reported.len().min(total);
-            let width = 30;
-            let filled = (done * width).checked_div(total.max(1)).unwrap_or(0);
-            eprint!(
-                "\r[{}{}] {done}/{total} done, {} rolling, {} waiting ",
-                "#".repeat(filled),
-                "-".repeat(width - filled),
-                plan.rolling.len(),
-                plan.waiting.len()
-            );
-        }
     }
 }
 
@@ -959,51 +616,4 @@ fn plan_row(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_one_shot_loop_wakes_at_the_soonest_moment_due_and_polls_nothing() {
-        let now = Instant::now();
-        let at = |s: u64| now + Duration::from_secs(s);
-        assert_eq!(
-            LoopWake::default().next(now),
-            now + LOOP_SAFETY_NET,
-            "nothing due: only the safety net"
-        );
-        let wake = LoopWake {
-            plan: Some(at(7)),
-            grant_ends: Some(at(15)),
-            lost_for_good: None,
-            outcomes_given_up: Some(at(300)),
-        };
-        assert_eq!(wake.next(now), at(7), "the plan's own moment");
-        let wake = LoopWake { plan: None, ..wake };
-        assert_eq!(wake.next(now), at(15), "the grant's end");
-        let lost = LoopWake {
-            lost_for_good: Some(at(3)),
-            ..LoopWake::default()
-        };
-        assert_eq!(lost.next(now), at(3));
-        let due = LoopWake {
-            plan: Some(now),
-            ..LoopWake::default()
-        };
-        assert_eq!(due.next(now), now, "due now: at once");
-    }
-
-    #[test]
-    fn a_workload_left_stale_by_an_earlier_failure_fails_the_run() {
-        let mut summary = RunSummary::default();
-        assert_eq!(exit_code(&summary), ExitCode::SUCCESS);
-        summary
-            .failed_earlier
-            .push(crate::rollout::FailedEarlier::new(
-                WorkloadRef::new(crate::workload::WorkloadKind::Deployment, "team", "canary"),
-                "logger:v1",
-                "bbbbbbbbbbbb",
-                None,
-            ));
-        assert_eq!(exit_code(&summary), ExitCode::FAILURE);
-    }
-}
+mod tests;

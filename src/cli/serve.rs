@@ -119,13 +119,14 @@ pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
                     renew_every: args.lease_duration / 3,
                 },
                 act_after_ready: args.act_after_ready,
-                notify: args.notify_url.clone().map(|url| {
-                    crate::engine::notifier::NotifierOptions {
+                notify: args
+                    .notify_url
+                    .clone()
+                    .map(|url| crate::notifier::NotifierOptions {
                         url,
                         timeout: args.notify_timeout,
                         retries: args.notify_retries,
-                    }
-                }),
+                    }),
             })
         }
     };

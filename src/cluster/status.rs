@@ -7,12 +7,14 @@
 //! publications are [`crate::rollout::publication`].
 
 mod book_edits;
+mod book_writer;
 mod codec;
 mod history;
 mod publisher;
 
 pub use crate::rollout::publication::*;
 pub use book_edits::*;
+pub use book_writer::*;
 pub use codec::*;
 pub use history::*;
 pub use publisher::*;

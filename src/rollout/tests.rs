@@ -1854,26 +1854,35 @@ fn a_campaign_back_to_the_revision_a_failed_one_left_is_a_reversion() {
             Time(Timestamp::UNIX_EPOCH),
         )
     };
-    let reverted = super::planner::reversion(&failed, "good00000000").unwrap();
+    let reverted = super::planner::campaigns::reversion(&failed, "good00000000").unwrap();
     assert_eq!(reverted.from, "broken000000");
     assert_eq!(reverted.reason, "paused after 1 failed workload(s)");
     // A fix with new content is a new campaign, not a reversion.
-    assert_eq!(super::planner::reversion(&failed, "fixed0000000"), None);
+    assert_eq!(
+        super::planner::campaigns::reversion(&failed, "fixed0000000"),
+        None
+    );
     // Going back from a campaign that did not fail is an ordinary change.
     let completed = Campaign {
         state: CampaignState::Complete,
         pause_reason: None,
         ..failed.clone()
     };
-    assert_eq!(super::planner::reversion(&completed, "good00000000"), None);
+    assert_eq!(
+        super::planner::campaigns::reversion(&completed, "good00000000"),
+        None
+    );
     // The failed revisions are remembered across campaigns, the last ten.
-    assert_eq!(super::planner::failed_before(&failed), ["broken000000"]);
-    assert!(super::planner::failed_before(&completed).is_empty());
+    assert_eq!(
+        super::planner::campaigns::failed_before(&failed),
+        ["broken000000"]
+    );
+    assert!(super::planner::campaigns::failed_before(&completed).is_empty());
     let many = Campaign {
         failed_before: (0..10).map(|i| format!("old{i:09}")).collect(),
         ..failed.clone()
     };
-    let remembered = super::planner::failed_before(&many);
+    let remembered = super::planner::campaigns::failed_before(&many);
     assert_eq!(remembered.len(), 10);
     assert_eq!(remembered.first().unwrap(), "old000000001");
     assert_eq!(remembered.last().unwrap(), "broken000000");

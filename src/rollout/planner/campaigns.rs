@@ -1,0 +1,186 @@
+//! The campaigns of a plan: failures recorded, campaigns paused, the book settled and
+//! carried to the revisions in force.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold};
+use super::super::gates::after;
+use super::super::plan::{OnCampaignFailure, PlanInput, RolloutPlan, SidecarTarget};
+
+/// The failures found in this pass count against every campaign of their workload.
+pub(super) fn record_failures(book: &mut CampaignBook, failures: &[(Failure, Vec<String>)]) {
+    for (failure, sidecars) in failures {
+        for sidecar in sidecars {
+            if let Some(campaign) = book.campaigns.get_mut(sidecar) {
+                campaign.record_failure(failure.clone());
+            }
+        }
+    }
+}
+
+/// How many failures a pause's reason names (it counts them all): the reason is logged, put
+/// in Events and kept in the status ConfigMap.
+pub(super) const FAILURES_NAMED: usize = 5;
+
+/// Campaigns whose unacknowledged failures reached `--max-failures` pause.
+pub(super) fn pause_campaigns(
+    book: &mut CampaignBook,
+    input: &PlanInput<'_>,
+    out: &mut RolloutPlan,
+) {
+    let settings = input.settings;
+    let pins = book.pins.clone();
+    for (sidecar, campaign) in &mut book.campaigns {
+        if campaign.state == CampaignState::Paused
+            || campaign.unacknowledged_failures() < settings.max_failures.max(1)
+        {
+            continue;
+        }
+        // A rollback (a pin of `rollout --to`, or the config put back to the revision before a
+        // failed one) goes back to what ran before: pausing it would leave the failed
+        // revision's pods where they are. Its failures are said, and those workloads are left
+        // alone; the rest converges, a canary at a time until one succeeds.
+        let pinned = pins
+            .get(sidecar)
+            .is_some_and(|p| p.revision == campaign.revision);
+        if pinned || campaign.reverted.is_some() {
+            continue;
+        }
+        let held = (settings.on_campaign_failure == OnCampaignFailure::Hold)
+            .then(|| input.history.last_good(sidecar, &campaign.revision))
+            .flatten();
+        let new_pods = match held {
+            Some(good) => format!(
+                "new pods get the last good revision {} meanwhile (--on-campaign-failure=hold)",
+                good.revision
+            ),
+            None if settings.on_campaign_failure == OnCampaignFailure::Hold => {
+                "new pods still get this revision (no good revision of it is remembered to hold them at)"
+                    .to_owned()
+            }
+            None => "new pods still get this revision".to_owned(),
+        };
+        campaign.held = held.map(|good| Hold {
+            revision: good.revision.clone(),
+            content: good.content.clone(),
+            since: Time(input.now),
+        });
+        let count = campaign.unacknowledged_failures();
+        let details = campaign.unacknowledged_details();
+        let mut names: Vec<String> = details
+            .iter()
+            .take(FAILURES_NAMED)
+            .map(|f| format!("{}: {}", f.workload, f.reason))
+            .collect();
+        if names.is_empty() {
+            // A book written by hand, or by an earlier version, may keep none.
+            names.push("their reasons are no longer kept".to_owned());
+        } else if count > names.len() {
+            names.push(format!("and {} more", count - names.len()));
+        }
+        let reason = format!(
+            "rollout of {sidecar} {} paused after {count} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with `sidecar-injector rollout --to {sidecar}=previous`, or run `sidecar-injector rollout --resume`",
+            campaign.revision,
+            names.join("; ")
+        );
+        campaign.state = CampaignState::Paused;
+        campaign.pause_reason = Some(reason.clone());
+        out.paused.push((sidecar.clone(), reason));
+    }
+}
+
+/// Campaign states and counts, as the status ConfigMap shows them.
+pub(super) fn settle_book(
+    book: &mut CampaignBook,
+    input: &PlanInput<'_>,
+    counts: &BTreeMap<String, CampaignCounts>,
+) {
+    for (sidecar, campaign) in &mut book.campaigns {
+        let c = counts.get(sidecar).cloned().unwrap_or_default();
+        campaign.state = match campaign.state {
+            CampaignState::Paused => CampaignState::Paused,
+            _ if input.targets.get(sidecar).is_some_and(|t| t.manual) => CampaignState::Manual,
+            _ if after(campaign.since.0, input.settings.settle) > input.now => {
+                CampaignState::Settling
+            }
+            _ if c.pending + c.rolling > 0 => CampaignState::Running,
+            _ => CampaignState::Complete,
+        };
+        campaign.counts = c;
+    }
+}
+
+/// A campaign to `revision` undoes `previous` when `previous` failed while taking pods away
+/// from that very revision.
+pub(in crate::rollout) fn reversion(
+    previous: &Campaign,
+    revision: &str,
+) -> Option<crate::rollout::Reversion> {
+    (previous.has_failed() && previous.previous.as_deref() == Some(revision)).then(|| {
+        crate::rollout::Reversion {
+            from: previous.revision.clone(),
+            reason: previous
+                .pause_reason
+                .clone()
+                .or_else(|| previous.failures.first().map(|f| f.reason.clone()))
+                .unwrap_or_else(|| "its campaign failed".to_owned()),
+        }
+    })
+}
+
+/// How many failed revisions a campaign remembers.
+pub(super) const FAILED_REMEMBERED: usize = 10;
+
+/// The failed revisions a campaign replacing `previous` remembers.
+pub(in crate::rollout) fn failed_before(previous: &Campaign) -> Vec<String> {
+    let mut failed = previous.failed_before.clone();
+    if previous.has_failed() {
+        failed.retain(|r| *r != previous.revision);
+        failed.push(previous.revision.clone());
+    }
+    let excess = failed.len().saturating_sub(FAILED_REMEMBERED);
+    failed.drain(..excess);
+    failed
+}
+
+/// The book for the revisions in force: a new revision starts a new campaign (settling), a
+/// sidecar that is gone takes its campaign with it.
+pub(super) fn next_book(
+    book: &CampaignBook,
+    targets: &BTreeMap<String, SidecarTarget>,
+    now: Timestamp,
+) -> CampaignBook {
+    let campaigns = targets
+        .iter()
+        .map(|(name, target)| {
+            let campaign = match book.campaigns.get(name) {
+                Some(c) if c.revision == target.revision => c.clone(),
+                previous => Campaign {
+                    revision: target.revision.clone(),
+                    previous: previous.map(|c| c.revision.clone()),
+                    reverted: previous.and_then(|c| reversion(c, &target.revision)),
+                    failed_before: previous.map(failed_before).unwrap_or_default(),
+                    since: Time(now),
+                    state: CampaignState::Settling,
+                    counts: CampaignCounts::default(),
+                    failures: Vec::new(),
+                    failed_workloads: Default::default(),
+                    acknowledged_failures: 0,
+                    pause_reason: None,
+                    changes: target.changes.clone(),
+                    resumed: None,
+                    held: None,
+                },
+            };
+            (name.clone(), campaign)
+        })
+        .collect();
+    CampaignBook {
+        campaigns,
+        maintenance: None,
+        pins: book.pins.clone(),
+    }
+}

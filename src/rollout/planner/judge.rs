@@ -1,0 +1,394 @@
+//! Judging a workload that carries the target: rolling, baking, succeeded or failed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::super::book::{Campaign, CampaignBook, CampaignState, Failure};
+use super::super::gates::{Candidate, Group, after};
+use super::super::health::{progress, rolled_out};
+use super::super::plan::{FailedEarlier, PlanInput, Rolling, RolloutPlan, WaitReason, Waiting};
+use crate::config::RevisionStamp;
+use crate::drift::{WorkloadDrift, WorkloadEntry};
+use crate::workload::{RestartMethod, UpdateStrategy, WorkloadRef};
+
+use super::*;
+
+/// A workload that carries the target: what the survey knows of it.
+pub(super) struct Carrier<'a, 'g, 'r> {
+    pub(super) group: &'g Group<'r>,
+    pub(super) entry: &'a WorkloadEntry,
+    /// The sidecars in force that it requests.
+    pub(super) active: &'a [&'a str],
+    /// Its rows still stale, uninjected (or unknown with `--restart-unknown`).
+    pub(super) stale: &'a [&'r WorkloadDrift],
+    pub(super) target: RevisionStamp,
+    /// How far its restart got, as a timeout says it (made only for one).
+    pub(super) progress: &'a dyn Fn() -> String,
+}
+
+/// Rolling, succeeded, failed (finished but not current after the grace, or timed out), or
+/// restarted once more when the only pods not current were never seen by the webhook.
+pub(super) fn judge_carrier<'g, 'r>(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    carrier: Carrier<'_, 'g, 'r>,
+    survey: &mut Survey<'g, 'r>,
+    out: &mut RolloutPlan,
+) {
+    let Carrier {
+        group,
+        entry,
+        active,
+        stale,
+        target,
+        progress: said,
+    } = carrier;
+    let workload = &group.workload;
+    if judged_by_its_campaign(input, book, (workload, active, stale), survey, out) {
+        return;
+    }
+    let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
+    let finished = rolled_out(workload.kind, entry) && (stale.is_empty() || !on_delete);
+    // Current: rolled out (or was, and bakes), it succeeds once its bake passed.
+    let current = stale.is_empty() && (finished || input.baking.contains_key(workload));
+    let mut bake_failure = None;
+    if current {
+        match bake(input, (workload, &target), entry, finished, survey, out) {
+            BakeVerdict::Passed => {
+                survey.count(active, |c| c.succeeded += 1);
+                out.succeeded.push(workload.clone());
+                return;
+            }
+            BakeVerdict::Baking => {}
+            BakeVerdict::Failed(reason) => bake_failure = Some(reason),
+        }
+    }
+    let still = (workload, active);
+    // A container problem the bake found fails the restart as it is found, whether or not
+    // the workload is up again by then.
+    if bake_failure.is_some() || current {
+        roll_or_fail(input, survey, out, still, target, on_delete, bake_failure);
+        return;
+    }
+    if finished && let Some(ends) = finish_grace_end(input, workload) {
+        survey.wakes.push(ends);
+        out.finished_not_current.push(workload.clone());
+        roll_or_fail(input, survey, out, still, target, on_delete, None);
+        return;
+    }
+    // Pods created while the webhook was down or unreachable (failurePolicy Ignore) say
+    // nothing against the revision: the restart is made once more, cooldown or not. Once
+    // only: a webhook that never sees this workload's pods must not restart it forever.
+    let only_uninjected = !stale.is_empty()
+        && stale
+            .iter()
+            .all(|r| r.pods.uninjected > 0 && r.pods.stale + r.pods.unknown == 0);
+    if finished && only_uninjected && entry.rollout_heal.as_deref() != Some(target.as_str()) {
+        survey.count(active, |c| c.pending += 1);
+        survey.candidates.push(Candidate {
+            group,
+            restart_for: stale.to_vec(),
+            target,
+            heal: true,
+            method: RestartMethod::Template,
+            reverted: false,
+            not_in_place: None,
+        });
+        return;
+    }
+    let failure = if finished {
+        Some(not_current_failure(input, stale))
+    } else {
+        let (failure, deadline) = timeout_failure(input, book, (entry, active), said);
+        survey.wakes.extend(deadline);
+        failure
+    };
+    roll_or_fail(
+        input,
+        survey,
+        out,
+        (workload, active),
+        target,
+        on_delete,
+        failure,
+    );
+}
+
+/// A carrier whose campaign settled it already: failed under it earlier (left alone), or held
+/// back while it is paused; `false` when it is to be judged.
+pub(super) fn judged_by_its_campaign(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    (workload, active, stale): (&WorkloadRef, &[&str], &[&WorkloadDrift]),
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+) -> bool {
+    if let Some((sidecar, campaign)) = failed_under(book, active, workload) {
+        survey.count(active, |c| c.failed += 1);
+        // Said in the plan while it is left stale; once its controller rolled it out after
+        // all, it is current and there is nothing to say.
+        if !stale.is_empty() {
+            out.failed_earlier.push(FailedEarlier::new(
+                workload.clone(),
+                sidecar,
+                &campaign.revision,
+                campaign.failure_reason(workload),
+            ));
+        }
+        return true;
+    }
+    // Its campaign paused and holds new pods at the last good revision: pods it made are at
+    // that revision, not ours, and say nothing of ours. It waits for the campaign, neither
+    // failed nor rolled on (evicting its pods would only bring more of the held revision).
+    if let Some(sidecar) = held_back(book, stale) {
+        survey.count(active, |c| c.pending += 1);
+        out.waiting
+            .push(waiting_for_campaign(input, workload, active, sidecar));
+        return true;
+    }
+    false
+}
+
+pub(super) fn waiting_for_campaign(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    active: &[&str],
+    sidecar: String,
+) -> Waiting {
+    let reason = WaitReason::CampaignPaused { sidecar };
+    Waiting {
+        workload: workload.clone(),
+        sidecars: active.iter().map(|s| (*s).to_owned()).collect(),
+        message: reason.describe(input.now),
+        reason,
+    }
+}
+
+/// The sidecar whose paused campaign holds new pods at the revision that every stale row of a
+/// carrier runs, if there is one.
+pub(super) fn held_back(book: &CampaignBook, stale: &[&WorkloadDrift]) -> Option<String> {
+    let held = |row: &&WorkloadDrift| {
+        let campaign = book.campaigns.get(&row.sidecar)?;
+        let hold = campaign
+            .held
+            .as_ref()
+            .filter(|_| campaign.state == CampaignState::Paused)?;
+        (row.from_revision.as_deref() == Some(hold.revision.as_str())
+            && row.pods.uninjected + row.pods.unknown == 0)
+            .then(|| row.sidecar.clone())
+    };
+    let first = stale.first().and_then(held)?;
+    stale.iter().all(|r| held(r).is_some()).then_some(first)
+}
+
+/// A carrier still rolling, or failed with `failure`.
+pub(super) fn roll_or_fail(
+    input: &PlanInput<'_>,
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+    (workload, active): (&WorkloadRef, &[&str]),
+    target: RevisionStamp,
+    on_delete: bool,
+    failure: Option<String>,
+) {
+    match failure {
+        Some(reason) => {
+            survey.count(active, |c| c.failed += 1);
+            let failure = Failure {
+                workload: workload.clone(),
+                reason,
+                at: Time(input.now),
+            };
+            let sidecars = active.iter().map(|s| (*s).to_owned()).collect();
+            survey.failures.push((failure.clone(), sidecars));
+            out.failed.push(failure);
+        }
+        None => {
+            survey.count(active, |c| c.rolling += 1);
+            out.rolling.push(Rolling {
+                workload: workload.clone(),
+                target,
+                on_delete,
+            });
+        }
+    }
+}
+
+pub(super) enum BakeVerdict {
+    Passed,
+    Baking,
+    Failed(String),
+}
+
+/// The health bake of a workload rolled out to the target with every pod current: it
+/// passes once `--bake` has gone by and a read of its pods at the end found no container
+/// restarted, backing off or killed; it fails when a read finds one, at the end or while its
+/// health is down within the bake (the executor reads the pods when the plan asks, in
+/// `bake_checks`, and passes what it found back).
+pub(super) fn bake(
+    input: &PlanInput<'_>,
+    (workload, target): (&WorkloadRef, &RevisionStamp),
+    entry: &WorkloadEntry,
+    healthy: bool,
+    survey: &mut Survey<'_, '_>,
+    out: &mut RolloutPlan,
+) -> BakeVerdict {
+    let length = input.settings.bake;
+    let state = input.baking.get(workload).filter(|b| &b.target == target);
+    // Restarted longer ago than a rollout and a bake can take, it baked whether or not this
+    // process saw it (a process that starts does not bake every done workload again).
+    let long_done = entry
+        .rolled_at
+        .is_none_or(|at| after(after(at, input.settings.rollout_timeout), length) <= input.now);
+    let unbaked = length.is_zero() || workload.kind == crate::workload::WorkloadKind::Pod;
+    if unbaked || state.is_some_and(|b| b.passed) || (state.is_none() && long_done) {
+        return if healthy {
+            BakeVerdict::Passed
+        } else {
+            BakeVerdict::Baking
+        };
+    }
+    let Some(state) = state else {
+        out.bakes_started.push((workload.clone(), target.clone()));
+        survey.wakes.push(after(input.now, length));
+        return BakeVerdict::Baking;
+    };
+    let bake_text = humantime::format_duration(length);
+    if let Some(problem) = &state.problem {
+        return BakeVerdict::Failed(format!(
+            "within --bake ({bake_text}) of rolling out: {problem}"
+        ));
+    }
+    let ends = after(state.since, length);
+    if input.now >= ends {
+        if state.read_at.is_none_or(|read| read < ends) {
+            out.bake_checks.push(workload.clone());
+            return BakeVerdict::Baking;
+        }
+        return BakeVerdict::Passed;
+    }
+    // Its health dropped: its pods are read, and read again whenever they change while it
+    // lasts (the change wakes the engine; no timer). A drop they do not explain (a scale-up's
+    // new pods not ready yet, a node drain) is not a failure of the restart: only a container
+    // that restarted, backs off or was killed is.
+    if !healthy {
+        if state.read_at.is_none() || state.pods_changed {
+            out.bake_checks.push(workload.clone());
+        } else {
+            survey.wakes.push(ends);
+        }
+        return BakeVerdict::Baking;
+    }
+    survey.wakes.push(ends);
+    BakeVerdict::Baking
+}
+
+/// Finished rolling with pods still not current, within the grace that pod deletions get to
+/// catch up with the workload's status (they arrive on different watches): when it ends.
+pub(super) fn finish_grace_end(input: &PlanInput<'_>, workload: &WorkloadRef) -> Option<Timestamp> {
+    let first = input
+        .finished_since
+        .get(workload)
+        .copied()
+        .unwrap_or(input.now);
+    Some(after(first, input.settings.finish_grace)).filter(|end| *end > input.now)
+}
+
+/// Finished rolling, past the grace, with pods still not current.
+pub(super) fn not_current_failure(input: &PlanInput<'_>, stale: &[&WorkloadDrift]) -> String {
+    let row = stale[0];
+    let revision = &input.targets[&row.sidecar].revision;
+    // New pods with no sidecar at all say nothing against the revision: the webhook never saw
+    // them. Said as such, so that whoever reads the pause looks at the webhook.
+    if row.pods.uninjected > 0 && row.pods.stale + row.pods.unknown == 0 {
+        return format!(
+            "finished rolling, twice, but {} of {} pods were created without {} (the webhook was bypassed: down, unreachable or too slow, with failurePolicy Ignore)",
+            row.pods.uninjected,
+            row.pods.total(),
+            row.sidecar
+        );
+    }
+    format!(
+        "finished rolling but {} of {} pods still do not run {} {revision}",
+        row.pods.stale + row.pods.uninjected + row.pods.unknown,
+        row.pods.total(),
+        row.sidecar,
+    )
+}
+
+/// Still rolling after `--rollout-timeout` from the restart (or the campaign's start); if not
+/// yet, when it would be.
+pub(super) fn timeout_failure(
+    input: &PlanInput<'_>,
+    book: &CampaignBook,
+    (entry, active): (&WorkloadEntry, &[&str]),
+    progress: impl FnOnce() -> String,
+) -> (Option<String>, Option<Timestamp>) {
+    let started = entry.rolled_at.or_else(|| {
+        active
+            .iter()
+            .filter_map(|s| book.campaigns.get(*s))
+            .map(|c| c.since.0)
+            .max()
+    });
+    let timeout = input.settings.rollout_timeout;
+    let Some(deadline) = started.map(|t| after(t, timeout)) else {
+        return (None, None);
+    };
+    if deadline > input.now {
+        return (None, Some(deadline));
+    }
+    let reason = format!(
+        "not rolled out within {} ({})",
+        humantime::format_duration(timeout),
+        progress()
+    );
+    (Some(reason), None)
+}
+
+/// How far a restart got, as its timeout says it: the workload's status for a template
+/// restart; for one that replaces pods itself (by eviction or in place), which the status does
+/// not count, its pods at the target and what the next step waits for.
+pub(super) fn replacement_progress(
+    restart: Option<&super::super::plan::EvictionRestart>,
+    workload: &WorkloadRef,
+    entry: &WorkloadEntry,
+    rows: &[&WorkloadDrift],
+) -> String {
+    let Some(restart) = restart else {
+        return progress(workload.kind, entry);
+    };
+    let total = rows.iter().map(|r| r.pods.total()).max().unwrap_or(0);
+    let current = rows.iter().map(|r| r.pods.current).min().unwrap_or(0);
+    let ready = format!(
+        "{} of {} ready",
+        entry.ready_replicas.unwrap_or(0),
+        entry.replicas.unwrap_or(0)
+    );
+    match (restart.in_place, &restart.awaiting) {
+        (true, Some(awaiting)) => {
+            format!("{current} of {total} pods upgraded in place; waiting for {awaiting}")
+        }
+        (true, None) => format!(
+            "{current} of {total} pods upgraded in place; the next waits for the workload to be healthy: {ready}"
+        ),
+        (false, _) => format!(
+            "{current} of {total} pods replaced by eviction; the next waits for the workload to be healthy: {ready}"
+        ),
+    }
+}
+
+/// The campaign, among the `active` sidecars', under whose revision `workload` failed.
+pub(super) fn failed_under<'b, 's>(
+    book: &'b CampaignBook,
+    active: &[&'s str],
+    workload: &WorkloadRef,
+) -> Option<(&'s str, &'b Campaign)> {
+    active.iter().find_map(|sidecar| {
+        let campaign = book
+            .campaigns
+            .get(*sidecar)
+            .filter(|c| c.failed(workload))?;
+        Some((*sidecar, campaign))
+    })
+}
