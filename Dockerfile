@@ -10,8 +10,7 @@ ARG SIDECAR_INJECTOR_COMMIT=unknown
 ENV SIDECAR_INJECTOR_COMMIT=$SIDECAR_INJECTOR_COMMIT
 COPY . .
 # The binary scripts/image ships: glibc linked statically (nothing to load at run time on an
-# empty image), optimised with a profile of the webhook answering captured reviews (rustup's
-# llvm-tools and curl, both in this image).
+# empty image), built with the `image` profile (fat LTO).
 RUN BIN=$(bash scripts/static-binary) \
  && mkdir -p /out/config /out/conf /out/bin \
  && cp "$BIN" /out/sidecar-injector \

@@ -22,7 +22,8 @@
 //! another build than cargo's as the real server: the image's, which `scripts/static-binary`
 //! builds with a profile (cargo's own build has none).
 //!
-//! Run: `cargo bench --bench webhook_load` (optionally `-- --seconds 5 --rounds 3`).
+//! Run: `cargo bench --bench webhook_load` (optionally `-- --seconds 5 --rounds 3`, and
+//! `--concurrency 16,64,500` for other numbers of concurrent connections).
 //! Every request goes to 127.0.0.1; each run is bounded in time.
 #![allow(clippy::too_many_lines)] // a test or bench reads as one scenario
 
@@ -80,11 +81,23 @@ fn main() {
         let seconds = option("--seconds", 4);
         let rounds = option("--rounds", 3);
         let baseline = value("--baseline").map(PathBuf::from);
+        let concurrencies: Vec<usize> = value("--concurrency").map_or_else(
+            || vec![16, 64],
+            |list| {
+                list.split(',')
+                    .map(|c| {
+                        c.trim()
+                            .parse()
+                            .expect("--concurrency takes numbers, e.g. 16,64,500")
+                    })
+                    .collect()
+            },
+        );
         let real = value("--real").map_or_else(|| PathBuf::from(CARGO_BUILD), PathBuf::from);
         drive(
             Duration::from_secs(seconds),
             rounds as usize,
-            &[16, 64],
+            &concurrencies,
             &real,
             baseline.as_deref(),
         );
@@ -562,6 +575,8 @@ fn drive(
         let mut reply_ratios = Vec::new();
         let mut p99_ratios = Vec::new();
         let mut baseline_ratios = Vec::new();
+        let mut baseline_p99_ratios = Vec::new();
+        let mut baseline_cpu_ratios = Vec::new();
         let mut shell_ratios = Vec::new();
         let mut work_ratios = Vec::new();
         let mut skim_ratios = Vec::new();
@@ -602,6 +617,8 @@ fn drive(
             let baseline_row = baseline_run.as_ref().map(|run| {
                 let ratio = real_run.rps() / run.rps();
                 baseline_ratios.push(ratio);
+                baseline_p99_ratios.push(real_run.p99.as_secs_f64() / run.p99.as_secs_f64());
+                baseline_cpu_ratios.push(real_run.server_cpu_us / run.server_cpu_us);
                 ("baseline", run, format!("{ratio:.2}"))
             });
             for (name, run, shown) in [
@@ -653,7 +670,11 @@ fn drive(
         );
         if !baseline_ratios.is_empty() {
             let baseline = Spread::of(&mut baseline_ratios);
-            println!("concurrency {concurrency}: real/baseline {baseline}");
+            println!(
+                "concurrency {concurrency}: real/baseline req/s {baseline}; p99 {}; server CPU per review {}",
+                Spread::of(&mut baseline_p99_ratios),
+                Spread::of(&mut baseline_cpu_ratios)
+            );
         }
     }
     let peak_rss = rss_mib(real.child.id(), "VmHWM:");

@@ -485,67 +485,70 @@ fn invalid_pod(answer: &mut Answer, message: String) -> Outcome {
 
 /// The AdmissionReview reply: the uid echoed, the request's apiVersion, and the outcome. A
 /// message goes in the status of a refusal and in the warnings of an allowed request.
-///
-/// Written by hand into one buffer sized up front, the patch base64-encoded straight into it:
-/// going through serde would copy the encoded patch into a `String` and then scan it again
-/// for characters to escape (base64 has none).
 fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome, patch: &[u8]) -> Vec<u8> {
     let message = answer.message.as_deref();
-    let (allowed, patch) = match outcome {
-        Outcome::Allow { patched } => (true, patched.then_some(patch)),
-        Outcome::Refuse { .. } => (false, None),
-    };
-    let encoded_len = patch.map_or(0, |patch| patch.len().div_ceil(3) * 4);
-    let texts = answer.uid.len()
-        + message.map_or(0, str::len)
-        + answer.warnings.iter().map(String::len).sum::<usize>();
-    // Escaping may grow the texts; the buffer then grows once.
-    let mut reply = Vec::with_capacity(192 + api_version.len() + texts + encoded_len);
-    reply.extend_from_slice(b"{\"apiVersion\":");
-    write_json_str(&mut reply, api_version);
-    reply.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
-    write_json_str(&mut reply, &answer.uid);
-    reply.extend_from_slice(if allowed {
-        b",\"allowed\":true"
-    } else {
-        b",\"allowed\":false"
-    });
-    if let Some(patch) = patch {
-        reply.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
-        base64_simd::STANDARD.encode_append(patch, &mut reply);
-        reply.push(b'"');
-    }
-    match outcome {
-        Outcome::Refuse { code } => {
-            reply.extend_from_slice(b",\"status\":{\"code\":");
-            reply.extend_from_slice(code.to_string().as_bytes());
-            reply.extend_from_slice(b",\"message\":");
-            write_json_str(&mut reply, message.unwrap_or_default());
-            reply.push(b'}');
-        }
-        Outcome::Allow { .. } => {
-            let mut warnings = message
+    let (allowed, patch, status, warnings) = match outcome {
+        Outcome::Allow { patched } => (
+            true,
+            patched.then(|| base64_simd::STANDARD.encode_to_string(patch)),
+            None,
+            message
                 .into_iter()
-                .chain(answer.warnings.iter().map(String::as_str));
-            if let Some(first) = warnings.next() {
-                reply.extend_from_slice(b",\"warnings\":[");
-                write_json_str(&mut reply, first);
-                for warning in warnings {
-                    reply.push(b',');
-                    write_json_str(&mut reply, warning);
-                }
-                reply.push(b']');
-            }
-        }
-    }
-    reply.extend_from_slice(b"}}");
-    reply
+                .chain(answer.warnings.iter().map(String::as_str))
+                .collect(),
+        ),
+        Outcome::Refuse { code } => (
+            false,
+            None,
+            Some(StatusOut {
+                code,
+                message: message.unwrap_or_default(),
+            }),
+            Vec::new(),
+        ),
+    };
+    let review = ReviewOut {
+        api_version,
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid: &answer.uid,
+            allowed,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            status,
+            warnings,
+        },
+    };
+    serde_json::to_vec(&review).expect("a reply of strings and numbers serializes")
 }
 
-/// Appends `text` as a JSON string.
-fn write_json_str(out: &mut Vec<u8>, text: &str) {
-    // Writing into a Vec cannot fail.
-    let _ = serde_json::to_writer(out, text);
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct StatusOut<'a> {
+    code: u16,
+    message: &'a str,
 }
 
 fn missing_message(missing: &[crate::name::SidecarName]) -> String {

@@ -15,7 +15,6 @@ use tracing::{error, info, warn};
 pub mod acceptor;
 pub mod connection;
 pub mod http;
-pub mod read_ahead;
 pub mod tls;
 
 use crate::cluster::events::recorder;
@@ -656,8 +655,7 @@ fn start_servers(
     let lifecycle_handle: Handle<SocketAddr> = Handle::new();
     let mut tls_server = axum_server::from_tcp(ready.tls_listener)?
         .acceptor(WrapAcceptor::new(
-            axum_server::tls_rustls::RustlsAcceptor::new(ready.tls)
-                .acceptor(WrapAcceptor::new(guard, read_ahead::ReadAheadLayer)),
+            axum_server::tls_rustls::RustlsAcceptor::new(ready.tls).acceptor(guard),
             connection::HeadLayer::new(options.body_read_timeout),
         ))
         .handle(tls_handle.clone());

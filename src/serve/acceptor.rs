@@ -1,6 +1,5 @@
-//! One acceptor shape for every layer put on an accepted stream (the head deadline, the read
-//! ahead): accept with the acceptor below, then wrap what it gave. Each layer says only how it
-//! wraps a stream.
+//! One acceptor shape for a layer put on an accepted stream (the head deadline): accept with
+//! the acceptor below, then wrap what it gave. Each layer says only how it wraps a stream.
 
 use std::future::Future;
 use std::io;

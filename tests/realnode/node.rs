@@ -50,7 +50,11 @@ fn start() -> Result<Node, String> {
             eprintln!("realnode: building the injector image with scripts/image");
             last_line(
                 "scripts/image",
-                Command::new("bash").arg(Path::new(ROOT).join("scripts/image")),
+                // The image's binary as the hostile suite builds it: static, cargo's release
+                // profile (the image's LTO decides no behaviour).
+                Command::new("bash")
+                    .arg(Path::new(ROOT).join("scripts/image"))
+                    .env("SIDECAR_INJECTOR_PROFILE", "release"),
             )?
         }
     };
