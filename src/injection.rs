@@ -37,7 +37,7 @@ const LEGACY_DEFAULT_TOKEN_PREFIX: &str = "default-token-";
 const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 
 /// What to do when a pod requests a sidecar no config defines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum MissingSidecarPolicy {
     /// Deny the pod with a message naming the missing sidecar and the known ones.
     #[default]

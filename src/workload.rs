@@ -249,7 +249,7 @@ pub fn resolve_pod_owner<'a>(
 /// How the engine restarts a workload: by stamping its pod template (its controller rolls
 /// it), or by evicting its stale pods one at a time (for templates a GitOps controller
 /// reverts: the template is never written).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RestartMethod {
     #[default]
@@ -257,7 +257,6 @@ pub enum RestartMethod {
     Evict,
     /// The images of the injected containers patched in the live pods, one pod at a time (the
     /// engine's own choice when only images change: never a flag or annotation value).
-    #[value(skip)]
     #[serde(rename = "in-place")]
     InPlace,
 }

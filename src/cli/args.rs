@@ -12,6 +12,7 @@ use crate::injection::{DEFAULT_IGNORED_NAMESPACES, MissingSidecarPolicy};
 use crate::telemetry::{LogFormat, LogLevel};
 
 mod serve;
+mod values;
 pub use serve::*;
 
 #[derive(Debug, Parser)]

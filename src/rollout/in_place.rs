@@ -18,7 +18,7 @@ use crate::drift::PodToReplace;
 use crate::injection::json_patch::JsonPatch;
 
 /// Whether the engine may upgrade sidecars in place (`--in-place`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum InPlaceMode {
     /// In place whenever only images of injected containers change (and the sidecar's config
     /// does not say `rollout: {inPlace: false}`).

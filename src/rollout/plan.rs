@@ -57,7 +57,7 @@ pub struct RolloutSettings {
 }
 
 /// What new pods get while a sidecar's campaign is paused on failures.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnCampaignFailure {
     /// The sidecar's last good revision (from its revision history), so that the failing one
     /// does not spread through scale-ups, drains and crashes.

@@ -50,7 +50,7 @@ pub fn disagreeing(
 }
 
 /// Where the one-shot commands take the revisions in force from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RevisionsSource {
     /// The running injectors' publications when they are fresh and agree, else the configs
     /// read here.
