@@ -11,6 +11,19 @@ pub mod watch;
 pub mod webhook_ca;
 
 /// A write refused because the object changed since it was read (409): read again and retry.
+/// `request`, failed as the API's own failures are when no answer comes within `limit`.
+pub async fn with_timeout<T>(
+    limit: std::time::Duration,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(
+            format!("no answer within {limit:?}").into(),
+        )),
+    }
+}
+
 pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409)
 }

@@ -701,12 +701,7 @@ impl Engine {
 async fn with_timeout<T>(
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
-        Ok(result) => result,
-        Err(_) => Err(kube::Error::Service(
-            format!("no answer within {REQUEST_TIMEOUT:?}").into(),
-        )),
-    }
+    crate::cluster::with_timeout(REQUEST_TIMEOUT, request).await
 }
 
 mod health_bake;

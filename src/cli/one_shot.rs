@@ -427,7 +427,7 @@ pub async fn plan_snapshot(
     aim: &Aim,
 ) -> crate::rollout::RolloutPlan {
     use crate::rollout::machine::{Conduct, OnIndex, RolloutState};
-    use crate::rollout::targets::{ContentHistory, in_force, plan_targets};
+    use crate::rollout::targets::{ContentHistory, revision_targets};
 
     let now = k8s_openapi::jiff::Timestamp::now();
     let (targets, book, revisions) = match aim {
@@ -455,26 +455,21 @@ pub async fn plan_snapshot(
                     crate::rollout::history::RevisionHistory::default()
                 }
             };
-            let (pinned, errors) = book.pinned(set);
-            for error in &errors {
+            let published = published.as_ref().map(|p| (&p.revisions, &p.manual));
+            let computed = revision_targets(
+                &book,
+                published,
+                &mut ContentHistory::default(),
+                &mut revisions,
+                set,
+                &options.settings,
+                !options.ignore_manual_policy,
+                now,
+            );
+            for error in &computed.errors {
                 tracing::warn!("a pinned revision is not served: {error}");
             }
-            let published = published.as_ref().map(|p| (&p.revisions, &p.manual));
-            let targets = plan_targets(
-                published,
-                &book,
-                &mut ContentHistory::default(),
-                &pinned,
-                !options.ignore_manual_policy,
-            );
-            let settings = &options.settings;
-            revisions.observe(
-                &in_force(&pinned, &targets),
-                &book,
-                now,
-                settings.good_after,
-                settings.history_limit,
-            );
+            let targets = computed.targets;
             (targets, book, revisions)
         }
     };

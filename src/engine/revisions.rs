@@ -12,13 +12,13 @@ use super::{ActionError, Engine, with_timeout};
 use crate::cluster::status;
 use crate::config::SidecarSet;
 use crate::metrics::EngineCall;
-use crate::rollout::targets::{in_force, plan_targets};
+use crate::rollout::targets::revision_targets;
 use crate::rollout::{self, SidecarTarget};
 
 impl Engine {
     /// The targets of a plan by revision: the cluster's book adopted, pins whose config changed
     /// dropped (when this process writes the book), the history read; and the configs in force
-    /// (see [`in_force`]), already noted in the history.
+    /// ([`revision_targets`]).
     pub(super) async fn revision_targets(
         &mut self,
         set: &SidecarSet,
@@ -36,27 +36,20 @@ impl Engine {
             }
         }
         self.load_revisions().await;
-        let (pinned, errors) = self.state.book.pinned(set);
-        self.say_overlay_errors(&errors);
         let published = self.published.as_ref().map(|p| (&p.revisions, &p.manual));
-        let targets = plan_targets(
+        let computed = revision_targets(
+            &self.state.book,
             published,
-            &self.state.book,
             &mut self.history,
-            &pinned,
+            &mut self.revisions,
+            set,
+            &self.options.settings,
             !self.options.ignore_manual_policy,
-        );
-        // The content of each revision in force is in the history before the plan compares
-        // it (an in-place upgrade needs both contents).
-        let in_force = in_force(&pinned, &targets);
-        self.revisions_dirty |= self.revisions.observe(
-            &in_force,
-            &self.state.book,
             Timestamp::now(),
-            self.options.settings.good_after,
-            self.options.settings.history_limit,
         );
-        (targets, in_force)
+        self.say_overlay_errors(&computed.errors);
+        self.revisions_dirty |= computed.history_changed;
+        (computed.targets, computed.in_force)
     }
 
     /// Logs what a pin could not serve, once while it stays the same.

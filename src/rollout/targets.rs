@@ -179,6 +179,49 @@ pub fn plan_targets(
     targets
 }
 
+/// The targets of a plan by revision, with what they are computed from.
+pub struct RevisionTargets {
+    pub targets: BTreeMap<String, SidecarTarget>,
+    /// The configs in force (see [`in_force`]), already noted in the history.
+    pub in_force: SidecarSet,
+    /// What the book's pins could not serve.
+    pub errors: Vec<super::content::ContentError>,
+    /// Whether noting them changed the history.
+    pub history_changed: bool,
+}
+
+/// The revisions pods are brought to: `set` with the book's pins applied, as [`plan_targets`]
+/// makes them, and the content of each revision in force noted in `history` before the plan
+/// compares it (an in-place upgrade needs both contents).
+#[allow(clippy::too_many_arguments)] // the inputs of one rule, none derivable from another
+pub fn revision_targets(
+    book: &CampaignBook,
+    published: Option<(&RevisionsInForce, &BTreeSet<String>)>,
+    content: &mut ContentHistory,
+    history: &mut super::history::RevisionHistory,
+    set: &SidecarSet,
+    settings: &super::plan::RolloutSettings,
+    honour_manual: bool,
+    now: k8s_openapi::jiff::Timestamp,
+) -> RevisionTargets {
+    let (pinned, errors) = book.pinned(set);
+    let targets = plan_targets(published, book, content, &pinned, honour_manual);
+    let in_force = in_force(&pinned, &targets);
+    let history_changed = history.observe(
+        &in_force,
+        book,
+        now,
+        settings.good_after,
+        settings.history_limit,
+    );
+    RevisionTargets {
+        targets,
+        in_force,
+        errors,
+        history_changed,
+    }
+}
+
 /// The configs of `pinned` whose revision is the one pods are brought to (the one-shot CLI may
 /// judge by published revisions): their content is that revision's.
 pub fn in_force(pinned: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {

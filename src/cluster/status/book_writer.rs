@@ -119,13 +119,7 @@ impl BookWriter {
             }
         }
         let configmap = status_object(namespace, self.known_version.clone(), data.clone());
-        let written = match tokio::time::timeout(timeout, write(api, &configmap)).await {
-            Ok(result) => result,
-            Err(_) => Err(kube::Error::Service(
-                format!("no answer within {timeout:?}").into(),
-            )),
-        };
-        match written {
+        match crate::cluster::with_timeout(timeout, write(api, &configmap)).await {
             Ok(written) => {
                 self.known_version = written.metadata.resource_version;
                 self.written = Some(data);
