@@ -16,8 +16,8 @@ use crate::injection::{
     Decision, Denial, Injection, InjectionSettings, MAX_PATCH_BYTES, PodView, SkipReason, decide,
 };
 
-pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
-pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
+pub(crate) const API_VERSION_V1: &str = "admission.k8s.io/v1";
+pub(crate) const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
 
 /// A body that is not an AdmissionReview at all; answered with HTTP 400.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -87,17 +87,17 @@ pub struct Answer {
     pub body: Vec<u8>,
     pub result: AdmissionResult,
     pub uid: String,
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The pod's name, or its generateName for controller-made pods.
-    pub pod: String,
+    pub(crate) pod: String,
     /// Per requested sidecar: the label for the metric and what happened to it.
     pub sidecars: Vec<(String, SidecarResult)>,
     /// The denial message or the warning, when there is one.
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
     /// Warnings beside the message (an injected sidecar whose campaign is paused).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// The pod requested sidecars under another annotation namespace than ours.
-    pub other_annotation_namespace: bool,
+    pub(crate) other_annotation_namespace: bool,
     /// Why, in the words of the `reason` label of Tumblr's `injections` series.
     pub tumblr_reason: &'static str,
 }
@@ -112,7 +112,7 @@ pub enum AdmissionResult {
 }
 
 impl AdmissionResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AdmissionResult::Injected => "injected",
             AdmissionResult::Skipped => "skipped",
@@ -131,7 +131,7 @@ pub enum SidecarResult {
 }
 
 impl SidecarResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SidecarResult::Injected => "injected",
             SidecarResult::NotFound => "not_found",
@@ -142,7 +142,7 @@ impl SidecarResult {
 
 /// Label for a requested sidecar no config defines: pod authors choose the text, so it never
 /// becomes a label value of its own.
-pub const UNKNOWN_SIDECAR_LABEL: &str = "(unknown)";
+pub(crate) const UNKNOWN_SIDECAR_LABEL: &str = "(unknown)";
 
 /// Answers one AdmissionReview body.
 pub fn review(

@@ -1,33 +1,33 @@
 //! The annotation keys, all under one configurable namespace so that a
 //! Tumblr deployment keeps `injector.tumblr.com/...` in every manifest.
 
-pub const DEFAULT_ANNOTATION_NAMESPACE: &str = "injector";
+pub(crate) const DEFAULT_ANNOTATION_NAMESPACE: &str = "injector";
 
 /// The value of the status annotation on an injected pod.
-pub const STATUS_INJECTED: &str = "injected";
+pub(crate) const STATUS_INJECTED: &str = "injected";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnnotationKeys {
     pub request: String,
     pub status: String,
     pub revision: String,
-    pub rollout: String,
-    pub rollout_revision: String,
-    pub rollout_reason: String,
+    pub(crate) rollout: String,
+    pub(crate) rollout_revision: String,
+    pub(crate) rollout_reason: String,
     /// On the pod template: the target of a restart made again because pods of the first
     /// were created while the webhook was bypassed (made once per target).
-    pub rollout_heal: String,
-    pub rolled_at: String,
+    pub(crate) rollout_heal: String,
+    pub(crate) rolled_at: String,
     /// On a workload: an integer; lower is restarted first (staging before production).
-    pub rollout_priority: String,
+    pub(crate) rollout_priority: String,
     /// On a workload: `"true"` accepts the downtime a restart of it causes.
-    pub allow_downtime: String,
+    pub(crate) allow_downtime: String,
     /// On a workload: the maintenance windows its restarts start in (`;`-separated, or
     /// `always`), replacing `--maintenance-window` for it.
-    pub maintenance_window: String,
+    pub(crate) maintenance_window: String,
     /// On a workload: `evict` restarts it by evicting its stale pods, never writing its
     /// template; `template` (the default) stamps the template.
-    pub restart_method: String,
+    pub(crate) restart_method: String,
 }
 
 impl AnnotationKeys {

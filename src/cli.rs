@@ -18,7 +18,8 @@ use std::process::ExitCode;
 
 use crate::serve::tls;
 use crate::telemetry;
-pub use args::{Cli, Command, OutputFormat, ProcessEnv};
+pub use args::Cli;
+pub(crate) use args::{Command, ProcessEnv};
 
 pub fn run(cli: Cli) -> ExitCode {
     let allocator = match cli.command {
@@ -81,7 +82,7 @@ pub fn run(cli: Cli) -> ExitCode {
 
 /// The error and its causes in one line, each said once: many errors already include their
 /// source in their own text, and `{:#}` would repeat it.
-pub fn one_line(err: &anyhow::Error) -> String {
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
         let text = cause.to_string();

@@ -1,18 +1,18 @@
 //! The I/O shell's side of the cluster: the counted client, watches feeding the drift index,
 //! paged lists, the status ConfigMap, Events and the rollout Lease.
 
-pub mod client;
-pub mod drift_feed;
-pub mod events;
-pub mod lease;
-pub mod list;
-pub mod status;
-pub mod watch;
-pub mod webhook_ca;
+pub(crate) mod client;
+pub(crate) mod drift_feed;
+pub(crate) mod events;
+pub(crate) mod lease;
+pub(crate) mod list;
+pub(crate) mod status;
+pub(crate) mod watch;
+pub(crate) mod webhook_ca;
 
 /// A write refused because the object changed since it was read (409): read again and retry.
 /// `request`, failed as the API's own failures are when no answer comes within `limit`.
-pub async fn with_timeout<T>(
+pub(crate) async fn with_timeout<T>(
     limit: std::time::Duration,
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {
@@ -24,17 +24,17 @@ pub async fn with_timeout<T>(
     }
 }
 
-pub fn is_conflict(err: &kube::Error) -> bool {
+pub(crate) fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
 /// A request the API server refused to this user (403): no retry mends it, a grant does.
-pub fn is_forbidden(err: &kube::Error) -> bool {
+pub(crate) fn is_forbidden(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 403)
 }
 
 /// An error as one line of a log, with each API error in it said as the API server said it.
-pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
     api_errors_said(err.to_string(), err)
 }
 
@@ -42,7 +42,7 @@ pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
 /// `err`'s causes said as the API server said it: `namespaces "x" not found (NotFound, 404)`.
 /// kube prints one with a debug dump of the whole Status, several hundred characters on a line
 /// that an operator reads for the message alone.
-pub fn api_errors_said(mut text: String, err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn api_errors_said(mut text: String, err: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = Some(err);
     while let Some(current) = cause {
         if let Some(kube::Error::Api(status)) = current.downcast_ref::<kube::Error>() {

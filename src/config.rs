@@ -6,21 +6,24 @@ mod catalog;
 mod load;
 mod origin;
 mod parse;
-pub mod revision;
+pub(crate) mod revision;
 mod sidecar;
 
-pub use catalog::{
-    ListEnd, LoadReport, LoadedSidecar, ReloadSummary, RenderedJson, RenderedSidecar, SidecarSet,
-    SourceState, merge_sources,
-};
+#[cfg(test)]
+pub(crate) use catalog::ReloadSummary;
+pub use catalog::{LoadReport, LoadedSidecar, SidecarSet};
+pub(crate) use catalog::{RenderedJson, SourceState, merge_sources};
 pub use load::{configmap_origin, load_configmap_items, load_directory};
-pub use origin::Origin;
-pub use parse::{
-    ConfigError, ConfigErrorKind, ConfigWarning, MAX_CONFIG_BYTES, MAX_FLOW_DEPTH,
-    MAX_INHERITS_DEPTH, ParsedConfig, parse_config,
-};
-pub use revision::{Revision, RevisionStamp, RevisionsInForce};
-pub use sidecar::{RolloutMode, RolloutPolicy, SidecarConfig, TOP_LEVEL_KEYS};
+pub(crate) use origin::Origin;
+#[cfg(test)]
+pub(crate) use parse::ConfigErrorKind;
+pub(crate) use parse::{ConfigError, MAX_CONFIG_BYTES};
+pub use parse::{ParsedConfig, parse_config};
+#[cfg(test)]
+pub(crate) use revision::Revision;
+pub(crate) use revision::RevisionStamp;
+pub use revision::RevisionsInForce;
+pub(crate) use sidecar::{RolloutMode, SidecarConfig};
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario

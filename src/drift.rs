@@ -10,10 +10,11 @@ mod index;
 mod interner;
 mod reach;
 
-pub use entries::{Downtime, PodEntry, PodOwner, PodToReplace, WorkloadEntry, rollout_disabled};
+pub use entries::WorkloadEntry;
+pub(crate) use entries::{Downtime, PodToReplace, rollout_disabled};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
-pub use reach::WebhookReach;
+pub(crate) use reach::WebhookReach;
 
 use std::collections::BTreeSet;
 
@@ -28,7 +29,7 @@ use crate::workload::{OwnerKind, PodWorkload};
 /// applies; and `denied`, for a workload that has no pod because the webhook denies them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum DriftState {
+pub(crate) enum DriftState {
     Excluded,
     Orphaned,
     Uninjected,
@@ -56,7 +57,7 @@ impl std::str::FromStr for DriftState {
 
 impl DriftState {
     /// The states a pod can be in: the columns of the report's counts and the gauge.
-    pub const POD_STATES: [DriftState; 6] = [
+    pub(crate) const POD_STATES: [DriftState; 6] = [
         DriftState::Excluded,
         DriftState::Orphaned,
         DriftState::Uninjected,
@@ -65,7 +66,7 @@ impl DriftState {
         DriftState::Current,
     ];
 
-    pub const ALL: [DriftState; 7] = [
+    pub(crate) const ALL: [DriftState; 7] = [
         DriftState::Excluded,
         DriftState::Orphaned,
         DriftState::Uninjected,
@@ -75,7 +76,7 @@ impl DriftState {
         DriftState::Denied,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DriftState::Excluded => "excluded",
             DriftState::Orphaned => "orphaned",
@@ -91,7 +92,7 @@ impl DriftState {
     /// so one stale pod among unknown ones still makes the workload stale.
     /// Whether the rollout engine restarts a workload in this state (unknown only when asked:
     /// a migration is a deliberate act).
-    pub fn needs_restart(self, restart_unknown: bool) -> bool {
+    pub(crate) fn needs_restart(self, restart_unknown: bool) -> bool {
         match self {
             DriftState::Uninjected | DriftState::Stale => true,
             DriftState::Unknown => restart_unknown,
@@ -100,7 +101,7 @@ impl DriftState {
     }
 
     /// How bad a state is: a workload takes its worst pod's state, a pod its worst sidecar's.
-    pub fn severity(self) -> u8 {
+    pub(crate) fn severity(self) -> u8 {
         match self {
             DriftState::Denied => 6,
             DriftState::Uninjected => 5,
@@ -116,15 +117,15 @@ impl DriftState {
 /// Pods per state; every count is always present in the JSON.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StateCounts {
-    pub excluded: u32,
-    pub orphaned: u32,
-    pub uninjected: u32,
-    pub unknown: u32,
-    pub stale: u32,
+    pub(crate) excluded: u32,
+    pub(crate) orphaned: u32,
+    pub(crate) uninjected: u32,
+    pub(crate) unknown: u32,
+    pub(crate) stale: u32,
     pub current: u32,
     /// Always 0: a denied pod does not exist. Not in the JSON.
     #[serde(skip)]
-    pub denied: u32,
+    pub(crate) denied: u32,
 }
 
 impl StateCounts {
@@ -149,7 +150,7 @@ impl StateCounts {
         }
     }
 
-    pub fn get(&self, state: DriftState) -> u32 {
+    pub(crate) fn get(&self, state: DriftState) -> u32 {
         let mut copy = *self;
         *copy.get_mut(state)
     }
@@ -162,7 +163,11 @@ impl StateCounts {
 /// The one staleness rule: the state of one requested sidecar on a pod that is not excluded,
 /// from whether the pod was injected, the revision it carries for the sidecar, and the
 /// sidecar's revision in force (`None`: no config defines it).
-pub fn sidecar_state(injected: bool, carried: Option<&str>, wanted: Option<&str>) -> DriftState {
+pub(crate) fn sidecar_state(
+    injected: bool,
+    carried: Option<&str>,
+    wanted: Option<&str>,
+) -> DriftState {
     match (wanted, carried) {
         (None, _) => DriftState::Orphaned,
         (Some(_), _) if !injected => DriftState::Uninjected,
@@ -176,23 +181,23 @@ pub fn sidecar_state(injected: bool, carried: Option<&str>, wanted: Option<&str>
 #[derive(Clone, Debug, Default)]
 pub struct DriftPolicy {
     /// When non-empty, only these namespaces.
-    pub include_namespaces: BTreeSet<String>,
-    pub exclude_namespaces: BTreeSet<String>,
-    pub ignore_namespaces: BTreeSet<String>,
-    pub evict_bare_pods: bool,
-    pub restart_unknown: bool,
+    pub(crate) include_namespaces: BTreeSet<String>,
+    pub(crate) exclude_namespaces: BTreeSet<String>,
+    pub(crate) ignore_namespaces: BTreeSet<String>,
+    pub(crate) evict_bare_pods: bool,
+    pub(crate) restart_unknown: bool,
 }
 
 impl DriftPolicy {
     /// Why pods of `namespace` are left out, if they are.
-    pub fn namespace_exclusion(&self, namespace: &str) -> Option<String> {
+    pub(crate) fn namespace_exclusion(&self, namespace: &str) -> Option<String> {
         namespace_exclusion(namespace, self)
     }
 }
 
 /// Why the engine leaves out the pods of `owner`, as the drift report says it; `None` for the
 /// pods of a workload it restarts (unless the workload opted out: [`ROLLOUT_DISABLED`]).
-pub fn owner_exclusion(owner: &PodWorkload<'_>) -> Option<String> {
+pub(crate) fn owner_exclusion(owner: &PodWorkload<'_>) -> Option<String> {
     match owner {
         PodWorkload::Workload(..) => None,
         PodWorkload::ReplicaSetWithoutDeployment(_) => Some(REPLICASET_WITHOUT_DEPLOYMENT),
@@ -209,7 +214,7 @@ const REPLICASET_NOT_KNOWN: &str = "its ReplicaSet is not known yet";
 const JOB_POD: &str = "a Job's pod (runs to completion)";
 const BARE_POD: &str = "a bare pod (no controller; --evict-bare-pods to restart it)";
 /// Why the pods of a workload annotated `NS/rollout: disabled` are left out.
-pub const ROLLOUT_DISABLED: &str = "rollout disabled by annotation";
+pub(crate) const ROLLOUT_DISABLED: &str = "rollout disabled by annotation";
 
 fn owned_by(kind: &str) -> String {
     format!("owned by a {kind}")
@@ -231,14 +236,14 @@ fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> 
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DriftReport {
-    pub sidecars: Vec<SidecarDrift>,
+    pub(crate) sidecars: Vec<SidecarDrift>,
     pub workloads: Vec<WorkloadDrift>,
 }
 
 impl DriftReport {
     /// Only these sidecars (by normalised name) and, for workloads, these states; an empty
     /// list keeps everything.
-    pub fn filtered(mut self, sidecars: &[String], states: &[DriftState]) -> Self {
+    pub(crate) fn filtered(mut self, sidecars: &[String], states: &[DriftState]) -> Self {
         let wanted: Vec<String> = sidecars.iter().map(|s| canonical_sidecar(s)).collect();
         let keep = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
         self.sidecars.retain(|s| keep(&s.name));
@@ -250,7 +255,7 @@ impl DriftReport {
     /// The `--sidecar` values that name no sidecar of the report (none configured, none
     /// requested by a listed pod): a misspelt name would otherwise give an empty report that
     /// reads as "nothing to do".
-    pub fn unmatched_sidecars<'a>(&self, sidecars: &'a [String]) -> Vec<&'a str> {
+    pub(crate) fn unmatched_sidecars<'a>(&self, sidecars: &'a [String]) -> Vec<&'a str> {
         sidecars
             .iter()
             .filter(|wanted| {
@@ -262,7 +267,7 @@ impl DriftReport {
     }
 
     /// Whether a workload in the report runs a stale sidecar or was never injected.
-    pub fn needs_restart(&self) -> bool {
+    pub(crate) fn needs_restart(&self) -> bool {
         self.workloads
             .iter()
             .any(|w| matches!(w.state, DriftState::Stale | DriftState::Uninjected))
@@ -277,36 +282,36 @@ fn canonical_sidecar(text: &str) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SidecarDrift {
-    pub name: String,
+    pub(crate) name: String,
     /// `null` for a requested sidecar no config defines.
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
     pub pods: StateCounts,
     /// The state of the rollout engine's campaign for this revision (`paused`, `running`...),
     /// when the running injector keeps one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub campaign: Option<String>,
+    pub(crate) campaign: Option<String>,
     /// What an operator should know: why the campaign is paused, or that the sidecar's rollout
     /// policy is manual.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkloadDrift {
-    pub kind: OwnerKind,
-    pub namespace: String,
-    pub name: String,
-    pub sidecar: String,
-    pub state: DriftState,
-    pub reason: String,
-    pub pods: StateCounts,
+    pub(crate) kind: OwnerKind,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) sidecar: String,
+    pub(crate) state: DriftState,
+    pub(crate) reason: String,
+    pub(crate) pods: StateCounts,
     /// Whether the rollout engine should restart it (stale or uninjected, or unknown with
     /// `--restart-unknown`).
     #[serde(skip)]
-    pub needs_restart: bool,
+    pub(crate) needs_restart: bool,
     /// For a stale workload, the revision its stale pods carry.
     #[serde(skip)]
-    pub from_revision: Option<String>,
+    pub(crate) from_revision: Option<String>,
 }
 
 #[cfg(test)]

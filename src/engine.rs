@@ -39,7 +39,7 @@ pub(crate) const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum EngineMode {
+pub(crate) enum EngineMode {
     /// Restart stale workloads.
     #[default]
     Auto,
@@ -50,7 +50,7 @@ pub enum EngineMode {
 }
 
 impl EngineMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EngineMode::Auto => "auto",
             EngineMode::DryRun => "dry-run",
@@ -60,48 +60,48 @@ impl EngineMode {
 }
 
 #[derive(Clone, Debug)]
-pub struct EngineOptions {
-    pub mode: EngineMode,
-    pub settings: RolloutSettings,
-    pub keys: AnnotationKeys,
-    pub policy: DriftPolicy,
+pub(crate) struct EngineOptions {
+    pub(crate) mode: EngineMode,
+    pub(crate) settings: RolloutSettings,
+    pub(crate) keys: AnnotationKeys,
+    pub(crate) policy: DriftPolicy,
     /// Where the status ConfigMap (and the Lease) live: the injector's namespace.
-    pub namespace: String,
-    pub replan_every: Duration,
+    pub(crate) namespace: String,
+    pub(crate) replan_every: Duration,
     /// The one-shot CLI: every sidecar is restartable (`policy: manual` included).
-    pub ignore_manual_policy: bool,
+    pub(crate) ignore_manual_policy: bool,
     /// When set, only these workload kinds (the CLI's --include-statefulset and friends).
-    pub kinds: Option<BTreeSet<WorkloadKind>>,
+    pub(crate) kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
-    pub reason_prefix: Option<String>,
+    pub(crate) reason_prefix: Option<String>,
 }
 
 /// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
 /// pods by container name instead of from revisions.
-pub struct ContainerRun {
-    pub selection: ContainerSelection,
+pub(crate) struct ContainerRun {
+    pub(crate) selection: ContainerSelection,
     /// The uids of the pods that exist now, kept by a metadata watch.
-    pub live: Arc<Mutex<HashSet<String>>>,
+    pub(crate) live: Arc<Mutex<HashSet<String>>>,
 }
 
 /// What a one-shot run ends with.
 #[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct RunSummary {
-    pub restarted: BTreeSet<WorkloadRef>,
-    pub succeeded: BTreeSet<WorkloadRef>,
-    pub failed: Vec<rollout::Failure>,
-    pub waiting: Vec<rollout::Waiting>,
+pub(crate) struct RunSummary {
+    pub(crate) restarted: BTreeSet<WorkloadRef>,
+    pub(crate) succeeded: BTreeSet<WorkloadRef>,
+    pub(crate) failed: Vec<rollout::Failure>,
+    pub(crate) waiting: Vec<rollout::Waiting>,
     /// Failed before this run under the revision in force, so not restarted by it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failed_earlier: Vec<rollout::FailedEarlier>,
+    pub(crate) failed_earlier: Vec<rollout::FailedEarlier>,
     /// Restarted, then gone (deleted, or a bare pod evicted): nothing left to judge.
-    pub gone: BTreeSet<WorkloadRef>,
+    pub(crate) gone: BTreeSet<WorkloadRef>,
 }
 
 /// Why one of the executor's actions failed: the step, what it acted on, and the API's
 /// answer. Every action is retried by a later plan, so a failure is logged and counted.
 #[derive(Debug, thiserror::Error)]
-pub enum ActionError {
+pub(crate) enum ActionError {
     #[error("cannot patch {workload}: {source}")]
     Patch {
         workload: WorkloadRef,
@@ -135,7 +135,7 @@ pub enum ActionError {
 
 impl ActionError {
     /// The `verb` label of `sidecar_injector_rollout_api_errors_total`.
-    pub fn metric_label(&self) -> EngineCall {
+    pub(crate) fn metric_label(&self) -> EngineCall {
         match self {
             ActionError::Patch { .. } => EngineCall::Patch,
             ActionError::Evict { .. } => EngineCall::Evict,
@@ -152,12 +152,12 @@ impl ActionError {
 /// Whether this process may act on its plan: the Lease holder (or the one-shot CLI) acts;
 /// every other replica only plans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Authority {
+pub(crate) enum Authority {
     Act,
     PlanOnly,
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     client: Client,
     options: EngineOptions,
     metrics: Arc<Metrics>,
@@ -198,7 +198,7 @@ pub struct Engine {
 impl Engine {
     /// `status` watches the status ConfigMap in `options.namespace`
     /// ([`status::watch_status`]), which `serve` shares with the webhook's warnings.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         options: EngineOptions,
         metrics: Arc<Metrics>,
@@ -228,12 +228,12 @@ impl Engine {
     }
 
     /// Keeps what this run restarted and how each ended, for [`Engine::summary`].
-    pub fn keep_summary(&mut self) {
+    pub(crate) fn keep_summary(&mut self) {
         self.summary.get_or_insert_default();
     }
 
     /// What this run restarted and how each ended, since [`Engine::keep_summary`] (else empty).
-    pub fn summary(&self) -> &RunSummary {
+    pub(crate) fn summary(&self) -> &RunSummary {
         static NOT_KEPT: RunSummary = RunSummary {
             restarted: BTreeSet::new(),
             succeeded: BTreeSet::new(),
@@ -252,37 +252,37 @@ impl Engine {
     }
 
     /// Sends campaign notices (started, paused, completed) through `notifier`.
-    pub fn notify_with(&mut self, notifier: crate::notifier::Notifier) {
+    pub(crate) fn notify_with(&mut self, notifier: crate::notifier::Notifier) {
         self.notifier = Some(notifier);
     }
 
     /// Brings pods to the revisions of `publication` (what the running injector injects)
     /// instead of the revisions of the configs this process read.
-    pub fn use_publication(&mut self, publication: crate::cluster::status::Publication) {
+    pub(crate) fn use_publication(&mut self, publication: crate::cluster::status::Publication) {
         self.published = Some(publication);
     }
 
     /// Plans from `run` instead of from revisions. Such a run keeps its campaign to itself: it
     /// neither reads nor writes the status ConfigMap, whose revisions and campaigns are the
     /// injector's.
-    pub fn select_containers(&mut self, run: ContainerRun) {
+    pub(crate) fn select_containers(&mut self, run: ContainerRun) {
         self.containers = Some(run);
     }
 
     /// Workloads this process restarted that have no outcome yet (a workload scaled to zero
     /// or deleted mid-rollout has no pods in the plan, yet still awaits one).
-    pub fn awaiting_outcomes(&self) -> usize {
+    pub(crate) fn awaiting_outcomes(&self) -> usize {
         self.state.awaiting_success.len()
     }
 
     /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
     /// `serve`'s loop wakes on it; `false` once its watch is gone.
-    pub async fn status_changed(&mut self) -> bool {
+    pub(crate) async fn status_changed(&mut self) -> bool {
         self.book_writer.changed().await
     }
 
     /// Waits for the first read of the status ConfigMap (present or not).
-    pub async fn load_status(&mut self) {
+    pub(crate) async fn load_status(&mut self) {
         self.book_writer.first_read(REQUEST_TIMEOUT).await;
         self.adopt_cluster_book();
     }
@@ -299,7 +299,7 @@ impl Engine {
     }
 
     /// Plans from the index; acts on the plan when this process has the authority to.
-    pub async fn tick(
+    pub(crate) async fn tick(
         &mut self,
         feed: &DriftFeed,
         set: &SidecarSet,
@@ -588,7 +588,7 @@ impl Engine {
 
     /// When the engine next needs to plan with nothing watched changing, as an instant of the
     /// loop's clock read at `now` (at once when already past); `None`: only a change wakes it.
-    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_wake(&self, now: Instant) -> Option<Instant> {
         let left = Timestamp::now().duration_until(self.wake_at?);
         Some(now + Duration::try_from(left).unwrap_or(Duration::ZERO))
     }
@@ -619,7 +619,7 @@ impl Engine {
 
     /// Writes what the progress counts alone have changed since the last write (the one-shot
     /// CLI, as it ends).
-    pub async fn flush_status(&mut self) {
+    pub(crate) async fn flush_status(&mut self) {
         if self.containers.is_none() && self.options.mode == EngineMode::Auto {
             self.write_status_when(true).await;
         }
@@ -709,7 +709,7 @@ mod revisions;
 mod run;
 mod writes;
 
-pub use run::run;
+pub(crate) use run::run;
 pub(crate) use run::soonest_wake;
 
 mod pod_replacement;

@@ -19,15 +19,15 @@ use crate::workload::WorkloadRef;
 
 /// One check of the webhook's, in the order it makes them, with what it found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Check {
-    pub check: String,
-    pub passed: bool,
-    pub detail: String,
+pub(crate) struct Check {
+    pub(crate) check: String,
+    pub(crate) passed: bool,
+    pub(crate) detail: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Inject,
     Skip,
     Deny,
@@ -38,14 +38,14 @@ pub enum Verdict {
 /// What the webhook does with a pod: its checks up to the one that decides, and the outcome
 /// (taken from the webhook's own decision, so the two cannot disagree).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct InjectionExplanation {
-    pub checks: Vec<Check>,
-    pub verdict: Verdict,
-    pub message: String,
+pub(crate) struct InjectionExplanation {
+    pub(crate) checks: Vec<Check>,
+    pub(crate) verdict: Verdict,
+    pub(crate) message: String,
 }
 
 /// The webhook's decision on `pod` (in `namespace`), explained.
-pub fn injection(
+pub(crate) fn injection(
     pod: &PodView<'_>,
     namespace: &str,
     sidecars: &SidecarSet,
@@ -89,13 +89,13 @@ pub fn injection(
 
 /// What the webhook does with a pod of `namespace`, which the API server never sends to it
 /// (`why`): nothing.
-pub fn not_sent(namespace: &str, why: String) -> InjectionExplanation {
+pub(crate) fn not_sent(namespace: &str, why: String) -> InjectionExplanation {
     not_called(format!("pods of namespace {namespace}"), why)
 }
 
 /// The webhook is never called for these pods: an objectSelector leaves out their labels
 /// (`why`).
-pub fn not_sent_by_labels(why: String) -> InjectionExplanation {
+pub(crate) fn not_sent_by_labels(why: String) -> InjectionExplanation {
     not_called("pods labelled as these".to_owned(), why)
 }
 
@@ -112,7 +112,10 @@ fn not_called(whom: String, why: String) -> InjectionExplanation {
 }
 
 /// `explanation`, first saying what has the API server call the webhook for the namespace.
-pub fn sent(mut explanation: InjectionExplanation, selected_by: String) -> InjectionExplanation {
+pub(crate) fn sent(
+    mut explanation: InjectionExplanation,
+    selected_by: String,
+) -> InjectionExplanation {
     explanation.checks.insert(
         0,
         Check {
@@ -134,7 +137,7 @@ const POLICY_CHECK: &str = "policy";
 /// check says what the running injectors publish of it instead of "no config defines it",
 /// and whether its rollout is left to a person (`manual`, as they publish it).
 /// Unchanged when the decision came before the configs (no request, injected already...).
-pub fn without_configs(
+pub(crate) fn without_configs(
     mut explanation: InjectionExplanation,
     unread: &str,
     published: Option<&RevisionsInForce>,
@@ -335,14 +338,14 @@ fn policy_detail(policy: MissingSidecarPolicy) -> String {
 
 /// A live pod's own state: injected or not, and the revisions it carries.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct PodState {
-    pub injected: bool,
-    pub revisions: BTreeMap<String, String>,
-    pub containers: Vec<String>,
+pub(crate) struct PodState {
+    pub(crate) injected: bool,
+    pub(crate) revisions: BTreeMap<String, String>,
+    pub(crate) containers: Vec<String>,
 }
 
 impl PodState {
-    pub fn read(
+    pub(crate) fn read(
         annotations: &BTreeMap<String, String>,
         keys: &AnnotationKeys,
         containers: Vec<String>,
@@ -366,19 +369,19 @@ impl PodState {
 /// One sidecar a live pod asks for: what it carries, what is in force, and the drift state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SidecarDrift {
-    pub sidecar: String,
-    pub carried: Option<String>,
-    pub wanted: Option<String>,
-    pub state: DriftState,
+    pub(crate) sidecar: String,
+    pub(crate) carried: Option<String>,
+    pub(crate) wanted: Option<String>,
+    pub(crate) state: DriftState,
     /// Why the pod is `excluded`, as `drift` says it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub excluded: Option<String>,
+    pub(crate) excluded: Option<String>,
 }
 
 /// The drift state of each sidecar `request` names: `excluded`, for the reason `exclusion`
 /// gives (the pod's namespace or owner, as `drift` judges them), else by the one staleness
 /// rule; `wanted` gives the revision in force of a sidecar.
-pub fn sidecar_drift(
+pub(crate) fn sidecar_drift(
     request: &str,
     pod: &PodState,
     wanted: impl Fn(&str) -> Option<String>,
@@ -410,19 +413,19 @@ pub fn sidecar_drift(
 /// The pods of a workload asked about by kind and name: how many, how many in each state
 /// (a pod counted once, in the worst state of the sidecars it asks for), and the one shown.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct WorkloadPods {
-    pub count: usize,
+pub(crate) struct WorkloadPods {
+    pub(crate) count: usize,
     /// Pods by their worst state; a pod that asks for no sidecar is in none.
-    pub states: BTreeMap<DriftState, usize>,
+    pub(crate) states: BTreeMap<DriftState, usize>,
     /// The pod the answer shows: the first in the worst state of all, or the first pod when
     /// none asks for a sidecar.
-    pub shown: Option<String>,
+    pub(crate) shown: Option<String>,
 }
 
 impl WorkloadPods {
     /// `pods`, each with the drift of the sidecars it asks for, in the order to choose from:
     /// the summary, and the index of the pod to show.
-    pub fn of(pods: &[(String, Vec<SidecarDrift>)]) -> (Self, Option<usize>) {
+    pub(crate) fn of(pods: &[(String, Vec<SidecarDrift>)]) -> (Self, Option<usize>) {
         let mut states = BTreeMap::new();
         let mut shown: Option<(usize, Option<u8>)> = None;
         for (index, (_, sidecars)) in pods.iter().enumerate() {
@@ -451,7 +454,7 @@ impl WorkloadPods {
 /// What the engine plans for a workload now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
-pub enum WorkloadAction {
+pub(crate) enum WorkloadAction {
     /// Restarted by the next plan.
     Restart {
         canary: bool,
@@ -474,7 +477,7 @@ pub enum WorkloadAction {
     Unplanned { why: String },
 }
 
-pub fn workload_action(
+pub(crate) fn workload_action(
     plan: &RolloutPlan,
     workload: &WorkloadRef,
     sidecars: &[SidecarDrift],
@@ -572,24 +575,24 @@ impl fmt::Display for WorkloadPods {
 
 /// The whole answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// `Pod team-a/web-7d9f` or the file's object.
-    pub subject: String,
+    pub(crate) subject: String,
     /// What the injection part judged: the pod itself, or its workload's pod template (what
     /// new pods get).
-    pub judged: String,
-    pub injection: InjectionExplanation,
+    pub(crate) judged: String,
+    pub(crate) injection: InjectionExplanation,
     /// Asked about a workload: its pods, and which one `pod` and `sidecars` describe.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub workload_pods: Option<WorkloadPods>,
+    pub(crate) workload_pods: Option<WorkloadPods>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod: Option<PodState>,
+    pub(crate) pod: Option<PodState>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sidecars: Vec<SidecarDrift>,
+    pub(crate) sidecars: Vec<SidecarDrift>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub workload: Option<String>,
+    pub(crate) workload: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<WorkloadAction>,
+    pub(crate) rollout: Option<WorkloadAction>,
 }
 
 impl fmt::Display for Explanation {

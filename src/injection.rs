@@ -8,11 +8,11 @@
 //! left it: a later sidecar's `env` reaches an earlier sidecar's containers, and the first
 //! `serviceAccountName` wins.
 
-pub mod json_patch;
-pub mod manifest;
+pub(crate) mod json_patch;
+pub(crate) mod manifest;
 mod patch_builder;
 mod pod;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::BTreeSet;
 
@@ -24,13 +24,12 @@ use crate::config::{LoadedSidecar, SidecarSet};
 use crate::name::{NameError, SidecarName};
 use json_patch::JsonPatch;
 use patch_builder::PatchBuilder;
+pub(crate) use pod::PodSpecView;
+pub use pod::PodView;
 pub(crate) use pod::borrowed_str;
-pub use pod::{
-    ContainerView, EnvList, MountView, NamedView, PodMetadataView, PodSpecView, PodView, VolumeView,
-};
 
 /// Namespaces whose pods are never injected unless the operator says otherwise.
-pub const DEFAULT_IGNORED_NAMESPACES: &[&str] = &["kube-system", "kube-public"];
+pub(crate) const DEFAULT_IGNORED_NAMESPACES: &[&str] = &["kube-system", "kube-public"];
 
 /// Legacy secret-based tokens of the `default` account are named `default-token-<suffix>`.
 const LEGACY_DEFAULT_TOKEN_PREFIX: &str = "default-token-";
@@ -101,7 +100,7 @@ pub enum SkipReason {
 impl SkipReason {
     /// Why a pod that asks for sidecars (or looks as if it does) was let through unchanged, in
     /// a person's words; `None` for a pod that asks for nothing.
-    pub fn describe(&self, keys: &AnnotationKeys) -> Option<String> {
+    pub(crate) fn describe(&self, keys: &AnnotationKeys) -> Option<String> {
         match self {
             SkipReason::NoRequest => None,
             SkipReason::AlreadyInjected => {
@@ -132,9 +131,9 @@ pub struct Injection<'s> {
     /// Borrows from the sidecar configs it injects.
     pub patch: JsonPatch<'s>,
     /// What was injected, in request order.
-    pub injected: Vec<(&'s SidecarName, &'s Revision)>,
+    pub(crate) injected: Vec<(&'s SidecarName, &'s Revision)>,
     /// Requested but unknown, let through by `--on-missing-sidecar=allow`.
-    pub missing: Vec<SidecarName>,
+    pub(crate) missing: Vec<SidecarName>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -168,12 +167,12 @@ pub enum Denial {
 
 /// The most containers (init containers included) a pod may have once injected. Work and
 /// reply size grow with containers x sidecar additions; no real pod comes close.
-pub const MAX_POD_CONTAINERS: usize = 256;
+pub(crate) const MAX_POD_CONTAINERS: usize = 256;
 
 /// The largest JSON patch the webhook sends (before base64): a pod grown by more cannot be
 /// stored by an apiserver on etcd's default 1.5 MiB request limit, so building it only costs
 /// memory.
-pub const MAX_PATCH_BYTES: usize = 1536 * 1024;
+pub(crate) const MAX_PATCH_BYTES: usize = 1536 * 1024;
 
 /// Decides what to do with one pod. `namespace` is the request's namespace: pods created by
 /// controllers carry none in the object.

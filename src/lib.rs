@@ -19,6 +19,7 @@
 //!   certificate reload), [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per
 //!   subcommand).
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 /// The crate version and the git commit it was built from (`0.2.0 (commit 650ebd9c1a2b)`).
 pub const VERSION: &str = concat!(

@@ -16,7 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 
 /// Why a window did not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum WindowError {
+pub(crate) enum WindowError {
     #[error("empty maintenance window")]
     Empty,
     #[error("`{text}` is not a day or a range of days (Mon, Sat-Sun, Mon,Wed,Fri)")]
@@ -33,7 +33,7 @@ pub enum WindowError {
 
 /// One window: `[DAYS] HH:MM-HH:MM [ZONE]`, days every day and the zone UTC when left out.
 #[derive(Clone)]
-pub struct MaintenanceWindow {
+pub(crate) struct MaintenanceWindow {
     /// Bit `n` set: open on the day `n` days after Monday.
     days: u8,
     /// Minutes after midnight; `end` may be 1440 (`24:00`).
@@ -228,7 +228,7 @@ impl MaintenanceWindow {
 
 /// Whether restarts may start now, and when that changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WindowState {
+pub(crate) enum WindowState {
     /// No windows: restarts may start at any time.
     Always,
     Open {
@@ -242,15 +242,15 @@ pub enum WindowState {
 /// The windows in force: `--maintenance-window` (repeatable), or a workload's
 /// `NS/maintenance-window` (`;`-separated, or `always`), which replaces them for that workload.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MaintenanceWindows(Vec<MaintenanceWindow>);
+pub(crate) struct MaintenanceWindows(Vec<MaintenanceWindow>);
 
 impl MaintenanceWindows {
-    pub fn new(windows: Vec<MaintenanceWindow>) -> Self {
+    pub(crate) fn new(windows: Vec<MaintenanceWindow>) -> Self {
         Self(windows)
     }
 
     /// An annotation's value: windows separated by `;`, or `always` for no restriction.
-    pub fn parse_list(text: &str) -> Result<Self, WindowError> {
+    pub(crate) fn parse_list(text: &str) -> Result<Self, WindowError> {
         if text.trim().eq_ignore_ascii_case("always") {
             return Ok(Self::default());
         }
@@ -267,11 +267,11 @@ impl MaintenanceWindows {
             })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn state(&self, now: Timestamp) -> WindowState {
+    pub(crate) fn state(&self, now: Timestamp) -> WindowState {
         if self.0.is_empty() {
             return WindowState::Always;
         }
@@ -284,7 +284,7 @@ impl MaintenanceWindows {
     }
 
     /// As written, `;`-separated.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         if self.0.is_empty() {
             return "always".to_owned();
         }
@@ -297,12 +297,12 @@ impl MaintenanceWindows {
 }
 
 impl WindowState {
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         !matches!(self, WindowState::Closed { .. })
     }
 
     /// When it changes, if it does by time alone.
-    pub fn changes_at(&self) -> Option<Timestamp> {
+    pub(crate) fn changes_at(&self) -> Option<Timestamp> {
         match self {
             WindowState::Always => None,
             WindowState::Open { closes } => Some(*closes),

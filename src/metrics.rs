@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-pub mod tumblr;
+pub(crate) mod tumblr;
 
 use crate::admission::{AdmissionResult, SidecarResult};
 use crate::workload::WorkloadKind;
@@ -32,7 +32,7 @@ label_value!(WorkloadKind);
 
 /// How `/mutate` answered: a review's outcome, or an HTTP error before one could be read.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum RequestResult {
+pub(crate) enum RequestResult {
     Answered(AdmissionResult),
     BadRequest,
     UnsupportedMediaType,
@@ -46,7 +46,7 @@ pub enum RequestResult {
 
 impl RequestResult {
     /// Every result, for series that start at zero.
-    pub const ALL: [RequestResult; 11] = [
+    pub(crate) const ALL: [RequestResult; 11] = [
         RequestResult::Answered(AdmissionResult::Injected),
         RequestResult::Answered(AdmissionResult::Skipped),
         RequestResult::Answered(AdmissionResult::Denied),
@@ -60,7 +60,7 @@ impl RequestResult {
         RequestResult::ReviewTimeout,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RequestResult::Answered(result) => result.as_str(),
             RequestResult::BadRequest => "bad_request",
@@ -76,7 +76,7 @@ label_value!(RequestResult);
 
 /// What happened to a workload the engine handled (`sidecar_injector_rollouts_total`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum RolloutResult {
+pub(crate) enum RolloutResult {
     Restarted,
     /// The restart request failed; the next plan retries it.
     Error,
@@ -92,7 +92,7 @@ pub enum RolloutResult {
 }
 
 impl RolloutResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RolloutResult::Restarted => "restarted",
             RolloutResult::Error => "error",
@@ -109,7 +109,7 @@ label_value!(RolloutResult);
 
 /// What became of a `--notify-url` notice (`sidecar_injector_notifications_total`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum NotificationResult {
+pub(crate) enum NotificationResult {
     Sent,
     /// Every attempt failed.
     Failed,
@@ -118,7 +118,7 @@ pub enum NotificationResult {
 }
 
 impl NotificationResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NotificationResult::Sent => "sent",
             NotificationResult::Failed => "failed",
@@ -129,20 +129,20 @@ impl NotificationResult {
 label_value!(NotificationResult);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NotificationLabels {
-    pub event: &'static str,
-    pub result: NotificationResult,
+pub(crate) struct NotificationLabels {
+    pub(crate) event: &'static str,
+    pub(crate) result: NotificationResult,
 }
 
 /// A reload's outcome, for configs and certificates alike.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum ReloadResult {
+pub(crate) enum ReloadResult {
     Success,
     Error,
 }
 
 impl ReloadResult {
-    pub fn of(ok: bool) -> Self {
+    pub(crate) fn of(ok: bool) -> Self {
         if ok {
             ReloadResult::Success
         } else {
@@ -150,7 +150,7 @@ impl ReloadResult {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReloadResult::Success => "success",
             ReloadResult::Error => "error",
@@ -161,7 +161,7 @@ label_value!(ReloadResult);
 
 /// The engine's own API calls by purpose (`sidecar_injector_rollout_api_requests_total`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum EngineCall {
+pub(crate) enum EngineCall {
     Patch,
     Evict,
     Event,
@@ -173,7 +173,7 @@ pub enum EngineCall {
 }
 
 impl EngineCall {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EngineCall::Patch => "patch",
             EngineCall::Evict => "evict",
@@ -187,13 +187,13 @@ impl EngineCall {
 label_value!(EngineCall);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: RequestResult,
+pub(crate) struct ResultLabels {
+    pub(crate) result: RequestResult,
 }
 
 /// The two ports `serve` listens on.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Port {
+pub(crate) enum Port {
     /// `--tls-port`: the admission webhook.
     Webhook,
     /// `--lifecycle-port`: probes and metrics.
@@ -201,9 +201,9 @@ pub enum Port {
 }
 
 impl Port {
-    pub const ALL: [Port; 2] = [Port::Webhook, Port::Lifecycle];
+    pub(crate) const ALL: [Port; 2] = [Port::Webhook, Port::Lifecycle];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Port::Webhook => "webhook",
             Port::Lifecycle => "lifecycle",
@@ -213,69 +213,69 @@ impl Port {
 label_value!(Port);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PortLabels {
-    pub port: Port,
+pub(crate) struct PortLabels {
+    pub(crate) port: Port,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CertificateLabels {
-    pub result: ReloadResult,
+pub(crate) struct CertificateLabels {
+    pub(crate) result: ReloadResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InjectionLabels {
-    pub sidecar: String,
-    pub result: SidecarResult,
+pub(crate) struct InjectionLabels {
+    pub(crate) sidecar: String,
+    pub(crate) result: SidecarResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    pub source: &'static str,
-    pub result: ReloadResult,
+pub(crate) struct ReloadLabels {
+    pub(crate) source: &'static str,
+    pub(crate) result: ReloadResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabels {
-    pub source: &'static str,
+pub(crate) struct SourceLabels {
+    pub(crate) source: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModeLabels {
-    pub mode: &'static str,
+pub(crate) struct ModeLabels {
+    pub(crate) mode: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DriftLabels {
-    pub sidecar: String,
-    pub state: &'static str,
+pub(crate) struct DriftLabels {
+    pub(crate) sidecar: String,
+    pub(crate) state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RolloutLabels {
-    pub kind: WorkloadKind,
-    pub result: RolloutResult,
+pub(crate) struct RolloutLabels {
+    pub(crate) kind: WorkloadKind,
+    pub(crate) result: RolloutResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CampaignLabels {
-    pub sidecar: String,
-    pub state: &'static str,
+pub(crate) struct CampaignLabels {
+    pub(crate) sidecar: String,
+    pub(crate) state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SidecarLabels {
-    pub sidecar: String,
+pub(crate) struct SidecarLabels {
+    pub(crate) sidecar: String,
 }
 
 /// The kube client's requests by API verb (`sidecar_injector_kube_requests_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerbLabels {
-    pub verb: &'static str,
+pub(crate) struct VerbLabels {
+    pub(crate) verb: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabels {
-    pub verb: EngineCall,
+pub(crate) struct CallLabels {
+    pub(crate) verb: EngineCall,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -284,39 +284,39 @@ struct BuildLabels {
     commit: &'static str,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
-    pub admission_requests: Family<ResultLabels, Counter>,
-    pub admission_duration: Family<ResultLabels, Histogram>,
-    pub injections: Family<InjectionLabels, Counter>,
-    pub config_reloads: Family<ReloadLabels, Counter>,
-    pub configs_loaded: Family<SourceLabels, Gauge>,
+    pub(crate) admission_requests: Family<ResultLabels, Counter>,
+    pub(crate) admission_duration: Family<ResultLabels, Histogram>,
+    pub(crate) injections: Family<InjectionLabels, Counter>,
+    pub(crate) config_reloads: Family<ReloadLabels, Counter>,
+    pub(crate) configs_loaded: Family<SourceLabels, Gauge>,
     /// 1 while the last load of a source failed (a level to alert on; the counter above only
     /// says that some load failed once).
-    pub config_source_failing: Family<SourceLabels, Gauge>,
-    pub certificate_reloads: Family<CertificateLabels, Counter>,
+    pub(crate) config_source_failing: Family<SourceLabels, Gauge>,
+    pub(crate) certificate_reloads: Family<CertificateLabels, Counter>,
     /// Connections closed at accept because the port's cap was reached.
-    pub connections_refused: Family<PortLabels, Counter>,
-    pub other_annotation_namespace: Counter,
-    pub certificate_expiration: Gauge,
-    pub pods: Family<DriftLabels, Gauge>,
-    pub rollouts: Family<RolloutLabels, Counter>,
-    pub campaigns: Family<CampaignLabels, Gauge>,
-    pub rollouts_in_flight: Gauge,
-    pub rollout_pending: Family<SidecarLabels, Gauge>,
-    pub maintenance_window_open: Gauge,
-    pub rollout_leader: Gauge,
+    pub(crate) connections_refused: Family<PortLabels, Counter>,
+    pub(crate) other_annotation_namespace: Counter,
+    pub(crate) certificate_expiration: Gauge,
+    pub(crate) pods: Family<DriftLabels, Gauge>,
+    pub(crate) rollouts: Family<RolloutLabels, Counter>,
+    pub(crate) campaigns: Family<CampaignLabels, Gauge>,
+    pub(crate) rollouts_in_flight: Gauge,
+    pub(crate) rollout_pending: Family<SidecarLabels, Gauge>,
+    pub(crate) maintenance_window_open: Gauge,
+    pub(crate) rollout_leader: Gauge,
     /// Bytes of the campaign book the status ConfigMap holds, as this replica last wrote or
     /// found it while leading (0 otherwise).
-    pub rollout_book: Gauge,
+    pub(crate) rollout_book: Gauge,
     /// 1 for the rollout mode this replica runs in (off when it has no engine).
-    pub rollout_mode: Family<ModeLabels, Gauge>,
-    pub notifications: Family<NotificationLabels, Counter>,
-    pub rollout_api_requests: Family<CallLabels, Counter>,
-    pub rollout_api_errors: Family<CallLabels, Counter>,
-    pub kube_requests: Family<VerbLabels, Counter>,
+    pub(crate) rollout_mode: Family<ModeLabels, Gauge>,
+    pub(crate) notifications: Family<NotificationLabels, Counter>,
+    pub(crate) rollout_api_requests: Family<CallLabels, Counter>,
+    pub(crate) rollout_api_errors: Family<CallLabels, Counter>,
+    pub(crate) kube_requests: Family<VerbLabels, Counter>,
     /// Tumblr's series too, with `serve --tumblr-metrics`.
-    pub tumblr: Option<tumblr::TumblrMetrics>,
+    pub(crate) tumblr: Option<tumblr::TumblrMetrics>,
     /// The sidecars the drift gauge has series for.
     drift_sidecars: Mutex<BTreeSet<String>>,
     /// The sidecars the campaign gauges have series for.
@@ -332,7 +332,7 @@ impl Default for Metrics {
 impl Metrics {
     // Wiring, not a decision: one registration per metric, in exposition order.
     #[allow(clippy::too_many_lines)]
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("sidecar_injector");
         let admission_requests = Family::<ResultLabels, Counter>::default();
         registry.register(
@@ -555,7 +555,7 @@ impl Metrics {
     /// Series are set in place and only those of sidecars gone are removed: a scrape taken
     /// meanwhile sees each series, old value or new, never a gap (which would restart an
     /// alert's `for`).
-    pub fn record_drift(&self, report: &crate::drift::DriftReport) {
+    pub(crate) fn record_drift(&self, report: &crate::drift::DriftReport) {
         let mut recorded = self.drift_sidecars.lock().expect("metrics lock");
         for sidecar in &report.sidecars {
             for state in crate::drift::DriftState::POD_STATES {
@@ -579,13 +579,13 @@ impl Metrics {
         *recorded = now;
     }
 
-    pub fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
+    pub(crate) fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
         self.rollouts
             .get_or_create(&RolloutLabels { kind, result })
             .inc();
     }
 
-    pub fn record_notification(
+    pub(crate) fn record_notification(
         &self,
         event: crate::rollout::notice::NoticeEvent,
         result: NotificationResult,
@@ -598,13 +598,13 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_api_error(&self, verb: EngineCall) {
+    pub(crate) fn record_api_error(&self, verb: EngineCall) {
         self.rollout_api_errors
             .get_or_create(&CallLabels { verb })
             .inc();
     }
 
-    pub fn record_api_request(&self, verb: EngineCall) {
+    pub(crate) fn record_api_request(&self, verb: EngineCall) {
         self.rollout_api_requests
             .get_or_create(&CallLabels { verb })
             .inc();
@@ -612,7 +612,7 @@ impl Metrics {
 
     /// Replaces the campaign gauges with the book's states, in place as
     /// [`Metrics::record_drift`] does.
-    pub fn record_campaigns(&self, book: &crate::rollout::CampaignBook) {
+    pub(crate) fn record_campaigns(&self, book: &crate::rollout::CampaignBook) {
         let mut recorded = self.campaign_sidecars.lock().expect("metrics lock");
         self.maintenance_window_open
             .set(i64::from(book.maintenance.as_ref().is_none_or(|m| m.open)));
@@ -647,13 +647,13 @@ impl Metrics {
     }
 
     /// Also exports Tumblr's series under their names (see [`tumblr::TumblrMetrics`]).
-    pub fn with_tumblr_names(mut self) -> Self {
+    pub(crate) fn with_tumblr_names(mut self) -> Self {
         self.tumblr = Some(tumblr::TumblrMetrics::new());
         self
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         encode_registry(&mut out, &self.registry).expect("writing to a String cannot fail");
@@ -664,7 +664,7 @@ impl Metrics {
         out
     }
 
-    pub fn record_admission(&self, result: RequestResult, seconds: f64) {
+    pub(crate) fn record_admission(&self, result: RequestResult, seconds: f64) {
         let labels = ResultLabels { result };
         self.admission_requests.get_or_create(&labels).inc();
         self.admission_duration
@@ -672,7 +672,7 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn record_injection(&self, sidecar: &str, result: SidecarResult) {
+    pub(crate) fn record_injection(&self, sidecar: &str, result: SidecarResult) {
         self.injections
             .get_or_create(&InjectionLabels {
                 sidecar: sidecar.to_owned(),
@@ -681,7 +681,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_config_reload(&self, source: &'static str, ok: bool, loaded: usize) {
+    pub(crate) fn record_config_reload(&self, source: &'static str, ok: bool, loaded: usize) {
         let result = ReloadResult::of(ok);
         self.config_reloads
             .get_or_create(&ReloadLabels { source, result })
@@ -696,21 +696,21 @@ impl Metrics {
 
     /// The rollout mode in force (`off` when there is no engine), for the alert on a missing
     /// Lease holder, which only an `auto` deployment should have.
-    pub fn record_rollout_mode(&self, mode: &'static str) {
+    pub(crate) fn record_rollout_mode(&self, mode: &'static str) {
         self.rollout_mode.get_or_create(&ModeLabels { mode }).set(1);
     }
 
-    pub fn record_other_annotation_namespace(&self) {
+    pub(crate) fn record_other_annotation_namespace(&self) {
         self.other_annotation_namespace.inc();
     }
 
-    pub fn record_connection_refused(&self, port: Port) {
+    pub(crate) fn record_connection_refused(&self, port: Port) {
         self.connections_refused
             .get_or_create(&PortLabels { port })
             .inc();
     }
 
-    pub fn record_certificate_reload(&self, ok: bool) {
+    pub(crate) fn record_certificate_reload(&self, ok: bool) {
         let result = ReloadResult::of(ok);
         self.certificate_reloads
             .get_or_create(&CertificateLabels { result })

@@ -6,12 +6,12 @@ use std::fmt;
 use thiserror::Error;
 
 /// The version a bare `name` stands for. A literal tag, never "the newest".
-pub const DEFAULT_VERSION: &str = "latest";
+pub(crate) const DEFAULT_VERSION: &str = "latest";
 
 /// The most sidecars one request may name. The API server checks an annotation's size only
 /// after mutation, so without a bound a pod creator could make every review parse and look up
 /// hundreds of thousands of names.
-pub const MAX_REQUESTED: usize = 64;
+pub(crate) const MAX_REQUESTED: usize = 64;
 
 /// How much of a name an error quotes: a bad name may be as long as the annotation.
 const QUOTED: usize = 64;
@@ -46,7 +46,7 @@ pub enum NameError {
 
 impl SidecarName {
     /// Parses and normalises one name: trimmed, lowercase, `:latest` when no version is given.
-    pub fn parse(raw: &str) -> Result<Self, NameError> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, NameError> {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
             return Err(NameError::Empty);
@@ -85,7 +85,7 @@ impl SidecarName {
     /// Parses a comma-separated request list, keeping request order and dropping repeats.
     /// Empty items (`a,,b`, a trailing comma) are ignored, as a person would expect.
     /// At most [`MAX_REQUESTED`] items: counted before anything is parsed.
-    pub fn parse_list(raw: &str) -> Result<Vec<Self>, NameError> {
+    pub(crate) fn parse_list(raw: &str) -> Result<Vec<Self>, NameError> {
         let items = raw.split(',').filter(|item| !item.trim().is_empty());
         let count = items.clone().count();
         if count > MAX_REQUESTED {
@@ -101,12 +101,8 @@ impl SidecarName {
         Ok(names)
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
-    }
-
-    pub fn version(&self) -> &str {
-        &self.version
     }
 }
 

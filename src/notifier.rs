@@ -21,24 +21,24 @@ use crate::rollout::notice::Notice;
 const QUEUE: usize = 64;
 
 #[derive(Clone, Debug)]
-pub struct NotifierOptions {
-    pub url: http::Uri,
+pub(crate) struct NotifierOptions {
+    pub(crate) url: http::Uri,
     /// Per attempt.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Attempts after the first; the waits between them double from one second.
-    pub retries: u32,
+    pub(crate) retries: u32,
 }
 
 /// The sending end, held by the engine.
 #[derive(Clone)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     queue: mpsc::Sender<Notice>,
     metrics: Arc<Metrics>,
 }
 
 /// `--notify-url`'s parser: an http or https URL. The URL itself is never quoted in errors
 /// or logs: a Slack webhook's path is its secret.
-pub fn parse_notify_url(text: &str) -> Result<http::Uri, String> {
+pub(crate) fn parse_notify_url(text: &str) -> Result<http::Uri, String> {
     let url: http::Uri = text.parse().map_err(|err| format!("not a URL ({err})"))?;
     match url.scheme_str() {
         Some("http" | "https") if url.host().is_some() => Ok(url),
@@ -52,14 +52,14 @@ pub fn parse_notify_url(text: &str) -> Result<http::Uri, String> {
 
 impl Notifier {
     /// Starts the sending task.
-    pub fn spawn(options: NotifierOptions, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn spawn(options: NotifierOptions, metrics: Arc<Metrics>) -> Self {
         let (queue, receiver) = mpsc::channel(QUEUE);
         tokio::spawn(send_all(receiver, options, metrics.clone()));
         Self { queue, metrics }
     }
 
     /// Queues a notice; never waits.
-    pub fn notify(&self, notice: Notice) {
+    pub(crate) fn notify(&self, notice: Notice) {
         let event = notice.event;
         if let Err(err) = self.queue.try_send(notice) {
             warn!(

@@ -6,37 +6,42 @@
 //! nothing and loses nothing.
 
 mod book;
-pub mod change;
-pub mod content;
-pub mod eviction;
+pub(crate) mod change;
+pub(crate) mod content;
+pub(crate) mod eviction;
 mod gates;
 mod health;
-pub mod history;
-pub mod in_place;
+pub(crate) mod history;
+pub(crate) mod in_place;
 mod instant;
-pub mod journal;
-pub mod machine;
-pub mod notice;
-pub mod outcome;
+pub(crate) mod journal;
+pub(crate) mod machine;
+pub(crate) mod notice;
+pub(crate) mod outcome;
 mod plan;
 mod planner;
-pub mod publication;
-pub mod selection;
-pub mod targets;
+pub(crate) mod publication;
+pub(crate) mod selection;
+pub(crate) mod targets;
 
-pub use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState,
-    Failure, Hold, MaintenanceStatus, Pin, Resumed, Resumption, Reversion,
+pub(crate) use book::{
+    BOOK_BUDGET_BYTES, BookOverflow, CampaignBook, CampaignState, Failure, Pin, Resumed, Reversion,
 };
-pub use change::{SidecarChange, describe_changes, rollout_reason};
-pub use gates::after;
-pub use health::{container_problems, container_problems_since, rolled_out};
-pub use instant::{from_now, to_the_second};
-pub use plan::{
-    Bake, EvictionRestart, FailedEarlier, OnCampaignFailure, PlanInput, Restart, Rolling,
-    RolloutPlan, RolloutSettings, SidecarTarget, WaitReason, Waiting,
+#[cfg(test)]
+pub(crate) use book::{Campaign, Hold, MaintenanceStatus, Resumption};
+#[cfg(test)]
+pub(crate) use change::{SidecarChange, describe_changes, rollout_reason};
+pub(crate) use gates::after;
+pub(crate) use health::container_problems_since;
+pub use health::rolled_out;
+pub(crate) use instant::to_the_second;
+#[cfg(test)]
+pub(crate) use plan::{Bake, EvictionRestart, PlanInput, Rolling, WaitReason};
+pub(crate) use plan::{
+    FailedEarlier, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, SidecarTarget, Waiting,
 };
-pub use planner::{plan, target_stamp};
+#[cfg(test)]
+pub(crate) use planner::plan;
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario

@@ -12,9 +12,9 @@ use axum_server::tls_rustls::RustlsConfig;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-pub mod acceptor;
-pub mod connection;
-pub mod http;
+pub(crate) mod acceptor;
+pub(crate) mod connection;
+pub(crate) mod http;
 pub mod tls;
 
 use crate::cluster::events::recorder;
@@ -25,83 +25,83 @@ use crate::sources::{
     ConfigSources, WatchedDirectory, reload_configs, spawn_config_reloader, watch_paths,
 };
 use acceptor::WrapAcceptor;
-pub use http::{Readiness, ReadinessStep, WebhookState, lifecycle_router, webhook_router};
+pub(crate) use http::{Readiness, ReadinessStep, WebhookState, lifecycle_router, webhook_router};
 use tls::{DevCertificates, not_after, server_config_from_files};
 
 /// What a flag that works on the cluster is told when `serve` has no connection to one.
-pub const NEEDS_A_CLUSTER: &str =
+pub(crate) const NEEDS_A_CLUSTER: &str =
     "needs a cluster connection: run in a cluster, or pass --kubeconfig or --master-url";
 
 /// Where development certificates go when the default certificate files are missing.
-pub const DEV_CERTS_DIR: &str = "certs";
+pub(crate) const DEV_CERTS_DIR: &str = "certs";
 
 /// How `serve` is configured; the CLI fills it from flags and environment.
 #[derive(Clone)]
-pub struct ServeOptions {
-    pub bind_address: IpAddr,
-    pub tls_port: u16,
-    pub lifecycle_port: u16,
+pub(crate) struct ServeOptions {
+    pub(crate) bind_address: IpAddr,
+    pub(crate) tls_port: u16,
+    pub(crate) lifecycle_port: u16,
     /// `None`: the default path; missing defaults mean development certificates.
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_key_file: Option<PathBuf>,
-    pub default_tls_cert_file: PathBuf,
-    pub default_tls_key_file: PathBuf,
-    pub config_directory: PathBuf,
-    pub settings: InjectionSettings,
-    pub max_body_bytes: usize,
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub(crate) tls_key_file: Option<PathBuf>,
+    pub(crate) default_tls_cert_file: PathBuf,
+    pub(crate) default_tls_key_file: PathBuf,
+    pub(crate) config_directory: PathBuf,
+    pub(crate) settings: InjectionSettings,
+    pub(crate) max_body_bytes: usize,
     /// Request bodies held at once, over all connections.
-    pub max_buffered_bytes: usize,
+    pub(crate) max_buffered_bytes: usize,
     /// How long one review may take.
-    pub review_timeout: Duration,
-    pub body_read_timeout: Duration,
-    pub reload_debounce: Duration,
-    pub shutdown_delay: Duration,
-    pub shutdown_timeout: Duration,
+    pub(crate) review_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
+    pub(crate) reload_debounce: Duration,
+    pub(crate) shutdown_delay: Duration,
+    pub(crate) shutdown_timeout: Duration,
     /// At most this many webhook connections open at once.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A webhook connection with no traffic this long is closed.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// The ConfigMap source, when `--configmap-labels` turned it on.
-    pub configmaps: Option<ConfigMapOptions>,
+    pub(crate) configmaps: Option<ConfigMapOptions>,
     /// The cluster, when there is one: the drift index watches it.
-    pub cluster: Option<kube::Client>,
-    pub drift_policy: crate::drift::DriftPolicy,
+    pub(crate) cluster: Option<kube::Client>,
+    pub(crate) drift_policy: crate::drift::DriftPolicy,
     /// The rollout engine, when there is a cluster and `--rollout` is not `off`.
-    pub rollout: Option<RolloutOptions>,
+    pub(crate) rollout: Option<RolloutOptions>,
     /// Made before the cluster client, which counts its requests into it.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// `POD_NAME`, when it runs in a pod: the instance of its Events.
-    pub pod_name: Option<String>,
+    pub(crate) pod_name: Option<String>,
     /// Where and as whom this replica publishes the revisions it injects.
-    pub publication: Option<PublicationOptions>,
+    pub(crate) publication: Option<PublicationOptions>,
     /// The webhook configuration whose caBundle to keep, and the CA file it comes from.
-    pub webhook_ca: Option<(String, PathBuf)>,
+    pub(crate) webhook_ca: Option<(String, PathBuf)>,
 }
 
 #[derive(Clone, Debug)]
-pub struct PublicationOptions {
+pub(crate) struct PublicationOptions {
     /// The injector's namespace, where its status ConfigMap lives.
-    pub namespace: String,
-    pub identity: String,
+    pub(crate) namespace: String,
+    pub(crate) identity: String,
     /// The heartbeat: a publication older than a few of these is stale.
-    pub every: Duration,
+    pub(crate) every: Duration,
 }
 
 #[derive(Clone, Debug)]
-pub struct RolloutOptions {
-    pub engine: crate::engine::EngineOptions,
-    pub lease: crate::cluster::lease::LeaseSettings,
+pub(crate) struct RolloutOptions {
+    pub(crate) engine: crate::engine::EngineOptions,
+    pub(crate) lease: crate::cluster::lease::LeaseSettings,
     /// How long this replica must have been ready before the engine acts.
-    pub act_after_ready: Duration,
+    pub(crate) act_after_ready: Duration,
     /// `--notify-url`: where campaign notices go.
-    pub notify: Option<crate::notifier::NotifierOptions>,
+    pub(crate) notify: Option<crate::notifier::NotifierOptions>,
 }
 
 #[derive(Clone)]
-pub struct ConfigMapOptions {
-    pub client: kube::Client,
-    pub namespace: String,
-    pub selector: String,
+pub(crate) struct ConfigMapOptions {
+    pub(crate) client: kube::Client,
+    pub(crate) namespace: String,
+    pub(crate) selector: String,
 }
 
 impl std::fmt::Debug for ConfigMapOptions {
@@ -339,7 +339,7 @@ async fn trust_before_serving(client: &kube::Client, name: &str, ca_file: &Path)
 /// directory, a certificate that does not load, a port in use) is found before anything is
 /// started: a `serve` that cannot run, a second one started by mistake say, exits having sent
 /// nothing to the cluster.
-pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
+pub(crate) async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let ready_to_serve = prepare(&options)?;
     // Said once nothing can refuse to run any more, not while the flags are read.
     if options.cluster.is_none() {

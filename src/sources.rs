@@ -2,7 +2,7 @@
 //! keeps its configs' last good versions, and every change publishes the merged set to the
 //! webhook and the engine.
 
-pub mod configmaps;
+pub(crate) mod configmaps;
 pub mod directory;
 mod directory_watch;
 
@@ -16,35 +16,35 @@ use tracing::{error, info, warn};
 use crate::config::{SidecarSet, SourceState, merge_sources};
 use crate::metrics::Metrics;
 use directory::load_config_directory;
-pub use directory_watch::{WatchedDirectory, watch_paths};
+pub(crate) use directory_watch::{WatchedDirectory, watch_paths};
 
-pub const CONFIG_SOURCE_DIRECTORY: &str = "directory";
+pub(crate) const CONFIG_SOURCE_DIRECTORY: &str = "directory";
 
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub(crate) enum SourceError {
     #[error(
         "the config directory {} does not exist (--config-directory, CONFIG_DIR)",
         directory.display()
     )]
-    NoDirectory { directory: PathBuf },
+    Missing { directory: PathBuf },
     #[error("the config directory {} is not a directory (--config-directory, CONFIG_DIR)", directory.display())]
     NotADirectory { directory: PathBuf },
     #[error("cannot watch {}: {source}", directory.display())]
-    WatchDirectory {
+    Watch {
         directory: PathBuf,
         source: notify::Error,
     },
 }
 
 /// Both config sources and the snapshot they publish to every request and consumer.
-pub struct ConfigSources {
-    pub directory: SourceState,
-    pub configmaps: SourceState,
+pub(crate) struct ConfigSources {
+    pub(crate) directory: SourceState,
+    pub(crate) configmaps: SourceState,
     publish: watch::Sender<Arc<SidecarSet>>,
 }
 
 impl ConfigSources {
-    pub fn new(publish: watch::Sender<Arc<SidecarSet>>) -> Self {
+    pub(crate) fn new(publish: watch::Sender<Arc<SidecarSet>>) -> Self {
         Self {
             directory: SourceState::default(),
             configmaps: SourceState::default(),
@@ -54,7 +54,7 @@ impl ConfigSources {
 
     /// Merges the sources (a ConfigMap config overrides a disk config of the same name) and
     /// publishes the result.
-    pub fn publish(&self, changed_source: &'static str) {
+    pub(crate) fn publish(&self, changed_source: &'static str) {
         let (set, overridden) = merge_sources(&self.directory, &self.configmaps);
         for name in overridden {
             info!(sidecar = %name, "the ConfigMap config overrides the disk config of the same name");
@@ -68,12 +68,12 @@ impl ConfigSources {
 
 /// How long reading and parsing one source may take. Past it the reload is given up and the
 /// configs in force stay; the work itself is bounded by the config limits.
-pub const LOAD_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const LOAD_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Runs `load` on the blocking pool within [`LOAD_DEADLINE`]: file reads and YAML parsing
 /// never stall the async workers that answer `/mutate` and `/health`. `None` when it is late
 /// (its result, when it comes, is dropped).
-pub async fn load_off_workers<R: Send + 'static>(
+pub(crate) async fn load_off_workers<R: Send + 'static>(
     load: impl FnOnce() -> R + Send + 'static,
 ) -> Option<R> {
     match tokio::time::timeout(LOAD_DEADLINE, tokio::task::spawn_blocking(load)).await {
@@ -89,7 +89,11 @@ pub async fn load_off_workers<R: Send + 'static>(
 /// Loads the config directory into the sources, publishes the result, and records it. The
 /// files are read and parsed without holding the sources, so a read that never returns
 /// (a FIFO swapped in after the check) blocks nothing else.
-pub async fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, metrics: &Metrics) {
+pub(crate) async fn reload_configs(
+    directory: &Path,
+    sources: &Mutex<ConfigSources>,
+    metrics: &Metrics,
+) {
     let dir = directory.to_path_buf();
     let loaded = load_off_workers(move || load_config_directory(&dir)).await;
     let mut sources = sources.lock().expect("config sources lock");
@@ -123,14 +127,14 @@ pub async fn reload_configs(directory: &Path, sources: &Mutex<ConfigSources>, me
 
 /// The config directory is there to be read and watched: without it `serve` would start with
 /// no directory configs and fail at the watch with notify's words for it.
-pub fn check_config_directory(directory: &Path) -> Result<(), SourceError> {
+pub(crate) fn check_config_directory(directory: &Path) -> Result<(), SourceError> {
     match std::fs::metadata(directory) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Ok(_) => Err(SourceError::NotADirectory {
             directory: directory.to_path_buf(),
         }),
         // Another failure (no permission to look) is left to the read, which says which.
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(SourceError::NoDirectory {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(SourceError::Missing {
             directory: directory.to_path_buf(),
         }),
         Err(_) => Ok(()),
@@ -138,14 +142,14 @@ pub fn check_config_directory(directory: &Path) -> Result<(), SourceError> {
 }
 
 /// Reloads the config directory after each (debounced) change in it.
-pub fn spawn_config_reloader(
+pub(crate) fn spawn_config_reloader(
     directory: PathBuf,
     debounce: Duration,
     sources: Arc<Mutex<ConfigSources>>,
     metrics: Arc<Metrics>,
 ) -> Result<(), SourceError> {
     let mut changes = watch_paths(vec![WatchedDirectory::configs(directory.clone())], debounce)
-        .map_err(|source| SourceError::WatchDirectory {
+        .map_err(|source| SourceError::Watch {
             directory: directory.clone(),
             source,
         })?;

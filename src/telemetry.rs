@@ -8,14 +8,14 @@ use tracing::Level;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     #[default]
     Text,
     Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogLevel(pub Level);
+pub(crate) struct LogLevel(pub Level);
 
 impl Default for LogLevel {
     fn default() -> Self {
@@ -62,7 +62,7 @@ static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 /// the line as given in text mode; in JSON mode one object per line shaped like the log
 /// events (`timestamp`, `level`, `message`, then `fields` as their own keys), so that stderr
 /// carries JSON only. Never filtered by the log level: it is the command's output, not a log.
-pub fn notice(level: Level, message: &str, fields: &[(&str, &str)]) {
+pub(crate) fn notice(level: Level, message: &str, fields: &[(&str, &str)]) {
     let format = FORMAT.get().copied().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
     eprintln!("{}", render_notice(format, level, message, fields, now));
@@ -70,7 +70,7 @@ pub fn notice(level: Level, message: &str, fields: &[(&str, &str)]) {
 
 /// An error a command reports (the one it ends on, a config that does not load): `error: `
 /// before it in text mode, level ERROR in JSON.
-pub fn error_notice(message: &str, fields: &[(&str, &str)]) {
+pub(crate) fn error_notice(message: &str, fields: &[(&str, &str)]) {
     if FORMAT.get().copied().unwrap_or_default() == LogFormat::Text {
         eprintln!("error: {message}");
     } else {
@@ -102,12 +102,12 @@ fn render_notice(
 }
 
 /// Whether stderr carries text (a progress bar may be drawn on it).
-pub fn text_on_stderr() -> bool {
+pub(crate) fn text_on_stderr() -> bool {
     FORMAT.get().copied().unwrap_or_default() == LogFormat::Text
 }
 
 /// Installs the global subscriber. Other crates log at warn and above unless tracing.
-pub fn init(level: LogLevel, format: LogFormat) {
+pub(crate) fn init(level: LogLevel, format: LogFormat) {
     let _ = FORMAT.set(format);
     let others = if level.0 == Level::TRACE {
         "debug"

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 pub(crate) struct PodMeta(pub ObjectMeta);
 
 impl PodMeta {
-    pub fn new(namespace: &str, name: &str) -> Self {
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
         PodMeta(ObjectMeta {
             namespace: Some(namespace.into()),
             name: Some(name.into()),
@@ -14,7 +14,7 @@ impl PodMeta {
             ..Default::default()
         })
     }
-    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn annotation(mut self, key: &str, value: &str) -> Self {
         self.0
             .annotations
             .as_mut()
@@ -22,21 +22,21 @@ impl PodMeta {
             .insert(key.into(), value.into());
         self
     }
-    pub fn label(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn label(mut self, key: &str, value: &str) -> Self {
         self.0
             .labels
             .get_or_insert_default()
             .insert(key.into(), value.into());
         self
     }
-    pub fn request(self, request: &str) -> Self {
+    pub(crate) fn request(self, request: &str) -> Self {
         self.annotation("injector/request", request)
     }
-    pub fn injected(self, revision: &str) -> Self {
+    pub(crate) fn injected(self, revision: &str) -> Self {
         self.annotation("injector/status", "injected")
             .annotation("injector/revision", revision)
     }
-    pub fn owner(mut self, kind: &str, name: &str) -> Self {
+    pub(crate) fn owner(mut self, kind: &str, name: &str) -> Self {
         self.0.owner_references = Some(vec![OwnerReference {
             api_version: "apps/v1".into(),
             kind: kind.into(),
@@ -47,11 +47,11 @@ impl PodMeta {
         }]);
         self
     }
-    pub fn version(mut self, resource_version: &str) -> Self {
+    pub(crate) fn version(mut self, resource_version: &str) -> Self {
         self.0.resource_version = Some(resource_version.into());
         self
     }
-    pub fn terminating(mut self) -> Self {
+    pub(crate) fn terminating(mut self) -> Self {
         self.0.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         self
     }

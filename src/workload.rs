@@ -20,13 +20,13 @@ pub enum WorkloadKind {
 
 impl WorkloadKind {
     /// The controllers whose pod template the engine stamps.
-    pub const CONTROLLERS: [WorkloadKind; 3] = [
+    pub(crate) const CONTROLLERS: [WorkloadKind; 3] = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,
         WorkloadKind::DaemonSet,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Deployment => "Deployment",
             WorkloadKind::StatefulSet => "StatefulSet",
@@ -36,7 +36,7 @@ impl WorkloadKind {
     }
 
     /// The kind named as [`Self::as_str`] spells it.
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::CONTROLLERS
             .into_iter()
             .chain([WorkloadKind::Pod])
@@ -46,7 +46,7 @@ impl WorkloadKind {
     /// The kind a kubectl resource name means, as `kubectl get` takes it: singular, plural or
     /// short, any case, a workload's with or without its group (`deploy`, `Deployments`,
     /// `deployment.apps`, `deployment.v1.apps`; `po`, `pods`).
-    pub fn from_resource(resource: &str) -> Option<Self> {
+    pub(crate) fn from_resource(resource: &str) -> Option<Self> {
         let (name, group) = resource_name_and_group(resource);
         let kind = match name.as_str() {
             "po" | "pod" | "pods" => WorkloadKind::Pod,
@@ -66,11 +66,11 @@ impl WorkloadKind {
     }
 
     /// A controller that rolls its pods from a template (everything but a bare pod).
-    pub fn is_controller(self) -> bool {
+    pub(crate) fn is_controller(self) -> bool {
         self != WorkloadKind::Pod
     }
 
-    pub fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         match self {
             WorkloadKind::Pod => "v1",
             _ => "apps/v1",
@@ -80,7 +80,7 @@ impl WorkloadKind {
 
 /// A kubectl resource name as `kubectl get` takes it (any case), cut at its first dot into
 /// the name and the group: `Deployment.v1.apps` is (`deployment`, `v1.apps`).
-pub fn resource_name_and_group(resource: &str) -> (String, Option<String>) {
+pub(crate) fn resource_name_and_group(resource: &str) -> (String, Option<String>) {
     let resource = resource.to_ascii_lowercase();
     match resource.split_once('.') {
         Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
@@ -108,14 +108,14 @@ impl fmt::Display for WorkloadKind {
 
 /// One workload, by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct WorkloadRef {
-    pub kind: WorkloadKind,
-    pub namespace: String,
-    pub name: String,
+pub(crate) struct WorkloadRef {
+    pub(crate) kind: WorkloadKind,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
 }
 
 impl WorkloadRef {
-    pub fn new(kind: WorkloadKind, namespace: &str, name: &str) -> Self {
+    pub(crate) fn new(kind: WorkloadKind, namespace: &str, name: &str) -> Self {
         Self {
             kind,
             namespace: namespace.to_owned(),
@@ -124,7 +124,7 @@ impl WorkloadRef {
     }
 
     /// The controller that rolls this workload's pods; `None` for a bare pod.
-    pub fn controller_kind(&self) -> Option<WorkloadKind> {
+    pub(crate) fn controller_kind(&self) -> Option<WorkloadKind> {
         self.kind.is_controller().then_some(self.kind)
     }
 }
@@ -138,7 +138,7 @@ impl fmt::Display for WorkloadRef {
 /// Whom a drift row belongs to: a workload the engine can restart, or an owner it never
 /// touches (reported only). Shown and ordered by its kind's name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum OwnerKind {
+pub(crate) enum OwnerKind {
     Workload(WorkloadKind),
     /// A ReplicaSet without a Deployment, or whose Deployment is not known yet.
     ReplicaSet,
@@ -148,7 +148,7 @@ pub enum OwnerKind {
 }
 
 impl OwnerKind {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             OwnerKind::Workload(kind) => kind.as_str(),
             OwnerKind::ReplicaSet => "ReplicaSet",
@@ -157,7 +157,7 @@ impl OwnerKind {
         }
     }
 
-    pub fn workload(&self) -> Option<WorkloadKind> {
+    pub(crate) fn workload(&self) -> Option<WorkloadKind> {
         match self {
             OwnerKind::Workload(kind) => Some(*kind),
             _ => None,
@@ -198,7 +198,7 @@ impl Serialize for OwnerKind {
 /// The workload a pod belongs to, from its controller: the one rule for the drift index and
 /// the selection by container name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodWorkload<'a> {
+pub(crate) enum PodWorkload<'a> {
     /// A workload the engine can restart (a bare pod when bare pods are evicted).
     Workload(WorkloadKind, &'a str),
     /// Its ReplicaSet has no Deployment: nothing would roll it.
@@ -215,7 +215,7 @@ pub enum PodWorkload<'a> {
 
 /// What the caller knows of a ReplicaSet's controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplicaSetOwner<'a> {
+pub(crate) enum ReplicaSetOwner<'a> {
     Deployment(&'a str),
     NoDeployment,
     NotKnown,
@@ -223,7 +223,7 @@ pub enum ReplicaSetOwner<'a> {
 
 /// Resolves a pod's controller `(kind, name)` to its workload. A ReplicaSet is followed to
 /// its Deployment through `replicaset_owner`.
-pub fn resolve_pod_owner<'a>(
+pub(crate) fn resolve_pod_owner<'a>(
     controller: Option<(&'a str, &'a str)>,
     pod_name: &'a str,
     evict_bare_pods: bool,
@@ -251,7 +251,7 @@ pub fn resolve_pod_owner<'a>(
 /// reverts: the template is never written).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RestartMethod {
+pub(crate) enum RestartMethod {
     #[default]
     Template,
     Evict,
@@ -262,7 +262,7 @@ pub enum RestartMethod {
 }
 
 impl RestartMethod {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RestartMethod::Template => "template",
             RestartMethod::Evict => "evict",
@@ -271,7 +271,7 @@ impl RestartMethod {
     }
 
     /// `NS/restart-method`'s value; anything else is no choice.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
             "template" => Some(RestartMethod::Template),
             "evict" => Some(RestartMethod::Evict),
@@ -282,7 +282,7 @@ impl RestartMethod {
 
 /// A workload's `spec.updateStrategy.type` (`strategy.type` for a Deployment).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UpdateStrategy {
+pub(crate) enum UpdateStrategy {
     #[default]
     RollingUpdate,
     /// The controller never replaces pods by itself: the engine evicts them one at a time.
@@ -292,7 +292,7 @@ pub enum UpdateStrategy {
 
 impl UpdateStrategy {
     /// As the API spells it; an absent or unknown value is the API's default, RollingUpdate.
-    pub fn parse(text: Option<&str>) -> Self {
+    pub(crate) fn parse(text: Option<&str>) -> Self {
         match text {
             Some("OnDelete") => UpdateStrategy::OnDelete,
             Some("Recreate") => UpdateStrategy::Recreate,

@@ -8,11 +8,11 @@
 use std::ffi::OsString;
 
 /// Fixes the threshold at glibc's starting value, which also turns its raising off.
-pub const TUNABLES: &str = "glibc.malloc.mmap_threshold=131072";
+pub(crate) const TUNABLES: &str = "glibc.malloc.mmap_threshold=131072";
 
 /// Why the process runs without the fixed threshold, to be logged once logging is up.
 #[derive(Debug)]
-pub enum Unfixed {
+pub(crate) enum Unfixed {
     /// `GLIBC_TUNABLES` was set by the user: it is theirs, and left alone.
     UserTunables(OsString),
     /// The re-execution failed; the process goes on with glibc's defaults.
@@ -22,7 +22,7 @@ pub enum Unfixed {
 /// Re-executes this binary with [`TUNABLES`] unless `GLIBC_TUNABLES` is already set (by the
 /// user, or by this very re-execution). Returns only when it did not re-execute.
 #[cfg(all(unix, target_env = "gnu"))]
-pub fn fix_mmap_threshold() -> Result<(), Unfixed> {
+pub(crate) fn fix_mmap_threshold() -> Result<(), Unfixed> {
     use std::os::unix::process::CommandExt;
 
     if let Some(given) = std::env::var_os("GLIBC_TUNABLES") {
@@ -46,6 +46,6 @@ pub fn fix_mmap_threshold() -> Result<(), Unfixed> {
 
 /// Other C libraries have no such threshold to fix.
 #[cfg(not(all(unix, target_env = "gnu")))]
-pub fn fix_mmap_threshold() -> Result<(), Unfixed> {
+pub(crate) fn fix_mmap_threshold() -> Result<(), Unfixed> {
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::telemetry::{LogFormat, LogLevel};
 
 mod serve;
 mod values;
-pub use serve::*;
+pub(crate) use serve::*;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,7 +23,7 @@ pub use serve::*;
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
     /// Log level: error, warn, info, debug, trace, or a glog verbosity number (Tumblr's `-v`)
     /// [default: info for `serve`, warn for the one-shot commands, whose output is their
     /// report].
@@ -34,36 +34,36 @@ pub struct Cli {
         env = "LOG_LEVEL",
         global = true
     )]
-    pub log_level: Option<LogLevel>,
+    pub(crate) log_level: Option<LogLevel>,
     /// Log format on stderr.
     #[arg(long, env = "LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     #[command(flatten)]
-    pub glog: GlogFlags,
+    pub(crate) glog: GlogFlags,
     /// The defaults Tumblr's entrypoint script would have given, when run as `entrypoint.sh`.
     #[arg(skip)]
-    pub entrypoint_defaults: Option<Vec<String>>,
+    pub(crate) entrypoint_defaults: Option<Vec<String>>,
 }
 
 /// The glog flags a Tumblr deployment passes. Logs always go to stderr here, so they are
 /// accepted and mean nothing (one info line says so); `-v` is the log level above.
 #[derive(Debug, Default, Args)]
-pub struct GlogFlags {
+pub(crate) struct GlogFlags {
     #[arg(long, global = true, hide = true, num_args = 0..=1, default_missing_value = "true")]
-    pub logtostderr: Option<String>,
+    pub(crate) logtostderr: Option<String>,
     #[arg(long, global = true, hide = true, num_args = 0..=1, default_missing_value = "true")]
-    pub alsologtostderr: Option<String>,
+    pub(crate) alsologtostderr: Option<String>,
     #[arg(long, global = true, hide = true)]
-    pub stderrthreshold: Option<String>,
+    pub(crate) stderrthreshold: Option<String>,
     #[arg(long = "log_dir", global = true, hide = true)]
-    pub log_dir: Option<String>,
+    pub(crate) log_dir: Option<String>,
     #[arg(long, global = true, hide = true)]
-    pub vmodule: Option<String>,
+    pub(crate) vmodule: Option<String>,
 }
 
 impl GlogFlags {
     /// The flags given, as `--name=value`, for the line that says they are ignored.
-    pub fn given(&self) -> Vec<String> {
+    pub(crate) fn given(&self) -> Vec<String> {
         [
             ("logtostderr", &self.logtostderr),
             ("alsologtostderr", &self.alsologtostderr),
@@ -78,7 +78,7 @@ impl GlogFlags {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Show what the webhook would do to each document (Pod, or the pod template of a workload),
     /// offline from a config directory, or with the configs the cluster's injector serves
     /// where there is none (or with --configmap-labels). Prints the result as YAML; a denial
@@ -114,7 +114,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct ExplainArgs {
+pub(crate) struct ExplainArgs {
     /// What to explain, read from the cluster (in -n): a pod (`NAME` or `pod/NAME`), a
     /// workload (`deployment/NAME`, `statefulset/NAME`, `daemonset/NAME`; `deploy`, `sts`,
     /// `ds` for short), or a `job/NAME` or `cronjob/NAME` (`cj`): its template, its pods'
@@ -124,48 +124,48 @@ pub struct ExplainArgs {
         required_unless_present = "file",
         conflicts_with = "file"
     )]
-    pub pod: Option<String>,
+    pub(crate) pod: Option<String>,
     /// A manifest instead (`-` for standard input): each Pod and object with a pod template
     /// it holds (every document, each item of a List), judged against the configs `inject`
     /// reads: the config directory, offline, or outside a checkout (or with
     /// --configmap-labels) the sidecar ConfigMaps the cluster's injector serves.
     #[arg(short = 'f', long = "filename")]
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
     /// The namespace of the pod or workload [default: the kubeconfig context's, or the
     /// manifest's].
     #[arg(short = 'n', long = "namespace")]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// What the webhook does when a requested sidecar does not exist (as `serve` runs).
     #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub on_missing_sidecar: MissingSidecarPolicy,
+    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
     #[command(flatten)]
-    pub cluster: OneShotArgs,
+    pub(crate) cluster: OneShotArgs,
     /// The engine's limits the plan is made with (as `rollout` takes them: pass those your
     /// `serve --rollout=auto` runs with).
     #[command(flatten)]
-    pub safety: RolloutSafetyArgs,
+    pub(crate) safety: RolloutSafetyArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct CompletionArgs {
+pub(crate) struct CompletionArgs {
     /// The shell the script is for.
     #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
+    pub(crate) shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write every page into this directory (created if missing) instead of printing the
     /// top-level page.
     #[arg(long, conflicts_with = "markdown")]
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
     /// Print the reference of every command and flag as Markdown (docs/flags.md) instead.
     #[arg(long)]
-    pub markdown: bool,
+    pub(crate) markdown: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     #[default]
     Table,
     Json,
@@ -176,7 +176,7 @@ impl OutputFormat {
     /// The value as this format's document (ending in a newline), or `None` for the table,
     /// which each command draws its own way. YAML is the JSON document's data, as
     /// `kubectl -o yaml` is.
-    pub fn document(self, value: &impl serde::Serialize) -> anyhow::Result<Option<String>> {
+    pub(crate) fn document(self, value: &impl serde::Serialize) -> anyhow::Result<Option<String>> {
         Ok(match self {
             OutputFormat::Table => None,
             OutputFormat::Json => Some(serde_json::to_string_pretty(value)? + "\n"),
@@ -187,30 +187,30 @@ impl OutputFormat {
 
 /// The ConfigMap config source, for `serve` and for `drift`, which reads configs as `serve` does.
 #[derive(Debug, Args)]
-pub struct ConfigMapArgs {
+pub(crate) struct ConfigMapArgs {
     /// Namespace of the sidecar ConfigMaps [default: the injector's own namespace
     /// (--injector-namespace)].
     #[arg(long, env = "CONFIGMAP_NAMESPACE")]
-    pub configmap_namespace: Option<String>,
+    pub(crate) configmap_namespace: Option<String>,
     /// Label selector (k=v[,k=v]) of ConfigMaps holding sidecar configs; turns that source on
     /// (`drift`, `rollout`, `explain` and `inject` run where config/ is not read deploy/'s:
     /// sidecar-injector.io/config=true).
     #[arg(long, env = "CONFIGMAP_LABELS")]
-    pub configmap_labels: Option<String>,
+    pub(crate) configmap_labels: Option<String>,
 }
 
 /// Namespaces whose pods are never injected (nor restarted), the same for every command.
 #[derive(Debug, Args)]
-pub struct IgnoredNamespaceArgs {
+pub(crate) struct IgnoredNamespaceArgs {
     /// A namespace whose pods are never injected, added to kube-system and kube-public
     /// (repeatable). An empty value (`--ignore-namespace=`) clears those defaults.
     #[arg(long = "ignore-namespace", value_name = "NAMESPACE")]
-    pub ignore_namespaces: Vec<String>,
+    pub(crate) ignore_namespaces: Vec<String>,
 }
 
 impl IgnoredNamespaceArgs {
     /// The defaults plus every namespace given; none of the defaults after an empty value.
-    pub fn namespaces(&self) -> BTreeSet<String> {
+    pub(crate) fn namespaces(&self) -> BTreeSet<String> {
         let clear = self.ignore_namespaces.iter().any(|n| n.trim().is_empty());
         let defaults = DEFAULT_IGNORED_NAMESPACES
             .iter()
@@ -229,24 +229,24 @@ impl IgnoredNamespaceArgs {
 
 /// What drift counts as restartable and where it looks, the same for `serve` and `drift`.
 #[derive(Debug, Args)]
-pub struct DriftPolicyArgs {
+pub(crate) struct DriftPolicyArgs {
     /// Drift: only these namespaces (repeatable).
     #[arg(long = "include-namespace")]
-    pub include_namespaces: Vec<String>,
+    pub(crate) include_namespaces: Vec<String>,
     /// Drift: not these namespaces (repeatable).
     #[arg(long = "exclude-namespace")]
-    pub exclude_namespaces: Vec<String>,
+    pub(crate) exclude_namespaces: Vec<String>,
     /// Drift: treat bare pods as restartable instead of excluded.
     #[arg(long)]
-    pub evict_bare_pods: bool,
+    pub(crate) evict_bare_pods: bool,
     /// Drift: treat pods injected without a revision as restartable.
     #[arg(long)]
-    pub restart_unknown: bool,
+    pub(crate) restart_unknown: bool,
 }
 
 impl DriftPolicyArgs {
     /// The policy, with `ignored` the namespaces never injected.
-    pub fn policy(&self, ignored: BTreeSet<String>) -> crate::drift::DriftPolicy {
+    pub(crate) fn policy(&self, ignored: BTreeSet<String>) -> crate::drift::DriftPolicy {
         crate::drift::DriftPolicy {
             include_namespaces: self.include_namespaces.iter().cloned().collect(),
             exclude_namespaces: self.exclude_namespaces.iter().cloned().collect(),
@@ -259,54 +259,54 @@ impl DriftPolicyArgs {
 
 /// The rollout engine's safety limits, the same for `serve` and `rollout`.
 #[derive(Debug, Args)]
-pub struct RolloutSafetyArgs {
+pub(crate) struct RolloutSafetyArgs {
     /// Workloads rolling at once.
     #[arg(long, visible_alias = "parallel-rollouts", default_value_t = 5)]
-    pub max_parallel: usize,
+    pub(crate) max_parallel: usize,
     /// Restarts started in any minute.
     #[arg(long, default_value_t = 30)]
-    pub max_restarts_per_minute: usize,
+    pub(crate) max_restarts_per_minute: usize,
     /// A workload is not restarted again within this time of its last restart.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub cooldown: Duration,
+    pub(crate) cooldown: Duration,
     /// Workloads in the canary wave, which must become healthy before the rest.
     #[arg(long, default_value_t = 1)]
-    pub canary: usize,
+    pub(crate) canary: usize,
     /// Failed or timed-out workloads after which a sidecar's campaign pauses.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_failures: u32,
+    pub(crate) max_failures: u32,
     /// How long a restarted workload may take to roll out (kubectl's rollout-status rule).
     #[arg(long, visible_alias = "timeout", default_value = "5m", value_parser = humantime::parse_duration)]
-    pub rollout_timeout: Duration,
+    pub(crate) rollout_timeout: Duration,
     /// Workloads rolling at once in any one namespace (0: only --max-parallel applies).
     #[arg(long, default_value_t = 0)]
-    pub max_parallel_per_namespace: usize,
+    pub(crate) max_parallel_per_namespace: usize,
     /// Namespaces whose workloads are restarted first, so that the canary comes from them
     /// (repeatable; e.g. staging).
     #[arg(long = "canary-namespace")]
-    pub canary_namespaces: Vec<String>,
+    pub(crate) canary_namespaces: Vec<String>,
     /// Restart workloads whose restart means downtime (a Recreate Deployment, or one replica
     /// with maxUnavailable >= 1); without it they wait, with the reason. Per workload:
     /// NS/allow-downtime: "true".
     #[arg(long)]
-    pub allow_downtime: bool,
+    pub(crate) allow_downtime: bool,
     /// After a restarted workload rolled out, how long it must stay healthy to succeed: its
     /// health dropping meanwhile, or a container of its pods restarted, crash-looping or
     /// OOM-killed when they are read at the end, fails the restart (and so stops a campaign
     /// at its canary). 0s: no bake.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    pub bake: Duration,
+    pub(crate) bake: Duration,
     /// How workloads are restarted: `template` stamps the pod template (the controller rolls
     /// it); `evict` evicts the stale pods one at a time within PodDisruptionBudgets, never
     /// writing the template (for GitOps-managed workloads). Per workload:
     /// NS/restart-method. A template stamp found reverted switches that workload to `evict`.
     #[arg(long, value_enum, default_value_t = crate::workload::RestartMethod::Template)]
-    pub restart_method: crate::workload::RestartMethod,
+    pub(crate) restart_method: crate::workload::RestartMethod,
     /// How long a PodDisruptionBudget may refuse to let a pod go before that is reported (a
     /// warning and a Warning Event on the workload; retries then slow to every 30s). Never
     /// forced either way.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
-    pub eviction_timeout: Duration,
+    pub(crate) eviction_timeout: Duration,
     /// Restarts start only inside these windows (repeatable, or `;`-separated):
     /// `[DAYS] HH:MM-HH:MM [ZONE]`, e.g. `Sat-Sun 00:00-04:00` or
     /// `Mon-Fri 22:00-06:00 Europe/Oslo` (days every day and the zone UTC when left out; a
@@ -317,30 +317,30 @@ pub struct RolloutSafetyArgs {
         env = "MAINTENANCE_WINDOW",
         value_delimiter = ';'
     )]
-    pub maintenance_windows: Vec<crate::maintenance::MaintenanceWindow>,
+    pub(crate) maintenance_windows: Vec<crate::maintenance::MaintenanceWindow>,
     /// What new pods get while a sidecar's campaign is paused on failures: `hold` gives them
     /// the sidecar's last good revision (from its revision history) until the campaign
     /// resumes, the config changes or `rollout --release-hold`; `continue` gives them the
     /// revision that failed.
     #[arg(long, value_enum, default_value_t = crate::rollout::OnCampaignFailure::Hold)]
-    pub on_campaign_failure: crate::rollout::OnCampaignFailure,
+    pub(crate) on_campaign_failure: crate::rollout::OnCampaignFailure,
     /// A revision served this long with no failure of its campaign counts as good (as does one
     /// whose campaign completed): what a hold falls back to.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub good_after: Duration,
+    pub(crate) good_after: Duration,
     /// Revisions remembered per sidecar in the sidecar-injector-history ConfigMap.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
-    pub history_limit: u16,
+    pub(crate) history_limit: u16,
     /// `auto`: when a new revision changes only the images of a sidecar's injected containers,
     /// patch them in the live pods (one pod of a workload at a time, within its maxUnavailable
     /// and PodDisruptionBudgets; the kubelet restarts just those containers) instead of
     /// restarting the workload; `off`: always restart. Per sidecar: `rollout: {inPlace: false}`.
     #[arg(long, value_enum, default_value_t = crate::rollout::in_place::InPlaceMode::Auto)]
-    pub in_place: crate::rollout::in_place::InPlaceMode,
+    pub(crate) in_place: crate::rollout::in_place::InPlaceMode,
 }
 
 impl RolloutSafetyArgs {
-    pub fn settings(&self, settle: Duration) -> crate::rollout::RolloutSettings {
+    pub(crate) fn settings(&self, settle: Duration) -> crate::rollout::RolloutSettings {
         crate::rollout::RolloutSettings {
             max_parallel: self.max_parallel,
             max_restarts_per_minute: self.max_restarts_per_minute,
@@ -370,70 +370,70 @@ impl RolloutSafetyArgs {
 /// What the one-shot commands (`drift`, `rollout`) read from the cluster and how they print it:
 /// one group, so the two commands cannot drift apart.
 #[derive(Debug, Args)]
-pub struct OneShotArgs {
+pub(crate) struct OneShotArgs {
     #[command(flatten)]
-    pub configs: ConfigDirectoryArgs,
+    pub(crate) configs: ConfigDirectoryArgs,
     /// Prefix of every annotation key.
     #[arg(long, visible_alias = "annotation-prefix", env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
-    pub annotation_namespace: String,
+    pub(crate) annotation_namespace: String,
     #[command(flatten)]
-    pub configmaps: ConfigMapArgs,
+    pub(crate) configmaps: ConfigMapArgs,
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub(crate) connection: ConnectionArgs,
     #[command(flatten)]
-    pub drift: DriftPolicyArgs,
+    pub(crate) drift: DriftPolicyArgs,
     #[command(flatten)]
-    pub ignore_namespaces: IgnoredNamespaceArgs,
+    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    pub(crate) output: OutputFormat,
     /// Namespace of the running injector: its status ConfigMap (when present) gives the
     /// revisions in force, and `rollout` checks its Lease.
     #[arg(long, default_value = "injector-system")]
-    pub injector_namespace: String,
+    pub(crate) injector_namespace: String,
     /// Which revisions pods are judged by: `auto` takes what the running injectors publish
     /// when it is fresh and they agree, else the configs read here.
     #[arg(long, value_enum, default_value_t = crate::cluster::status::RevisionsSource::Auto)]
-    pub revisions_from: crate::cluster::status::RevisionsSource,
+    pub(crate) revisions_from: crate::cluster::status::RevisionsSource,
     /// A publication older than this is stale (the injectors renew theirs every 30s).
     #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
-    pub published_max_age: Duration,
+    pub(crate) published_max_age: Duration,
     /// The MutatingWebhookConfiguration that calls the injector: pods of namespaces its
     /// namespaceSelector leaves out are never injected, so they count as excluded, not
     /// uninjected (when it cannot be read, every namespace counts as reached; "" not to read it).
     #[arg(long, default_value = "sidecar-injector")]
-    pub webhook_configuration: String,
+    pub(crate) webhook_configuration: String,
 }
 
 impl OneShotArgs {
     /// The webhook configuration to read, unless turned off.
-    pub fn webhook_configuration(&self) -> Option<String> {
+    pub(crate) fn webhook_configuration(&self) -> Option<String> {
         Some(self.webhook_configuration.clone()).filter(|name| !name.is_empty())
     }
 }
 
 #[derive(Debug, Args)]
-pub struct RolloutArgs {
+pub(crate) struct RolloutArgs {
     #[command(flatten)]
-    pub cluster: OneShotArgs,
+    pub(crate) cluster: OneShotArgs,
     #[command(flatten)]
-    pub safety: RolloutSafetyArgs,
+    pub(crate) safety: RolloutSafetyArgs,
     /// Only these namespaces, as kubectl's -n (repeatable; the same as --include-namespace):
     /// planned, listed and restarted in them alone.
     #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// Act: restart the planned workloads and wait until they are done (`--confirm=false` only
     /// plans).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
-    pub confirm: bool,
+    pub(crate) confirm: bool,
     /// Only plan (the default; what everyone types).
     #[arg(long, conflicts_with = "confirm")]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Resume the paused campaigns (earlier failures stop counting): written into the status
     /// ConfigMap, where the Lease holder (`serve --rollout=auto`) acts on it; with no such
     /// holder, `--confirm` acts here.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
-    pub resume: bool,
+    pub(crate) resume: bool,
     /// Roll back or forward to a remembered revision: `SIDECAR=REVISION` from its history
     /// (the sidecar-injector-history ConfigMap lists them; an unknown one is refused with the
     /// list), or `SIDECAR=previous`
@@ -441,72 +441,72 @@ pub struct RolloutArgs {
     /// ConfigMap: every replica injects it and the engine rolls it out even though the config
     /// says otherwise, until the config changes or --unpin.
     #[arg(long, value_name = "SIDECAR=REVISION", conflicts_with_all = ["resume", "unpin", "release_hold"])]
-    pub to: Option<String>,
+    pub(crate) to: Option<String>,
     /// Ends the pin of this sidecar (`rollout --to`): its config's revision is served and
     /// rolled out again.
     #[arg(long, value_name = "SIDECAR", conflicts_with_all = ["resume", "release_hold"])]
-    pub unpin: Option<String>,
+    pub(crate) unpin: Option<String>,
     /// Ends the hold of this sidecar's paused campaign: new pods get the revision that failed
     /// again (the campaign stays paused).
     #[arg(long, value_name = "SIDECAR", conflicts_with = "resume")]
-    pub release_hold: Option<String>,
+    pub(crate) release_hold: Option<String>,
     /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
     /// passing it gets a message saying what to do instead.
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Include StatefulSets.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
-    pub include_statefulset: bool,
+    pub(crate) include_statefulset: bool,
     /// Include DaemonSets.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
-    pub include_daemonset: bool,
+    pub(crate) include_daemonset: bool,
     /// Leave Deployments out.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
-    pub exclude_deployment: bool,
+    pub(crate) exclude_deployment: bool,
     /// Text put before the engine's reason in `NS/rollout-reason` and the change-cause.
     #[arg(long)]
-    pub rollout_reason: Option<String>,
+    pub(crate) rollout_reason: Option<String>,
     /// Select by container name instead of by revision, for sidecars another system injected
     /// (repeatable, or comma-separated): restart the workloads whose pods run a container of
     /// that name. Lists pod specs once.
     #[arg(long, value_delimiter = ',')]
-    pub sidecar_container_name: Vec<String>,
+    pub(crate) sidecar_container_name: Vec<String>,
     /// With --sidecar-container-name: only pods started before this time, RFC 3339 or
     /// `2022-05-01 13:00` (UTC) [default: when the command starts].
     #[arg(long, requires = "sidecar_container_name")]
-    pub only_started_before: Option<String>,
+    pub(crate) only_started_before: Option<String>,
 }
 
 /// How a one-shot command reaches the cluster, as kubectl does.
 #[derive(Debug, Args)]
-pub struct ConnectionArgs {
+pub(crate) struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
     #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use, as kubectl's --context.
     #[arg(long)]
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
 }
 
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub(crate) connection: ConnectionArgs,
     /// Namespace of the running injector (its status ConfigMap and rollout Lease).
     #[arg(long, default_value = "injector-system")]
-    pub injector_namespace: String,
+    pub(crate) injector_namespace: String,
     /// A publication older than this is stale (the injectors renew theirs every 30s).
     #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
-    pub published_max_age: Duration,
+    pub(crate) published_max_age: Duration,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    pub(crate) output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
-pub struct DriftArgs {
+pub(crate) struct DriftArgs {
     #[command(flatten)]
-    pub cluster: OneShotArgs,
+    pub(crate) cluster: OneShotArgs,
     /// Only these namespaces, listed in them alone (repeatable): what a user whose rights stop
     /// at some namespaces can run.
     #[arg(
@@ -515,93 +515,93 @@ pub struct DriftArgs {
         value_name = "NAMESPACE",
         conflicts_with = "all_namespaces"
     )]
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// Every namespace (the default).
     #[arg(short = 'A', long)]
-    pub all_namespaces: bool,
+    pub(crate) all_namespaces: bool,
     /// Only these sidecars (repeatable; `logger` means `logger:latest`).
     #[arg(long = "sidecar", value_name = "NAME")]
-    pub sidecars: Vec<String>,
+    pub(crate) sidecars: Vec<String>,
     /// Only workloads in these states (repeatable): excluded, orphaned, uninjected, unknown,
     /// stale, current.
     #[arg(long = "state", value_name = "STATE")]
-    pub states: Vec<crate::drift::DriftState>,
+    pub(crate) states: Vec<crate::drift::DriftState>,
     /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron).
     #[arg(long)]
-    pub exit_code: bool,
+    pub(crate) exit_code: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct ConfigDirectoryArgs {
+pub(crate) struct ConfigDirectoryArgs {
     /// Directory of sidecar configs (*.yaml, *.yml).
     #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIRECTORY)]
-    pub config_directory: PathBuf,
+    pub(crate) config_directory: PathBuf,
 }
 
 /// Where configs are read from unless told otherwise (Tumblr's image uses /conf via CONFIG_DIR).
-pub const DEFAULT_CONFIG_DIRECTORY: &str = "config/";
+pub(crate) const DEFAULT_CONFIG_DIRECTORY: &str = "config/";
 
 /// How old a publication may be and still count (`--published-max-age`): three of the
 /// replicas' 30s renewals, so one missed renewal does not make it stale.
-pub const DEFAULT_PUBLISHED_MAX_AGE: &str = "90s";
+pub(crate) const DEFAULT_PUBLISHED_MAX_AGE: &str = "90s";
 
 /// The label of the sidecar ConfigMaps deploy/ installs and its injector serves: what the
 /// one-shot commands read when the default directory is not where they run.
-pub const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=true";
+pub(crate) const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=true";
 
 #[derive(Debug, Args)]
-pub struct InjectArgs {
+pub(crate) struct InjectArgs {
     #[command(flatten)]
-    pub configs: ConfigDirectoryArgs,
+    pub(crate) configs: ConfigDirectoryArgs,
     /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
-    pub annotation_namespace: String,
+    pub(crate) annotation_namespace: String,
     #[command(flatten)]
-    pub ignore_namespaces: IgnoredNamespaceArgs,
+    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
     #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub on_missing_sidecar: MissingSidecarPolicy,
+    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
     /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
     #[arg(short = 'f', long = "filename")]
-    pub file: String,
+    pub(crate) file: String,
     // The cluster's ConfigMaps so labelled, as `serve` reads them; also read, with deploy/'s
     // label, where there is no config/ directory.
     #[command(flatten)]
-    pub configmaps: ConfigMapArgs,
+    pub(crate) configmaps: ConfigMapArgs,
     // Reached only when the configs come from the cluster.
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub(crate) connection: ConnectionArgs,
     /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
     /// status ConfigMap, whose pins and holds the webhook serves.
     #[arg(long, default_value = "injector-system")]
-    pub injector_namespace: String,
+    pub(crate) injector_namespace: String,
     /// With the cluster's configs: the running injectors' publications renewed within this
     /// say what the webhook injects, and a sidecar read here at another revision is warned of.
     #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
-    pub published_max_age: Duration,
+    pub(crate) published_max_age: Duration,
 }
 
 #[derive(Debug, Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     #[command(flatten)]
-    pub configs: ConfigDirectoryArgs,
+    pub(crate) configs: ConfigDirectoryArgs,
     /// Config files or directories to check (`-`: standard input); the config directory when
     /// none is given. A file holding ConfigMaps (`kubectl get configmaps -o yaml`) is checked
     /// item by item, as the ConfigMap source reads it.
-    pub paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
 }
 
 /// What the process learns from its environment beyond the flags, read once at start.
 #[derive(Debug, Clone, Default)]
-pub struct ProcessEnv {
+pub(crate) struct ProcessEnv {
     /// `POD_NAME` (the downward API): the Lease identity and the Events' instance.
-    pub pod_name: Option<String>,
+    pub(crate) pod_name: Option<String>,
     /// `KUBERNETES_SERVICE_HOST` is set: `serve` uses the in-cluster configuration.
-    pub in_cluster: bool,
+    pub(crate) in_cluster: bool,
 }
 
 impl ProcessEnv {
-    pub fn read() -> Self {
+    pub(crate) fn read() -> Self {
         Self {
             pod_name: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
             in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
@@ -610,7 +610,7 @@ impl ProcessEnv {
 
     /// Who this process is, on a Lease or a publication: the pod's name in a cluster, else
     /// host and process id.
-    pub fn identity(&self) -> String {
+    pub(crate) fn identity(&self) -> String {
         let host = self
             .pod_name
             .clone()
@@ -668,7 +668,7 @@ impl Cli {
 /// a plugin's command into an underscore): a symlink to this binary, which then behaves as
 /// `sidecar-injector ARGS...`. kubectl passes `--context`, `--kubeconfig`, `-n` through, and
 /// `KUBECONFIG` in the environment, which the commands read as kubectl does.
-pub const KUBECTL_PLUGIN: &str = "kubectl-sidecar_injector";
+pub(crate) const KUBECTL_PLUGIN: &str = "kubectl-sidecar_injector";
 
 fn is_kubectl_plugin(argv0: Option<&std::ffi::OsString>) -> bool {
     argv0
@@ -678,7 +678,7 @@ fn is_kubectl_plugin(argv0: Option<&std::ffi::OsString>) -> bool {
 
 /// The name Tumblr's Deployment runs (`command: ["entrypoint.sh"]`); the image links it to the
 /// binary.
-pub const TUMBLR_ENTRYPOINT: &str = "entrypoint.sh";
+pub(crate) const TUMBLR_ENTRYPOINT: &str = "entrypoint.sh";
 
 /// The defaults of Tumblr's entrypoint script that differ from `serve`'s: the variable, the
 /// flag, and the script's value.
@@ -703,7 +703,7 @@ const TUMBLR_SCRIPT_DEFAULTS: [(&str, &str, &str); 3] = [
 /// pods it injected. The script put its flags before the Deployment's `args`, and Go's flags
 /// let the last one win; here a flag given in `args` replaces the default instead of
 /// repeating it.
-pub fn tumblr_entrypoint(
+pub(crate) fn tumblr_entrypoint(
     args: Vec<std::ffi::OsString>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Vec<std::ffi::OsString> {
@@ -737,7 +737,7 @@ pub fn tumblr_entrypoint(
 /// `-v` (or `--v`) without a value means debug, as a person types it: `sidecar-injector -v
 /// serve`. glog's `-v=2` and `-v 2` keep their value; a bare `-v` is one followed by nothing,
 /// another flag or a subcommand.
-pub fn bare_verbosity(
+pub(crate) fn bare_verbosity(
     args: impl IntoIterator<Item = std::ffi::OsString>,
     subcommands: &[String],
 ) -> Vec<std::ffi::OsString> {

@@ -14,7 +14,7 @@ use crate::serve::tls::{
 use crate::telemetry::notice;
 use tracing::Level;
 
-pub fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &CertsArgs) -> anyhow::Result<ExitCode> {
     let dir = args.out_dir.display();
     let (not_before, not_after) = validity_from_now(args.validity);
     let (dns_names, renamed) = names_to_certify(args)?;

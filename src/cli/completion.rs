@@ -12,7 +12,7 @@ use super::args::{Cli, CompletionArgs, ManArgs};
 /// The name the scripts complete: the binary's, whatever it was invoked as.
 const BIN: &str = "sidecar-injector";
 
-pub fn completion(args: &CompletionArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn completion(args: &CompletionArgs) -> anyhow::Result<ExitCode> {
     let mut command = Cli::command();
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, BIN, &mut script);
@@ -35,7 +35,7 @@ fn bash_arms_fixed(script: &[u8]) -> Vec<u8> {
         .into_bytes()
 }
 
-pub fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
     let command = Cli::command();
     if args.markdown {
         std::io::stdout()

@@ -10,7 +10,7 @@ use super::args::*;
 use super::one_shot::*;
 use crate::telemetry::notice;
 
-pub fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -36,7 +36,7 @@ use crate::workload::{PodWorkload, WorkloadKind, WorkloadRef, resource_name_and_
 mod controlled;
 use controlled::*;
 
-pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let explanations = match &args.file {
         Some(file) => explain_manifest(args, file)?,
         None => {

@@ -18,7 +18,7 @@ use crate::injection::yaml::to_yaml;
 use crate::telemetry::notice;
 use tracing::Level;
 
-pub fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
     let sidecars = manifest_configs(
         &args.configs,
         &args.configmaps,

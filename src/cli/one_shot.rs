@@ -16,7 +16,7 @@ use tracing::Level;
 /// the running injectors publish when fresh and in agreement (what new pods actually get:
 /// that publication, its manual sidecars too), else the configs read here (`None`). Says on
 /// stderr, in one line, which and why.
-pub async fn revisions_in_force(
+pub(crate) async fn revisions_in_force(
     client: &kube::Client,
     args: &OneShotArgs,
     configs: &ConfigsUnread,
@@ -27,7 +27,7 @@ pub async fn revisions_in_force(
 
 /// The running injector's status ConfigMap, when there is one. Refused (a user whose rights
 /// stop at a team's namespaces), the error says who can grant it and how.
-pub async fn read_status(
+pub(crate) async fn read_status(
     client: &kube::Client,
     namespace: &str,
 ) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
@@ -53,16 +53,16 @@ pub async fn read_status(
 #[error(
     "the injector's status ConfigMap, which says the revisions in force and the campaigns, is refused to you: a platform admin can let every user read it (deploy/components/status-readers), or `drift --revisions-from configs` judges by configs you can read (--config-directory)"
 )]
-pub struct StatusRefused;
+pub(crate) struct StatusRefused;
 
 /// Whether `err` is [`read_status`] refused.
-pub fn status_refused(err: &anyhow::Error) -> bool {
+pub(crate) fn status_refused(err: &anyhow::Error) -> bool {
     err.downcast_ref::<StatusRefused>().is_some()
 }
 
 /// The campaign book of a status ConfigMap already read (`None`: none yet); a malformed one is
 /// an error.
-pub fn book_of(
+pub(crate) fn book_of(
     status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
 ) -> anyhow::Result<crate::rollout::CampaignBook> {
     Ok(status
@@ -74,7 +74,7 @@ pub fn book_of(
 }
 
 /// [`revisions_in_force`] from a status ConfigMap already read.
-pub fn revisions_from_status(
+pub(crate) fn revisions_from_status(
     status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
     args: &OneShotArgs,
     configs: &ConfigsUnread,
@@ -116,7 +116,7 @@ pub fn revisions_from_status(
 
 /// Why the sidecar configs could not be read here (`None`: they were, even if there are none).
 #[derive(Clone, Debug, Default)]
-pub struct ConfigsUnread(pub Option<String>);
+pub(crate) struct ConfigsUnread(pub Option<String>);
 
 impl ConfigsUnread {
     fn here(&self) -> crate::cluster::status::ConfigsHere {
@@ -132,7 +132,7 @@ const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The drift feed (pods, ReplicaSets, workloads), once the cluster has been listed. A list
 /// the API server refuses ends the wait at once ([`ClusterListRefused`]): no retry mends it.
-pub async fn synced_feed(
+pub(crate) async fn synced_feed(
     client: &kube::Client,
     keys: crate::annotations::AnnotationKeys,
     webhook_configuration: Option<String>,
@@ -161,19 +161,19 @@ pub async fn synced_feed(
 #[error(
     "the rollout plan needs the pods, ReplicaSets and workloads of every namespace, and listing them is refused to you: {0}"
 )]
-pub struct ClusterListRefused(pub String);
+pub(crate) struct ClusterListRefused(pub String);
 
 /// What every one-shot command starts from: the cluster, the annotation keys, and the
 /// configs as `serve` would load them.
-pub struct OneShot {
-    pub client: kube::Client,
-    pub keys: crate::annotations::AnnotationKeys,
-    pub sidecars: SidecarSet,
-    pub configs_unread: ConfigsUnread,
+pub(crate) struct OneShot {
+    pub(crate) client: kube::Client,
+    pub(crate) keys: crate::annotations::AnnotationKeys,
+    pub(crate) sidecars: SidecarSet,
+    pub(crate) configs_unread: ConfigsUnread,
 }
 
 impl OneShot {
-    pub async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
         let client = one_shot_client(&args.connection).await?;
         let (sidecars, configs_unread) = one_shot_configs(
             &client,
@@ -193,7 +193,7 @@ impl OneShot {
 
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution, in
 /// --context when given (as kubectl).
-pub async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Result<kube::Client> {
+pub(crate) async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Result<kube::Client> {
     let (kubeconfig, context) = (
         connection.kubeconfig.as_deref(),
         connection.context.as_deref(),
@@ -224,7 +224,7 @@ pub async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Result<kube
 /// read offline; or, given --configmap-labels or where the default directory is absent
 /// (outside a checkout), the cluster's sidecar ConfigMaps with the pins and holds of the status
 /// ConfigMap, as its running webhook serves them.
-pub fn manifest_configs(
+pub(crate) fn manifest_configs(
     configs: &ConfigDirectoryArgs,
     configmaps: &ConfigMapArgs,
     connection: &ConnectionArgs,
@@ -293,7 +293,7 @@ fn warn_where_the_webhook_differs(
 /// printed on stderr. Run where the default directory is not (outside a checkout: a laptop, a
 /// kubectl plugin), the ConfigMaps deploy/'s injector serves stand in for it, so that the
 /// answers are about the configs the cluster's webhook injects; those refused, it says why.
-pub async fn one_shot_configs(
+pub(crate) async fn one_shot_configs(
     client: &kube::Client,
     configs: &ConfigDirectoryArgs,
     configmap_args: &ConfigMapArgs,
@@ -397,7 +397,7 @@ async fn deployed_configs(
     ))
 }
 
-pub fn print_config_problems(report: &LoadReport) {
+pub(crate) fn print_config_problems(report: &LoadReport) {
     for warning in &report.warnings {
         notice(Level::WARN, &warning.to_string(), &[]);
     }
@@ -407,7 +407,7 @@ pub fn print_config_problems(report: &LoadReport) {
 }
 
 /// What a snapshot plan brings pods to.
-pub enum Aim {
+pub(crate) enum Aim {
     /// The revisions in force: those a running injector published (`--revisions-from`), or
     /// the configs read here.
     Revisions(Option<crate::cluster::status::Publication>),
@@ -419,7 +419,7 @@ pub enum Aim {
 /// snapshot: the cluster as `feed` listed it, the book of the status ConfigMap and the
 /// revision history read once. No executor: nothing is acted on, written or followed. What
 /// cannot be read (a team's rights) is said, and planned without.
-pub async fn plan_snapshot(
+pub(crate) async fn plan_snapshot(
     client: &kube::Client,
     options: &crate::engine::EngineOptions,
     feed: &crate::cluster::drift_feed::DriftFeed,

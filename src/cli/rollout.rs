@@ -39,7 +39,7 @@ use standing::*;
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
-pub fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     if args.force {
         anyhow::bail!(
             "--force is gone: the CLI never acts beside a live `serve --rollout=auto`, which restarts \
@@ -365,7 +365,7 @@ async fn pin_revision(
 }
 
 /// Exit status 3: what this run planned could not all be done now.
-pub const EXIT_STILL_WAITING: u8 = 3;
+pub(crate) const EXIT_STILL_WAITING: u8 = 3;
 
 /// 0: done; 1: a workload failed (in this run, or before it under the revision in force, and
 /// so left stale); 3 ([`EXIT_STILL_WAITING`]): planned workloads still wait (cooldown, paused

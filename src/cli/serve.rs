@@ -18,15 +18,15 @@ use crate::metrics::Metrics;
 use crate::serve::{self, ConfigMapOptions, RolloutOptions, ServeOptions};
 
 /// Tumblr's paths, so a deployment that mounts its Secret there keeps working.
-pub const DEFAULT_TLS_CERT_FILE: &str = "/var/lib/secrets/cert.crt";
-pub const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
+pub(crate) const DEFAULT_TLS_CERT_FILE: &str = "/var/lib/secrets/cert.crt";
+pub(crate) const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
 
 /// The namespace of the service account this process runs as, when it runs in a pod.
 const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 // Wiring, not a decision: every flag mapped onto ServeOptions in one place.
 #[allow(clippy::too_many_lines)]
-pub fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let mut ignored: BTreeSet<String> = args.ignore_namespaces.namespaces();
     let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
         .ok()

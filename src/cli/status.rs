@@ -48,7 +48,7 @@ struct LeaseView {
     until: Option<String>,
 }
 
-pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

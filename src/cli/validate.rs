@@ -13,7 +13,7 @@ use crate::sources::directory::{
 };
 use crate::telemetry::error_notice;
 
-pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let targets: Vec<PathBuf> = if args.paths.is_empty() {
         vec![args.configs.config_directory.clone()]
     } else {

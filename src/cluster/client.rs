@@ -10,7 +10,7 @@ use tower::util::MapRequestLayer;
 use crate::metrics::VerbLabels;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     #[error("cannot build the Kubernetes client: {0}")]
     Build(#[from] kube::Error),
 }
@@ -21,7 +21,7 @@ pub enum ClientError {
 /// eviction is a PodDisruptionBudget saying "not now", which the rollout engine must hear at
 /// once (it tries again on its next plan), and every call here already has its own deadline
 /// and retry (the next plan, the watchers' backoff), so that hidden retry is turned off.
-pub fn counted_client(
+pub(crate) fn counted_client(
     mut config: kube::Config,
     requests: Family<VerbLabels, Counter>,
 ) -> Result<kube::Client, ClientError> {
@@ -41,7 +41,7 @@ pub fn counted_client(
 /// The API server's verb for a request, as its RequestInfo resolver names it: `get` and `list`
 /// are told apart by whether the path names an object, `watch` by the query (or the old
 /// `/watch/` path prefix).
-pub fn request_verb(method: &http::Method, path: &str, query: &str) -> &'static str {
+pub(crate) fn request_verb(method: &http::Method, path: &str, query: &str) -> &'static str {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest: &[&str] = match segments.as_slice() {
         ["api", _version, rest @ ..] => rest,

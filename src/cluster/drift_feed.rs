@@ -32,19 +32,19 @@ use crate::workload::WorkloadKind;
 /// has completed its first list (nothing is planned before), and the versions of the pods
 /// someone follows.
 #[derive(Clone)]
-pub struct DriftFeed {
-    pub index: Arc<Mutex<DriftIndex>>,
-    pub changes: watch::Receiver<u64>,
-    pub synced: watch::Receiver<bool>,
+pub(crate) struct DriftFeed {
+    pub(crate) index: Arc<Mutex<DriftIndex>>,
+    pub(crate) changes: watch::Receiver<u64>,
+    pub(crate) synced: watch::Receiver<bool>,
     /// The first refusal (401, 403, 404) of a list the index cannot go without (pods,
     /// ReplicaSets, workloads): `serve` retries on, a one-shot command gives up at once.
-    pub refused: watch::Receiver<Option<String>>,
-    pub followed: FollowedPods,
+    pub(crate) refused: watch::Receiver<Option<String>>,
+    pub(crate) followed: FollowedPods,
 }
 
 /// What the pod watch last saw of a followed pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PodSeen {
+pub(crate) enum PodSeen {
     /// Nothing since it was followed.
     Nothing,
     /// Its resourceVersion.
@@ -55,15 +55,15 @@ pub enum PodSeen {
 /// What the engine read of a followed pod (its resourceVersion; `None`: not found) and what the
 /// pod watch had seen of it just before: whether the watch has news of it since.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodRead {
-    pub read: Option<String>,
-    pub seen_at_read: PodSeen,
+pub(crate) struct PodRead {
+    pub(crate) read: Option<String>,
+    pub(crate) seen_at_read: PodSeen,
 }
 
 impl PodRead {
     /// `pod` as the engine just read or wrote it (`None`: not found), with what the pod watch
     /// had seen of it just before (`None`: nothing).
-    pub fn of(pod: Option<&Pod>, seen_before: Option<PodSeen>) -> Self {
+    pub(crate) fn of(pod: Option<&Pod>, seen_before: Option<PodSeen>) -> Self {
         Self {
             read: pod.and_then(|p| p.metadata.resource_version.clone()),
             seen_at_read: seen_before.unwrap_or(PodSeen::Nothing),
@@ -73,7 +73,7 @@ impl PodRead {
     /// Whether the pod changed since it was read, as far as the pod watch knows: something the
     /// watch saw after that read other than the version read (the watch may lag behind a
     /// read), its deletion included. A pod the watch was not told to follow is read.
-    pub fn changed(&self, seen: Option<&PodSeen>) -> bool {
+    pub(crate) fn changed(&self, seen: Option<&PodSeen>) -> bool {
         match seen {
             None => true,
             Some(PodSeen::Nothing) => false,
@@ -92,7 +92,7 @@ impl PodRead {
 /// watch asks about every pod event. A pod followed twice (upgraded in place, then baked) is
 /// followed until both forget it.
 #[derive(Clone, Debug, Default)]
-pub struct FollowedPods(Arc<Mutex<HashMap<String, HashMap<String, Followed>>>>);
+pub(crate) struct FollowedPods(Arc<Mutex<HashMap<String, HashMap<String, Followed>>>>);
 
 #[derive(Debug)]
 struct Followed {
@@ -101,7 +101,7 @@ struct Followed {
 }
 
 impl FollowedPods {
-    pub fn follow(&self, namespace: &str, name: &str) {
+    pub(crate) fn follow(&self, namespace: &str, name: &str) {
         self.lock()
             .entry(namespace.to_owned())
             .or_default()
@@ -113,7 +113,7 @@ impl FollowedPods {
             .followers += 1;
     }
 
-    pub fn forget(&self, namespace: &str, name: &str) {
+    pub(crate) fn forget(&self, namespace: &str, name: &str) {
         let mut followed = self.lock();
         let Some(pods) = followed.get_mut(namespace) else {
             return;
@@ -130,7 +130,7 @@ impl FollowedPods {
     }
 
     /// What the watch last saw of a followed pod (`None`: not followed).
-    pub fn seen(&self, namespace: &str, name: &str) -> Option<PodSeen> {
+    pub(crate) fn seen(&self, namespace: &str, name: &str) -> Option<PodSeen> {
         Some(self.lock().get(namespace)?.get(name)?.seen.clone())
     }
 
@@ -378,7 +378,7 @@ async fn feed<K>(
 ///
 /// With `webhook_configuration`, the namespaces and that configuration are followed as well,
 /// so that pods of namespaces its namespaceSelector leaves out count as excluded.
-pub fn start(
+pub(crate) fn start(
     client: Client,
     keys: AnnotationKeys,
     webhook_configuration: Option<String>,
@@ -521,7 +521,7 @@ fn follow<K, T>(
 
 /// Keeps the `sidecar_injector_pods` gauge current, counting again only the pods that changed
 /// since the last count; runs until the process ends.
-pub fn spawn_gauge(
+pub(crate) fn spawn_gauge(
     feed: DriftFeed,
     policy: DriftPolicy,
     mut sidecars: watch::Receiver<Arc<SidecarSet>>,

@@ -6,7 +6,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 /// The recorder every Event of this process goes through: controller `sidecar-injector`, and
 /// the pod's name as the instance when it runs in one.
-pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
+pub(crate) fn recorder(client: Client, instance: Option<String>) -> Recorder {
     Recorder::new(
         client,
         Reporter {
@@ -17,12 +17,12 @@ pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
 }
 
 /// The API server rejects an Event whose note is over 1 KiB (events.k8s.io/v1 validation).
-pub const EVENT_NOTE_LIMIT: usize = 1000;
+pub(crate) const EVENT_NOTE_LIMIT: usize = 1000;
 /// events.k8s.io caps `action` at 128 characters.
-pub const EVENT_ACTION_LIMIT: usize = 128;
+pub(crate) const EVENT_ACTION_LIMIT: usize = 128;
 
 /// The longest prefix of `text` of at most `limit` bytes that ends on a character boundary.
-pub fn prefix_within(text: &str, limit: usize) -> &str {
+pub(crate) fn prefix_within(text: &str, limit: usize) -> &str {
     if text.len() <= limit {
         return text;
     }
@@ -34,7 +34,7 @@ pub fn prefix_within(text: &str, limit: usize) -> &str {
 }
 
 /// `text` within `limit` bytes, marked with `...` when cut.
-pub fn shortened(text: &str, limit: usize) -> String {
+pub(crate) fn shortened(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }

@@ -13,13 +13,13 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-pub const ROLLOUT_LEASE: &str = "sidecar-injector-rollout";
+pub(crate) const ROLLOUT_LEASE: &str = "sidecar-injector-rollout";
 /// On the Lease: the holder's `--rollout` mode, so that `rollout` can refuse to compete with an
 /// automatic engine.
-pub const MODE_ANNOTATION: &str = "sidecar-injector/rollout-mode";
+pub(crate) const MODE_ANNOTATION: &str = "sidecar-injector/rollout-mode";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LeaseDecision {
+pub(crate) enum LeaseDecision {
     /// No Lease yet: create it.
     Create,
     /// Ours: renew it.
@@ -35,7 +35,7 @@ pub enum LeaseDecision {
 }
 
 /// Who may act, given the Lease as read and the time.
-pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> LeaseDecision {
+pub(crate) fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> LeaseDecision {
     let Some(lease) = lease else {
         return LeaseDecision::Create;
     };
@@ -71,13 +71,13 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> LeaseDec
 }
 
 #[derive(Clone, Debug)]
-pub struct LeaseSettings {
-    pub namespace: String,
-    pub identity: String,
+pub(crate) struct LeaseSettings {
+    pub(crate) namespace: String,
+    pub(crate) identity: String,
     /// What the holder's `--rollout` mode is, written on the Lease.
-    pub mode: String,
-    pub duration: Duration,
-    pub renew_every: Duration,
+    pub(crate) mode: String,
+    pub(crate) duration: Duration,
+    pub(crate) renew_every: Duration,
 }
 
 /// The Lease object this process writes.
@@ -125,7 +125,7 @@ fn released_object(current: &Lease, identity: &str, now: Timestamp) -> Option<Le
 
 /// Gives the Lease up, when this process holds it. The replace carries the resourceVersion
 /// read, so a Lease someone else took meanwhile is left alone.
-pub async fn release(api: &Api<Lease>, identity: &str) -> Result<bool, kube::Error> {
+pub(crate) async fn release(api: &Api<Lease>, identity: &str) -> Result<bool, kube::Error> {
     let Some(current) = api.get_opt(ROLLOUT_LEASE).await? else {
         return Ok(false);
     };
@@ -139,7 +139,10 @@ pub async fn release(api: &Api<Lease>, identity: &str) -> Result<bool, kube::Err
 
 /// One attempt to hold the Lease. `Ok(true)` when held; the caller may act until the instant
 /// the attempt started plus the duration minus a margin.
-pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
+pub(crate) async fn try_hold(
+    api: &Api<Lease>,
+    settings: &LeaseSettings,
+) -> Result<bool, kube::Error> {
     let now = Timestamp::now();
     let current = api.get_opt(ROLLOUT_LEASE).await?;
     let decision = decide(current.as_ref(), &settings.identity, now);
@@ -177,7 +180,7 @@ pub async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool
 /// the holder). A holder that stops being ready stops acting and gives the Lease up, so that a
 /// ready replica acts instead of one that would hold the Lease for nobody. When `stop` turns
 /// true (graceful shutdown), stops acting at once, gives the Lease up if held, and returns.
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     settings: LeaseSettings,
     mut not_ready: watch::Receiver<Option<&'static str>>,
@@ -277,7 +280,7 @@ async fn give_up(api: &Api<Lease>, settings: &LeaseSettings) {
 }
 
 /// Whether the grant published by [`run`] still allows acting.
-pub fn may_act(grant: &watch::Receiver<Option<Instant>>) -> bool {
+pub(crate) fn may_act(grant: &watch::Receiver<Option<Instant>>) -> bool {
     grant.borrow().is_some_and(|until| Instant::now() < until)
 }
 

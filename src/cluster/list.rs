@@ -23,7 +23,7 @@ const PAGE: u32 = 500;
 
 /// Every object `api` lists, page by page, each page cut down by `keep` before the next is
 /// read, so a large cluster is never held whole.
-pub async fn list_paged<K, T>(
+pub(crate) async fn list_paged<K, T>(
     api: &Api<K>,
     keep: impl FnMut(K) -> Option<T>,
 ) -> Result<Vec<T>, kube::Error>
@@ -34,7 +34,7 @@ where
 }
 
 /// [`list_paged`] of the objects `params` select (by label, say).
-pub async fn list_selected<K, T>(
+pub(crate) async fn list_selected<K, T>(
     api: &Api<K>,
     params: ListParams,
     mut keep: impl FnMut(K) -> Option<T>,
@@ -109,7 +109,7 @@ where
 ///
 /// With `webhook_configuration`, pods of namespaces its namespaceSelector leaves out count as
 /// excluded.
-pub async fn index(
+pub(crate) async fn index(
     client: &Client,
     keys: &AnnotationKeys,
     namespaces: &[String],
@@ -194,7 +194,7 @@ async fn follow_reach_once(client: &Client, name: &str, index: &mut DriftIndex) 
 /// What the webhook configuration `name` reaches, and the labels of `namespace`, to say
 /// whether the API server calls the webhook for a pod there; `None` when that cannot be read
 /// (no such configuration, or no right to read it or the namespace).
-pub async fn namespace_reach(
+pub(crate) async fn namespace_reach(
     client: &Client,
     name: &str,
     namespace: &str,
@@ -225,7 +225,7 @@ pub async fn namespace_reach(
 
 /// A webhook configuration's reach and one namespace's labels.
 #[derive(Clone, Debug)]
-pub struct NamespaceReach {
+pub(crate) struct NamespaceReach {
     reach: WebhookReach,
     namespace: String,
     labels: BTreeMap<String, String>,
@@ -234,19 +234,19 @@ pub struct NamespaceReach {
 impl NamespaceReach {
     /// Whether the webhook is called for pods of the namespace (for some of them, when an
     /// objectSelector chooses by label): what selects it, or why not.
-    pub fn namespace(&self) -> Result<String, String> {
+    pub(crate) fn namespace(&self) -> Result<String, String> {
         self.reach.reaches(&self.namespace, &self.labels)
     }
 
     /// Whether the webhook is called for a pod of the namespace labelled `labels`.
-    pub fn pod(&self, labels: &BTreeMap<String, String>) -> Result<String, String> {
+    pub(crate) fn pod(&self, labels: &BTreeMap<String, String>) -> Result<String, String> {
         self.reach
             .reaches_pod(&self.namespace, &self.labels, labels)
     }
 }
 
 /// The labelled ConfigMaps' items, loaded as `serve` loads them.
-pub async fn configmap_configs(
+pub(crate) async fn configmap_configs(
     client: &Client,
     namespace: &str,
     selector: &str,

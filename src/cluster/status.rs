@@ -12,12 +12,12 @@ mod codec;
 mod history;
 mod publisher;
 
-pub use crate::rollout::publication::*;
-pub use book_edits::*;
-pub use book_writer::*;
-pub use codec::*;
-pub use history::*;
-pub use publisher::*;
+pub(crate) use crate::rollout::publication::*;
+pub(crate) use book_edits::*;
+pub(crate) use book_writer::*;
+pub(crate) use codec::*;
+pub(crate) use history::*;
+pub(crate) use publisher::*;
 
 #[cfg(test)]
 mod tests;

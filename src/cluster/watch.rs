@@ -9,7 +9,7 @@ use tracing::warn;
 
 /// What a watch delivers, after relist buffering.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change<T> {
+pub(crate) enum Change<T> {
     /// A (re)list finished: exactly these objects exist now.
     Listed(Vec<T>),
     Applied(T),
@@ -18,7 +18,8 @@ pub enum Change<T> {
 
 /// The changes of `events`, each object projected by `project` (which may drop it). `what`
 /// names the watch in the log line of a failure.
-pub fn changes<K, T>(
+#[cfg(test)]
+pub(crate) fn changes<K, T>(
     events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     what: &'static str,
     project: impl FnMut(K) -> Option<T>,
@@ -60,7 +61,7 @@ fn changes_noting_failures<K, T>(
 }
 
 /// Watches `api` with `config` and the default backoff, as [`changes`].
-pub fn watch<K, T>(
+pub(crate) fn watch<K, T>(
     api: kube::Api<K>,
     config: watcher::Config,
     what: &'static str,
@@ -75,7 +76,7 @@ where
 
 /// As [`watch`], calling `failed` with each failure (a list or watch that failed or that the
 /// server refused).
-pub fn watch_noting_failures<K, T>(
+pub(crate) fn watch_noting_failures<K, T>(
     api: kube::Api<K>,
     config: watcher::Config,
     what: &'static str,
@@ -98,7 +99,7 @@ where
 /// Whether the API server refused `err`'s request for as long as nothing changes on its side
 /// (no rights: 401, 403; a resource it does not serve: 404), rather than failed it in a way a
 /// retry may mend (a timeout, a 5xx, a 429, a dropped connection).
-pub fn is_refusal(err: &watcher::Error) -> bool {
+pub(crate) fn is_refusal(err: &watcher::Error) -> bool {
     let code = match err {
         watcher::Error::InitialListFailed(err)
         | watcher::Error::WatchStartFailed(err)
@@ -118,7 +119,7 @@ pub fn is_refusal(err: &watcher::Error) -> bool {
 /// serve) reset it every time and was retried about every second, forever. Held back, only a
 /// list that works resets the backoff, and a failing one is retried after 0.8 s, 1.6 s, ... up
 /// to 30 s.
-pub fn init_after_success<K>(
+pub(crate) fn init_after_success<K>(
     events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> {
     events

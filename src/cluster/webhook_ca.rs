@@ -27,7 +27,7 @@ use super::watch::{Change, watch};
 
 /// At most this many certificates in a bundle: this replica's CA, and the CAs of rotations
 /// under way or recent.
-pub const MAX_TRUSTED: usize = 3;
+pub(crate) const MAX_TRUSTED: usize = 3;
 
 /// One certificate of a PEM bundle: its text as written (BEGIN to END line), and its DER.
 struct PemCertificate<'a> {
@@ -66,7 +66,7 @@ fn valid_at(der: &CertificateDer<'_>, now: i64) -> bool {
 /// `None` when it trusts every certificate of `own` already; else `own`, then the certificates
 /// `current` trusts that are still valid at `now` (Unix seconds), at most [`MAX_TRUSTED`] in
 /// all: those listed last go first (each replica puts its own first, so they are the oldest).
-pub fn trusted_bundle(current: &[u8], own: &[u8], now: i64) -> Option<Vec<u8>> {
+pub(crate) fn trusted_bundle(current: &[u8], own: &[u8], now: i64) -> Option<Vec<u8>> {
     let mine = certificates(own);
     let trusted = certificates(current);
     if mine.is_empty() || mine.iter().all(|o| trusted.iter().any(|t| t.der == o.der)) {
@@ -90,7 +90,7 @@ pub fn trusted_bundle(current: &[u8], own: &[u8], now: i64) -> Option<Vec<u8>> {
 
 /// A strategic merge patch (webhooks merge by name) of the caBundle of every webhook that does
 /// not trust `own` yet ([`trusted_bundle`]); `None` when they all do.
-pub fn ca_bundle_patch(
+pub(crate) fn ca_bundle_patch(
     config: &MutatingWebhookConfiguration,
     own: &[u8],
     now: i64,
@@ -113,7 +113,7 @@ pub fn ca_bundle_patch(
 
 /// Why a CA bundle file cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum CaBundleError {
+pub(crate) enum CaBundleError {
     #[error("cannot read --ca-bundle-file {path}: {source}")]
     Read {
         path: String,
@@ -139,7 +139,7 @@ async fn read_bundle(path: &Path) -> Result<Vec<u8>, CaBundleError> {
 
 /// Why the caBundle could not be made to trust this replica's CA before a reload.
 #[derive(Debug, thiserror::Error)]
-pub enum TrustError {
+pub(crate) enum TrustError {
     #[error(transparent)]
     ReadCa(#[from] CaBundleError),
     #[error("cannot read the webhook configuration {name}: {reason}")]
@@ -176,7 +176,7 @@ async fn make_trust(
 /// Makes the configuration `name` trust the CA in `ca_file` now, when it does not: called
 /// before a reloaded certificate is served, so that a certificate from a new CA is trusted
 /// before the API server meets it (the watch in [`run`] would add the CA only after).
-pub async fn trust_before_serving(
+pub(crate) async fn trust_before_serving(
     client: Client,
     name: &str,
     ca_file: &Path,
@@ -200,7 +200,7 @@ pub async fn trust_before_serving(
 /// whenever it does not ([`trusted_bundle`]): at start, when the configuration changes, and
 /// when `reloaded` says a certificate was reloaded without [`trust_before_serving`] having
 /// made sure of it. A bad or missing file leaves the configuration as it is.
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     name: String,
     ca_file: PathBuf,

@@ -19,9 +19,9 @@ use crate::name::SidecarName;
 pub struct LoadedSidecar {
     pub config: SidecarConfig,
     pub revision: Revision,
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// The config's items as JSON, rendered once at load so that a request only borrows them.
-    pub rendered: RenderedSidecar,
+    pub(crate) rendered: RenderedSidecar,
     /// `name:version=REV`, this sidecar's item in the revision annotation.
     pub stamp: String,
 }
@@ -42,26 +42,26 @@ impl LoadedSidecar {
 /// One config item as JSON: the value, for what looks inside it, and its text, which a patch
 /// copies as it is instead of serializing the value again on every request.
 #[derive(Debug, Clone)]
-pub struct RenderedJson {
-    pub value: Value,
-    pub text: Box<RawValue>,
+pub(crate) struct RenderedJson {
+    pub(crate) value: Value,
+    pub(crate) text: Box<RawValue>,
     /// Where each list of an object ends in `text`, so that items appended to the lists (an
     /// injected container that receives the config's env) are spliced into the text instead
     /// of the object being serialized again.
-    pub list_ends: Vec<ListEnd>,
+    pub(crate) list_ends: Vec<ListEnd>,
 }
 
 /// A list member of a rendered object: its key, the offset of its closing `]` in the text,
 /// and whether it is empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListEnd {
-    pub key: String,
-    pub bracket: usize,
-    pub empty: bool,
+pub(crate) struct ListEnd {
+    pub(crate) key: String,
+    pub(crate) bracket: usize,
+    pub(crate) empty: bool,
 }
 
 impl RenderedJson {
-    pub fn of<T: Serialize>(item: &T) -> Self {
+    pub(crate) fn of<T: Serialize>(item: &T) -> Self {
         let value = serde_json::to_value(item).expect("Kubernetes types serialize to JSON");
         let Value::Object(fields) = &value else {
             let text = serde_json::value::to_raw_value(&value).expect("a JSON value serializes");
@@ -107,18 +107,18 @@ impl PartialEq for RenderedJson {
 
 /// Each list of a [`SidecarConfig`] as JSON, index for index.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RenderedSidecar {
-    pub containers: Vec<RenderedJson>,
-    pub prepend_containers: Vec<RenderedJson>,
-    pub init_containers: Vec<RenderedJson>,
-    pub volumes: Vec<RenderedJson>,
-    pub env: Vec<RenderedJson>,
-    pub volume_mounts: Vec<RenderedJson>,
-    pub host_aliases: Vec<RenderedJson>,
+pub(crate) struct RenderedSidecar {
+    pub(crate) containers: Vec<RenderedJson>,
+    pub(crate) prepend_containers: Vec<RenderedJson>,
+    pub(crate) init_containers: Vec<RenderedJson>,
+    pub(crate) volumes: Vec<RenderedJson>,
+    pub(crate) env: Vec<RenderedJson>,
+    pub(crate) volume_mounts: Vec<RenderedJson>,
+    pub(crate) host_aliases: Vec<RenderedJson>,
     /// The JSON size of each `env` and `volumeMounts` item: these are added to every
     /// container, so a request's patch grows with their product and is bounded as it is built.
-    pub env_bytes: Vec<usize>,
-    pub volume_mount_bytes: Vec<usize>,
+    pub(crate) env_bytes: Vec<usize>,
+    pub(crate) volume_mount_bytes: Vec<usize>,
 }
 
 impl RenderedSidecar {
@@ -159,7 +159,7 @@ impl SidecarSet {
         self.by_name.get(name)
     }
 
-    pub fn insert(&mut self, sidecar: LoadedSidecar) {
+    pub(crate) fn insert(&mut self, sidecar: LoadedSidecar) {
         self.by_name
             .insert(sidecar.config.name.clone(), Arc::new(sidecar));
     }
@@ -178,7 +178,7 @@ impl SidecarSet {
 
     /// The sidecars whose config leaves their restarts to a person (`rollout: {policy: manual}`),
     /// by normalised name.
-    pub fn manual_rollouts(&self) -> BTreeSet<String> {
+    pub(crate) fn manual_rollouts(&self) -> BTreeSet<String> {
         self.by_name
             .iter()
             .filter(|(_, s)| s.config.rollout_mode() == super::sidecar::RolloutMode::Manual)
@@ -188,7 +188,7 @@ impl SidecarSet {
 
     /// The config of the sidecar a publication or the campaign book names (`name:version`,
     /// as they write it), if one is loaded here.
-    pub fn named(&self, name: &str) -> Option<&Arc<LoadedSidecar>> {
+    pub(crate) fn named(&self, name: &str) -> Option<&Arc<LoadedSidecar>> {
         SidecarName::parse(name)
             .ok()
             .and_then(|name| self.by_name.get(&name))
@@ -197,7 +197,11 @@ impl SidecarSet {
     /// Whether `name`'s restarts are left to a person: as its config read here says (what the
     /// engine reads), or, for a sidecar with no config here, as the judging publication says
     /// (`published_manual`, empty when none judges).
-    pub fn rollout_is_manual(&self, name: &str, published_manual: &BTreeSet<String>) -> bool {
+    pub(crate) fn rollout_is_manual(
+        &self,
+        name: &str,
+        published_manual: &BTreeSet<String>,
+    ) -> bool {
         match self.named(name) {
             Some(own) => own.config.rollout_mode() == super::sidecar::RolloutMode::Manual,
             None => published_manual.contains(name),
@@ -207,7 +211,10 @@ impl SidecarSet {
     /// Every sidecar whose restarts are left to a person, each judged by
     /// [`Self::rollout_is_manual`]: the manual configs read here, and the published manual
     /// sidecars that have no config here.
-    pub fn manual_rollouts_with(&self, published_manual: &BTreeSet<String>) -> BTreeSet<String> {
+    pub(crate) fn manual_rollouts_with(
+        &self,
+        published_manual: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
         let own = self.manual_rollouts();
         let published = published_manual
             .iter()
@@ -216,7 +223,7 @@ impl SidecarSet {
     }
 
     /// The same configs, each injection of a sidecar in `warnings` warned about with its text.
-    pub fn with_warnings(&self, warnings: BTreeMap<SidecarName, Arc<str>>) -> Self {
+    pub(crate) fn with_warnings(&self, warnings: BTreeMap<SidecarName, Arc<str>>) -> Self {
         Self {
             by_name: self.by_name.clone(),
             warnings,
@@ -224,19 +231,15 @@ impl SidecarSet {
     }
 
     /// The warning for injecting `name`, when there is one.
-    pub fn warning(&self, name: &SidecarName) -> Option<&str> {
+    pub(crate) fn warning(&self, name: &SidecarName) -> Option<&str> {
         self.warnings.get(name).map(AsRef::as_ref)
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &SidecarName> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &SidecarName> {
         self.by_name.keys()
     }
 
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
 }
@@ -256,7 +259,7 @@ impl FromIterator<LoadedSidecar> for SidecarSet {
 pub struct LoadReport {
     pub sidecars: Vec<LoadedSidecar>,
     pub errors: Vec<ConfigError>,
-    pub warnings: Vec<ConfigWarning>,
+    pub(crate) warnings: Vec<ConfigWarning>,
 }
 
 impl LoadReport {
@@ -269,21 +272,21 @@ impl LoadReport {
 /// version. A reload takes what loaded, keeps the last good version of what failed, and drops
 /// what vanished, so a broken edit never replaces a good config.
 #[derive(Debug, Clone, Default)]
-pub struct SourceState {
+pub(crate) struct SourceState {
     by_origin: BTreeMap<Origin, LoadedSidecar>,
 }
 
 /// What a reload changed, for the log line and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReloadSummary {
+pub(crate) struct ReloadSummary {
     /// Origins that failed and keep serving their last good version.
-    pub kept: Vec<Origin>,
-    pub errors: usize,
-    pub served: usize,
+    pub(crate) kept: Vec<Origin>,
+    pub(crate) errors: usize,
+    pub(crate) served: usize,
 }
 
 impl SourceState {
-    pub fn apply(&mut self, report: &LoadReport) -> ReloadSummary {
+    pub(crate) fn apply(&mut self, report: &LoadReport) -> ReloadSummary {
         let mut next: BTreeMap<Origin, LoadedSidecar> = report
             .sidecars
             .iter()
@@ -310,22 +313,23 @@ impl SourceState {
         }
     }
 
-    pub fn sidecars(&self) -> impl Iterator<Item = &LoadedSidecar> {
+    pub(crate) fn sidecars(&self) -> impl Iterator<Item = &LoadedSidecar> {
         self.by_origin.values()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_origin.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_origin.is_empty()
     }
 }
 
 /// The configs in force: the directory's, with a ConfigMap config of the same name taking its
 /// place. Returns the names so overridden, for the log.
-pub fn merge_sources(
+pub(crate) fn merge_sources(
     directory: &SourceState,
     configmaps: &SourceState,
 ) -> (SidecarSet, Vec<SidecarName>) {

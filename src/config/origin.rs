@@ -13,13 +13,13 @@ pub enum Origin {
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConfigMapItem {
-    pub namespace: String,
-    pub name: String,
-    pub key: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) key: String,
 }
 
 impl Origin {
-    pub fn configmap_item(namespace: &str, name: &str, key: &str) -> Self {
+    pub(crate) fn configmap_item(namespace: &str, name: &str, key: &str) -> Self {
         Origin::ConfigMapItem(Box::new(ConfigMapItem {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -28,7 +28,7 @@ impl Origin {
     }
 
     /// The ConfigMap holding the config, for a ConfigMap item.
-    pub fn configmap(&self) -> Option<&str> {
+    pub(crate) fn configmap(&self) -> Option<&str> {
         match self {
             Origin::ConfigMapItem(item) => Some(&item.name),
             Origin::File(_) => None,

@@ -17,10 +17,10 @@ use crate::name::{NameError, SidecarName};
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub struct ConfigError {
     /// The file (or ConfigMap item) at fault.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// 1-based line, where the parser could tell.
-    pub line: Option<usize>,
-    pub kind: ConfigErrorKind,
+    pub(crate) line: Option<usize>,
+    pub(crate) kind: ConfigErrorKind,
 }
 
 impl fmt::Display for ConfigError {
@@ -33,7 +33,7 @@ impl fmt::Display for ConfigError {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ConfigErrorKind {
+pub(crate) enum ConfigErrorKind {
     #[error("cannot read: {0}")]
     Read(String),
     #[error("invalid YAML: {0}")]
@@ -80,9 +80,9 @@ pub enum ConfigErrorKind {
 
 /// Something a person should look at that does not stop the config from loading.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigWarning {
-    pub origin: Origin,
-    pub message: String,
+pub(crate) struct ConfigWarning {
+    pub(crate) origin: Origin,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for ConfigWarning {
@@ -95,22 +95,22 @@ impl fmt::Display for ConfigWarning {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedConfig {
     pub config: SidecarConfig,
-    pub warnings: Vec<ConfigWarning>,
+    pub(crate) warnings: Vec<ConfigWarning>,
 }
 
 /// Parses one config document. `origin` names it in every message.
 /// The largest config read. Loading takes about 90 times a config's size in memory for a
 /// moment (YAML events, JSON values, typed items, rendered items); real configs are a few
 /// KiB.
-pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 
 /// How deep `[` and `{` may nest. The YAML scanner's cost grows with the square of this depth
 /// (100,000 levels took minutes); no config needs more than a handful.
-pub const MAX_FLOW_DEPTH: usize = 64;
+pub(crate) const MAX_FLOW_DEPTH: usize = 64;
 
 /// How many parents a config may have above it: every config of the chain is merged for
 /// every file of the chain, so depth multiplies the cost of a reload.
-pub const MAX_INHERITS_DEPTH: usize = 16;
+pub(crate) const MAX_INHERITS_DEPTH: usize = 16;
 
 pub fn parse_config(origin: impl Into<Origin>, text: &str) -> Result<ParsedConfig, ConfigError> {
     let origin = origin.into();

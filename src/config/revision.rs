@@ -40,7 +40,7 @@ struct InjectedContent<'a> {
 
 /// The injected content as the revision hashes it (empty values pruned): also what a rollout
 /// Event compares to say what changed.
-pub fn injected_content(config: &SidecarConfig) -> Value {
+pub(crate) fn injected_content(config: &SidecarConfig) -> Value {
     let content = InjectedContent {
         containers: &config.containers,
         prepend_containers: &config.prepend_containers,
@@ -59,7 +59,7 @@ pub fn injected_content(config: &SidecarConfig) -> Value {
 }
 
 impl Revision {
-    pub fn of(config: &SidecarConfig) -> Self {
+    pub(crate) fn of(config: &SidecarConfig) -> Self {
         let value = injected_content(config);
         let canonical = serde_json_canonicalizer::to_vec(&value)
             .expect("a JSON value without floats out of range canonicalizes");
@@ -77,12 +77,13 @@ impl Revision {
     }
 
     /// Accepts a revision read back from an annotation; `None` when it is not one of ours.
-    pub fn parse(text: &str) -> Option<Self> {
+    #[cfg(test)]
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         (text.len() == REVISION_HEX_DIGITS && text.bytes().all(|b| b.is_ascii_hexdigit()))
             .then(|| Revision(text.to_ascii_lowercase()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -101,20 +102,12 @@ pub struct RevisionsInForce(BTreeMap<String, String>);
 
 impl RevisionsInForce {
     /// The revision of a sidecar by its normalised name.
-    pub fn get(&self, sidecar: &str) -> Option<&str> {
+    pub(crate) fn get(&self, sidecar: &str) -> Option<&str> {
         self.0.get(sidecar).map(String::as_str)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(s, r)| (s.as_str(), r.as_str()))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -129,11 +122,11 @@ impl FromIterator<(String, String)> for RevisionsInForce {
 /// builds and reads that format.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct RevisionStamp(String);
+pub(crate) struct RevisionStamp(String);
 
 impl RevisionStamp {
     /// The items in the order given (the webhook keeps request order).
-    pub fn in_order<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    pub(crate) fn in_order<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut text = String::new();
         for (sidecar, revision) in items {
             if !text.is_empty() {
@@ -147,14 +140,14 @@ impl RevisionStamp {
     }
 
     /// The items sorted by sidecar, so that one set of targets always writes the same stamp.
-    pub fn sorted<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    pub(crate) fn sorted<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut items: Vec<(&str, &str)> = items.into_iter().collect();
         items.sort_unstable();
         Self::in_order(items)
     }
 
     /// From items already in `name:version=REV` form (each loaded sidecar keeps its own).
-    pub fn from_items<'a>(items: impl IntoIterator<Item = &'a str>) -> Self {
+    pub(crate) fn from_items<'a>(items: impl IntoIterator<Item = &'a str>) -> Self {
         // Room for two or three items: one allocation for a typical request.
         let mut text = String::with_capacity(128);
         for item in items {
@@ -167,27 +160,29 @@ impl RevisionStamp {
     }
 
     /// A stamp as read back from an annotation.
-    pub fn from_annotation(text: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn from_annotation(text: impl Into<String>) -> Self {
         Self(text.into())
     }
 
     /// `(sidecar as written, REV)` pairs; items without `=` are skipped.
-    pub fn items(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn items(&self) -> impl Iterator<Item = (&str, &str)> {
         stamp_items(&self.0)
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
 
 /// The items of a stamp as written in an annotation, without copying it: `(sidecar as
 /// written, REV)` pairs, trimmed; items without `=` are skipped.
-pub fn stamp_items(text: &str) -> impl Iterator<Item = (&str, &str)> {
+pub(crate) fn stamp_items(text: &str) -> impl Iterator<Item = (&str, &str)> {
     text.split(',').filter_map(|item| {
         let (name, revision) = item.trim().split_once('=')?;
         Some((name.trim(), revision.trim()))

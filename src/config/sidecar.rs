@@ -8,7 +8,7 @@ use crate::name::SidecarName;
 
 /// Every top-level key a config may carry. Anything else is an error naming the key, because a
 /// typo such as `volumeMount:` would otherwise silently inject nothing.
-pub const TOP_LEVEL_KEYS: &[&str] = &[
+pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "name",
     "inherits",
     "containers",
@@ -27,7 +27,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
 /// Whether the rollout engine may restart workloads for this sidecar on its own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RolloutMode {
+pub(crate) enum RolloutMode {
     #[default]
     Auto,
     Manual,
@@ -35,22 +35,22 @@ pub enum RolloutMode {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RolloutPolicy {
+pub(crate) struct RolloutPolicy {
     #[serde(default)]
-    pub policy: RolloutMode,
+    pub(crate) policy: RolloutMode,
     /// `false`: a change of this sidecar's images restarts workloads like any other change,
     /// never upgrading pods in place.
     #[serde(default, rename = "inPlace", skip_serializing_if = "Option::is_none")]
-    pub in_place: Option<bool>,
+    pub(crate) in_place: Option<bool>,
 }
 
 /// One sidecar as it will be injected (after inheritance once resolved).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SidecarConfig {
     pub name: SidecarName,
-    pub inherits: Option<String>,
+    pub(crate) inherits: Option<String>,
     pub containers: Vec<Container>,
-    pub prepend_containers: Vec<Container>,
+    pub(crate) prepend_containers: Vec<Container>,
     pub init_containers: Vec<Container>,
     pub volumes: Vec<Volume>,
     pub env: Vec<EnvVar>,
@@ -59,35 +59,16 @@ pub struct SidecarConfig {
     pub host_network: bool,
     pub host_pid: bool,
     pub service_account_name: Option<String>,
-    pub rollout: Option<RolloutPolicy>,
+    pub(crate) rollout: Option<RolloutPolicy>,
 }
 
 impl SidecarConfig {
-    /// A config that injects nothing yet; fields are public for the caller to fill.
-    pub fn new(name: SidecarName) -> Self {
-        Self {
-            name,
-            inherits: None,
-            containers: Vec::new(),
-            prepend_containers: Vec::new(),
-            init_containers: Vec::new(),
-            volumes: Vec::new(),
-            env: Vec::new(),
-            volume_mounts: Vec::new(),
-            host_aliases: Vec::new(),
-            host_network: false,
-            host_pid: false,
-            service_account_name: None,
-            rollout: None,
-        }
-    }
-
-    pub fn rollout_mode(&self) -> RolloutMode {
+    pub(crate) fn rollout_mode(&self) -> RolloutMode {
         self.rollout.map(|r| r.policy).unwrap_or_default()
     }
 
     /// Whether its pods may be upgraded in place (`rollout: {inPlace: false}` says no).
-    pub fn in_place_allowed(&self) -> bool {
+    pub(crate) fn in_place_allowed(&self) -> bool {
         self.rollout.and_then(|r| r.in_place).unwrap_or(true)
     }
 

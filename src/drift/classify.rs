@@ -62,7 +62,7 @@ impl DriftIndex {
 
     /// As [`DriftIndex::classify`], against current revisions by sidecar name (as a running
     /// injector publishes them in its status ConfigMap).
-    pub fn classify_revisions(
+    pub(crate) fn classify_revisions(
         &self,
         wanted: &RevisionsInForce,
         policy: &DriftPolicy,

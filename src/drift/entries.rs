@@ -18,7 +18,7 @@ use super::sidecar_state;
 
 /// The controller of a pod, as its own metadata names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PodOwner {
+pub(crate) enum PodOwner {
     Bare,
     ReplicaSet(Arc<str>),
     StatefulSet(Arc<str>),
@@ -68,19 +68,19 @@ impl PodOwner {
 
 /// The compact projection of a pod: no spec, no managedFields, only what drift needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodEntry {
-    pub owner: PodOwner,
-    pub request: Arc<str>,
-    pub injected: bool,
-    pub revision: Option<Arc<str>>,
-    pub labels: Labels,
+pub(crate) struct PodEntry {
+    pub(crate) owner: PodOwner,
+    pub(crate) request: Arc<str>,
+    pub(crate) injected: bool,
+    pub(crate) revision: Option<Arc<str>>,
+    pub(crate) labels: Labels,
 }
 
 impl PodEntry {
     /// `None` for a pod that requests nothing or is terminating: such pods are not indexed.
     /// Strings and label sets go through `interner`, so that pods of one workload share them;
     /// `labels_before` are the labels the pod had, if it was indexed.
-    pub fn project(
+    pub(crate) fn project(
         meta: &ObjectMeta,
         keys: &AnnotationKeys,
         interner: &mut Interner,
@@ -123,7 +123,7 @@ impl PodEntry {
 /// Why a restart of a workload means downtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Downtime {
+pub(crate) enum Downtime {
     /// `strategy: Recreate`: every old pod goes before a new one starts.
     Recreate,
     /// One replica, and `maxUnavailable` lets it go before its replacement is ready.
@@ -132,7 +132,7 @@ pub enum Downtime {
 
 /// A Deployment's `rollingUpdate.maxUnavailable` as a pod count (an int, or a percentage of
 /// replicas rounded down as the Deployment controller does; absent: 25%); `None` for Recreate.
-pub fn max_unavailable(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<i32> {
+pub(crate) fn max_unavailable(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<i32> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let strategy = spec.strategy.as_ref();
     if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
@@ -155,7 +155,7 @@ pub fn max_unavailable(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Opt
 impl Downtime {
     /// A Deployment's, from its replicas and strategy (maxUnavailable an int or a percentage
     /// of replicas, rounded down as the Deployment controller does; absent: 25%).
-    pub fn of_deployment(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<Self> {
+    pub(crate) fn of_deployment(spec: &k8s_openapi::api::apps::v1::DeploymentSpec) -> Option<Self> {
         let Some(unavailable) = max_unavailable(spec) else {
             return Some(Downtime::Recreate);
         };
@@ -168,16 +168,16 @@ impl Downtime {
 /// StatefulSet's replacement keeps its pod's name, and one created while the webhook was
 /// bypassed is told from the pod evicted before it by this.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PodToReplace {
-    pub name: String,
-    pub injected: bool,
+pub(crate) struct PodToReplace {
+    pub(crate) name: String,
+    pub(crate) injected: bool,
     /// Its `NS/revision` stamp: a pod that a failed revision made unavailable is healed first.
-    pub revision: Option<Arc<str>>,
+    pub(crate) revision: Option<Arc<str>>,
 }
 
 impl PodToReplace {
     /// An injected pod of that name.
-    pub fn injected(name: &str) -> Self {
+    pub(crate) fn injected(name: &str) -> Self {
         Self {
             name: name.to_owned(),
             injected: true,
@@ -186,7 +186,8 @@ impl PodToReplace {
     }
 
     /// An injected pod of that name carrying `stamp`.
-    pub fn at(name: &str, stamp: &str) -> Self {
+    #[cfg(test)]
+    pub(crate) fn at(name: &str, stamp: &str) -> Self {
         Self {
             revision: Some(Arc::from(stamp)),
             ..Self::injected(name)
@@ -196,7 +197,7 @@ impl PodToReplace {
 
 impl PodEntry {
     /// Whether this pod runs something other than `wanted` for a sidecar it requests.
-    pub fn needs_restart(&self, wanted: &RevisionsInForce, restart_unknown: bool) -> bool {
+    pub(crate) fn needs_restart(&self, wanted: &RevisionsInForce, restart_unknown: bool) -> bool {
         let Ok(requested) = SidecarName::parse_list(&self.request) else {
             return false;
         };
@@ -218,53 +219,53 @@ impl PodEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadEntry {
     /// `NS/rollout: disabled` on the workload.
-    pub rollout_disabled: bool,
+    pub(crate) rollout_disabled: bool,
     /// `NS/rollout-revision` on the pod template: the target the engine last set.
     pub rollout_revision: Option<Box<str>>,
     /// `NS/rollout-heal` on the pod template: the target already restarted again for pods
     /// the webhook never saw.
-    pub rollout_heal: Option<Box<str>>,
-    pub generation: Option<i64>,
-    pub observed_generation: Option<i64>,
-    pub update_strategy: UpdateStrategy,
+    pub(crate) rollout_heal: Option<Box<str>>,
+    pub(crate) generation: Option<i64>,
+    pub(crate) observed_generation: Option<i64>,
+    pub(crate) update_strategy: UpdateStrategy,
     /// A StatefulSet's partition, which holds pods back on purpose.
-    pub partition: Option<i32>,
+    pub(crate) partition: Option<i32>,
     /// A paused Deployment.
-    pub paused: bool,
-    pub replicas: Option<i32>,
-    pub updated_replicas: Option<i32>,
-    pub ready_replicas: Option<i32>,
-    pub available_replicas: Option<i32>,
+    pub(crate) paused: bool,
+    pub(crate) replicas: Option<i32>,
+    pub(crate) updated_replicas: Option<i32>,
+    pub(crate) ready_replicas: Option<i32>,
+    pub(crate) available_replicas: Option<i32>,
     /// A Deployment's `status.replicas` (old and new pods together).
-    pub status_replicas: Option<i32>,
+    pub(crate) status_replicas: Option<i32>,
     /// A StatefulSet whose `updateRevision` differs from its `currentRevision`.
-    pub update_revision_pending: bool,
+    pub(crate) update_revision_pending: bool,
     /// `NS/rolled-at` on the workload: when the engine last restarted it.
-    pub rolled_at: Option<Timestamp>,
+    pub(crate) rolled_at: Option<Timestamp>,
     /// `NS/rollout-priority` on the workload: lower is restarted first; not an integer: none.
-    pub rollout_priority: Option<i32>,
+    pub(crate) rollout_priority: Option<i32>,
     /// Why restarting it takes its service down (a Deployment that is Recreate, or of one
     /// replica whose rollingUpdate.maxUnavailable is at least one), unless accepted.
-    pub downtime: Option<Downtime>,
+    pub(crate) downtime: Option<Downtime>,
     /// `NS/allow-downtime: "true"` on the workload.
-    pub allow_downtime: bool,
+    pub(crate) allow_downtime: bool,
     /// `NS/maintenance-window` on the workload, parsed (or why it does not parse).
-    pub maintenance_window: Option<Result<MaintenanceWindows, String>>,
+    pub(crate) maintenance_window: Option<Result<MaintenanceWindows, String>>,
     /// `NS/restart-method` on the workload, when it names one.
-    pub restart_method: Option<crate::workload::RestartMethod>,
+    pub(crate) restart_method: Option<crate::workload::RestartMethod>,
     /// `NS/request` on the pod template: what its pods would request, so that a workload
     /// whose pods are all denied still shows in the report.
-    pub template_request: Option<Box<str>>,
+    pub(crate) template_request: Option<Box<str>>,
     /// A Deployment's maxUnavailable as a pod count (see [`max_unavailable`]); `None` for other
     /// kinds (one at a time) and a Recreate Deployment.
-    pub max_unavailable: Option<i32>,
+    pub(crate) max_unavailable: Option<i32>,
     /// `minReadySeconds`: how long a pod must have been Ready to count as available.
-    pub min_ready_seconds: Option<i32>,
+    pub(crate) min_ready_seconds: Option<i32>,
 }
 
 impl WorkloadEntry {
     /// From metadata alone (a metadata-only list): the opt-out only.
-    pub fn project(meta: &ObjectMeta, keys: &AnnotationKeys) -> Self {
+    pub(crate) fn project(meta: &ObjectMeta, keys: &AnnotationKeys) -> Self {
         WorkloadEntry {
             rollout_disabled: rollout_disabled(meta, keys),
             generation: meta.generation,
@@ -340,7 +341,7 @@ impl WorkloadEntry {
         }
     }
 
-    pub fn from_statefulset(
+    pub(crate) fn from_statefulset(
         s: &k8s_openapi::api::apps::v1::StatefulSet,
         keys: &AnnotationKeys,
     ) -> Self {
@@ -367,7 +368,7 @@ impl WorkloadEntry {
         }
     }
 
-    pub fn from_daemonset(
+    pub(crate) fn from_daemonset(
         d: &k8s_openapi::api::apps::v1::DaemonSet,
         keys: &AnnotationKeys,
     ) -> Self {
@@ -393,7 +394,7 @@ impl WorkloadEntry {
 }
 
 /// Whether a workload opted out of the engine's restarts (`NS/rollout: disabled`).
-pub fn rollout_disabled(meta: &ObjectMeta, keys: &AnnotationKeys) -> bool {
+pub(crate) fn rollout_disabled(meta: &ObjectMeta, keys: &AnnotationKeys) -> bool {
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(&keys.rollout))

@@ -150,7 +150,7 @@ impl DriftIndex {
         }
     }
 
-    pub fn delete_pod(&mut self, namespace: &str, name: &str) {
+    pub(crate) fn delete_pod(&mut self, namespace: &str, name: &str) {
         let key = self.key(namespace, name);
         if self.pods.remove(&key).is_some() {
             self.changed_pod(&key);
@@ -169,7 +169,7 @@ impl DriftIndex {
     }
 
     /// After a relist: exactly these pods.
-    pub fn reset_pods<'m>(
+    pub(crate) fn reset_pods<'m>(
         &mut self,
         metas: impl IntoIterator<Item = &'m ObjectMeta>,
         keys: &AnnotationKeys,
@@ -203,7 +203,7 @@ impl DriftIndex {
     }
 
     /// Follows what the webhook configuration reaches (`None`: every namespace).
-    pub fn set_webhook_reach(&mut self, reach: Option<WebhookReach>) {
+    pub(crate) fn set_webhook_reach(&mut self, reach: Option<WebhookReach>) {
         if self.reach != reach {
             self.reach = reach;
             self.recompute_unsent();
@@ -212,7 +212,7 @@ impl DriftIndex {
         }
     }
 
-    pub fn apply_namespace(&mut self, meta: &ObjectMeta) {
+    pub(crate) fn apply_namespace(&mut self, meta: &ObjectMeta) {
         let Some(name) = meta.name.as_deref() else {
             return;
         };
@@ -223,13 +223,13 @@ impl DriftIndex {
         }
     }
 
-    pub fn delete_namespace(&mut self, name: &str) {
+    pub(crate) fn delete_namespace(&mut self, name: &str) {
         if self.namespace_labels.remove(name).is_some() {
             self.recompute_unsent();
         }
     }
 
-    pub fn reset_namespaces<'m>(&mut self, metas: impl IntoIterator<Item = &'m ObjectMeta>) {
+    pub(crate) fn reset_namespaces<'m>(&mut self, metas: impl IntoIterator<Item = &'m ObjectMeta>) {
         self.namespace_labels = metas
             .into_iter()
             .filter_map(|meta| {
@@ -265,7 +265,11 @@ impl DriftIndex {
 
     /// Why pods of `namespace` are left out, if they are: by `policy`, or because the webhook
     /// is never called for them (a namespace not listed yet counts as reached).
-    pub fn namespace_exclusion(&self, namespace: &str, policy: &DriftPolicy) -> Option<String> {
+    pub(crate) fn namespace_exclusion(
+        &self,
+        namespace: &str,
+        policy: &DriftPolicy,
+    ) -> Option<String> {
         namespace_exclusion(namespace, policy).or_else(|| self.unsent.get(namespace).cloned())
     }
 
@@ -302,14 +306,17 @@ impl DriftIndex {
         reach.leaves_out_pod(namespace, namespace_labels, &labels)
     }
 
-    pub fn delete_replicaset(&mut self, namespace: &str, name: &str) {
+    pub(crate) fn delete_replicaset(&mut self, namespace: &str, name: &str) {
         if remove_named(&mut self.replicasets, namespace, name).is_some() {
             let key = self.key(namespace, name);
             self.changed_replicaset(key);
         }
     }
 
-    pub fn reset_replicasets<'m>(&mut self, metas: impl IntoIterator<Item = &'m ObjectMeta>) {
+    pub(crate) fn reset_replicasets<'m>(
+        &mut self,
+        metas: impl IntoIterator<Item = &'m ObjectMeta>,
+    ) {
         self.replicasets.clear();
         for meta in metas {
             self.apply_replicaset(meta);
@@ -317,7 +324,13 @@ impl DriftIndex {
         self.changed_everything();
     }
 
-    pub fn apply_workload(&mut self, kind: WorkloadKind, meta: &ObjectMeta, keys: &AnnotationKeys) {
+    #[cfg(test)]
+    pub(crate) fn apply_workload(
+        &mut self,
+        kind: WorkloadKind,
+        meta: &ObjectMeta,
+        keys: &AnnotationKeys,
+    ) {
         let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref())
         else {
             return;
@@ -326,7 +339,7 @@ impl DriftIndex {
     }
 
     /// A workload already stripped to its entry (from a full watch).
-    pub fn apply_workload_entry(
+    pub(crate) fn apply_workload_entry(
         &mut self,
         kind: WorkloadKind,
         namespace: &str,
@@ -346,7 +359,7 @@ impl DriftIndex {
     }
 
     /// After a relist of one kind: exactly these (namespace, name, entry).
-    pub fn reset_workload_entries(
+    pub(crate) fn reset_workload_entries(
         &mut self,
         kind: WorkloadKind,
         entries: impl IntoIterator<Item = (String, String, WorkloadEntry)>,
@@ -358,7 +371,7 @@ impl DriftIndex {
         self.changed_everything();
     }
 
-    pub fn workload(
+    pub(crate) fn workload(
         &self,
         kind: WorkloadKind,
         namespace: &str,
@@ -367,32 +380,20 @@ impl DriftIndex {
         self.workloads[kind as usize].get(namespace)?.get(name)
     }
 
-    pub fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
+    pub(crate) fn delete_workload(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
         let removed = remove_named(&mut self.workloads[kind as usize], namespace, name);
         if removed.is_some_and(|w| w.rollout_disabled) {
             self.changed_everything();
         }
     }
 
-    pub fn reset_workloads<'m>(
-        &mut self,
-        kind: WorkloadKind,
-        metas: impl IntoIterator<Item = &'m ObjectMeta>,
-        keys: &AnnotationKeys,
-    ) {
-        self.workloads[kind as usize].clear();
-        for meta in metas {
-            self.apply_workload(kind, meta, keys);
-        }
-        self.changed_everything();
-    }
-
     /// The Deployment controlling a ReplicaSet, as the index knows it.
-    pub fn deployment_of(&self, namespace: &str, replicaset: &str) -> Option<&str> {
+    pub(crate) fn deployment_of(&self, namespace: &str, replicaset: &str) -> Option<&str> {
         self.replicasets.get(namespace)?.get(replicaset)?.as_deref()
     }
 
-    pub fn pod_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pod_count(&self) -> usize {
         self.pods.len()
     }
 
@@ -401,7 +402,7 @@ impl DriftIndex {
     /// `restart_unknown`), sorted. Pods the webhook's objectSelector leaves out are never
     /// among them: their replacements would not be injected either. A scan of the index:
     /// called per OnDelete workload in flight, not per event.
-    pub fn pods_needing_restart(
+    pub(crate) fn pods_needing_restart(
         &self,
         kind: WorkloadKind,
         namespace: &str,
@@ -424,7 +425,7 @@ impl DriftIndex {
     }
 
     /// The names of a workload's pods (that request a sidecar), sorted.
-    pub fn pod_names(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Vec<String> {
+    pub(crate) fn pod_names(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Vec<String> {
         let mut names: Vec<String> = self
             .pods_of(kind, namespace, name)
             .map(|((_, pod_name), _)| pod_name.to_string())

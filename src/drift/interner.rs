@@ -9,25 +9,25 @@ use std::sync::Arc;
 
 /// A pod's labels, sorted by key and interned as a whole: the pods of one ReplicaSet share
 /// one set. Kept for the webhook's objectSelector, which may change at any time.
-pub type Labels = Arc<[(Arc<str>, Arc<str>)]>;
+pub(crate) type Labels = Arc<[(Arc<str>, Arc<str>)]>;
 
 /// Namespaces, owner names, annotation values and labels, each stored once, and pods' label
 /// sets, each stored once.
 #[derive(Debug, Default)]
-pub struct Interner {
+pub(crate) struct Interner {
     strings: HashSet<Arc<str>>,
     label_sets: HashSet<Labels>,
 }
 
 impl Interner {
-    pub fn text(&mut self, text: &str) -> Arc<str> {
+    pub(crate) fn text(&mut self, text: &str) -> Arc<str> {
         intern(&mut self.strings, text)
     }
 
     /// A pod's labels (sorted by key, as the map keeps them), shared with every pod labelled
     /// alike. `before` (what the pod had) is taken as it is when equal: most pod events
     /// change its status only, and comparing costs less than interning.
-    pub fn labels(
+    pub(crate) fn labels(
         &mut self,
         labels: Option<&BTreeMap<String, String>>,
         before: Option<&Labels>,

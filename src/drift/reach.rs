@@ -14,7 +14,7 @@ use kube::core::{Selector, SelectorExt};
 /// `namespaceSelector` selects whose labels the same webhook's `objectSelector` selects (a
 /// webhook without one selects everything). `matchConditions` are not evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WebhookReach {
+pub(crate) struct WebhookReach {
     configuration: String,
     webhooks: Vec<WebhookSelectors>,
 }
@@ -26,7 +26,7 @@ struct WebhookSelectors {
 }
 
 impl WebhookReach {
-    pub fn of(configuration: &MutatingWebhookConfiguration) -> Self {
+    pub(crate) fn of(configuration: &MutatingWebhookConfiguration) -> Self {
         // The API server validated them; one it could not have kept selects everything, as
         // no reach known at all does.
         let selector = |selector: &Option<_>| {
@@ -52,13 +52,17 @@ impl WebhookReach {
 
     /// Why the webhook is never called for pods of `namespace`, labelled `labels`; `None` when
     /// it is for some.
-    pub fn leaves_out(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<String> {
+    pub(crate) fn leaves_out(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
         self.reaches(namespace, labels).err()
     }
 
     /// Whether the webhook is called for pods of `namespace`, labelled `labels` (for those
     /// its objectSelector selects): what selects it, or why it is left out.
-    pub fn reaches(
+    pub(crate) fn reaches(
         &self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
@@ -86,13 +90,13 @@ impl WebhookReach {
     }
 
     /// Whether some webhook selects pods by their labels: only then do a pod's labels matter.
-    pub fn selects_objects(&self) -> bool {
+    pub(crate) fn selects_objects(&self) -> bool {
         self.webhooks.iter().any(|w| !w.objects.selects_all())
     }
 
     /// Why the webhook is never called for a pod labelled `pod_labels` in `namespace`,
     /// labelled `namespace_labels`; `None` when it is.
-    pub fn leaves_out_pod(
+    pub(crate) fn leaves_out_pod(
         &self,
         namespace: &str,
         namespace_labels: &BTreeMap<String, String>,
@@ -104,7 +108,7 @@ impl WebhookReach {
 
     /// Whether the webhook is called for a pod labelled `pod_labels` in `namespace`,
     /// labelled `namespace_labels`: what selects it, or why it is left out.
-    pub fn reaches_pod(
+    pub(crate) fn reaches_pod(
         &self,
         namespace: &str,
         namespace_labels: &BTreeMap<String, String>,

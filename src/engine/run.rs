@@ -32,7 +32,7 @@ pub(crate) fn soonest_wake(
 /// `act_after_ready`: a pod the engine restarts is created through the webhook, and until the
 /// Service sends the API server's calls to a ready replica, it would come back without its
 /// sidecars (failurePolicy Ignore).
-pub async fn run(
+pub(crate) async fn run(
     mut engine: Engine,
     mut feed: DriftFeed,
     mut sidecars: watch::Receiver<Arc<SidecarSet>>,

@@ -13,7 +13,7 @@ use crate::config::RenderedJson;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
-pub enum Operation<'a> {
+pub(crate) enum Operation<'a> {
     Add {
         path: String,
         value: PatchValue<'a>,
@@ -35,7 +35,7 @@ pub enum Operation<'a> {
 
 /// The value of an operation, as it will be written.
 #[derive(Debug, Clone)]
-pub enum PatchValue<'a> {
+pub(crate) enum PatchValue<'a> {
     Borrowed(&'a Value),
     /// JSON text written as it is (a config item rendered at load).
     Raw(&'a RawValue),
@@ -211,29 +211,21 @@ pub struct JsonPatch<'a> {
 }
 
 impl<'a> JsonPatch<'a> {
-    pub fn operations(&self) -> &[Operation<'a>] {
-        &self.operations
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.operations.is_empty()
-    }
-
-    pub fn add(&mut self, tokens: &[&str], value: PatchValue<'a>) {
+    pub(crate) fn add(&mut self, tokens: &[&str], value: PatchValue<'a>) {
         self.operations.push(Operation::Add {
             path: pointer(tokens),
             value,
         });
     }
 
-    pub fn remove(&mut self, tokens: &[&str]) {
+    pub(crate) fn remove(&mut self, tokens: &[&str]) {
         self.operations.push(Operation::Remove {
             path: pointer(tokens),
         });
     }
 
     /// Fails the patch unless the value at `tokens` is `value`.
-    pub fn test(&mut self, tokens: &[&str], value: PatchValue<'a>) {
+    pub(crate) fn test(&mut self, tokens: &[&str], value: PatchValue<'a>) {
         self.operations.push(Operation::Test {
             path: pointer(tokens),
             value,
@@ -241,7 +233,7 @@ impl<'a> JsonPatch<'a> {
     }
 
     /// `replace` where the member exists (a reader of the patch sees an overwrite), else `add`.
-    pub fn set(&mut self, tokens: &[&str], exists: bool, value: PatchValue<'a>) {
+    pub(crate) fn set(&mut self, tokens: &[&str], exists: bool, value: PatchValue<'a>) {
         let path = pointer(tokens);
         self.operations.push(if exists {
             Operation::Replace { path, value }
@@ -250,21 +242,26 @@ impl<'a> JsonPatch<'a> {
         });
     }
 
-    pub fn with_capacity(operations: usize) -> Self {
+    pub(crate) fn with_capacity(operations: usize) -> Self {
         Self {
             operations: Vec::with_capacity(operations),
         }
     }
 
     /// Appends `items` to the list at `tokens`, or creates the list with them when absent.
-    pub fn append_all(&mut self, tokens: &[&str], exists: bool, items: Vec<PatchValue<'a>>) {
+    pub(crate) fn append_all(&mut self, tokens: &[&str], exists: bool, items: Vec<PatchValue<'a>>) {
         if !items.is_empty() {
             self.append_all_at(pointer(tokens), exists, items);
         }
     }
 
     /// [`JsonPatch::append_all`] at a pointer already built.
-    pub fn append_all_at(&mut self, mut path: String, exists: bool, items: Vec<PatchValue<'a>>) {
+    pub(crate) fn append_all_at(
+        &mut self,
+        mut path: String,
+        exists: bool,
+        items: Vec<PatchValue<'a>>,
+    ) {
         if items.is_empty() {
             return;
         }
@@ -317,7 +314,7 @@ impl<'a> JsonPatch<'a> {
 }
 
 /// An RFC 6901 pointer from unescaped tokens (`injector/status` becomes `injector~1status`).
-pub fn pointer(tokens: &[&str]) -> String {
+pub(crate) fn pointer(tokens: &[&str]) -> String {
     let mut path = String::with_capacity(tokens.iter().map(|t| t.len() + 1).sum::<usize>() + 4);
     for token in tokens {
         path.push('/');

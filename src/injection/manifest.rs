@@ -11,7 +11,7 @@ use crate::config::SidecarSet;
 use crate::name::SidecarName;
 
 /// Where the pod template sits in each kind `inject` understands.
-pub fn pod_template_pointer(kind: &str) -> Option<&'static str> {
+pub(crate) fn pod_template_pointer(kind: &str) -> Option<&'static str> {
     match kind {
         "Pod" => Some(""),
         "Deployment"
@@ -27,7 +27,7 @@ pub fn pod_template_pointer(kind: &str) -> Option<&'static str> {
 
 /// What happened to one object with a pod template, named `Kind/name`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ObjectOutcome {
+pub(crate) enum ObjectOutcome {
     /// Injected; `missing` are requested sidecars no config defines (allowed by policy).
     Injected {
         label: String,
@@ -44,7 +44,7 @@ pub enum ObjectOutcome {
 }
 
 #[derive(Debug, Error)]
-pub enum ManifestError {
+pub(crate) enum ManifestError {
     #[error("{label}: cannot read the pod: {source}")]
     ReadPod {
         label: String,
@@ -59,7 +59,7 @@ pub enum ManifestError {
 
 /// Injects into `document` in place (each item of a `List`, as `kubectl get -o yaml` prints).
 /// Kinds without a pod template pass through and report nothing.
-pub fn inject_manifest(
+pub(crate) fn inject_manifest(
     document: &mut Value,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
@@ -115,13 +115,13 @@ fn inject_pod(
 /// Where a document holds a pod: the object (a Pod, or a kind with a pod template; each item
 /// of a `List`) and its pod or template, as JSON pointers into the document.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodLocation {
-    pub object: String,
-    pub pod: String,
+pub(crate) struct PodLocation {
+    pub(crate) object: String,
+    pub(crate) pod: String,
 }
 
 /// Every pod a document holds, in document order.
-pub fn pod_locations(document: &Value) -> Vec<PodLocation> {
+pub(crate) fn pod_locations(document: &Value) -> Vec<PodLocation> {
     let mut found = Vec::new();
     let mut stack = vec![(String::new(), document)];
     while let Some((at, object)) = stack.pop() {
@@ -147,7 +147,7 @@ pub fn pod_locations(document: &Value) -> Vec<PodLocation> {
 }
 
 /// The objects of a document that hold a pod, each with its pod or template, in order.
-pub fn objects_with_pods(document: &Value) -> Vec<(&Value, &Value)> {
+pub(crate) fn objects_with_pods(document: &Value) -> Vec<(&Value, &Value)> {
     pod_locations(document)
         .iter()
         .filter_map(|at| Some((document.pointer(&at.object)?, document.pointer(&at.pod)?)))
@@ -155,7 +155,7 @@ pub fn objects_with_pods(document: &Value) -> Vec<(&Value, &Value)> {
 }
 
 /// `Kind/name` (or the generateName) of a document, for messages.
-pub fn document_label(document: &Value) -> String {
+pub(crate) fn document_label(document: &Value) -> String {
     let kind = document
         .get("kind")
         .and_then(Value::as_str)

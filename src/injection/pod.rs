@@ -10,63 +10,63 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// Annotations: keys and values borrowed from the body where they can be.
-pub type StringMap<'a> = BTreeMap<Cow<'a, str>, Cow<'a, str>>;
+pub(crate) type StringMap<'a> = BTreeMap<Cow<'a, str>, Cow<'a, str>>;
 
 /// The parts of a pod (or pod template) that injection reads.
 #[derive(Debug, Default, Deserialize)]
 pub struct PodView<'a> {
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
-    pub kind: Option<Cow<'a, str>>,
+    pub(crate) kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    pub metadata: PodMetadataView<'a>,
+    pub(crate) metadata: PodMetadataView<'a>,
     #[serde(default, borrow)]
-    pub spec: Option<PodSpecView<'a>>,
+    pub(crate) spec: Option<PodSpecView<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PodMetadataView<'a> {
+pub(crate) struct PodMetadataView<'a> {
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
-    pub name: Option<Cow<'a, str>>,
+    pub(crate) name: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
-    pub generate_name: Option<Cow<'a, str>>,
+    pub(crate) generate_name: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
-    pub namespace: Option<Cow<'a, str>>,
+    pub(crate) namespace: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "borrowed_map")]
-    pub annotations: Option<StringMap<'a>>,
+    pub(crate) annotations: Option<StringMap<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PodSpecView<'a> {
+pub(crate) struct PodSpecView<'a> {
     #[serde(default, borrow)]
-    pub containers: Option<Vec<ContainerView<'a>>>,
+    pub(crate) containers: Option<Vec<ContainerView<'a>>>,
     #[serde(default, borrow)]
-    pub init_containers: Option<Vec<ContainerView<'a>>>,
+    pub(crate) init_containers: Option<Vec<ContainerView<'a>>>,
     #[serde(default, borrow)]
-    pub volumes: Option<Vec<VolumeView<'a>>>,
+    pub(crate) volumes: Option<Vec<VolumeView<'a>>>,
     #[serde(default)]
-    pub host_aliases: Option<Vec<HostAlias>>,
+    pub(crate) host_aliases: Option<Vec<HostAlias>>,
     #[serde(default)]
-    pub host_network: Option<bool>,
+    pub(crate) host_network: Option<bool>,
     #[serde(default, rename = "hostPID")]
-    pub host_pid: Option<bool>,
+    pub(crate) host_pid: Option<bool>,
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
-    pub service_account_name: Option<Cow<'a, str>>,
+    pub(crate) service_account_name: Option<Cow<'a, str>>,
     /// Deprecated alias the apiserver still fills; kept in step with `serviceAccountName`.
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
-    pub service_account: Option<Cow<'a, str>>,
+    pub(crate) service_account: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerView<'a> {
+pub(crate) struct ContainerView<'a> {
     #[serde(borrow)]
-    pub name: Cow<'a, str>,
+    pub(crate) name: Cow<'a, str>,
     #[serde(default)]
-    pub env: Option<EnvList>,
+    pub(crate) env: Option<EnvList>,
     #[serde(default, borrow)]
-    pub volume_mounts: Option<Vec<MountView<'a>>>,
+    pub(crate) volume_mounts: Option<Vec<MountView<'a>>>,
 }
 
 /// A container's env list as the body wrote it. Injection only asks whether a name is taken,
@@ -74,17 +74,17 @@ pub struct ContainerView<'a> {
 /// production pod the env lists are often half the bytes, and reading every entry cost more
 /// than reading the rest of the pod.
 #[derive(Debug)]
-pub struct EnvList(Box<RawValue>);
+pub(crate) struct EnvList(Box<RawValue>);
 
 impl EnvList {
     /// The list's JSON text.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         self.0.get()
     }
 
     /// The entries' names. A list whose entries do not read as named objects yields none: the
     /// apiserver refuses such a pod whatever is added to it.
-    pub fn names(&self) -> Vec<Cow<'_, str>> {
+    pub(crate) fn names(&self) -> Vec<Cow<'_, str>> {
         serde_json::from_str::<Vec<NamedView<'_>>>(self.text())
             .map(|entries| entries.into_iter().map(|entry| entry.name).collect())
             .unwrap_or_default()
@@ -109,26 +109,26 @@ impl<'de> Deserialize<'de> for EnvList {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct NamedView<'a> {
+pub(crate) struct NamedView<'a> {
     #[serde(borrow)]
-    pub name: Cow<'a, str>,
+    pub(crate) name: Cow<'a, str>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MountView<'a> {
+pub(crate) struct MountView<'a> {
     #[serde(borrow)]
-    pub name: Cow<'a, str>,
+    pub(crate) name: Cow<'a, str>,
     #[serde(default, borrow)]
-    pub mount_path: Cow<'a, str>,
+    pub(crate) mount_path: Cow<'a, str>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct VolumeView<'a> {
+pub(crate) struct VolumeView<'a> {
     #[serde(borrow)]
-    pub name: Cow<'a, str>,
+    pub(crate) name: Cow<'a, str>,
     #[serde(default)]
-    pub secret: Option<serde::de::IgnoredAny>,
+    pub(crate) secret: Option<serde::de::IgnoredAny>,
 }
 
 impl PodView<'_> {

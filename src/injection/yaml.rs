@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 /// `value` as a YAML document (without the `---` marker), ending with a newline.
-pub fn to_yaml(value: &Value) -> String {
+pub(crate) fn to_yaml(value: &Value) -> String {
     let mut out = String::new();
     match value {
         Value::Object(map) if !map.is_empty() => write_mapping(&mut out, map, 0),

@@ -10,15 +10,15 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InjectionLabels {
+pub(crate) struct InjectionLabels {
     /// success, skipped or error.
-    pub status: &'static str,
+    pub(crate) status: &'static str,
     /// all_groovy, no_annotation, already_injected, ignored_namespace, missing_config,
     /// unmarshal_error, patching_error.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// The requested sidecars when every one is a loaded config, else empty: a pod creator
     /// must not be able to mint series.
-    pub requested: String,
+    pub(crate) requested: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -33,7 +33,7 @@ struct HandlerLabels {
     method: &'static str,
 }
 
-pub struct TumblrMetrics {
+pub(crate) struct TumblrMetrics {
     pub(super) registry: Registry,
     /// Tumblr's `injections` counter. OpenMetrics requires a counter's samples to end in
     /// `_total`, which would rename the series; exposed as a gauge that only grows, the name
@@ -46,7 +46,7 @@ pub struct TumblrMetrics {
 }
 
 impl TumblrMetrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
         let injections = Family::<InjectionLabels, Gauge>::default();
         registry.register(
@@ -90,17 +90,17 @@ impl TumblrMetrics {
         }
     }
 
-    pub fn record_injection(&self, labels: InjectionLabels) {
+    pub(crate) fn record_injection(&self, labels: InjectionLabels) {
         self.injections.get_or_create(&labels).inc();
     }
 
     /// A request to `handler` (mutate, health or metrics) begins.
-    pub fn request_started(&self) {
+    pub(crate) fn request_started(&self) {
         self.in_flight.inc();
     }
 
     /// It ended with `code` after `seconds`, its body `bytes` long when known.
-    pub fn request_ended(
+    pub(crate) fn request_ended(
         &self,
         handler: &'static str,
         method: &'static str,

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 /// Where a sidecar's campaign stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum CampaignState {
+pub(crate) enum CampaignState {
     /// The revision is newer than `--settle`: more edits may follow.
     Settling,
     Running,
@@ -28,7 +28,7 @@ pub enum CampaignState {
 }
 
 impl CampaignState {
-    pub const ALL: [CampaignState; 5] = [
+    pub(crate) const ALL: [CampaignState; 5] = [
         CampaignState::Settling,
         CampaignState::Running,
         CampaignState::Paused,
@@ -36,7 +36,7 @@ impl CampaignState {
         CampaignState::Manual,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CampaignState::Settling => "settling",
             CampaignState::Running => "running",
@@ -48,128 +48,128 @@ impl CampaignState {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CampaignCounts {
+pub(crate) struct CampaignCounts {
     /// Workloads still to restart (waiting or about to be patched).
-    pub pending: u32,
-    pub rolling: u32,
-    pub succeeded: u32,
-    pub failed: u32,
+    pub(crate) pending: u32,
+    pub(crate) rolling: u32,
+    pub(crate) succeeded: u32,
+    pub(crate) failed: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Failure {
-    pub workload: WorkloadRef,
-    pub reason: String,
-    pub at: Time,
+pub(crate) struct Failure {
+    pub(crate) workload: WorkloadRef,
+    pub(crate) reason: String,
+    pub(crate) at: Time,
 }
 
 /// One sidecar's campaign: bringing every pod requesting it to `revision`. Persisted in the
 /// status ConfigMap, so a pause outlives the process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Campaign {
-    pub revision: String,
+pub(crate) struct Campaign {
+    pub(crate) revision: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<String>,
+    pub(crate) previous: Option<String>,
     /// When this revision came into force (the settle window runs from here).
-    pub since: Time,
-    pub state: CampaignState,
+    pub(crate) since: Time,
+    pub(crate) state: CampaignState,
     #[serde(default)]
-    pub counts: CampaignCounts,
+    pub(crate) counts: CampaignCounts,
     /// The latest failures with their reasons, [`FAILURE_DETAILS`] at most: the workloads of
     /// older ones are still in `failed_workloads`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failures: Vec<Failure>,
+    pub(crate) failures: Vec<Failure>,
     /// Every workload that failed under this revision (none is restarted again under it): by
     /// name only, so that a revision failing across thousands of workloads keeps the status
     /// ConfigMap far below its 1 MiB.
     #[serde(default, skip_serializing_if = "FailedWorkloads::is_empty")]
-    pub failed_workloads: FailedWorkloads,
+    pub(crate) failed_workloads: FailedWorkloads,
     /// Failures cleared by `rollout --resume`: only later ones count toward a pause.
     #[serde(default)]
-    pub acknowledged_failures: usize,
+    pub(crate) acknowledged_failures: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pause_reason: Option<String>,
+    pub(crate) pause_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub changes: Option<String>,
+    pub(crate) changes: Option<String>,
     /// The last `rollout --resume` of this campaign: who asked and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumed: Option<Resumption>,
+    pub(crate) resumed: Option<Resumption>,
     /// This campaign brings pods back to the revision a failed campaign was leaving (the config
     /// was reverted): which revision failed, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reverted: Option<Reversion>,
+    pub(crate) reverted: Option<Reversion>,
     /// Revisions of this sidecar whose campaigns failed before this one (the last few): pods
     /// still carrying one are broken by it, so their workload's ill health is no reason to
     /// hold its restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failed_before: Vec<String>,
+    pub(crate) failed_before: Vec<String>,
     /// Paused under `--on-campaign-failure=hold`: new pods get this last good revision instead
     /// of the one that failed, until the campaign resumes, a new revision arrives or the hold
     /// is released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<Hold>,
+    pub(crate) held: Option<Hold>,
 }
 
 /// The revision new pods get while a campaign is paused, with its content (every replica
 /// serving the webhook injects it from here).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hold {
-    pub revision: String,
-    pub content: serde_json::Value,
-    pub since: Time,
+pub(crate) struct Hold {
+    pub(crate) revision: String,
+    pub(crate) content: serde_json::Value,
+    pub(crate) since: Time,
 }
 
 /// A revision served and rolled out in place of the config's (`rollout --to`), until the
 /// config changes or `rollout --unpin`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pin {
-    pub revision: String,
-    pub content: serde_json::Value,
+pub(crate) struct Pin {
+    pub(crate) revision: String,
+    pub(crate) content: serde_json::Value,
     /// The config's revision when it was pinned: a config change ends the pin.
-    pub over: String,
-    pub by: String,
-    pub at: Time,
+    pub(crate) over: String,
+    pub(crate) by: String,
+    pub(crate) at: Time,
 }
 
 /// A campaign that undoes a failed one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reversion {
+pub(crate) struct Reversion {
     /// The revision whose campaign failed.
-    pub from: String,
-    pub reason: String,
+    pub(crate) from: String,
+    pub(crate) reason: String,
 }
 
 /// Who resumed a paused campaign, and when: written by `rollout --resume` into the status
 /// ConfigMap, where the Lease holder adopts it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resumption {
-    pub by: String,
-    pub at: Time,
+pub(crate) struct Resumption {
+    pub(crate) by: String,
+    pub(crate) at: Time,
 }
 
 /// How many failures a campaign keeps the reasons of (the latest).
-pub const FAILURE_DETAILS: usize = 20;
+pub(crate) const FAILURE_DETAILS: usize = 20;
 
 /// Workloads, written as `{namespace: ["Kind/name", ...]}`: about 45 bytes each in the
 /// status ConfigMap, where a [`Failure`] takes about 320.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FailedWorkloads(BTreeSet<WorkloadRef>);
+pub(crate) struct FailedWorkloads(BTreeSet<WorkloadRef>);
 
 impl FailedWorkloads {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
-    pub fn contains(&self, workload: &WorkloadRef) -> bool {
+    pub(crate) fn contains(&self, workload: &WorkloadRef) -> bool {
         self.0.contains(workload)
     }
 
-    pub fn insert(&mut self, workload: WorkloadRef) -> bool {
+    pub(crate) fn insert(&mut self, workload: WorkloadRef) -> bool {
         self.0.insert(workload)
     }
 }
@@ -231,7 +231,7 @@ impl Campaign {
     }
 
     /// A workload failed under this revision: counted once, its reason kept among the latest.
-    pub fn record_failure(&mut self, failure: Failure) {
+    pub(crate) fn record_failure(&mut self, failure: Failure) {
         if !self.failed_workloads.insert(failure.workload.clone()) {
             return;
         }
@@ -245,7 +245,7 @@ impl Campaign {
     }
 
     /// Workloads that failed under this revision.
-    pub fn failure_count(&self) -> usize {
+    pub(crate) fn failure_count(&self) -> usize {
         self.failed_workloads.len()
     }
 
@@ -256,7 +256,7 @@ impl Campaign {
 
     /// The failures since the last `rollout --resume` whose reasons are still kept, oldest
     /// first.
-    pub fn unacknowledged_details(&self) -> &[Failure] {
+    pub(crate) fn unacknowledged_details(&self) -> &[Failure] {
         let kept = self.unacknowledged_failures().min(self.failures.len());
         &self.failures[self.failures.len() - kept..]
     }
@@ -271,7 +271,7 @@ impl Campaign {
     }
 
     /// What `rollout --resume` does: failures so far no longer count, the campaign runs again.
-    pub fn resume(&mut self) {
+    pub(crate) fn resume(&mut self) {
         self.acknowledged_failures = self.failure_count();
         self.pause_reason = None;
         self.held = None;
@@ -283,28 +283,28 @@ impl Campaign {
 
 /// Every sidecar's campaign, by sidecar name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CampaignBook {
-    pub campaigns: BTreeMap<String, Campaign>,
+pub(crate) struct CampaignBook {
+    pub(crate) campaigns: BTreeMap<String, Campaign>,
     /// The engine's `--maintenance-window`s, for `drift` to show; none without any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maintenance: Option<MaintenanceStatus>,
+    pub(crate) maintenance: Option<MaintenanceStatus>,
     /// Revisions pinned by `rollout --to`, by sidecar.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub pins: BTreeMap<String, Pin>,
+    pub(crate) pins: BTreeMap<String, Pin>,
 }
 
 /// Whether the engine's maintenance windows are open, and when that changes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MaintenanceStatus {
-    pub windows: String,
-    pub open: bool,
+pub(crate) struct MaintenanceStatus {
+    pub(crate) windows: String,
+    pub(crate) open: bool,
     /// The next opening (closed) or closing (open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<Time>,
+    pub(crate) until: Option<Time>,
 }
 
 impl MaintenanceStatus {
-    pub fn of(windows: &MaintenanceWindows, now: Timestamp) -> Option<Self> {
+    pub(crate) fn of(windows: &MaintenanceWindows, now: Timestamp) -> Option<Self> {
         let state = windows.state(now);
         (!windows.is_empty()).then(|| Self {
             windows: windows.text(),
@@ -316,28 +316,28 @@ impl MaintenanceStatus {
 
 /// A campaign `rollout --resume` took out of its pause.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resumed {
-    pub sidecar: String,
-    pub revision: String,
+pub(crate) struct Resumed {
+    pub(crate) sidecar: String,
+    pub(crate) revision: String,
 }
 
 /// The most the book may take in the status ConfigMap before no restart starts. A ConfigMap
 /// holds at most 1 MiB of data: the rest is room for the failures of the restarts already
 /// rolling when the book reaches this, and for the replicas' `injectors` item.
-pub const BOOK_BUDGET_BYTES: usize = 896 * 1024;
+pub(crate) const BOOK_BUDGET_BYTES: usize = 896 * 1024;
 
 /// A book over [`BOOK_BUDGET_BYTES`]: past 1 MiB no status write succeeds, so a pause, a hold
 /// or a failure could no longer be recorded for the next leader.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct BookOverflow {
-    pub bytes: usize,
-    pub budget: usize,
+pub(crate) struct BookOverflow {
+    pub(crate) bytes: usize,
+    pub(crate) budget: usize,
     /// The sidecar whose campaign takes the most of it, with that campaign's failed
     /// workloads and the bytes of the config it holds new pods at and of its pin.
-    pub sidecar: String,
-    pub failed_workloads: usize,
-    pub held_and_pinned_bytes: usize,
+    pub(crate) sidecar: String,
+    pub(crate) failed_workloads: usize,
+    pub(crate) held_and_pinned_bytes: usize,
 }
 
 impl std::fmt::Display for BookOverflow {
@@ -397,13 +397,13 @@ fn encoded_len(value: &impl Serialize) -> usize {
 
 impl CampaignBook {
     /// The book's text in the status ConfigMap.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         serde_json::to_string_pretty(self).expect("the book serializes")
     }
 
     /// When the book's text is over [`BOOK_BUDGET_BYTES`]: by how much, and whose campaign
     /// takes the most of it.
-    pub fn overflow(&self) -> Option<BookOverflow> {
+    pub(crate) fn overflow(&self) -> Option<BookOverflow> {
         let bytes = encoded_len(self);
         if bytes <= BOOK_BUDGET_BYTES {
             return None;
@@ -434,7 +434,7 @@ impl CampaignBook {
     }
 
     /// The book as the status ConfigMap holds it, in any form an earlier version wrote.
-    pub fn decode(text: &str) -> Result<Self, serde_json::Error> {
+    pub(crate) fn decode(text: &str) -> Result<Self, serde_json::Error> {
         let mut book: Self = serde_json::from_str(text)?;
         for campaign in book.campaigns.values_mut() {
             campaign.remember_failed_workloads();
@@ -444,7 +444,7 @@ impl CampaignBook {
 
     /// `rollout --resume`: every paused campaign runs again (its failures so far no longer
     /// count), marked with who resumed it and when.
-    pub fn resume_paused(&mut self, by: &str, at: Time) -> Vec<Resumed> {
+    pub(crate) fn resume_paused(&mut self, by: &str, at: Time) -> Vec<Resumed> {
         let mut resumed = Vec::new();
         for (sidecar, campaign) in &mut self.campaigns {
             if campaign.state != CampaignState::Paused {
@@ -467,7 +467,7 @@ impl CampaignBook {
 impl CampaignBook {
     /// Flags, on the drift report, the campaign of each sidecar's revision in force (a
     /// paused one with its reason) and the sidecars whose rollout policy is manual.
-    pub fn flag(
+    pub(crate) fn flag(
         &self,
         report: &mut crate::drift::DriftReport,
         manual: &std::collections::BTreeSet<String>,
@@ -523,7 +523,7 @@ impl CampaignBook {
 
     /// `config` with each pin in force (the config still at the revision it was pinned over)
     /// serving its revision: what the engine rolls out and the replicas publish.
-    pub fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
+    pub(crate) fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
         let mut set = config.clone();
         let mut errors = Vec::new();
         for (sidecar, pin) in &self.pins {
@@ -542,7 +542,7 @@ impl CampaignBook {
     }
 
     /// Pins whose config changed since: a config change ends a pin.
-    pub fn drop_stale_pins(&mut self, config: &SidecarSet) -> Vec<(String, Pin)> {
+    pub(crate) fn drop_stale_pins(&mut self, config: &SidecarSet) -> Vec<(String, Pin)> {
         let stale: Vec<String> = self
             .pins
             .iter()
@@ -562,7 +562,7 @@ impl CampaignBook {
     /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
     /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
     /// and the warnings kubectl shows the creator of such a pod.
-    pub fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
+    pub(crate) fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
         let mut set = pinned.clone();
         let mut errors = Vec::new();
         for sidecar in pinned.iter() {
@@ -587,7 +587,7 @@ impl CampaignBook {
 
     /// What the webhook tells the creator of a pod injected with a sidecar whose campaign is
     /// paused: the pod gets a revision that failed, or the last good one it is held at.
-    pub fn admission_warnings(
+    pub(crate) fn admission_warnings(
         &self,
         set: &SidecarSet,
     ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
@@ -624,7 +624,7 @@ impl CampaignBook {
 
     /// Notes, on each sidecar with pods to restart and no note yet, that the book is over its
     /// budget: nothing is restarted until it shrinks.
-    pub fn flag_overflow(&self, report: &mut crate::drift::DriftReport) {
+    pub(crate) fn flag_overflow(&self, report: &mut crate::drift::DriftReport) {
         let Some(overflow) = self.overflow() else {
             return;
         };
@@ -637,7 +637,7 @@ impl CampaignBook {
 
     /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
     /// maintenance window is closed and when it opens.
-    pub fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
+    pub(crate) fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
         let Some(status) = self.maintenance.as_ref().filter(|m| !m.open) else {
             return;
         };

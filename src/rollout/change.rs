@@ -8,23 +8,23 @@ use serde_json::Value;
 use crate::drift::DriftState;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SidecarChange {
-    pub sidecar: String,
+pub(crate) struct SidecarChange {
+    pub(crate) sidecar: String,
     /// What the workload's pods run now: stale (`from` is their revision), uninjected, or
     /// injected without a revision (unknown).
-    pub state: DriftState,
+    pub(crate) state: DriftState,
     /// The revision the workload's stale pods run; `None` when they were never injected or
     /// carry no revision.
-    pub from: Option<String>,
-    pub to: String,
+    pub(crate) from: Option<String>,
+    pub(crate) to: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub what: Option<String>,
+    pub(crate) what: Option<String>,
 }
 
 /// An Event's action for a restart: the sidecars and their two revisions, e.g.
 /// `logger:v1 3f2a9c1e7b0d->77b0d2aa41c9`. Kube's recorder folds repeats by action, so what
 /// differs between restarts goes here rather than in the note.
-pub fn restart_action(changes: &[SidecarChange]) -> String {
+pub(crate) fn restart_action(changes: &[SidecarChange]) -> String {
     changes
         .iter()
         .map(|c| {
@@ -40,7 +40,7 @@ pub fn restart_action(changes: &[SidecarChange]) -> String {
 }
 
 /// `NS/rollout-reason`, e.g. `sidecar logger:v1 3f2a9c1e7b0d -> 77b0d2aa41c9: containers[logger].image "1.0" -> "2.0"`.
-pub fn rollout_reason(changes: &[SidecarChange]) -> String {
+pub(crate) fn rollout_reason(changes: &[SidecarChange]) -> String {
     changes
         .iter()
         .map(|c| {
@@ -61,7 +61,7 @@ pub fn rollout_reason(changes: &[SidecarChange]) -> String {
 }
 
 /// What differs between two injected contents, as at most three `path: old -> new` items.
-pub fn describe_changes(old: &Value, new: &Value) -> String {
+pub(crate) fn describe_changes(old: &Value, new: &Value) -> String {
     let mut changes = Vec::new();
     diff(old, new, &mut String::new(), &mut changes);
     if changes.is_empty() {

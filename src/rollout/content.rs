@@ -8,17 +8,17 @@ use crate::config::{LoadedSidecar, SidecarConfig};
 /// Why a held or pinned revision's content cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the content of revision {revision} of {sidecar} no longer loads: {reason}")]
-pub struct ContentError {
-    pub sidecar: String,
-    pub revision: String,
-    pub reason: String,
+pub(crate) struct ContentError {
+    pub(crate) sidecar: String,
+    pub(crate) revision: String,
+    pub(crate) reason: String,
 }
 
 /// The sidecar `like` would be with `content` injected instead of its own: the same name,
 /// origin and rollout policy. Refused unless the content hashes to `revision` (a content
 /// edited by hand in the ConfigMap, or read by another hashing, is never served under a
 /// revision it does not have).
-pub fn sidecar_with_content(
+pub(crate) fn sidecar_with_content(
     like: &LoadedSidecar,
     revision: &str,
     content: &Value,

@@ -7,20 +7,20 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::book::CampaignBook;
 use super::gates::after;
-pub use super::in_place::NextPod;
+pub(crate) use super::in_place::NextPod;
 use crate::config::revision::stamp_items;
 use crate::drift::PodToReplace;
 
 /// The last eviction made in a workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LastEviction {
-    pub pod: PodToReplace,
-    pub at: Timestamp,
+pub(crate) struct LastEviction {
+    pub(crate) pod: PodToReplace,
+    pub(crate) at: Timestamp,
 }
 
 /// After an eviction, the next in the same workload waits at least this long, on top of the
 /// workload being healthy again, so that a status that lags the eviction cannot let two go.
-pub const EVICTION_SPACING: Duration = Duration::from_secs(2);
+pub(crate) const EVICTION_SPACING: Duration = Duration::from_secs(2);
 
 /// The next pod to evict of a rolling OnDelete workload (`stale` sorted), or none: once the last
 /// evicted pod is gone from the stale ones, and not within [`EVICTION_SPACING`] of it; a pod
@@ -28,7 +28,7 @@ pub const EVICTION_SPACING: Duration = Duration::from_secs(2);
 /// (see [`NextPod::heal`]), the others only while it is healthy. A replacement under the same
 /// name that the webhook never saw (uninjected, where the evicted pod was injected) is another
 /// pod: it is evicted in turn.
-pub fn next_eviction<'p>(
+pub(crate) fn next_eviction<'p>(
     stale: &'p [PodToReplace],
     healthy: bool,
     last: Option<&LastEviction>,
@@ -45,7 +45,7 @@ pub fn next_eviction<'p>(
 
 /// Whether `pod` carries a revision whose campaign failed (one of the book's `failedBefore`):
 /// a pod such a revision of ours broke is replaced first.
-pub fn carries_failed_revision(pod: &PodToReplace, book: &CampaignBook) -> bool {
+pub(crate) fn carries_failed_revision(pod: &PodToReplace, book: &CampaignBook) -> bool {
     pod.revision.as_deref().is_some_and(|stamp| {
         stamp_items(stamp).any(|(sidecar, revision)| {
             book.campaigns
@@ -57,15 +57,15 @@ pub fn carries_failed_revision(pod: &PodToReplace, book: &CampaignBook) -> bool 
 
 /// A workload whose evictions a PodDisruptionBudget refuses, since when.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockedEviction {
-    pub since: Timestamp,
+pub(crate) struct BlockedEviction {
+    pub(crate) since: Timestamp,
     /// Said once it passed `--eviction-timeout`.
-    pub reported: bool,
+    pub(crate) reported: bool,
 }
 
 /// What to say about a refused eviction, and when to try again.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BlockNews {
+pub(crate) enum BlockNews {
     /// The first refusal: one info line.
     First,
     /// Refused again, within `--eviction-timeout`, or already reported: nothing.
@@ -76,11 +76,11 @@ pub enum BlockNews {
 
 /// Retries while a budget refuses: every few seconds at first, then, once the refusal is
 /// reported, at this pace: a budget that allows no disruption for minutes is not spun on.
-pub const BLOCKED_RETRY: Duration = Duration::from_secs(5);
-pub const OVERDUE_RETRY: Duration = Duration::from_secs(30);
+pub(crate) const BLOCKED_RETRY: Duration = Duration::from_secs(5);
+pub(crate) const OVERDUE_RETRY: Duration = Duration::from_secs(30);
 
 /// The state after one more refusal at `now`, what to say, and when to retry.
-pub fn on_blocked(
+pub(crate) fn on_blocked(
     previous: Option<&BlockedEviction>,
     now: Timestamp,
     timeout: Duration,

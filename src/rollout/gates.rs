@@ -16,7 +16,7 @@ use crate::maintenance::WindowState;
 use crate::workload::{RestartMethod, UpdateStrategy, WorkloadKind, WorkloadRef};
 
 /// `time + duration`, saturating.
-pub fn after(time: Timestamp, duration: Duration) -> Timestamp {
+pub(crate) fn after(time: Timestamp, duration: Duration) -> Timestamp {
     time.checked_add(SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX))
         .unwrap_or(Timestamp::MAX)
 }

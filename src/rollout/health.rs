@@ -65,13 +65,14 @@ pub(super) fn progress(kind: WorkloadKind, w: &WorkloadEntry) -> String {
 /// restarted, is waiting for anything but its creation (a back-off, an image it cannot pull),
 /// or has terminated, with what its status says; `None` when nothing is. A container merely
 /// not ready yet (a new pod of a scale-up) is not a problem.
-pub fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     container_problems_since(pod, None)
 }
 
 /// [`container_problems`], counting restarts from `baseline` (each container's restart count
 /// when the pod was upgraded in place, the upgraded container having restarted on purpose).
-pub fn container_problems_since(
+pub(crate) fn container_problems_since(
     pod: &k8s_openapi::api::core::v1::Pod,
     baseline: Option<&std::collections::BTreeMap<String, i32>>,
 ) -> Option<String> {

@@ -18,7 +18,7 @@ use crate::config::revision::injected_content;
 /// How a revision's rollout went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Served, its campaign neither completed nor failed yet.
     Pending,
     /// Its campaign completed, or it served for `--good-after` without a failure.
@@ -30,33 +30,33 @@ pub enum Outcome {
 /// One revision of a sidecar.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HistoryEntry {
-    pub revision: String,
+pub(crate) struct HistoryEntry {
+    pub(crate) revision: String,
     /// The injected content, as the revision hashes it.
-    pub content: Value,
-    pub first_served: Time,
-    pub outcome: Outcome,
+    pub(crate) content: Value,
+    pub(crate) first_served: Time,
+    pub(crate) outcome: Outcome,
     /// Why it failed (the pause reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 /// Every sidecar's last revisions, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RevisionHistory {
-    pub sidecars: BTreeMap<String, Vec<HistoryEntry>>,
+pub(crate) struct RevisionHistory {
+    pub(crate) sidecars: BTreeMap<String, Vec<HistoryEntry>>,
 }
 
 /// How many revisions each sidecar keeps unless told otherwise.
-pub const DEFAULT_HISTORY_LIMIT: usize = 10;
+pub(crate) const DEFAULT_HISTORY_LIMIT: usize = 10;
 
 /// What the history ConfigMap may hold in all: a ConfigMap is at most 1 MiB, and the rest is
 /// left for its metadata and JSON framing.
-pub const MAX_HISTORY_BYTES: usize = 900 * 1024;
+pub(crate) const MAX_HISTORY_BYTES: usize = 900 * 1024;
 
 /// Why a revision asked for by `rollout --to` cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HistoryError {
+pub(crate) enum HistoryError {
     #[error("`{0}` is not SIDECAR=REVISION (e.g. logger:v1=3f2a9c1e7b0d, or logger:v1=previous)")]
     Spec(String),
     #[error("no revision history for sidecar {sidecar}; {}", known_sidecars(known))]
@@ -93,7 +93,7 @@ impl RevisionHistory {
     /// of each revision's campaign: paused -> failed, complete -> good, served for
     /// `good_after` without a failure -> good. Keeps the last `limit` revisions per sidecar.
     /// Returns whether anything changed.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         served: &SidecarSet,
         book: &CampaignBook,
@@ -156,12 +156,12 @@ impl RevisionHistory {
         }
     }
 
-    pub fn entries(&self, sidecar: &str) -> &[HistoryEntry] {
+    pub(crate) fn entries(&self, sidecar: &str) -> &[HistoryEntry] {
         self.sidecars.get(sidecar).map_or(&[], Vec::as_slice)
     }
 
     /// The newest good revision of `sidecar` other than `except`.
-    pub fn last_good(&self, sidecar: &str, except: &str) -> Option<&HistoryEntry> {
+    pub(crate) fn last_good(&self, sidecar: &str, except: &str) -> Option<&HistoryEntry> {
         self.entries(sidecar)
             .iter()
             .rev()
@@ -170,7 +170,7 @@ impl RevisionHistory {
 
     /// The revision `spec` (`SIDECAR=REV`, or `SIDECAR=previous`: the newest revision before
     /// `current` that did not fail) names.
-    pub fn resolve(
+    pub(crate) fn resolve(
         &self,
         spec: &str,
         current: impl Fn(&str) -> Option<String>,
@@ -225,7 +225,7 @@ impl RevisionHistory {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Pending => "pending",
             Outcome::Good => "good",

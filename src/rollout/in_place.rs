@@ -19,7 +19,7 @@ use crate::injection::json_patch::JsonPatch;
 
 /// Whether the engine may upgrade sidecars in place (`--in-place`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum InPlaceMode {
+pub(crate) enum InPlaceMode {
     /// In place whenever only images of injected containers change (and the sidecar's config
     /// does not say `rollout: {inPlace: false}`).
     #[default]
@@ -33,7 +33,7 @@ const REGULAR: [&str; 2] = ["containers", "prependContainers"];
 
 /// The new image of each injected regular container whose image differs from `from` to `to`,
 /// when nothing else differs; else why not, as a person reads it.
-pub fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String>, String> {
     let mut changes = BTreeMap::new();
     let mut from = from.clone();
     for list in REGULAR {
@@ -95,7 +95,7 @@ pub fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String
 }
 
 /// Why `sidecar` cannot go from `from` to `to` in place, or the images to set.
-pub fn sidecar_changes(
+pub(crate) fn sidecar_changes(
     history: &RevisionHistory,
     sidecar: &str,
     from: &str,
@@ -114,19 +114,19 @@ pub fn sidecar_changes(
 
 /// The JSON patch that upgrades one pod in place, and the containers it upgrades.
 #[derive(Clone, Debug, PartialEq)]
-pub struct InPlacePatch {
-    pub patch: JsonPatch<'static>,
+pub(crate) struct InPlacePatch {
+    pub(crate) patch: JsonPatch<'static>,
     /// The containers whose image it sets, with the image.
-    pub upgraded: BTreeMap<String, String>,
+    pub(crate) upgraded: BTreeMap<String, String>,
     /// The pod's `NS/revision` after the patch.
-    pub revision: String,
+    pub(crate) revision: String,
 }
 
 /// The patch that brings `pod` to `target` in place: each of its sidecars whose revision
 /// differs goes through [`sidecar_changes`]; the images are replaced (each guarded by a test
 /// of the container's name, and the whole by the pod's uid, so a pod changed or replaced since
 /// it was read is not patched) and `NS/revision` is set in the same patch.
-pub fn pod_patch(
+pub(crate) fn pod_patch(
     pod: &Pod,
     keys: &AnnotationKeys,
     target: &RevisionStamp,
@@ -193,12 +193,12 @@ pub fn pod_patch(
 /// The pod [`next_upgrade`] or [`super::eviction::next_eviction`] picks, and whether only because
 /// a failed revision of ours broke it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NextPod<'p> {
-    pub pod: &'p PodToReplace,
+pub(crate) struct NextPod<'p> {
+    pub(crate) pod: &'p PodToReplace,
     /// Picked while its workload is unhealthy, because it carries a revision whose campaign
     /// failed: it is replaced only if it is indeed unavailable (not Ready), which replacing it
     /// cannot make worse; a Ready one waits for the workload's health like any other.
-    pub heal: bool,
+    pub(crate) heal: bool,
 }
 
 /// The next pod of a workload upgraded in place (`stale` sorted, the last first), or none: one
@@ -206,7 +206,7 @@ pub struct NextPod<'p> {
 /// its pods `failed`: that fails its restart at the next plan, and until then no other pod is
 /// touched. Pods that carry a revision whose campaign failed (`broken`) come first, whatever the
 /// workload's health (see [`NextPod::heal`]); the others only while the workload is healthy.
-pub fn next_upgrade<'p>(
+pub(crate) fn next_upgrade<'p>(
     stale: &'p [PodToReplace],
     healthy: bool,
     upgrading: bool,
@@ -239,34 +239,34 @@ pub(super) fn broken_first<'p>(
 }
 
 /// Whether a pod is unavailable: not Ready (pending, backing off, failing its probe).
-pub fn unavailable(pod: &Pod) -> bool {
+pub(crate) fn unavailable(pod: &Pod) -> bool {
     ready_since(pod).is_none()
 }
 
 /// One pod being upgraded in place: what it was when patched.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InPlaceUpgrade {
-    pub namespace: String,
-    pub pod: String,
-    pub uid: String,
+pub(crate) struct InPlaceUpgrade {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) uid: String,
     /// The containers upgraded, with the image each was running (as its status said) and its
     /// restart count then.
-    pub upgraded: BTreeMap<String, (String, i32)>,
+    pub(crate) upgraded: BTreeMap<String, (String, i32)>,
     /// The image each upgraded container is patched to.
-    pub images: BTreeMap<String, String>,
+    pub(crate) images: BTreeMap<String, String>,
     /// Each upgraded container's id and waiting reason when read before the patch: a pod healed
     /// from a back-off reports that state until the kubelet acts on the new spec.
-    pub before: BTreeMap<String, (Option<String>, Option<String>)>,
+    pub(crate) before: BTreeMap<String, (Option<String>, Option<String>)>,
     /// Every other container's restart count: none may restart.
-    pub others: BTreeMap<String, i32>,
+    pub(crate) others: BTreeMap<String, i32>,
     /// Its workload's `minReadySeconds`: how long the pod must be Ready again to count as
     /// available, as its controller counts it.
-    pub min_ready: Duration,
+    pub(crate) min_ready: Duration,
 }
 
 /// How an in-place upgrade is going.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UpgradeProgress {
+pub(crate) enum UpgradeProgress {
     Pending,
     /// Upgraded and Ready, not yet for its workload's `minReadySeconds`: available then.
     Ready {
@@ -281,7 +281,7 @@ pub enum UpgradeProgress {
 impl InPlaceUpgrade {
     /// The upgrade of `pod` (as read just before its patch) by `patch`, in a workload whose
     /// `minReadySeconds` is `min_ready`.
-    pub fn of(pod: &Pod, patch: &InPlacePatch, min_ready: Duration) -> Self {
+    pub(crate) fn of(pod: &Pod, patch: &InPlacePatch, min_ready: Duration) -> Self {
         let statuses = pod
             .status
             .as_ref()
@@ -327,7 +327,7 @@ impl InPlaceUpgrade {
     /// What the upgrade waits for, with the pod as last read (`None`: not read since the
     /// patch): each upgraded container to run its new image and be ready, then the pod Ready.
     /// Said when the restart times out.
-    pub fn awaiting(&self, pod: Option<&Pod>) -> String {
+    pub(crate) fn awaiting(&self, pod: Option<&Pod>) -> String {
         let statuses = pod
             .and_then(|p| p.status.as_ref())
             .and_then(|s| s.container_statuses.as_deref())
@@ -356,7 +356,7 @@ impl InPlaceUpgrade {
     }
 
     /// Judges the pod as read at `now` (`None`: gone).
-    pub fn progress(&self, pod: Option<&Pod>, now: Timestamp) -> UpgradeProgress {
+    pub(crate) fn progress(&self, pod: Option<&Pod>, now: Timestamp) -> UpgradeProgress {
         let Some(pod) = pod else {
             // Deleted (a scale-down, a drain): nothing left to upgrade or to fail.
             return UpgradeProgress::Done(BTreeMap::new());

@@ -3,7 +3,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 /// `in 8m`, `in 45s`, `in 2h 5m`, or `now`: coarse, as a person reads a wait.
-pub fn from_now(until: Timestamp, now: Timestamp) -> String {
+pub(crate) fn from_now(until: Timestamp, now: Timestamp) -> String {
     let seconds = until.as_second() - now.as_second();
     if seconds <= 0 {
         return "now".to_owned();
@@ -19,6 +19,6 @@ pub fn from_now(until: Timestamp, now: Timestamp) -> String {
 }
 
 /// An instant to the second, RFC 3339 in UTC.
-pub fn to_the_second(time: Timestamp) -> String {
+pub(crate) fn to_the_second(time: Timestamp) -> String {
     time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

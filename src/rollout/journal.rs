@@ -14,10 +14,10 @@ const NAMED: usize = 3;
 
 /// One line to log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Line {
-    pub sidecar: Option<String>,
-    pub workload: Option<WorkloadRef>,
-    pub message: String,
+pub(crate) struct Line {
+    pub(crate) sidecar: Option<String>,
+    pub(crate) workload: Option<WorkloadRef>,
+    pub(crate) message: String,
 }
 
 impl Line {
@@ -32,7 +32,7 @@ impl Line {
 
 /// What was said last, so that nothing is said twice.
 #[derive(Debug, Default)]
-pub struct Journal {
+pub(crate) struct Journal {
     dry_run: Vec<String>,
     /// Per sidecar: the revision and the waits (reason -> workloads) last said.
     waits: BTreeMap<String, (String, BTreeMap<String, Vec<WorkloadRef>>)>,
@@ -44,7 +44,7 @@ pub struct Journal {
 impl Journal {
     /// `--rollout=dry-run`: the whole plan (what would restart now, what would wait and why),
     /// when it differs from the plan said last.
-    pub fn dry_run(&mut self, plan: &RolloutPlan) -> Vec<Line> {
+    pub(crate) fn dry_run(&mut self, plan: &RolloutPlan) -> Vec<Line> {
         let mut lines: Vec<Line> = plan
             .restarts
             .iter()
@@ -84,7 +84,7 @@ impl Journal {
     /// Why each campaign waits, when that changes (only waits that a person or the clock ends:
     /// cooldown, a pause, a manual policy, a paused Deployment, a partition), and one line when
     /// a campaign completes.
-    pub fn campaigns(&mut self, plan: &RolloutPlan, book: &CampaignBook) -> Vec<Line> {
+    pub(crate) fn campaigns(&mut self, plan: &RolloutPlan, book: &CampaignBook) -> Vec<Line> {
         let mut lines = Vec::new();
         for (sidecar, campaign) in &book.campaigns {
             let mut waits: BTreeMap<String, Vec<WorkloadRef>> = BTreeMap::new();
@@ -167,7 +167,7 @@ fn describe_waits(
 
 /// Campaigns someone resumed (`rollout --resume`) between `before` and `after`: one line each,
 /// saying who and when.
-pub fn resumptions(before: &CampaignBook, after: &CampaignBook) -> Vec<Line> {
+pub(crate) fn resumptions(before: &CampaignBook, after: &CampaignBook) -> Vec<Line> {
     after
         .campaigns
         .iter()

@@ -34,81 +34,86 @@ use crate::workload::{RestartMethod, WorkloadKind, WorkloadRef};
 
 /// What the engine remembers between plans.
 #[derive(Debug, Default)]
-pub struct RolloutState {
+pub(crate) struct RolloutState {
     /// The campaigns, pins and holds: the status ConfigMap's, once adopted.
-    pub book: CampaignBook,
+    pub(crate) book: CampaignBook,
     /// Since when each workload has been seen finished rolling yet not current.
-    pub finished_since: BTreeMap<WorkloadRef, Timestamp>,
+    pub(crate) finished_since: BTreeMap<WorkloadRef, Timestamp>,
     /// The template stamps this process wrote whose rollout is not over: one found gone with
     /// the pods still stale was reverted.
-    pub stamped: BTreeMap<WorkloadRef, RevisionStamp>,
+    pub(crate) stamped: BTreeMap<WorkloadRef, RevisionStamp>,
     /// Restarts by eviction or in place under way (the template is never written for them).
-    pub evicting: BTreeMap<WorkloadRef, EvictionRestart>,
+    pub(crate) evicting: BTreeMap<WorkloadRef, EvictionRestart>,
     /// Workloads in their health bake.
-    pub baking: BTreeMap<WorkloadRef, Bake>,
+    pub(crate) baking: BTreeMap<WorkloadRef, Bake>,
     /// The pod of each workload being upgraded in place (one at a time).
-    pub upgrades: BTreeMap<WorkloadRef, UpgradeUnderWay>,
+    pub(crate) upgrades: BTreeMap<WorkloadRef, UpgradeUnderWay>,
     /// Pods upgraded in place, by workload and pod uid: their containers' restart counts once
     /// upgraded, which the bake counts restarts from (the upgraded container restarted on
     /// purpose). Kept while the workload rolls (its bake included).
-    pub upgraded: BTreeMap<WorkloadRef, BTreeMap<String, BTreeMap<String, i32>>>,
+    pub(crate) upgraded: BTreeMap<WorkloadRef, BTreeMap<String, BTreeMap<String, i32>>>,
     /// The last eviction of each OnDelete workload rolling: the pace of the next.
-    pub evictions: BTreeMap<WorkloadRef, LastEviction>,
+    pub(crate) evictions: BTreeMap<WorkloadRef, LastEviction>,
     /// Workloads whose evictions a PodDisruptionBudget refuses, since when.
-    pub blocked: BTreeMap<WorkloadRef, BlockedEviction>,
+    pub(crate) blocked: BTreeMap<WorkloadRef, BlockedEviction>,
     /// Workloads this process restarted whose outcome is not reported yet.
-    pub awaiting_success: BTreeSet<WorkloadRef>,
+    pub(crate) awaiting_success: BTreeSet<WorkloadRef>,
     journal: Journal,
     notices: NoticeTracker,
 }
 
 /// A pod being upgraded in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpgradeUnderWay {
-    pub upgrade: InPlaceUpgrade,
+pub(crate) struct UpgradeUnderWay {
+    pub(crate) upgrade: InPlaceUpgrade,
     /// Found upgraded and Ready, within its workload's minReadySeconds: when it is available
     /// (nothing the watch sees happens then, so the engine wakes for it).
-    pub available_at: Option<Timestamp>,
+    pub(crate) available_at: Option<Timestamp>,
     /// What it waits for, as last read ([`InPlaceUpgrade::awaiting`]): said if it times out.
-    pub awaiting: String,
+    pub(crate) awaiting: String,
 }
 
 /// What the engine observed for one plan.
-pub struct Observed<'a> {
+pub(crate) struct Observed<'a> {
     /// Classified against the revisions of `targets`.
-    pub report: &'a DriftReport,
-    pub index: &'a DriftIndex,
-    pub targets: &'a BTreeMap<String, SidecarTarget>,
-    pub settings: &'a RolloutSettings,
-    pub history: &'a RevisionHistory,
+    pub(crate) report: &'a DriftReport,
+    pub(crate) index: &'a DriftIndex,
+    pub(crate) targets: &'a BTreeMap<String, SidecarTarget>,
+    pub(crate) settings: &'a RolloutSettings,
+    pub(crate) history: &'a RevisionHistory,
     /// The stale pods of a rolling OnDelete (or in-place) workload, sorted: from the index, or
     /// from the one-shot CLI's selection by container name.
-    pub stale_pods: &'a dyn Fn(&WorkloadRef) -> Vec<PodToReplace>,
+    pub(crate) stale_pods: &'a dyn Fn(&WorkloadRef) -> Vec<PodToReplace>,
     /// The reason a restart gives, when not the planner's (the selection by container name).
-    pub restart_reason: Option<&'a dyn Fn(&WorkloadRef) -> String>,
+    pub(crate) restart_reason: Option<&'a dyn Fn(&WorkloadRef) -> String>,
     /// The bakes whose pods changed since they were last read, as the pod watch saw.
-    pub bakes_changed: &'a BTreeSet<WorkloadRef>,
+    pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
 }
 
 /// What a step is planned from, as the drift index holds it.
-pub struct OnIndex<'a> {
-    pub index: &'a DriftIndex,
-    pub targets: &'a BTreeMap<String, SidecarTarget>,
-    pub settings: &'a RolloutSettings,
-    pub history: &'a RevisionHistory,
-    pub policy: &'a DriftPolicy,
+pub(crate) struct OnIndex<'a> {
+    pub(crate) index: &'a DriftIndex,
+    pub(crate) targets: &'a BTreeMap<String, SidecarTarget>,
+    pub(crate) settings: &'a RolloutSettings,
+    pub(crate) history: &'a RevisionHistory,
+    pub(crate) policy: &'a DriftPolicy,
     /// When set, only these workload kinds (the CLI's --include-statefulset and friends).
-    pub kinds: Option<&'a BTreeSet<WorkloadKind>>,
+    pub(crate) kinds: Option<&'a BTreeSet<WorkloadKind>>,
     /// The one-shot CLI's `--sidecar-container-name`: what to restart is a selection of pods
     /// by container name, of which these uids still exist, instead of revisions.
-    pub selection: Option<(&'a ContainerSelection, &'a HashSet<String>)>,
-    pub bakes_changed: &'a BTreeSet<WorkloadRef>,
+    pub(crate) selection: Option<(&'a ContainerSelection, &'a HashSet<String>)>,
+    pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
 }
 
 impl RolloutState {
     /// [`RolloutState::step`] on the index as it stands: the report classified against the
     /// targets (or the selection's), its stale pods, and the selection's reasons.
-    pub fn step_on_index(&mut self, input: &OnIndex<'_>, now: Timestamp, conduct: Conduct) -> Step {
+    pub(crate) fn step_on_index(
+        &mut self,
+        input: &OnIndex<'_>,
+        now: Timestamp,
+        conduct: Conduct,
+    ) -> Step {
         let wanted: RevisionsInForce = input
             .targets
             .iter()
@@ -160,7 +165,7 @@ impl RolloutState {
 
 /// How far a step goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Conduct {
+pub(crate) enum Conduct {
     /// Plan only (a replica without the Lease, `explain`, the dry-run `rollout`): the book is
     /// not carried forward and nothing is acted on; bakes are followed when asked, so that a
     /// process watching another one act sees them end.
@@ -175,7 +180,7 @@ pub enum Conduct {
 
 /// One thing for the engine to do, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// A bake began: said; what was read of its pods for an earlier target is forgotten.
     BakeStarted(WorkloadRef),
     /// Read these pods of a bake; the result comes back by [`RolloutState::on_bake_read`].
@@ -230,16 +235,16 @@ pub enum Effect {
 
 /// What a step decided.
 #[derive(Debug)]
-pub struct Step {
-    pub plan: RolloutPlan,
-    pub effects: Vec<Effect>,
+pub(crate) struct Step {
+    pub(crate) plan: RolloutPlan,
+    pub(crate) effects: Vec<Effect>,
     /// The next moment the plan can change by time alone, or an action is due again.
-    pub wake_at: Option<Timestamp>,
+    pub(crate) wake_at: Option<Timestamp>,
 }
 
 /// What happened to an in-place upgrade the engine read again.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UpgradeNews {
+pub(crate) enum UpgradeNews {
     Pending,
     /// Ready; the next pod waits until it is available.
     Ready {
@@ -251,7 +256,7 @@ pub enum UpgradeNews {
 
 impl RolloutState {
     /// A state that starts from `book` (the status ConfigMap's), remembering nothing else.
-    pub fn with_book(book: CampaignBook) -> Self {
+    pub(crate) fn with_book(book: CampaignBook) -> Self {
         Self {
             book,
             ..Self::default()
@@ -259,7 +264,12 @@ impl RolloutState {
     }
 
     /// One plan from what was observed at `now`, and what to do about it.
-    pub fn step(&mut self, observed: &Observed<'_>, now: Timestamp, conduct: Conduct) -> Step {
+    pub(crate) fn step(
+        &mut self,
+        observed: &Observed<'_>,
+        now: Timestamp,
+        conduct: Conduct,
+    ) -> Step {
         self.note_upgrades();
         self.note_bake_changes(observed.bakes_changed);
         let mut plan = plan(PlanInput {
@@ -389,7 +399,7 @@ impl RolloutState {
     }
 
     /// Whether the bake of `workload` is still open: its pods are followed until it is not.
-    pub fn bake_open(&self, workload: &WorkloadRef) -> bool {
+    pub(crate) fn bake_open(&self, workload: &WorkloadRef) -> bool {
         self.baking
             .get(workload)
             .is_some_and(|b| !b.passed && b.problem.is_none())
@@ -397,7 +407,7 @@ impl RolloutState {
 
     /// What a read of a bake's pods found at `read_at`: the container problems, if any, fail
     /// it at the next plan, which comes at once.
-    pub fn on_bake_read(
+    pub(crate) fn on_bake_read(
         &mut self,
         workload: &WorkloadRef,
         problems: &[String],
@@ -413,7 +423,7 @@ impl RolloutState {
 
     /// The restart counts a pod's containers had once upgraded in place, which its bake counts
     /// restarts from.
-    pub fn upgraded_baseline(
+    pub(crate) fn upgraded_baseline(
         &self,
         workload: &WorkloadRef,
         uid: &str,
@@ -498,7 +508,7 @@ impl RolloutState {
 
     /// A restart made (the template patched, the bare pod evicted): its outcome is awaited,
     /// and the stamp it wrote is remembered.
-    pub fn on_restarted(&mut self, restart: &Restart) {
+    pub(crate) fn on_restarted(&mut self, restart: &Restart) {
         if restart.workload.kind != WorkloadKind::Pod
             && let Some(target) = &restart.target
         {
@@ -576,7 +586,7 @@ impl RolloutState {
     /// The eviction of the next of `pods` (stale, sorted) of `workload`, or why none now: the
     /// moment the spacing after the last eviction ends (health comes by the watch), if that is
     /// what it waits for.
-    pub fn next_eviction(
+    pub(crate) fn next_eviction(
         &self,
         workload: &WorkloadRef,
         pods: &[PodToReplace],
@@ -600,7 +610,7 @@ impl RolloutState {
     }
 
     /// A stale pod evicted at `at`: the next waits for the spacing (and the workload's health).
-    pub fn on_evicted(
+    pub(crate) fn on_evicted(
         &mut self,
         workload: &WorkloadRef,
         pod: PodToReplace,
@@ -613,7 +623,7 @@ impl RolloutState {
     }
 
     /// An eviction a PodDisruptionBudget refused at `now`: what to say, and when to try again.
-    pub fn on_eviction_blocked(
+    pub(crate) fn on_eviction_blocked(
         &mut self,
         workload: &WorkloadRef,
         now: Timestamp,
@@ -626,12 +636,12 @@ impl RolloutState {
 
     /// When a bare pod's eviction (its restart), or a dry-run eviction before an in-place
     /// upgrade, that a budget refused at `now` is asked again.
-    pub fn blocked_retry(now: Timestamp) -> Timestamp {
+    pub(crate) fn blocked_retry(now: Timestamp) -> Timestamp {
         after(now, BLOCKED_RETRY)
     }
 
     /// A pod patched for an in-place upgrade: its workload's next pod waits until it is done.
-    pub fn on_upgrade_started(&mut self, workload: &WorkloadRef, upgrade: InPlaceUpgrade) {
+    pub(crate) fn on_upgrade_started(&mut self, workload: &WorkloadRef, upgrade: InPlaceUpgrade) {
         let under_way = UpgradeUnderWay {
             awaiting: upgrade.awaiting(None),
             upgrade,
@@ -642,7 +652,7 @@ impl RolloutState {
 
     /// Whether the upgrade under way of `workload` is due to be judged at `now` by time alone
     /// (its minReadySeconds are up), whatever the pod watch saw.
-    pub fn upgrade_available(&self, workload: &WorkloadRef, now: Timestamp) -> bool {
+    pub(crate) fn upgrade_available(&self, workload: &WorkloadRef, now: Timestamp) -> bool {
         self.upgrades
             .get(workload)
             .and_then(|u| u.available_at)
@@ -652,7 +662,7 @@ impl RolloutState {
     /// Judges the upgrade under way of `workload` by its pod as just read (`None`: gone): done,
     /// it frees its workload for the next pod; failed, its restart fails with the reason at the
     /// next plan; still under way, it is read again at its next change.
-    pub fn on_upgrade_read(
+    pub(crate) fn on_upgrade_read(
         &mut self,
         workload: &WorkloadRef,
         pod: Option<&k8s_openapi::api::core::v1::Pod>,

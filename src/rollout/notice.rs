@@ -12,14 +12,14 @@ use super::plan::RolloutPlan;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum NoticeEvent {
+pub(crate) enum NoticeEvent {
     Started,
     Paused,
     Completed,
 }
 
 impl NoticeEvent {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NoticeEvent::Started => "started",
             NoticeEvent::Paused => "paused",
@@ -31,26 +31,26 @@ impl NoticeEvent {
 /// The document POSTed. `text` makes it a valid Slack (and Mattermost, Teams workflow)
 /// incoming-webhook message as it is; the other fields are for generic receivers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Notice {
-    pub text: String,
-    pub event: NoticeEvent,
-    pub sidecar: String,
-    pub revision: String,
+pub(crate) struct Notice {
+    pub(crate) text: String,
+    pub(crate) event: NoticeEvent,
+    pub(crate) sidecar: String,
+    pub(crate) revision: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub previous: Option<String>,
-    pub counts: CampaignCounts,
+    pub(crate) previous: Option<String>,
+    pub(crate) counts: CampaignCounts,
     /// Why it paused.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// What changed in the sidecar, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub changes: Option<String>,
-    pub at: Time,
+    pub(crate) changes: Option<String>,
+    pub(crate) at: Time,
 }
 
 /// The state each campaign was last announced in, per sidecar and revision.
 #[derive(Debug, Default)]
-pub struct NoticeTracker {
+pub(crate) struct NoticeTracker {
     announced: BTreeMap<String, (String, NoticeEvent)>,
     /// Per sidecar, the revision and state seen last: a completion is announced on the change
     /// to complete, never for a campaign complete when this process started.
@@ -59,7 +59,12 @@ pub struct NoticeTracker {
 
 impl NoticeTracker {
     /// The notices `plan` (whose book is `book`) calls for, at `now`.
-    pub fn notices(&mut self, plan: &RolloutPlan, book: &CampaignBook, now: Time) -> Vec<Notice> {
+    pub(crate) fn notices(
+        &mut self,
+        plan: &RolloutPlan,
+        book: &CampaignBook,
+        now: Time,
+    ) -> Vec<Notice> {
         let mut notices = Vec::new();
         for (sidecar, campaign) in &book.campaigns {
             let announced = self

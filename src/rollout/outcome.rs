@@ -11,7 +11,7 @@ use crate::workload::WorkloadRef;
 /// The end of a restarted workload that has no pods left to judge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum PodlessOutcome {
+pub(crate) enum PodlessOutcome {
     /// Still there and rolled out, with no pod left on an old revision (scaled to zero).
     Succeeded,
     /// No longer exists: deleted, or a bare pod evicted (nothing recreates it).
@@ -20,7 +20,7 @@ pub enum PodlessOutcome {
 
 /// For each of `restarted` with no row in `report`: its outcome, or nothing while its
 /// controller is still rolling.
-pub fn podless_outcomes(
+pub(crate) fn podless_outcomes(
     restarted: &BTreeSet<WorkloadRef>,
     report: &DriftReport,
     index: &DriftIndex,

@@ -18,47 +18,47 @@ use crate::workload::WorkloadRef;
 
 /// The rollout engine's safety settings, with their defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RolloutSettings {
-    pub max_parallel: usize,
-    pub max_restarts_per_minute: usize,
-    pub cooldown: Duration,
-    pub canary: usize,
-    pub max_failures: usize,
-    pub rollout_timeout: Duration,
-    pub settle: Duration,
+pub(crate) struct RolloutSettings {
+    pub(crate) max_parallel: usize,
+    pub(crate) max_restarts_per_minute: usize,
+    pub(crate) cooldown: Duration,
+    pub(crate) canary: usize,
+    pub(crate) max_failures: usize,
+    pub(crate) rollout_timeout: Duration,
+    pub(crate) settle: Duration,
     /// How long a workload that finished rolling may still show stale pods before that counts
     /// as a failure: pod deletions and workload status arrive on different watches.
-    pub finish_grace: Duration,
+    pub(crate) finish_grace: Duration,
     /// Workloads rolling at once in one namespace; 0 for no limit of its own.
-    pub max_parallel_per_namespace: usize,
+    pub(crate) max_parallel_per_namespace: usize,
     /// Namespaces restarted first, so that canaries come from them.
-    pub canary_namespaces: std::collections::BTreeSet<String>,
+    pub(crate) canary_namespaces: std::collections::BTreeSet<String>,
     /// Restart workloads even when that means downtime (`--allow-downtime`).
-    pub allow_downtime: bool,
+    pub(crate) allow_downtime: bool,
     /// How workloads are restarted unless their `NS/restart-method` says otherwise.
-    pub restart_method: crate::workload::RestartMethod,
+    pub(crate) restart_method: crate::workload::RestartMethod,
     /// How long a restarted workload must stay healthy after it rolled out to succeed (its
     /// pods read at the end for restarted, crash-looping or OOM-killed containers); zero: no
     /// bake.
-    pub bake: Duration,
+    pub(crate) bake: Duration,
     /// How long a PodDisruptionBudget may refuse an eviction before that is reported.
-    pub eviction_timeout: Duration,
+    pub(crate) eviction_timeout: Duration,
     /// When restarts may start (`--maintenance-window`); none: at any time.
-    pub maintenance_windows: crate::maintenance::MaintenanceWindows,
+    pub(crate) maintenance_windows: crate::maintenance::MaintenanceWindows,
     /// What new pods get while a campaign is paused (`--on-campaign-failure`).
-    pub on_campaign_failure: OnCampaignFailure,
+    pub(crate) on_campaign_failure: OnCampaignFailure,
     /// A revision served this long without a failure of its campaign is good (as is one whose
     /// campaign completed).
-    pub good_after: Duration,
+    pub(crate) good_after: Duration,
     /// Revisions remembered per sidecar.
-    pub history_limit: usize,
+    pub(crate) history_limit: usize,
     /// Whether pods may be upgraded in place when only images change (`--in-place`).
-    pub in_place: super::in_place::InPlaceMode,
+    pub(crate) in_place: super::in_place::InPlaceMode,
 }
 
 /// What new pods get while a sidecar's campaign is paused on failures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnCampaignFailure {
+pub(crate) enum OnCampaignFailure {
     /// The sidecar's last good revision (from its revision history), so that the failing one
     /// does not spread through scale-ups, drains and crashes.
     #[default]
@@ -95,90 +95,90 @@ impl Default for RolloutSettings {
 
 /// A sidecar in force, as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SidecarTarget {
-    pub revision: String,
+pub(crate) struct SidecarTarget {
+    pub(crate) revision: String,
     /// `rollout: {policy: manual}`: reports and the CLI only.
-    pub manual: bool,
+    pub(crate) manual: bool,
     /// Its config allows in-place upgrades (not `rollout: {inPlace: false}`).
-    pub in_place: bool,
+    pub(crate) in_place: bool,
     /// What changed from the previous revision, when the engine saw both.
-    pub changes: Option<String>,
+    pub(crate) changes: Option<String>,
     /// What changed from each older revision this process saw, by that revision: a pod
     /// several revisions behind is described from the revision it runs.
-    pub changes_from: BTreeMap<String, String>,
+    pub(crate) changes_from: BTreeMap<String, String>,
 }
 
 /// A restart the executor should make now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Restart {
-    pub workload: WorkloadRef,
+pub(crate) struct Restart {
+    pub(crate) workload: WorkloadRef,
     /// The `NS/rollout-revision` to write; `None` for a bare pod, which is evicted.
-    pub target: Option<RevisionStamp>,
+    pub(crate) target: Option<RevisionStamp>,
     /// The `NS/rollout-reason` to write.
-    pub reason: String,
-    pub changes: Vec<SidecarChange>,
-    pub canary: bool,
+    pub(crate) reason: String,
+    pub(crate) changes: Vec<SidecarChange>,
+    pub(crate) canary: bool,
     /// OnDelete: the controller will not replace pods by itself; the executor evicts them.
-    pub on_delete: bool,
-    pub pods: u32,
+    pub(crate) on_delete: bool,
+    pub(crate) pods: u32,
     /// The workload carries the target already; pods of its restart missed the webhook, and
     /// this restart (made once per target) replaces them. The executor marks it
     /// `NS/rollout-heal`.
-    pub heal: bool,
+    pub(crate) heal: bool,
     /// `evict`: the template is not written; the executor evicts the stale pods one at a time.
-    pub method: crate::workload::RestartMethod,
+    pub(crate) method: crate::workload::RestartMethod,
     /// The template stamp this engine set for this very target is gone while the pods stayed
     /// (a GitOps controller reverted it): restarted by eviction instead.
-    pub reverted: bool,
+    pub(crate) reverted: bool,
 }
 
 /// A workload in its health bake: since when, and what the last read of its pods found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Bake {
+pub(crate) struct Bake {
     /// The target of the restart it bakes; a bake of another target is not this one.
-    pub target: RevisionStamp,
-    pub since: Timestamp,
+    pub(crate) target: RevisionStamp,
+    pub(crate) since: Timestamp,
     /// When its pods were last read (`bake_checks`).
-    pub read_at: Option<Timestamp>,
+    pub(crate) read_at: Option<Timestamp>,
     /// A container problem that read found: the bake fails with it.
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
     /// It passed: succeeded from then on, not baked again.
-    pub passed: bool,
+    pub(crate) passed: bool,
     /// Its pods changed since they were last read, as the pod watch saw (a container state, a
     /// pod come or gone); the executor says, before each plan.
-    pub pods_changed: bool,
+    pub(crate) pods_changed: bool,
 }
 
 /// A restart by eviction this engine began: the target its pods are brought to, and since
 /// when (its --rollout-timeout runs from there).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EvictionRestart {
-    pub target: RevisionStamp,
-    pub since: Timestamp,
+pub(crate) struct EvictionRestart {
+    pub(crate) target: RevisionStamp,
+    pub(crate) since: Timestamp,
     /// Its pods are upgraded in place (images patched) rather than evicted.
-    pub in_place: bool,
+    pub(crate) in_place: bool,
     /// Why an in-place upgrade of one of its pods failed: the restart fails with it.
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
     /// One of its pods is being upgraded in place: patched, so its revision says current,
     /// but its sidecar not yet back. The restart is not over until it is. Set by the executor
     /// from its upgrades under way before each plan.
-    pub upgrading: bool,
+    pub(crate) upgrading: bool,
     /// What that upgrade waits for (a pod, its containers and their states): said if the
     /// restart times out. Set with `upgrading`.
-    pub awaiting: Option<String>,
+    pub(crate) awaiting: Option<String>,
 }
 
 /// A workload carrying the target, not yet rolled out.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Rolling {
-    pub workload: WorkloadRef,
-    pub target: RevisionStamp,
-    pub on_delete: bool,
+pub(crate) struct Rolling {
+    pub(crate) workload: WorkloadRef,
+    pub(crate) target: RevisionStamp,
+    pub(crate) on_delete: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
-pub enum WaitReason {
+pub(crate) enum WaitReason {
     Settling {
         until: Time,
     },
@@ -241,7 +241,7 @@ impl WaitReason {
     /// A wait the run itself ends (a slot frees, the canary finishes, the minute passes, the
     /// index catches up), as opposed to one only time or a person ends (cooldown, pause,
     /// manual policy, a paused Deployment, a partition).
-    pub fn clears_by_itself(&self) -> bool {
+    pub(crate) fn clears_by_itself(&self) -> bool {
         matches!(
             self,
             WaitReason::MaxParallel { .. }
@@ -258,7 +258,7 @@ impl WaitReason {
 impl WaitReason {
     /// What a person reads: times as "in 8m" (and the instant, to the second), and the flag
     /// or command that would change the wait.
-    pub fn describe(&self, now: Timestamp) -> String {
+    pub(crate) fn describe(&self, now: Timestamp) -> String {
         match self {
             WaitReason::Settling { until } => format!(
                 "settling: the revision is too new ({}; --settle to change)",
@@ -374,29 +374,34 @@ impl fmt::Display for WaitReason {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Waiting {
-    pub workload: WorkloadRef,
-    pub sidecars: Vec<String>,
+pub(crate) struct Waiting {
+    pub(crate) workload: WorkloadRef,
+    pub(crate) sidecars: Vec<String>,
     #[serde(flatten)]
-    pub reason: WaitReason,
-    pub message: String,
+    pub(crate) reason: WaitReason,
+    pub(crate) message: String,
 }
 
 /// A workload whose restart failed under the revision in force, in an earlier pass (or an
 /// earlier run): it is not restarted again under that revision, and says so.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FailedEarlier {
-    pub workload: WorkloadRef,
-    pub sidecar: String,
-    pub revision: String,
+pub(crate) struct FailedEarlier {
+    pub(crate) workload: WorkloadRef,
+    pub(crate) sidecar: String,
+    pub(crate) revision: String,
     /// Its failure's reason, while the campaign still keeps it (the latest few).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub message: String,
+    pub(crate) reason: Option<String>,
+    pub(crate) message: String,
 }
 
 impl FailedEarlier {
-    pub fn new(workload: WorkloadRef, sidecar: &str, revision: &str, reason: Option<&str>) -> Self {
+    pub(crate) fn new(
+        workload: WorkloadRef,
+        sidecar: &str,
+        revision: &str,
+        reason: Option<&str>,
+    ) -> Self {
         let why = reason.map_or_else(
             || {
                 format!(
@@ -419,44 +424,44 @@ impl FailedEarlier {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct RolloutPlan {
-    pub restarts: Vec<Restart>,
-    pub rolling: Vec<Rolling>,
-    pub waiting: Vec<Waiting>,
+pub(crate) struct RolloutPlan {
+    pub(crate) restarts: Vec<Restart>,
+    pub(crate) rolling: Vec<Rolling>,
+    pub(crate) waiting: Vec<Waiting>,
     /// Workloads rolled to the target whose pods are all current and healthy.
-    pub succeeded: Vec<WorkloadRef>,
+    pub(crate) succeeded: Vec<WorkloadRef>,
     /// Failures found in this pass (already in `book`).
-    pub failed: Vec<Failure>,
+    pub(crate) failed: Vec<Failure>,
     /// Workloads that failed in an earlier pass under the revision in force, left alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failed_earlier: Vec<FailedEarlier>,
+    pub(crate) failed_earlier: Vec<FailedEarlier>,
     /// Sidecars whose campaign paused in this pass, with the reason.
-    pub paused: Vec<(String, String)>,
+    pub(crate) paused: Vec<(String, String)>,
     /// Finished rolling with pods still not current, inside the grace: the executor remembers
     /// since when and passes it back.
     #[serde(skip)]
-    pub finished_not_current: Vec<WorkloadRef>,
+    pub(crate) finished_not_current: Vec<WorkloadRef>,
     #[serde(skip)]
-    pub book: CampaignBook,
+    pub(crate) book: CampaignBook,
     /// The next moment this plan can change with nothing watched changing: a settle window,
     /// a cooldown or a rate-limit minute ending, a rollout timing out, a finish grace
     /// running out. The engine sleeps until then, or until a watched object changes.
     #[serde(skip)]
-    pub wake_at: Option<Timestamp>,
+    pub(crate) wake_at: Option<Timestamp>,
     /// Rolled out and current, their bake starting now (for the target they carry): the
     /// executor remembers since when.
     #[serde(skip)]
-    pub bakes_started: Vec<(WorkloadRef, RevisionStamp)>,
+    pub(crate) bakes_started: Vec<(WorkloadRef, RevisionStamp)>,
     /// Baking workloads whose pods the executor should read (the bake ends, or their
     /// health dropped) and pass back.
     #[serde(skip)]
-    pub bake_checks: Vec<WorkloadRef>,
+    pub(crate) bake_checks: Vec<WorkloadRef>,
 }
 
 impl Restart {
     /// What the restart does, as the plan prints it: a bare pod is evicted and nothing
     /// recreates it.
-    pub fn action(&self) -> &'static str {
+    pub(crate) fn action(&self) -> &'static str {
         let in_place = self.method == crate::workload::RestartMethod::InPlace;
         match (self.workload.kind, self.canary, in_place) {
             (crate::workload::WorkloadKind::Pod, _, _) => "evict (not recreated)",
@@ -470,28 +475,28 @@ impl Restart {
 
 impl RolloutPlan {
     /// Nothing left to do or wait for (the one-shot CLI stops here).
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         self.restarts.is_empty() && self.rolling.is_empty()
     }
 }
 
-pub struct PlanInput<'a> {
+pub(crate) struct PlanInput<'a> {
     /// Classified against the revisions of `targets`.
-    pub report: &'a DriftReport,
-    pub index: &'a DriftIndex,
-    pub targets: &'a BTreeMap<String, SidecarTarget>,
-    pub book: &'a CampaignBook,
+    pub(crate) report: &'a DriftReport,
+    pub(crate) index: &'a DriftIndex,
+    pub(crate) targets: &'a BTreeMap<String, SidecarTarget>,
+    pub(crate) book: &'a CampaignBook,
     /// Since when each workload has been seen finished rolling yet not current.
-    pub finished_since: &'a BTreeMap<WorkloadRef, Timestamp>,
+    pub(crate) finished_since: &'a BTreeMap<WorkloadRef, Timestamp>,
     /// The template stamps this engine wrote, by workload: one gone while its pods stayed
     /// stale was reverted.
-    pub stamped: &'a BTreeMap<WorkloadRef, RevisionStamp>,
+    pub(crate) stamped: &'a BTreeMap<WorkloadRef, RevisionStamp>,
     /// The restarts by eviction under way.
-    pub evicting: &'a BTreeMap<WorkloadRef, EvictionRestart>,
+    pub(crate) evicting: &'a BTreeMap<WorkloadRef, EvictionRestart>,
     /// The workloads in their health bake.
-    pub baking: &'a BTreeMap<WorkloadRef, Bake>,
-    pub settings: &'a RolloutSettings,
+    pub(crate) baking: &'a BTreeMap<WorkloadRef, Bake>,
+    pub(crate) settings: &'a RolloutSettings,
     /// Each sidecar's remembered revisions: a paused campaign holds new pods at the last good.
-    pub history: &'a super::history::RevisionHistory,
-    pub now: Timestamp,
+    pub(crate) history: &'a super::history::RevisionHistory,
+    pub(crate) now: Timestamp,
 }

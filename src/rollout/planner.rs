@@ -19,7 +19,9 @@ use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
 use crate::workload::{RestartMethod, UpdateStrategy, WorkloadRef};
 
 /// The rollout stamp for a set of (sidecar, revision): the `NS/revision` format, sorted.
-pub fn target_stamp<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> RevisionStamp {
+pub(crate) fn target_stamp<'a>(
+    items: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> RevisionStamp {
     RevisionStamp::sorted(items)
 }
 
@@ -46,7 +48,7 @@ impl Survey<'_, '_> {
     }
 }
 
-pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
+pub(crate) fn plan(input: PlanInput<'_>) -> RolloutPlan {
     let mut book = next_book(input.book, input.targets, input.now);
     let mut out = RolloutPlan::default();
     let groups = group_rows(input.report);

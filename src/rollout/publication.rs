@@ -8,25 +8,25 @@ use crate::config::RevisionsInForce;
 
 /// What one replica serving the webhook injects, and when it last said so (a heartbeat).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Publication {
-    pub revisions: RevisionsInForce,
+pub(crate) struct Publication {
+    pub(crate) revisions: RevisionsInForce,
     /// The sidecars whose config leaves their restarts to a person, so that a reader who
     /// cannot read the configs (a team) still learns that nothing restarts their pods. Absent
     /// from the publications of releases before it.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub manual: BTreeSet<String>,
-    pub at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    pub(crate) manual: BTreeSet<String>,
+    pub(crate) at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 impl Publication {
     /// How long ago it was renewed (zero for a clock ahead of ours).
-    pub fn age(&self, now: k8s_openapi::jiff::Timestamp) -> std::time::Duration {
+    pub(crate) fn age(&self, now: k8s_openapi::jiff::Timestamp) -> std::time::Duration {
         let seconds = (now.as_second() - self.at.0.as_second()).max(0);
         std::time::Duration::from_secs(seconds as u64)
     }
 
     /// Renewed within `max_age`: a replica still running publishes it.
-    pub fn is_fresh(
+    pub(crate) fn is_fresh(
         &self,
         now: k8s_openapi::jiff::Timestamp,
         max_age: std::time::Duration,
@@ -37,7 +37,7 @@ impl Publication {
 
 /// Two fresh publications (renewed within `max_age`) with different revisions, the first
 /// fresh one and the first that differs from it; `None` when the fresh ones agree.
-pub fn disagreeing(
+pub(crate) fn disagreeing(
     injectors: &BTreeMap<String, Publication>,
     now: k8s_openapi::jiff::Timestamp,
     max_age: std::time::Duration,
@@ -51,7 +51,7 @@ pub fn disagreeing(
 
 /// Where the one-shot commands take the revisions in force from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RevisionsSource {
+pub(crate) enum RevisionsSource {
     /// The running injectors' publications when they are fresh and agree, else the configs
     /// read here.
     #[default]
@@ -64,7 +64,7 @@ pub enum RevisionsSource {
 
 /// Which revisions a one-shot command judges pods by, and the one line that says why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RevisionsChoice {
+pub(crate) enum RevisionsChoice {
     /// The publication that judges (its revisions, and its sidecars of manual rollout).
     Published {
         publication: Publication,
@@ -81,7 +81,7 @@ pub enum RevisionsChoice {
 
 /// Whether the one-shot command could read the sidecar configs itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfigsHere {
+pub(crate) enum ConfigsHere {
     Read,
     /// Refused or unreachable (a team's rights stop at its namespace): every pod would read
     /// as orphaned by them.
@@ -92,7 +92,7 @@ pub enum ConfigsHere {
 /// publications that agree are what new pods get; when they disagree, or none is fresh, the
 /// configs read here are the better guess, and the line says so. Configs that cannot be read
 /// here are no guess at all: the newest publication, however old, is the better one.
-pub fn choose_revisions(
+pub(crate) fn choose_revisions(
     injectors: &BTreeMap<String, Publication>,
     source: RevisionsSource,
     now: k8s_openapi::jiff::Timestamp,
@@ -200,7 +200,7 @@ fn unpublished(source: RevisionsSource, configs: ConfigsHere) -> RevisionsChoice
 /// that disagree. A preview cannot take a publication's revisions instead (it holds no
 /// content), so it says where it may differ. Nothing when no publication is fresh: the
 /// configs read here are then the best guess there is.
-pub fn preview_warnings(
+pub(crate) fn preview_warnings(
     here: &RevisionsInForce,
     injectors: &BTreeMap<String, Publication>,
     now: k8s_openapi::jiff::Timestamp,

@@ -18,21 +18,21 @@ use crate::workload::{PodWorkload, ReplicaSetOwner, WorkloadRef, resolve_pod_own
 
 /// What the selection needs of a pod: never its whole spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodSummary {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+pub(crate) struct PodSummary {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
     /// The controlling owner's kind and name.
-    pub controller: Option<(String, String)>,
+    pub(crate) controller: Option<(String, String)>,
     /// Names of its containers and init containers.
-    pub containers: Vec<String>,
+    pub(crate) containers: Vec<String>,
     /// When it started (`status.startTime`, else its creation).
-    pub started: Option<Timestamp>,
+    pub(crate) started: Option<Timestamp>,
 }
 
 impl PodSummary {
     /// `None` for a terminating pod: it is already going away.
-    pub fn from_pod(pod: &Pod) -> Option<Self> {
+    pub(crate) fn from_pod(pod: &Pod) -> Option<Self> {
         let meta = &pod.metadata;
         if meta.deletion_timestamp.is_some() {
             return None;
@@ -70,45 +70,45 @@ impl PodSummary {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SelectedPod {
-    pub name: String,
-    pub uid: String,
+pub(crate) struct SelectedPod {
+    pub(crate) name: String,
+    pub(crate) uid: String,
     /// Which of the named containers it runs.
-    pub containers: BTreeSet<String>,
+    pub(crate) containers: BTreeSet<String>,
 }
 
 /// A pod that runs a named container but whose workload cannot be restarted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SkippedPod {
-    pub namespace: String,
-    pub name: String,
-    pub reason: String,
+pub(crate) struct SkippedPod {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerSelection {
-    pub containers: Vec<String>,
-    pub started_before: Timestamp,
-    pub workloads: BTreeMap<WorkloadRef, Vec<SelectedPod>>,
-    pub skipped: Vec<SkippedPod>,
+pub(crate) struct ContainerSelection {
+    pub(crate) containers: Vec<String>,
+    pub(crate) started_before: Timestamp,
+    pub(crate) workloads: BTreeMap<WorkloadRef, Vec<SelectedPod>>,
+    pub(crate) skipped: Vec<SkippedPod>,
 }
 
-pub struct SelectionInput<'a> {
-    pub pods: &'a [PodSummary],
-    pub containers: &'a [String],
-    pub started_before: Timestamp,
-    pub policy: &'a DriftPolicy,
+pub(crate) struct SelectionInput<'a> {
+    pub(crate) pods: &'a [PodSummary],
+    pub(crate) containers: &'a [String],
+    pub(crate) started_before: Timestamp,
+    pub(crate) policy: &'a DriftPolicy,
     /// The Deployment that controls a ReplicaSet, by namespace and ReplicaSet name.
-    pub deployment_of: &'a dyn Fn(&'a str, &'a str) -> Option<&'a str>,
+    pub(crate) deployment_of: &'a dyn Fn(&'a str, &'a str) -> Option<&'a str>,
 }
 
 /// The sidecar name the planner knows a container selection by.
-pub fn selection_key(container: &str) -> String {
+pub(crate) fn selection_key(container: &str) -> String {
     format!("container/{container}")
 }
 
-pub fn select(input: SelectionInput<'_>) -> ContainerSelection {
+pub(crate) fn select(input: SelectionInput<'_>) -> ContainerSelection {
     let SelectionInput {
         pods,
         containers,
@@ -182,13 +182,13 @@ impl ContainerSelection {
     /// The `NS/rollout-revision` value of this run: one per `--only-started-before`, so that a
     /// later run with a later time restarts again, and a workload patched by this run is
     /// waited on, not patched twice.
-    pub fn revision(&self) -> String {
+    pub(crate) fn revision(&self) -> String {
         self.started_before
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string()
     }
 
-    pub fn targets(&self) -> BTreeMap<String, SidecarTarget> {
+    pub(crate) fn targets(&self) -> BTreeMap<String, SidecarTarget> {
         self.containers
             .iter()
             .map(|c| {
@@ -208,7 +208,7 @@ impl ContainerSelection {
 
     /// The chosen pods as drift rows: a workload is stale while any of its chosen pods still
     /// exists (`live` holds the uids of the pods that do).
-    pub fn report(&self, live: &HashSet<String>) -> DriftReport {
+    pub(crate) fn report(&self, live: &HashSet<String>) -> DriftReport {
         let mut workloads = Vec::new();
         for (workload, pods) in &self.workloads {
             for container in &self.containers {
@@ -255,7 +255,7 @@ impl ContainerSelection {
 
     /// A workload's chosen pods that still exist, by name, sorted (what an OnDelete workload
     /// evicts next).
-    pub fn pods_needing_restart(
+    pub(crate) fn pods_needing_restart(
         &self,
         workload: &WorkloadRef,
         live: &HashSet<String>,
@@ -274,7 +274,7 @@ impl ContainerSelection {
     }
 
     /// The `NS/rollout-reason` of a restart.
-    pub fn reason(&self, workload: &WorkloadRef) -> String {
+    pub(crate) fn reason(&self, workload: &WorkloadRef) -> String {
         let pods = self
             .workloads
             .get(workload)
@@ -295,7 +295,7 @@ impl ContainerSelection {
 
 /// `--only-started-before`: RFC 3339 (`2022-05-01T13:00:00Z`), or a date and time without a
 /// zone (`2022-05-01 13:00`, as the k8s-sidecar-rollout script takes it), read as UTC.
-pub fn parse_started_before(text: &str) -> Result<Timestamp, String> {
+pub(crate) fn parse_started_before(text: &str) -> Result<Timestamp, String> {
     if let Ok(timestamp) = text.parse::<Timestamp>() {
         return Ok(timestamp);
     }

@@ -14,7 +14,7 @@ use crate::config::{RevisionsInForce, RolloutMode, SidecarSet};
 /// What this process remembers of each sidecar's content, so that a new revision can be
 /// described against the one before.
 #[derive(Debug, Default)]
-pub struct ContentHistory {
+pub(crate) struct ContentHistory {
     seen: BTreeMap<String, SeenContent>,
     changes: BTreeMap<String, DescribedChange>,
     /// Per sidecar, the contents of the revisions seen before the current one, newest last.
@@ -43,7 +43,7 @@ impl ContentHistory {
     /// previous content; notes each sidecar's content for the next revision.
     /// `honour_manual`: a `rollout: {policy: manual}` sidecar is held (`serve`), or not (the
     /// one-shot CLI, which a person runs on purpose).
-    pub fn targets(
+    pub(crate) fn targets(
         &mut self,
         set: &SidecarSet,
         honour_manual: bool,
@@ -130,7 +130,7 @@ impl ContentHistory {
 /// The targets a running injector published: its revisions, the policy from the configs read
 /// here, or, for a sidecar with none here, as published (`published_manual`); no change
 /// description (the published content is not known here).
-pub fn published_targets(
+pub(crate) fn published_targets(
     published: &RevisionsInForce,
     published_manual: &BTreeSet<String>,
     set: &SidecarSet,
@@ -156,7 +156,7 @@ pub fn published_targets(
 /// The revisions a plan brings pods to: what a running injector published (`published`: its
 /// revisions and manual sidecars), with the book's pins over them, or else those of `pinned`
 /// (the configs read here, pins applied) with what changed since `content` last saw each.
-pub fn plan_targets(
+pub(crate) fn plan_targets(
     published: Option<(&RevisionsInForce, &BTreeSet<String>)>,
     book: &CampaignBook,
     content: &mut ContentHistory,
@@ -180,21 +180,21 @@ pub fn plan_targets(
 }
 
 /// The targets of a plan by revision, with what they are computed from.
-pub struct RevisionTargets {
-    pub targets: BTreeMap<String, SidecarTarget>,
+pub(crate) struct RevisionTargets {
+    pub(crate) targets: BTreeMap<String, SidecarTarget>,
     /// The configs in force (see [`in_force`]), already noted in the history.
-    pub in_force: SidecarSet,
+    pub(crate) in_force: SidecarSet,
     /// What the book's pins could not serve.
-    pub errors: Vec<super::content::ContentError>,
+    pub(crate) errors: Vec<super::content::ContentError>,
     /// Whether noting them changed the history.
-    pub history_changed: bool,
+    pub(crate) history_changed: bool,
 }
 
 /// The revisions pods are brought to: `set` with the book's pins applied, as [`plan_targets`]
 /// makes them, and the content of each revision in force noted in `history` before the plan
 /// compares it (an in-place upgrade needs both contents).
 #[allow(clippy::too_many_arguments)] // the inputs of one rule, none derivable from another
-pub fn revision_targets(
+pub(crate) fn revision_targets(
     book: &CampaignBook,
     published: Option<(&RevisionsInForce, &BTreeSet<String>)>,
     content: &mut ContentHistory,
@@ -224,7 +224,10 @@ pub fn revision_targets(
 
 /// The configs of `pinned` whose revision is the one pods are brought to (the one-shot CLI may
 /// judge by published revisions): their content is that revision's.
-pub fn in_force(pinned: &SidecarSet, targets: &BTreeMap<String, SidecarTarget>) -> SidecarSet {
+pub(crate) fn in_force(
+    pinned: &SidecarSet,
+    targets: &BTreeMap<String, SidecarTarget>,
+) -> SidecarSet {
     pinned
         .iter()
         .filter(|s| {

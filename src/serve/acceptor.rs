@@ -8,20 +8,20 @@ use std::pin::Pin;
 use axum_server::accept::Accept;
 
 /// How a layer wraps each stream an acceptor accepted. Cloned into each accept.
-pub trait Wrap<T>: Clone {
+pub(crate) trait Wrap<T>: Clone {
     type Wrapped;
     fn wrap(&self, stream: T) -> Self::Wrapped;
 }
 
 /// Accepts with `inner`, then wraps the stream with `layer`; the service passes through.
 #[derive(Clone)]
-pub struct WrapAcceptor<A, W> {
+pub(crate) struct WrapAcceptor<A, W> {
     inner: A,
     layer: W,
 }
 
 impl<A, W> WrapAcceptor<A, W> {
-    pub fn new(inner: A, layer: W) -> Self {
+    pub(crate) fn new(inner: A, layer: W) -> Self {
         Self { inner, layer }
     }
 }

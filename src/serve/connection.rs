@@ -25,11 +25,11 @@ use crate::metrics::{Metrics, Port};
 /// At most this many connections to the lifecycle port at once: probes open one each and
 /// close it, a Prometheus keeps one per scraper. Unbounded, idle connections held there took
 /// file descriptors from the webhook port.
-pub const LIFECYCLE_MAX_CONNECTIONS: usize = 64;
+pub(crate) const LIFECYCLE_MAX_CONNECTIONS: usize = 64;
 
 /// The acceptor that applies the cap and the idle timeout (under TLS on the webhook port).
 #[derive(Clone)]
-pub struct GuardAcceptor {
+pub(crate) struct GuardAcceptor {
     permits: Arc<Semaphore>,
     idle: Duration,
     metrics: Arc<Metrics>,
@@ -37,7 +37,12 @@ pub struct GuardAcceptor {
 }
 
 impl GuardAcceptor {
-    pub fn new(max_connections: usize, idle: Duration, metrics: Arc<Metrics>, port: Port) -> Self {
+    pub(crate) fn new(
+        max_connections: usize,
+        idle: Duration,
+        metrics: Arc<Metrics>,
+        port: Port,
+    ) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max_connections)),
             idle,
@@ -72,13 +77,13 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardAcceptor {
 
 /// A stream whose traffic is reported to a [`Watch`], which may end it: the idle guard and the
 /// head deadline are both one.
-pub struct Watched<T, W> {
+pub(crate) struct Watched<T, W> {
     inner: T,
     watch: W,
 }
 
 /// What a [`Watched`] stream tells its watch, and asks it.
-pub trait Watch {
+pub(crate) trait Watch {
     /// Bytes just read (never empty).
     fn read(&mut self, bytes: &[u8]);
     /// Bytes just written (never empty; of a vectored write, its first slice's).
@@ -168,11 +173,11 @@ impl<T: AsyncWrite + Unpin, W: Watch + Unpin> AsyncWrite for Watched<T, W> {
 }
 
 /// A stream that holds its connection slot and fails once idle too long.
-pub type Guarded<T> = Watched<T, IdleWatch>;
+pub(crate) type Guarded<T> = Watched<T, IdleWatch>;
 
 /// The idle guard: activity only records the time; the timer is moved when it fires early.
 /// Resetting it on every read and write took the timer wheel's lock several times per request.
-pub struct IdleWatch {
+pub(crate) struct IdleWatch {
     _permit: OwnedSemaphorePermit,
     idle: Duration,
     last_active: Instant,
@@ -226,18 +231,18 @@ impl Watch for IdleWatch {
 /// and a review it sent as the close crossed was lost (its pod, with failurePolicy Ignore,
 /// created uninjected).
 #[derive(Clone, Copy)]
-pub struct HeadLayer {
+pub(crate) struct HeadLayer {
     limit: Duration,
 }
 
 impl HeadLayer {
-    pub fn new(limit: Duration) -> Self {
+    pub(crate) fn new(limit: Duration) -> Self {
         Self { limit }
     }
 }
 
 /// Whether a stream was agreed to carry HTTP/2 before its first byte (ALPN).
-pub trait Negotiated {
+pub(crate) trait Negotiated {
     fn agreed_http2(&self) -> bool;
 }
 
@@ -290,10 +295,10 @@ enum Head {
 /// (`None`: not timed). A pipelined head already read with the one before it is parsed from
 /// hyper's buffer, complete, so it needs no timing. A connection that opens with HTTP/2's
 /// preface is timed until the preface is in, and not after.
-pub type HeadDeadline<T> = Watched<T, HeadWatch>;
+pub(crate) type HeadDeadline<T> = Watched<T, HeadWatch>;
 
 /// The head deadline's state.
-pub struct HeadWatch {
+pub(crate) struct HeadWatch {
     limit: Option<Duration>,
     head: Head,
     /// How much of the HTTP/2 preface the connection's first bytes have matched; `None` once

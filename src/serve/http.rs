@@ -21,46 +21,46 @@ use crate::injection::InjectionSettings;
 use crate::metrics::{Metrics, RequestResult};
 
 /// Streams one HTTP/2 connection may have open at once (hyper's default is 200).
-pub const MAX_CONCURRENT_STREAMS: u32 = 32;
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 32;
 /// What small bodies may hold at once: 128 bodies at the small-body size.
-pub const SMALL_BODY_BUDGET: usize = 128 * INLINE_REVIEW_BYTES;
+pub(crate) const SMALL_BODY_BUDGET: usize = 128 * INLINE_REVIEW_BYTES;
 /// How much of a body an HTTP/2 client may send before the server reads it, per stream and
 /// per connection.
-pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
-pub const CONNECTION_WINDOW_BYTES: u32 = 512 * 1024;
+pub(crate) const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+pub(crate) const CONNECTION_WINDOW_BYTES: u32 = 512 * 1024;
 /// The largest header block an HTTP/2 client may send.
-pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
+pub(crate) const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 /// Bodies up to this size are reviewed on the async worker that read them (well under a
 /// millisecond); larger ones go to the blocking pool, so no request stalls the others.
-pub const INLINE_REVIEW_BYTES: usize = 64 * 1024;
+pub(crate) const INLINE_REVIEW_BYTES: usize = 64 * 1024;
 
 /// The bounds on what one request, and all of them together, may cost.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_body_bytes: usize,
-    pub max_buffered_bytes: usize,
-    pub body_read_timeout: Duration,
-    pub review_timeout: Duration,
+pub(crate) struct Limits {
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_buffered_bytes: usize,
+    pub(crate) body_read_timeout: Duration,
+    pub(crate) review_timeout: Duration,
 }
 
 /// Everything a request handler needs, shared by all connections.
-pub struct WebhookState {
-    pub sidecars: watch::Receiver<Arc<SidecarSet>>,
-    pub settings: InjectionSettings,
-    pub metrics: Arc<Metrics>,
-    pub limits: Limits,
+pub(crate) struct WebhookState {
+    pub(crate) sidecars: watch::Receiver<Arc<SidecarSet>>,
+    pub(crate) settings: InjectionSettings,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) limits: Limits,
     /// One permit per byte of request body held in memory, over all connections: large
     /// bodies (over [`INLINE_REVIEW_BYTES`]) draw from `body_budget`, small ones from
     /// `small_body_budget`, so a flood of large bodies never starves ordinary pods.
-    pub body_budget: Arc<Semaphore>,
-    pub small_body_budget: Arc<Semaphore>,
+    pub(crate) body_budget: Arc<Semaphore>,
+    pub(crate) small_body_budget: Arc<Semaphore>,
     /// One permit per review running on the blocking pool.
-    pub review_slots: Arc<Semaphore>,
-    pub readiness: Arc<Readiness>,
+    pub(crate) review_slots: Arc<Semaphore>,
+    pub(crate) readiness: Arc<Readiness>,
 }
 
 impl WebhookState {
-    pub fn new(
+    pub(crate) fn new(
         sidecars: watch::Receiver<Arc<SidecarSet>>,
         settings: InjectionSettings,
         metrics: Arc<Metrics>,
@@ -85,7 +85,7 @@ impl WebhookState {
 /// by [`Readiness::mark`], so that those who act only while ready ([`Readiness::watch`])
 /// learn of it at once.
 #[derive(Debug)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     configs_loaded: AtomicBool,
     /// The first ConfigMap list is done (true from the start when that source is off).
     configmaps_listed: AtomicBool,
@@ -111,7 +111,7 @@ impl Default for Readiness {
 
 /// One of the steps [`Readiness`] waits for (or, for `ShuttingDown`, the end of it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadinessStep {
+pub(crate) enum ReadinessStep {
     ConfigsLoaded,
     ConfigMapsListed,
     TlsListening,
@@ -129,11 +129,11 @@ impl Readiness {
     }
 
     /// Whether `step` was marked.
-    pub fn done(&self, step: ReadinessStep) -> bool {
+    pub(crate) fn done(&self, step: ReadinessStep) -> bool {
         self.flag(step).load(Ordering::Acquire)
     }
 
-    pub fn not_ready_reason(&self) -> Option<&'static str> {
+    pub(crate) fn not_ready_reason(&self) -> Option<&'static str> {
         if self.done(ReadinessStep::ShuttingDown) {
             Some("shutting down")
         } else if !self.done(ReadinessStep::ConfigsLoaded) {
@@ -148,7 +148,7 @@ impl Readiness {
     }
 
     /// Marks `step` done and tells the watchers when that changes why `/ready` fails.
-    pub fn mark(&self, step: ReadinessStep) {
+    pub(crate) fn mark(&self, step: ReadinessStep) {
         self.flag(step).store(true, Ordering::Release);
         self.reason.send_if_modified(|reason| {
             let now = self.not_ready_reason();
@@ -159,13 +159,13 @@ impl Readiness {
     }
 
     /// Why `/ready` fails (`None`: ready), updated at every mark that changes it.
-    pub fn watch(&self) -> watch::Receiver<Option<&'static str>> {
+    pub(crate) fn watch(&self) -> watch::Receiver<Option<&'static str>> {
         self.reason.subscribe()
     }
 }
 
 /// The TLS port: `/mutate` and `/health`.
-pub fn webhook_router(state: Arc<WebhookState>) -> Router {
+pub(crate) fn webhook_router(state: Arc<WebhookState>) -> Router {
     let router = Router::new()
         .route("/mutate", post(mutate))
         .route("/health", get(health));
@@ -173,7 +173,7 @@ pub fn webhook_router(state: Arc<WebhookState>) -> Router {
 }
 
 /// The plain lifecycle port: `/health`, `/ready`, `/metrics`.
-pub fn lifecycle_router(state: Arc<WebhookState>) -> Router {
+pub(crate) fn lifecycle_router(state: Arc<WebhookState>) -> Router {
     let router = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
@@ -265,7 +265,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 /// Why `/mutate` answered with an HTTP error instead of a review: the status, the metric
 /// result, and a short text body.
 #[derive(Debug)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     status: StatusCode,
     result: RequestResult,
     message: String,

@@ -60,11 +60,11 @@ pub enum TlsError {
 /// A development CA is valid this long (or as long as its first certificate, if longer), so
 /// that renewals of the serving certificate can keep it, as kubeadm's CA outlives its
 /// certificates.
-pub const DEV_CA_VALIDITY: std::time::Duration =
+pub(crate) const DEV_CA_VALIDITY: std::time::Duration =
     std::time::Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// Development serving certificates are valid this long unless told otherwise.
-pub const DEFAULT_DEV_VALIDITY: std::time::Duration =
+pub(crate) const DEFAULT_DEV_VALIDITY: std::time::Duration =
     std::time::Duration::from_secs(365 * 24 * 3600);
 
 /// When the first certificate of a PEM chain expires, as Unix seconds (what the expiry gauge
@@ -147,7 +147,7 @@ pub fn install_crypto_provider() {
 
 /// Builds the server configuration from a certificate chain and key, both PEM. Fails, without
 /// side effects, when either does not parse or the key does not match the certificate.
-pub fn server_config(
+pub(crate) fn server_config(
     cert_pem: &[u8],
     cert_label: &str,
     key_pem: &[u8],
@@ -254,19 +254,19 @@ pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<Arc<ServerCon
 /// A development CA: its certificate and key. `certs` keeps both beside the serving pair, so
 /// that a renewal is signed by the same CA and the webhook's caBundle does not change.
 pub struct DevCa {
-    pub cert_pem: String,
-    pub key_pem: String,
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
     /// What signs: built once, when the CA is made or read and checked.
     issuer: Issuer<'static, KeyPair>,
 }
 
 /// Where [`DevCertificates::write`] puts the CA's certificate and key.
-pub const CA_CERT_FILE: &str = "ca.crt";
-pub const CA_KEY_FILE: &str = "ca.key";
+pub(crate) const CA_CERT_FILE: &str = "ca.crt";
+pub(crate) const CA_KEY_FILE: &str = "ca.key";
 /// Where [`DevCertificates::write`] puts the serving certificate and its key (the names of a
 /// `kubernetes.io/tls` Secret's items).
-pub const LEAF_CERT_FILE: &str = "tls.crt";
-pub const LEAF_KEY_FILE: &str = "tls.key";
+pub(crate) const LEAF_CERT_FILE: &str = "tls.crt";
+pub(crate) const LEAF_KEY_FILE: &str = "tls.key";
 
 impl DevCa {
     /// A new self-signed CA valid from `not_before` to `not_after` (Unix seconds).
@@ -368,7 +368,7 @@ impl DevCa {
 /// A development CA and a serving certificate it signed.
 pub struct DevCertificates {
     pub ca_pem: String,
-    pub ca_key_pem: String,
+    pub(crate) ca_key_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
 }
@@ -382,7 +382,7 @@ impl DevCertificates {
 
     /// As [`DevCertificates::generate`], a new CA (valid for [`DEV_CA_VALIDITY`]) and the
     /// certificate valid from an hour ago (clock skew) for `validity`.
-    pub fn generate_valid_for(
+    pub(crate) fn generate_valid_for(
         names: &[String],
         validity: std::time::Duration,
     ) -> Result<Self, TlsError> {
@@ -453,14 +453,14 @@ impl DevCertificates {
 }
 
 /// From an hour ago (clock skew) to `validity` from now, as Unix seconds.
-pub fn validity_from_now(validity: std::time::Duration) -> (i64, i64) {
+pub(crate) fn validity_from_now(validity: std::time::Duration) -> (i64, i64) {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let span = i64::try_from(validity.as_secs()).unwrap_or(i64::MAX);
     (now - 3600, now.saturating_add(span))
 }
 
 /// A certificate's time (Unix seconds) as a log line says it.
-pub fn rfc3339(unix_seconds: i64) -> String {
+pub(crate) fn rfc3339(unix_seconds: i64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_seconds.max(0) as u64);
     humantime::format_rfc3339_seconds(at).to_string()
 }
@@ -472,7 +472,7 @@ fn timestamp(unix_seconds: i64) -> time::OffsetDateTime {
         .expect("a Unix time before year 10000")
 }
 
-pub fn ca_bundle(ca_pem: &[u8]) -> String {
+pub(crate) fn ca_bundle(ca_pem: &[u8]) -> String {
     base64_simd::STANDARD.encode_to_string(ca_pem)
 }
 

@@ -20,10 +20,10 @@ use crate::config::{ConfigError, Origin, configmap_origin, load_configmap_items}
 use crate::metrics::Metrics;
 use crate::sources::ConfigSources;
 
-pub const CONFIG_SOURCE_CONFIGMAP: &str = "configmap";
+pub(crate) const CONFIG_SOURCE_CONFIGMAP: &str = "configmap";
 
 /// Watches until the process ends; the watcher relists on its own after errors, with backoff.
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     recorder: Recorder,
     namespace: String,

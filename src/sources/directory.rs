@@ -14,7 +14,9 @@ use crate::config::{LoadReport, MAX_CONFIG_BYTES, load_directory};
 /// A config name that cannot be read as a file (a dangling symlink, a directory, a FIFO...)
 /// is kept with its error, so the report names it and its last good version stays: skipping
 /// it would make the sidecar vanish without a word.
-pub fn read_config_directory(dir: &Path) -> io::Result<BTreeMap<String, Result<String, String>>> {
+pub(crate) fn read_config_directory(
+    dir: &Path,
+) -> io::Result<BTreeMap<String, Result<String, String>>> {
     let mut files = BTreeMap::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -30,7 +32,7 @@ pub fn read_config_directory(dir: &Path) -> io::Result<BTreeMap<String, Result<S
 /// The text of one config file. Symlinks are followed (ConfigMap volumes present their files
 /// that way); only a regular file of at most [`MAX_CONFIG_BYTES`] is opened, so a FIFO or a
 /// device never blocks the reader.
-pub fn read_config_file(path: &Path) -> Result<String, String> {
+pub(crate) fn read_config_file(path: &Path) -> Result<String, String> {
     let metadata = fs::metadata(path).map_err(|err| {
         let dangling = err.kind() == io::ErrorKind::NotFound
             && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
@@ -68,7 +70,7 @@ pub fn read_config_file(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
-pub fn is_config_file_name(name: &str) -> bool {
+pub(crate) fn is_config_file_name(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml")
 }
 

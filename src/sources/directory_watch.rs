@@ -19,17 +19,17 @@ use tracing::{debug, warn};
 
 /// One watched directory and the entries in it that matter.
 #[derive(Debug, Clone)]
-pub struct WatchedDirectory {
-    pub directory: PathBuf,
+pub(crate) struct WatchedDirectory {
+    pub(crate) directory: PathBuf,
     /// Entry names that trigger a reload; others (a log file beside the certificates) do not.
-    pub wanted: fn(&str, &[String]) -> bool,
+    pub(crate) wanted: fn(&str, &[String]) -> bool,
     /// Names passed to `wanted` (the certificate and key file names).
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
 }
 
 impl WatchedDirectory {
     /// Every non-hidden `*.yaml`/`*.yml` entry, and the `..data` swap of a ConfigMap volume.
-    pub fn configs(directory: PathBuf) -> Self {
+    pub(crate) fn configs(directory: PathBuf) -> Self {
         Self {
             directory,
             wanted: |name, _| name == "..data" || super::directory::is_config_file_name(name),
@@ -38,7 +38,7 @@ impl WatchedDirectory {
     }
 
     /// The named files, and the `..data` swap of a Secret volume.
-    pub fn files(directory: PathBuf, names: Vec<String>) -> Self {
+    pub(crate) fn files(directory: PathBuf, names: Vec<String>) -> Self {
         Self {
             directory,
             wanted: |name, names| name == "..data" || names.iter().any(|n| n == name),
@@ -49,7 +49,7 @@ impl WatchedDirectory {
 
 /// What one filesystem event means for the reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FsChange {
+pub(crate) enum FsChange {
     /// Data written to a file that is still open for writing.
     Written(PathBuf),
     /// A file opened for writing was closed: its content is complete.
@@ -63,7 +63,7 @@ pub enum FsChange {
 /// written to without pause, or a writer that never closes, cannot postpone it forever).
 /// Pure: time comes in as an argument.
 #[derive(Debug)]
-pub struct ReloadGate {
+pub(crate) struct ReloadGate {
     debounce: Duration,
     max_wait: Duration,
     first_pending: Option<Instant>,
@@ -72,7 +72,7 @@ pub struct ReloadGate {
 }
 
 impl ReloadGate {
-    pub fn new(debounce: Duration) -> Self {
+    pub(crate) fn new(debounce: Duration) -> Self {
         Self {
             debounce,
             max_wait: (debounce * 10).max(Duration::from_secs(2)),
@@ -82,7 +82,7 @@ impl ReloadGate {
         }
     }
 
-    pub fn record(&mut self, change: FsChange, now: Instant) {
+    pub(crate) fn record(&mut self, change: FsChange, now: Instant) {
         self.first_pending.get_or_insert(now);
         self.last_event = Some(now);
         match change {
@@ -97,7 +97,7 @@ impl ReloadGate {
     }
 
     /// When the reload is due, if a change is pending.
-    pub fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         let first = self.first_pending?;
         let bound = first + self.max_wait;
         if !self.writing.is_empty() {
@@ -108,7 +108,7 @@ impl ReloadGate {
     }
 
     /// True (and the gate reset) when a reload is due at `now`.
-    pub fn fire(&mut self, now: Instant) -> bool {
+    pub(crate) fn fire(&mut self, now: Instant) -> bool {
         if self.due().is_some_and(|due| due <= now) {
             self.first_pending = None;
             self.last_event = None;
@@ -209,7 +209,7 @@ impl Watches {
 
 /// A tick on the returned channel each time something `watched` changed and the gate opened
 /// (see [`ReloadGate`]). The watcher lives as long as the receiver's task does.
-pub fn watch_paths(
+pub(crate) fn watch_paths(
     watched: Vec<WatchedDirectory>,
     debounce: Duration,
 ) -> notify::Result<mpsc::Receiver<()>> {

@@ -10,34 +10,34 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
-    pub configs: ConfigDirectoryArgs,
+    pub(crate) configs: ConfigDirectoryArgs,
     /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
-    pub annotation_namespace: String,
+    pub(crate) annotation_namespace: String,
     /// HTTPS port of /mutate and /health.
     #[arg(long, env = "TLS_PORT", default_value_t = 9443)]
-    pub tls_port: u16,
+    pub(crate) tls_port: u16,
     /// Plain HTTP port of /health, /ready and /metrics.
     #[arg(long, env = "LIFECYCLE_PORT", default_value_t = 9000)]
-    pub lifecycle_port: u16,
+    pub(crate) lifecycle_port: u16,
     /// Also export the series of Tumblr's k8s-sidecar-injector under their names and labels
     /// (injections, http_api_requests_total, http_request_duration_seconds,
     /// http_in_flight_requests, http_response_size_bytes), so that its dashboards and alerts
     /// keep working during a migration.
     #[arg(long, env = "TUMBLR_METRICS")]
-    pub tumblr_metrics: bool,
+    pub(crate) tumblr_metrics: bool,
     /// Address both ports listen on.
     #[arg(long, default_value = "0.0.0.0")]
-    pub bind_address: IpAddr,
+    pub(crate) bind_address: IpAddr,
     /// Serving certificate (PEM) [default: /var/lib/secrets/cert.crt; when that is missing, a
     /// development certificate is generated in certs/].
     #[arg(long, env = "TLS_CERT_FILE")]
-    pub tls_cert_file: Option<PathBuf>,
+    pub(crate) tls_cert_file: Option<PathBuf>,
     /// Serving key (PEM) [default: /var/lib/secrets/cert.key].
     #[arg(long, env = "TLS_KEY_FILE")]
-    pub tls_key_file: Option<PathBuf>,
+    pub(crate) tls_key_file: Option<PathBuf>,
     /// The MutatingWebhookConfiguration whose caBundle this replica keeps trusting
     /// --ca-bundle-file (checked at start, whenever the configuration changes, and on
     /// certificate reload; other CAs still valid are kept beside it, three at most, so replicas
@@ -45,119 +45,119 @@ pub struct ServeArgs {
     /// would reset. Its namespaceSelector is followed too: pods of namespaces it leaves out are
     /// never injected, so drift counts them excluded and the engine never restarts them.
     #[arg(long, env = "WEBHOOK_CONFIGURATION", requires = "ca_bundle_file")]
-    pub webhook_configuration: Option<String>,
+    pub(crate) webhook_configuration: Option<String>,
     /// The CA certificate (PEM) that signed the serving certificate: what the caBundle must trust.
     #[arg(long, env = "CA_BUNDLE_FILE", requires = "webhook_configuration")]
-    pub ca_bundle_file: Option<PathBuf>,
+    pub(crate) ca_bundle_file: Option<PathBuf>,
     /// The injector's own namespace is always added when running in a cluster.
     #[command(flatten)]
-    pub ignore_namespaces: IgnoredNamespaceArgs,
+    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
     #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub on_missing_sidecar: MissingSidecarPolicy,
+    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
     /// Largest AdmissionReview accepted; larger bodies get 413.
     #[arg(long, default_value_t = 6 * 1024 * 1024)]
-    pub max_body_bytes: usize,
+    pub(crate) max_body_bytes: usize,
     /// Request bodies held in memory at once, over all connections; a request that would
     /// pass it gets 503 (counted as result "busy"). At least --max-body-bytes.
     #[arg(long, default_value_t = 32 * 1024 * 1024)]
-    pub max_buffered_bytes: usize,
+    pub(crate) max_buffered_bytes: usize,
     /// How long the review of one body may take; past it the request gets 503 (counted as
     /// result "review_timeout"). Bodies over 64 KiB are reviewed off the async workers.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub review_timeout: Duration,
+    pub(crate) review_timeout: Duration,
     /// How long a client may take to send a request's headers (from their first byte: a
     /// keep-alive connection may wait for its next request up to --idle-timeout) and its body;
     /// a slower body gets 408, a slower head has its connection closed.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub body_read_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
     /// After SIGTERM, how long /ready fails before the listeners close, so that endpoints
     /// stop sending requests here first.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub shutdown_delay: Duration,
+    pub(crate) shutdown_delay: Duration,
     /// At most this many connections to the webhook port at once; one more is closed at
     /// accept (counted in sidecar_injector_connections_refused_total{port="webhook"}). The
     /// lifecycle port has a cap of its own, 64.
     #[arg(long, default_value_t = 1000)]
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A connection (HTTP/1.1 or HTTP/2, to either port) with no traffic in either direction
     /// this long is closed. Keep it above the API server's own idle-connection timeout (90s): a
     /// connection closed from this side can cross a review the API server is sending on it,
     /// which then fails (and with failurePolicy Ignore, its pod is created uninjected).
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// How long in-flight requests may take to finish once the listeners close.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
-    pub shutdown_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
     /// Quiet time after a change in the config or certificate directory before reloading.
     #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
-    pub reload_debounce: Duration,
+    pub(crate) reload_debounce: Duration,
     #[command(flatten)]
-    pub configmaps: ConfigMapArgs,
+    pub(crate) configmaps: ConfigMapArgs,
     /// Kubeconfig file for the cluster connection. Without it (or --master-url) `serve` uses
     /// the in-cluster configuration, or runs with no cluster; it never reads ~/.kube/config.
     #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// API server URL; overrides the server of --kubeconfig or of the in-cluster configuration.
     #[arg(long)]
-    pub master_url: Option<String>,
+    pub(crate) master_url: Option<String>,
     #[command(flatten)]
-    pub drift: DriftPolicyArgs,
+    pub(crate) drift: DriftPolicyArgs,
     /// The rollout engine: restart stale workloads (auto), only plan and report (dry-run), or
     /// not run (off). Needs a cluster connection.
     #[arg(long, env = "ROLLOUT", value_enum, default_value_t = EngineMode::Auto)]
-    pub rollout: EngineMode,
+    pub(crate) rollout: EngineMode,
     /// Quiet time after a revision change before its campaign starts, so a burst of edits is
     /// one campaign.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     #[command(flatten)]
-    pub safety: RolloutSafetyArgs,
+    pub(crate) safety: RolloutSafetyArgs,
     /// Namespace of the status ConfigMap and the rollout Lease [default: the injector's own
     /// namespace in a cluster, else --configmap-namespace].
     #[arg(long, env = "POD_NAMESPACE")]
-    pub injector_namespace: Option<String>,
+    pub(crate) injector_namespace: Option<String>,
     /// The rollout engine restarts nothing until this replica has been ready this long: the
     /// pods it restarts are created through the webhook, and until the Service sends the API
     /// server's calls to a ready replica they would come back without their sidecars.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub act_after_ready: Duration,
+    pub(crate) act_after_ready: Duration,
     /// How long the rollout Lease lasts without renewal; the holder stops acting after two
     /// thirds of it.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, hide = true)]
-    pub lease_duration: Duration,
+    pub(crate) lease_duration: Duration,
     /// How often this replica renews its publication of the revisions it injects (the one-shot
     /// commands treat a publication older than a few of these as stale).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    pub publish_interval: Duration,
+    pub(crate) publish_interval: Duration,
     /// POST a JSON notice to this URL when a campaign starts restarting, pauses (with the
     /// reason) or completes, with its counts; its `text` field makes it a Slack incoming-webhook
     /// message as it is. Sent by the Lease holder, retried, never in the rollout's way.
     #[arg(long, env = "NOTIFY_URL", value_parser = crate::notifier::parse_notify_url, hide_env_values = true)]
-    pub notify_url: Option<http::Uri>,
+    pub(crate) notify_url: Option<http::Uri>,
     /// How long one attempt to deliver a notice may take.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub notify_timeout: Duration,
+    pub(crate) notify_timeout: Duration,
     /// Attempts after the first failed one (the waits between them double from one second).
     #[arg(long, default_value_t = 3)]
-    pub notify_retries: u32,
+    pub(crate) notify_retries: u32,
 }
 
 #[derive(Debug, Args)]
-pub struct CertsArgs {
+pub(crate) struct CertsArgs {
     /// Directory to write ca.crt, tls.crt and tls.key into (created when missing).
     #[arg(long)]
-    pub out_dir: PathBuf,
+    pub(crate) out_dir: PathBuf,
     /// DNS name or IP address the serving certificate is for; repeat for several, e.g.
     /// sidecar-injector.injector-system.svc. Required the first time; without it a renewal
     /// keeps the names of the tls.crt in the out directory.
     #[arg(long = "dns-name")]
-    pub dns_names: Vec<String>,
+    pub(crate) dns_names: Vec<String>,
     /// How long the certificates are valid (e.g. 90d, 1y).
     #[arg(long, default_value = "365d", value_parser = humantime::parse_duration)]
-    pub validity: Duration,
+    pub(crate) validity: Duration,
     /// Make a new CA even when the out directory holds one (ca.crt and ca.key); without it, a
     /// second run renews the serving certificate with the same CA, so the caBundle stays.
     #[arg(long)]
-    pub new_ca: bool,
+    pub(crate) new_ca: bool,
 }

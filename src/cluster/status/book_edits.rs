@@ -9,7 +9,7 @@ use crate::rollout::CampaignBook;
 
 /// Why `rollout --resume` (or `--to`, `--unpin`, `--release-hold`) could not record its change.
 #[derive(Debug, thiserror::Error)]
-pub enum ResumeError {
+pub(crate) enum ResumeError {
     #[error("cannot read the status ConfigMap {STATUS_CONFIGMAP}: {0}")]
     Read(#[source] kube::Error),
     #[error(
@@ -24,7 +24,7 @@ pub enum ResumeError {
 
 /// `rollout --resume`: the paused campaigns of the book in the cluster resumed. The Lease
 /// holder adopts the book at its next plan and acts on it; nobody else needs to.
-pub async fn resume_paused(
+pub(crate) async fn resume_paused(
     api: &Api<ConfigMap>,
     namespace: &str,
     by: &str,
@@ -43,7 +43,7 @@ pub async fn resume_paused(
 /// someone wrote in between). `edit` returns `None` when it changed nothing (nothing is
 /// written). With no status ConfigMap (or no book in it), `edit` gets an empty book when
 /// `create` says so, else nothing happens.
-pub async fn edit_book<T>(
+pub(crate) async fn edit_book<T>(
     api: &Api<ConfigMap>,
     namespace: &str,
     create: bool,

@@ -15,10 +15,10 @@ use super::*;
 use crate::rollout::CampaignBook;
 
 /// Progress counts alone are written at most this often.
-pub const STATUS_COUNTS_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const STATUS_COUNTS_EVERY: Duration = Duration::from_secs(5);
 
 /// What is known of the status ConfigMap as this process last read or wrote it.
-pub struct BookWriter {
+pub(crate) struct BookWriter {
     status: signal::Receiver<Option<ConfigMap>>,
     /// The resourceVersion of the status ConfigMap our book corresponds to.
     known_version: Option<String>,
@@ -31,7 +31,7 @@ pub struct BookWriter {
 
 /// What a [`BookWriter::write`] did.
 #[derive(Debug)]
-pub enum BookWrite {
+pub(crate) enum BookWrite {
     /// Written: the campaigns item's size, for the book alert.
     Stored {
         bytes: usize,
@@ -49,7 +49,7 @@ pub enum BookWrite {
 
 impl BookWriter {
     /// `status` watches the status ConfigMap ([`watch_status`]).
-    pub fn new(status: signal::Receiver<Option<ConfigMap>>) -> Self {
+    pub(crate) fn new(status: signal::Receiver<Option<ConfigMap>>) -> Self {
         Self {
             status,
             known_version: None,
@@ -60,18 +60,18 @@ impl BookWriter {
     }
 
     /// Resolves when the status ConfigMap changes; `false` once its watch is gone.
-    pub async fn changed(&mut self) -> bool {
+    pub(crate) async fn changed(&mut self) -> bool {
         self.status.changed().await.is_ok()
     }
 
     /// Waits at most `deadline` for the first read of the status ConfigMap (present or not).
-    pub async fn first_read(&mut self, deadline: Duration) {
+    pub(crate) async fn first_read(&mut self, deadline: Duration) {
         let _ = tokio::time::timeout(deadline, self.status.changed()).await;
     }
 
     /// The book someone else wrote (a previous leader, `rollout --resume`) since this process
     /// last read or wrote it; `None` when the campaigns item is ours, or malformed (said once).
-    pub fn theirs(&mut self) -> Option<CampaignBook> {
+    pub(crate) fn theirs(&mut self) -> Option<CampaignBook> {
         let configmap = self.status.borrow_and_update().clone()?;
         let version = configmap.metadata.resource_version.clone();
         if version.is_some() && version == self.known_version {
@@ -94,7 +94,7 @@ impl BookWriter {
     }
 
     /// Writes `book` when it changed (now, with `flush`, even if only its counts did).
-    pub async fn write(
+    pub(crate) async fn write(
         &mut self,
         api: &Api<ConfigMap>,
         namespace: &str,

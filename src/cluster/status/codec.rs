@@ -12,12 +12,12 @@ use crate::config::RevisionsInForce;
 use crate::rollout::CampaignBook;
 
 /// Its data item holding the campaign book (JSON).
-pub const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
+pub(crate) const STATUS_CAMPAIGNS_KEY: &str = "campaigns";
 /// Its data item holding what each serving replica injects: `{"<identity>": Publication}`.
-pub const STATUS_INJECTORS_KEY: &str = "injectors";
+pub(crate) const STATUS_INJECTORS_KEY: &str = "injectors";
 
 /// Every replica's publication, by identity; `{}` when the item is absent.
-pub fn decode_injectors(
+pub(crate) fn decode_injectors(
     status: &ConfigMap,
 ) -> Result<BTreeMap<String, Publication>, serde_json::Error> {
     status
@@ -31,7 +31,7 @@ pub fn decode_injectors(
 
 /// `data` with `identity`'s publication set, and publications older than `forget_after`
 /// dropped (replicas long gone).
-pub fn publish(
+pub(crate) fn publish(
     data: &BTreeMap<String, String>,
     identity: &str,
     publication: Publication,
@@ -68,9 +68,9 @@ pub(super) fn set_injectors(
 }
 
 /// The status ConfigMap a running injector keeps in its namespace.
-pub const STATUS_CONFIGMAP: &str = "sidecar-injector-status";
+pub(crate) const STATUS_CONFIGMAP: &str = "sidecar-injector-status";
 /// The campaign book item; `None` when the item is absent.
-pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_json::Error> {
+pub(crate) fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_json::Error> {
     status
         .data
         .as_ref()
@@ -81,7 +81,7 @@ pub fn decode_book(status: &ConfigMap) -> Result<Option<CampaignBook>, serde_jso
 
 /// The data of the status ConfigMap: `existing` with the campaign book replaced; the
 /// replicas' publications (and anything else) kept as they are.
-pub fn encode(
+pub(crate) fn encode(
     existing: Option<&BTreeMap<String, String>>,
     book: &CampaignBook,
 ) -> BTreeMap<String, String> {
@@ -91,7 +91,7 @@ pub fn encode(
 }
 
 /// The book without its progress counts: what must reach the status ConfigMap at once.
-pub fn book_shape(book: &CampaignBook) -> String {
+pub(crate) fn book_shape(book: &CampaignBook) -> String {
     let mut shape = book.clone();
     for campaign in shape.campaigns.values_mut() {
         campaign.counts = Default::default();
@@ -101,7 +101,7 @@ pub fn book_shape(book: &CampaignBook) -> String {
 
 /// The status ConfigMap holding `data`; with the `resource_version` it was read at, a
 /// replace of it fails (409) when someone wrote it since.
-pub fn status_object(
+pub(crate) fn status_object(
     namespace: &str,
     resource_version: Option<String>,
     data: BTreeMap<String, String>,
@@ -127,7 +127,10 @@ pub fn status_object(
 
 /// Creates the status (or history) ConfigMap when no version of it is known yet, or replaces
 /// the version read.
-pub async fn write(api: &Api<ConfigMap>, object: &ConfigMap) -> Result<ConfigMap, kube::Error> {
+pub(crate) async fn write(
+    api: &Api<ConfigMap>,
+    object: &ConfigMap,
+) -> Result<ConfigMap, kube::Error> {
     match object.metadata.resource_version {
         None => api.create(&PostParams::default(), object).await,
         Some(_) => {
@@ -139,7 +142,7 @@ pub async fn write(api: &Api<ConfigMap>, object: &ConfigMap) -> Result<ConfigMap
 
 /// Why a [`read_modify_write`] did not write.
 #[derive(Debug)]
-pub enum EditError<E> {
+pub(crate) enum EditError<E> {
     Read(kube::Error),
     /// What the edit refused (a malformed item it must not overwrite).
     Edit(E),
@@ -151,7 +154,7 @@ pub enum EditError<E> {
 /// not exist) and returns its new data and a result, or `None` to leave it as it is. The new
 /// data is written at the version read, so a concurrent writer is never overwritten; on a
 /// conflict it is read and edited again, `attempts` times in all.
-pub async fn read_modify_write<T, E>(
+pub(crate) async fn read_modify_write<T, E>(
     api: &Api<ConfigMap>,
     namespace: &str,
     attempts: usize,
@@ -178,7 +181,7 @@ pub async fn read_modify_write<T, E>(
 /// The campaign book of the status ConfigMap as every long-running reader takes it:
 /// `Some(None)` when there is none (no ConfigMap, or no book in it); malformed, `None`, and the
 /// reader keeps what it had: said once per distinct error in `said`, never dropped silently.
-pub fn book_or_warn(
+pub(crate) fn book_or_warn(
     status: Option<&ConfigMap>,
     said: &mut Option<String>,
 ) -> Option<Option<CampaignBook>> {
@@ -202,7 +205,7 @@ pub fn book_or_warn(
 
 /// [`preview_warnings`] of the publications a status ConfigMap holds. A malformed item is
 /// said in their place: the preview needs only the configs, and goes on.
-pub fn preview_warnings_of(
+pub(crate) fn preview_warnings_of(
     status: &ConfigMap,
     here: &RevisionsInForce,
     now: k8s_openapi::jiff::Timestamp,

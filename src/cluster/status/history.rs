@@ -8,12 +8,12 @@ use crate::rollout::history::RevisionHistory;
 
 /// The ConfigMap holding each sidecar's revision history, next to the status ConfigMap; only
 /// the Lease holder writes it.
-pub const HISTORY_CONFIGMAP: &str = "sidecar-injector-history";
+pub(crate) const HISTORY_CONFIGMAP: &str = "sidecar-injector-history";
 /// Its data item (JSON).
-pub const HISTORY_KEY: &str = "history";
+pub(crate) const HISTORY_KEY: &str = "history";
 
 /// The revision history in `configmap`; empty when the item is absent.
-pub fn decode_history(configmap: &ConfigMap) -> Result<RevisionHistory, serde_json::Error> {
+pub(crate) fn decode_history(configmap: &ConfigMap) -> Result<RevisionHistory, serde_json::Error> {
     configmap
         .data
         .as_ref()
@@ -25,7 +25,7 @@ pub fn decode_history(configmap: &ConfigMap) -> Result<RevisionHistory, serde_js
 
 /// The history ConfigMap holding `history`; with the `resource_version` it was read at, a
 /// replace fails (409) when someone wrote it since.
-pub fn history_object(
+pub(crate) fn history_object(
     namespace: &str,
     resource_version: Option<String>,
     history: &RevisionHistory,
@@ -45,7 +45,7 @@ pub fn history_object(
 
 /// The history in the cluster and the version read; `None` and an empty history when the
 /// ConfigMap does not exist.
-pub async fn read_history(
+pub(crate) async fn read_history(
     api: &Api<ConfigMap>,
 ) -> Result<(RevisionHistory, Option<String>), HistoryReadError> {
     let Some(configmap) = api
@@ -61,7 +61,7 @@ pub async fn read_history(
 
 /// Why the revision history could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum HistoryReadError {
+pub(crate) enum HistoryReadError {
     #[error("cannot read the revision history ConfigMap {HISTORY_CONFIGMAP}: {0}")]
     Read(#[source] kube::Error),
     #[error("the {HISTORY_KEY} item of the ConfigMap {HISTORY_CONFIGMAP} is malformed: {0}")]

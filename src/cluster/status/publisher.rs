@@ -20,7 +20,7 @@ use crate::rollout::CampaignBook;
 /// `rollout --to` in force (what replicas publish as injected and the engine rolls out), and
 /// `served`, that with each hold of a paused campaign in force and a warning on each sidecar
 /// whose campaign is paused (what the webhook injects; kubectl shows the warnings).
-pub fn apply_book(
+pub(crate) fn apply_book(
     mut status: signal::Receiver<Option<ConfigMap>>,
     mut configs: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
 ) -> BookSignals {
@@ -61,14 +61,14 @@ pub fn apply_book(
 }
 
 /// The signals of [`apply_book`].
-pub struct BookSignals {
-    pub pinned: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
-    pub served: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
+pub(crate) struct BookSignals {
+    pub(crate) pinned: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
+    pub(crate) served: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
 }
 
 /// The status ConfigMap as it changes (`None` while it does not exist); the first value is
 /// published once the first read is done, whether it exists or not.
-pub fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<ConfigMap>> {
+pub(crate) fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<ConfigMap>> {
     let (publish, receive) = signal::channel(None);
     let api: Api<ConfigMap> = Api::namespaced(client, namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
@@ -94,7 +94,7 @@ pub fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<
 /// Publishes what this replica injects under `identity`: once the configs are ready, on every
 /// change of the set, and on a heartbeat (`every`), so that a gone replica's publication goes
 /// stale. Runs until `stop` turns true, then withdraws this replica's publication.
-pub async fn run_publisher(
+pub(crate) async fn run_publisher(
     client: Client,
     namespace: String,
     identity: String,
