@@ -710,7 +710,9 @@ mod run;
 mod writes;
 
 pub(crate) use run::run;
+#[cfg(test)]
 pub(crate) use run::soonest_wake;
+pub(crate) use run::{Conductor, LoopStopped, control_loop};
 
 mod pod_replacement;
 

@@ -39,7 +39,7 @@ pub(super) struct Candidate<'g, 'r> {
     /// The stamp this engine set for this target was reverted (see [`super::Restart`]).
     pub(super) reverted: bool,
     /// Why its pods are not upgraded in place, when that was considered.
-    pub(super) not_in_place: Option<String>,
+    pub(super) not_in_place: Option<super::in_place::NotInPlace>,
 }
 
 impl Candidate<'_, '_> {

@@ -28,12 +28,58 @@ pub(crate) enum InPlaceMode {
     Off,
 }
 
+/// Why a restart is not an in-place upgrade: the plan says it ("restarted, not upgraded in
+/// place: ...") and the engine logs it when it evicts a pod it could not patch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotInPlace {
+    #[error("a container's image was removed")]
+    ImageRemoved,
+    #[error("containers changed beyond their images: {ONLY_IMAGES}")]
+    BeyondImages,
+    #[error("{} changed: {ONLY_IMAGES}", fields.join(", "))]
+    FieldsChanged { fields: Vec<String> },
+    #[error("nothing to change")]
+    NothingToChange,
+    #[error("revision {revision} of {sidecar} is not in the history")]
+    NotInHistory { sidecar: String, revision: String },
+    #[error("{sidecar}: {why}")]
+    OfSidecar {
+        sidecar: String,
+        why: Box<NotInPlace>,
+    },
+    #[error("{sidecar}'s config says rollout: {{inPlace: false}}")]
+    TurnedOff { sidecar: String },
+    #[error("pods without a revision of {sidecar} are recreated")]
+    PodsWithoutRevision { sidecar: String },
+    #[error("{sidecar}: no revision to upgrade from")]
+    NoRevisionToUpgradeFrom { sidecar: String },
+    #[error("strategy Recreate")]
+    Recreate,
+    #[error("maxUnavailable 0 lets no pod be unavailable while its sidecar restarts")]
+    NoPodMayBeUnavailable,
+    #[error("the pod carries no revision")]
+    PodWithoutRevision,
+    #[error("the pod has no uid")]
+    PodWithoutUid,
+    #[error("the pod was never injected with {sidecar}")]
+    NeverInjected { sidecar: String },
+    #[error("the pod is current")]
+    PodCurrent,
+    #[error("the pod has no container {container}")]
+    NoSuchContainer { container: String },
+}
+
+const ONLY_IMAGES: &str = "only a change of injected containers' images is made in place";
+
 /// The lists of the injected content whose containers may change image in place.
 const REGULAR: [&str; 2] = ["containers", "prependContainers"];
 
 /// The new image of each injected regular container whose image differs from `from` to `to`,
 /// when nothing else differs; else why not, as a person reads it.
-pub(crate) fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn image_changes(
+    from: &Value,
+    to: &Value,
+) -> Result<BTreeMap<String, String>, NotInPlace> {
     let mut changes = BTreeMap::new();
     let mut from = from.clone();
     for list in REGULAR {
@@ -58,13 +104,13 @@ pub(crate) fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String,
                         changes.insert(name.to_owned(), image.to_owned());
                         own["image"] = Value::String(image.to_owned());
                     }
-                    _ => return Err("a container's image was removed".to_owned()),
+                    _ => return Err(NotInPlace::ImageRemoved),
                 }
             }
         }
     }
     if &from != to {
-        let mut differ: Vec<&str> = Vec::new();
+        let mut differ: Vec<String> = Vec::new();
         let keys = |v: &Value| -> Vec<String> {
             v.as_object()
                 .map(|o| o.keys().cloned().collect())
@@ -76,20 +122,17 @@ pub(crate) fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String,
         all.dedup();
         for key in &all {
             if from.get(key) != to.get(key) {
-                differ.push(key);
+                differ.push(key.clone());
             }
         }
-        let what = if differ.iter().all(|k| REGULAR.contains(k)) {
-            "containers changed beyond their images".to_owned()
+        return Err(if differ.iter().all(|k| REGULAR.contains(&k.as_str())) {
+            NotInPlace::BeyondImages
         } else {
-            format!("{} changed", differ.join(", "))
-        };
-        return Err(format!(
-            "{what}: only a change of injected containers' images is made in place"
-        ));
+            NotInPlace::FieldsChanged { fields: differ }
+        });
     }
     if changes.is_empty() {
-        return Err("nothing to change".to_owned());
+        return Err(NotInPlace::NothingToChange);
     }
     Ok(changes)
 }
@@ -100,16 +143,22 @@ pub(crate) fn sidecar_changes(
     sidecar: &str,
     from: &str,
     to: &str,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, NotInPlace> {
     let content = |revision: &str| {
         history
             .entries(sidecar)
             .iter()
             .find(|e| e.revision == revision)
             .map(|e| &e.content)
-            .ok_or_else(|| format!("revision {revision} of {sidecar} is not in the history"))
+            .ok_or_else(|| NotInPlace::NotInHistory {
+                sidecar: sidecar.to_owned(),
+                revision: revision.to_owned(),
+            })
     };
-    image_changes(content(from)?, content(to)?).map_err(|why| format!("{sidecar}: {why}"))
+    image_changes(content(from)?, content(to)?).map_err(|why| NotInPlace::OfSidecar {
+        sidecar: sidecar.to_owned(),
+        why: Box::new(why),
+    })
 }
 
 /// The JSON patch that upgrades one pod in place, and the containers it upgrades.
@@ -131,19 +180,25 @@ pub(crate) fn pod_patch(
     keys: &AnnotationKeys,
     target: &RevisionStamp,
     history: &RevisionHistory,
-) -> Result<InPlacePatch, String> {
+) -> Result<InPlacePatch, NotInPlace> {
     let annotations = pod.metadata.annotations.as_ref();
     let carried = annotations
         .and_then(|a| a.get(&keys.revision))
-        .ok_or("the pod carries no revision")?;
-    let uid = pod.metadata.uid.as_deref().ok_or("the pod has no uid")?;
+        .ok_or(NotInPlace::PodWithoutRevision)?;
+    let uid = pod
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or(NotInPlace::PodWithoutUid)?;
     let mut items: Vec<(String, String)> = stamp_items(carried)
         .map(|(s, r)| (s.to_owned(), r.to_owned()))
         .collect();
     let mut upgraded = BTreeMap::new();
     for (sidecar, to) in target.items() {
         let Some(item) = items.iter_mut().find(|(s, _)| s == sidecar) else {
-            return Err(format!("the pod was never injected with {sidecar}"));
+            return Err(NotInPlace::NeverInjected {
+                sidecar: sidecar.to_owned(),
+            });
         };
         if item.1 != to {
             upgraded.extend(sidecar_changes(history, sidecar, &item.1, to)?);
@@ -151,7 +206,7 @@ pub(crate) fn pod_patch(
         }
     }
     if upgraded.is_empty() {
-        return Err("the pod is current".to_owned());
+        return Err(NotInPlace::PodCurrent);
     }
     let containers = pod
         .spec
@@ -164,7 +219,9 @@ pub(crate) fn pod_patch(
         let index = containers
             .iter()
             .position(|c| &c.name == name)
-            .ok_or_else(|| format!("the pod has no container {name}"))?
+            .ok_or_else(|| NotInPlace::NoSuchContainer {
+                container: name.clone(),
+            })?
             .to_string();
         patch.test(&["spec", "containers", &index, "name"], json!(name).into());
         patch.set(

@@ -12,7 +12,7 @@ use super::book::{
 };
 use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
-use super::in_place::InPlaceMode;
+use super::in_place::{InPlaceMode, NotInPlace};
 use super::plan::{PlanInput, Restart, RolloutPlan, SidecarTarget, WaitReason, Waiting};
 use crate::config::RevisionStamp;
 use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
@@ -337,7 +337,7 @@ fn in_place(
     input: &PlanInput<'_>,
     entry: Option<&WorkloadEntry>,
     restart_for: &[&WorkloadDrift],
-) -> Option<Result<(), String>> {
+) -> Option<Result<(), NotInPlace>> {
     let entry = entry?;
     if input.settings.in_place == InPlaceMode::Off || entry.restart_method.is_some() {
         return None;
@@ -345,19 +345,19 @@ fn in_place(
     for row in restart_for {
         let target = &input.targets[&row.sidecar];
         if !target.in_place {
-            return Some(Err(format!(
-                "{}'s config says rollout: {{inPlace: false}}",
-                row.sidecar
-            )));
+            return Some(Err(NotInPlace::TurnedOff {
+                sidecar: row.sidecar.clone(),
+            }));
         }
         if row.pods.uninjected + row.pods.unknown > 0 {
-            return Some(Err(format!(
-                "pods without a revision of {} are recreated",
-                row.sidecar
-            )));
+            return Some(Err(NotInPlace::PodsWithoutRevision {
+                sidecar: row.sidecar.clone(),
+            }));
         }
         let Some(from) = row.from_revision.as_deref() else {
-            return Some(Err(format!("{}: no revision to upgrade from", row.sidecar)));
+            return Some(Err(NotInPlace::NoRevisionToUpgradeFrom {
+                sidecar: row.sidecar.clone(),
+            }));
         };
         if let Err(why) =
             super::in_place::sidecar_changes(input.history, &row.sidecar, from, &target.revision)
@@ -367,12 +367,10 @@ fn in_place(
     }
     // What changes allows it; the workload's budget must too.
     if entry.update_strategy == UpdateStrategy::Recreate {
-        return Some(Err("strategy Recreate".to_owned()));
+        return Some(Err(NotInPlace::Recreate));
     }
     if entry.max_unavailable.is_some_and(|n| n < 1) {
-        return Some(Err(
-            "maxUnavailable 0 lets no pod be unavailable while its sidecar restarts".to_owned(),
-        ));
+        return Some(Err(NotInPlace::NoPodMayBeUnavailable));
     }
     Some(Ok(()))
 }

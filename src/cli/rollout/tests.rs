@@ -3,33 +3,28 @@ use std::time::Instant;
 use super::*;
 
 #[test]
-fn the_one_shot_loop_wakes_at_the_soonest_moment_due_and_polls_nothing() {
+fn the_loop_wakes_at_the_soonest_moment_due_and_polls_nothing() {
     let now = Instant::now();
     let at = |s: u64| now + Duration::from_secs(s);
+    let wake =
+        |moments: [Option<Instant>; 3]| crate::engine::soonest_wake(now, LOOP_SAFETY_NET, moments);
     assert_eq!(
-        LoopWake::default().next(now),
+        wake([None, None, None]),
         now + LOOP_SAFETY_NET,
         "nothing due: only the safety net"
     );
-    let wake = LoopWake {
-        plan: Some(at(7)),
-        grant_ends: Some(at(15)),
-        lost_for_good: None,
-        outcomes_given_up: Some(at(300)),
-    };
-    assert_eq!(wake.next(now), at(7), "the plan's own moment");
-    let wake = LoopWake { plan: None, ..wake };
-    assert_eq!(wake.next(now), at(15), "the grant's end");
-    let lost = LoopWake {
-        lost_for_good: Some(at(3)),
-        ..LoopWake::default()
-    };
-    assert_eq!(lost.next(now), at(3));
-    let due = LoopWake {
-        plan: Some(now),
-        ..LoopWake::default()
-    };
-    assert_eq!(due.next(now), now, "due now: at once");
+    assert_eq!(
+        wake([Some(at(15)), Some(at(7)), Some(at(300))]),
+        at(7),
+        "the soonest"
+    );
+    assert_eq!(wake([Some(at(15)), None, None]), at(15));
+    assert_eq!(
+        wake([Some(at(3_600)), None, None]),
+        now + LOOP_SAFETY_NET,
+        "never past the net"
+    );
+    assert_eq!(wake([None, Some(now), None]), now, "due now: at once");
 }
 
 #[test]

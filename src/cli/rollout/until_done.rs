@@ -4,14 +4,16 @@ use super::super::args::{OutputFormat, RolloutArgs};
 use super::*;
 use crate::cluster::drift_feed::DriftFeed;
 use crate::config::SidecarSet;
-use crate::engine::{Authority, Engine, RunSummary};
+use crate::engine::{Authority, Conductor, Engine, LoopStopped, RunSummary};
 use crate::rollout::RolloutPlan;
 use crate::telemetry::notice;
 use crate::workload::WorkloadRef;
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
+use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{Level, debug};
+use tracing::Level;
 
 /// Plans and acts until nothing is rolling and nothing waits for what clears by itself.
 pub(super) async fn act_until_done(
@@ -25,85 +27,108 @@ pub(super) async fn act_until_done(
     let terminal = std::io::stderr().is_terminal()
         && args.cluster.output == OutputFormat::Table
         && crate::telemetry::text_on_stderr();
-    let mut changes = feed.changes.clone();
-    let mut grant = standing.grant();
-    let mut progress: Option<Progress> = None;
-    let mut unheld_since: Option<Instant> = None;
-    let mut settled_since: Option<Instant> = None;
-    loop {
-        let acting = standing.may_act();
-        let authority = if acting {
-            unheld_since = None;
-            Authority::Act
-        } else {
-            // The Lease was not renewed in time: act no more until it is.
-            let since = *unheld_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= CLI_LEASE_DURATION {
-                anyhow::bail!(
-                    "lost the rollout Lease for {CLI_LEASE_DURATION:?}; stopped acting (the summary would be partial)"
-                );
-            }
-            Authority::PlanOnly
-        };
-        let plan = engine.tick(feed, sidecars, authority).await;
-        let progress = progress.get_or_insert_with(|| {
-            print_plan_summary(&plan);
-            Progress::of(&plan)
-        });
-        progress.report(engine.summary(), terminal, &plan);
-        let settled =
-            plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself());
-        // A restarted workload whose pods all went (scaled to zero, deleted) is in no plan
-        // list, yet ends as succeeded or gone once its controller says so: wait for that too,
-        // within the rollout timeout.
-        let awaiting = engine.awaiting_outcomes() > 0;
-        if !settled {
-            settled_since = None;
-        } else {
-            let since = *settled_since.get_or_insert_with(Instant::now);
-            if !awaiting || since.elapsed() >= args.safety.rollout_timeout {
-                break;
-            }
-        }
-        // As `serve` does: on a change (of the cluster, the status ConfigMap or the Lease), or
-        // at the next moment the plan or this run's standing can change by time alone; no poll.
-        let now = Instant::now();
-        let wake = LoopWake {
-            plan: engine.next_wake(now),
-            grant_ends: acting.then(|| standing.grant_ends()).flatten(),
-            lost_for_good: unheld_since.map(|since| since + CLI_LEASE_DURATION),
-            outcomes_given_up: settled_since
-                .filter(|_| awaiting)
-                .map(|since| since + args.safety.rollout_timeout),
-        }
-        .next(now);
-        debug!(
-            rolling = plan.rolling.len(),
-            waiting = plan.waiting.len(),
-            "planned; next pass on a change or in {:?}",
-            wake.saturating_duration_since(now)
-        );
-        let changed = tokio::select! {
-            result = changes.changed() => if result.is_err() {
-                anyhow::bail!("the cluster watches stopped");
-            } else { true },
-            watching = engine.status_changed() => if watching { true } else {
-                anyhow::bail!("the watch of the status ConfigMap stopped");
-            },
-            () = grant_changed(&mut grant) => true,
-            () = tokio::time::sleep_until(wake.into()) => false,
-        };
-        // A burst of watch events (a restart's pods come and go) costs one plan, as in `serve`.
-        if changed {
-            tokio::time::sleep(crate::engine::PLAN_DEBOUNCE).await;
-            changes.borrow_and_update();
-        }
-    }
+    let mut conductor = UntilDone {
+        sidecars: Arc::new(sidecars.clone()),
+        standing,
+        grant: standing.grant(),
+        rollout_timeout: args.safety.rollout_timeout,
+        terminal,
+        progress: None,
+        acting: false,
+        unheld_since: None,
+        settled_since: None,
+        awaiting: false,
+    };
+    crate::engine::control_loop(engine, feed, &mut conductor).await?;
     engine.flush_status().await;
     if terminal {
         eprintln!();
     }
     Ok(())
+}
+
+/// How `rollout --confirm` conducts the engine's loop: it acts while it holds the Lease (and
+/// gives up once it lost it for a Lease's duration), reports progress after each pass, and
+/// stops once the plan is settled.
+struct UntilDone<'s> {
+    sidecars: Arc<SidecarSet>,
+    standing: &'s Standing,
+    grant: Option<tokio::sync::watch::Receiver<Option<Instant>>>,
+    rollout_timeout: Duration,
+    terminal: bool,
+    progress: Option<Progress>,
+    acting: bool,
+    unheld_since: Option<Instant>,
+    settled_since: Option<Instant>,
+    /// Restarted workloads without pods whose outcome is still to come.
+    awaiting: bool,
+}
+
+impl Conductor for UntilDone<'_> {
+    fn sidecars(&mut self) -> Arc<SidecarSet> {
+        self.sidecars.clone()
+    }
+
+    fn before_pass(&mut self, _: &mut Engine) -> Result<Option<Authority>, LoopStopped> {
+        self.acting = self.standing.may_act();
+        if self.acting {
+            self.unheld_since = None;
+            return Ok(Some(Authority::Act));
+        }
+        // The Lease was not renewed in time: act no more until it is.
+        let since = *self.unheld_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= CLI_LEASE_DURATION {
+            return Err(LoopStopped::Conductor(format!(
+                "lost the rollout Lease for {CLI_LEASE_DURATION:?}; stopped acting (the summary would be partial)"
+            )));
+        }
+        Ok(Some(Authority::PlanOnly))
+    }
+
+    fn after_pass(&mut self, engine: &Engine, plan: &RolloutPlan) -> ControlFlow<()> {
+        let progress = self.progress.get_or_insert_with(|| {
+            print_plan_summary(plan);
+            Progress::of(plan)
+        });
+        progress.report(engine.summary(), self.terminal, plan);
+        let settled =
+            plan.is_settled() && !plan.waiting.iter().any(|w| w.reason.clears_by_itself());
+        // A restarted workload whose pods all went (scaled to zero, deleted) is in no plan
+        // list, yet ends as succeeded or gone once its controller says so: wait for that too,
+        // within the rollout timeout.
+        self.awaiting = engine.awaiting_outcomes() > 0;
+        if !settled {
+            self.settled_since = None;
+            return ControlFlow::Continue(());
+        }
+        let since = *self.settled_since.get_or_insert_with(Instant::now);
+        if !self.awaiting || since.elapsed() >= self.rollout_timeout {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn wake_at(&self, _: Instant) -> Vec<Option<Instant>> {
+        vec![
+            // The Lease this run holds runs out unless renewed: it stops acting then.
+            self.acting.then(|| self.standing.grant_ends()).flatten(),
+            // The Lease was lost long enough ago to give up.
+            self.unheld_since.map(|since| since + CLI_LEASE_DURATION),
+            // Workloads left without pods had long enough to report their outcome.
+            self.settled_since
+                .filter(|_| self.awaiting)
+                .map(|since| since + self.rollout_timeout),
+        ]
+    }
+
+    fn safety_net(&self) -> Duration {
+        LOOP_SAFETY_NET
+    }
+
+    async fn changed(&mut self) -> Result<(), LoopStopped> {
+        grant_changed(&mut self.grant).await;
+        Ok(())
+    }
 }
 
 /// Resolves when the Lease's grant changes; never without a Lease, or once its task is gone.
@@ -116,35 +141,6 @@ pub(super) async fn grant_changed(
     };
     if !renewed {
         std::future::pending::<()>().await;
-    }
-}
-
-/// The moments the one-shot loop must plan again though nothing it watches changed.
-#[derive(Debug, Default)]
-pub(super) struct LoopWake {
-    /// The plan changes by time alone (a settle, a cooldown, a bake's end...).
-    pub(super) plan: Option<Instant>,
-    /// The Lease this run holds runs out unless renewed: it stops acting then.
-    pub(super) grant_ends: Option<Instant>,
-    /// The Lease was lost long enough ago to give up.
-    pub(super) lost_for_good: Option<Instant>,
-    /// Workloads left without pods had long enough to report their outcome.
-    pub(super) outcomes_given_up: Option<Instant>,
-}
-
-impl LoopWake {
-    /// The soonest of them, under the same safety net as `serve`'s engine.
-    pub(super) fn next(&self, now: Instant) -> Instant {
-        crate::engine::soonest_wake(
-            now,
-            LOOP_SAFETY_NET,
-            [
-                self.plan,
-                self.grant_ends,
-                self.lost_for_good,
-                self.outcomes_given_up,
-            ],
-        )
     }
 }
 

@@ -74,21 +74,26 @@ fn only_an_image_change_of_injected_containers_is_made_in_place() {
     let changes = image_changes(&content("s:1", "a"), &content("s:2", "a")).unwrap();
     assert_eq!(changes, BTreeMap::from([("shipper".into(), "s:2".into())]));
     let err = image_changes(&content("s:1", "a"), &content("s:2", "b")).unwrap_err();
+    assert_eq!(err, NotInPlace::BeyondImages);
     assert!(
-        err.starts_with("containers changed beyond their images"),
+        err.to_string()
+            .starts_with("containers changed beyond their images"),
         "{err}"
     );
     let mut with_env = content("s:1", "a");
     with_env["env"] = json!([{"name": "X", "value": "1"}]);
     let err = image_changes(&content("s:1", "a"), &with_env).unwrap_err();
-    assert!(err.starts_with("env changed"), "{err}");
+    assert!(err.to_string().starts_with("env changed"), "{err}");
     let mut init = content("s:2", "a");
     init["initContainers"] = json!([{"name": "setup", "image": "i:1"}]);
     let err = image_changes(&content("s:1", "a"), &init).unwrap_err();
-    assert!(err.starts_with("initContainers changed"), "{err}");
+    assert!(
+        err.to_string().starts_with("initContainers changed"),
+        "{err}"
+    );
     assert_eq!(
         image_changes(&content("s:1", "a"), &content("s:1", "a")).unwrap_err(),
-        "nothing to change"
+        NotInPlace::NothingToChange
     );
 }
 
@@ -153,11 +158,11 @@ fn the_pod_patch_sets_the_images_and_the_revision_guarded_by_uid_and_name() {
     );
     let err = pod_patch(&pod("logger:v1=dddddddddddd"), &keys, &target, &history()).unwrap_err();
     assert_eq!(
-        err,
+        err.to_string(),
         "revision dddddddddddd of logger:v1 is not in the history"
     );
     let err = pod_patch(&pod("logger:v1=bbbbbbbbbbbb"), &keys, &target, &history()).unwrap_err();
-    assert_eq!(err, "the pod is current");
+    assert_eq!(err, NotInPlace::PodCurrent);
 }
 
 #[test]
