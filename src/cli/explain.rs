@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -23,7 +22,7 @@ use super::one_shot::{
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::NamespaceReach;
 use crate::config::SidecarSet;
-use crate::engine::{EngineMode, EngineOptions};
+
 use crate::explain::{
     Explanation, InjectionExplanation, PodState, SidecarDrift, WorkloadAction, WorkloadPods,
     injection, sidecar_drift, without_configs, workload_action,
@@ -695,27 +694,11 @@ async fn plan_now(
     sidecars: &SidecarSet,
     published: Option<crate::cluster::status::Publication>,
 ) -> anyhow::Result<RolloutPlan> {
-    let mut kinds: BTreeSet<WorkloadKind> = [
-        WorkloadKind::Deployment,
-        WorkloadKind::StatefulSet,
-        WorkloadKind::DaemonSet,
-    ]
-    .into();
-    if args.cluster.drift.evict_bare_pods {
-        kinds.insert(WorkloadKind::Pod);
-    }
-    let options = EngineOptions {
-        mode: EngineMode::DryRun,
-        settings: args.safety.settings(Duration::ZERO),
-        keys: keys.clone(),
-        policy: policy(args),
-        namespace: args.cluster.injector_namespace.clone(),
-        replan_every: Duration::from_secs(1),
-        // As the engine of `serve` plans: manual sidecars wait for a person.
-        ignore_manual_policy: false,
-        kinds: Some(kinds),
-        reason_prefix: None,
-    };
+    let options = super::one_shot::engine_options(
+        &args.cluster,
+        &args.safety,
+        &super::one_shot::Purpose::Explain,
+    );
     let feed = synced_feed(client, keys, args.cluster.webhook_configuration()).await?;
     let aim = super::one_shot::Aim::Revisions(published);
     Ok(super::one_shot::plan_snapshot(client, &options, &feed, sidecars, &aim).await)

@@ -2,7 +2,7 @@
 //! cluster as `serve` does, plans with the same planner, prints the plan (dry run), or acts and
 //! waits until every planned workload is done.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -17,20 +17,23 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
-use super::one_shot::{Aim, OneShot, plan_snapshot, revisions_in_force, synced_feed};
-use crate::annotations::AnnotationKeys;
+use super::one_shot::{
+    Aim, OneShot, Purpose, engine_options, plan_snapshot, revisions_in_force, synced_feed,
+};
+
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::list::list_paged;
 use crate::cluster::watch::{Change, watch};
-use crate::engine::{ContainerRun, Engine, EngineMode, EngineOptions, RunSummary};
+use crate::engine::{ContainerRun, Engine, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
 use crate::telemetry::notice;
-use crate::workload::{WorkloadKind, WorkloadRef};
+use crate::workload::WorkloadRef;
 use tracing::Level;
 
 mod until_done;
+pub(crate) use until_done::LOOP_SAFETY_NET;
 use until_done::*;
 
 mod standing;
@@ -104,7 +107,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     } else {
         None
     };
-    let options = engine_options(args, keys.clone());
+    let options = engine_options(&args.cluster, &args.safety, &Purpose::Rollout(args));
     let feed = synced_feed(client, keys.clone(), args.cluster.webhook_configuration()).await?;
     let aim = aim(args, &one_shot, &options, &feed, started_before).await?;
     let Some(standing) = standing else {
@@ -391,47 +394,6 @@ fn exit_code(summary: &RunSummary) -> ExitCode {
         &[("waiting", &waiting.to_string())],
     );
     ExitCode::from(EXIT_STILL_WAITING)
-}
-
-fn engine_options(args: &RolloutArgs, keys: AnnotationKeys) -> EngineOptions {
-    let mut kinds: BTreeSet<WorkloadKind> = BTreeSet::new();
-    if !args.exclude_deployment {
-        kinds.insert(WorkloadKind::Deployment);
-    }
-    if args.include_statefulset {
-        kinds.insert(WorkloadKind::StatefulSet);
-    }
-    if args.include_daemonset {
-        kinds.insert(WorkloadKind::DaemonSet);
-    }
-    if args.cluster.drift.evict_bare_pods {
-        kinds.insert(WorkloadKind::Pod);
-    }
-    EngineOptions {
-        mode: if args.confirm {
-            EngineMode::Auto
-        } else {
-            EngineMode::DryRun
-        },
-        // The operator asked for it now: no settle window.
-        settings: args.safety.settings(Duration::ZERO),
-        keys,
-        policy: {
-            let mut policy = args
-                .cluster
-                .drift
-                .policy(args.cluster.ignore_namespaces.namespaces());
-            policy
-                .include_namespaces
-                .extend(args.namespaces.iter().cloned());
-            policy
-        },
-        namespace: args.cluster.injector_namespace.clone(),
-        replan_every: LOOP_SAFETY_NET,
-        ignore_manual_policy: true,
-        kinds: Some(kinds),
-        reason_prefix: args.rollout_reason.clone(),
-    }
 }
 
 fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<()> {
