@@ -18,7 +18,7 @@ pub(crate) use origin::Origin;
 #[cfg(test)]
 pub(crate) use parse::ConfigErrorKind;
 pub(crate) use parse::{ConfigError, MAX_CONFIG_BYTES};
-pub use parse::{ParsedConfig, parse_config};
+pub use parse::{ParsedConfig, Unreadable, parse_config};
 #[cfg(test)]
 pub(crate) use revision::Revision;
 pub(crate) use revision::RevisionStamp;

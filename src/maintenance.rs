@@ -15,7 +15,7 @@ use jiff::tz::TimeZone;
 use k8s_openapi::jiff::Timestamp;
 
 /// Why a window did not parse.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum WindowError {
     #[error("empty maintenance window")]
     Empty,

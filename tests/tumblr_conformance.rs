@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sidecar_injector::admission;
 use sidecar_injector::annotations::AnnotationKeys;
 use sidecar_injector::config::{
-    LoadReport, configmap_origin, load_configmap_items, load_directory,
+    LoadReport, Unreadable, configmap_origin, load_configmap_items, load_directory,
 };
 use sidecar_injector::injection::{InjectionSettings, MissingSidecarPolicy};
 
@@ -23,11 +23,12 @@ const ANNOTATION_NAMESPACE: &str = "injector.example.com";
 
 fn load(directory: &str) -> LoadReport {
     let dir = Path::new(FIXTURES).join(directory);
-    let files: BTreeMap<String, Result<String, String>> = std::fs::read_dir(&dir)
+    let files: BTreeMap<String, Result<String, Unreadable>> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| {
             let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(dir.join(&name)).map_err(|e| e.to_string());
+            let text =
+                std::fs::read_to_string(dir.join(&name)).map_err(|e| Unreadable::Io(e.to_string()));
             (name, text)
         })
         .collect();

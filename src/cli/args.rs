@@ -473,8 +473,8 @@ pub(crate) struct RolloutArgs {
     pub(crate) sidecar_container_name: Vec<String>,
     /// With --sidecar-container-name: only pods started before this time, RFC 3339 or
     /// `2022-05-01 13:00` (UTC) [default: when the command starts].
-    #[arg(long, requires = "sidecar_container_name")]
-    pub(crate) only_started_before: Option<String>,
+    #[arg(long, requires = "sidecar_container_name", value_name = "TIME", value_parser = values::parse_started_before)]
+    pub(crate) only_started_before: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// How a one-shot command reaches the cluster, as kubectl does.

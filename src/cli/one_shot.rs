@@ -468,6 +468,7 @@ pub(crate) fn engine_options(
             Purpose::Explain => None,
             Purpose::Rollout(args) => args.rollout_reason.clone(),
         },
+        wait_hint: super::hints::wait,
     }
 }
 
@@ -552,6 +553,7 @@ pub(crate) async fn plan_snapshot(
         kinds: options.kinds.as_ref(),
         selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
         bakes_changed: &std::collections::BTreeSet::new(),
+        wait_hint: options.wait_hint,
     };
     RolloutState::with_book(book)
         .step_on_index(

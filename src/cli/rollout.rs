@@ -27,7 +27,7 @@ use crate::cluster::watch::{Change, watch};
 use crate::engine::{ContainerRun, Engine, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
-use crate::rollout::selection::{PodSummary, SelectionInput, parse_started_before, select};
+use crate::rollout::selection::{PodSummary, SelectionInput, select};
 use crate::telemetry::notice;
 use crate::workload::WorkloadRef;
 use tracing::Level;
@@ -72,7 +72,7 @@ pub(crate) fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCo
 
 async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let started_before = match &args.only_started_before {
-        Some(text) => parse_started_before(text).map_err(anyhow::Error::msg)?,
+        Some(time) => *time,
         None => Timestamp::now(),
     };
     let one_shot = OneShot::connect(&args.cluster).await?;

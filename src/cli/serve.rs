@@ -110,6 +110,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
+                    wait_hint: super::hints::wait,
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,

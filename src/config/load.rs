@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::catalog::{LoadReport, LoadedSidecar};
 use super::origin::Origin;
+use super::parse::Unreadable;
 use super::parse::{
     ConfigError, ConfigErrorKind, MAX_INHERITS_DEPTH, ParsedConfig, parse_config,
     top_level_key_line,
@@ -18,7 +19,7 @@ use crate::name::SidecarName;
 /// `directory` only labels messages (`config/logger.yaml`).
 pub fn load_directory(
     directory: &str,
-    files: &BTreeMap<String, Result<String, String>>,
+    files: &BTreeMap<String, Result<String, Unreadable>>,
 ) -> LoadReport {
     let origin_of = |file: &str| {
         Origin::File(if directory.is_empty() {

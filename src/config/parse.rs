@@ -32,10 +32,23 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Why a config file could not be read: what the shell found when it opened it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Unreadable {
+    #[error("a symlink whose target does not exist")]
+    DanglingSymlink,
+    #[error("{0}, not a regular file")]
+    NotARegularFile(&'static str),
+    #[error("{0} bytes; a sidecar config is at most {MAX_CONFIG_BYTES} bytes")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Io(String),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub(crate) enum ConfigErrorKind {
     #[error("cannot read: {0}")]
-    Read(String),
+    Read(Unreadable),
     #[error("invalid YAML: {0}")]
     Syntax(String),
     #[error("{0} bytes; a sidecar config is at most {MAX_CONFIG_BYTES} bytes")]

@@ -14,7 +14,7 @@ fn parse_err(text: &str) -> ConfigError {
 }
 
 fn load(files: &[(&str, &str)]) -> LoadReport {
-    let files: BTreeMap<String, Result<String, String>> = files
+    let files: BTreeMap<String, Result<String, Unreadable>> = files
         .iter()
         .map(|(name, text)| ((*name).to_owned(), Ok((*text).to_owned())))
         .collect();
@@ -494,7 +494,10 @@ fn duplicate_names_are_an_error_for_every_holder() {
 #[test]
 fn an_unreadable_file_is_reported_by_name() {
     let mut files = BTreeMap::new();
-    files.insert("x.yaml".to_owned(), Err("permission denied".to_owned()));
+    files.insert(
+        "x.yaml".to_owned(),
+        Err(Unreadable::Io("permission denied".to_owned())),
+    );
     let report = load_directory("config/", &files);
     assert_eq!(
         report.errors[0].to_string(),

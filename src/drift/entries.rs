@@ -250,7 +250,8 @@ pub struct WorkloadEntry {
     /// `NS/allow-downtime: "true"` on the workload.
     pub(crate) allow_downtime: bool,
     /// `NS/maintenance-window` on the workload, parsed (or why it does not parse).
-    pub(crate) maintenance_window: Option<Result<MaintenanceWindows, String>>,
+    pub(crate) maintenance_window:
+        Option<Result<MaintenanceWindows, crate::maintenance::WindowError>>,
     /// `NS/restart-method` on the workload, when it names one.
     pub(crate) restart_method: Option<crate::workload::RestartMethod>,
     /// `NS/request` on the pod template: what its pods would request, so that a workload
@@ -288,7 +289,7 @@ impl WorkloadEntry {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(&keys.maintenance_window))
-                .map(|text| MaintenanceWindows::parse_list(text).map_err(|err| err.to_string())),
+                .map(|text| MaintenanceWindows::parse_list(text)),
             restart_method: meta
                 .annotations
                 .as_ref()

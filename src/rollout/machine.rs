@@ -25,6 +25,7 @@ use super::notice::{Notice, NoticeTracker};
 use super::outcome::{PodlessOutcome, podless_outcomes};
 use super::plan::{
     Bake, EvictionRestart, PlanInput, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
+    WaitHint,
 };
 use super::planner::plan;
 use super::selection::ContainerSelection;
@@ -88,6 +89,8 @@ pub(crate) struct Observed<'a> {
     pub(crate) restart_reason: Option<&'a dyn Fn(&WorkloadRef) -> String>,
     /// The bakes whose pods changed since they were last read, as the pod watch saw.
     pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
+    /// How the command line says what ends each wait.
+    pub(crate) wait_hint: WaitHint,
 }
 
 /// What a step is planned from, as the drift index holds it.
@@ -103,6 +106,7 @@ pub(crate) struct OnIndex<'a> {
     /// by container name, of which these uids still exist, instead of revisions.
     pub(crate) selection: Option<(&'a ContainerSelection, &'a HashSet<String>)>,
     pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
+    pub(crate) wait_hint: WaitHint,
 }
 
 impl RolloutState {
@@ -158,6 +162,7 @@ impl RolloutState {
                 .is_some()
                 .then_some(&reason as &dyn Fn(&WorkloadRef) -> String),
             bakes_changed: input.bakes_changed,
+            wait_hint: input.wait_hint,
         };
         self.step(&observed, now, conduct)
     }
@@ -290,6 +295,9 @@ impl RolloutState {
                 restart.reason = reason(&restart.workload);
             }
         }
+        for waiting in &mut plan.waiting {
+            waiting.hint_with(observed.wait_hint);
+        }
         self.carry(plan, observed, now, conduct)
     }
 
@@ -332,7 +340,9 @@ impl RolloutState {
             Conduct::Act { record } => {
                 self.book = step.plan.book.clone();
                 self.act(observed, now, &mut step);
-                let lines = self.journal.campaigns(&step.plan, &self.book);
+                let lines = self
+                    .journal
+                    .campaigns(&step.plan, &self.book, observed.wait_hint);
                 step.effects.extend(lines.into_iter().map(Effect::Say));
                 let notices = self.notices.notices(&step.plan, &self.book, Time(now));
                 step.effects.extend(notices.into_iter().map(Effect::Notify));

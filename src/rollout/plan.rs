@@ -230,7 +230,8 @@ pub(crate) enum WaitReason {
     },
     /// Its `NS/maintenance-window` does not parse: it waits rather than guess.
     MaintenanceWindowInvalid {
-        error: String,
+        #[serde(serialize_with = "serialize_display")]
+        error: crate::maintenance::WindowError,
     },
     /// The campaign book nearly fills the status ConfigMap: nothing starts that it could not
     /// record.
@@ -255,22 +256,40 @@ impl WaitReason {
     }
 }
 
+/// The flag or command that would end a wait, as the command line spells it (`cli::hints`):
+/// the core knows what a wait is, not how a person changes it.
+pub(crate) type WaitHint = fn(&WaitReason) -> Option<&'static str>;
+
+/// No hint: what the tests of the core plan with.
+#[cfg(test)]
+pub(crate) fn no_hint(_: &WaitReason) -> Option<&'static str> {
+    None
+}
+
+impl Waiting {
+    /// The message with `hint`'s flag or command for its reason, if it has one.
+    pub(crate) fn hint_with(&mut self, hint: WaitHint) {
+        if let Some(hint) = hint(&self.reason) {
+            self.message = format!("{} ({hint})", self.message);
+        }
+    }
+}
+
 impl WaitReason {
-    /// What a person reads: times as "in 8m" (and the instant, to the second), and the flag
-    /// or command that would change the wait.
+    /// What a person reads: times as "in 8m" (and the instant, to the second).
     pub(crate) fn describe(&self, now: Timestamp) -> String {
         match self {
             WaitReason::Settling { until } => format!(
-                "settling: the revision is too new ({}; --settle to change)",
+                "settling: the revision is too new ({})",
                 from_now(until.0, now)
             ),
             WaitReason::Cooldown { until } => format!(
-                "restarted recently; cooldown ends {} ({}; --cooldown to change)",
+                "restarted recently; cooldown ends {} ({})",
                 from_now(until.0, now),
                 to_the_second(until.0)
             ),
             WaitReason::CampaignPaused { sidecar } => format!(
-                "the campaign of {sidecar} is paused: fix or revert the config, or resume it (`sidecar-injector rollout --resume`)"
+                "the campaign of {sidecar} is paused: fix or revert the config, or resume it"
             ),
             WaitReason::DeploymentPaused => {
                 "the Deployment is paused (`kubectl rollout resume` to let it roll)".to_owned()
@@ -279,7 +298,7 @@ impl WaitReason {
                 "partition {partition} holds pods back; not overridden (lower the partition to roll them)"
             ),
             WaitReason::RollingOut { until } => format!(
-                "its last restart is still rolling out; restarted again once that is done, or {} if it is stuck (--rollout-timeout to change)",
+                "its last restart is still rolling out; restarted again once that is done, or {} if it is stuck",
                 from_now(until.0, now)
             ),
             WaitReason::OutsideMaintenanceWindow {
@@ -307,16 +326,15 @@ impl fmt::Display for WaitReason {
                 write!(f, "waiting for the canary of {sidecar} to become healthy")
             }
             WaitReason::MaxParallel { limit } => {
-                write!(f, "{limit} workloads already rolling (--max-parallel)")
+                write!(f, "{limit} workloads already rolling")
             }
             WaitReason::MaxParallelInNamespace { namespace, limit } => write!(
                 f,
-                "{limit} workloads of namespace {namespace} already rolling (--max-parallel-per-namespace)"
+                "{limit} workloads of namespace {namespace} already rolling"
             ),
-            WaitReason::RateLimit { per_minute } => write!(
-                f,
-                "{per_minute} restarts in the last minute (--max-restarts-per-minute)"
-            ),
+            WaitReason::RateLimit { per_minute } => {
+                write!(f, "{per_minute} restarts in the last minute")
+            }
             WaitReason::Cooldown { until } => write!(
                 f,
                 "restarted recently; cooldown until {}",
@@ -325,10 +343,7 @@ impl fmt::Display for WaitReason {
             WaitReason::CampaignPaused { sidecar } => {
                 write!(f, "the campaign of {sidecar} is paused")
             }
-            WaitReason::Manual { sidecar } => write!(
-                f,
-                "{sidecar} has rollout policy manual (run `sidecar-injector rollout`)"
-            ),
+            WaitReason::Manual { sidecar } => write!(f, "{sidecar} has rollout policy manual"),
             WaitReason::DeploymentPaused => write!(f, "the Deployment is paused"),
             WaitReason::Partition { partition } => {
                 write!(f, "partition {partition} holds pods back; not overridden")
@@ -336,7 +351,7 @@ impl fmt::Display for WaitReason {
             WaitReason::NotKnownYet => write!(f, "the workload is not in the index yet"),
             WaitReason::Downtime { why } => write!(
                 f,
-                "a restart would take it down: {} (--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept)",
+                "a restart would take it down: {}",
                 match why {
                     crate::drift::Downtime::Recreate =>
                         "strategy Recreate stops every pod before starting new ones",
@@ -499,4 +514,12 @@ pub(crate) struct PlanInput<'a> {
     /// Each sidecar's remembered revisions: a paused campaign holds new pods at the last good.
     pub(crate) history: &'a super::history::RevisionHistory,
     pub(crate) now: Timestamp,
+}
+
+/// A field a person reads, in JSON as its text.
+fn serialize_display<S: serde::Serializer>(
+    value: &impl fmt::Display,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
 }

@@ -293,32 +293,6 @@ impl ContainerSelection {
     }
 }
 
-/// `--only-started-before`: RFC 3339 (`2022-05-01T13:00:00Z`), or a date and time without a
-/// zone (`2022-05-01 13:00`, as the k8s-sidecar-rollout script takes it), read as UTC.
-pub(crate) fn parse_started_before(text: &str) -> Result<Timestamp, String> {
-    if let Ok(timestamp) = text.parse::<Timestamp>() {
-        return Ok(timestamp);
-    }
-    let civil = text
-        .trim()
-        .replacen(' ', "T", 1)
-        .parse::<k8s_openapi::jiff::civil::DateTime>()
-        .or_else(|_| {
-            text.trim()
-                .parse::<k8s_openapi::jiff::civil::Date>()
-                .map(|d| d.to_datetime(k8s_openapi::jiff::civil::Time::midnight()))
-        })
-        .map_err(|_| {
-            format!(
-                "--only-started-before {text:?}: expected a time like 2022-05-01T13:00:00Z, or 2022-05-01 13:00 (UTC)"
-            )
-        })?;
-    civil
-        .to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC)
-        .map(|z| z.timestamp())
-        .map_err(|e| format!("--only-started-before {text:?}: {e}"))
-}
-
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario
 mod tests;

@@ -871,7 +871,19 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
     };
     assert_eq!(
         cooldown.describe(now),
-        "restarted recently; cooldown ends in 8m (2027-01-15T08:07:55Z; --cooldown to change)"
+        "restarted recently; cooldown ends in 8m (2027-01-15T08:07:55Z)"
+    );
+    // The flag that changes it is the command line's to say.
+    let mut waiting = Waiting {
+        workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
+        sidecars: vec![LOGGER.into()],
+        message: cooldown.describe(now),
+        reason: cooldown.clone(),
+    };
+    waiting.hint_with(crate::cli::hints::wait);
+    assert_eq!(
+        waiting.message,
+        "restarted recently; cooldown ends in 8m (2027-01-15T08:07:55Z) (--cooldown to change)"
     );
     assert_eq!(instant::from_now(at(45), now), "in 45s");
     assert_eq!(instant::from_now(at(2 * 3600 + 5 * 60), now), "in 2h 5m");
@@ -880,10 +892,10 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
     let paused = WaitReason::CampaignPaused {
         sidecar: LOGGER.into(),
     };
-    assert!(
-        paused
-            .describe(now)
-            .contains("sidecar-injector rollout --resume")
+    assert!(paused.describe(now).ends_with("fix or revert the config, or resume it"));
+    assert_eq!(
+        crate::cli::hints::wait(&paused),
+        Some("`sidecar-injector rollout --resume`")
     );
 
     // The planner's message is the described one: no nanosecond timestamps.
@@ -1146,7 +1158,7 @@ fn the_namespace_limit_holds_alongside_the_global_one() {
         );
         assert_eq!(
             reason.to_string(),
-            "1 workloads of namespace prod already rolling (--max-parallel-per-namespace)"
+            "1 workloads of namespace prod already rolling"
         );
         assert!(reason.clears_by_itself());
     }
@@ -1275,8 +1287,9 @@ fn a_restart_that_means_downtime_waits_until_accepted() {
     assert!(!reason.clears_by_itself());
     assert_eq!(
         reason.to_string(),
-        "a restart would take it down: strategy Recreate stops every pod before starting new ones (--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept)"
+        "a restart would take it down: strategy Recreate stops every pod before starting new ones"
     );
+    assert!(crate::cli::hints::wait(reason).is_some_and(|h| h.starts_with("--allow-downtime")));
     // Accepted for this workload by its annotation...
     world.set_entry(
         "solo",
@@ -1357,7 +1370,7 @@ fn restarts_start_only_inside_a_maintenance_window_and_rolling_ones_go_on() {
 fn a_workloads_own_maintenance_window_replaces_the_global_one() {
     use crate::maintenance::MaintenanceWindows;
     let own = |text: &str| WorkloadEntry {
-        maintenance_window: Some(MaintenanceWindows::parse_list(text).map_err(|e| e.to_string())),
+        maintenance_window: Some(MaintenanceWindows::parse_list(text)),
         ..healthy(2)
     };
     let mut world = World::new();

@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
-use crate::config::{LoadReport, MAX_CONFIG_BYTES, load_directory};
+use crate::config::{LoadReport, MAX_CONFIG_BYTES, Unreadable, load_directory};
 
 /// The text of every `*.yaml` / `*.yml` file in `dir` (not recursive), by file name. Hidden
 /// entries are skipped: a mounted ConfigMap keeps its real files under `..data/` and
@@ -16,7 +16,7 @@ use crate::config::{LoadReport, MAX_CONFIG_BYTES, load_directory};
 /// it would make the sidecar vanish without a word.
 pub(crate) fn read_config_directory(
     dir: &Path,
-) -> io::Result<BTreeMap<String, Result<String, String>>> {
+) -> io::Result<BTreeMap<String, Result<String, Unreadable>>> {
     let mut files = BTreeMap::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -32,14 +32,14 @@ pub(crate) fn read_config_directory(
 /// The text of one config file. Symlinks are followed (ConfigMap volumes present their files
 /// that way); only a regular file of at most [`MAX_CONFIG_BYTES`] is opened, so a FIFO or a
 /// device never blocks the reader.
-pub(crate) fn read_config_file(path: &Path) -> Result<String, String> {
+pub(crate) fn read_config_file(path: &Path) -> Result<String, Unreadable> {
     let metadata = fs::metadata(path).map_err(|err| {
         let dangling = err.kind() == io::ErrorKind::NotFound
             && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
         if dangling {
-            "a symlink whose target does not exist".to_owned()
+            Unreadable::DanglingSymlink
         } else {
-            err.to_string()
+            Unreadable::Io(err.to_string())
         }
     })?;
     let file_type = metadata.file_type();
@@ -53,19 +53,17 @@ pub(crate) fn read_config_file(path: &Path) -> Result<String, String> {
         } else {
             "a device"
         };
-        return Err(format!("{kind}, not a regular file"));
+        return Err(Unreadable::NotARegularFile(kind));
     }
-    let too_large =
-        |bytes: u64| format!("{bytes} bytes; a sidecar config is at most {MAX_CONFIG_BYTES} bytes");
     if metadata.len() > MAX_CONFIG_BYTES {
-        return Err(too_large(metadata.len()));
+        return Err(Unreadable::TooLarge(metadata.len()));
     }
     let mut text = String::new();
     fs::File::open(path)
         .and_then(|file| file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text))
-        .map_err(|err| err.to_string())?;
+        .map_err(|err| Unreadable::Io(err.to_string()))?;
     if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(too_large(text.len() as u64));
+        return Err(Unreadable::TooLarge(text.len() as u64));
     }
     Ok(text)
 }
@@ -128,15 +126,22 @@ mod tests {
 
         let files = read_config_directory(dir.path()).unwrap();
         let error = |name: &str| files[&format!("{name}.yaml")].clone().unwrap_err();
-        assert_eq!(error("dangling"), "a symlink whose target does not exist");
+        assert_eq!(error("dangling"), Unreadable::DanglingSymlink);
         assert!(
-            error("loop").contains("symbolic links"),
+            error("loop").to_string().contains("symbolic links"),
             "{}",
             error("loop")
         );
-        assert_eq!(error("directory"), "a directory, not a regular file");
-        assert_eq!(error("fifo"), "a FIFO, not a regular file");
-        assert!(error("huge").contains("a sidecar config is at most 262144 bytes"));
+        assert_eq!(
+            error("directory").to_string(),
+            "a directory, not a regular file"
+        );
+        assert_eq!(error("fifo").to_string(), "a FIFO, not a regular file");
+        assert!(
+            error("huge")
+                .to_string()
+                .contains("a sidecar config is at most 262144 bytes")
+        );
 
         let label = dir.path().display().to_string();
         let report = load_directory(&label, &files);

@@ -97,3 +97,37 @@ fn run_as_tumblrs_entrypoint_it_serves_with_the_scripts_defaults() {
         ["sidecar-injector", "validate"]
     );
 }
+
+#[test]
+fn started_before_takes_rfc3339_or_a_zoneless_time_as_utc() {
+    let utc = |s: &str| super::values::parse_started_before(s).unwrap().to_string();
+    assert_eq!(utc("2022-05-01T13:00:00Z"), "2022-05-01T13:00:00Z");
+    assert_eq!(utc("2022-05-01T15:00:00+02:00"), "2022-05-01T13:00:00Z");
+    assert_eq!(utc("2022-05-01 13:00"), "2022-05-01T13:00:00Z");
+    assert_eq!(utc("2022-05-01T13:00:30"), "2022-05-01T13:00:30Z");
+    assert_eq!(utc("2022-05-01"), "2022-05-01T00:00:00Z");
+    let err = super::values::parse_started_before("yesterday").unwrap_err();
+    assert!(err.starts_with("expected a time like"), "{err}");
+}
+
+#[test]
+fn a_bad_started_before_time_is_refused_naming_the_flag() {
+    let err = Cli::try_parse_from([
+        "sidecar-injector",
+        "rollout",
+        "--sidecar-container-name",
+        "logger",
+        "--only-started-before",
+        "yesterday",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("'yesterday' for '--only-started-before <TIME>'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("expected a time like 2022-05-01T13:00:00Z"),
+        "{err}"
+    );
+}

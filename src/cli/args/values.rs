@@ -94,3 +94,27 @@ impl ValueEnum for MissingSidecarPolicy {
         })
     }
 }
+
+/// The value of `--only-started-before` (clap's value parser, which names the flag): RFC 3339 (`2022-05-01T13:00:00Z`), or a date and time without a
+/// zone (`2022-05-01 13:00`, as the k8s-sidecar-rollout script takes it), read as UTC.
+pub(crate) fn parse_started_before(text: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
+    if let Ok(timestamp) = text.parse::<k8s_openapi::jiff::Timestamp>() {
+        return Ok(timestamp);
+    }
+    let civil = text
+        .trim()
+        .replacen(' ', "T", 1)
+        .parse::<k8s_openapi::jiff::civil::DateTime>()
+        .or_else(|_| {
+            text.trim()
+                .parse::<k8s_openapi::jiff::civil::Date>()
+                .map(|d| d.to_datetime(k8s_openapi::jiff::civil::Time::midnight()))
+        })
+        .map_err(|_| {
+            "expected a time like 2022-05-01T13:00:00Z, or 2022-05-01 13:00 (UTC)".to_owned()
+        })?;
+    civil
+        .to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC)
+        .map(|z| z.timestamp())
+        .map_err(|e| e.to_string())
+}

@@ -253,15 +253,3 @@ fn the_reason_names_the_container_the_pods_and_the_time() {
         "container istio-proxy in 1 pod(s) started before 2023-11-14T22:16:40Z"
     );
 }
-
-#[test]
-fn started_before_takes_rfc3339_or_a_zoneless_time_as_utc() {
-    let utc = |s: &str| parse_started_before(s).unwrap().to_string();
-    assert_eq!(utc("2022-05-01T13:00:00Z"), "2022-05-01T13:00:00Z");
-    assert_eq!(utc("2022-05-01T15:00:00+02:00"), "2022-05-01T13:00:00Z");
-    assert_eq!(utc("2022-05-01 13:00"), "2022-05-01T13:00:00Z");
-    assert_eq!(utc("2022-05-01T13:00:30"), "2022-05-01T13:00:30Z");
-    assert_eq!(utc("2022-05-01"), "2022-05-01T00:00:00Z");
-    let err = parse_started_before("yesterday").unwrap_err();
-    assert!(err.contains("--only-started-before \"yesterday\""), "{err}");
-}
