@@ -212,7 +212,7 @@ pub(crate) fn owner_exclusion(owner: &PodWorkload<'_>) -> Option<String> {
 const REPLICASET_WITHOUT_DEPLOYMENT: &str = "owned by a ReplicaSet without a Deployment";
 const REPLICASET_NOT_KNOWN: &str = "its ReplicaSet is not known yet";
 const JOB_POD: &str = "a Job's pod (runs to completion)";
-const BARE_POD: &str = "a bare pod (no controller; --evict-bare-pods to restart it)";
+pub(crate) const BARE_POD: &str = "a bare pod (no controller)";
 /// Why the pods of a workload annotated `NS/rollout: disabled` are left out.
 pub(crate) const ROLLOUT_DISABLED: &str = "rollout disabled by annotation";
 

@@ -72,6 +72,9 @@ pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         book.flag(&mut report, &manual);
         book.flag_overflow(&mut report);
         book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
+        for row in &mut report.workloads {
+            row.reason = super::hints::excluded(&row.reason);
+        }
         let mut out = io::stdout().lock();
         match args.cluster.output.document(&report)? {
             Some(document) => out.write_all(document.as_bytes())?,

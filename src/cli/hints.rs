@@ -27,3 +27,22 @@ pub(crate) fn wait(reason: &WaitReason) -> Option<&'static str> {
         | WaitReason::BookFull(_) => return None,
     })
 }
+
+/// Why the engine leaves a workload's pods out, with the flag that would take them in.
+pub(crate) fn excluded(why: &str) -> String {
+    if why == crate::drift::BARE_POD {
+        "a bare pod (no controller; --evict-bare-pods to restart it)".to_owned()
+    } else {
+        why.to_owned()
+    }
+}
+
+/// Why `rollout --sidecar-container-name` leaves a pod alone, with the flag that would not.
+pub(crate) fn skipped(why: &crate::rollout::selection::NotSelected) -> String {
+    match why {
+        crate::rollout::selection::NotSelected::BarePod => {
+            format!("{why} (pass --evict-bare-pods to evict it)")
+        }
+        _ => why.to_string(),
+    }
+}

@@ -158,10 +158,11 @@ async fn aim(
         let run = container_run(client, args, options, feed, started_before).await?;
         for skipped in &run.selection.skipped {
             let pod = format!("{}/{}", skipped.namespace, skipped.name);
+            let reason = super::hints::skipped(&skipped.reason);
             notice(
                 Level::INFO,
-                &format!("skipping pod {pod}: {}", skipped.reason),
-                &[("pod", &pod), ("reason", &skipped.reason)],
+                &format!("skipping pod {pod}: {reason}"),
+                &[("pod", &pod), ("reason", &reason)],
             );
         }
         return Ok(Aim::Containers(run));

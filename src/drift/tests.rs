@@ -162,7 +162,12 @@ fn every_state_by_precedence() {
     assert_eq!((orphan.pods.orphaned, orphan.pods.excluded), (1, 1));
     assert_eq!(
         workload(&report, "Pod", "g").reason,
-        "a bare pod (no controller; --evict-bare-pods to restart it)"
+        "a bare pod (no controller)"
+    );
+    assert_eq!(
+        crate::cli::hints::excluded(&workload(&report, "Pod", "g").reason),
+        "a bare pod (no controller; --evict-bare-pods to restart it)",
+        "the command line says which flag takes it in"
     );
     assert_eq!(
         workload(&report, "StatefulSet", "stale").reason,

@@ -517,7 +517,7 @@ pub(crate) struct PlanInput<'a> {
 }
 
 /// A field a person reads, in JSON as its text.
-fn serialize_display<S: serde::Serializer>(
+pub(super) fn serialize_display<S: serde::Serializer>(
     value: &impl fmt::Display,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {

@@ -82,7 +82,21 @@ pub(crate) struct SelectedPod {
 pub(crate) struct SkippedPod {
     pub(crate) namespace: String,
     pub(crate) name: String,
-    pub(crate) reason: String,
+    #[serde(serialize_with = "super::plan::serialize_display")]
+    pub(crate) reason: NotSelected,
+}
+
+/// Why a pod running a named container is not restarted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotSelected {
+    #[error("owned by ReplicaSet {0}, which no Deployment controls")]
+    ReplicaSetWithoutDeployment(String),
+    #[error("owned by Job {0}, which is not restarted")]
+    Job(String),
+    #[error("owned by {kind} {name}, which is not restarted")]
+    Other { kind: String, name: String },
+    #[error("a bare pod")]
+    BarePod,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -156,13 +170,14 @@ pub(crate) fn select(input: SelectionInput<'_>) -> ContainerSelection {
                 continue;
             }
             PodWorkload::ReplicaSetWithoutDeployment(rs) | PodWorkload::ReplicaSetNotKnown(rs) => {
-                format!("owned by ReplicaSet {rs}, which no Deployment controls")
+                NotSelected::ReplicaSetWithoutDeployment(rs.to_owned())
             }
-            PodWorkload::Job(name) => format!("owned by Job {name}, which is not restarted"),
-            PodWorkload::Other { kind, name } => {
-                format!("owned by {kind} {name}, which is not restarted")
-            }
-            PodWorkload::BarePod => "a bare pod (pass --evict-bare-pods to evict it)".to_owned(),
+            PodWorkload::Job(name) => NotSelected::Job(name.to_owned()),
+            PodWorkload::Other { kind, name } => NotSelected::Other {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+            },
+            PodWorkload::BarePod => NotSelected::BarePod,
         };
         skipped.push(SkippedPod {
             namespace: pod.namespace.clone(),

@@ -892,7 +892,11 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
     let paused = WaitReason::CampaignPaused {
         sidecar: LOGGER.into(),
     };
-    assert!(paused.describe(now).ends_with("fix or revert the config, or resume it"));
+    assert!(
+        paused
+            .describe(now)
+            .ends_with("fix or revert the config, or resume it")
+    );
     assert_eq!(
         crate::cli::hints::wait(&paused),
         Some("`sidecar-injector rollout --resume`")

@@ -164,10 +164,10 @@ fn pods_nothing_can_restart_are_reported_not_chosen() {
     ];
     let selection = choose(&pods, &DriftPolicy::default(), 200);
     assert!(selection.workloads.is_empty());
-    let reasons: Vec<&str> = selection
+    let reasons: Vec<String> = selection
         .skipped
         .iter()
-        .map(|s| s.reason.as_str())
+        .map(|s| crate::cli::hints::skipped(&s.reason))
         .collect();
     assert_eq!(
         reasons,
