@@ -74,8 +74,8 @@ pub(crate) struct EngineOptions {
     pub(crate) kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub(crate) reason_prefix: Option<String>,
-    /// How the command line says what ends each wait (`cli::hints::wait`).
-    pub(crate) wait_hint: rollout::WaitHint,
+    /// How the command line spells what a person can do (`cli::hints::HINTS`).
+    pub(crate) hints: &'static rollout::Hints,
 }
 
 /// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
@@ -390,7 +390,7 @@ impl Engine {
             kinds: self.options.kinds.as_ref(),
             selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
             bakes_changed,
-            wait_hint: self.options.wait_hint,
+            hints: self.options.hints,
         };
         self.state.step_on_index(&input, now, conduct)
     }

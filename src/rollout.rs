@@ -36,10 +36,10 @@ pub(crate) use health::container_problems_since;
 pub use health::rolled_out;
 pub(crate) use instant::to_the_second;
 #[cfg(test)]
-pub(crate) use plan::{Bake, EvictionRestart, PlanInput, Rolling, no_hint};
+pub(crate) use plan::{Bake, EvictionRestart, PlanInput, Rolling};
 pub(crate) use plan::{
-    FailedEarlier, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
-    WaitHint, WaitReason, Waiting,
+    FailedEarlier, Hints, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
+    WaitReason, Waiting,
 };
 #[cfg(test)]
 pub(crate) use planner::plan;

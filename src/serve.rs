@@ -76,6 +76,9 @@ pub(crate) struct ServeOptions {
     pub(crate) publication: Option<PublicationOptions>,
     /// The webhook configuration whose caBundle to keep, and the CA file it comes from.
     pub(crate) webhook_ca: Option<(String, PathBuf)>,
+    /// How the command line spells what a person can do (the webhook's warnings on a paused
+    /// campaign name `rollout --resume`).
+    pub(crate) hints: &'static crate::rollout::Hints,
 }
 
 #[derive(Clone, Debug)]
@@ -513,7 +516,7 @@ fn start_cluster_parts(
     });
     let book_signals = status
         .clone()
-        .map(|status| crate::cluster::status::apply_book(status, sidecars.clone()));
+        .map(|status| crate::cluster::status::apply_book(status, sidecars.clone(), options.hints));
     let publisher_task = options.publication.as_ref().map(|publication| {
         let ready = readiness.clone();
         // What this replica injects with pins applied: a pinned revision is what new pods

@@ -69,8 +69,8 @@ pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let manual = sidecars.manual_rollouts_with(
             published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual),
         );
-        book.flag(&mut report, &manual);
-        book.flag_overflow(&mut report);
+        book.flag(&mut report, &manual, &super::hints::HINTS);
+        book.flag_overflow(&mut report, &super::hints::HINTS);
         book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
         for row in &mut report.workloads {
             row.reason = super::hints::excluded(&row.reason);

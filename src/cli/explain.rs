@@ -281,7 +281,9 @@ impl Live {
         let status =
             super::one_shot::read_status(&client, &args.cluster.injector_namespace).await?;
         let book = super::one_shot::book_of(status.as_ref())?;
-        let served = book.served(&book.pinned(&sidecars).0).0;
+        let served = book
+            .served(&book.pinned(&sidecars).0, &super::hints::HINTS)
+            .0;
         let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,

@@ -1,30 +1,45 @@
-//! The flag or command that changes what the core reports, spelled as the command line
-//! spells it. The core names a wait; only here is it said which flag ends it.
+//! The flags and commands that change what the core reports, spelled as the command line
+//! spells them. The core names a wait, a pause or an exclusion; only here is it said which
+//! flag or command a person uses about it.
 
-use crate::rollout::WaitReason;
+use crate::rollout::selection::NotSelected;
+use crate::rollout::{Hints, WaitReason};
+
+/// What the rollout engine's sentences say a person can do.
+pub(crate) static HINTS: Hints = Hints {
+    wait,
+    resume: "`sidecar-injector rollout --resume`",
+    roll_back: |sidecar| format!("`sidecar-injector rollout --to {sidecar}=previous`"),
+    release_hold: |sidecar| format!("`sidecar-injector rollout --release-hold {sidecar}`"),
+    unpin: |sidecar| format!("`sidecar-injector rollout --unpin {sidecar}`"),
+    run_rollout: "`sidecar-injector rollout`",
+    bake: "--bake",
+    hold: "--on-campaign-failure=hold",
+    max_failures: "--max-failures",
+};
 
 /// What ends `reason`, when a flag or a command of ours does.
-pub(crate) fn wait(reason: &WaitReason) -> Option<&'static str> {
+fn wait(reason: &WaitReason) -> Option<String> {
     Some(match reason {
-        WaitReason::Settling { .. } => "--settle to change",
-        WaitReason::Cooldown { .. } => "--cooldown to change",
-        WaitReason::CampaignPaused { .. } => "`sidecar-injector rollout --resume`",
-        WaitReason::RollingOut { .. } => "--rollout-timeout to change",
-        WaitReason::MaxParallel { .. } => "--max-parallel",
-        WaitReason::MaxParallelInNamespace { .. } => "--max-parallel-per-namespace",
-        WaitReason::RateLimit { .. } => "--max-restarts-per-minute",
-        WaitReason::Manual { .. } => "run `sidecar-injector rollout`",
+        WaitReason::Settling { .. } => "--settle to change".to_owned(),
+        WaitReason::Cooldown { .. } => "--cooldown to change".to_owned(),
+        WaitReason::CampaignPaused { .. } => HINTS.resume.to_owned(),
+        WaitReason::RollingOut { .. } => "--rollout-timeout to change".to_owned(),
+        WaitReason::MaxParallel { .. } => "--max-parallel".to_owned(),
+        WaitReason::MaxParallelInNamespace { .. } => "--max-parallel-per-namespace".to_owned(),
+        WaitReason::RateLimit { .. } => "--max-restarts-per-minute".to_owned(),
+        WaitReason::Manual { .. } => format!("run {}", HINTS.run_rollout),
         WaitReason::Downtime { .. } => {
-            "--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept"
+            "--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept".to_owned()
         }
+        WaitReason::BookFull(overflow) => return overflow.release(&HINTS),
         WaitReason::Canary { .. }
         | WaitReason::DeploymentPaused
         | WaitReason::Partition { .. }
         | WaitReason::NotKnownYet
         | WaitReason::OutsideMaintenanceWindow { .. }
         | WaitReason::Unhealthy { .. }
-        | WaitReason::MaintenanceWindowInvalid { .. }
-        | WaitReason::BookFull(_) => return None,
+        | WaitReason::MaintenanceWindowInvalid { .. } => return None,
     })
 }
 
@@ -38,11 +53,9 @@ pub(crate) fn excluded(why: &str) -> String {
 }
 
 /// Why `rollout --sidecar-container-name` leaves a pod alone, with the flag that would not.
-pub(crate) fn skipped(why: &crate::rollout::selection::NotSelected) -> String {
+pub(crate) fn skipped(why: &NotSelected) -> String {
     match why {
-        crate::rollout::selection::NotSelected::BarePod => {
-            format!("{why} (pass --evict-bare-pods to evict it)")
-        }
+        NotSelected::BarePod => format!("{why} (pass --evict-bare-pods to evict it)"),
         _ => why.to_string(),
     }
 }

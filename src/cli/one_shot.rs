@@ -98,17 +98,36 @@ pub(crate) fn revisions_from_status(
         args.published_max_age,
         configs.here(),
     );
+    // The flag that chose, or that would choose otherwise.
+    let asked = match args.revisions_from {
+        status::RevisionsSource::Auto => "",
+        status::RevisionsSource::Published => " (--revisions-from=published)",
+        status::RevisionsSource::Configs => " (--revisions-from=configs)",
+    };
     Ok(match choice {
         RevisionsChoice::Published { publication, why } => {
-            notice(Level::INFO, &why, &[("revisions_from", "published")]);
+            notice(
+                Level::INFO,
+                &format!("{why}{asked}"),
+                &[("revisions_from", "published")],
+            );
             Some(publication)
         }
-        RevisionsChoice::Configs { why } => {
-            notice(Level::INFO, &why, &[("revisions_from", "configs")]);
+        RevisionsChoice::Configs { why, over_stale } => {
+            let instead = if over_stale {
+                " (--revisions-from=published to use it anyway)"
+            } else {
+                asked
+            };
+            notice(
+                Level::INFO,
+                &format!("{why}{instead}"),
+                &[("revisions_from", "configs")],
+            );
             None
         }
         RevisionsChoice::Neither { why } => anyhow::bail!(
-            "there is nothing to judge the pods by: {why}, and the sidecar configs cannot be read here ({}); every pod would read as orphaned",
+            "there is nothing to judge the pods by: {why}{asked}, and the sidecar configs cannot be read here ({}); every pod would read as orphaned",
             configs.0.as_deref().unwrap_or_default()
         ),
     })
@@ -265,7 +284,7 @@ pub(crate) fn manifest_configs(
         let book = book_of(status.as_ref())?;
         let pinned = book.pinned(&sidecars).0;
         warn_where_the_webhook_differs(status.as_ref(), &pinned, published_max_age);
-        Ok(book.served(&pinned).0)
+        Ok(book.served(&pinned, &super::hints::HINTS).0)
     })
 }
 
@@ -468,7 +487,7 @@ pub(crate) fn engine_options(
             Purpose::Explain => None,
             Purpose::Rollout(args) => args.rollout_reason.clone(),
         },
-        wait_hint: super::hints::wait,
+        hints: &super::hints::HINTS,
     }
 }
 
@@ -553,7 +572,7 @@ pub(crate) async fn plan_snapshot(
         kinds: options.kinds.as_ref(),
         selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
         bakes_changed: &std::collections::BTreeSet::new(),
-        wait_hint: options.wait_hint,
+        hints: options.hints,
     };
     RolloutState::with_book(book)
         .step_on_index(

@@ -110,7 +110,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
-                    wait_hint: super::hints::wait,
+                    hints: &super::hints::HINTS,
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,
@@ -136,6 +136,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
         None => EngineMode::Off.as_str(),
     });
     let options = ServeOptions {
+        hints: &super::hints::HINTS,
         bind_address: args.bind_address,
         tls_port: args.tls_port,
         lifecycle_port: args.lifecycle_port,

@@ -340,6 +340,28 @@ pub(crate) struct BookOverflow {
     pub(crate) held_and_pinned_bytes: usize,
 }
 
+impl BookOverflow {
+    /// The commands that shrink the book besides a new revision: releasing the hold and the
+    /// pin of its sidecar, when they take room.
+    pub(crate) fn release(&self, hints: &super::plan::Hints) -> Option<String> {
+        (self.held_and_pinned_bytes > 0).then(|| {
+            format!(
+                "or with {} and {}",
+                (hints.release_hold)(&self.sidecar),
+                (hints.unpin)(&self.sidecar)
+            )
+        })
+    }
+
+    /// The sentence with what releases it.
+    pub(crate) fn hinted(&self, hints: &super::plan::Hints) -> String {
+        match self.release(hints) {
+            Some(release) => format!("{self}, {release}"),
+            None => self.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for BookOverflow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let sidecar = &self.sidecar;
@@ -364,14 +386,7 @@ impl std::fmt::Display for BookOverflow {
         write!(
             f,
             "); no restart starts until it shrinks, as it does when {sidecar} gets a new revision (fix or revert its config)"
-        )?;
-        if self.held_and_pinned_bytes > 0 {
-            write!(
-                f,
-                ", or with `rollout --release-hold {sidecar}` and `rollout --unpin {sidecar}`"
-            )?;
-        }
-        Ok(())
+        )
     }
 }
 
@@ -471,6 +486,7 @@ impl CampaignBook {
         &self,
         report: &mut crate::drift::DriftReport,
         manual: &std::collections::BTreeSet<String>,
+        hints: &super::plan::Hints,
     ) {
         for row in &mut report.sidecars {
             let campaign = self
@@ -508,15 +524,18 @@ impl CampaignBook {
                 .filter(|p| row.revision.as_deref() == Some(p.revision.as_str()))
             {
                 row.note = Some(format!(
-                    "pinned at {} by {} (the config says {}): `sidecar-injector rollout --unpin {}` or a config change ends it",
-                    pin.revision, pin.by, pin.over, row.name
+                    "pinned at {} by {} (the config says {}): {} or a config change ends it",
+                    pin.revision,
+                    pin.by,
+                    pin.over,
+                    (hints.unpin)(&row.name)
                 ));
             }
             if manual.contains(&row.name) {
-                row.note = Some(
-                    "rollout policy manual: the engine leaves its restarts to `sidecar-injector rollout`"
-                        .to_owned(),
-                );
+                row.note = Some(format!(
+                    "rollout policy manual: the engine leaves its restarts to {}",
+                    hints.run_rollout
+                ));
             }
         }
     }
@@ -562,7 +581,11 @@ impl CampaignBook {
     /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
     /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
     /// and the warnings kubectl shows the creator of such a pod.
-    pub(crate) fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
+    pub(crate) fn served(
+        &self,
+        pinned: &SidecarSet,
+        hints: &super::plan::Hints,
+    ) -> (SidecarSet, Vec<ContentError>) {
         let mut set = pinned.clone();
         let mut errors = Vec::new();
         for sidecar in pinned.iter() {
@@ -581,7 +604,7 @@ impl CampaignBook {
                 Err(err) => errors.push(err),
             }
         }
-        let warnings = self.admission_warnings(&set);
+        let warnings = self.admission_warnings(&set, hints);
         (set.with_warnings(warnings), errors)
     }
 
@@ -590,6 +613,7 @@ impl CampaignBook {
     pub(crate) fn admission_warnings(
         &self,
         set: &SidecarSet,
+        hints: &super::plan::Hints,
     ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
         set.iter()
             .filter_map(|sidecar| {
@@ -604,17 +628,22 @@ impl CampaignBook {
                     .filter(|h| h.revision == sidecar.revision.as_str())
                 {
                     let text = format!(
-                        "sidecar {name} is held at its last good revision {}: the rollout of {} failed; new pods get {} until the config changes, `sidecar-injector rollout --resume` or `--release-hold {name}`",
-                        hold.revision, campaign.revision, hold.revision
+                        "sidecar {name} is held at its last good revision {}: the rollout of {} failed; new pods get {} until the config changes, {} or {}",
+                        hold.revision,
+                        campaign.revision,
+                        hold.revision,
+                        hints.resume,
+                        (hints.release_hold)(&name.to_string())
                     );
                     return Some((name.clone(), std::sync::Arc::from(text)));
                 }
                 (campaign.revision == sidecar.revision.as_str())
                 .then(|| {
                     let text = format!(
-                        "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or `sidecar-injector rollout --resume`",
+                        "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or {}",
                         campaign.revision,
-                        campaign.failure_count()
+                        campaign.failure_count(),
+                        hints.resume
                     );
                     (name.clone(), std::sync::Arc::from(text))
                 })
@@ -624,13 +653,17 @@ impl CampaignBook {
 
     /// Notes, on each sidecar with pods to restart and no note yet, that the book is over its
     /// budget: nothing is restarted until it shrinks.
-    pub(crate) fn flag_overflow(&self, report: &mut crate::drift::DriftReport) {
+    pub(crate) fn flag_overflow(
+        &self,
+        report: &mut crate::drift::DriftReport,
+        hints: &super::plan::Hints,
+    ) {
         let Some(overflow) = self.overflow() else {
             return;
         };
         for row in &mut report.sidecars {
             if row.note.is_none() && row.pods.stale + row.pods.uninjected > 0 {
-                row.note = Some(overflow.to_string());
+                row.note = Some(overflow.hinted(hints));
             }
         }
     }

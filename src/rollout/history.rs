@@ -79,9 +79,8 @@ pub(crate) enum HistoryError {
 /// before any revision was recorded, and an empty "known:" said nothing of why.
 fn known_sidecars(known: &str) -> String {
     if known.is_empty() {
-        "the history holds no sidecar yet: the rollout engine's Lease holder (`serve \
-         --rollout=auto`) records each revision it serves, and `rollout --to` can only go back \
-         to one it recorded"
+        "the history holds no sidecar yet: the Lease holder of a rollout engine in auto mode \
+         records each revision it serves, and a rollback can only go back to one it recorded"
             .to_owned()
     } else {
         format!("known: {known}")
@@ -406,8 +405,8 @@ mod tests {
         assert_eq!(
             none_yet.to_string(),
             "no revision history for sidecar logger:v1; the history holds no sidecar yet: the \
-             rollout engine's Lease holder (`serve --rollout=auto`) records each revision it \
-             serves, and `rollout --to` can only go back to one it recorded"
+             Lease holder of a rollout engine in auto mode records each revision it serves, and \
+             a rollback can only go back to one it recorded"
         );
         let first = |_: &str| Some(revs[0].clone());
         assert!(matches!(

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::book::{CampaignBook, CampaignState};
-use super::plan::{RolloutPlan, WaitHint};
+use super::plan::RolloutPlan;
 use crate::workload::WorkloadRef;
 
 /// How many workloads a line names before it says "+N more".
@@ -84,23 +84,14 @@ impl Journal {
     /// Why each campaign waits, when that changes (only waits that a person or the clock ends:
     /// cooldown, a pause, a manual policy, a paused Deployment, a partition), and one line when
     /// a campaign completes.
-    pub(crate) fn campaigns(
-        &mut self,
-        plan: &RolloutPlan,
-        book: &CampaignBook,
-        hint: WaitHint,
-    ) -> Vec<Line> {
+    pub(crate) fn campaigns(&mut self, plan: &RolloutPlan, book: &CampaignBook) -> Vec<Line> {
         let mut lines = Vec::new();
         for (sidecar, campaign) in &book.campaigns {
             let mut waits: BTreeMap<String, Vec<WorkloadRef>> = BTreeMap::new();
             for waiting in &plan.waiting {
                 if waiting.sidecars.contains(sidecar) && !waiting.reason.clears_by_itself() {
-                    let reason = match hint(&waiting.reason) {
-                        Some(hint) => format!("{} ({hint})", waiting.reason),
-                        None => waiting.reason.to_string(),
-                    };
                     waits
-                        .entry(reason)
+                        .entry(waiting.reason.to_string())
                         .or_default()
                         .push(waiting.workload.clone());
                 }
@@ -207,7 +198,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::rollout::{Resumption, WaitReason, Waiting, no_hint};
+    use crate::rollout::{Resumption, WaitReason, Waiting};
     use crate::workload::WorkloadKind;
 
     fn at(second: i64) -> Time {
@@ -250,17 +241,14 @@ mod tests {
             ],
             ..Default::default()
         };
-        let lines = journal.campaigns(&plan, &running, no_hint);
+        let lines = journal.campaigns(&plan, &running);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert_eq!(
             lines[0].message,
             "campaign of tracer:v1 (revision aaaaaaaaaaaa): 2 workload(s) wait: restarted recently; \
              cooldown until 2027-01-15T08:10:00Z (Deployment/team/web, Deployment/team/api)"
         );
-        assert!(
-            journal.campaigns(&plan, &running, no_hint).is_empty(),
-            "said once"
-        );
+        assert!(journal.campaigns(&plan, &running).is_empty(), "said once");
 
         plan.waiting.push(waiting(
             "batch",
@@ -268,7 +256,7 @@ mod tests {
                 sidecar: "tracer:v1".into(),
             },
         ));
-        let lines = journal.campaigns(&plan, &running, no_hint);
+        let lines = journal.campaigns(&plan, &running);
         assert_eq!(lines.len(), 1);
         assert!(
             lines[0].message.contains(
@@ -286,7 +274,7 @@ mod tests {
             .counts
             .succeeded = 4;
         let lines: Vec<String> = journal
-            .campaigns(&plan, &complete, no_hint)
+            .campaigns(&plan, &complete)
             .into_iter()
             .map(|l| l.message)
             .collect();
@@ -298,7 +286,7 @@ mod tests {
             ]
         );
         assert!(
-            journal.campaigns(&plan, &complete, no_hint).is_empty(),
+            journal.campaigns(&plan, &complete).is_empty(),
             "completion said once"
         );
     }
@@ -312,7 +300,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let lines = journal.campaigns(&plan, &book(CampaignState::Running), no_hint);
+        let lines = journal.campaigns(&plan, &book(CampaignState::Running));
         assert!(
             lines[0].message.ends_with(
                 "5 workload(s) wait: the Deployment is paused (Deployment/team/w0, Deployment/team/w1, Deployment/team/w2, +2 more)"

@@ -24,8 +24,7 @@ use super::journal::{Journal, Line};
 use super::notice::{Notice, NoticeTracker};
 use super::outcome::{PodlessOutcome, podless_outcomes};
 use super::plan::{
-    Bake, EvictionRestart, PlanInput, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
-    WaitHint,
+    Bake, EvictionRestart, Hints, PlanInput, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
 };
 use super::planner::plan;
 use super::selection::ContainerSelection;
@@ -90,7 +89,7 @@ pub(crate) struct Observed<'a> {
     /// The bakes whose pods changed since they were last read, as the pod watch saw.
     pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
     /// How the command line says what ends each wait.
-    pub(crate) wait_hint: WaitHint,
+    pub(crate) hints: &'static Hints,
 }
 
 /// What a step is planned from, as the drift index holds it.
@@ -106,7 +105,7 @@ pub(crate) struct OnIndex<'a> {
     /// by container name, of which these uids still exist, instead of revisions.
     pub(crate) selection: Option<(&'a ContainerSelection, &'a HashSet<String>)>,
     pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
-    pub(crate) wait_hint: WaitHint,
+    pub(crate) hints: &'static Hints,
 }
 
 impl RolloutState {
@@ -162,7 +161,7 @@ impl RolloutState {
                 .is_some()
                 .then_some(&reason as &dyn Fn(&WorkloadRef) -> String),
             bakes_changed: input.bakes_changed,
-            wait_hint: input.wait_hint,
+            hints: input.hints,
         };
         self.step(&observed, now, conduct)
     }
@@ -289,6 +288,7 @@ impl RolloutState {
             settings: observed.settings,
             history: observed.history,
             now,
+            hints: observed.hints,
         });
         if let Some(reason) = observed.restart_reason {
             for restart in &mut plan.restarts {
@@ -296,7 +296,7 @@ impl RolloutState {
             }
         }
         for waiting in &mut plan.waiting {
-            waiting.hint_with(observed.wait_hint);
+            waiting.hint_with(observed.hints);
         }
         self.carry(plan, observed, now, conduct)
     }
@@ -340,11 +340,11 @@ impl RolloutState {
             Conduct::Act { record } => {
                 self.book = step.plan.book.clone();
                 self.act(observed, now, &mut step);
-                let lines = self
-                    .journal
-                    .campaigns(&step.plan, &self.book, observed.wait_hint);
+                let lines = self.journal.campaigns(&step.plan, &self.book);
                 step.effects.extend(lines.into_iter().map(Effect::Say));
-                let notices = self.notices.notices(&step.plan, &self.book, Time(now));
+                let notices =
+                    self.notices
+                        .notices(&step.plan, &self.book, Time(now), observed.hints);
                 step.effects.extend(notices.into_iter().map(Effect::Notify));
                 if record {
                     step.effects.push(Effect::WriteStatus);

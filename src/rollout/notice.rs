@@ -2,6 +2,7 @@
 //! completed, with its counts. Pure: the tracker remembers what it announced and returns the
 //! notices a new plan calls for; the engine's notifier sends them.
 
+use super::plan::Hints;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -64,6 +65,7 @@ impl NoticeTracker {
         plan: &RolloutPlan,
         book: &CampaignBook,
         now: Time,
+        hints: &Hints,
     ) -> Vec<Notice> {
         let mut notices = Vec::new();
         for (sidecar, campaign) in &book.campaigns {
@@ -119,6 +121,7 @@ impl NoticeTracker {
                     &campaign.revision,
                     &counts,
                     reason.as_deref(),
+                    hints,
                 ),
                 event,
                 sidecar: sidecar.clone(),
@@ -142,6 +145,7 @@ fn text(
     revision: &str,
     c: &CampaignCounts,
     reason: Option<&str>,
+    hints: &Hints,
 ) -> String {
     let what = format!("sidecar-injector: campaign of {sidecar} (revision {revision})");
     match event {
@@ -150,11 +154,15 @@ fn text(
             c.rolling, c.pending
         ),
         NoticeEvent::Paused => format!(
-            "{what} paused: {}; {} succeeded, {} failed, {} not restarted (fix or revert the config, or `sidecar-injector rollout --resume`)",
-            reason.unwrap_or("failures reached --max-failures"),
+            "{what} paused: {}; {} succeeded, {} failed, {} not restarted (fix or revert the config, or {})",
+            reason.map_or_else(
+                || format!("failures reached {}", hints.max_failures),
+                str::to_owned
+            ),
             c.succeeded,
             c.failed,
-            c.pending
+            c.pending,
+            hints.resume
         ),
         NoticeEvent::Completed => format!(
             "{what} completed: {} workload(s) restarted, {} failed",

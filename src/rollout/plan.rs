@@ -256,20 +256,35 @@ impl WaitReason {
     }
 }
 
-/// The flag or command that would end a wait, as the command line spells it (`cli::hints`):
-/// the core knows what a wait is, not how a person changes it.
-pub(crate) type WaitHint = fn(&WaitReason) -> Option<&'static str>;
-
-/// No hint: what the tests of the core plan with.
-#[cfg(test)]
-pub(crate) fn no_hint(_: &WaitReason) -> Option<&'static str> {
-    None
+/// How the command line spells what a person can do about what the rollout reports: the
+/// core composes its sentences with these and spells no flag or command itself. The one
+/// value is `cli::hints::HINTS`.
+#[derive(Debug)]
+pub(crate) struct Hints {
+    /// The flag or command that ends a wait, when one does.
+    pub(crate) wait: fn(&WaitReason) -> Option<String>,
+    /// Resumes the paused campaigns.
+    pub(crate) resume: &'static str,
+    /// Rolls a sidecar back to its previous revision.
+    pub(crate) roll_back: fn(&str) -> String,
+    /// Ends the hold of a sidecar's paused campaign.
+    pub(crate) release_hold: fn(&str) -> String,
+    /// Ends the pin of a sidecar.
+    pub(crate) unpin: fn(&str) -> String,
+    /// Makes the restarts a manual rollout policy leaves to a person.
+    pub(crate) run_rollout: &'static str,
+    /// The setting a health bake lasts.
+    pub(crate) bake: &'static str,
+    /// The setting that holds new pods at the last good revision while a campaign is paused.
+    pub(crate) hold: &'static str,
+    /// The setting of how many failures pause a campaign.
+    pub(crate) max_failures: &'static str,
 }
 
 impl Waiting {
-    /// The message with `hint`'s flag or command for its reason, if it has one.
-    pub(crate) fn hint_with(&mut self, hint: WaitHint) {
-        if let Some(hint) = hint(&self.reason) {
+    /// The message with the flag or command that ends its wait, if one does.
+    pub(crate) fn hint_with(&mut self, hints: &Hints) {
+        if let Some(hint) = (hints.wait)(&self.reason) {
             self.message = format!("{} ({hint})", self.message);
         }
     }
@@ -416,6 +431,7 @@ impl FailedEarlier {
         sidecar: &str,
         revision: &str,
         reason: Option<&str>,
+        hints: &Hints,
     ) -> Self {
         let why = reason.map_or_else(
             || {
@@ -426,7 +442,8 @@ impl FailedEarlier {
             str::to_owned,
         );
         let message = format!(
-            "its restart to {sidecar} {revision} failed ({why}); it is not restarted again under this revision: fix or revert the config, or roll back with `sidecar-injector rollout --to {sidecar}=previous`"
+            "its restart to {sidecar} {revision} failed ({why}); it is not restarted again under this revision: fix or revert the config, or roll back with {}",
+            (hints.roll_back)(sidecar)
         );
         Self {
             workload,
@@ -514,6 +531,7 @@ pub(crate) struct PlanInput<'a> {
     /// Each sidecar's remembered revisions: a paused campaign holds new pods at the last good.
     pub(crate) history: &'a super::history::RevisionHistory,
     pub(crate) now: Timestamp,
+    pub(crate) hints: &'static Hints,
 }
 
 /// A field a person reads, in JSON as its text.

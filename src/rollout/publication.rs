@@ -72,11 +72,11 @@ pub(crate) enum RevisionsChoice {
     },
     Configs {
         why: String,
+        /// Chosen over a publication that is stale, which the caller could ask for anyway.
+        over_stale: bool,
     },
     /// Nothing to judge pods by: no publication, and the configs cannot be read here.
-    Neither {
-        why: String,
-    },
+    Neither { why: String },
 }
 
 /// Whether the one-shot command could read the sidecar configs itself.
@@ -105,11 +105,12 @@ pub(crate) fn choose_revisions(
     if source == RevisionsSource::Configs {
         return if unreadable {
             RevisionsChoice::Neither {
-                why: "--revisions-from=configs".into(),
+                why: "the configs were asked for".into(),
             }
         } else {
             RevisionsChoice::Configs {
-                why: "revisions from the configs read here (--revisions-from=configs)".into(),
+                why: "revisions from the configs read here, as asked".into(),
+                over_stale: false,
             }
         };
     }
@@ -124,7 +125,7 @@ pub(crate) fn choose_revisions(
         return RevisionsChoice::Published {
             publication: newest_publication.clone(),
             why: format!(
-                "revisions as {newest_by} published them {} (--revisions-from=published)",
+                "revisions as {newest_by} published them {}, as asked",
                 describe(newest_publication)
             ),
         };
@@ -146,10 +147,11 @@ pub(crate) fn choose_revisions(
     if fresh.is_empty() {
         return RevisionsChoice::Configs {
             why: format!(
-                "the injectors' publication is stale (last from {newest_by}, {}; older than {}): using the configs read here (--revisions-from=published to use it anyway)",
+                "the injectors' publication is stale (last from {newest_by}, {}; older than {}): using the configs read here",
                 describe(newest_publication),
                 humantime::format_duration(max_age)
             ),
+            over_stale: true,
         };
     }
     if let Some([(first, one), (other, another)]) = disagreeing(injectors, now, max_age) {
@@ -163,6 +165,7 @@ pub(crate) fn choose_revisions(
             why: format!(
                 "running injectors disagree ({first} publishes {one}, {other} publishes {another}): using the configs read here"
             ),
+            over_stale: false,
         };
     }
     let names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
@@ -185,10 +188,12 @@ fn unpublished(source: RevisionsSource, configs: ConfigsHere) -> RevisionsChoice
         (ConfigsHere::Read, RevisionsSource::Published) => RevisionsChoice::Configs {
             why: "no running injector has published its revisions; using the configs read here"
                 .into(),
+            over_stale: false,
         },
         (ConfigsHere::Read, _) => RevisionsChoice::Configs {
             why: "revisions from the configs read here (no running injector has published any)"
                 .into(),
+            over_stale: false,
         },
     }
 }

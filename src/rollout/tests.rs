@@ -212,6 +212,7 @@ impl World {
             settings: &self.settings,
             history: &self.history,
             now: self.now,
+            hints: &crate::cli::hints::HINTS,
         })
     }
 
@@ -880,7 +881,7 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
         message: cooldown.describe(now),
         reason: cooldown.clone(),
     };
-    waiting.hint_with(crate::cli::hints::wait);
+    waiting.hint_with(&crate::cli::hints::HINTS);
     assert_eq!(
         waiting.message,
         "restarted recently; cooldown ends in 8m (2027-01-15T08:07:55Z) (--cooldown to change)"
@@ -898,7 +899,7 @@ fn a_wait_says_how_long_and_which_flag_changes_it() {
             .ends_with("fix or revert the config, or resume it")
     );
     assert_eq!(
-        crate::cli::hints::wait(&paused),
+        (crate::cli::hints::HINTS.wait)(&paused).as_deref(),
         Some("`sidecar-injector rollout --resume`")
     );
 
@@ -960,10 +961,11 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
     .into_iter()
     .collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world
-        .state
-        .book
-        .flag(&mut report, &["tracer:v1".to_owned()].into());
+    world.state.book.flag(
+        &mut report,
+        &["tracer:v1".to_owned()].into(),
+        &crate::cli::hints::HINTS,
+    );
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     assert_eq!(logger.campaign.as_deref(), Some("paused"));
     assert!(
@@ -989,7 +991,10 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
     // A campaign for another revision than the one in force says nothing about it.
     world.state.book.campaigns.get_mut(LOGGER).unwrap().revision = OLD.into();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.state.book.flag(&mut report, &Default::default());
+    world
+        .state
+        .book
+        .flag(&mut report, &Default::default(), &crate::cli::hints::HINTS);
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     assert_eq!(
         (logger.campaign.as_deref(), logger.note.as_deref()),
@@ -1293,7 +1298,9 @@ fn a_restart_that_means_downtime_waits_until_accepted() {
         reason.to_string(),
         "a restart would take it down: strategy Recreate stops every pod before starting new ones"
     );
-    assert!(crate::cli::hints::wait(reason).is_some_and(|h| h.starts_with("--allow-downtime")));
+    assert!(
+        (crate::cli::hints::HINTS.wait)(reason).is_some_and(|h| h.starts_with("--allow-downtime"))
+    );
     // Accepted for this workload by its annotation...
     world.set_entry(
         "solo",
@@ -1410,7 +1417,12 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     let mut notices = |world: &mut World| {
         let plan = world.step();
         tracker
-            .notices(&plan, &world.state.book, Time(world.now))
+            .notices(
+                &plan,
+                &world.state.book,
+                Time(world.now),
+                &crate::cli::hints::HINTS,
+            )
             .into_iter()
             .map(|n| (n.event, n.counts.pending, n.counts.rolling, n.text))
             .collect::<Vec<_>>()
@@ -1457,12 +1469,22 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
         .deployment("canary", 1, Some(OLD))
         .deployment("other", 2, Some(OLD));
     let plan = world.step();
-    let started = tracker.notices(&plan, &world.state.book, Time(world.now));
+    let started = tracker.notices(
+        &plan,
+        &world.state.book,
+        Time(world.now),
+        &crate::cli::hints::HINTS,
+    );
     assert_eq!(started[0].event, NoticeEvent::Started);
     world.patched("canary", at(7200));
     world.now = at(7200 + 300);
     let plan = world.step();
-    let paused = tracker.notices(&plan, &world.state.book, Time(world.now));
+    let paused = tracker.notices(
+        &plan,
+        &world.state.book,
+        Time(world.now),
+        &crate::cli::hints::HINTS,
+    );
     assert_eq!(paused.len(), 1);
     assert_eq!(paused[0].event, NoticeEvent::Paused);
     assert_eq!(paused[0].counts.failed, 1);
@@ -1478,7 +1500,12 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     assert!(json["text"].as_str().unwrap().contains("paused"), "{json}");
     let plan = world.step();
     assert_eq!(
-        tracker.notices(&plan, &world.state.book, Time(world.now)),
+        tracker.notices(
+            &plan,
+            &world.state.book,
+            Time(world.now),
+            &crate::cli::hints::HINTS
+        ),
         []
     );
 }
@@ -1923,7 +1950,8 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
         maintenance: None,
         pins: Default::default(),
     };
-    let warnings = book(campaign(&revision, CampaignState::Paused)).admission_warnings(&set);
+    let warnings = book(campaign(&revision, CampaignState::Paused))
+        .admission_warnings(&set, &crate::cli::hints::HINTS);
     let text = &warnings[&"logger:v1".parse().unwrap()];
     assert!(
         text.starts_with(&format!(
@@ -1935,12 +1963,12 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
     // Running, or paused at another revision (the config moved on): nothing to warn about.
     assert!(
         book(campaign(&revision, CampaignState::Running))
-            .admission_warnings(&set)
+            .admission_warnings(&set, &crate::cli::hints::HINTS)
             .is_empty()
     );
     assert!(
         book(campaign("0123456789ab", CampaignState::Paused))
-            .admission_warnings(&set)
+            .admission_warnings(&set, &crate::cli::hints::HINTS)
             .is_empty()
     );
 }
@@ -2081,7 +2109,7 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
     let (pinned, errors) = book.pinned(&config);
     assert!(errors.is_empty());
     assert_eq!(served_revision(&pinned), broken.revision.to_string());
-    let (served, errors) = book.served(&pinned);
+    let (served, errors) = book.served(&pinned, &crate::cli::hints::HINTS);
     assert!(errors.is_empty(), "{errors:?}");
     let held = served.get(&name).unwrap();
     assert_eq!(held.revision, good.revision);
@@ -2104,7 +2132,7 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
         .into_iter()
         .collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    book.flag(&mut report, &Default::default());
+    book.flag(&mut report, &Default::default(), &crate::cli::hints::HINTS);
     assert_eq!(
         report.sidecars[0].note.as_deref(),
         Some(
@@ -2118,7 +2146,7 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
 
     // A config changed since: no hold applies (the campaign is for another revision).
     let changed: crate::config::SidecarSet = std::iter::once(fixed.clone()).collect();
-    let (served, _) = book.served(&book.pinned(&changed).0);
+    let (served, _) = book.served(&book.pinned(&changed).0, &crate::cli::hints::HINTS);
     assert_eq!(served_revision(&served), fixed.revision.to_string());
     assert!(served.warning(&name).is_none());
 
@@ -2138,7 +2166,7 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
     let (pinned, _) = book.pinned(&config);
     assert_eq!(served_revision(&pinned), good.revision.to_string());
     assert_eq!(
-        served_revision(&book.served(&pinned).0),
+        served_revision(&book.served(&pinned, &crate::cli::hints::HINTS).0),
         good.revision.to_string()
     );
     assert!(book.clone().drop_stale_pins(&config).is_empty());
@@ -2490,13 +2518,13 @@ fn held_and_pinned_configs_count_toward_the_book_budget() {
         (250 * 1024..260 * 1024).contains(&overflow.held_and_pinned_bytes),
         "{overflow:?}"
     );
-    let message = overflow.to_string();
+    let message = overflow.hinted(&crate::cli::hints::HINTS);
     assert!(
         message.contains(&format!(
             "most of it for logger:v1 ({} bytes of held and pinned configs)",
             overflow.held_and_pinned_bytes
         )) && message.ends_with(
-            "or with `rollout --release-hold logger:v1` and `rollout --unpin logger:v1`"
+            "or with `sidecar-injector rollout --release-hold logger:v1` and `sidecar-injector rollout --unpin logger:v1`"
         ),
         "{message}"
     );
@@ -2558,8 +2586,14 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
     );
     let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.state.book.flag(&mut report, &Default::default());
-    world.state.book.flag_overflow(&mut report);
+    world
+        .state
+        .book
+        .flag(&mut report, &Default::default(), &crate::cli::hints::HINTS);
+    world
+        .state
+        .book
+        .flag_overflow(&mut report, &crate::cli::hints::HINTS);
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     let note = logger.note.as_deref().unwrap_or_default();
     assert!(

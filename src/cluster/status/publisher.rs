@@ -23,6 +23,7 @@ use crate::rollout::CampaignBook;
 pub(crate) fn apply_book(
     mut status: signal::Receiver<Option<ConfigMap>>,
     mut configs: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
+    hints: &'static crate::rollout::Hints,
 ) -> BookSignals {
     let (publish_pinned, pinned) = signal::channel(configs.borrow().clone());
     let (publish_served, served) = signal::channel(configs.borrow().clone());
@@ -36,7 +37,7 @@ pub(crate) fn apply_book(
             }
             let set = configs.borrow_and_update().clone();
             let (with_pins, mut errors) = book.pinned(&set);
-            let (with_holds, hold_errors) = book.served(&with_pins);
+            let (with_holds, hold_errors) = book.served(&with_pins, hints);
             errors.extend(hold_errors);
             let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
             if texts != said {

@@ -270,7 +270,8 @@ fn stale_or_disagreeing_publications_give_way_to_the_configs_and_say_so() {
     assert_eq!(
         stale,
         RevisionsChoice::Configs {
-            why: "the injectors' publication is stale (last from gone, 1h ago; older than 1m 30s): using the configs read here (--revisions-from=published to use it anyway)".into()
+            why: "the injectors' publication is stale (last from gone, 1h ago; older than 1m 30s): using the configs read here".into(),
+            over_stale: true,
         }
     );
     let split = choose(
@@ -283,7 +284,8 @@ fn stale_or_disagreeing_publications_give_way_to_the_configs_and_say_so() {
     assert_eq!(
         split,
         RevisionsChoice::Configs {
-            why: "running injectors disagree (a publishes logger:v1=aaaaaaaaaaaa, b publishes logger:v1=bbbbbbbbbbbb): using the configs read here".into()
+            why: "running injectors disagree (a publishes logger:v1=aaaaaaaaaaaa, b publishes logger:v1=bbbbbbbbbbbb): using the configs read here".into(),
+            over_stale: false,
         }
     );
     // A stale replica does not count against fresh ones that agree.

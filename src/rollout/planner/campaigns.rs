@@ -54,8 +54,8 @@ pub(super) fn pause_campaigns(
             .flatten();
         let new_pods = match held {
             Some(good) => format!(
-                "new pods get the last good revision {} meanwhile (--on-campaign-failure=hold)",
-                good.revision
+                "new pods get the last good revision {} meanwhile ({})",
+                good.revision, input.hints.hold
             ),
             None if settings.on_campaign_failure == OnCampaignFailure::Hold => {
                 "new pods still get this revision (no good revision of it is remembered to hold them at)"
@@ -82,9 +82,11 @@ pub(super) fn pause_campaigns(
             names.push(format!("and {} more", count - names.len()));
         }
         let reason = format!(
-            "rollout of {sidecar} {} paused after {count} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with `sidecar-injector rollout --to {sidecar}=previous`, or run `sidecar-injector rollout --resume`",
+            "rollout of {sidecar} {} paused after {count} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with {}, or run {}",
             campaign.revision,
-            names.join("; ")
+            names.join("; "),
+            (input.hints.roll_back)(sidecar),
+            input.hints.resume
         );
         campaign.state = CampaignState::Paused;
         campaign.pause_reason = Some(reason.clone());

@@ -133,6 +133,7 @@ pub(super) fn judged_by_its_campaign(
                 sidecar,
                 &campaign.revision,
                 campaign.failure_reason(workload),
+                input.hints,
             ));
         }
         return true;
@@ -256,7 +257,8 @@ pub(super) fn bake(
     let bake_text = humantime::format_duration(length);
     if let Some(problem) = &state.problem {
         return BakeVerdict::Failed(format!(
-            "within --bake ({bake_text}) of rolling out: {problem}"
+            "within {} ({bake_text}) of rolling out: {problem}",
+            input.hints.bake
         ));
     }
     let ends = after(state.since, length);

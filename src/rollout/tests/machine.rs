@@ -42,7 +42,7 @@ impl World {
             stale_pods: &stale_pods,
             restart_reason: None,
             bakes_changed,
-            wait_hint: crate::cli::hints::wait,
+            hints: &crate::cli::hints::HINTS,
         };
         self.state.step(&observed, self.now, conduct)
     }
