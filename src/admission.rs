@@ -173,9 +173,7 @@ pub fn review(
 /// The second, diagnostic read of an object kept raw.
 fn read_raw_pod<'a>(object: Option<&'a RawValue>) -> PodParse<'a> {
     match object {
-        Some(raw) => serde_json::from_str::<PodView>(raw.get())
-            .map(Some)
-            .map_err(|e| e.to_string()),
+        Some(raw) => serde_json::from_str::<PodView>(raw.get()).map(Some),
         None => Ok(None),
     }
 }
@@ -216,7 +214,7 @@ impl<'a, O> RequestIn<'a, O> {
     }
 }
 
-type PodParse<'a> = Result<Option<PodView<'a>>, String>;
+type PodParse<'a> = Result<Option<PodView<'a>>, serde_json::Error>;
 
 fn answer_review(
     api_version: Option<Cow<'_, str>>,

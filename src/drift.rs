@@ -14,7 +14,7 @@ pub use entries::WorkloadEntry;
 pub(crate) use entries::{Downtime, PodToReplace, rollout_disabled};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
-pub(crate) use reach::WebhookReach;
+pub(crate) use reach::{NotSent, WebhookReach};
 
 use std::collections::BTreeSet;
 

@@ -291,7 +291,7 @@ impl Live {
         };
         let namespace_exclusion = policy(args)
             .namespace_exclusion(&namespace)
-            .or_else(|| reach.as_ref()?.namespace().err());
+            .or_else(|| reach.as_ref()?.namespace().err().map(|e| e.to_string()));
         Ok(Self {
             client,
             keys,
@@ -328,13 +328,13 @@ impl Live {
             return Ok(decided());
         };
         if let Err(why) = reach.namespace() {
-            return Ok(crate::explain::not_sent(&self.namespace, why));
+            return Ok(crate::explain::not_sent(&self.namespace, why.to_string()));
         }
         let labels =
             BTreeMap::<String, String>::deserialize(&pod["metadata"]["labels"]).unwrap_or_default();
         Ok(match reach.pod(&labels) {
             Ok(selected_by) => crate::explain::sent(decided(), selected_by),
-            Err(why) => crate::explain::not_sent_by_labels(why),
+            Err(why) => crate::explain::not_sent_by_labels(why.to_string()),
         })
     }
 
@@ -358,7 +358,10 @@ impl Live {
             .get(&self.keys.request)
             .map(|request| {
                 let by_labels = match (&self.namespace_exclusion, &self.reach) {
-                    (None, Some(reach)) => reach.pod(pod.labels.as_ref().unwrap_or(&none)).err(),
+                    (None, Some(reach)) => reach
+                        .pod(pod.labels.as_ref().unwrap_or(&none))
+                        .err()
+                        .map(|e| e.to_string()),
                     _ => None,
                 };
                 let exclusion = self

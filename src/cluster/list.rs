@@ -234,12 +234,15 @@ pub(crate) struct NamespaceReach {
 impl NamespaceReach {
     /// Whether the webhook is called for pods of the namespace (for some of them, when an
     /// objectSelector chooses by label): what selects it, or why not.
-    pub(crate) fn namespace(&self) -> Result<String, String> {
+    pub(crate) fn namespace(&self) -> Result<String, crate::drift::NotSent> {
         self.reach.reaches(&self.namespace, &self.labels)
     }
 
     /// Whether the webhook is called for a pod of the namespace labelled `labels`.
-    pub(crate) fn pod(&self, labels: &BTreeMap<String, String>) -> Result<String, String> {
+    pub(crate) fn pod(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<String, crate::drift::NotSent> {
         self.reach
             .reaches_pod(&self.namespace, &self.labels, labels)
     }

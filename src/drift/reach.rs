@@ -25,6 +25,26 @@ struct WebhookSelectors {
     objects: Selector,
 }
 
+/// Why the API server never calls the webhook for some pods.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotSent {
+    #[error(
+        "namespace {namespace} is not sent to the webhook (MutatingWebhookConfiguration {configuration}: {wanted})"
+    )]
+    Namespace {
+        namespace: String,
+        configuration: String,
+        wanted: String,
+    },
+    #[error(
+        "the pods' labels leave them out of the webhook (MutatingWebhookConfiguration {configuration}: its objectSelector wants {wanted})"
+    )]
+    Labels {
+        configuration: String,
+        wanted: String,
+    },
+}
+
 impl WebhookReach {
     pub(crate) fn of(configuration: &MutatingWebhookConfiguration) -> Self {
         // The API server validated them; one it could not have kept selects everything, as
@@ -57,7 +77,7 @@ impl WebhookReach {
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> Option<String> {
-        self.reaches(namespace, labels).err()
+        self.reaches(namespace, labels).err().map(|e| e.to_string())
     }
 
     /// Whether the webhook is called for pods of `namespace`, labelled `labels` (for those
@@ -66,7 +86,7 @@ impl WebhookReach {
         &self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
-    ) -> Result<String, String> {
+    ) -> Result<String, NotSent> {
         if self.webhooks.iter().any(|w| w.namespaces.matches(labels)) {
             return Ok(format!(
                 "MutatingWebhookConfiguration {} selects namespace {namespace}",
@@ -83,10 +103,11 @@ impl WebhookReach {
                 .collect();
             format!("its namespaceSelector wants {}", each.join(" or "))
         };
-        Err(format!(
-            "namespace {namespace} is not sent to the webhook (MutatingWebhookConfiguration {}: {wanted})",
-            self.configuration
-        ))
+        Err(NotSent::Namespace {
+            namespace: namespace.to_owned(),
+            configuration: self.configuration.clone(),
+            wanted,
+        })
     }
 
     /// Whether some webhook selects pods by their labels: only then do a pod's labels matter.
@@ -104,6 +125,7 @@ impl WebhookReach {
     ) -> Option<String> {
         self.reaches_pod(namespace, namespace_labels, pod_labels)
             .err()
+            .map(|e| e.to_string())
     }
 
     /// Whether the webhook is called for a pod labelled `pod_labels` in `namespace`,
@@ -113,7 +135,7 @@ impl WebhookReach {
         namespace: &str,
         namespace_labels: &BTreeMap<String, String>,
         pod_labels: &BTreeMap<String, String>,
-    ) -> Result<String, String> {
+    ) -> Result<String, NotSent> {
         let selected = self.reaches(namespace, namespace_labels)?;
         let in_namespace: Vec<&WebhookSelectors> = self
             .webhooks
@@ -130,11 +152,10 @@ impl WebhookReach {
             ));
         }
         let each: Vec<String> = in_namespace.iter().map(|w| w.objects.to_string()).collect();
-        Err(format!(
-            "the pods' labels leave them out of the webhook (MutatingWebhookConfiguration {}: its objectSelector wants {})",
-            self.configuration,
-            each.join(" or ")
-        ))
+        Err(NotSent::Labels {
+            configuration: self.configuration.clone(),
+            wanted: each.join(" or "),
+        })
     }
 }
 
