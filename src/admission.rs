@@ -326,7 +326,7 @@ fn decide_outcome(
             .to_owned();
     }
     match decide(&pod, &answer.namespace, sidecars, settings) {
-        Decision::Skip(reason) => skipped(answer, &reason),
+        Decision::Skip(reason) => skipped(answer, &reason, settings),
         Decision::Inject(injection) => injected(answer, &injection, sidecars, patch),
         Decision::Deny(denial) => denied(answer, &denial),
     }
@@ -348,7 +348,7 @@ fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<String> {
     ))
 }
 
-fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
+fn skipped(answer: &mut Answer, reason: &SkipReason, settings: &InjectionSettings) -> Outcome {
     answer.tumblr_reason = match reason {
         SkipReason::NoRequest | SkipReason::OtherAnnotationNamespace { .. } => "no_annotation",
         SkipReason::AlreadyInjected => "already_injected",
@@ -366,13 +366,15 @@ fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
         SkipReason::InvalidRequest { annotation, error } => {
             answer.sidecars = vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)];
             answer.message = Some(format!(
-                "annotation {annotation}: {error}; not injected, let through by --on-missing-sidecar=allow"
+                "annotation {annotation}: {error}; not injected, let through by {}",
+                settings.spelling.on_missing_sidecar_allow
             ));
         }
         SkipReason::OtherAnnotationNamespace { key, ours } => {
             answer.other_annotation_namespace = true;
             answer.message = Some(format!(
-                "not injected: the pod requests sidecars with {key}, but this injector reads {ours}; is --annotation-namespace right?"
+                "not injected: the pod requests sidecars with {key}, but this injector reads {ours}; is {} right?",
+                settings.spelling.annotation_namespace
             ));
         }
         _ => {}

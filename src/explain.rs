@@ -12,7 +12,9 @@ use crate::annotations::AnnotationKeys;
 use crate::config::revision::stamp_items;
 use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::{DriftState, sidecar_state};
-use crate::injection::{Decision, InjectionSettings, MissingSidecarPolicy, PodView, decide};
+use crate::injection::{
+    Decision, InjectionSettings, MissingSidecarPolicy, PodView, Spelling, decide,
+};
 use crate::name::SidecarName;
 use crate::rollout::RolloutPlan;
 use crate::workload::WorkloadRef;
@@ -65,15 +67,16 @@ pub(crate) fn injection(
                 let missing: Vec<String> =
                     injection.missing.iter().map(ToString::to_string).collect();
                 message.push_str(&format!(
-                    "; {} not found, let through by --on-missing-sidecar=allow",
-                    missing.join(", ")
+                    "; {} not found, let through by {}",
+                    missing.join(", "),
+                    settings.spelling.on_missing_sidecar_allow
                 ));
             }
             (Verdict::Inject, message)
         }
         Decision::Skip(reason) => (
             Verdict::Skip,
-            reason.describe(keys).map_or_else(
+            reason.describe(settings).map_or_else(
                 || format!("not injected: it asks for no sidecar (no {})", keys.request),
                 |why| format!("not injected: {why}"),
             ),
@@ -142,6 +145,7 @@ pub(crate) fn without_configs(
     unread: &str,
     published: Option<&RevisionsInForce>,
     manual: &std::collections::BTreeSet<String>,
+    spelling: &Spelling,
 ) -> InjectionExplanation {
     let mut publishes = Vec::new();
     let mut missing = Vec::new();
@@ -184,8 +188,9 @@ pub(crate) fn without_configs(
     }
     if !missing.is_empty() {
         parts.push(format!(
-            "they publish no {}: the webhook denies the pod unless --on-missing-sidecar=allow",
-            missing.join(", ")
+            "they publish no {}: the webhook denies the pod unless {}",
+            missing.join(", "),
+            spelling.on_missing_sidecar_allow
         ));
     }
     let message = parts.join("; ");
@@ -214,7 +219,7 @@ fn checks(
         passed
     };
     let Some(request) = annotation(&keys.request) else {
-        check("request annotation", false, no_request(pod, keys));
+        check("request annotation", false, no_request(pod, settings));
         return checks;
     };
     check(
@@ -238,7 +243,10 @@ fn checks(
         "namespace",
         !ignored,
         if ignored {
-            format!("{namespace} is ignored (--ignore-namespace)")
+            format!(
+                "{namespace} is ignored ({})",
+                settings.spelling.ignore_namespace
+            )
         } else {
             format!("{namespace} is not ignored")
         },
@@ -270,23 +278,25 @@ fn checks(
         check(
             POLICY_CHECK,
             settings.on_missing_sidecar == MissingSidecarPolicy::Allow,
-            policy_detail(settings.on_missing_sidecar),
+            policy_detail(settings),
         );
     }
     checks
 }
 
 /// Why there is no request: none at all, or one under another annotation namespace.
-fn no_request(pod: &PodView<'_>, keys: &AnnotationKeys) -> String {
+fn no_request(pod: &PodView<'_>, settings: &InjectionSettings) -> String {
+    let keys = &settings.keys;
     let other = pod.metadata.annotations.as_ref().and_then(|a| {
         a.keys()
             .find(|k| k.ends_with("/request") && k.as_ref() != keys.request)
     });
     match other {
         Some(other) => format!(
-            "no {} annotation; {other} is set, but this injector reads the {} prefix (--annotation-namespace)",
+            "no {} annotation; {other} is set, but this injector reads the {} prefix ({})",
             keys.request,
-            keys.request.trim_end_matches("/request")
+            keys.request.trim_end_matches("/request"),
+            settings.spelling.annotation_namespace
         ),
         None => format!(
             "no {} annotation: the pod asks for no sidecar",
@@ -325,14 +335,17 @@ fn config_detail(name: &SidecarName, sidecars: &SidecarSet) -> String {
     )
 }
 
-fn policy_detail(policy: MissingSidecarPolicy) -> String {
-    match policy {
-        MissingSidecarPolicy::Deny => {
-            "--on-missing-sidecar=deny: a pod asking for what does not exist is refused".to_owned()
-        }
-        MissingSidecarPolicy::Allow => {
-            "--on-missing-sidecar=allow: what exists is injected, the pod is let through".to_owned()
-        }
+fn policy_detail(settings: &InjectionSettings) -> String {
+    let spelling = settings.spelling;
+    match settings.on_missing_sidecar {
+        MissingSidecarPolicy::Deny => format!(
+            "{}: a pod asking for what does not exist is refused",
+            spelling.on_missing_sidecar_deny
+        ),
+        MissingSidecarPolicy::Allow => format!(
+            "{}: what exists is injected, the pod is let through",
+            spelling.on_missing_sidecar_allow
+        ),
     }
 }
 
@@ -481,6 +494,7 @@ pub(crate) fn workload_action(
     plan: &RolloutPlan,
     workload: &WorkloadRef,
     sidecars: &[SidecarDrift],
+    spelling: &Spelling,
 ) -> WorkloadAction {
     if let Some(restart) = plan.restarts.iter().find(|r| &r.workload == workload) {
         return WorkloadAction::Restart {
@@ -520,7 +534,10 @@ pub(crate) fn workload_action(
     let needs = sidecars.iter().any(|s| s.state.needs_restart(false));
     WorkloadAction::Nothing {
         why: if needs {
-            "its pods are not current, but the engine plans nothing for it (excluded by its namespace, kind or the sidecar's manual rollout policy: see `sidecar-injector drift`)".to_owned()
+            format!(
+                "its pods are not current, but the engine plans nothing for it (excluded by its namespace, kind or the sidecar's manual rollout policy: see {})",
+                spelling.drift
+            )
         } else {
             "its pods run the revisions in force".to_owned()
         },

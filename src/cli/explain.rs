@@ -79,6 +79,7 @@ fn policy(args: &ExplainArgs) -> crate::drift::DriftPolicy {
 
 fn settings(args: &ExplainArgs) -> InjectionSettings {
     InjectionSettings {
+        spelling: &super::hints::SPELLING,
         keys: AnnotationKeys::new(&args.cluster.annotation_namespace),
         ignored_namespaces: args.cluster.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar,
@@ -320,6 +321,7 @@ impl Live {
                             .as_ref()
                             .map_or(&BTreeSet::new(), |p| &p.manual),
                     ),
+                    &super::hints::SPELLING,
                 ),
                 None => explained,
             }
@@ -395,7 +397,12 @@ impl Live {
         // The engine plans nothing for pods it leaves out: no need to list the cluster to
         // say so.
         if drift.iter().all(|sidecar| sidecar.excluded.is_some()) {
-            return Ok(workload_action(&RolloutPlan::default(), workload, drift));
+            return Ok(workload_action(
+                &RolloutPlan::default(),
+                workload,
+                drift,
+                &super::hints::SPELLING,
+            ));
         }
         let plan = plan_now(
             &self.client,
@@ -406,7 +413,12 @@ impl Live {
         )
         .await;
         match plan {
-            Ok(plan) => Ok(workload_action(&plan, workload, drift)),
+            Ok(plan) => Ok(workload_action(
+                &plan,
+                workload,
+                drift,
+                &super::hints::SPELLING,
+            )),
             // The rest of the answer stands without it.
             Err(err) => match err.downcast::<ClusterListRefused>() {
                 Ok(refused) => Ok(WorkloadAction::Unplanned {

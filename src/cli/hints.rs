@@ -2,6 +2,7 @@
 //! spells them. The core names a wait, a pause or an exclusion; only here is it said which
 //! flag or command a person uses about it.
 
+use crate::injection::Spelling;
 use crate::rollout::selection::NotSelected;
 use crate::rollout::{Hints, WaitReason};
 
@@ -59,3 +60,12 @@ pub(crate) fn skipped(why: &NotSelected) -> String {
         _ => why.to_string(),
     }
 }
+
+/// How the webhook's and `explain`'s sentences name the injector's settings.
+pub(crate) static SPELLING: Spelling = Spelling {
+    on_missing_sidecar_allow: "--on-missing-sidecar=allow",
+    on_missing_sidecar_deny: "--on-missing-sidecar=deny",
+    ignore_namespace: "--ignore-namespace",
+    annotation_namespace: "--annotation-namespace",
+    drift: "`sidecar-injector drift`",
+};

@@ -27,6 +27,7 @@ pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
         args.published_max_age,
     )?;
     let settings = InjectionSettings {
+        spelling: &super::hints::SPELLING,
         keys: AnnotationKeys::new(&args.annotation_namespace),
         ignored_namespaces: args.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar,
@@ -112,11 +113,11 @@ fn skip_message(
         SkipReason::NoRequest => {
             let other = other_request_key(document, &settings.keys.request)?;
             Some(format!(
-                "no {} annotation, but {other} is set: is --annotation-namespace right?",
-                settings.keys.request
+                "no {} annotation, but {other} is set: is {} right?",
+                settings.keys.request, settings.spelling.annotation_namespace
             ))
         }
-        _ => reason.describe(&settings.keys),
+        _ => reason.describe(settings),
     }
 }
 

@@ -151,7 +151,7 @@ impl DriftIndex {
                                 .filter(|sidecar| !current.contains_key(sidecar))
                                 .map(|sidecar| {
                                     let reason = format!(
-                                        "no pods: its template requests {sidecar}, which no config defines; the webhook denies its pods (--on-missing-sidecar=deny)"
+                                        "no pods: its template requests {sidecar}, which no config defines; the webhook denies its pods"
                                     );
                                     row(sidecar, reason)
                                 }),

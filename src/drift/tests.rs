@@ -830,7 +830,7 @@ fn a_workload_whose_pods_are_all_denied_shows_from_its_template() {
         (
             "missing",
             "logger:v9",
-            "no pods: its template requests logger:v9, which no config defines; the webhook denies its pods (--on-missing-sidecar=deny)"
+            "no pods: its template requests logger:v9, which no config defines; the webhook denies its pods"
         )
     );
     assert_eq!(

@@ -14,6 +14,7 @@ fn sidecars() -> SidecarSet {
 
 fn settings(policy: MissingSidecarPolicy) -> InjectionSettings {
     InjectionSettings {
+        spelling: &crate::cli::hints::SPELLING,
         keys: AnnotationKeys::new("injector"),
         ignored_namespaces: ["kube-system".to_owned()].into(),
         on_missing_sidecar: policy,
@@ -219,7 +220,12 @@ fn an_excluded_workload_is_said_to_be_left_out_for_its_reason_and_its_drift_line
     let wanted = |_: &str| Some("bbb".to_owned());
     let drift = sidecar_drift("logger:v1", &uninjected, wanted, Some(why));
     assert_eq!(
-        workload_action(&RolloutPlan::default(), &web, &drift),
+        workload_action(
+            &RolloutPlan::default(),
+            &web,
+            &drift,
+            &crate::cli::hints::SPELLING
+        ),
         WorkloadAction::Nothing {
             why: format!("the engine leaves its pods out: {why}")
         }
@@ -282,7 +288,7 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         ..RolloutPlan::default()
     };
     assert_eq!(
-        workload_action(&plan, &web, &stale),
+        workload_action(&plan, &web, &stale, &crate::cli::hints::SPELLING),
         WorkloadAction::Restart {
             canary: true,
             reason: "sidecar logger:v1 changed".into(),
@@ -290,7 +296,7 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         }
     );
     assert_eq!(
-        workload_action(&plan, &api, &stale),
+        workload_action(&plan, &api, &stale, &crate::cli::hints::SPELLING),
         WorkloadAction::Waiting {
             message: "waits for the canary of logger:v1".into()
         }
@@ -309,17 +315,21 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         ..plan
     };
     assert_eq!(
-        workload_action(&plan, &failed, &stale),
+        workload_action(&plan, &failed, &stale, &crate::cli::hints::SPELLING),
         WorkloadAction::FailedEarlier {
             message: earlier.message
         },
         "a workload failed under the revision is not said to be excluded"
     );
-    let WorkloadAction::Nothing { why } = workload_action(&plan, &other, &stale) else {
+    let WorkloadAction::Nothing { why } =
+        workload_action(&plan, &other, &stale, &crate::cli::hints::SPELLING)
+    else {
         panic!()
     };
     assert!(why.contains("not current"), "{why}");
-    let WorkloadAction::Nothing { why } = workload_action(&plan, &other, &[]) else {
+    let WorkloadAction::Nothing { why } =
+        workload_action(&plan, &other, &[], &crate::cli::hints::SPELLING)
+    else {
         panic!()
     };
     assert_eq!(why, "its pods run the revisions in force");
@@ -471,7 +481,13 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
         .into_iter()
         .collect();
         let manual = ["metrics-agent:v1".to_owned()].into();
-        without_configs(explained, unread, Some(&published), &manual)
+        without_configs(
+            explained,
+            unread,
+            Some(&published),
+            &manual,
+            &crate::cli::hints::SPELLING,
+        )
     };
     let explained = judged(json!({"injector/request": "logger:v1,metrics-agent:v1,tracer:v1"}));
     assert_eq!(explained.verdict, Verdict::Unknown, "{explained:#?}");

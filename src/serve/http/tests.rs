@@ -24,7 +24,11 @@ fn state_with(limits: Limits) -> Arc<WebhookState> {
     let (_publish, sidecars) = watch::channel(Arc::new(set));
     Arc::new(WebhookState::new(
         sidecars,
-        InjectionSettings::default(),
+        // As `serve` builds them: the sentences name its flags.
+        InjectionSettings {
+            spelling: &crate::cli::hints::SPELLING,
+            ..Default::default()
+        },
         Arc::new(Metrics::new()),
         limits,
         Arc::new(Readiness::default()),
