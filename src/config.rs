@@ -23,7 +23,7 @@ pub use parse::{ParsedConfig, Unreadable, parse_config};
 pub(crate) use revision::Revision;
 pub(crate) use revision::RevisionStamp;
 pub use revision::RevisionsInForce;
-pub(crate) use sidecar::{RolloutMode, SidecarConfig};
+pub(crate) use sidecar::{NativePlacement, RolloutMode, SidecarConfig};
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario

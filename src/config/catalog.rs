@@ -129,6 +129,22 @@ impl RenderedSidecar {
         let sizes = |items: &[RenderedJson]| -> Vec<usize> {
             items.iter().map(|item| item.text.get().len()).collect()
         };
+        // A native sidecar is an init container that restarts: the config writes its
+        // containers as containers, the pod gets them with `restartPolicy: Always`.
+        let as_injected = |containers: &[k8s_openapi::api::core::v1::Container]| {
+            if !config.is_native() {
+                return render(containers);
+            }
+            containers
+                .iter()
+                .map(|c| {
+                    RenderedJson::of(&k8s_openapi::api::core::v1::Container {
+                        restart_policy: Some("Always".to_owned()),
+                        ..c.clone()
+                    })
+                })
+                .collect()
+        };
         let env = render(&config.env);
         let volume_mounts = render(&config.volume_mounts);
         Self {
@@ -136,8 +152,8 @@ impl RenderedSidecar {
             volume_mount_bytes: sizes(&volume_mounts),
             env,
             volume_mounts,
-            containers: render(&config.containers),
-            prepend_containers: render(&config.prepend_containers),
+            containers: as_injected(&config.containers),
+            prepend_containers: as_injected(&config.prepend_containers),
             init_containers: render(&config.init_containers),
             volumes: render(&config.volumes),
             host_aliases: render(&config.host_aliases),

@@ -1,6 +1,7 @@
 //! Parsing and validating one config document: unknown keys, YAML 1.1 forms, nested fields
 //! the Kubernetes types would drop, every error with its origin and line.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -156,12 +157,18 @@ pub fn parse_config(origin: impl Into<Origin>, text: &str) -> Result<ParsedConfi
             .take::<String>("serviceAccountName")?
             .filter(|s| !s.is_empty()),
         rollout: fields.take("rollout")?,
+        native_sidecars: fields.take("nativeSidecars")?,
+        native_placement: fields.take("nativeSidecarPlacement")?,
     };
     check_container_names(&config, text).map_err(|(line, kind)| error(line, kind))?;
-    Ok(ParsedConfig {
-        config,
-        warnings: fields.warnings,
-    })
+    let mut warnings = fields.warnings;
+    let startup =
+        check_restart_policies(&config, text).map_err(|(line, kind)| error(line, kind))?;
+    warnings.extend(startup.into_iter().map(|message| ConfigWarning {
+        origin: origin.clone(),
+        message,
+    }));
+    Ok(ParsedConfig { config, warnings })
 }
 
 /// An error before the origin is attached: the line, when known, and what is wrong.
@@ -279,6 +286,126 @@ fn check_container_names(config: &SidecarConfig, text: &str) -> Result<(), Locat
         }
     }
     Ok(())
+}
+
+/// What the API server would refuse in every pod, refused here with the line: a
+/// `restartPolicy` other than `Always` on an init container (the only value it takes), a
+/// `restartPolicy` on a regular container (`nativeSidecars: true` is how a config asks for
+/// native sidecars), and probes on an init container that runs to completion. Returns the
+/// warnings: a native sidecar whose startupProbe targets a port no container of the config
+/// declares, which holds the app back until it times out.
+fn check_restart_policies(config: &SidecarConfig, text: &str) -> Result<Vec<String>, Located> {
+    let invalid = |kind: &str, path: String, message: String| {
+        (
+            top_level_key_line(text, kind),
+            ConfigErrorKind::InvalidField { path, message },
+        )
+    };
+    for (kind, containers) in [
+        ("containers", &config.containers),
+        ("prependContainers", &config.prepend_containers),
+    ] {
+        if let Some((index, c)) = containers
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.restart_policy.is_some())
+        {
+            return Err(invalid(
+                kind,
+                format!("{kind}[{index}].restartPolicy"),
+                format!(
+                    "container {:?}: only init containers take a restartPolicy; write `nativeSidecars: true` to inject this config's containers as native sidecars",
+                    c.name
+                ),
+            ));
+        }
+    }
+    for (index, c) in config.init_containers.iter().enumerate() {
+        match c.restart_policy.as_deref() {
+            Some("Always") => {}
+            Some(other) => {
+                return Err(invalid(
+                    "initContainers",
+                    format!("initContainers[{index}].restartPolicy"),
+                    format!(
+                        "init container {:?}: restartPolicy {other:?} is refused by the API server; an init container takes only Always (a native sidecar)",
+                        c.name
+                    ),
+                ));
+            }
+            None => {
+                let probe = [
+                    ("livenessProbe", c.liveness_probe.is_some()),
+                    ("readinessProbe", c.readiness_probe.is_some()),
+                    ("startupProbe", c.startup_probe.is_some()),
+                ]
+                .into_iter()
+                .find(|(_, set)| *set);
+                if let Some((probe, _)) = probe {
+                    return Err(invalid(
+                        "initContainers",
+                        format!("initContainers[{index}].{probe}"),
+                        format!(
+                            "init container {:?} runs to completion: the API server refuses probes on it (only a native sidecar, restartPolicy: Always, takes them)",
+                            c.name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(startup_probe_warnings(config))
+}
+
+/// A native sidecar whose startupProbe targets a port no container of the config declares:
+/// the pod's app containers start only once it passes.
+fn startup_probe_warnings(config: &SidecarConfig) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let ports: Vec<&k8s_openapi::api::core::v1::ContainerPort> = config
+        .injected_containers()
+        .flat_map(|c| c.ports.iter().flatten())
+        .collect();
+    let natives = config
+        .init_containers
+        .iter()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .chain(
+            config
+                .is_native()
+                .then(|| config.prepend_containers.iter().chain(&config.containers))
+                .into_iter()
+                .flatten(),
+        );
+    for c in natives {
+        let Some(target) = c.startup_probe.as_ref().and_then(probe_port) else {
+            continue;
+        };
+        let declared = ports.iter().any(|p| match &target {
+            IntOrString::Int(n) => p.container_port == *n,
+            IntOrString::String(name) => p.name.as_deref() == Some(name.as_str()),
+        });
+        if !declared {
+            let port = match &target {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(name) => format!("{name:?}"),
+            };
+            warnings.push(format!(
+                "native sidecar {:?}: its startupProbe targets port {port}, which no container of this config declares; the pod's app containers wait until that probe passes, so a probe of the app's port would hold them back for good",
+                c.name
+            ));
+        }
+    }
+    warnings
+}
+
+/// The port a probe connects to, when it connects to one.
+fn probe_port(probe: &k8s_openapi::api::core::v1::Probe) -> Option<IntOrString> {
+    probe
+        .http_get
+        .as_ref()
+        .map(|h| h.port.clone())
+        .or_else(|| probe.tcp_socket.as_ref().map(|t| t.port.clone()))
+        .or_else(|| probe.grpc.as_ref().map(|g| IntOrString::Int(g.port)))
 }
 
 /// Takes typed top-level fields out of the document, collecting warnings as it goes.

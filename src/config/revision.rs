@@ -36,6 +36,12 @@ struct InjectedContent<'a> {
     #[serde(rename = "hostPID")]
     host_pid: bool,
     service_account_name: Option<&'a str>,
+    /// Only when native: a classic config's revision is what it was before native sidecars
+    /// existed, so upgrading the injector restarts nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    native_sidecars: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    native_sidecar_placement: Option<super::sidecar::NativePlacement>,
 }
 
 /// The injected content as the revision hashes it (empty values pruned): also what a rollout
@@ -52,6 +58,11 @@ pub(crate) fn injected_content(config: &SidecarConfig) -> Value {
         host_network: config.host_network,
         host_pid: config.host_pid,
         service_account_name: config.service_account_name.as_deref(),
+        native_sidecars: config.is_native().then_some(true),
+        native_sidecar_placement: config
+            .is_native()
+            .then(|| config.native_placement())
+            .filter(|p| *p != super::sidecar::NativePlacement::First),
     };
     let mut value = serde_json::to_value(content).expect("Kubernetes types serialize to JSON");
     prune_empty(&mut value);

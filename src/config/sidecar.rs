@@ -22,7 +22,21 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "hostPID",
     "serviceAccountName",
     "rollout",
+    "nativeSidecars",
+    "nativeSidecarPlacement",
 ];
+
+/// Where a config injected as native sidecars puts them among the pod's init containers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum NativePlacement {
+    /// Before the pod's own init containers, so that those can use them (a proxy, a secrets
+    /// agent); after the config's own init containers, which run to completion first.
+    #[default]
+    First,
+    /// After the pod's own init containers.
+    Last,
+}
 
 /// Whether the rollout engine may restart workloads for this sidecar on its own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,11 +74,24 @@ pub struct SidecarConfig {
     pub host_pid: bool,
     pub service_account_name: Option<String>,
     pub(crate) rollout: Option<RolloutPolicy>,
+    /// `nativeSidecars: true`: `containers` and `prependContainers` are injected as native
+    /// sidecars (init containers with `restartPolicy: Always`); absent or false: classic.
+    pub(crate) native_sidecars: Option<bool>,
+    pub(crate) native_placement: Option<NativePlacement>,
 }
 
 impl SidecarConfig {
     pub(crate) fn rollout_mode(&self) -> RolloutMode {
         self.rollout.map(|r| r.policy).unwrap_or_default()
+    }
+
+    /// Whether its sidecars are injected as native sidecars.
+    pub(crate) fn is_native(&self) -> bool {
+        self.native_sidecars == Some(true)
+    }
+
+    pub(crate) fn native_placement(&self) -> NativePlacement {
+        self.native_placement.unwrap_or_default()
     }
 
     /// Whether its pods may be upgraded in place (`rollout: {inPlace: false}` says no).
@@ -109,6 +136,8 @@ impl SidecarConfig {
                 .service_account_name
                 .or_else(|| parent.service_account_name.clone()),
             rollout: self.rollout.or(parent.rollout),
+            native_sidecars: self.native_sidecars.or(parent.native_sidecars),
+            native_placement: self.native_placement.or(parent.native_placement),
         }
     }
 }

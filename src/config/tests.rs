@@ -646,7 +646,7 @@ fn configmap_items_load_each_on_its_own_and_cannot_inherit() {
         messages,
         [
             "ConfigMap injector/sidecars item child.yaml:2: `inherits` is only for configs on disk; a ConfigMap item cannot inherit (\"logger.yaml\")",
-            "ConfigMap injector/sidecars item broken.yaml:2: unknown top-level key \"bogus\" (allowed: name, inherits, containers, prependContainers, initContainers, volumes, env, volumeMounts, hostAliases, hostNetwork, hostPID, serviceAccountName, rollout)",
+            "ConfigMap injector/sidecars item broken.yaml:2: unknown top-level key \"bogus\" (allowed: name, inherits, containers, prependContainers, initContainers, volumes, env, volumeMounts, hostAliases, hostNetwork, hostPID, serviceAccountName, rollout, nativeSidecars, nativeSidecarPlacement)",
         ]
     );
     let duplicates = load_configmap_items(&items(&[("a", "name: x\n"), ("b", "name: X\n")]));
@@ -675,4 +675,81 @@ fn a_configmap_config_overrides_a_disk_config_of_the_same_name() {
         "ConfigMap injector/sidecars item logger.yaml"
     );
     assert!(set.get(&"metrics:v1".parse().unwrap()).is_some());
+}
+
+#[test]
+fn what_the_api_server_would_refuse_in_every_pod_is_an_error_naming_file_and_line() {
+    let err = parse_err(
+        "name: proxy:v1\ncontainers:\n  - {name: proxy, image: envoy:1, restartPolicy: Always}\n",
+    );
+    assert_eq!(err.line, Some(2));
+    let text = err.to_string();
+    assert!(
+        text.starts_with("test.yaml:2: invalid `containers[0].restartPolicy`")
+            && text.contains("write `nativeSidecars: true`"),
+        "{text}"
+    );
+    let err = parse_err(
+        "name: setup:v1\ninitContainers:\n  - {name: once, image: a:1}\n  - {name: again, image: a:1, restartPolicy: OnFailure}\n",
+    );
+    assert_eq!(err.line, Some(2));
+    assert!(
+        err.to_string()
+            .contains("`initContainers[1].restartPolicy`: init container \"again\": restartPolicy \"OnFailure\" is refused"),
+        "{err}"
+    );
+    let err = parse_err(
+        "name: setup:v1\ninitContainers:\n  - name: once\n    image: a:1\n    readinessProbe: {exec: {command: [\"true\"]}}\n",
+    );
+    assert!(
+        err.to_string().contains(
+            "`initContainers[0].readinessProbe`: init container \"once\" runs to completion"
+        ),
+        "{err}"
+    );
+    // A native sidecar written as an init container takes probes.
+    let native_init = "name: setup:v1\ninitContainers:\n  - name: agent\n    image: a:1\n    restartPolicy: Always\n    ports: [{containerPort: 8200}]\n    startupProbe: {tcpSocket: {port: 8200}}\n";
+    assert_eq!(parse_config("test.yaml", native_init).unwrap().warnings, []);
+}
+
+#[test]
+fn a_native_startup_probe_on_a_port_no_container_declares_is_a_warning() {
+    let text = "name: proxy:v1\nnativeSidecars: true\ncontainers:\n  - name: proxy\n    image: envoy:1\n    ports: [{containerPort: 15001, name: proxy}]\n    startupProbe: {httpGet: {port: 8080, path: /ready}}\n";
+    let parsed = parse_config("test.yaml", text).unwrap();
+    let messages: Vec<String> = parsed.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(
+        messages[0].starts_with(
+            "test.yaml: warning: native sidecar \"proxy\": its startupProbe targets port 8080, which no container of this config declares"
+        ),
+        "{messages:?}"
+    );
+    let by_name = text.replace("port: 8080", "port: proxy");
+    assert_eq!(parse_config("test.yaml", &by_name).unwrap().warnings, []);
+    // Classic, the same probe holds nothing back: no warning.
+    let classic = text.replace("nativeSidecars: true\n", "");
+    assert_eq!(parse_config("test.yaml", &classic).unwrap().warnings, []);
+}
+
+#[test]
+fn a_child_inherits_the_native_form_of_its_parent() {
+    let files = [
+        (
+            "base.yaml",
+            "name: base:v1\nnativeSidecars: true\nnativeSidecarPlacement: last\ncontainers: [{name: proxy, image: envoy:1}]\n",
+        ),
+        (
+            "child.yaml",
+            "name: child:v1\ninherits: base.yaml\ncontainers: [{name: proxy, image: envoy:2}]\n",
+        ),
+    ];
+    let report = load(&files);
+    assert_eq!(report.errors, []);
+    let child = report
+        .sidecars
+        .iter()
+        .find(|s| s.config.name.to_string() == "child:v1")
+        .unwrap();
+    assert!(child.config.is_native());
+    assert_eq!(child.config.native_placement(), NativePlacement::Last);
 }

@@ -39,7 +39,7 @@ fn raw_items<'s, T>(added: &[(T, &'s RenderedJson)]) -> Vec<PatchValue<'s>> {
 #[derive(Debug)]
 pub(super) struct PatchTooLarge;
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
-use crate::config::{LoadedSidecar, RenderedJson, RevisionStamp};
+use crate::config::{LoadedSidecar, NativePlacement, RenderedJson, RevisionStamp};
 
 /// Where a container of the final pod comes from.
 enum Origin<'v, 's> {
@@ -60,8 +60,14 @@ enum Origin<'v, 's> {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Placement {
+    /// Before the pod's containers (`prependContainers` of a classic config).
     Prepend,
+    /// After the pod's init containers.
     Init,
+    /// Before the pod's init containers (a native config placed first: its own init
+    /// containers, then its sidecars).
+    InitFront,
+    /// After the pod's containers.
     Append,
 }
 
@@ -260,6 +266,41 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
     }
 }
 
+/// A sidecar's container lists with where each goes: a classic config's prepended, init and
+/// appended containers; a native config's own init containers, which run to completion
+/// first (network setup), then its sidecars, all in initContainers.
+fn injected_lists(sidecar: &LoadedSidecar) -> [(Placement, &[Container], &[RenderedJson]); 3] {
+    let (config, rendered) = (&sidecar.config, &sidecar.rendered);
+    if config.is_native() {
+        let place = match config.native_placement() {
+            NativePlacement::First => Placement::InitFront,
+            NativePlacement::Last => Placement::Init,
+        };
+        return [
+            (place, &config.init_containers, &rendered.init_containers),
+            (
+                place,
+                &config.prepend_containers,
+                &rendered.prepend_containers,
+            ),
+            (place, &config.containers, &rendered.containers),
+        ];
+    }
+    [
+        (
+            Placement::Prepend,
+            &config.prepend_containers,
+            &rendered.prepend_containers,
+        ),
+        (
+            Placement::Init,
+            &config.init_containers,
+            &rendered.init_containers,
+        ),
+        (Placement::Append, &config.containers, &rendered.containers),
+    ]
+}
+
 /// The pod as the requested sidecars leave it, kept as deltas against the received pod so that
 /// every change becomes one explicit operation.
 pub(super) struct PatchBuilder<'v, 's> {
@@ -347,19 +388,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     fn apply(&mut self, sidecar: &'s LoadedSidecar) {
         let config = &sidecar.config;
         let rendered = &sidecar.rendered;
-        for (placement, typed, values) in [
-            (
-                Placement::Prepend,
-                &config.prepend_containers,
-                &rendered.prepend_containers,
-            ),
-            (
-                Placement::Init,
-                &config.init_containers,
-                &rendered.init_containers,
-            ),
-            (Placement::Append, &config.containers, &rendered.containers),
-        ] {
+        for (placement, typed, values) in injected_lists(sidecar) {
             for (container, rendered) in typed.iter().zip(values) {
                 self.containers.push(TargetContainer::new(Origin::Sidecar {
                     placement,
@@ -559,11 +588,21 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         let spec = self.spec;
         let prepended = self.injected(Placement::Prepend);
         let appended = self.injected(Placement::Append);
-        ops.append_all(
-            &["spec", "initContainers"],
-            spec.init_containers.is_some(),
-            self.injected(Placement::Init),
-        );
+        let init_front = self.injected(Placement::InitFront);
+        let init_back = self.injected(Placement::Init);
+        let init_exists = spec.init_containers.is_some();
+        let init_back_any = !init_back.is_empty();
+        ops.append_all(&["spec", "initContainers"], init_exists, init_back);
+        if init_exists || init_back_any {
+            for (position, container) in init_front.into_iter().enumerate() {
+                ops.add(
+                    &["spec", "initContainers", &position.to_string()],
+                    container,
+                );
+            }
+        } else {
+            ops.append_all(&["spec", "initContainers"], false, init_front);
+        }
         let appended_any = !appended.is_empty();
         ops.append_all(&["spec", "containers"], spec.containers.is_some(), appended);
         if prepended.is_empty() {

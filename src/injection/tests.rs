@@ -883,3 +883,5 @@ fn a_skip_names_the_setting_as_the_command_line_spells_it_and_in_words_without_o
         nothing.describe(&cli)
     );
 }
+
+mod native;

@@ -72,4 +72,21 @@ mod tests {
         let err = sidecar_with_content(&v2, "aaaaaaaaaaaa", &content).unwrap_err();
         assert!(err.to_string().contains("hashes to"), "{err}");
     }
+
+    #[test]
+    fn a_native_form_held_or_rolled_back_to_stays_native() {
+        let native = loaded(&V1.replace(
+            "name: logger:v1\n",
+            "name: logger:v1\nnativeSidecars: true\nnativeSidecarPlacement: last\n",
+        ));
+        let classic = loaded(V2);
+        let content = injected_content(&native.config);
+        let back = sidecar_with_content(&classic, native.revision.as_str(), &content).unwrap();
+        assert_eq!(back.revision, native.revision);
+        assert!(back.config.is_native());
+        assert_eq!(
+            back.config.native_placement(),
+            crate::config::NativePlacement::Last
+        );
+    }
 }

@@ -70,6 +70,36 @@ pub(crate) fn container_problems(pod: &k8s_openapi::api::core::v1::Pod) -> Optio
     container_problems_since(pod, None)
 }
 
+/// The statuses of a pod's containers that keep running: its containers and its native
+/// sidecars (init containers with `restartPolicy: Always`); an init container that ran to
+/// completion has terminated on purpose.
+pub(crate) fn running_statuses(
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Vec<&k8s_openapi::api::core::v1::ContainerStatus> {
+    let native: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| c.name.as_str())
+        .collect();
+    let Some(status) = pod.status.as_ref() else {
+        return Vec::new();
+    };
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(
+            status
+                .init_container_statuses
+                .iter()
+                .flatten()
+                .filter(|s| native.contains(&s.name.as_str())),
+        )
+        .collect()
+}
+
 /// [`container_problems`], counting restarts from `baseline` (each container's restart count
 /// when the pod was upgraded in place, the upgraded container having restarted on purpose).
 pub(crate) fn container_problems_since(
@@ -77,7 +107,7 @@ pub(crate) fn container_problems_since(
     baseline: Option<&std::collections::BTreeMap<String, i32>>,
 ) -> Option<String> {
     let name = pod.metadata.name.as_deref().unwrap_or("?");
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let statuses = running_statuses(pod);
     let problems: Vec<String> = statuses
         .iter()
         .filter_map(|c| {

@@ -208,27 +208,29 @@ pub(crate) fn pod_patch(
     if upgraded.is_empty() {
         return Err(NotInPlace::PodCurrent);
     }
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
+    let spec = pod.spec.as_ref();
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    // A native sidecar is an init container; its image can change in place too, and the
+    // kubelet restarts only it.
+    let natives = spec
+        .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
     let mut patch = JsonPatch::default();
     patch.test(&["metadata", "uid"], json!(uid).into());
     for (name, image) in &upgraded {
-        let index = containers
-            .iter()
-            .position(|c| &c.name == name)
-            .ok_or_else(|| NotInPlace::NoSuchContainer {
-                container: name.clone(),
-            })?
-            .to_string();
-        patch.test(&["spec", "containers", &index, "name"], json!(name).into());
-        patch.set(
-            &["spec", "containers", &index, "image"],
-            true,
-            json!(image).into(),
-        );
+        let (list, index) = match containers.iter().position(|c| &c.name == name) {
+            Some(index) => ("containers", index),
+            None => natives
+                .iter()
+                .position(|c| &c.name == name && c.restart_policy.as_deref() == Some("Always"))
+                .map(|index| ("initContainers", index))
+                .ok_or_else(|| NotInPlace::NoSuchContainer {
+                    container: name.clone(),
+                })?,
+        };
+        let index = index.to_string();
+        patch.test(&["spec", list, &index, "name"], json!(name).into());
+        patch.set(&["spec", list, &index, "image"], true, json!(image).into());
     }
     let revision = items
         .iter()
@@ -339,11 +341,7 @@ impl InPlaceUpgrade {
     /// The upgrade of `pod` (as read just before its patch) by `patch`, in a workload whose
     /// `minReadySeconds` is `min_ready`.
     pub(crate) fn of(pod: &Pod, patch: &InPlacePatch, min_ready: Duration) -> Self {
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or_default();
+        let statuses = super::health::running_statuses(pod);
         Self {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             pod: pod.metadata.name.clone().unwrap_or_default(),
@@ -385,10 +383,7 @@ impl InPlaceUpgrade {
     /// patch): each upgraded container to run its new image and be ready, then the pod Ready.
     /// Said when the restart times out.
     pub(crate) fn awaiting(&self, pod: Option<&Pod>) -> String {
-        let statuses = pod
-            .and_then(|p| p.status.as_ref())
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or_default();
+        let statuses = pod.map(super::health::running_statuses).unwrap_or_default();
         let containers: Vec<String> = self
             .images
             .iter()
@@ -424,12 +419,8 @@ impl InPlaceUpgrade {
                 "pod {name} was replaced during its in-place upgrade"
             ));
         }
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or_default();
-        for status in statuses {
+        let statuses = super::health::running_statuses(pod);
+        for status in &statuses {
             if let Some(before) = self.others.get(&status.name)
                 && status.restart_count > *before
             {

@@ -325,3 +325,81 @@ fn a_running_sidecar_patched_to_an_image_the_node_cannot_get_fails_at_once() {
         )
     );
 }
+
+/// A pod whose shipper is a native sidecar, at logger:v1 aaaaaaaaaaaa.
+fn native_pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web-1", "namespace": "team", "uid": "u-1",
+            "annotations": {"injector/revision": "logger:v1=aaaaaaaaaaaa"}},
+        "spec": {
+            "initContainers": [
+                {"name": "setup", "image": "s:1"},
+                {"name": "shipper", "image": "s:1", "restartPolicy": "Always"}
+            ],
+            "containers": [{"name": "app", "image": "app:1"}]
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+            "initContainerStatuses": [
+                {"name": "setup", "ready": false, "restartCount": 0, "image": "s:1", "imageID": "", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                {"name": "shipper", "ready": true, "restartCount": 0, "image": "s:1", "imageID": "", "containerID": "c-1", "state": {"running": {}}}
+            ],
+            "containerStatuses": [
+                {"name": "app", "ready": true, "restartCount": 0, "image": "app:1", "imageID": "", "state": {"running": {}}}
+            ]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_native_sidecar_is_upgraded_in_place_in_the_init_containers() {
+    let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+    let before = native_pod();
+    let patch = pod_patch(&before, &AnnotationKeys::default(), &target, &history()).unwrap();
+    let ops = serde_json::to_value(&patch.patch).unwrap();
+    assert_eq!(
+        ops.as_array().unwrap()[1..3],
+        json!([
+            {"op": "test", "path": "/spec/initContainers/1/name", "value": "shipper"},
+            {"op": "replace", "path": "/spec/initContainers/1/image", "value": "s:2"}
+        ])
+        .as_array()
+        .unwrap()[..]
+    );
+    // Its progress is read from the init containers' statuses; the init container that ran
+    // to completion is no problem.
+    let upgrade = InPlaceUpgrade::of(&before, &patch, Duration::ZERO);
+    let mut after = before.clone();
+    let status = &mut after
+        .status
+        .as_mut()
+        .unwrap()
+        .init_container_statuses
+        .as_mut()
+        .unwrap()[1];
+    status.image = "s:2".into();
+    status.restart_count = 1;
+    status.container_id = Some("c-2".into());
+    let now = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+    let UpgradeProgress::Done(baseline) = upgrade.progress(Some(&after), now) else {
+        panic!("{:?}", upgrade.progress(Some(&after), now));
+    };
+    // The bake counts from there: the completed init container and the restart on purpose
+    // are no problem...
+    assert_eq!(
+        crate::rollout::container_problems_since(&after, Some(&baseline)),
+        None
+    );
+    // ...a native sidecar that crash-loops is.
+    let status = &mut after
+        .status
+        .as_mut()
+        .unwrap()
+        .init_container_statuses
+        .as_mut()
+        .unwrap()[1];
+    status.restart_count = 3;
+    status.state =
+        Some(serde_json::from_value(json!({"waiting": {"reason": "CrashLoopBackOff"}})).unwrap());
+    let problem = crate::rollout::container_problems_since(&after, Some(&baseline)).unwrap();
+    assert!(problem.contains("container shipper"), "{problem}");
+}

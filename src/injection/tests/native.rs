@@ -1,0 +1,170 @@
+//! Native sidecars: a config's containers injected as init containers with
+//! `restartPolicy: Always`, placed on purpose among the pod's init containers.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+const PROXY: &str = r#"
+name: proxy:v1
+nativeSidecars: true
+initContainers:
+  - {name: net-setup, image: "setup:1", command: ["true"]}
+containers:
+  - name: proxy
+    image: envoy:1
+    ports: [{containerPort: 15001}]
+    startupProbe: {tcpSocket: {port: 15001}}
+env:
+  - {name: PROXY, value: "on"}
+"#;
+
+fn restart_policy<'a>(list: &'a Value, name: &str) -> Option<&'a str> {
+    list.as_array()?
+        .iter()
+        .find(|c| c["name"] == name)?
+        .get("restartPolicy")?
+        .as_str()
+}
+
+fn with_migrate() -> Value {
+    PodBuilder::new()
+        .request("proxy:v1")
+        .spec(
+            "initContainers",
+            json!([{"name": "migrate", "image": "app:1"}]),
+        )
+        .build()
+}
+
+#[test]
+fn native_sidecars_go_after_the_configs_own_init_containers_and_before_the_pods() {
+    let set = sidecars(&[PROXY]);
+    let pod = inject(&with_migrate(), &set);
+    let init = &pod["spec"]["initContainers"];
+    assert_eq!(names(init), ["net-setup", "proxy", "migrate"]);
+    assert_eq!(restart_policy(init, "proxy"), Some("Always"));
+    assert_eq!(
+        restart_policy(init, "net-setup"),
+        None,
+        "runs to completion"
+    );
+    assert_eq!(
+        restart_policy(init, "migrate"),
+        None,
+        "the pod's own, untouched"
+    );
+    assert_eq!(
+        names(&pod["spec"]["containers"]),
+        ["app"],
+        "nothing classic"
+    );
+    // The config's env reaches the native sidecar as it reaches every container.
+    let proxy = &init[1];
+    assert!(env_of(proxy).contains(&("PROXY", "on")), "{proxy}");
+}
+
+#[test]
+fn a_config_can_place_its_native_sidecars_after_the_pods_init_containers() {
+    let last = PROXY.replace(
+        "nativeSidecars: true",
+        "nativeSidecars: true\nnativeSidecarPlacement: last",
+    );
+    let set = sidecars(&[&last]);
+    let pod = inject(&with_migrate(), &set);
+    assert_eq!(
+        names(&pod["spec"]["initContainers"]),
+        ["migrate", "net-setup", "proxy"]
+    );
+}
+
+#[test]
+fn a_pod_without_init_containers_gets_the_list() {
+    let set = sidecars(&[PROXY]);
+    let pod = inject(
+        &PodBuilder::new()
+            .request("proxy:v1")
+            .without_spec("initContainers")
+            .build(),
+        &set,
+    );
+    assert_eq!(
+        names(&pod["spec"]["initContainers"]),
+        ["net-setup", "proxy"]
+    );
+    // With a classic sidecar beside it: the classic one's init container goes after.
+    let set = sidecars(&[PROXY, SECRETS]);
+    let pod = inject(
+        &PodBuilder::new().request("proxy:v1,secrets:v1").build(),
+        &set,
+    );
+    assert_eq!(
+        names(&pod["spec"]["initContainers"]),
+        ["net-setup", "proxy", "secrets-init"]
+    );
+}
+
+#[test]
+fn the_native_and_classic_forms_are_different_revisions() {
+    let classic = PROXY.replace("nativeSidecars: true\n", "");
+    let [native, classic, last] = [
+        PROXY.to_owned(),
+        classic,
+        PROXY.replace(
+            "nativeSidecars: true",
+            "nativeSidecars: true\nnativeSidecarPlacement: last",
+        ),
+    ]
+    .map(|text| {
+        let set = sidecars(&[&text]);
+        set.iter().next().unwrap().revision.clone()
+    });
+    assert_ne!(native, classic, "a change of form is a new revision");
+    assert_ne!(native, last, "so is a change of placement");
+    // `nativeSidecars: false` is the classic form, the revision it always had.
+    let explicit = sidecars(&[&PROXY.replace("nativeSidecars: true", "nativeSidecars: false")]);
+    assert_eq!(explicit.iter().next().unwrap().revision, classic);
+}
+
+#[test]
+fn a_pod_that_already_has_the_native_sidecar_is_not_injected_twice() {
+    let set = sidecars(&[PROXY]);
+    let once = inject(&with_migrate(), &set);
+    assert_eq!(
+        try_inject(&once, &set),
+        Decision::Skip(SkipReason::AlreadyInjected)
+    );
+    // Without our status annotation (another tool's copy): its init container's name clashes.
+    let mut copied = once.clone();
+    copied["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("injector/status");
+    assert!(
+        matches!(
+            try_inject(&copied, &set),
+            Decision::Deny(Denial::ContainerNameClash { ref container, .. }) if container == "net-setup"
+        ),
+        "{:?}",
+        try_inject(&copied, &set)
+    );
+}
+
+#[test]
+fn a_native_sidecar_clashes_with_a_pod_container_of_its_name_in_either_list() {
+    let set = sidecars(&[PROXY]);
+    for list in ["containers", "initContainers"] {
+        let pod = PodBuilder::new()
+            .request("proxy:v1")
+            .spec(list, json!([{"name": "proxy", "image": "mine:1"}]))
+            .build();
+        assert!(
+            matches!(
+                try_inject(&pod, &set),
+                Decision::Deny(Denial::ContainerNameClash { ref container, .. }) if container == "proxy"
+            ),
+            "{list}: {:?}",
+            try_inject(&pod, &set)
+        );
+    }
+}
