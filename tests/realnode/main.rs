@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerState, ContainerStatus, Namespace, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use node::{client, eventually, injector_command, kubectl_ok, node, realnode};
@@ -1215,31 +1216,63 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     uninstall(&pods, &deployments).await;
 }
 
-/// A config whose container is a native sidecar (an init container with `restartPolicy:
-/// Always`): the stored pod keeps the field, and the kubelet starts the sidecar before the app
-/// container (once its startupProbe passes) and keeps it running beside it.
+/// A config injected as native sidecars (`nativeSidecars: true`): the stored pod has the
+/// sidecar as an init container with `restartPolicy: Always`, before the pod's own init
+/// container, which can use it; the kubelet starts the sidecar first and holds the pod's init
+/// and app containers back until its startupProbe passes (3 s after it starts); a Job whose
+/// pod carries the native sidecar completes, while one with the same sidecar injected classic
+/// never does.
 async fn native_sidecar(
     pods: &Api<Pod>,
     deployments: &Api<Deployment>,
     configmaps: &Api<ConfigMap>,
 ) {
-    configmaps
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "native", "labels": {"sidecar-injector.io/config": "true"}},
-                "data": {"native.yaml": "name: native:v1\ninitContainers:\n  - name: proxy\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    restartPolicy: Always\n    command: [\"sh\", \"-c\", \"touch /tmp/up; exec sleep 100000\"]\n    startupProbe: {exec: {command: [\"test\", \"-f\", \"/tmp/up\"]}, periodSeconds: 1}\n"},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    // The sidecar writes /shared/up three seconds after it starts; its startupProbe passes
+    // then. The pod's init container fails (and would be restarted) unless it finds it.
+    let config = |name: &str, native: bool| -> ConfigMap {
+        let text = format!(
+            "name: {name}:v1\n{}containers:\n  - name: proxy\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"sleep 3; touch /shared/up; exec sleep 100000\"]\n{}volumes:\n  - {{name: shared, emptyDir: {{}}}}\nvolumeMounts:\n  - {{name: shared, mountPath: /shared}}\n",
+            if native { "nativeSidecars: true\n" } else { "" },
+            if native {
+                "    startupProbe: {exec: {command: [\"test\", \"-f\", \"/shared/up\"]}, periodSeconds: 1, failureThreshold: 30}\n"
+            } else {
+                ""
+            },
+        );
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"sidecar-injector.io/config": "true"}},
+            "data": {format!("{name}.yaml"): text},
+        }))
+        .unwrap()
+    };
+    for (name, native) in [("native", true), ("classic", false)] {
+        configmaps
+            .create(&PostParams::default(), &config(name, native))
+            .await
+            .unwrap();
+    }
     wait_both_publish(configmaps, "native:v1").await;
+    wait_both_publish(configmaps, "classic:v1").await;
+    let mut meshed = deployment("meshed", 1, Some("native:v1"));
+    meshed
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .init_containers = Some(vec![
+        serde_json::from_value(json!({
+            "name": "needs-proxy",
+            "image": "localhost/busybox:1.35",
+            "imagePullPolicy": "Never",
+            "command": ["test", "-f", "/shared/up"],
+        }))
+        .unwrap(),
+    ]);
     deployments
-        .create(
-            &PostParams::default(),
-            &deployment("meshed", 1, Some("native:v1")),
-        )
+        .create(&PostParams::default(), &meshed)
         .await
         .unwrap();
     let pod = eventually(DEADLINE, "meshed: its sidecar and app running", || async {
@@ -1256,14 +1289,32 @@ async fn native_sidecar(
     })
     .await;
     let spec = pod.spec.as_ref().unwrap();
-    let proxy = spec
+    let init: Vec<(&str, Option<&str>)> = spec
         .init_containers
-        .as_ref()
-        .and_then(|c| c.iter().find(|c| c.name == "proxy"))
-        .expect("the sidecar injected as an init container");
-    assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
+        .iter()
+        .flatten()
+        .map(|c| (c.name.as_str(), c.restart_policy.as_deref()))
+        .collect();
+    assert_eq!(
+        init,
+        [("proxy", Some("Always")), ("needs-proxy", None)],
+        "the native sidecar before the pod's own init container"
+    );
     assert!(spec.containers.iter().all(|c| c.name != "proxy"));
     let status = pod.status.as_ref().unwrap();
+    let init_status = |name: &str| {
+        status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no status of {name}"))
+    };
+    assert_eq!(
+        init_status("needs-proxy").restart_count,
+        0,
+        "the pod's init container found the sidecar up at its first run"
+    );
     let started = |statuses: Option<&Vec<ContainerStatus>>, name: &str| {
         statuses
             .and_then(|s| s.iter().find(|c| c.name == name))
@@ -1273,9 +1324,11 @@ async fn native_sidecar(
     };
     let sidecar_started = started(status.init_container_statuses.as_ref(), "proxy");
     let app_started = started(status.container_statuses.as_ref(), "app");
+    // The probe cannot pass before the sidecar slept 3 s: the app started after that.
     assert!(
-        sidecar_started <= app_started,
-        "the sidecar started ({sidecar_started}) before the app ({app_started})"
+        app_started.duration_since(sidecar_started)
+            >= k8s_openapi::jiff::SignedDuration::from_secs(3),
+        "the startupProbe held the app back: sidecar started {sidecar_started}, app {app_started}"
     );
     deployments
         .delete("meshed", &Default::default())
@@ -1284,6 +1337,99 @@ async fn native_sidecar(
     // Gone before the uninstall counts the containers that must outlive it.
     eventually(DEADLINE, "meshed's pod gone", || async {
         pods_of(pods, "meshed").await.is_empty().then_some(())
+    })
+    .await;
+    jobs_with_sidecars(pods).await;
+    for name in ["native", "classic"] {
+        configmaps.delete(name, &Default::default()).await.unwrap();
+    }
+}
+
+/// A Job of `request` whose app exits at once.
+fn job(name: &str, request: &str) -> Job {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"job": name}, "annotations": {"injector/request": request}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{
+                        "name": "app",
+                        "image": "localhost/busybox:1.35",
+                        "imagePullPolicy": "Never",
+                        "command": ["true"],
+                    }],
+                },
+            },
+        },
+    }))
+    .unwrap()
+}
+
+/// The Job pod whose sidecar is native completes; the one whose sidecar is classic keeps
+/// running after its app exited, so its Job never completes.
+async fn jobs_with_sidecars(pods: &Api<Pod>) {
+    let jobs: Api<Job> = Api::namespaced(pods.clone().into_client(), "default");
+    for (name, request) in [("native-job", "native:v1"), ("classic-job", "classic:v1")] {
+        jobs.create(&PostParams::default(), &job(name, request))
+            .await
+            .unwrap();
+    }
+    let complete = |job: &Job| {
+        job.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            })
+    };
+    eventually(DEADLINE, "native-job complete", || async {
+        complete(&jobs.get("native-job").await.ok()?).then_some(())
+    })
+    .await;
+    // The classic Job's app exited, and its sidecar still runs: the pod stays Running.
+    let classic = eventually(DEADLINE, "classic-job's app exited", || async {
+        let list = pods
+            .list(&ListParams::default().labels("job=classic-job"))
+            .await
+            .ok()?;
+        let pod = list.items.into_iter().next()?;
+        let app_done = pod
+            .status
+            .as_ref()?
+            .container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == "app" && c.state.as_ref().is_some_and(|s| s.terminated.is_some()));
+        app_done.then_some(pod)
+    })
+    .await;
+    let phase = classic.status.as_ref().and_then(|s| s.phase.as_deref());
+    assert_eq!(
+        phase,
+        Some("Running"),
+        "the classic sidecar keeps the pod running"
+    );
+    assert!(
+        !complete(&jobs.get("classic-job").await.unwrap()),
+        "a Job whose sidecar is classic does not complete"
+    );
+    for name in ["native-job", "classic-job"] {
+        jobs.delete(name, &DeleteParams::background())
+            .await
+            .unwrap();
+    }
+    eventually(DEADLINE, "the Jobs' pods gone", || async {
+        pods.list(&ListParams::default().labels("job"))
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
     })
     .await;
 }
