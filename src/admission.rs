@@ -284,6 +284,15 @@ fn decide_outcome(
     patch: &mut Vec<u8>,
 ) -> Outcome {
     let allow = Outcome::Allow { patched: false };
+    if let Some(kind) = request.kind.as_ref().filter(|k| k.group == "batch")
+        && matches!(kind.kind.as_ref(), "Job" | "CronJob")
+    {
+        answer.result = AdmissionResult::NotAPod;
+        if let Ok(Some(job)) = &object {
+            answer.message = classic_in_job(job, &answer.namespace, sidecars, settings);
+        }
+        return allow;
+    }
     if let Some(message) = request.kind.as_ref().and_then(not_a_pod_request) {
         answer.result = AdmissionResult::NotAPod;
         answer.message = Some(message);
@@ -330,6 +339,43 @@ fn decide_outcome(
         Decision::Inject(injection) => injected(answer, &injection, sidecars, patch),
         Decision::Deny(denial) => denied(answer, &denial),
     }
+}
+
+/// The warning for a Job or CronJob whose pods would get a classic sidecar: a container that
+/// keeps running after the Job's own exit, so that the Job never completes. Passed unchanged
+/// either way (its pods are injected when they are created).
+fn classic_in_job(
+    job: &PodView<'_>,
+    namespace: &str,
+    sidecars: &SidecarSet,
+    settings: &InjectionSettings,
+) -> Option<String> {
+    let spec = job.spec.as_ref()?;
+    let template = match (&spec.template, &spec.job_template) {
+        (Some(template), _) => template,
+        (None, Some(job_template)) => job_template.spec.as_ref()?.template.as_ref()?,
+        (None, None) => return None,
+    };
+    let Decision::Inject(injection) = decide(template, namespace, sidecars, settings) else {
+        return None;
+    };
+    let classic: Vec<String> = injection
+        .injected
+        .iter()
+        .filter_map(|(name, _)| sidecars.get(name))
+        .filter(|s| {
+            !s.config.is_native()
+                && (!s.config.containers.is_empty() || !s.config.prepend_containers.is_empty())
+        })
+        .map(|s| s.config.name.to_string())
+        .collect();
+    (!classic.is_empty()).then(|| {
+        format!(
+            "sidecar(s) {} would be injected into this {}'s pods as regular containers, which keep running after the Job's own containers exit: the Job never completes; `nativeSidecars: true` in the config injects them as native sidecars (Kubernetes 1.29+), which stop with the Job",
+            classic.join(", "),
+            job.kind.as_deref().unwrap_or("Job")
+        )
+    })
 }
 
 /// The warning for a request that is not for a core Pod, which passes unchanged.

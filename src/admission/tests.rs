@@ -380,3 +380,85 @@ fn the_reply_is_json_whatever_the_uid_and_messages_hold() {
     }
     assert_eq!(paddings.len(), 3, "every padding case was encoded");
 }
+
+/// A review of creating `object` (a Job or a CronJob) in namespace team.
+fn job_review(kind: &str, object: Value) -> Value {
+    let mut input = fixture("bare-pod.json");
+    input["request"]["kind"] = json!({"group": "batch", "version": "v1", "kind": kind});
+    input["request"]["namespace"] = json!("team");
+    input["request"]["object"] = object;
+    input
+}
+
+fn pod_template(request: Option<&str>) -> Value {
+    let annotations = request.map_or(json!({}), |r| json!({"injector/request": r}));
+    json!({
+        "metadata": {"annotations": annotations},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "w:1"}]}
+    })
+}
+
+#[test]
+fn a_job_whose_pods_would_get_a_classic_sidecar_is_warned_of_and_let_through() {
+    let job = |request| {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nightly"},
+            "spec": {"template": pod_template(request)}})
+    };
+    let (answered, body) = answer(&job_review("Job", job(Some("logger:v1"))));
+    assert_eq!(answered.result, AdmissionResult::NotAPod);
+    assert_eq!(body["response"]["allowed"], true);
+    assert!(
+        body["response"].get("patch").is_none(),
+        "a Job is never patched"
+    );
+    let warning = body["response"]["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with(
+            "sidecar(s) logger:v1 would be injected into this Job's pods as regular containers"
+        ) && warning.contains("the Job never completes; `nativeSidecars: true`"),
+        "{warning}"
+    );
+    // A CronJob's Job template is read the same way.
+    let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "hourly"},
+        "spec": {"schedule": "@hourly", "jobTemplate": {"spec": {"template": pod_template(Some("logger:v1"))}}}});
+    let (_, body) = answer(&job_review("CronJob", cronjob));
+    assert!(
+        body["response"]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("into this CronJob's pods")),
+        "{body}"
+    );
+    // No request, or an unknown sidecar: nothing to say here (the pods' own review says it).
+    for request in [None, Some("nope:v1")] {
+        let (_, body) = answer(&job_review("Job", job(request)));
+        assert!(
+            body["response"].get("warnings").is_none(),
+            "{request:?}: {body}"
+        );
+    }
+}
+
+#[test]
+fn a_job_whose_sidecar_is_native_is_not_warned_of() {
+    let native =
+        "name: proxy:v1\nnativeSidecars: true\ncontainers: [{name: proxy, image: 'p:1'}]\n";
+    let set: SidecarSet = [LoadedSidecar::new(
+        parse_config("t.yaml", native).unwrap().config,
+        "t.yaml",
+    )]
+    .into_iter()
+    .collect();
+    let review_json = job_review(
+        "Job",
+        json!({"kind": "Job", "spec": {"template": pod_template(Some("proxy:v1"))}}),
+    );
+    let answer = review(
+        &serde_json::to_vec(&review_json).unwrap(),
+        &set,
+        &InjectionSettings::default(),
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(body["response"]["allowed"], true);
+    assert!(body["response"].get("warnings").is_none(), "{body}");
+}

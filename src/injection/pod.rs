@@ -51,6 +51,12 @@ pub(crate) struct PodSpecView<'a> {
     pub(crate) host_network: Option<bool>,
     #[serde(default, rename = "hostPID")]
     pub(crate) host_pid: Option<bool>,
+    /// A Job's pod template (in a Job's spec), read only to warn of a classic sidecar in it.
+    #[serde(default, borrow)]
+    pub(crate) template: Option<Box<PodView<'a>>>,
+    /// A CronJob's Job template.
+    #[serde(default, borrow)]
+    pub(crate) job_template: Option<Box<PodView<'a>>>,
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub(crate) service_account_name: Option<Cow<'a, str>>,
     /// Deprecated alias the apiserver still fills; kept in step with `serviceAccountName`.

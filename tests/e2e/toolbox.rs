@@ -66,6 +66,24 @@ async fn kubectl_shows_the_webhooks_warnings() {
     assert!(!fine.contains("Warning"), "{fine}");
     let created = ctx.api::<Pod>().get("fine").await.unwrap();
     assert_eq!(container_names(&created), ["app", "log-shipper"]);
+
+    // A Job whose pods would get logger:v1 as a classic sidecar: created, and its creator is
+    // told that it would never complete.
+    let job = create(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "nightly"},
+        "spec": {"template": {
+            "metadata": {"annotations": {"injector/request": "logger:v1"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "example.org/work:1"}]}
+        }}
+    }));
+    assert!(
+        job.contains(
+            "Warning: sidecar(s) logger:v1 would be injected into this Job's pods as regular containers"
+        ) && job.contains("the Job never completes"),
+        "{job}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -227,7 +227,10 @@ impl TestContext {
                     "url": format!("https://127.0.0.1:{}/mutate", injector.tls.port()),
                     "caBundle": certs.ca_bundle(),
                 },
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "rules": [
+                    {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+                    {"operations": ["CREATE"], "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
+                ],
                 "namespaceSelector": {"matchLabels": {"sidecar-injector-e2e": namespace}},
                 "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
