@@ -364,7 +364,7 @@ fn classic_in_job(
         .iter()
         .filter_map(|(name, _)| sidecars.get(name))
         .filter(|s| {
-            !s.config.is_native()
+            !s.config.native_for(true)
                 && (!s.config.containers.is_empty() || !s.config.prepend_containers.is_empty())
         })
         .map(|s| s.config.name.to_string())

@@ -23,6 +23,8 @@ pub use parse::{ParsedConfig, Unreadable, parse_config};
 pub(crate) use revision::Revision;
 pub(crate) use revision::RevisionStamp;
 pub use revision::RevisionsInForce;
+#[cfg(test)]
+pub(crate) use sidecar::NativeSidecars;
 pub(crate) use sidecar::{NativePlacement, RolloutMode, SidecarConfig};
 
 #[cfg(test)]

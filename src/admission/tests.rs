@@ -440,25 +440,28 @@ fn a_job_whose_pods_would_get_a_classic_sidecar_is_warned_of_and_let_through() {
 
 #[test]
 fn a_job_whose_sidecar_is_native_is_not_warned_of() {
-    let native =
-        "name: proxy:v1\nnativeSidecars: true\ncontainers: [{name: proxy, image: 'p:1'}]\n";
-    let set: SidecarSet = [LoadedSidecar::new(
-        parse_config("t.yaml", native).unwrap().config,
-        "t.yaml",
-    )]
-    .into_iter()
-    .collect();
-    let review_json = job_review(
-        "Job",
-        json!({"kind": "Job", "spec": {"template": pod_template(Some("proxy:v1"))}}),
-    );
-    let answer = review(
-        &serde_json::to_vec(&review_json).unwrap(),
-        &set,
-        &InjectionSettings::default(),
-    )
-    .unwrap();
-    let body: Value = serde_json::from_slice(&answer.body).unwrap();
-    assert_eq!(body["response"]["allowed"], true);
-    assert!(body["response"].get("warnings").is_none(), "{body}");
+    for mode in ["true", "jobs"] {
+        let native = format!(
+            "name: proxy:v1\nnativeSidecars: {mode}\ncontainers: [{{name: proxy, image: 'p:1'}}]\n"
+        );
+        let set: SidecarSet = [LoadedSidecar::new(
+            parse_config("t.yaml", &native).unwrap().config,
+            "t.yaml",
+        )]
+        .into_iter()
+        .collect();
+        let review_json = job_review(
+            "Job",
+            json!({"kind": "Job", "spec": {"template": pod_template(Some("proxy:v1"))}}),
+        );
+        let answer = review(
+            &serde_json::to_vec(&review_json).unwrap(),
+            &set,
+            &InjectionSettings::default(),
+        )
+        .unwrap();
+        let body: Value = serde_json::from_slice(&answer.body).unwrap();
+        assert_eq!(body["response"]["allowed"], true);
+        assert!(body["response"].get("warnings").is_none(), "{mode}: {body}");
+    }
 }

@@ -110,6 +110,10 @@ impl PartialEq for RenderedJson {
 pub(crate) struct RenderedSidecar {
     pub(crate) containers: Vec<RenderedJson>,
     pub(crate) prepend_containers: Vec<RenderedJson>,
+    /// `containers` and `prependContainers` as native sidecars (`restartPolicy: Always`),
+    /// for a config that injects them so into some pods; empty for a classic one.
+    pub(crate) native_containers: Vec<RenderedJson>,
+    pub(crate) native_prepend_containers: Vec<RenderedJson>,
     pub(crate) init_containers: Vec<RenderedJson>,
     pub(crate) volumes: Vec<RenderedJson>,
     pub(crate) env: Vec<RenderedJson>,
@@ -131,9 +135,9 @@ impl RenderedSidecar {
         };
         // A native sidecar is an init container that restarts: the config writes its
         // containers as containers, the pod gets them with `restartPolicy: Always`.
-        let as_injected = |containers: &[k8s_openapi::api::core::v1::Container]| {
-            if !config.is_native() {
-                return render(containers);
+        let as_native = |containers: &[k8s_openapi::api::core::v1::Container]| {
+            if config.native_sidecars() == super::sidecar::NativeSidecars::Never {
+                return Vec::new();
             }
             containers
                 .iter()
@@ -152,8 +156,10 @@ impl RenderedSidecar {
             volume_mount_bytes: sizes(&volume_mounts),
             env,
             volume_mounts,
-            containers: as_injected(&config.containers),
-            prepend_containers: as_injected(&config.prepend_containers),
+            containers: render(&config.containers),
+            prepend_containers: render(&config.prepend_containers),
+            native_containers: as_native(&config.containers),
+            native_prepend_containers: as_native(&config.prepend_containers),
             init_containers: render(&config.init_containers),
             volumes: render(&config.volumes),
             host_aliases: render(&config.host_aliases),

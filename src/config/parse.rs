@@ -370,8 +370,7 @@ fn startup_probe_warnings(config: &SidecarConfig) -> Vec<String> {
         .iter()
         .filter(|c| c.restart_policy.as_deref() == Some("Always"))
         .chain(
-            config
-                .is_native()
+            (config.native_sidecars() != super::sidecar::NativeSidecars::Never)
                 .then(|| config.prepend_containers.iter().chain(&config.containers))
                 .into_iter()
                 .flatten(),

@@ -39,7 +39,7 @@ struct InjectedContent<'a> {
     /// Only when native: a classic config's revision is what it was before native sidecars
     /// existed, so upgrading the injector restarts nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
-    native_sidecars: Option<bool>,
+    native_sidecars: Option<super::sidecar::NativeSidecars>,
     #[serde(skip_serializing_if = "Option::is_none")]
     native_sidecar_placement: Option<super::sidecar::NativePlacement>,
 }
@@ -58,9 +58,10 @@ pub(crate) fn injected_content(config: &SidecarConfig) -> Value {
         host_network: config.host_network,
         host_pid: config.host_pid,
         service_account_name: config.service_account_name.as_deref(),
-        native_sidecars: config.is_native().then_some(true),
-        native_sidecar_placement: config
-            .is_native()
+        native_sidecars: Some(config.native_sidecars())
+            .filter(|n| *n != super::sidecar::NativeSidecars::Never),
+        native_sidecar_placement: (config.native_sidecars()
+            != super::sidecar::NativeSidecars::Never)
             .then(|| config.native_placement())
             .filter(|p| *p != super::sidecar::NativePlacement::First),
     };

@@ -26,6 +26,48 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "nativeSidecarPlacement",
 ];
 
+/// Which pods get a config's containers as native sidecars (`nativeSidecars:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum NativeSidecars {
+    /// `false` (or absent): classic, as regular containers.
+    #[default]
+    Never,
+    /// `true`: every pod.
+    Always,
+    /// `jobs`: the pods of Jobs (a classic sidecar would keep them from completing); other
+    /// pods get the classic form.
+    Jobs,
+}
+
+impl Serialize for NativeSidecars {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            NativeSidecars::Never => serializer.serialize_bool(false),
+            NativeSidecars::Always => serializer.serialize_bool(true),
+            NativeSidecars::Jobs => serializer.serialize_str("jobs"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NativeSidecars {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Word(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Flag(true) => Ok(NativeSidecars::Always),
+            Written::Flag(false) => Ok(NativeSidecars::Never),
+            Written::Word(word) if word == "jobs" => Ok(NativeSidecars::Jobs),
+            Written::Word(word) => Err(serde::de::Error::custom(format!(
+                "expected true, false or jobs, found {word:?}"
+            ))),
+        }
+    }
+}
+
 /// Where a config injected as native sidecars puts them among the pod's init containers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,7 +118,7 @@ pub struct SidecarConfig {
     pub(crate) rollout: Option<RolloutPolicy>,
     /// `nativeSidecars: true`: `containers` and `prependContainers` are injected as native
     /// sidecars (init containers with `restartPolicy: Always`); absent or false: classic.
-    pub(crate) native_sidecars: Option<bool>,
+    pub(crate) native_sidecars: Option<NativeSidecars>,
     pub(crate) native_placement: Option<NativePlacement>,
 }
 
@@ -85,9 +127,23 @@ impl SidecarConfig {
         self.rollout.map(|r| r.policy).unwrap_or_default()
     }
 
-    /// Whether its sidecars are injected as native sidecars.
+    /// Whether its sidecars are injected as native sidecars into every pod.
+    #[cfg(test)]
     pub(crate) fn is_native(&self) -> bool {
-        self.native_sidecars == Some(true)
+        self.native_sidecars() == NativeSidecars::Always
+    }
+
+    pub(crate) fn native_sidecars(&self) -> NativeSidecars {
+        self.native_sidecars.unwrap_or_default()
+    }
+
+    /// Whether a pod (of a Job, or not) gets its sidecars as native sidecars.
+    pub(crate) fn native_for(&self, job_pod: bool) -> bool {
+        match self.native_sidecars() {
+            NativeSidecars::Never => false,
+            NativeSidecars::Always => true,
+            NativeSidecars::Jobs => job_pod,
+        }
     }
 
     pub(crate) fn native_placement(&self) -> NativePlacement {

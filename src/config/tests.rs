@@ -753,3 +753,33 @@ fn a_child_inherits_the_native_form_of_its_parent() {
     assert!(child.config.is_native());
     assert_eq!(child.config.native_placement(), NativePlacement::Last);
 }
+
+#[test]
+fn native_sidecars_takes_true_false_or_jobs_and_names_anything_else() {
+    let text = |value: &str| {
+        format!(
+            "name: proxy:v1\nnativeSidecars: {value}\ncontainers: [{{name: proxy, image: p:1}}]\n"
+        )
+    };
+    for (value, expected) in [
+        ("true", NativeSidecars::Always),
+        ("false", NativeSidecars::Never),
+        ("jobs", NativeSidecars::Jobs),
+    ] {
+        assert_eq!(
+            parse_config("test.yaml", &text(value))
+                .unwrap()
+                .config
+                .native_sidecars(),
+            expected,
+            "{value}"
+        );
+    }
+    let err = parse_err(&text("sometimes"));
+    assert!(
+        err.to_string()
+            .contains("expected true, false or jobs, found \"sometimes\""),
+        "{err}"
+    );
+    assert_eq!(err.line, Some(2));
+}

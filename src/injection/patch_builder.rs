@@ -269,9 +269,12 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
 /// A sidecar's container lists with where each goes: a classic config's prepended, init and
 /// appended containers; a native config's own init containers, which run to completion
 /// first (network setup), then its sidecars, all in initContainers.
-fn injected_lists(sidecar: &LoadedSidecar) -> [(Placement, &[Container], &[RenderedJson]); 3] {
+fn injected_lists(
+    sidecar: &LoadedSidecar,
+    job_pod: bool,
+) -> [(Placement, &[Container], &[RenderedJson]); 3] {
     let (config, rendered) = (&sidecar.config, &sidecar.rendered);
-    if config.is_native() {
+    if config.native_for(job_pod) {
         let place = match config.native_placement() {
             NativePlacement::First => Placement::InitFront,
             NativePlacement::Last => Placement::Init,
@@ -281,9 +284,9 @@ fn injected_lists(sidecar: &LoadedSidecar) -> [(Placement, &[Container], &[Rende
             (
                 place,
                 &config.prepend_containers,
-                &rendered.prepend_containers,
+                &rendered.native_prepend_containers,
             ),
-            (place, &config.containers, &rendered.containers),
+            (place, &config.containers, &rendered.native_containers),
         ];
     }
     [
@@ -388,7 +391,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     fn apply(&mut self, sidecar: &'s LoadedSidecar) {
         let config = &sidecar.config;
         let rendered = &sidecar.rendered;
-        for (placement, typed, values) in injected_lists(sidecar) {
+        for (placement, typed, values) in injected_lists(sidecar, self.pod.metadata.of_a_job()) {
             for (container, rendered) in typed.iter().zip(values) {
                 self.containers.push(TargetContainer::new(Origin::Sidecar {
                     placement,

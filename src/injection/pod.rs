@@ -34,6 +34,33 @@ pub(crate) struct PodMetadataView<'a> {
     pub(crate) namespace: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "borrowed_map")]
     pub(crate) annotations: Option<StringMap<'a>>,
+    #[serde(default, borrow)]
+    pub(crate) owner_references: Option<Vec<OwnerView<'a>>>,
+}
+
+/// An owner of a pod, as far as injection cares: whether it is a Job.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct OwnerView<'a> {
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
+    pub(crate) api_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
+    pub(crate) kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub(crate) controller: Option<bool>,
+}
+
+impl PodMetadataView<'_> {
+    /// Whether the pod's controller is a Job (its pods run to completion).
+    pub(crate) fn of_a_job(&self) -> bool {
+        self.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true)
+                && o.kind.as_deref() == Some("Job")
+                && o.api_version
+                    .as_deref()
+                    .is_some_and(|v| v.starts_with("batch/"))
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

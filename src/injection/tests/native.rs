@@ -168,3 +168,33 @@ fn a_native_sidecar_clashes_with_a_pod_container_of_its_name_in_either_list() {
         );
     }
 }
+
+#[test]
+fn with_native_sidecars_for_jobs_only_a_jobs_pods_get_the_native_form() {
+    let jobs = PROXY.replace("nativeSidecars: true", "nativeSidecars: jobs");
+    let set = sidecars(&[&jobs]);
+    // A Deployment's pod: classic.
+    let plain = inject(&with_migrate(), &set);
+    assert_eq!(names(&plain["spec"]["containers"]), ["app", "proxy"]);
+    assert_eq!(
+        names(&plain["spec"]["initContainers"]),
+        ["migrate", "net-setup"]
+    );
+    assert_eq!(restart_policy(&plain["spec"]["containers"], "proxy"), None);
+    // A Job's pod: native, before the pod's own init containers.
+    let mut job_pod = with_migrate();
+    job_pod["metadata"]["ownerReferences"] = json!([
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "uid": "u", "controller": true}
+    ]);
+    let native = inject(&job_pod, &set);
+    assert_eq!(names(&native["spec"]["containers"]), ["app"]);
+    let init = &native["spec"]["initContainers"];
+    assert_eq!(names(init), ["net-setup", "proxy", "migrate"]);
+    assert_eq!(restart_policy(init, "proxy"), Some("Always"));
+    // One config, one revision, whichever form a pod gets; not the classic config's.
+    let classic = sidecars(&[&PROXY.replace("nativeSidecars: true\n", "")]);
+    assert_ne!(
+        set.iter().next().unwrap().revision,
+        classic.iter().next().unwrap().revision
+    );
+}
