@@ -363,10 +363,7 @@ fn classic_in_job(
         .injected
         .iter()
         .filter_map(|(name, _)| sidecars.get(name))
-        .filter(|s| {
-            !s.config.native_for(true)
-                && (!s.config.containers.is_empty() || !s.config.prepend_containers.is_empty())
-        })
+        .filter(|s| s.config.keeps_a_job_running())
         .map(|s| s.config.name.to_string())
         .collect();
     (!classic.is_empty()).then(|| {

@@ -57,12 +57,35 @@ pub(crate) fn injection(
     let decision = decide(pod, namespace, sidecars, settings);
     let (verdict, message) = match &decision {
         Decision::Inject(injection) => {
+            let job_pod = pod.metadata.of_a_job();
+            let form = |name: &crate::name::SidecarName| {
+                sidecars.get(name).map_or("", |s| {
+                    if s.config.native_for(job_pod) {
+                        ", as native sidecars"
+                    } else {
+                        ""
+                    }
+                })
+            };
             let injected: Vec<String> = injection
                 .injected
                 .iter()
-                .map(|(name, revision)| format!("{name} (revision {revision})"))
+                .map(|(name, revision)| format!("{name} (revision {revision}{})", form(name)))
                 .collect();
             let mut message = format!("injects {}", injected.join(", "));
+            let classic: Vec<String> = injection
+                .injected
+                .iter()
+                .filter_map(|(name, _)| sidecars.get(name))
+                .filter(|s| job_pod && s.config.keeps_a_job_running())
+                .map(|s| s.config.name.to_string())
+                .collect();
+            if !classic.is_empty() {
+                message.push_str(&format!(
+                    "; {} run as regular containers and keep this Job from completing (`nativeSidecars: true` or `jobs` in the config makes them native sidecars)",
+                    classic.join(", ")
+                ));
+            }
             if !injection.missing.is_empty() {
                 let missing: Vec<String> =
                     injection.missing.iter().map(ToString::to_string).collect();

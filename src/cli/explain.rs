@@ -583,6 +583,13 @@ async fn explain_batch(
             Some(Via::Jobs),
         ),
     };
+    // Its next pods are created by the Job controller, which owns them: judged so, a sidecar
+    // injected native into Job pods only (`nativeSidecars: jobs`) is judged as it will be.
+    let mut template = template.clone();
+    template["metadata"]["ownerReferences"] = serde_json::json!([{
+        "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": true,
+    }]);
+    let template = &template;
     let pods = pods_controlled(client, namespace, &selector, &uid, via, &label).await?;
     // A CronJob's pods are its Jobs' pods too.
     let job_pod = crate::drift::owner_exclusion(&PodWorkload::Job(name));

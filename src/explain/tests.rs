@@ -529,3 +529,45 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
     let none = judged(json!({}));
     assert_eq!(none.verdict, Verdict::Skip);
 }
+
+#[test]
+fn a_jobs_pod_is_told_which_sidecars_keep_it_running_and_which_are_native() {
+    let mut job_pod = pod(json!({"injector/request": "logger:v1"}));
+    job_pod["metadata"]["ownerReferences"] = json!([
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "uid": "u", "controller": true}
+    ]);
+    let explained = explain(&job_pod, "team", MissingSidecarPolicy::Deny);
+    assert!(
+        explained
+            .message
+            .ends_with("; logger:v1 run as regular containers and keep this Job from completing (`nativeSidecars: true` or `jobs` in the config makes them native sidecars)"),
+        "{}",
+        explained.message
+    );
+    // Not a Job's pod: nothing to say.
+    let plain = explain(
+        &pod(json!({"injector/request": "logger:v1"})),
+        "team",
+        MissingSidecarPolicy::Deny,
+    );
+    assert!(!plain.message.contains("Job"), "{}", plain.message);
+    // Native in Jobs' pods: said, and no warning.
+    let text = "name: logger:v1\nnativeSidecars: jobs\ncontainers: [{name: log-shipper, image: shipper:1}]\n";
+    let native: SidecarSet = std::iter::once(LoadedSidecar::new(
+        parse_config("config/logger-v1.yaml", text).unwrap().config,
+        "config/logger-v1.yaml",
+    ))
+    .collect();
+    let view = PodView::deserialize(&job_pod).unwrap();
+    let explained = injection(
+        &view,
+        "team",
+        &native,
+        &settings(MissingSidecarPolicy::Deny),
+    );
+    assert!(
+        explained.message.ends_with(", as native sidecars)"),
+        "{}",
+        explained.message
+    );
+}
