@@ -44,11 +44,68 @@ pub(crate) struct InjectionExplanation {
     pub(crate) checks: Vec<Check>,
     pub(crate) verdict: Verdict,
     pub(crate) message: String,
+    /// The pod's effective requests before and after injection, when it is injected and
+    /// requests anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) requests: Option<RequestsChange>,
+}
+
+/// Each resource's effective request before and after injection, as the kubelet counts it
+/// (a native sidecar adds to the peak of every later init container).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct RequestsChange {
+    pub(crate) before: BTreeMap<String, String>,
+    pub(crate) after: BTreeMap<String, String>,
+}
+
+impl fmt::Display for RequestsChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let none = String::from("0");
+        let each: Vec<String> = self
+            .after
+            .keys()
+            .chain(self.before.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|name| {
+                let before = self.before.get(name).unwrap_or(&none);
+                let after = self.after.get(name).unwrap_or(&none);
+                format!("{name} {before} -> {after}")
+            })
+            .collect();
+        f.write_str(&each.join(", "))
+    }
+}
+
+/// The effective requests of `pod` and of `pod` patched by `patch`; `None` when the patch
+/// does not apply or nothing is requested.
+fn requests_change(
+    pod: &serde_json::Value,
+    patch: &crate::injection::json_patch::JsonPatch<'_>,
+) -> Option<RequestsChange> {
+    use crate::injection::resources::{describe, effective_requests};
+    let mut patched = pod.clone();
+    json_patch::patch(&mut patched, &patch.to_json_patch()).ok()?;
+    let spec = |pod: &serde_json::Value| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::PodSpec>(pod["spec"].clone()).ok()
+    };
+    let shown = |spec: &k8s_openapi::api::core::v1::PodSpec| -> BTreeMap<String, String> {
+        effective_requests(spec)
+            .into_iter()
+            .map(|(name, milli)| {
+                let text = describe(&name, milli);
+                (name, text)
+            })
+            .collect()
+    };
+    let (before, after) = (shown(&spec(pod)?), shown(&spec(&patched)?));
+    (!before.is_empty() || !after.is_empty()).then_some(RequestsChange { before, after })
 }
 
 /// The webhook's decision on `pod` (in `namespace`), explained.
 pub(crate) fn injection(
     pod: &PodView<'_>,
+    json: Option<&serde_json::Value>,
     namespace: &str,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
@@ -106,10 +163,15 @@ pub(crate) fn injection(
         ),
         Decision::Deny(denial) => (Verdict::Deny, format!("denied: {denial}")),
     };
+    let requests = match (&decision, json) {
+        (Decision::Inject(injection), Some(json)) => requests_change(json, &injection.patch),
+        _ => None,
+    };
     InjectionExplanation {
         checks: checks(pod, namespace, sidecars, settings),
         verdict,
         message,
+        requests,
     }
 }
 
@@ -134,6 +196,7 @@ fn not_called(whom: String, why: String) -> InjectionExplanation {
         }],
         verdict: Verdict::Skip,
         message: format!("not injected: the API server never calls the webhook for {whom}"),
+        requests: None,
     }
 }
 
@@ -644,6 +707,9 @@ impl fmt::Display for Explanation {
             writeln!(f, "  {mark} {:<22} {}", check.check, check.detail)?;
         }
         writeln!(f, "  =>  {}", self.injection.message)?;
+        if let Some(requests) = &self.injection.requests {
+            writeln!(f, "      effective requests: {requests}")?;
+        }
         if let Some(pods) = &self.workload_pods {
             writeln!(f, "\nIts pods: {pods}")?;
         }

@@ -12,6 +12,7 @@ pub(crate) mod json_patch;
 pub(crate) mod manifest;
 mod patch_builder;
 mod pod;
+pub(crate) mod resources;
 pub(crate) mod yaml;
 
 use std::collections::BTreeSet;

@@ -164,7 +164,7 @@ fn explain_object(
         } else {
             format!("the pods of this {kind}")
         },
-        injection: injection(&pod, &namespace, sidecars, &settings(args)),
+        injection: injection(&pod, Some(template), &namespace, sidecars, &settings(args)),
         workload_pods: None,
         pod: None,
         sidecars: Vec::new(),
@@ -310,7 +310,13 @@ impl Live {
     fn injection(&self, args: &ExplainArgs, pod: &Value) -> anyhow::Result<InjectionExplanation> {
         let view = PodView::deserialize(pod).context("the pod template does not read")?;
         let decided = || {
-            let explained = injection(&view, &self.namespace, &self.served, &settings(args));
+            let explained = injection(
+                &view,
+                Some(pod),
+                &self.namespace,
+                &self.served,
+                &settings(args),
+            );
             match &self.configs_unread.0 {
                 Some(why) => without_configs(
                     explained,

@@ -31,7 +31,7 @@ fn pod(annotations: Value) -> Value {
 
 fn explain(pod: &Value, namespace: &str, policy: MissingSidecarPolicy) -> InjectionExplanation {
     let view = PodView::deserialize(pod).unwrap();
-    injection(&view, namespace, &sidecars(), &settings(policy))
+    injection(&view, Some(pod), namespace, &sidecars(), &settings(policy))
 }
 
 fn failed(explanation: &InjectionExplanation) -> Vec<(&str, &str)> {
@@ -401,6 +401,7 @@ fn a_workload_answer_names_its_pods_and_the_one_it_describes() {
         judged: "new pods of Deployment web".to_owned(),
         injection: injection(
             &view,
+            None,
             "team",
             &sidecars(),
             &settings(MissingSidecarPolicy::Deny),
@@ -470,6 +471,7 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
         let view = PodView::deserialize(&pod).unwrap();
         let explained = injection(
             &view,
+            None,
             "team",
             &SidecarSet::default(),
             &settings(MissingSidecarPolicy::Deny),
@@ -561,6 +563,7 @@ fn a_jobs_pod_is_told_which_sidecars_keep_it_running_and_which_are_native() {
     let view = PodView::deserialize(&job_pod).unwrap();
     let explained = injection(
         &view,
+        None,
         "team",
         &native,
         &settings(MissingSidecarPolicy::Deny),
@@ -569,5 +572,57 @@ fn a_jobs_pod_is_told_which_sidecars_keep_it_running_and_which_are_native() {
         explained.message.ends_with(", as native sidecars)"),
         "{}",
         explained.message
+    );
+}
+
+#[test]
+fn the_effective_requests_before_and_after_are_counted_as_the_kubelet_does() {
+    let text = "name: proxy:v1\nnativeSidecars: true\ncontainers:\n  - {name: proxy, image: p:1, resources: {requests: {cpu: 100m, memory: 64Mi}}}\n";
+    let set: SidecarSet = std::iter::once(LoadedSidecar::new(
+        parse_config("config/proxy.yaml", text).unwrap().config,
+        "config/proxy.yaml",
+    ))
+    .collect();
+    let pod = json!({
+        "kind": "Pod",
+        "metadata": {"name": "web", "annotations": {"injector/request": "proxy:v1"}},
+        "spec": {
+            "initContainers": [{"name": "migrate", "image": "m:1", "resources": {"requests": {"cpu": "1", "memory": "256Mi"}}}],
+            "containers": [{"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "200m", "memory": "128Mi"}}}]
+        }
+    });
+    let view = PodView::deserialize(&pod).unwrap();
+    let explained = injection(
+        &view,
+        Some(&pod),
+        "team",
+        &set,
+        &settings(MissingSidecarPolicy::Deny),
+    );
+    let requests = explained.requests.expect("it requests resources");
+    // The native proxy runs beside migrate, which now peaks at 1100m and 320Mi.
+    assert_eq!(
+        requests.to_string(),
+        "cpu 1 -> 1100m, memory 256Mi -> 320Mi"
+    );
+    // Classic, the proxy only adds to the app containers, below migrate's peak.
+    let classic_text = text.replace("nativeSidecars: true\n", "");
+    let classic: SidecarSet = std::iter::once(LoadedSidecar::new(
+        parse_config("config/proxy.yaml", &classic_text)
+            .unwrap()
+            .config,
+        "config/proxy.yaml",
+    ))
+    .collect();
+    let explained = injection(
+        &view,
+        Some(&pod),
+        "team",
+        &classic,
+        &settings(MissingSidecarPolicy::Deny),
+    );
+    assert_eq!(
+        explained.requests.unwrap().to_string(),
+        "cpu 1 -> 1, memory 256Mi -> 256Mi"
     );
 }

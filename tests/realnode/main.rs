@@ -1372,7 +1372,7 @@ fn job(name: &str, request: &str) -> Job {
 /// The Job pod whose sidecar is native completes; the one whose sidecar is classic keeps
 /// running after its app exited, so its Job never completes.
 async fn jobs_with_sidecars(pods: &Api<Pod>) {
-    let jobs: Api<Job> = Api::namespaced(pods.clone().into_client(), "default");
+    let jobs: Api<Job> = Api::namespaced(pods.clone().into_client(), TEAM);
     for (name, request) in [("native-job", "native:v1"), ("classic-job", "classic:v1")] {
         jobs.create(&PostParams::default(), &job(name, request))
             .await
