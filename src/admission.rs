@@ -359,11 +359,15 @@ fn classic_in_job(
     let Decision::Inject(injection) = decide(template, namespace, sidecars, settings) else {
         return None;
     };
+    let pod = crate::injection::NativeFor {
+        job_pod: true,
+        ..crate::injection::NativeFor::of(template, &settings.keys)
+    };
     let classic: Vec<String> = injection
         .injected
         .iter()
         .filter_map(|(name, _)| sidecars.get(name))
-        .filter(|s| s.config.keeps_a_job_running())
+        .filter(|s| pod.keeps_the_job_running(&s.config))
         .map(|s| s.config.name.to_string())
         .collect();
     (!classic.is_empty()).then(|| {

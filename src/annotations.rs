@@ -28,6 +28,9 @@ pub struct AnnotationKeys {
     /// On a workload: `evict` restarts it by evicting its stale pods, never writing its
     /// template; `template` (the default) stamps the template.
     pub(crate) restart_method: String,
+    /// On a pod (or pod template): `"false"` keeps its sidecars classic, whatever their
+    /// configs' `nativeSidecars` say.
+    pub(crate) native_sidecars: String,
 }
 
 impl AnnotationKeys {
@@ -46,6 +49,7 @@ impl AnnotationKeys {
             allow_downtime: key("allow-downtime"),
             maintenance_window: key("maintenance-window"),
             restart_method: key("restart-method"),
+            native_sidecars: key("native-sidecars"),
         }
     }
 }

@@ -114,10 +114,10 @@ pub(crate) fn injection(
     let decision = decide(pod, namespace, sidecars, settings);
     let (verdict, message) = match &decision {
         Decision::Inject(injection) => {
-            let job_pod = pod.metadata.of_a_job();
+            let native_for = crate::injection::NativeFor::of(pod, keys);
             let form = |name: &crate::name::SidecarName| {
                 sidecars.get(name).map_or("", |s| {
-                    if s.config.native_for(job_pod) {
+                    if native_for.native(&s.config) {
                         ", as native sidecars"
                     } else {
                         ""
@@ -134,7 +134,7 @@ pub(crate) fn injection(
                 .injected
                 .iter()
                 .filter_map(|(name, _)| sidecars.get(name))
-                .filter(|s| job_pod && s.config.keeps_a_job_running())
+                .filter(|s| native_for.job_pod && native_for.keeps_the_job_running(&s.config))
                 .map(|s| s.config.name.to_string())
                 .collect();
             if !classic.is_empty() {

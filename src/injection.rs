@@ -24,6 +24,7 @@ use crate::config::revision::Revision;
 use crate::config::{LoadedSidecar, SidecarSet};
 use crate::name::{NameError, SidecarName};
 use json_patch::JsonPatch;
+pub(crate) use patch_builder::NativeFor;
 use patch_builder::PatchBuilder;
 pub(crate) use pod::PodSpecView;
 pub use pod::PodView;

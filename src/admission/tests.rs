@@ -465,3 +465,34 @@ fn a_job_whose_sidecar_is_native_is_not_warned_of() {
         assert!(body["response"].get("warnings").is_none(), "{mode}: {body}");
     }
 }
+
+#[test]
+fn a_job_that_keeps_a_native_sidecar_classic_is_warned_of() {
+    let native =
+        "name: proxy:v1\nnativeSidecars: true\ncontainers: [{name: proxy, image: 'p:1'}]\n";
+    let set: SidecarSet = [LoadedSidecar::new(
+        parse_config("t.yaml", native).unwrap().config,
+        "t.yaml",
+    )]
+    .into_iter()
+    .collect();
+    let mut template = pod_template(Some("proxy:v1"));
+    template["metadata"]["annotations"]["injector/native-sidecars"] = json!("false");
+    let review_json = job_review(
+        "Job",
+        json!({"kind": "Job", "spec": {"template": template}}),
+    );
+    let answer = review(
+        &serde_json::to_vec(&review_json).unwrap(),
+        &set,
+        &InjectionSettings::default(),
+    )
+    .unwrap();
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert!(
+        body["response"]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.starts_with("sidecar(s) proxy:v1 would be injected")),
+        "{body}"
+    );
+}

@@ -137,13 +137,6 @@ impl SidecarConfig {
         self.native_sidecars.unwrap_or_default()
     }
 
-    /// Whether, injected into a Job's pod, it would keep the Job from completing: it injects
-    /// containers, and not as native sidecars there.
-    pub(crate) fn keeps_a_job_running(&self) -> bool {
-        !self.native_for(true)
-            && (!self.containers.is_empty() || !self.prepend_containers.is_empty())
-    }
-
     /// Whether a pod (of a Job, or not) gets its sidecars as native sidecars.
     pub(crate) fn native_for(&self, job_pod: bool) -> bool {
         match self.native_sidecars() {

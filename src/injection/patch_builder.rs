@@ -271,10 +271,10 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
 /// first (network setup), then its sidecars, all in initContainers.
 fn injected_lists(
     sidecar: &LoadedSidecar,
-    job_pod: bool,
+    pod: NativeFor,
 ) -> [(Placement, &[Container], &[RenderedJson]); 3] {
     let (config, rendered) = (&sidecar.config, &sidecar.rendered);
-    if config.native_for(job_pod) {
+    if pod.native(config) {
         let place = match config.native_placement() {
             NativePlacement::First => Placement::InitFront,
             NativePlacement::Last => Placement::Init,
@@ -322,6 +322,43 @@ pub(super) struct PatchBuilder<'v, 's> {
     host_network: bool,
     host_pid: bool,
     service_account: Option<&'s str>,
+    /// What decides, for this pod, the form of a config that injects native sidecars.
+    native: NativeFor,
+}
+
+/// What of a pod decides whether a config's sidecars go in natively.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NativeFor {
+    /// Its controller is a Job (`nativeSidecars: jobs`).
+    pub(crate) job_pod: bool,
+    /// `NS/native-sidecars: "false"` keeps its sidecars classic.
+    pub(crate) kept_classic: bool,
+}
+
+impl NativeFor {
+    /// Whether this pod gets `config`'s sidecars as native sidecars.
+    pub(crate) fn native(self, config: &crate::config::SidecarConfig) -> bool {
+        !self.kept_classic && config.native_for(self.job_pod)
+    }
+
+    /// Whether `config`, injected into this pod of a Job, would keep the Job from
+    /// completing: it injects containers, and not natively here.
+    pub(crate) fn keeps_the_job_running(self, config: &crate::config::SidecarConfig) -> bool {
+        !self.native(config)
+            && (!config.containers.is_empty() || !config.prepend_containers.is_empty())
+    }
+
+    pub(crate) fn of(pod: &PodView<'_>, keys: &AnnotationKeys) -> Self {
+        Self {
+            job_pod: pod.metadata.of_a_job(),
+            kept_classic: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys.native_sidecars.as_str()))
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("false")),
+        }
+    }
 }
 
 impl<'v, 's: 'v> PatchBuilder<'v, 's> {
@@ -359,6 +396,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
             host_network: false,
             host_pid: false,
             service_account: None,
+            native: NativeFor::default(),
         }
     }
 
@@ -391,7 +429,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     fn apply(&mut self, sidecar: &'s LoadedSidecar) {
         let config = &sidecar.config;
         let rendered = &sidecar.rendered;
-        for (placement, typed, values) in injected_lists(sidecar, self.pod.metadata.of_a_job()) {
+        for (placement, typed, values) in injected_lists(sidecar, self.native) {
             for (container, rendered) in typed.iter().zip(values) {
                 self.containers.push(TargetContainer::new(Origin::Sidecar {
                     placement,
@@ -502,6 +540,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         sidecars: &[&'s LoadedSidecar],
         keys: &AnnotationKeys,
     ) -> Result<JsonPatch<'s>, PatchTooLarge> {
+        self.native = NativeFor::of(self.pod, keys);
         for sidecar in sidecars {
             self.apply(sidecar);
             if self.patch_bytes > MAX_PATCH_BYTES {

@@ -198,3 +198,33 @@ fn with_native_sidecars_for_jobs_only_a_jobs_pods_get_the_native_form() {
         classic.iter().next().unwrap().revision
     );
 }
+
+#[test]
+fn a_pod_annotated_native_sidecars_false_keeps_its_sidecars_classic_at_the_same_revision() {
+    let set = sidecars(&[PROXY]);
+    let kept = with_migrate();
+    let kept = PodBuilder(kept)
+        .annotation("injector/native-sidecars", "false")
+        .build();
+    let pod = inject(&kept, &set);
+    assert_eq!(names(&pod["spec"]["containers"]), ["app", "proxy"]);
+    assert_eq!(
+        names(&pod["spec"]["initContainers"]),
+        ["migrate", "net-setup"]
+    );
+    assert_eq!(restart_policy(&pod["spec"]["containers"], "proxy"), None);
+    // Stamped with the config's revision: current, never restarted for its form.
+    let native = inject(&with_migrate(), &set);
+    assert_eq!(
+        pod["metadata"]["annotations"]["injector/revision"],
+        native["metadata"]["annotations"]["injector/revision"]
+    );
+    // Any other value changes nothing.
+    let other = PodBuilder(with_migrate())
+        .annotation("injector/native-sidecars", "maybe")
+        .build();
+    assert_eq!(
+        names(&inject(&other, &set)["spec"]["initContainers"]),
+        ["net-setup", "proxy", "migrate"]
+    );
+}
