@@ -1213,6 +1213,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
 
     in_place_upgrade(&client, &pods, &deployments, &configmaps).await;
     native_sidecar(&pods, &deployments, &configmaps).await;
+    native_migration(&client, &pods, &deployments, &configmaps).await;
     uninstall(&pods, &deployments).await;
 }
 
@@ -1432,6 +1433,201 @@ async fn jobs_with_sidecars(pods: &Api<Pod>) {
             .then_some(())
     })
     .await;
+}
+
+/// The `mesh` config: a busybox sidecar Ready once started, classic or native.
+fn mesh(native: bool, command: &str) -> ConfigMap {
+    let mut config = busybox_config("mesh", command);
+    let yaml = config.data.as_mut().unwrap().get_mut("mesh.yaml").unwrap();
+    yaml.push_str(
+        "    readinessProbe: {exec: {command: [\"test\", \"-f\", \"/tmp/started\"]}, periodSeconds: 1}\n",
+    );
+    if native {
+        yaml.push_str("nativeSidecars: true\n");
+    }
+    config
+}
+
+/// Whether `pod` runs `name` as a native sidecar (an init container with `restartPolicy:
+/// Always`, running and ready), not as a regular container.
+fn native_running(pod: &Pod, name: &str) -> bool {
+    let spec = pod.spec.as_ref();
+    let declared = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.name == name && c.restart_policy.as_deref() == Some("Always"))
+        });
+    let regular = spec.is_some_and(|s| s.containers.iter().any(|c| c.name == name));
+    let up = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .is_some_and(|statuses| {
+            statuses.iter().any(|c| {
+                c.name == name && c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some())
+            })
+        });
+    declared && !regular && up
+}
+
+/// Three Deployments migrate from a classic sidecar to its native form as a canaried
+/// rollout. A native form that crash-loops first: the canary fails, the campaign pauses, the
+/// other two are untouched, and a new pod (a scale-up) gets the held classic form. Then the
+/// fixed native form: the canary first, then the rest, every pod ending with the sidecar
+/// native.
+async fn native_migration(
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    deployments: &Api<Deployment>,
+    configmaps: &Api<ConfigMap>,
+) {
+    const UP: &str = "touch /tmp/started; exec sleep 100000";
+    configmaps
+        .create(&PostParams::default(), &mesh(false, UP))
+        .await
+        .unwrap();
+    wait_both_publish(configmaps, "mesh:v1").await;
+    let names = ["mig-a", "mig-b", "mig-c"];
+    for name in names {
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(name, 1, Some("mesh:v1")),
+            )
+            .await
+            .unwrap();
+    }
+    let mut classic_uids = BTreeMap::new();
+    for name in names {
+        let list = wait_running(pods, name, 1, &["app", "mesh"], Some("mesh:v1=")).await;
+        classic_uids.insert(name, list[0].metadata.uid.clone().unwrap());
+    }
+    let classic_stamp = stamp(&pods_of(pods, "mig-a").await[0]).unwrap().to_owned();
+    // Its campaign complete, the classic revision is good: what a pause holds new pods at.
+    let classic_revision = classic_stamp.trim_start_matches("mesh:v1=").to_owned();
+    eventually(
+        DEADLINE,
+        "the classic mesh:v1 good in the history",
+        || async {
+            let history = configmaps.get("sidecar-injector-history").await.ok()?;
+            let history: Value =
+                serde_json::from_str(history.data.as_ref()?.get("history")?).ok()?;
+            history["sidecars"]["mesh:v1"]
+                .as_array()?
+                .iter()
+                .any(|e| e["revision"] == classic_revision.as_str() && e["outcome"] == "good")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The native form crash-loops: the canary fails within its bake, the campaign pauses.
+    edit(
+        configmaps,
+        mesh(true, "touch /tmp/started; sleep 5; exit 3"),
+    )
+    .await;
+    let campaign = eventually(DEADLINE, "the broken native campaign pauses", || async {
+        let status = configmaps.get("sidecar-injector-status").await.ok()?;
+        let book: Value = serde_json::from_str(status.data.as_ref()?.get("campaigns")?).ok()?;
+        let campaign = book["campaigns"]["mesh:v1"].clone();
+        (campaign["state"] == "paused").then_some(campaign)
+    })
+    .await;
+    let failures = campaign["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "one canary, one failure: {campaign:#}");
+    let canary = failures[0]["workload"]["name"].as_str().unwrap().to_owned();
+    assert!(
+        failures[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("container mesh (")),
+        "{campaign:#}"
+    );
+    let others: Vec<&str> = names.iter().copied().filter(|n| *n != canary).collect();
+    for name in &others {
+        let list = pods_of(pods, name).await;
+        assert_eq!(list.len(), 1, "{name}");
+        assert_eq!(
+            list[0].metadata.uid.as_ref(),
+            classic_uids.get(name),
+            "{name}'s pod untouched while the campaign is paused"
+        );
+        assert_eq!(
+            replicasets_of(client, name).await,
+            1,
+            "{name} never restarted"
+        );
+    }
+    // New pods meanwhile get the last good, classic, form: a scale-up of one of the others.
+    let scaled = others[0];
+    deployments
+        .patch(
+            scaled,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let held = wait_running(pods, scaled, 2, &["app", "mesh"], Some(&classic_stamp)).await;
+    assert!(
+        held.iter().all(|p| !native_running(p, "mesh")),
+        "held at the classic form"
+    );
+
+    // Fixed: the native form that works rolls out, the canary first.
+    edit(configmaps, mesh(true, UP)).await;
+    let migrated = eventually(
+        DEADLINE,
+        "every pod runs mesh as a native sidecar",
+        || async {
+            let mut all = BTreeMap::new();
+            for name in names {
+                let list = pods_of(pods, name).await;
+                let wanted = if name == scaled { 2 } else { 1 };
+                let done = list.len() == wanted
+                    && list.iter().all(|p| {
+                        ready(p) && native_running(p, "mesh") && running(p).contains("app")
+                    });
+                if !done {
+                    return None;
+                }
+                all.insert(name, list);
+            }
+            Some(all)
+        },
+    )
+    .await;
+    let created = |name: &str| {
+        migrated[name]
+            .iter()
+            .filter_map(|p| p.metadata.creation_timestamp.clone())
+            .map(|t| t.0)
+            .min()
+            .unwrap()
+    };
+    for name in &others {
+        assert!(
+            created(&canary) < created(name),
+            "the canary {canary} was restarted before {name}"
+        );
+    }
+    for name in names {
+        deployments.delete(name, &Default::default()).await.unwrap();
+    }
+    eventually(DEADLINE, "the migrated pods gone", || async {
+        for name in names {
+            if !pods_of(pods, name).await.is_empty() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    configmaps
+        .delete("mesh", &Default::default())
+        .await
+        .unwrap();
 }
 
 /// Each container of `pods`: its pod's uid, its name, and how often the kubelet restarted it.
