@@ -441,6 +441,9 @@ pub(crate) struct PodState {
     pub(crate) injected: bool,
     pub(crate) revisions: BTreeMap<String, String>,
     pub(crate) containers: Vec<String>,
+    /// Its init containers with `restartPolicy: Always`: the sidecars it runs natively.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) native_sidecars: Vec<String>,
 }
 
 impl PodState {
@@ -461,6 +464,7 @@ impl PodState {
                 })
                 .unwrap_or_default(),
             containers,
+            native_sidecars: Vec::new(),
         }
     }
 }
@@ -742,6 +746,9 @@ impl fmt::Display for Explanation {
                 writeln!(f, "  not injected")?;
             }
             writeln!(f, "  containers: {}", pod.containers.join(", "))?;
+            if !pod.native_sidecars.is_empty() {
+                writeln!(f, "  native sidecars: {}", pod.native_sidecars.join(", "))?;
+            }
         }
         if !self.sidecars.is_empty() {
             writeln!(f, "\nDrift:")?;

@@ -390,7 +390,15 @@ impl Live {
             .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
             .unwrap_or_default();
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-        PodState::read(&annotations, &self.keys, containers)
+        let mut state = PodState::read(&annotations, &self.keys, containers);
+        state.native_sidecars = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .map(|c| c.name.clone())
+            .collect();
+        state
     }
 
     /// What the engine plans for the workload now, planned as `rollout` plans.

@@ -428,6 +428,17 @@ fn a_workload_answer_names_its_pods_and_the_one_it_describes() {
 
     answer.workload_pods = Some(WorkloadPods::of(&pods[..1]).0);
     assert!(answer.to_string().contains("Pod web-a, its only pod:"));
+    assert!(!answer.to_string().contains("native sidecars:"));
+    // A pod that runs a sidecar natively says so, in the page and the JSON.
+    answer.pod.as_mut().unwrap().native_sidecars = vec!["proxy".into()];
+    assert!(
+        answer.to_string().contains("\n  native sidecars: proxy\n"),
+        "{answer}"
+    );
+    assert_eq!(
+        serde_json::to_value(&answer).unwrap()["pod"]["native_sidecars"],
+        json!(["proxy"])
+    );
 
     answer.workload_pods = Some(WorkloadPods::of(&[]).0);
     answer.pod = None;
