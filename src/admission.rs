@@ -363,13 +363,7 @@ fn classic_in_job(
         job_pod: true,
         ..crate::injection::NativeFor::of(template, &settings.keys)
     };
-    let classic: Vec<String> = injection
-        .injected
-        .iter()
-        .filter_map(|(name, _)| sidecars.get(name))
-        .filter(|s| pod.keeps_the_job_running(&s.config))
-        .map(|s| s.config.name.to_string())
-        .collect();
+    let classic = pod.keeping_the_job_running(&injection, sidecars);
     (!classic.is_empty()).then(|| {
         format!(
             "sidecar(s) {} would be injected into this {}'s pods as regular containers, which keep running after the Job's own containers exit: the Job never completes; `nativeSidecars: true` in the config injects them as native sidecars (Kubernetes 1.29+), which stop with the Job",

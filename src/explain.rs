@@ -130,13 +130,11 @@ pub(crate) fn injection(
                 .map(|(name, revision)| format!("{name} (revision {revision}{})", form(name)))
                 .collect();
             let mut message = format!("injects {}", injected.join(", "));
-            let classic: Vec<String> = injection
-                .injected
-                .iter()
-                .filter_map(|(name, _)| sidecars.get(name))
-                .filter(|s| native_for.job_pod && native_for.keeps_the_job_running(&s.config))
-                .map(|s| s.config.name.to_string())
-                .collect();
+            let classic = if native_for.job_pod {
+                native_for.keeping_the_job_running(injection, sidecars)
+            } else {
+                Vec::new()
+            };
             if !classic.is_empty() {
                 message.push_str(&format!(
                     "; {} run as regular containers and keep this Job from completing (`nativeSidecars: true` or `jobs` in the config makes them native sidecars)",

@@ -381,6 +381,23 @@ fn the_reply_is_json_whatever_the_uid_and_messages_hold() {
     assert_eq!(paddings.len(), 3, "every padding case was encoded");
 }
 
+/// The reply body to `review_json` with only the config `text` loaded.
+fn body_with(text: &str, review_json: &Value) -> Value {
+    let set: SidecarSet = [LoadedSidecar::new(
+        parse_config("t.yaml", text).unwrap().config,
+        "t.yaml",
+    )]
+    .into_iter()
+    .collect();
+    let answer = review(
+        &serde_json::to_vec(review_json).unwrap(),
+        &set,
+        &InjectionSettings::default(),
+    )
+    .unwrap();
+    serde_json::from_slice(&answer.body).unwrap()
+}
+
 /// A review of creating `object` (a Job or a CronJob) in namespace team.
 fn job_review(kind: &str, object: Value) -> Value {
     let mut input = fixture("bare-pod.json");
@@ -444,23 +461,11 @@ fn a_job_whose_sidecar_is_native_is_not_warned_of() {
         let native = format!(
             "name: proxy:v1\nnativeSidecars: {mode}\ncontainers: [{{name: proxy, image: 'p:1'}}]\n"
         );
-        let set: SidecarSet = [LoadedSidecar::new(
-            parse_config("t.yaml", &native).unwrap().config,
-            "t.yaml",
-        )]
-        .into_iter()
-        .collect();
         let review_json = job_review(
             "Job",
             json!({"kind": "Job", "spec": {"template": pod_template(Some("proxy:v1"))}}),
         );
-        let answer = review(
-            &serde_json::to_vec(&review_json).unwrap(),
-            &set,
-            &InjectionSettings::default(),
-        )
-        .unwrap();
-        let body: Value = serde_json::from_slice(&answer.body).unwrap();
+        let body = body_with(&native, &review_json);
         assert_eq!(body["response"]["allowed"], true);
         assert!(body["response"].get("warnings").is_none(), "{mode}: {body}");
     }
@@ -470,25 +475,13 @@ fn a_job_whose_sidecar_is_native_is_not_warned_of() {
 fn a_job_that_keeps_a_native_sidecar_classic_is_warned_of() {
     let native =
         "name: proxy:v1\nnativeSidecars: true\ncontainers: [{name: proxy, image: 'p:1'}]\n";
-    let set: SidecarSet = [LoadedSidecar::new(
-        parse_config("t.yaml", native).unwrap().config,
-        "t.yaml",
-    )]
-    .into_iter()
-    .collect();
     let mut template = pod_template(Some("proxy:v1"));
     template["metadata"]["annotations"]["injector/native-sidecars"] = json!("false");
     let review_json = job_review(
         "Job",
         json!({"kind": "Job", "spec": {"template": template}}),
     );
-    let answer = review(
-        &serde_json::to_vec(&review_json).unwrap(),
-        &set,
-        &InjectionSettings::default(),
-    )
-    .unwrap();
-    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    let body = body_with(native, &review_json);
     assert!(
         body["response"]["warnings"][0]
             .as_str()

@@ -341,11 +341,24 @@ impl NativeFor {
         !self.kept_classic && config.native_for(self.job_pod)
     }
 
-    /// Whether `config`, injected into this pod of a Job, would keep the Job from
-    /// completing: it injects containers, and not natively here.
-    pub(crate) fn keeps_the_job_running(self, config: &crate::config::SidecarConfig) -> bool {
-        !self.native(config)
-            && (!config.containers.is_empty() || !config.prepend_containers.is_empty())
+    /// The sidecars of `injection` that, injected into this pod of a Job, would keep the
+    /// Job from completing: they inject containers, and not natively here.
+    pub(crate) fn keeping_the_job_running(
+        self,
+        injection: &super::Injection<'_>,
+        sidecars: &crate::config::SidecarSet,
+    ) -> Vec<String> {
+        injection
+            .injected
+            .iter()
+            .filter_map(|(name, _)| sidecars.get(name))
+            .filter(|s| {
+                let config = &s.config;
+                !self.native(config)
+                    && (!config.containers.is_empty() || !config.prepend_containers.is_empty())
+            })
+            .map(|s| s.config.name.to_string())
+            .collect()
     }
 
     pub(crate) fn of(pod: &PodView<'_>, keys: &AnnotationKeys) -> Self {
