@@ -25,7 +25,9 @@ pub(crate) use revision::RevisionStamp;
 pub use revision::RevisionsInForce;
 #[cfg(test)]
 pub(crate) use sidecar::NativeSidecars;
-pub(crate) use sidecar::{NativePlacement, RolloutMode, SidecarConfig};
+pub(crate) use sidecar::{
+    NATIVE_RESTART_POLICY, NativePlacement, RolloutMode, SidecarConfig, is_native_sidecar,
+};
 
 #[cfg(test)]
 #[allow(clippy::too_many_lines)] // a test reads as one scenario

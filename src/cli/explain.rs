@@ -395,7 +395,7 @@ impl Live {
             .spec
             .iter()
             .flat_map(|s| s.init_containers.iter().flatten())
-            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .filter(|c| crate::config::is_native_sidecar(c))
             .map(|c| c.name.clone())
             .collect();
         state

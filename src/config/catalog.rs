@@ -143,7 +143,7 @@ impl RenderedSidecar {
                 .iter()
                 .map(|c| {
                     RenderedJson::of(&k8s_openapi::api::core::v1::Container {
-                        restart_policy: Some("Always".to_owned()),
+                        restart_policy: Some(super::NATIVE_RESTART_POLICY.to_owned()),
                         ..c.clone()
                     })
                 })

@@ -322,7 +322,7 @@ fn check_restart_policies(config: &SidecarConfig, text: &str) -> Result<Vec<Stri
     }
     for (index, c) in config.init_containers.iter().enumerate() {
         match c.restart_policy.as_deref() {
-            Some("Always") => {}
+            Some(super::NATIVE_RESTART_POLICY) => {}
             Some(other) => {
                 return Err(invalid(
                     "initContainers",
@@ -368,7 +368,7 @@ fn startup_probe_warnings(config: &SidecarConfig) -> Vec<String> {
     let natives = config
         .init_containers
         .iter()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .filter(|c| super::is_native_sidecar(c))
         .chain(
             (config.native_sidecars() != super::sidecar::NativeSidecars::Never)
                 .then(|| config.prepend_containers.iter().chain(&config.containers))

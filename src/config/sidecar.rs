@@ -26,6 +26,14 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "nativeSidecarPlacement",
 ];
 
+/// The `restartPolicy` that makes an init container a native sidecar.
+pub(crate) const NATIVE_RESTART_POLICY: &str = "Always";
+
+/// Whether an init container is a native sidecar: it restarts, and runs beside what follows.
+pub(crate) fn is_native_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some(NATIVE_RESTART_POLICY)
+}
+
 /// Which pods get a config's containers as native sidecars (`nativeSidecars:`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum NativeSidecars {

@@ -19,7 +19,7 @@ pub(crate) fn effective_requests(spec: &PodSpec) -> Requests {
     let mut init_peak = Requests::new();
     for init in spec.init_containers.iter().flatten() {
         let own = requests_of(init);
-        if init.restart_policy.as_deref() == Some("Always") {
+        if crate::config::is_native_sidecar(init) {
             add(&mut sidecars, &own);
             max_into(&mut init_peak, &sidecars);
         } else {

@@ -80,7 +80,7 @@ pub(crate) fn running_statuses(
         .spec
         .iter()
         .flat_map(|s| s.init_containers.iter().flatten())
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .filter(|c| crate::config::is_native_sidecar(c))
         .map(|c| c.name.as_str())
         .collect();
     let Some(status) = pod.status.as_ref() else {

@@ -222,7 +222,7 @@ pub(crate) fn pod_patch(
             Some(index) => ("containers", index),
             None => natives
                 .iter()
-                .position(|c| &c.name == name && c.restart_policy.as_deref() == Some("Always"))
+                .position(|c| &c.name == name && crate::config::is_native_sidecar(c))
                 .map(|index| ("initContainers", index))
                 .ok_or_else(|| NotInPlace::NoSuchContainer {
                     container: name.clone(),
