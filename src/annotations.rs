@@ -31,6 +31,10 @@ pub struct AnnotationKeys {
     /// On a pod (or pod template): `"false"` keeps its sidecars classic, whatever their
     /// configs' `nativeSidecars` say.
     pub(crate) native_sidecars: String,
+    /// On a pod, written by the webhook: the sidecars it injected as native sidecars
+    /// (`name:version`, comma-separated), so that what reads only metadata (drift) knows each
+    /// pod's form.
+    pub(crate) injected_native: String,
 }
 
 impl AnnotationKeys {
@@ -50,6 +54,7 @@ impl AnnotationKeys {
             maintenance_window: key("maintenance-window"),
             restart_method: key("restart-method"),
             native_sidecars: key("native-sidecars"),
+            injected_native: key("injected-native"),
         }
     }
 }

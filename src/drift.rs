@@ -286,6 +286,8 @@ pub struct SidecarDrift {
     /// `null` for a requested sidecar no config defines.
     pub(crate) revision: Option<String>,
     pub pods: StateCounts,
+    /// Of its injected pods, those that run it as a native sidecar.
+    pub(crate) native: u32,
     /// The state of the rollout engine's campaign for this revision (`paused`, `running`...),
     /// when the running injector keeps one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -294,6 +296,26 @@ pub struct SidecarDrift {
     /// policy is manual.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
+}
+
+/// How the injected pods of a workload run a sidecar: as a regular container, as a native
+/// sidecar (an init container that keeps running), or some one way and some the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SidecarForm {
+    Classic,
+    Native,
+    Mixed,
+}
+
+impl SidecarForm {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SidecarForm::Classic => "classic",
+            SidecarForm::Native => "native",
+            SidecarForm::Mixed => "mixed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -305,6 +327,11 @@ pub struct WorkloadDrift {
     pub(crate) state: DriftState,
     pub(crate) reason: String,
     pub(crate) pods: StateCounts,
+    /// How its injected pods run the sidecar; absent when none was injected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) form: Option<SidecarForm>,
+    /// Of its injected pods, those that run the sidecar natively.
+    pub(crate) native: u32,
     /// Whether the rollout engine should restart it (stale or uninjected, or unknown with
     /// `--restart-unknown`).
     #[serde(skip)]

@@ -128,17 +128,18 @@ fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -
         .join(" ");
     writeln!(
         out,
-        "{:<24} {:<12} {header} {:<9} NOTE",
-        "SIDECAR", "REVISION", "CAMPAIGN"
+        "{:<24} {:<12} {header} {:>10} {:<9} NOTE",
+        "SIDECAR", "REVISION", "NATIVE", "CAMPAIGN"
     )?;
     for sidecar in &report.sidecars {
         let revision = sidecar.revision.as_deref().unwrap_or("(none)");
         writeln!(
             out,
-            "{:<24} {:<12} {} {:<9} {}",
+            "{:<24} {:<12} {} {:>10} {:<9} {}",
             sidecar.name,
             revision,
             counts(&sidecar.pods),
+            sidecar.native,
             sidecar.campaign.as_deref().unwrap_or("-"),
             sidecar.note.as_deref().unwrap_or_default()
         )?;
@@ -146,17 +147,18 @@ fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -
     writeln!(out)?;
     writeln!(
         out,
-        "{:<48} {:<20} {:<10} {:>4}  REASON",
-        "WORKLOAD", "SIDECAR", "STATE", "PODS"
+        "{:<48} {:<20} {:<10} {:>4}  {:<7}  REASON",
+        "WORKLOAD", "SIDECAR", "STATE", "PODS", "FORM"
     )?;
     for w in &report.workloads {
         let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
         writeln!(
             out,
-            "{workload:<48} {:<20} {:<10} {:>4}  {}",
+            "{workload:<48} {:<20} {:<10} {:>4}  {:<7}  {}",
             w.sidecar,
             w.state.as_str(),
             w.pods.total(),
+            w.form.map_or("-", crate::drift::SidecarForm::as_str),
             w.reason
         )?;
     }

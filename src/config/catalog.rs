@@ -37,6 +37,13 @@ impl LoadedSidecar {
             origin: origin.into(),
         }
     }
+
+    /// `name:version`, the stamp without its revision.
+    pub(crate) fn name(&self) -> &str {
+        self.stamp
+            .split_once('=')
+            .map_or(&self.stamp, |(name, _)| name)
+    }
 }
 
 /// One config item as JSON: the value, for what looks inside it, and its text, which a patch

@@ -16,8 +16,8 @@ use super::index::DriftIndex;
 use super::interner::{Labels, intern};
 use super::{
     BARE_POD, DriftPolicy, DriftReport, DriftState, JOB_POD, REPLICASET_NOT_KNOWN,
-    REPLICASET_WITHOUT_DEPLOYMENT, ROLLOUT_DISABLED, SidecarDrift, StateCounts, WorkloadDrift,
-    owned_by, sidecar_state,
+    REPLICASET_WITHOUT_DEPLOYMENT, ROLLOUT_DISABLED, SidecarDrift, SidecarForm, StateCounts,
+    WorkloadDrift, owned_by, sidecar_state,
 };
 
 /// A pod's workload (kind, name) and, when its owner excludes it, why.
@@ -135,6 +135,8 @@ impl DriftIndex {
                         state: DriftState::Denied,
                         reason,
                         pods: StateCounts::default(),
+                        form: None,
+                        native: 0,
                         needs_restart: false,
                         from_revision: None,
                     };
@@ -196,8 +198,19 @@ impl DriftIndex {
                 .map(Detail::Text)
                 .or(owner_exclusion);
             let carried = pod.revision.as_ref().map(|r| &distinct.revisions[&ptr(r)]);
+            let native = pod.native.as_ref().map(|n| &distinct.natives[&ptr(n)]);
             for sidecar in &distinct.requests[&ptr(&pod.request)] {
                 let sidecar: &'d str = sidecar;
+                let form = Form {
+                    injected: if pod.injected { pods } else { 0 },
+                    native: if pod.injected
+                        && native.is_some_and(|n| n.iter().any(|n| n == sidecar))
+                    {
+                        pods
+                    } else {
+                        0
+                    },
+                };
                 let (state, detail) = match &exclusion {
                     Some(reason) => (DriftState::Excluded, reason.clone()),
                     None => {
@@ -209,12 +222,12 @@ impl DriftIndex {
                         (state, Detail::of(state, sidecar, have, want))
                     }
                 };
-                tally
+                let row = tally
                     .by_sidecar
                     .entry(sidecar.as_ptr() as usize)
-                    .or_insert((sidecar, StateCounts::default()))
-                    .1
-                    .add_many(state, pods);
+                    .or_insert((sidecar, StateCounts::default(), 0));
+                row.1.add_many(state, pods);
+                row.2 += form.native;
                 let id = (
                     ptr(namespace),
                     kind.key(),
@@ -227,10 +240,11 @@ impl DriftIndex {
                     .or_insert_with(|| WorkloadTally {
                         names: (workload, namespace, kind, sidecar),
                         pods: StateCounts::default(),
+                        form: Form::default(),
                         worst: None,
                         detail: Detail::None,
                     })
-                    .add(state, detail, pods);
+                    .add(state, detail, pods, form);
             }
         }
         tally
@@ -244,7 +258,7 @@ impl DriftIndex {
     /// still takes the detail of the first of its pods in its worst state.
     fn pod_groups(&self) -> Vec<PodGroup<'_>> {
         let mut groups: Vec<PodGroup<'_>> = Vec::new();
-        let mut slots: HashMap<[usize; 7], usize> = HashMap::new();
+        let mut slots: HashMap<AlikeKey, usize> = HashMap::new();
         let labels_matter = self.labels_matter();
         for ((namespace, name), pod) in &self.pods {
             match slots.entry(classified_alike(namespace, name, pod, labels_matter)) {
@@ -343,7 +357,7 @@ pub(super) fn classified_alike(
     name: &str,
     pod: &PodEntry,
     labels_matter: bool,
-) -> [usize; 7] {
+) -> AlikeKey {
     // A bare pod is its own owner (`resolve` names it after the pod).
     let owner = pod.owner.name().map_or(name.as_ptr() as usize, ptr);
     let [namespace, labels] = exclusion_key(namespace, pod, labels_matter);
@@ -355,8 +369,12 @@ pub(super) fn classified_alike(
         pod.revision.as_ref().map_or(0, ptr),
         usize::from(pod.injected),
         labels,
+        pod.native.as_ref().map_or(0, ptr),
     ]
 }
+
+/// What [`classified_alike`] keys pods by.
+pub(super) type AlikeKey = [usize; 8];
 
 /// What the webhook's reach of a pod depends on: its namespace, and its labels when they
 /// matter.
@@ -382,6 +400,8 @@ struct Distinct<'s> {
     /// identifies it across requests.
     requests: HashMap<usize, Vec<Arc<str>>>,
     revisions: HashMap<usize, Vec<(String, &'s str)>>,
+    /// `NS/injected-native` annotation -> the sidecar names it lists, as the report spells them.
+    natives: HashMap<usize, Vec<String>>,
     /// Namespace (and labels, when they matter) -> why its pods are excluded, if they are.
     exclusions: HashMap<[usize; 2], Option<String>>,
 }
@@ -396,6 +416,7 @@ impl<'s> Distinct<'s> {
         let mut distinct = Distinct {
             requests: HashMap::new(),
             revisions: HashMap::new(),
+            natives: HashMap::new(),
             exclusions: HashMap::new(),
         };
         for &PodGroup { namespace, pod, .. } in groups {
@@ -417,6 +438,13 @@ impl<'s> Distinct<'s> {
                     .entry(ptr(revision))
                     .or_insert_with(|| parse_revisions(revision));
             }
+            if let Some(native) = &pod.native {
+                distinct.natives.entry(ptr(native)).or_insert_with(|| {
+                    SidecarName::parse_list(native)
+                        .map(|list| list.iter().map(ToString::to_string).collect())
+                        .unwrap_or_default()
+                });
+            }
             distinct
                 .exclusions
                 .entry(exclusion_key(namespace, pod, labels_matter))
@@ -437,7 +465,8 @@ struct PodGroup<'s> {
 /// Counts per sidecar and per workload, keyed by the pointers of interned strings.
 #[derive(Default)]
 struct Tally<'a> {
-    by_sidecar: HashMap<usize, (&'a str, StateCounts)>,
+    /// (name, counts, pods running it natively).
+    by_sidecar: HashMap<usize, (&'a str, StateCounts, u32)>,
     /// Keyed by (namespace, kind, workload name, sidecar); the names are kept for the report.
     by_workload: HashMap<(usize, usize, usize, usize), WorkloadTally<'a>>,
 }
@@ -446,15 +475,22 @@ struct Tally<'a> {
 /// requested sidecar no config defines, sorted by name.
 fn sidecar_rows(
     current: &HashMap<String, &str>,
-    by_sidecar: HashMap<usize, (&str, StateCounts)>,
+    by_sidecar: HashMap<usize, (&str, StateCounts, u32)>,
 ) -> Vec<SidecarDrift> {
-    let by_sidecar: HashMap<&str, StateCounts> = by_sidecar.into_values().collect();
+    let by_sidecar: HashMap<&str, (StateCounts, u32)> = by_sidecar
+        .into_values()
+        .map(|(name, pods, native)| (name, (pods, native)))
+        .collect();
     let mut rows: Vec<SidecarDrift> = current
         .iter()
         .map(|(name, revision)| SidecarDrift {
             name: name.clone(),
             revision: Some((*revision).to_owned()),
-            pods: by_sidecar.get(name.as_str()).copied().unwrap_or_default(),
+            pods: by_sidecar
+                .get(name.as_str())
+                .map(|c| c.0)
+                .unwrap_or_default(),
+            native: by_sidecar.get(name.as_str()).map_or(0, |c| c.1),
             campaign: None,
             note: None,
         })
@@ -462,10 +498,11 @@ fn sidecar_rows(
             by_sidecar
                 .iter()
                 .filter(|(name, _)| !current.contains_key(**name))
-                .map(|(name, pods)| SidecarDrift {
+                .map(|(name, (pods, native))| SidecarDrift {
                     name: (*name).to_owned(),
                     revision: None,
                     pods: *pods,
+                    native: *native,
                     campaign: None,
                     note: None,
                 }),
@@ -498,6 +535,8 @@ fn workload_rows(
                 state,
                 reason: reason(state, &tally.pods, &tally.detail),
                 pods: tally.pods,
+                form: tally.form.kind(),
+                native: tally.form.native,
                 needs_restart: state.needs_restart(policy.restart_unknown),
             }
         })
@@ -568,8 +607,10 @@ fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String 
 
 impl<'a> WorkloadTally<'a> {
     /// More pods in one state; the workload takes its worst pod's state and that pod's detail.
-    fn add(&mut self, state: DriftState, detail: Detail<'a>, pods: u32) {
+    fn add(&mut self, state: DriftState, detail: Detail<'a>, pods: u32, form: Form) {
         self.pods.add_many(state, pods);
+        self.form.injected += form.injected;
+        self.form.native += form.native;
         if self
             .worst
             .is_none_or(|w: DriftState| state.severity() > w.severity())
@@ -585,6 +626,25 @@ struct WorkloadTally<'a> {
     /// (workload name, namespace, kind, sidecar).
     names: (&'a str, &'a str, RowKind<'a>, &'a str),
     pods: StateCounts,
+    form: Form,
     worst: Option<DriftState>,
     detail: Detail<'a>,
+}
+
+/// Of some pods, how many were injected with a sidecar, and how many of those run it natively.
+#[derive(Debug, Clone, Copy, Default)]
+struct Form {
+    injected: u32,
+    native: u32,
+}
+
+impl Form {
+    fn kind(self) -> Option<SidecarForm> {
+        match (self.injected, self.native) {
+            (0, _) => None,
+            (_, 0) => Some(SidecarForm::Classic),
+            (injected, native) if native == injected => Some(SidecarForm::Native),
+            _ => Some(SidecarForm::Mixed),
+        }
+    }
 }

@@ -73,6 +73,8 @@ pub(crate) struct PodEntry {
     pub(crate) request: Arc<str>,
     pub(crate) injected: bool,
     pub(crate) revision: Option<Arc<str>>,
+    /// The sidecars the webhook injected natively (`NS/injected-native`), as written.
+    pub(crate) native: Option<Arc<str>>,
     pub(crate) labels: Labels,
 }
 
@@ -115,6 +117,9 @@ impl PodEntry {
             request: interner.text(request),
             injected: annotations.get(&keys.status).map(String::as_str) == Some(STATUS_INJECTED),
             revision: annotations.get(&keys.revision).map(|r| interner.text(r)),
+            native: annotations
+                .get(&keys.injected_native)
+                .map(|n| interner.text(n)),
             labels: interner.labels(meta.labels.as_ref(), labels_before),
         })
     }

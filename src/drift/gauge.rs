@@ -83,7 +83,7 @@ impl DriftGauge {
         self.requests.clear();
         // A workload's pods mostly classify alike: each group is classified once and its pods
         // counted together, as the report does.
-        let mut groups: HashMap<[usize; 7], (Contribution, u32)> = HashMap::new();
+        let mut groups: HashMap<super::classify::AlikeKey, (Contribution, u32)> = HashMap::new();
         self.per_pod.reserve(index.pods.len());
         let labels_matter = index.labels_matter();
         for (key, pod) in &index.pods {
@@ -268,6 +268,8 @@ impl DriftGauge {
             name: name.to_owned(),
             revision: revision.map(str::to_owned),
             pods: self.counts.get(name).copied().unwrap_or_default(),
+            // The metrics these rows feed count states, not forms.
+            native: 0,
             campaign: None,
             note: None,
         };

@@ -440,7 +440,8 @@ fn the_json_shape_has_every_count_and_is_sorted_by_name() {
     assert_eq!(
         value["sidecars"][1],
         json!({"name": "metrics:v1", "revision": set.get(&"metrics:v1".parse().unwrap()).unwrap().revision.as_str(),
-        "pods": {"excluded": 0, "orphaned": 0, "uninjected": 0, "unknown": 0, "stale": 0, "current": 0}})
+        "pods": {"excluded": 0, "orphaned": 0, "uninjected": 0, "unknown": 0, "stale": 0, "current": 0},
+        "native": 0})
     );
     let names: Vec<&str> = value["workloads"]
         .as_array()
@@ -719,6 +720,7 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         name: name.into(),
         revision: None,
         pods: StateCounts::default(),
+        native: 0,
         campaign: None,
         note: None,
     };
@@ -730,6 +732,8 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         state,
         reason: String::new(),
         pods: StateCounts::default(),
+        form: None,
+        native: 0,
         needs_restart: false,
         from_revision: None,
     };
@@ -1211,4 +1215,49 @@ fn a_pod_s_labels_are_shared_with_its_workload_s_and_follow_its_changes() {
         &keys(),
     );
     assert_eq!(labels(&index, "web-1-b").len(), 2);
+}
+
+/// Each pod's form comes from what the webhook wrote on it: a workload half migrated reads
+/// `mixed`, with how many run the sidecar natively, and the sidecar row counts them all.
+#[test]
+fn the_report_says_how_each_workloads_pods_run_a_sidecar() {
+    let set = sidecars(&[LOGGER_V1]);
+    let current = stamp(LOGGER_V1);
+    let mut index = DriftIndex::default();
+    for (workload, native_pods) in [("web", 2), ("api", 0), ("batch", 3)] {
+        index.apply_replicaset(&rs("team", &format!("{workload}-1"), Some(workload)));
+        for p in 0..3 {
+            let mut pod = PodMeta::new("team", &format!("{workload}-1-{p}"))
+                .request("logger:v1")
+                .injected(&current)
+                .owner("ReplicaSet", &format!("{workload}-1"));
+            if p < native_pods {
+                pod = pod.annotation("injector/injected-native", "Logger:v1");
+            }
+            index.apply_pod(&pod.0, &keys());
+        }
+    }
+    // Never injected: no form at all, whatever it was annotated with.
+    index.apply_replicaset(&rs("team", "cold-1", Some("cold")));
+    let cold = PodMeta::new("team", "cold-1-0")
+        .request("logger:v1")
+        .annotation("injector/injected-native", "logger:v1")
+        .owner("ReplicaSet", "cold-1");
+    index.apply_pod(&cold.0, &keys());
+    let report = index.classify(&set, &DriftPolicy::default());
+
+    let form = |name: &str| {
+        let row = workload(&report, "Deployment", name);
+        (row.form, row.native)
+    };
+    assert_eq!(form("web"), (Some(SidecarForm::Mixed), 2));
+    assert_eq!(form("api"), (Some(SidecarForm::Classic), 0));
+    assert_eq!(form("batch"), (Some(SidecarForm::Native), 3));
+    assert_eq!(form("cold"), (None, 0));
+    assert_eq!(report.sidecars[0].native, 5);
+    let json = serde_json::to_value(workload(&report, "Deployment", "web")).unwrap();
+    assert_eq!(
+        (&json["form"], &json["native"]),
+        (&json!("mixed"), &json!(2))
+    );
 }

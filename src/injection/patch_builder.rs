@@ -324,6 +324,8 @@ pub(super) struct PatchBuilder<'v, 's> {
     service_account: Option<&'s str>,
     /// What decides, for this pod, the form of a config that injects native sidecars.
     native: NativeFor,
+    /// The sidecars injected natively so far (`name:version`).
+    injected_native: Vec<&'s str>,
 }
 
 /// What of a pod decides whether a config's sidecars go in natively.
@@ -410,6 +412,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
             host_pid: false,
             service_account: None,
             native: NativeFor::default(),
+            injected_native: Vec::new(),
         }
     }
 
@@ -442,6 +445,11 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     fn apply(&mut self, sidecar: &'s LoadedSidecar) {
         let config = &sidecar.config;
         let rendered = &sidecar.rendered;
+        if self.native.native(config)
+            && (!config.containers.is_empty() || !config.prepend_containers.is_empty())
+        {
+            self.injected_native.push(sidecar.name());
+        }
         for (placement, typed, values) in injected_lists(sidecar, self.native) {
             for (container, rendered) in typed.iter().zip(values) {
                 self.containers.push(TargetContainer::new(Origin::Sidecar {
@@ -718,23 +726,31 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         stamp: &RevisionStamp,
         keys: &AnnotationKeys,
     ) {
+        let native = (!self.injected_native.is_empty()).then(|| self.injected_native.join(","));
         match &self.pod.metadata.annotations {
             Some(annotations) => {
                 for (key, value) in [
-                    (&keys.status, STATUS_INJECTED),
-                    (&keys.revision, stamp.as_str()),
+                    (&keys.status, Some(STATUS_INJECTED)),
+                    (&keys.revision, Some(stamp.as_str())),
+                    (&keys.injected_native, native.as_deref()),
                 ] {
-                    ops.set(
-                        &["metadata", "annotations", key],
-                        annotations.contains_key(key.as_str()),
-                        PatchValue::Owned(Value::from(value)),
-                    );
+                    let tokens = ["metadata", "annotations", key.as_str()];
+                    let exists = annotations.contains_key(key.as_str());
+                    match value {
+                        Some(value) => ops.set(&tokens, exists, PatchValue::Owned(value.into())),
+                        // Copied from another pod's manifest, it would tell drift a wrong form.
+                        None if exists => ops.remove(&tokens),
+                        None => {}
+                    }
                 }
             }
             None => {
                 let mut map = serde_json::Map::new();
                 map.insert(keys.status.clone(), Value::from(STATUS_INJECTED));
                 map.insert(keys.revision.clone(), Value::from(stamp.as_str()));
+                if let Some(native) = native {
+                    map.insert(keys.injected_native.clone(), Value::from(native));
+                }
                 ops.add(
                     &["metadata", "annotations"],
                     PatchValue::Owned(Value::Object(map)),

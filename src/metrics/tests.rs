@@ -49,6 +49,7 @@ fn drift_of(sidecars: &[&str]) -> crate::drift::DriftReport {
                     stale: 3,
                     ..Default::default()
                 },
+                native: 0,
                 campaign: None,
                 note: None,
             })

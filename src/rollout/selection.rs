@@ -257,6 +257,9 @@ impl ContainerSelection {
                         self.revision()
                     ),
                     pods,
+                    // Chosen by container name, not by config: no form to tell.
+                    form: None,
+                    native: 0,
                     needs_restart: remaining > 0,
                     from_revision: None,
                 });

@@ -228,3 +228,27 @@ fn a_pod_annotated_native_sidecars_false_keeps_its_sidecars_classic_at_the_same_
         ["net-setup", "proxy", "migrate"]
     );
 }
+
+#[test]
+fn a_pod_says_which_of_its_sidecars_were_injected_natively() {
+    let jobs = PROXY.replace("nativeSidecars: true", "nativeSidecars: jobs");
+    let set = sidecars(&[LOGGER_V1, &jobs]);
+    let request = |pod: Value| PodBuilder(pod).request("logger:v1,proxy:v1").build();
+    let native_key = "injector/injected-native";
+    // A Deployment's pod: both classic, nothing said.
+    let plain = inject(&request(with_migrate()), &set);
+    assert_eq!(plain["metadata"]["annotations"].get(native_key), None);
+    // A Job's pod: the proxy is native, the logger stays classic.
+    let mut job_pod = request(with_migrate());
+    job_pod["metadata"]["ownerReferences"] = json!([
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "uid": "u", "controller": true}
+    ]);
+    let native = inject(&job_pod, &set);
+    assert_eq!(native["metadata"]["annotations"][native_key], "proxy:v1");
+    // Copied from another pod's manifest, the annotation is taken off a classic pod.
+    let copied = PodBuilder(request(with_migrate()))
+        .annotation(native_key, "proxy:v1")
+        .build();
+    let classic = inject(&copied, &set);
+    assert_eq!(classic["metadata"]["annotations"].get(native_key), None);
+}
