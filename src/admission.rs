@@ -361,7 +361,7 @@ fn classic_in_job(
     };
     let pod = crate::injection::NativeFor {
         job_pod: true,
-        ..crate::injection::NativeFor::of(template, &settings.keys)
+        ..crate::injection::NativeFor::of(template, &settings.keys, sidecars.nodes())
     };
     let classic = pod.keeping_the_job_running(&injection, sidecars);
     (!classic.is_empty()).then(|| {

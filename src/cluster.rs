@@ -6,6 +6,7 @@ pub(crate) mod drift_feed;
 pub(crate) mod events;
 pub(crate) mod lease;
 pub(crate) mod list;
+pub(crate) mod nodes;
 pub(crate) mod status;
 pub(crate) mod watch;
 pub(crate) mod webhook_ca;

@@ -23,10 +23,9 @@ pub use parse::{ParsedConfig, Unreadable, parse_config};
 pub(crate) use revision::Revision;
 pub(crate) use revision::RevisionStamp;
 pub use revision::RevisionsInForce;
-#[cfg(test)]
-pub(crate) use sidecar::NativeSidecars;
 pub(crate) use sidecar::{
-    NATIVE_RESTART_POLICY, NativePlacement, RolloutMode, SidecarConfig, is_native_sidecar,
+    NATIVE_RESTART_POLICY, NativePlacement, NativeSidecars, RolloutMode, SidecarConfig,
+    is_native_sidecar,
 };
 
 #[cfg(test)]

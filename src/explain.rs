@@ -114,13 +114,17 @@ pub(crate) fn injection(
     let decision = decide(pod, namespace, sidecars, settings);
     let (verdict, message) = match &decision {
         Decision::Inject(injection) => {
-            let native_for = crate::injection::NativeFor::of(pod, keys);
+            let native_for = crate::injection::NativeFor::of(pod, keys, sidecars.nodes());
             let form = |name: &crate::name::SidecarName| {
-                sidecars.get(name).map_or("", |s| {
-                    if native_for.native(&s.config) {
-                        ", as native sidecars"
-                    } else {
-                        ""
+                sidecars.get(name).map_or(String::new(), |s| {
+                    let native = native_for.native(&s.config);
+                    let auto = s.config.native_sidecars() == crate::config::NativeSidecars::Auto
+                        && !native_for.kept_classic;
+                    match (native, auto) {
+                        (true, false) => ", as native sidecars".to_owned(),
+                        (true, true) => format!(", as native sidecars: auto, {}", native_for.nodes),
+                        (false, true) => format!(", classic: auto, {}", native_for.nodes),
+                        (false, false) => String::new(),
                     }
                 })
             };

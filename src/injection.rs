@@ -282,7 +282,7 @@ pub fn decide<'s>(
     if count > MAX_POD_CONTAINERS {
         return Decision::Deny(Denial::TooManyContainers { count });
     }
-    let Ok(patch) = PatchBuilder::new(pod, spec).build(&found, keys) else {
+    let Ok(patch) = PatchBuilder::new(pod, spec).build(&found, keys, sidecars.nodes()) else {
         return Decision::Deny(Denial::PatchTooLarge);
     };
     Decision::Inject(Injection {

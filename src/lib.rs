@@ -9,7 +9,8 @@
 //!   [`annotations`] and [`name`] (the vocabulary), [`workload`] (kinds and references),
 //!   [`config`] (parse, load, revision, the set in force), [`injection`] (the decision and the
 //!   JSON patch), [`admission`] (an AdmissionReview in, a reply out), [`drift`] (the index and
-//!   its classification), [`maintenance`] (when restarts may start), [`explain`] (the checks
+//!   its classification), [`nodes`] (what the nodes' kubelets run), [`maintenance`] (when
+//!   restarts may start), [`explain`] (the checks
 //!   of `explain`) and [`rollout`] (the state machine, the planner, campaigns, health, change
 //!   text, the publication rules).
 //! - The I/O shell: [`cluster`] (client, watches, lists, the status and history ConfigMaps,
@@ -40,6 +41,7 @@ pub mod explain;
 pub mod injection;
 pub mod maintenance;
 pub mod name;
+pub mod nodes;
 pub mod rollout;
 pub mod workload;
 

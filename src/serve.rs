@@ -582,13 +582,25 @@ fn start_cluster_parts(
         ));
         lease_task
     });
-    // What the webhook injects is what the sources serve with the pins and holds of the
-    // campaign book, and a warning on sidecars whose campaign is paused (known from the
-    // status ConfigMap).
     ClusterParts {
-        served: book_signals.map_or(sidecars, |signals| signals.served),
+        served: served(client, book_signals, sidecars),
         stopped_first: [lease_task, publisher_task],
     }
+}
+
+/// What the webhook injects: what the sources serve with the pins and holds of the campaign
+/// book, and a warning on sidecars whose campaign is paused (known from the status
+/// ConfigMap), for the nodes as they are (`nativeSidecars: auto`).
+fn served(
+    client: &kube::Client,
+    book: Option<crate::cluster::status::BookSignals>,
+    sidecars: watch::Receiver<Arc<SidecarSet>>,
+) -> watch::Receiver<Arc<SidecarSet>> {
+    let served = book.map_or(sidecars, |signals| signals.served);
+    crate::cluster::nodes::served_for_nodes(
+        served,
+        crate::cluster::nodes::watch_nodes(client.clone()),
+    )
 }
 
 /// One port's server, serving.

@@ -489,3 +489,36 @@ fn a_job_that_keeps_a_native_sidecar_classic_is_warned_of() {
         "{body}"
     );
 }
+
+#[test]
+fn a_job_with_an_auto_sidecar_is_warned_of_only_where_no_node_runs_native_sidecars() {
+    let auto = "name: proxy:v1\nnativeSidecars: auto\ncontainers: [{name: proxy, image: 'p:1'}]\n";
+    let review_json = job_review(
+        "Job",
+        json!({"kind": "Job", "spec": {"template": pod_template(Some("proxy:v1"))}}),
+    );
+    let warnings = |nodes: &[(&str, &str)]| {
+        let set: SidecarSet = [LoadedSidecar::new(
+            parse_config("t.yaml", auto).unwrap().config,
+            "t.yaml",
+        )]
+        .into_iter()
+        .collect();
+        let set = set.with_nodes(std::sync::Arc::new(crate::nodes::NodeKubelets::listed(
+            nodes.iter().copied(),
+        )));
+        let answer = review(
+            &serde_json::to_vec(&review_json).unwrap(),
+            &set,
+            &InjectionSettings::default(),
+        )
+        .unwrap();
+        let body: Value = serde_json::from_slice(&answer.body).unwrap();
+        body["response"].get("warnings").cloned()
+    };
+    // One node runs them: the Job's pods get them natively, whatever the other nodes run.
+    assert_eq!(warnings(&[("a", "v1.36.3"), ("old", "v1.28.0")]), None);
+    // None does: classic, and the Job would never complete.
+    assert!(warnings(&[("old", "v1.28.0")]).is_some());
+    assert!(warnings(&[]).is_some(), "no node known");
+}

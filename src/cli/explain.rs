@@ -285,6 +285,7 @@ impl Live {
         let served = book
             .served(&book.pinned(&sidecars).0, &super::hints::HINTS)
             .0;
+        let served = super::one_shot::for_the_nodes(&client, served).await;
         let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,

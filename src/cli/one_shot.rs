@@ -210,6 +210,32 @@ impl OneShot {
     }
 }
 
+/// `sidecars` for the cluster's nodes, when a config chooses its form by them
+/// (`nativeSidecars: auto`): listed once; a refusal is said, and leaves them unknown (those
+/// configs judged classic), as the webhook does while it cannot list them.
+pub(crate) async fn for_the_nodes(client: &kube::Client, sidecars: SidecarSet) -> SidecarSet {
+    let by_nodes = sidecars
+        .iter()
+        .any(|s| s.config.native_sidecars() == crate::config::NativeSidecars::Auto);
+    if !by_nodes {
+        return sidecars;
+    }
+    match crate::cluster::nodes::list_nodes(client).await {
+        Ok(nodes) => sidecars.with_nodes(std::sync::Arc::new(nodes)),
+        Err(err) => {
+            notice(
+                tracing::Level::WARN,
+                &format!(
+                    "cannot list the nodes, so `nativeSidecars: auto` configs are judged classic, as the webhook injects them while it cannot list nodes either: {}",
+                    crate::cluster::error_text(&err)
+                ),
+                &[],
+            );
+            sidecars
+        }
+    }
+}
+
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution, in
 /// --context when given (as kubectl).
 pub(crate) async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Result<kube::Client> {

@@ -181,6 +181,8 @@ pub struct SidecarSet {
     /// What the webhook tells the creator of a pod it injects with a sidecar (its campaign is
     /// paused, say), by sidecar.
     warnings: BTreeMap<SidecarName, Arc<str>>,
+    /// What the nodes' kubelets run (`nativeSidecars: auto`); unknown without a cluster.
+    nodes: Arc<crate::nodes::NodeKubelets>,
 }
 
 impl SidecarSet {
@@ -256,7 +258,20 @@ impl SidecarSet {
         Self {
             by_name: self.by_name.clone(),
             warnings,
+            nodes: self.nodes.clone(),
         }
+    }
+
+    /// The same configs, injected for nodes as `nodes` says they are.
+    pub(crate) fn with_nodes(&self, nodes: Arc<crate::nodes::NodeKubelets>) -> Self {
+        Self {
+            nodes,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> &crate::nodes::NodeKubelets {
+        &self.nodes
     }
 
     /// The warning for injecting `name`, when there is one.

@@ -45,6 +45,10 @@ pub(crate) enum NativeSidecars {
     /// `jobs`: the pods of Jobs (a classic sidecar would keep them from completing); other
     /// pods get the classic form.
     Jobs,
+    /// `auto`: native where the pod's node (before scheduling: every node) runs a kubelet that
+    /// starts native sidecars, and in a Job's pods where some node does; classic where the
+    /// nodes are not known.
+    Auto,
 }
 
 impl Serialize for NativeSidecars {
@@ -53,6 +57,7 @@ impl Serialize for NativeSidecars {
             NativeSidecars::Never => serializer.serialize_bool(false),
             NativeSidecars::Always => serializer.serialize_bool(true),
             NativeSidecars::Jobs => serializer.serialize_str("jobs"),
+            NativeSidecars::Auto => serializer.serialize_str("auto"),
         }
     }
 }
@@ -69,8 +74,9 @@ impl<'de> Deserialize<'de> for NativeSidecars {
             Written::Flag(true) => Ok(NativeSidecars::Always),
             Written::Flag(false) => Ok(NativeSidecars::Never),
             Written::Word(word) if word == "jobs" => Ok(NativeSidecars::Jobs),
+            Written::Word(word) if word == "auto" => Ok(NativeSidecars::Auto),
             Written::Word(word) => Err(serde::de::Error::custom(format!(
-                "expected true, false or jobs, found {word:?}"
+                "expected true, false, jobs or auto, found {word:?}"
             ))),
         }
     }
@@ -145,12 +151,21 @@ impl SidecarConfig {
         self.native_sidecars.unwrap_or_default()
     }
 
-    /// Whether a pod (of a Job, or not) gets its sidecars as native sidecars.
-    pub(crate) fn native_for(&self, job_pod: bool) -> bool {
+    /// Whether a pod (of a Job, or not) whose nodes support native sidecars as `nodes` says
+    /// gets its sidecars as native sidecars.
+    pub(crate) fn native_for(&self, job_pod: bool, nodes: &crate::nodes::NativeSupport) -> bool {
+        use crate::nodes::NativeSupport;
         match self.native_sidecars() {
             NativeSidecars::Never => false,
             NativeSidecars::Always => true,
             NativeSidecars::Jobs => job_pod,
+            // A Job's pod with a classic sidecar never completes anywhere; native, it does on
+            // every node that runs native sidecars.
+            NativeSidecars::Auto => match nodes {
+                NativeSupport::Everywhere => true,
+                NativeSupport::Somewhere { .. } => job_pod,
+                NativeSupport::Nowhere { .. } | NativeSupport::Unknown => false,
+            },
         }
     }
 

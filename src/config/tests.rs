@@ -755,7 +755,7 @@ fn a_child_inherits_the_native_form_of_its_parent() {
 }
 
 #[test]
-fn native_sidecars_takes_true_false_or_jobs_and_names_anything_else() {
+fn native_sidecars_takes_true_false_jobs_or_auto_and_names_anything_else() {
     let text = |value: &str| {
         format!(
             "name: proxy:v1\nnativeSidecars: {value}\ncontainers: [{{name: proxy, image: p:1}}]\n"
@@ -765,6 +765,7 @@ fn native_sidecars_takes_true_false_or_jobs_and_names_anything_else() {
         ("true", NativeSidecars::Always),
         ("false", NativeSidecars::Never),
         ("jobs", NativeSidecars::Jobs),
+        ("auto", NativeSidecars::Auto),
     ] {
         assert_eq!(
             parse_config("test.yaml", &text(value))
@@ -778,7 +779,7 @@ fn native_sidecars_takes_true_false_or_jobs_and_names_anything_else() {
     let err = parse_err(&text("sometimes"));
     assert!(
         err.to_string()
-            .contains("expected true, false or jobs, found \"sometimes\""),
+            .contains("expected true, false, jobs or auto, found \"sometimes\""),
         "{err}"
     );
     assert_eq!(err.line, Some(2));

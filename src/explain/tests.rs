@@ -584,6 +584,46 @@ fn a_jobs_pod_is_told_which_sidecars_keep_it_running_and_which_are_native() {
         "{}",
         explained.message
     );
+    // Chosen by the nodes: which way, and why.
+    let text = text.replace("nativeSidecars: jobs", "nativeSidecars: auto");
+    let auto: SidecarSet = std::iter::once(LoadedSidecar::new(
+        parse_config("config/logger-v1.yaml", &text).unwrap().config,
+        "config/logger-v1.yaml",
+    ))
+    .collect();
+    let plain_pod = pod(json!({"injector/request": "logger:v1"}));
+    let plain = PodView::deserialize(&plain_pod).unwrap();
+    let on = |nodes: &[(&str, &str)]| {
+        let set = auto.with_nodes(std::sync::Arc::new(crate::nodes::NodeKubelets::listed(
+            nodes.iter().copied(),
+        )));
+        injection(
+            &plain,
+            None,
+            "team",
+            &set,
+            &settings(MissingSidecarPolicy::Deny),
+        )
+        .message
+    };
+    let native = on(&[("a", "v1.36.3")]);
+    assert!(
+        native.ends_with(
+            ", as native sidecars: auto, every node's kubelet runs native sidecars (1.29+))"
+        ),
+        "{native}"
+    );
+    let classic = on(&[("a", "v1.36.3"), ("b", "v1.27.1")]);
+    assert!(
+        classic
+            .ends_with(", classic: auto, node b runs kubelet 1.27, before native sidecars (1.29))"),
+        "{classic}"
+    );
+    let unknown = on(&[]);
+    assert!(
+        unknown.ends_with(", classic: auto, the nodes' kubelet versions are not known)"),
+        "{unknown}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The patch builder: the pod as the requested sidecars leave it, kept as deltas against the
 //! received pod, turned into one explicit operation per change (one function per kind).
 
+use crate::nodes::NodeKubelets;
 use std::borrow::Cow;
 
 use foldhash::{HashSet, HashSetExt};
@@ -269,10 +270,10 @@ impl<'v, 's: 'v> TargetContainer<'v, 's> {
 /// A sidecar's container lists with where each goes: a classic config's prepended, init and
 /// appended containers; a native config's own init containers, which run to completion
 /// first (network setup), then its sidecars, all in initContainers.
-fn injected_lists(
-    sidecar: &LoadedSidecar,
-    pod: NativeFor,
-) -> [(Placement, &[Container], &[RenderedJson]); 3] {
+fn injected_lists<'s>(
+    sidecar: &'s LoadedSidecar,
+    pod: &NativeFor,
+) -> [(Placement, &'s [Container], &'s [RenderedJson]); 3] {
     let (config, rendered) = (&sidecar.config, &sidecar.rendered);
     if pod.native(config) {
         let place = match config.native_placement() {
@@ -329,24 +330,36 @@ pub(super) struct PatchBuilder<'v, 's> {
 }
 
 /// What of a pod decides whether a config's sidecars go in natively.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct NativeFor {
     /// Its controller is a Job (`nativeSidecars: jobs`).
     pub(crate) job_pod: bool,
     /// `NS/native-sidecars: "false"` keeps its sidecars classic.
     pub(crate) kept_classic: bool,
+    /// Whether the nodes it may run on start native sidecars (`nativeSidecars: auto`).
+    pub(crate) nodes: crate::nodes::NativeSupport,
+}
+
+impl Default for NativeFor {
+    fn default() -> Self {
+        Self {
+            job_pod: false,
+            kept_classic: false,
+            nodes: crate::nodes::NativeSupport::Unknown,
+        }
+    }
 }
 
 impl NativeFor {
     /// Whether this pod gets `config`'s sidecars as native sidecars.
-    pub(crate) fn native(self, config: &crate::config::SidecarConfig) -> bool {
-        !self.kept_classic && config.native_for(self.job_pod)
+    pub(crate) fn native(&self, config: &crate::config::SidecarConfig) -> bool {
+        !self.kept_classic && config.native_for(self.job_pod, &self.nodes)
     }
 
     /// The sidecars of `injection` that, injected into this pod of a Job, would keep the
     /// Job from completing: they inject containers, and not natively here.
     pub(crate) fn keeping_the_job_running(
-        self,
+        &self,
         injection: &super::Injection<'_>,
         sidecars: &crate::config::SidecarSet,
     ) -> Vec<String> {
@@ -363,8 +376,10 @@ impl NativeFor {
             .collect()
     }
 
-    pub(crate) fn of(pod: &PodView<'_>, keys: &AnnotationKeys) -> Self {
+    pub(crate) fn of(pod: &PodView<'_>, keys: &AnnotationKeys, nodes: &NodeKubelets) -> Self {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         Self {
+            nodes: nodes.native_support(node),
             job_pod: pod.metadata.of_a_job(),
             kept_classic: pod
                 .metadata
@@ -450,7 +465,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         {
             self.injected_native.push(sidecar.name());
         }
-        for (placement, typed, values) in injected_lists(sidecar, self.native) {
+        for (placement, typed, values) in injected_lists(sidecar, &self.native) {
             for (container, rendered) in typed.iter().zip(values) {
                 self.containers.push(TargetContainer::new(Origin::Sidecar {
                     placement,
@@ -560,8 +575,9 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         mut self,
         sidecars: &[&'s LoadedSidecar],
         keys: &AnnotationKeys,
+        nodes: &NodeKubelets,
     ) -> Result<JsonPatch<'s>, PatchTooLarge> {
-        self.native = NativeFor::of(self.pod, keys);
+        self.native = NativeFor::of(self.pod, keys, nodes);
         for sidecar in sidecars {
             self.apply(sidecar);
             if self.patch_bytes > MAX_PATCH_BYTES {

@@ -86,6 +86,9 @@ pub(crate) struct PodSpecView<'a> {
     pub(crate) job_template: Option<Box<PodView<'a>>>,
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub(crate) service_account_name: Option<Cow<'a, str>>,
+    /// Set on a pod already scheduled (or created for a node): whose kubelet runs it.
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
+    pub(crate) node_name: Option<Cow<'a, str>>,
     /// Deprecated alias the apiserver still fills; kept in step with `serviceAccountName`.
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub(crate) service_account: Option<Cow<'a, str>>,

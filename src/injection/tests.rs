@@ -473,7 +473,7 @@ fn annotations_map_is_created_when_absent() {
     let spec = view.spec.as_ref().unwrap();
     let sidecar = set.iter().next().unwrap();
     let patch = PatchBuilder::new(&view, spec)
-        .build(&[sidecar], &AnnotationKeys::default())
+        .build(&[sidecar], &AnnotationKeys::default(), &Default::default())
         .expect("a small patch");
     let result = apply(&pod, &patch);
     assert_eq!(

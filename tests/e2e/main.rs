@@ -17,6 +17,7 @@ mod history;
 mod in_place;
 mod injection;
 mod monitoring;
+mod native;
 mod rollout_command;
 mod toolbox;
 

@@ -252,3 +252,70 @@ fn a_pod_says_which_of_its_sidecars_were_injected_natively() {
     let classic = inject(&copied, &set);
     assert_eq!(classic["metadata"]["annotations"].get(native_key), None);
 }
+
+fn on_nodes(set: crate::config::SidecarSet, nodes: &[(&str, &str)]) -> crate::config::SidecarSet {
+    set.with_nodes(std::sync::Arc::new(crate::nodes::NodeKubelets::listed(
+        nodes.iter().copied(),
+    )))
+}
+
+fn of_a_job(mut pod: Value) -> Value {
+    pod["metadata"]["ownerReferences"] = json!([
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "uid": "u", "controller": true}
+    ]);
+    pod
+}
+
+fn native_proxy(pod: &Value) -> bool {
+    restart_policy(&pod["spec"]["initContainers"], "proxy") == Some("Always")
+}
+
+#[test]
+fn with_native_sidecars_auto_the_nodes_kubelets_choose_the_form() {
+    let auto = PROXY.replace("nativeSidecars: true", "nativeSidecars: auto");
+    let configs = sidecars(&[&auto]);
+    // No node known (no cluster, or nodes not listed yet): classic, the form every kubelet runs.
+    assert!(!native_proxy(&inject(&with_migrate(), &configs)));
+    assert!(!native_proxy(&inject(&of_a_job(with_migrate()), &configs)));
+    // Every kubelet 1.29+: native.
+    let new = on_nodes(configs.clone(), &[("a", "v1.33.2"), ("b", "v1.36.3")]);
+    let pod = inject(&with_migrate(), &new);
+    assert_eq!(
+        names(&pod["spec"]["initContainers"]),
+        ["net-setup", "proxy", "migrate"]
+    );
+    assert!(native_proxy(&pod));
+    assert_eq!(
+        pod["metadata"]["annotations"]["injector/injected-native"],
+        "proxy:v1"
+    );
+    // One old kubelet: classic, but a Job's pods get native sidecars (a classic one would
+    // never let them complete anywhere).
+    let mixed = on_nodes(configs.clone(), &[("a", "v1.33.2"), ("old", "v1.28.9")]);
+    assert!(!native_proxy(&inject(&with_migrate(), &mixed)));
+    assert!(native_proxy(&inject(&of_a_job(with_migrate()), &mixed)));
+    // A pod already bound to a node goes by that node's kubelet alone.
+    let on = |node: &str| {
+        let mut pod = with_migrate();
+        pod["spec"]["nodeName"] = json!(node);
+        native_proxy(&inject(&pod, &mixed))
+    };
+    assert!(on("a"));
+    assert!(!on("old"));
+    // Every form of an auto config is one revision, not the classic or the native config's.
+    let revision = |set: &crate::config::SidecarSet| set.iter().next().unwrap().revision.clone();
+    assert_eq!(
+        inject(&with_migrate(), &new)["metadata"]["annotations"]["injector/revision"],
+        inject(&with_migrate(), &mixed)["metadata"]["annotations"]["injector/revision"]
+    );
+    assert_ne!(revision(&configs), revision(&sidecars(&[PROXY])));
+    assert_ne!(
+        revision(&configs),
+        revision(&sidecars(&[&PROXY.replace("nativeSidecars: true\n", "")]))
+    );
+    // The annotation that keeps a workload classic holds under auto too.
+    let kept = PodBuilder(with_migrate())
+        .annotation("injector/native-sidecars", "false")
+        .build();
+    assert!(!native_proxy(&inject(&kept, &new)));
+}
