@@ -1213,6 +1213,8 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
 
     in_place_upgrade(&client, &pods, &deployments, &configmaps).await;
     native_sidecar(&pods, &deployments, &configmaps).await;
+    native_stop_order(&pods, &configmaps).await;
+    native_in_place(&client, &pods, &deployments, &configmaps).await;
     native_migration(&client, &pods, &deployments, &configmaps).await;
     uninstall(&pods, &deployments).await;
 }
@@ -1344,6 +1346,208 @@ async fn native_sidecar(
     for name in ["native", "classic"] {
         configmaps.delete(name, &Default::default()).await.unwrap();
     }
+}
+
+/// A deleted pod's native sidecar is stopped after its app: the app takes two seconds to
+/// exit on SIGTERM, the sidecar exits at once on it, and each writes its name on exit into a
+/// directory of the node (hostPath): the app's line comes first. Stopped together, the
+/// sidecar's would.
+async fn native_stop_order(pods: &Api<Pod>, configmaps: &Api<ConfigMap>) {
+    let dir = tempfile::Builder::new()
+        .prefix("sidecar-injector-stop-order-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let log = dir.path().join("log");
+    let on_term = |line: &str, wait: &str| {
+        format!(
+            "trap '{wait}echo {line} >> /order/log; exit 0' TERM; touch /tmp/started; while true; do sleep 1; done"
+        )
+    };
+    let text = format!(
+        "name: ordered:v1\nnativeSidecars: true\ncontainers:\n  - name: ordered\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [sh, -c, {:?}]\n    readinessProbe: {{exec: {{command: [test, -f, /tmp/started]}}, periodSeconds: 1}}\nvolumes:\n  - {{name: order, hostPath: {{path: {}, type: Directory}}}}\nvolumeMounts:\n  - {{name: order, mountPath: /order}}\n",
+        on_term("sidecar", ""),
+        dir.path().display(),
+    );
+    let config: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "ordered", "labels": {"sidecar-injector.io/config": "true"}},
+        "data": {"ordered.yaml": text},
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    wait_both_publish(configmaps, "ordered:v1").await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "ordered", "labels": {"app": "ordered"},
+                     "annotations": {"injector/request": "ordered:v1"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 20,
+            "containers": [{
+                "name": "app",
+                "image": "localhost/busybox:1.35",
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", on_term("app", "sleep 2; ")],
+                "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/started"]}, "periodSeconds": 1},
+            }],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    eventually(
+        DEADLINE,
+        "ordered: its native sidecar and app running",
+        || async {
+            let pod = pods.get_opt("ordered").await.ok().flatten()?;
+            (ready(&pod) && native_running(&pod, "ordered") && running(&pod).contains("app"))
+                .then_some(())
+        },
+    )
+    .await;
+    pods.delete("ordered", &Default::default()).await.unwrap();
+    eventually(DEADLINE, "ordered: the pod gone", || async {
+        pods.get_opt("ordered")
+            .await
+            .ok()
+            .is_some_and(|p| p.is_none())
+            .then_some(())
+    })
+    .await;
+    let order = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        order.lines().collect::<Vec<_>>(),
+        ["app", "sidecar"],
+        "the sidecar is stopped once the app has exited"
+    );
+    configmaps
+        .delete("ordered", &Default::default())
+        .await
+        .unwrap();
+}
+
+/// The native sidecar of `pod` named `name`: its image and container ID as the kubelet
+/// reports them, and its restart count.
+fn native_status(pod: &Pod, name: &str) -> Option<(String, String, i32)> {
+    pod.status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .map(|c| {
+            (
+                c.image.clone(),
+                c.container_id.clone().unwrap_or_default(),
+                c.restart_count,
+            )
+        })
+}
+
+/// An image-only change of a native sidecar is made in place: the same pods (uids), one at a
+/// time, the kubelet restarting only that init container (a new container ID on the new
+/// image), the app never restarted, no new ReplicaSet.
+async fn native_in_place(
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    deployments: &Api<Deployment>,
+    configmaps: &Api<ConfigMap>,
+) {
+    let config = |image: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "npatch", "labels": {"sidecar-injector.io/config": "true"}},
+            "data": {"npatch.yaml": format!(
+                "name: npatch:v1\nnativeSidecars: true\ncontainers:\n  - name: npatch\n    image: {image}\n    imagePullPolicy: Never\n    command: [sh, -c, 'exec sleep 100000']\n    readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}\n"
+            )},
+        }))
+        .unwrap()
+    };
+    configmaps
+        .create(&PostParams::default(), &config("localhost/busybox:1.35"))
+        .await
+        .unwrap();
+    wait_both_publish(configmaps, "npatch:v1").await;
+    let mut workload = deployment("native-inplace", 2, Some("npatch:v1"));
+    workload.spec.as_mut().unwrap().strategy = Some(
+        serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+        )
+        .unwrap(),
+    );
+    deployments
+        .create(&PostParams::default(), &workload)
+        .await
+        .unwrap();
+    let before = eventually(DEADLINE, "native-inplace: 2 pods running", || async {
+        let list = pods_of(pods, "native-inplace").await;
+        (list.len() == 2
+            && list
+                .iter()
+                .all(|p| ready(p) && native_running(p, "npatch") && running(p).contains("app")))
+        .then_some(list)
+    })
+    .await;
+    // Each pod's sidecar container, by pod uid.
+    let first: BTreeMap<String, String> = before
+        .iter()
+        .map(|p| {
+            let (_, id, _) = native_status(p, "npatch").unwrap();
+            (p.metadata.uid.clone().unwrap(), id)
+        })
+        .collect();
+    let old_stamp = stamp(&before[0]).unwrap().to_owned();
+
+    edit(configmaps, config("localhost/busybox:next")).await;
+    let upgraded = eventually(
+        Duration::from_secs(180),
+        "native-inplace: both sidecars restarted on busybox:next",
+        || async {
+            let list = pods_of(pods, "native-inplace").await;
+            (list.len() == 2
+                && list.iter().all(|p| {
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    ready(p)
+                        && stamp(p).is_some_and(|s| s.starts_with("npatch:v1=") && s != old_stamp)
+                        && native_status(p, "npatch").is_some_and(|(image, id, _)| {
+                            image.contains("busybox:next")
+                                && first.get(&uid).is_some_and(|before| *before != id)
+                        })
+                }))
+            .then_some(list)
+        },
+    )
+    .await;
+    for pod in &upgraded {
+        let name = pod.metadata.name.as_deref().unwrap();
+        assert!(
+            first.contains_key(pod.metadata.uid.as_deref().unwrap()),
+            "{name}: the same pod"
+        );
+        let (app_restarts, _) = container_status(pod, "app").unwrap();
+        assert_eq!(app_restarts, 0, "{name}: the app never restarted");
+        let (_, _, sidecar_restarts) = native_status(pod, "npatch").unwrap();
+        assert!(sidecar_restarts >= 1, "{name}: the sidecar was restarted");
+        assert!(native_running(pod, "npatch"), "{name}: still native");
+    }
+    assert_eq!(
+        replicasets_of(client, "native-inplace").await,
+        1,
+        "no new ReplicaSet"
+    );
+    deployments
+        .delete("native-inplace", &Default::default())
+        .await
+        .unwrap();
+    eventually(DEADLINE, "native-inplace's pods gone", || async {
+        pods_of(pods, "native-inplace")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    configmaps
+        .delete("npatch", &Default::default())
+        .await
+        .unwrap();
 }
 
 /// A Job of `request` whose app exits at once.
