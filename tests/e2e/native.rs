@@ -10,28 +10,7 @@ const PROXY_AUTO: &str = "name: proxy:v1\nnativeSidecars: auto\ncontainers:\n  -
 /// Whether the webhook would inject `proxy:v1` natively into a new pod now: a server-side dry
 /// run, which goes through the webhook and creates nothing.
 fn native_now(ctx: &TestContext) -> bool {
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "probe", "annotations": {"injector/request": "proxy:v1"}},
-        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
-    });
-    let kubeconfig = support::cluster::control_plane().kubeconfig.clone();
-    let output = kubectl(
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "-n",
-            &ctx.namespace,
-            "create",
-            "--dry-run=server",
-            "-o",
-            "json",
-            "-f",
-            "-",
-        ],
-        &[],
-        &pod.to_string(),
-    );
+    let output = dry_run_pod(ctx, "proxy:v1", &["-o", "json"]);
     assert!(
         output.status.success(),
         "{}",

@@ -417,27 +417,33 @@ pub fn kubectl(
 /// `request` in the test's namespace: it goes through the webhook and creates nothing.
 /// `None` when kubectl fails.
 pub fn dry_run_warnings(ctx: &TestContext, request: &str) -> Option<String> {
+    let output = dry_run_pod(ctx, request, &[]);
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// `kubectl create --dry-run=server EXTRA` of a pod requesting `request` in the test's
+/// namespace: it goes through the webhook and creates nothing. Whatever its exit status.
+pub fn dry_run_pod(ctx: &TestContext, request: &str, extra: &[&str]) -> std::process::Output {
     let pod = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "probe", "annotations": {"injector/request": request}},
         "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
     });
     let kubeconfig = super::cluster::control_plane().kubeconfig.clone();
-    let args = [
+    let mut args = vec![
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
         "-n",
         &ctx.namespace,
         "create",
         "--dry-run=server",
-        "-f",
-        "-",
     ];
-    let output = kubectl(&args, &[], &pod.to_string());
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stderr).into_owned())
+    args.extend_from_slice(extra);
+    args.extend(["-f", "-"]);
+    kubectl(&args, &[], &pod.to_string())
 }
 
 /// The revision history the engine keeps in the test's namespace, when there is one.
