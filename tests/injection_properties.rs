@@ -95,8 +95,10 @@ fn config(index: usize) -> impl Strategy<Value = String> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(move |(containers, prepend, init, env, mounts, volumes, account, net, pid, alias)| {
+        .prop_map(move |(containers, prepend, init, env, mounts, volumes, account, net, pid, alias, native, last)| {
             let rename = |list: Vec<Value>| -> Vec<Value> {
                 list.into_iter()
                     .map(|mut c| {
@@ -118,6 +120,10 @@ fn config(index: usize) -> impl Strategy<Value = String> {
             });
             if let Some(account) = account {
                 config["serviceAccountName"] = json!(account);
+            }
+            if native {
+                config["nativeSidecars"] = json!(true);
+                config["nativeSidecarPlacement"] = json!(if last { "last" } else { "first" });
             }
             if alias {
                 config["hostAliases"] = json!([{"ip": format!("10.0.0.{index}"), "hostnames": ["x.internal"]}]);
@@ -198,6 +204,10 @@ fn load(configs: &[String]) -> SidecarSet {
         .collect()
 }
 
+fn spec_list(pod: &Value, key: &str) -> Vec<Value> {
+    pod["spec"][key].as_array().cloned().unwrap_or_default()
+}
+
 fn container_names(pod: &Value) -> Vec<String> {
     ["containers", "initContainers"]
         .iter()
@@ -240,6 +250,34 @@ proptest! {
         for own in container_names(&pod) {
             prop_assert!(names.contains(&own));
         }
+        // A native config's containers are init containers that restart, a classic one's
+        // regular containers; the pod's own init containers keep their order; the pod names
+        // exactly the sidecars it got natively.
+        let list = |key: &str| spec_list(&patched, key);
+        let mut natively = Vec::new();
+        for index in &order {
+            let config: Value = serde_json::from_str(&configs[*index]).unwrap();
+            let sidecars_of: Vec<Value> = ["containers", "prependContainers"]
+                .iter()
+                .flat_map(|key| config[key].as_array().cloned().unwrap_or_default())
+                .collect();
+            let is_native = config["nativeSidecars"] == json!(true);
+            for container in &sidecars_of {
+                let in_init = list("initContainers").iter().find(|c| c["name"] == container["name"]).cloned();
+                prop_assert_eq!(in_init.is_some(), is_native, "{}", container["name"]);
+                if let Some(init) = in_init {
+                    prop_assert_eq!(&init["restartPolicy"], &json!("Always"));
+                }
+            }
+            if is_native && !sidecars_of.is_empty() {
+                natively.push(format!("sidecar-{index}:v1"));
+            }
+        }
+        let own_init: Vec<Value> = spec_list(&pod, "initContainers").into_iter().map(|c| c["name"].clone()).collect();
+        let kept: Vec<Value> = list("initContainers").into_iter().map(|c| c["name"].clone()).filter(|n| own_init.contains(n)).collect();
+        prop_assert_eq!(kept, own_init);
+        let said = patched["metadata"]["annotations"]["injector/injected-native"].as_str().map(str::to_owned);
+        prop_assert_eq!(said, (!natively.is_empty()).then(|| natively.join(",")));
         let unique: BTreeSet<&String> = names.iter().collect();
         prop_assert_eq!(unique.len(), names.len(), "container names are unique");
 
