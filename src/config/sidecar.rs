@@ -179,6 +179,12 @@ impl SidecarConfig {
     }
 
     /// Every container this config injects, in the order the pod will list them.
+    /// Whether it injects containers that keep running beside the app (`containers`,
+    /// `prependContainers`), not only init containers that run to completion.
+    pub(crate) fn runs_sidecars(&self) -> bool {
+        !self.containers.is_empty() || !self.prepend_containers.is_empty()
+    }
+
     pub fn injected_containers(&self) -> impl Iterator<Item = &Container> {
         self.prepend_containers
             .iter()

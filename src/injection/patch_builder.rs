@@ -369,8 +369,7 @@ impl NativeFor {
             .filter_map(|(name, _)| sidecars.get(name))
             .filter(|s| {
                 let config = &s.config;
-                !self.native(config)
-                    && (!config.containers.is_empty() || !config.prepend_containers.is_empty())
+                !self.native(config) && config.runs_sidecars()
             })
             .map(|s| s.config.name.to_string())
             .collect()
@@ -460,9 +459,7 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     fn apply(&mut self, sidecar: &'s LoadedSidecar) {
         let config = &sidecar.config;
         let rendered = &sidecar.rendered;
-        if self.native.native(config)
-            && (!config.containers.is_empty() || !config.prepend_containers.is_empty())
-        {
+        if self.native.native(config) && config.runs_sidecars() {
             self.injected_native.push(sidecar.name());
         }
         for (placement, typed, values) in injected_lists(sidecar, &self.native) {
