@@ -53,10 +53,13 @@ impl fmt::Display for KubeletVersion {
 pub struct NodeKubelets {
     /// `None` until the nodes were listed (or when they cannot be).
     listed: Option<BTreeMap<String, Option<KubeletVersion>>>,
+    /// What every node together supports, for a pod not yet scheduled: kept as the nodes
+    /// change, so that a review does not go over every node.
+    unscheduled: NativeSupport,
 }
 
 /// Whether the nodes a pod may run on start native sidecars, and if not, why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) enum NativeSupport {
     /// Its node does, or, before it is scheduled, every node does.
     Everywhere,
@@ -65,6 +68,7 @@ pub(crate) enum NativeSupport {
     /// None does (or its node does not).
     Nowhere { old: NodeVersion },
     /// The nodes are not known (not listed yet, or not allowed to be).
+    #[default]
     Unknown,
 }
 
@@ -104,53 +108,59 @@ impl fmt::Display for NativeSupport {
 impl NodeKubelets {
     /// The nodes as listed: name and reported kubelet version.
     pub(crate) fn listed<'a>(nodes: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let nodes: BTreeMap<_, _> = nodes
+            .into_iter()
+            .map(|(name, version)| (name.to_owned(), KubeletVersion::parse(version)))
+            .collect();
         Self {
-            listed: Some(
-                nodes
-                    .into_iter()
-                    .map(|(name, version)| (name.to_owned(), KubeletVersion::parse(version)))
-                    .collect(),
-            ),
+            unscheduled: every_node(&nodes),
+            listed: Some(nodes),
         }
     }
 
     /// One node added or changed (after a first list).
     pub(crate) fn apply(&mut self, name: &str, version: &str) {
-        self.listed
-            .get_or_insert_default()
-            .insert(name.to_owned(), KubeletVersion::parse(version));
+        let nodes = self.listed.get_or_insert_default();
+        nodes.insert(name.to_owned(), KubeletVersion::parse(version));
+        self.unscheduled = every_node(nodes);
     }
 
     pub(crate) fn delete(&mut self, name: &str) {
         if let Some(nodes) = &mut self.listed {
             nodes.remove(name);
+            self.unscheduled = every_node(nodes);
         }
     }
 
     /// What the nodes of a pod on `node` (or not yet scheduled: `None`) support.
     pub(crate) fn native_support(&self, node: Option<&str>) -> NativeSupport {
-        let Some(nodes) = &self.listed else {
-            return NativeSupport::Unknown;
+        let (Some(nodes), Some(node)) = (&self.listed, node.filter(|n| !n.is_empty())) else {
+            return self.unscheduled.clone();
         };
-        let old = |(name, version): (&String, &Option<KubeletVersion>)| NodeVersion {
-            node: name.clone(),
-            version: *version,
-        };
-        if let Some(node) = node.filter(|n| !n.is_empty()) {
-            return match nodes.get_key_value(node) {
-                Some((_, Some(v))) if v.runs_native_sidecars() => NativeSupport::Everywhere,
-                Some(entry) => NativeSupport::Nowhere { old: old(entry) },
-                None => NativeSupport::Unknown,
-            };
+        match nodes.get_key_value(node) {
+            Some((_, Some(v))) if v.runs_native_sidecars() => NativeSupport::Everywhere,
+            Some(entry) => NativeSupport::Nowhere { old: old(entry) },
+            None => NativeSupport::Unknown,
         }
-        let runs = |v: &Option<KubeletVersion>| v.is_some_and(KubeletVersion::runs_native_sidecars);
-        let first_old = nodes.iter().find(|(_, v)| !runs(v)).map(old);
-        match first_old {
-            _ if nodes.is_empty() => NativeSupport::Unknown,
-            None => NativeSupport::Everywhere,
-            Some(old) if nodes.values().any(runs) => NativeSupport::Somewhere { old },
-            Some(old) => NativeSupport::Nowhere { old },
-        }
+    }
+}
+
+fn old((name, version): (&String, &Option<KubeletVersion>)) -> NodeVersion {
+    NodeVersion {
+        node: name.clone(),
+        version: *version,
+    }
+}
+
+/// What `nodes` together support: every one, some, none (naming one that does not).
+fn every_node(nodes: &BTreeMap<String, Option<KubeletVersion>>) -> NativeSupport {
+    let runs = |v: &Option<KubeletVersion>| v.is_some_and(KubeletVersion::runs_native_sidecars);
+    let first_old = nodes.iter().find(|(_, v)| !runs(v)).map(old);
+    match first_old {
+        _ if nodes.is_empty() => NativeSupport::Unknown,
+        None => NativeSupport::Everywhere,
+        Some(old) if nodes.values().any(runs) => NativeSupport::Somewhere { old },
+        Some(old) => NativeSupport::Nowhere { old },
     }
 }
 
