@@ -292,6 +292,9 @@ pub struct SidecarDrift {
     /// when the running injector keeps one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) campaign: Option<String>,
+    /// While that campaign runs or settles: the earliest it can end by the restart budget.
+    #[serde(rename = "expectedEnd", skip_serializing_if = "Option::is_none")]
+    pub(crate) expected_end: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// What an operator should know: why the campaign is paused, or that the sidecar's rollout
     /// policy is manual.
     #[serde(skip_serializing_if = "Option::is_none")]

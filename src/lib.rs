@@ -9,7 +9,7 @@
 //!   [`annotations`] and [`name`] (the vocabulary), [`workload`] (kinds and references),
 //!   [`config`] (parse, load, revision, the set in force), [`injection`] (the decision and the
 //!   JSON patch), [`admission`] (an AdmissionReview in, a reply out), [`drift`] (the index and
-//!   its classification), [`nodes`] (what the nodes' kubelets run), [`maintenance`] (when
+//!   its classification), [`nodes`] (what the nodes' kubelets run), [`token_bucket`] (the API rate limit), [`maintenance`] (when
 //!   restarts may start), [`explain`] (the checks
 //!   of `explain`) and [`rollout`] (the state machine, the planner, campaigns, health, change
 //!   text, the publication rules).
@@ -43,6 +43,7 @@ pub mod maintenance;
 pub mod name;
 pub mod nodes;
 pub mod rollout;
+pub(crate) mod token_bucket;
 pub mod workload;
 
 pub mod cli;

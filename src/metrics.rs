@@ -267,6 +267,12 @@ pub(crate) struct SidecarLabels {
     pub(crate) sidecar: String,
 }
 
+/// The buckets of `sidecar_injector_kube_rate_limiter_duration_seconds`: 1 ms to 16 s, as
+/// client-go's `rest_client_rate_limiter_duration_seconds` spans.
+pub(crate) fn rate_limiter_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
 /// The kube client's requests by API verb (`sidecar_injector_kube_requests_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct VerbLabels {
@@ -315,6 +321,8 @@ pub(crate) struct Metrics {
     pub(crate) rollout_api_requests: Family<CallLabels, Counter>,
     pub(crate) rollout_api_errors: Family<CallLabels, Counter>,
     pub(crate) kube_requests: Family<VerbLabels, Counter>,
+    /// Each API request's wait for the client-side rate limit.
+    pub(crate) kube_rate_limiter_wait: Histogram,
     /// Tumblr's series too, with `serve --tumblr-metrics`.
     pub(crate) tumblr: Option<tumblr::TumblrMetrics>,
     /// The sidecars the drift gauge has series for.
@@ -489,6 +497,13 @@ impl Metrics {
             "Requests this process sent to the Kubernetes API server, by verb as the API server names it (a watch counts once, when it starts)",
             kube_requests.clone(),
         );
+        let kube_rate_limiter_wait = rate_limiter_histogram();
+        registry.register_with_unit(
+            "kube_rate_limiter_duration",
+            "Time each request to the Kubernetes API server waited for the client-side rate limit (--kube-api-qps, --kube-api-burst)",
+            Unit::Seconds,
+            kube_rate_limiter_wait.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -545,6 +560,7 @@ impl Metrics {
             rollout_api_requests,
             rollout_api_errors,
             kube_requests,
+            kube_rate_limiter_wait,
             tumblr: None,
             drift_sidecars: Mutex::default(),
             campaign_sidecars: Mutex::default(),

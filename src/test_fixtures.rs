@@ -78,6 +78,7 @@ pub(crate) fn campaign(
         reverted: None,
         failed_before: Vec::new(),
         held: None,
+        expected_end: None,
     }
 }
 

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::annotations::DEFAULT_ANNOTATION_NAMESPACE;
 use crate::injection::{DEFAULT_IGNORED_NAMESPACES, MissingSidecarPolicy};
 use crate::telemetry::{LogFormat, LogLevel};
+use crate::token_bucket::RateLimit;
 
 mod serve;
 mod values;
@@ -486,6 +487,47 @@ pub(crate) struct ConnectionArgs {
     /// The kubeconfig context to use, as kubectl's --context.
     #[arg(long)]
     pub(crate) context: Option<String>,
+    #[command(flatten)]
+    pub(crate) rate: KubeApiRateArgs,
+}
+
+/// The client-side limit on requests to the API server, as kube-controller-manager's flags of
+/// the same names.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct KubeApiRateArgs {
+    /// Requests a second to the Kubernetes API server, at most, after the burst (0: no limit).
+    #[arg(long, default_value_t = RateLimit::DEFAULT.qps, value_parser = parse_qps)]
+    pub(crate) kube_api_qps: f64,
+    /// Requests to the Kubernetes API server that may go at once after a quiet spell.
+    #[arg(long, default_value_t = RateLimit::DEFAULT.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) kube_api_burst: u32,
+}
+
+impl KubeApiRateArgs {
+    pub(crate) fn limit(&self) -> RateLimit {
+        RateLimit {
+            qps: self.kube_api_qps,
+            burst: self.kube_api_burst,
+        }
+    }
+}
+
+impl Default for KubeApiRateArgs {
+    fn default() -> Self {
+        Self {
+            kube_api_qps: RateLimit::DEFAULT.qps,
+            kube_api_burst: RateLimit::DEFAULT.burst,
+        }
+    }
+}
+
+fn parse_qps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(qps) if qps.is_finite() && qps >= 0.0 => Ok(qps),
+        _ => Err(format!(
+            "expected a number of requests a second, 0 or more (0: no limit), found {text:?}"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

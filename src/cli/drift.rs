@@ -21,7 +21,7 @@ pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             keys,
             sidecars,
             configs_unread,
-        } = OneShot::connect(&args.cluster).await?;
+        } = OneShot::connect(&args.cluster, "drift").await?;
         let webhook_configuration = args.cluster.webhook_configuration();
         let index = crate::cluster::list::index(
             &client,

@@ -97,6 +97,7 @@ fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explan
         &cluster.connection,
         &cluster.injector_namespace,
         cluster.published_max_age,
+        "explain",
     )?;
     let text = if file == "-" {
         std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?
@@ -274,7 +275,7 @@ impl Live {
             keys,
             sidecars,
             configs_unread,
-        } = OneShot::connect(&args.cluster).await?;
+        } = OneShot::connect(&args.cluster, "explain").await?;
         let namespace = args
             .namespace
             .clone()

@@ -25,6 +25,7 @@ pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
         &args.connection,
         &args.injector_namespace,
         args.published_max_age,
+        "inject",
     )?;
     let settings = InjectionSettings {
         spelling: &super::hints::SPELLING,

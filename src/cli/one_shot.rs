@@ -192,8 +192,9 @@ pub(crate) struct OneShot {
 }
 
 impl OneShot {
-    pub(crate) async fn connect(args: &OneShotArgs) -> anyhow::Result<Self> {
-        let client = one_shot_client(&args.connection).await?;
+    /// Connects for `command` (the user agent names it).
+    pub(crate) async fn connect(args: &OneShotArgs, command: &str) -> anyhow::Result<Self> {
+        let client = one_shot_client(&args.connection, command).await?;
         let (sidecars, configs_unread) = one_shot_configs(
             &client,
             &args.configs,
@@ -238,7 +239,10 @@ pub(crate) async fn for_the_nodes(client: &kube::Client, sidecars: SidecarSet) -
 
 /// The cluster for the one-shot commands: --kubeconfig, or the usual resolution, in
 /// --context when given (as kubectl).
-pub(crate) async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Result<kube::Client> {
+pub(crate) async fn one_shot_client(
+    connection: &ConnectionArgs,
+    command: &str,
+) -> anyhow::Result<kube::Client> {
     let (kubeconfig, context) = (
         connection.kubeconfig.as_deref(),
         connection.context.as_deref(),
@@ -262,7 +266,12 @@ pub(crate) async fn one_shot_client(connection: &ConnectionArgs) -> anyhow::Resu
             .await
             .context("no cluster: set KUBECONFIG, have ~/.kube/config, or pass --kubeconfig")?,
     };
-    Ok(counted_client(config, Default::default())?)
+    Ok(counted_client(
+        config,
+        command,
+        connection.rate.limit(),
+        Default::default(),
+    )?)
 }
 
 /// The configs a manifest is judged against (`inject -f`, `explain -f`): the config directory,
@@ -275,6 +284,7 @@ pub(crate) fn manifest_configs(
     connection: &ConnectionArgs,
     injector_namespace: &str,
     published_max_age: std::time::Duration,
+    command: &str,
 ) -> anyhow::Result<SidecarSet> {
     let dir = &configs.config_directory;
     let outside_a_checkout = dir == Path::new(DEFAULT_CONFIG_DIRECTORY) && !dir.exists();
@@ -289,7 +299,7 @@ pub(crate) fn manifest_configs(
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = one_shot_client(connection).await.with_context(|| {
+        let client = one_shot_client(connection, command).await.with_context(|| {
             if outside_a_checkout {
                 format!(
                     "no {} directory here, and the cluster whose sidecar ConfigMaps would be read instead is not reachable (--config-directory DIR to read files)",

@@ -75,7 +75,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         Some(time) => *time,
         None => Timestamp::now(),
     };
-    let one_shot = OneShot::connect(&args.cluster).await?;
+    let one_shot = OneShot::connect(&args.cluster, "rollout").await?;
     let OneShot {
         client,
         keys,

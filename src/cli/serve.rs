@@ -11,7 +11,7 @@ use anyhow::Context;
 
 use super::args::*;
 use crate::annotations::AnnotationKeys;
-use crate::cluster::client::counted_client;
+use crate::cluster::client::{ClientMetrics, counted_client};
 use crate::engine::EngineMode;
 use crate::injection::InjectionSettings;
 use crate::metrics::Metrics;
@@ -44,7 +44,15 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
     let cluster = match runtime.block_on(cluster_config(&args, env))? {
         Some(config) => {
             let _guard = runtime.enter();
-            Some(counted_client(config, metrics.kube_requests.clone())?)
+            Some(counted_client(
+                config,
+                "serve",
+                args.kube_api_rate.limit(),
+                ClientMetrics {
+                    requests: metrics.kube_requests.clone(),
+                    rate_limiter_wait: metrics.kube_rate_limiter_wait.clone(),
+                },
+            )?)
         }
         None => None,
     };

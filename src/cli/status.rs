@@ -54,7 +54,7 @@ pub(crate) fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let client = one_shot_client(&args.connection).await?;
+        let client = one_shot_client(&args.connection, "status").await?;
         let namespace = &args.injector_namespace;
         let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
             .get_opt(status::STATUS_CONFIGMAP)
@@ -207,7 +207,7 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
         let note = match (&c.pause_reason, &c.resumed) {
             (Some(reason), _) => reason.clone(),
             (None, Some(r)) => format!("resumed by {} at {}", r.by, to_the_second(r.at.0)),
-            (None, None) => String::new(),
+            (None, None) => c.ends_note().unwrap_or_default(),
         };
         writeln!(
             out,
@@ -237,6 +237,7 @@ mod tests {
             connection: ConnectionArgs {
                 kubeconfig: None,
                 context: None,
+                rate: Default::default(),
             },
             injector_namespace: "injector-system".into(),
             published_max_age: std::time::Duration::from_secs(90),

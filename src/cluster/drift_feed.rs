@@ -281,6 +281,7 @@ fn reset(index: &mut DriftIndex, feed: Feed, metas: &[ObjectMeta], keys: &Annota
 /// paused, status), and stripped on arrival: only the [`WorkloadEntry`] stays.
 async fn feed_workloads<K>(
     api: Api<K>,
+    config: watcher::Config,
     kind: WorkloadKind,
     strip: fn(&K, &AnnotationKeys) -> WorkloadEntry,
     index: Arc<Mutex<DriftIndex>>,
@@ -293,7 +294,7 @@ async fn feed_workloads<K>(
     let failed = signals.clone();
     let mut changes = watch_noting_failures(
         api,
-        watcher::Config::default(),
+        config,
         "workload",
         move |object: K| {
             let meta = object.meta();
@@ -327,6 +328,7 @@ async fn feed_workloads<K>(
 
 async fn feed<K>(
     api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
     feed: Feed,
     index: Arc<Mutex<DriftIndex>>,
     keys: AnnotationKeys,
@@ -340,9 +342,9 @@ async fn feed<K>(
     let failed = signals.clone();
     let mut changes = watch_noting_failures(
         api,
-        watcher::Config::default(),
+        config,
         "drift",
-        |object: PartialObjectMeta<K>| Some(object.metadata),
+        |object: PartialObjectMeta<K>| Some(without_managed_fields(object.metadata)),
         move |err| failed.failed(err),
     );
     let mut first = true;
@@ -398,50 +400,17 @@ pub(crate) fn start(
             0
         },
     });
-    if let Some(name) = webhook_configuration {
-        follow_reach(&client, name, &index, &changed);
-    }
     let followed = FollowedPods::default();
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
-        Feed::Pods,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-        Some(followed.clone()),
-    ));
-    tokio::spawn(feed(
-        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
-        Feed::ReplicaSets,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-        None,
-    ));
-    tokio::spawn(feed_workloads(
-        Api::<Deployment>::all(client.clone()),
-        WorkloadKind::Deployment,
-        WorkloadEntry::from_deployment,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-    ));
-    tokio::spawn(feed_workloads(
-        Api::<StatefulSet>::all(client.clone()),
-        WorkloadKind::StatefulSet,
-        WorkloadEntry::from_statefulset,
-        index.clone(),
-        keys.clone(),
-        changed.clone(),
-    ));
-    tokio::spawn(feed_workloads(
-        Api::<DaemonSet>::all(client),
-        WorkloadKind::DaemonSet,
-        WorkloadEntry::from_daemonset,
-        index.clone(),
-        keys,
-        changed.clone(),
-    ));
+    {
+        let (index, changed, followed) = (index.clone(), changed.clone(), followed.clone());
+        tokio::spawn(async move {
+            let config = super::watch::large_list_config(&client).await;
+            if let Some(name) = webhook_configuration {
+                follow_reach(&client, name, &config, &index, &changed);
+            }
+            spawn_feeds(client, config, index, keys, changed, followed);
+        });
+    }
     info!("watching pods, ReplicaSets and workloads for drift");
     DriftFeed {
         index,
@@ -452,6 +421,63 @@ pub(crate) fn start(
     }
 }
 
+/// The watches of pods, ReplicaSets and workloads, each making its first list as `config`
+/// says.
+fn spawn_feeds(
+    client: Client,
+    config: watcher::Config,
+    index: Arc<Mutex<DriftIndex>>,
+    keys: AnnotationKeys,
+    changed: Arc<Signals>,
+    followed: FollowedPods,
+) {
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        config.clone(),
+        Feed::Pods,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+        Some(followed.clone()),
+    ));
+    tokio::spawn(feed(
+        Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+        config.clone(),
+        Feed::ReplicaSets,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+        None,
+    ));
+    tokio::spawn(feed_workloads(
+        Api::<Deployment>::all(client.clone()),
+        config.clone(),
+        WorkloadKind::Deployment,
+        WorkloadEntry::from_deployment,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed_workloads(
+        Api::<StatefulSet>::all(client.clone()),
+        config.clone(),
+        WorkloadKind::StatefulSet,
+        WorkloadEntry::from_statefulset,
+        index.clone(),
+        keys.clone(),
+        changed.clone(),
+    ));
+    tokio::spawn(feed_workloads(
+        Api::<DaemonSet>::all(client),
+        config,
+        WorkloadKind::DaemonSet,
+        WorkloadEntry::from_daemonset,
+        index.clone(),
+        keys,
+        changed.clone(),
+    ));
+}
+
 /// Follows the webhook configuration `name` and every namespace's labels into the index.
 /// Neither holds the sync back when the server refuses it (no rights to list namespaces,
 /// say): the index then counts every namespace as reached, as it did before. A list that
@@ -459,6 +485,7 @@ pub(crate) fn start(
 fn follow_reach(
     client: &Client,
     name: String,
+    config: &watcher::Config,
     index: &Arc<Mutex<DriftIndex>>,
     signals: &Arc<Signals>,
 ) {
@@ -478,9 +505,9 @@ fn follow_reach(
     );
     follow(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        watcher::Config::default(),
+        config.clone(),
         "namespace",
-        |namespace: PartialObjectMeta<Namespace>| Some(namespace.metadata),
+        |namespace: PartialObjectMeta<Namespace>| Some(without_managed_fields(namespace.metadata)),
         (index.clone(), signals.clone()),
         |index, change| match change {
             Change::Listed(metas) => index.reset_namespaces(&metas),
@@ -548,6 +575,13 @@ pub(crate) fn spawn_gauge(
             });
         }
     });
+}
+
+/// Metadata without its managedFields, which nothing here reads and which is most of a
+/// controller-made pod's metadata (a list of 50,000 pods held it all until the list ended).
+fn without_managed_fields(mut meta: ObjectMeta) -> ObjectMeta {
+    meta.managed_fields = None;
+    meta
 }
 
 #[cfg(test)]

@@ -96,6 +96,47 @@ where
     .boxed()
 }
 
+/// The watcher config of the large watches (pods, ReplicaSets, workloads): the first list
+/// streamed by the watch itself where the API server offers it (`sendInitialEvents`, the
+/// WatchList feature: on by default in 1.32 and from 1.34), so that neither side builds a
+/// whole list; else listed in pages of 500. One probe watch, of a pod name no pod has, tells
+/// which (a server without the feature refuses it).
+pub(crate) async fn large_list_config(client: &kube::Client) -> watcher::Config {
+    use futures::TryStreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::PartialObjectMeta;
+    const PROBE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+    let streaming = watcher::Config::default().streaming_lists();
+    let api: kube::Api<PartialObjectMeta<Pod>> = kube::Api::all(client.clone());
+    let probe = watcher::watcher(
+        api,
+        streaming
+            .clone()
+            .fields("metadata.name=sidecar-injector.streaming-list-probe"),
+    )
+    .try_filter(|event| std::future::ready(matches!(event, Event::InitDone)))
+    .boxed();
+    match tokio::time::timeout(PROBE_DEADLINE, probe.into_future()).await {
+        Ok((Some(Ok(_)), _)) => {
+            tracing::info!(
+                "the API server streams initial lists (sendInitialEvents): watching with them"
+            );
+            streaming
+        }
+        Ok((Some(Err(err)), _)) => {
+            tracing::info!(
+                "the API server does not stream initial lists ({}): listing in pages",
+                super::error_text(&err)
+            );
+            watcher::Config::default()
+        }
+        Ok((None, _)) | Err(_) => {
+            tracing::info!("no answer to a streaming list in {PROBE_DEADLINE:?}: listing in pages");
+            watcher::Config::default()
+        }
+    }
+}
+
 /// Whether the API server refused `err`'s request for as long as nothing changes on its side
 /// (no rights: 401, 403; a resource it does not serve: 404), rather than failed it in a way a
 /// retry may mend (a timeout, a 5xx, a 429, a dropped connection).

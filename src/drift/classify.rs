@@ -492,6 +492,7 @@ fn sidecar_rows(
                 .unwrap_or_default(),
             native: by_sidecar.get(name.as_str()).map_or(0, |c| c.1),
             campaign: None,
+            expected_end: None,
             note: None,
         })
         .chain(
@@ -504,6 +505,7 @@ fn sidecar_rows(
                     pods: *pods,
                     native: *native,
                     campaign: None,
+                    expected_end: None,
                     note: None,
                 }),
         )

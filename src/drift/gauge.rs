@@ -271,6 +271,7 @@ impl DriftGauge {
             // The metrics these rows feed count states, not forms.
             native: 0,
             campaign: None,
+            expected_end: None,
             note: None,
         };
         let mut rows: Vec<SidecarDrift> = wanted

@@ -722,6 +722,7 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         pods: StateCounts::default(),
         native: 0,
         campaign: None,
+        expected_end: None,
         note: None,
     };
     let row = |name: &str, sidecar: &str, state: DriftState| WorkloadDrift {

@@ -51,6 +51,7 @@ fn drift_of(sidecars: &[&str]) -> crate::drift::DriftReport {
                 },
                 native: 0,
                 campaign: None,
+                expected_end: None,
                 note: None,
             })
             .collect(),

@@ -109,6 +109,10 @@ pub(crate) struct Campaign {
     /// is released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) held: Option<Hold>,
+    /// While it runs or settles: the earliest it can end by the restart budget, once its
+    /// pending workloads have all started at `--max-restarts-per-minute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) expected_end: Option<Time>,
 }
 
 /// The revision new pods get while a campaign is paused, with its content (every replica
@@ -479,6 +483,20 @@ impl CampaignBook {
     }
 }
 
+impl Campaign {
+    /// "ends at the earliest 2026-12-02T14:05:00Z (restart budget)", while it has an expected
+    /// end.
+    pub(crate) fn ends_note(&self) -> Option<String> {
+        self.expected_end.as_ref().map(|end| {
+            format!(
+                "ends at the earliest {} ({} to restart, by --max-restarts-per-minute)",
+                super::to_the_second(end.0),
+                self.counts.pending
+            )
+        })
+    }
+}
+
 impl CampaignBook {
     /// Flags, on the drift report, the campaign of each sidecar's revision in force (a
     /// paused one with its reason) and the sidecars whose rollout policy is manual.
@@ -516,7 +534,10 @@ impl CampaignBook {
                         "reverted from {} ({})",
                         reverted.from, reverted.reason
                     ));
+                } else {
+                    row.note = campaign.ends_note();
                 }
+                row.expected_end = campaign.expected_end.clone();
             }
             if let Some(pin) = self
                 .pins

@@ -2793,3 +2793,76 @@ fn a_bake_failure_found_while_the_workload_is_healthy_fails_it_at_once() {
 }
 
 mod machine;
+
+/// 2,500 stale Deployments, 500 of them in one team's namespace: the first plan starts no more
+/// than --max-parallel, that namespace no more than its own limit, and the campaign says when
+/// its restart budget lets it end at the earliest.
+#[test]
+fn a_campaign_over_thousands_of_workloads_keeps_its_limits_and_names_its_end() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    world.settings.max_parallel = 20;
+    world.settings.max_restarts_per_minute = 30;
+    world.settings.max_parallel_per_namespace = 5;
+    let big: Vec<String> = (0..500).map(|i| format!("api-{i:03}")).collect();
+    let big: Vec<&str> = big.iter().map(String::as_str).collect();
+    stale_in(&mut world, "big-team", &big, None);
+    for team in 0..100 {
+        let namespace: &'static str = Box::leak(format!("team-{team:02}").into_boxed_str());
+        let names: Vec<String> = (0..20).map(|i| format!("svc-{i:02}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        stale_in(&mut world, namespace, &names, None);
+    }
+    let plan = world.step();
+    assert_eq!(plan.restarts.len(), 20, "--max-parallel holds");
+    let in_big = plan
+        .restarts
+        .iter()
+        .filter(|r| r.workload.namespace == "big-team")
+        .count();
+    assert!(in_big <= 5, "{in_big} restarts in big-team");
+    let campaign = &world.state.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Running);
+    let pending = campaign.counts.pending;
+    assert_eq!(pending + campaign.counts.rolling, 2_500);
+    // The first 30 go in this minute, then 30 a minute.
+    let minutes = i64::from((pending - 1) / 30);
+    let end = campaign.expected_end.as_ref().expect("an expected end").0;
+    assert_eq!(end, at(7200 + minutes * 60));
+    let note = campaign.ends_note().unwrap();
+    assert!(
+        note.contains(&format!("{pending} to restart")) && note.contains("ends at the earliest"),
+        "{note}"
+    );
+}
+
+#[test]
+fn the_expected_end_counts_from_the_settle_window_and_only_while_to_come() {
+    use crate::rollout::book::CampaignCounts;
+    use crate::rollout::planner::campaigns::expected_end;
+    let counts = CampaignCounts {
+        pending: 61,
+        ..Default::default()
+    };
+    let (settled, now) = (at(600), at(0));
+    assert_eq!(
+        expected_end(CampaignState::Settling, &counts, settled, now, 30),
+        Some(at(600 + 120))
+    );
+    assert_eq!(
+        expected_end(CampaignState::Running, &counts, settled, at(1000), 30),
+        Some(at(1000 + 120))
+    );
+    let none_left = CampaignCounts::default();
+    assert_eq!(
+        expected_end(CampaignState::Running, &none_left, settled, at(1000), 30),
+        Some(at(1000))
+    );
+    for state in [
+        CampaignState::Complete,
+        CampaignState::Paused,
+        CampaignState::Manual,
+    ] {
+        assert_eq!(expected_end(state, &counts, settled, now, 30), None);
+    }
+}

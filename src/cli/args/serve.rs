@@ -102,6 +102,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) master_url: Option<String>,
     #[command(flatten)]
+    pub(crate) kube_api_rate: super::KubeApiRateArgs,
+    #[command(flatten)]
     pub(crate) drift: DriftPolicyArgs,
     /// The rollout engine: restart stale workloads (auto), only plan and report (dry-run), or
     /// not run (off). Needs a cluster connection.

@@ -111,8 +111,44 @@ pub(super) fn settle_book(
             _ if c.pending + c.rolling > 0 => CampaignState::Running,
             _ => CampaignState::Complete,
         };
+        campaign.expected_end = expected_end(
+            campaign.state,
+            &c,
+            after(campaign.since.0, input.settings.settle),
+            input.now,
+            input.settings.max_restarts_per_minute,
+        )
+        .map(Time);
         campaign.counts = c;
     }
+}
+
+/// The earliest a campaign in `state` with `counts` left can end by the restart budget: its
+/// pending workloads started `per_minute` a minute, from `now` (from `settled`, the end of
+/// the settle window, while it settles). Rollouts take time of their own and
+/// `--max-parallel` may hold restarts back longer, so it ends at this time or later.
+pub(in crate::rollout) fn expected_end(
+    state: CampaignState,
+    counts: &CampaignCounts,
+    settled: Timestamp,
+    now: Timestamp,
+    per_minute: usize,
+) -> Option<Timestamp> {
+    let start = match state {
+        CampaignState::Running => now,
+        CampaignState::Settling => settled.max(now),
+        _ => return None,
+    };
+    let per_minute = u64::try_from(per_minute.max(1)).unwrap_or(u64::MAX);
+    let pending = u64::from(counts.pending);
+    // The first `per_minute` go at once, the next ones a minute later, and so on.
+    let minutes = pending.saturating_sub(1) / per_minute;
+    let minutes = i64::try_from(minutes).unwrap_or(i64::MAX / 120);
+    start
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_mins(
+            minutes.min(1 << 40),
+        ))
+        .ok()
 }
 
 /// A campaign to `revision` undoes `previous` when `previous` failed while taking pods away
@@ -175,6 +211,7 @@ pub(super) fn next_book(
                     changes: target.changes.clone(),
                     resumed: None,
                     held: None,
+                    expected_end: None,
                 },
             };
             (name.clone(), campaign)
