@@ -31,8 +31,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
+use support::bench::{gauge, samples, stamp_of};
 use support::cluster::{TestContext, put_config, rollout_args};
-use support::injector::{Injector, eventually};
+use support::injector::eventually;
 
 const TRACER_V1: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
 const TRACER_V2: &str = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
@@ -478,30 +479,4 @@ fn template_has(
         .as_ref()
         .and_then(|m| m.annotations.as_ref())
         .is_some_and(|a| a.contains_key(key))
-}
-
-/// The `injector/revision` item a config's text stamps, computed by the library.
-fn stamp_of(text: &str) -> String {
-    let config = sidecar_injector::config::parse_config("bench", text)
-        .unwrap()
-        .config;
-    sidecar_injector::config::LoadedSidecar::new(config, "bench").stamp
-}
-
-fn gauge(injector: &Injector, sidecar: &str, state: &str) -> f64 {
-    injector.metric(&format!(
-        "sidecar_injector_pods{{sidecar=\"{sidecar}\",state=\"{state}\"}}"
-    ))
-}
-
-/// Every sample of one metric family, keyed by its labels.
-fn samples(injector: &Injector, name: &str) -> BTreeMap<String, f64> {
-    let (_, body) = injector.lifecycle_get("/metrics");
-    body.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (labels, value) = rest.rsplit_once(' ')?;
-            Some((labels.to_owned(), value.parse().ok()?))
-        })
-        .collect()
 }

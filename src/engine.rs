@@ -320,7 +320,11 @@ impl Engine {
         }
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
+        let planning = std::time::Instant::now();
         let step = self.step(feed, &targets, &bakes_changed, now, conduct);
+        self.metrics
+            .rollout_plan_duration
+            .observe(planning.elapsed().as_secs_f64());
         self.wake_at = step.wake_at;
         self.metrics
             .rollouts_in_flight

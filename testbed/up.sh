@@ -3,6 +3,7 @@
 # kube-controller-manager (built by build.sh from the release testbed/k8s/go.mod pins). There is no kubelet, scheduler or network: pods are
 # stored and controllers act on them, but nothing runs them (a test "kubelet" has to mark them Ready).
 #   usage: up.sh STATE_DIR [BIN_DIR]
+#   K8S_TESTBED_CM_QPS (default 200) is the controller-manager's --kube-api-qps, its burst twice that.
 # Writes STATE_DIR/kubeconfig (cluster-admin token), STATE_DIR/pki/ca.{crt,key} (a CA the tests can use
 # to sign a webhook's serving certificate), logs and pid files; down.sh STATE_DIR stops it.
 set -euo pipefail
@@ -49,7 +50,7 @@ curl -sf --cacert "$P/ca.crt" -H 'Authorization: Bearer admin-token' "https://12
   || { echo "k8s-testbed: kube-apiserver did not become ready; see $S/apiserver.log" >&2; exit 1; }
 "$BIN/kube-controller-manager" --kubeconfig="$S/kubeconfig" --leader-elect=false --use-service-account-credentials=false \
   --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --secure-port=0 --controllers='*' \
-  --concurrent-deployment-syncs=10 --concurrent-replicaset-syncs=10 --kube-api-qps=200 --kube-api-burst=400 \
+  --concurrent-deployment-syncs=10 --concurrent-replicaset-syncs=10 --kube-api-qps="${K8S_TESTBED_CM_QPS:-200}" --kube-api-burst="$(( 2 * ${K8S_TESTBED_CM_QPS:-200} ))" \
   >"$S/controller-manager.log" 2>&1 &
 echo $! > "$S/controller-manager.pid"
 # the ServiceAccount admission plugin rejects pods until the ServiceAccount controller has made default

@@ -203,10 +203,13 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
         "{:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
         "SIDECAR", "REVISION", "STATE", "PENDING", "ROLLING", "SUCCEEDED", "FAILED"
     )?;
+    let window_closed = view.campaigns.maintenance.as_ref().is_some_and(|m| !m.open);
     for (sidecar, c) in &view.campaigns.campaigns {
         let note = match (&c.pause_reason, &c.resumed) {
             (Some(reason), _) => reason.clone(),
             (None, Some(r)) => format!("resumed by {} at {}", r.by, to_the_second(r.at.0)),
+            // Restarts wait for a closed window: the budget's end does not hold.
+            (None, None) if window_closed || view.book_full.is_some() => String::new(),
             (None, None) => c.ends_note().unwrap_or_default(),
         };
         writeln!(

@@ -568,7 +568,11 @@ pub(crate) fn spawn_gauge(
             tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
             changes.borrow_and_update();
             let wanted = sidecars.borrow_and_update().revisions_in_force();
+            let updating = std::time::Instant::now();
             let rows = gauge.update(&mut index.lock().expect("drift index lock"), &wanted);
+            metrics
+                .drift_gauge_update_duration
+                .observe(updating.elapsed().as_secs_f64());
             metrics.record_drift(&DriftReport {
                 sidecars: rows,
                 workloads: Vec::new(),

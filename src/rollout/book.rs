@@ -534,8 +534,6 @@ impl CampaignBook {
                         "reverted from {} ({})",
                         reverted.from, reverted.reason
                     ));
-                } else {
-                    row.note = campaign.ends_note();
                 }
                 row.expected_end = campaign.expected_end.clone();
             }
@@ -685,13 +683,30 @@ impl CampaignBook {
         for row in &mut report.sidecars {
             if row.note.is_none() && row.pods.stale + row.pods.uninjected > 0 {
                 row.note = Some(overflow.hinted(hints));
+                // Nothing restarts until the book has room: the budget's end does not hold.
+                row.expected_end = None;
             }
         }
     }
 
     /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
-    /// maintenance window is closed and when it opens.
+    /// maintenance window is closed and when it opens; else when their campaign ends at the
+    /// earliest.
     pub(crate) fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
+        self.flag_closed_window(report, now);
+        // The last note: a row with nothing more pressing to say says when its campaign ends.
+        for row in &mut report.sidecars {
+            if row.note.is_none() {
+                row.note = self
+                    .campaigns
+                    .get(&row.name)
+                    .filter(|c| row.expected_end.is_some() && c.expected_end == row.expected_end)
+                    .and_then(Campaign::ends_note);
+            }
+        }
+    }
+
+    fn flag_closed_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
         let Some(status) = self.maintenance.as_ref().filter(|m| !m.open) else {
             return;
         };
@@ -709,6 +724,8 @@ impl CampaignBook {
                     "outside maintenance window ({opens}; {})",
                     status.windows
                 ));
+                // Restarts wait for the window: the budget's end does not hold.
+                row.expected_end = None;
             }
         }
     }

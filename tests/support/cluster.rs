@@ -41,10 +41,18 @@ pub fn control_plane() -> &'static ControlPlane {
         })
 }
 
+/// kube-controller-manager's `--kube-api-qps` (burst twice that) for a control plane not yet
+/// started: the scale bench raises it for its set-up of 50,000 pods.
+pub static CONTROLLER_QPS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
 fn run_script(script: &str, args: &[&str]) -> Result<String, String> {
     let output = Command::new("bash")
         .arg(Path::new(ROOT).join("testbed").join(script))
         .args(args)
+        .env(
+            "K8S_TESTBED_CM_QPS",
+            CONTROLLER_QPS.get().copied().unwrap_or(200).to_string(),
+        )
         .output()
         .map_err(|e| format!("cannot run testbed/{script}: {e}"))?;
     if !output.status.success() {

@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod cluster;
 pub mod e2e;
 pub mod https;

@@ -1,0 +1,83 @@
+//! What the benches on the real control plane read off the injector and the cluster.
+
+use std::collections::BTreeMap;
+
+use super::injector::Injector;
+
+/// The `injector/revision` item a config's text stamps, computed by the library.
+pub fn stamp_of(text: &str) -> String {
+    let config = sidecar_injector::config::parse_config("bench", text)
+        .unwrap()
+        .config;
+    sidecar_injector::config::LoadedSidecar::new(config, "bench").stamp
+}
+
+/// The drift gauge's count of `sidecar`'s pods in `state`.
+pub fn gauge(injector: &Injector, sidecar: &str, state: &str) -> f64 {
+    injector.metric(&format!(
+        "sidecar_injector_pods{{sidecar=\"{sidecar}\",state=\"{state}\"}}"
+    ))
+}
+
+/// Every sample of one metric family, keyed by its labels.
+pub fn samples(injector: &Injector, name: &str) -> BTreeMap<String, f64> {
+    let (_, body) = injector.lifecycle_get("/metrics");
+    samples_in(&body, name)
+}
+
+/// Every sample of one metric family in a scrape, keyed by its labels.
+pub fn samples_in(body: &str, name: &str) -> BTreeMap<String, f64> {
+    body.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels, value) = rest.rsplit_once(' ')?;
+            Some((labels.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `q` quantile (0.5, 0.99) of a histogram in a scrape, as Prometheus'
+/// `histogram_quantile` reads it: the upper bound of the bucket it falls in. `None` before
+/// any observation.
+pub fn quantile(body: &str, histogram: &str, q: f64) -> Option<f64> {
+    let buckets: Vec<(f64, f64)> = samples_in(body, &format!("{histogram}_bucket"))
+        .into_iter()
+        .filter_map(|(labels, count)| {
+            let le = labels.split("le=\"").nth(1)?.split('"').next()?;
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((bound, count))
+        })
+        .collect();
+    let mut buckets = buckets;
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total == 0.0 {
+        return None;
+    }
+    buckets
+        .iter()
+        .find(|(_, count)| *count >= q * total)
+        .map(|(bound, _)| *bound)
+}
+
+/// The resident and peak resident memory of a process, in MiB (`VmRSS`, `VmHWM`).
+pub fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// `ok` or `MISSED`, for a figure beside its target.
+pub fn verdict(met: bool) -> &'static str {
+    if met { "ok" } else { "MISSED" }
+}
