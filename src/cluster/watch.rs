@@ -185,6 +185,58 @@ mod tests {
     use futures::executor::block_on;
     use futures::stream;
 
+    /// A client whose every request is answered `status` with `body`; the request URIs it saw.
+    fn answering(
+        status: u16,
+        body: &'static str,
+    ) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            record.lock().unwrap().push(request.uri().to_string());
+            std::future::ready(Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(status)
+                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                    .unwrap(),
+            ))
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    #[tokio::test]
+    async fn a_server_that_streams_initial_lists_is_watched_with_them() {
+        let (client, seen) = answering(
+            200,
+            r#"{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7","annotations":{"k8s.io/initial-events-end":"true"}}}}
+"#,
+        );
+        let config = large_list_config(&client).await;
+        assert_eq!(
+            config.initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen[0].contains("sendInitialEvents=true") && seen[0].contains("watch=true"),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_without_streaming_lists_is_listed_in_pages() {
+        let (client, _) = answering(
+            422,
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled","reason":"Invalid","code":422}"#,
+        );
+        let config = large_list_config(&client).await;
+        assert_eq!(
+            config.initial_list_strategy,
+            watcher::InitialListStrategy::ListWatch
+        );
+        assert_eq!(config.page_size, Some(500));
+    }
+
     fn collect(events: Vec<Result<Event<u32>, watcher::Error>>) -> Vec<Change<u32>> {
         // Odd numbers stand for objects the projection drops.
         let project = |n: u32| n.is_multiple_of(2).then_some(n * 10);
