@@ -38,8 +38,11 @@ const NAMESPACE: &str = "e2e-scale-bench";
 const QPS: f64 = 20.0;
 const BURST: f64 = 30.0;
 const MAX_PARALLEL: f64 = 50.0;
-/// Restarts measured before the campaign is left to itself: enough for a steady rate.
-const MEASURED_RESTARTS: usize = 200;
+/// Low enough to bind before --max-parallel does once restarts take seconds each.
+const RESTARTS_PER_MINUTE: f64 = 120.0;
+/// Restarts measured before the campaign is left to itself: more than a minute's worth, so
+/// that both limits are seen at work.
+const MEASURED_RESTARTS: usize = 300;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -75,6 +78,7 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
     let qps = QPS.to_string();
     let burst = BURST.to_string();
     let max_parallel = MAX_PARALLEL.to_string();
+    let per_minute = RESTARTS_PER_MINUTE.to_string();
     let serve_args = rollout_args(
         NAMESPACE,
         &[
@@ -84,7 +88,7 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
             "--settle",
             "1s",
             "--max-restarts-per-minute",
-            "600",
+            &per_minute,
             "--bake",
             "0s",
             "--kube-api-qps",
@@ -151,16 +155,21 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
     let injector = ctx.injector.as_ref().unwrap();
     eventually(
         Duration::from_secs(600),
-        "the restarted injector synced and leading",
+        "the restarted injector synced",
         || async {
             (gauge(injector, "tracer:v1", "current") == tracer_pods
-                && injector.metric("sidecar_injector_rollout_leader") == 1.0)
+                && gauge(injector, "logger:v1", "current") == (pods as f64 - tracer_pods))
                 .then_some(())
         },
     )
     .await;
     let first_sync = started.elapsed();
     let (rss_synced, _) = memory_mib(injector.pid());
+    // The killed injector's Lease has to expire before this one leads.
+    eventually(Duration::from_secs(120), "the injector leading", || async {
+        (injector.metric("sidecar_injector_rollout_leader") == 1.0).then_some(())
+    })
+    .await;
     let streamed = injector
         .logs()
         .iter()
@@ -177,6 +186,8 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
     let mut requests: VecDeque<(Instant, f64)> = VecDeque::new();
     let mut peak_rate_10s: f64 = 0.0;
     let mut most_in_flight: f64 = 0.0;
+    let mut restarts_seen: VecDeque<(Instant, f64)> = VecDeque::new();
+    let mut peak_restarts_a_minute: f64 = 0.0;
     let total_requests = |body: &str| -> f64 {
         samples_in(body, "sidecar_injector_kube_requests_total")
             .values()
@@ -210,7 +221,18 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
                 .values()
                 .sum(),
         );
-        if restarted_in(&body) - restarted_before >= goal {
+        let restarts_now = restarted_in(&body);
+        restarts_seen.push_back((now, restarts_now));
+        while restarts_seen
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > Duration::from_secs(60))
+        {
+            restarts_seen.pop_front();
+        }
+        if let Some((_, oldest)) = restarts_seen.front() {
+            peak_restarts_a_minute = peak_restarts_a_minute.max(restarts_now - oldest);
+        }
+        if restarts_now - restarted_before >= goal {
             break;
         }
         assert!(
@@ -268,6 +290,10 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
         most_in_flight <= MAX_PARALLEL,
         "{most_in_flight} workloads in flight, above --max-parallel {MAX_PARALLEL}"
     );
+    assert!(
+        peak_restarts_a_minute <= RESTARTS_PER_MINUTE,
+        "{peak_restarts_a_minute} restarts in a minute, above --max-restarts-per-minute {RESTARTS_PER_MINUTE}"
+    );
     assert!(restarts >= goal, "{restarts} restarts");
     if !measure {
         println!("scale_control_plane: smoke ok");
@@ -292,7 +318,7 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
         setup_took.as_secs_f64()
     );
     println!(
-        "  serve: --max-parallel {MAX_PARALLEL} --max-restarts-per-minute 600 --settle 1s --bake 0s --kube-api-qps {QPS} --kube-api-burst {BURST}; initial lists {}",
+        "  serve: --max-parallel {MAX_PARALLEL} --max-restarts-per-minute {RESTARTS_PER_MINUTE} --settle 1s --bake 0s --kube-api-qps {QPS} --kube-api-burst {BURST}; initial lists {}",
         if streamed {
             "streamed (sendInitialEvents)"
         } else {
@@ -336,7 +362,7 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
     }
     println!("  LIST requests after the initial sync: {lists} (target 0) ok");
     println!(
-        "  peak request rate: {peak_rate_10s} in 10 s (target <= burst + 10 x qps = {rate_bound}) ok; most workloads in flight {most_in_flight} (--max-parallel {MAX_PARALLEL}) ok"
+        "  peak request rate: {peak_rate_10s} in 10 s (target <= burst + 10 x qps = {rate_bound}) ok; most workloads in flight {most_in_flight} (--max-parallel {MAX_PARALLEL}) ok; most restarts in a minute {peak_restarts_a_minute} (--max-restarts-per-minute {RESTARTS_PER_MINUTE}) ok"
     );
     let wall_ratio = drift.0 / kubectl.0;
     let memory_ratio = drift.1 / kubectl.1;
