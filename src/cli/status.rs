@@ -338,4 +338,40 @@ mod tests {
         let fits = view(Some(&configmap), None, &args, now).unwrap();
         assert!(fits.book_full.is_none());
     }
+
+    #[test]
+    fn a_running_campaign_says_when_it_ends_unless_a_closed_window_holds_it() {
+        let mut book = CampaignBook::default();
+        let campaign: crate::rollout::Campaign = serde_json::from_value(serde_json::json!({
+            "revision": "aaaaaaaaaaaa", "since": "2027-01-15T08:00:00Z", "state": "running",
+            "counts": {"pending": 2400, "rolling": 5, "succeeded": 95, "failed": 0},
+            "expectedEnd": "2027-01-15T09:20:00Z"
+        }))
+        .unwrap();
+        book.campaigns.insert("logger:v1".into(), campaign);
+        let args = table_args();
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let table = |book: &CampaignBook| {
+            let configmap =
+                status::status_object("injector-system", None, status::encode(None, book));
+            let view = view(Some(&configmap), None, &args, now).unwrap();
+            let mut table = Vec::new();
+            write_table(&mut table, &view, "injector-system").unwrap();
+            String::from_utf8(table).unwrap()
+        };
+        let running = table(&book);
+        assert!(
+            running.contains(
+                "ends at the earliest 2027-01-15T09:20:00Z (2400 to restart, by --max-restarts-per-minute)"
+            ),
+            "{running}"
+        );
+        book.maintenance = serde_json::from_value(serde_json::json!({
+            "open": false, "windows": "Sat 02:00-04:00", "until": "2027-01-16T02:00:00Z"
+        }))
+        .ok();
+        assert!(book.maintenance.is_some(), "the maintenance status parses");
+        let held = table(&book);
+        assert!(!held.contains("ends at the earliest"), "{held}");
+    }
 }

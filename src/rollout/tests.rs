@@ -2834,6 +2834,20 @@ fn a_campaign_over_thousands_of_workloads_keeps_its_limits_and_names_its_end() {
         note.contains(&format!("{pending} to restart")) && note.contains("ends at the earliest"),
         "{note}"
     );
+    // `drift` says it on the sidecar's row, and in its JSON.
+    let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
+    let mut report = world.index.classify_revisions(&wanted, &world.policy);
+    let book = &world.state.book;
+    book.flag(&mut report, &Default::default(), &crate::cli::hints::HINTS);
+    book.flag_window(&mut report, world.now);
+    let row = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
+    assert_eq!(row.note.as_deref(), Some(note.as_str()));
+    let json = serde_json::to_value(row).unwrap();
+    assert_eq!(
+        json["expectedEnd"],
+        serde_json::json!(end.to_string()),
+        "{json}"
+    );
 }
 
 #[test]
