@@ -38,14 +38,6 @@ pub struct AnnotationKeys {
 }
 
 impl AnnotationKeys {
-    /// `NS/`, which every key here begins with.
-    pub(crate) fn prefix(&self) -> String {
-        self.request
-            .strip_suffix("request")
-            .unwrap_or(&self.request)
-            .to_owned()
-    }
-
     pub fn new(namespace: &str) -> Self {
         let key = |suffix: &str| format!("{namespace}/{suffix}");
         Self {
@@ -76,21 +68,6 @@ impl Default for AnnotationKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_key_begins_with_the_prefix() {
-        let keys = AnnotationKeys::new("injector.tumblr.com");
-        assert_eq!(keys.prefix(), "injector.tumblr.com/");
-        for key in [
-            &keys.request,
-            &keys.status,
-            &keys.revision,
-            &keys.rolled_at,
-            &keys.injected_native,
-        ] {
-            assert!(key.starts_with(&keys.prefix()), "{key}");
-        }
-    }
 
     #[test]
     fn keys_follow_the_namespace() {

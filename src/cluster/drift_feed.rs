@@ -340,12 +340,11 @@ async fn feed<K>(
         Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let failed = signals.clone();
-    let ours = keys.prefix();
     let mut changes = watch_noting_failures(
         api,
         config,
         "drift",
-        move |object: PartialObjectMeta<K>| Some(what_the_index_reads(object.metadata, &ours)),
+        |object: PartialObjectMeta<K>| Some(without_managed_fields(object.metadata)),
         move |err| failed.failed(err),
     );
     let mut first = true;
@@ -589,78 +588,10 @@ fn without_managed_fields(mut meta: ObjectMeta) -> ObjectMeta {
     meta
 }
 
-/// Of a pod's or ReplicaSet's metadata, what the index and the followed pods read: its key and
-/// version, labels (for the webhook's objectSelector), the annotations under `ours` (`NS/`),
-/// the controller among its owners, and whether it is being deleted. A relist holds every
-/// object until it ends; cut down, 50,000 pods take a fraction of what they did whole.
-fn what_the_index_reads(meta: ObjectMeta, ours: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        resource_version: meta.resource_version,
-        generation: meta.generation,
-        deletion_timestamp: meta.deletion_timestamp,
-        labels: meta.labels,
-        annotations: meta.annotations.map(|mut annotations| {
-            annotations.retain(|key, _| key.starts_with(ours));
-            annotations
-        }),
-        owner_references: meta.owner_references.map(|owners| {
-            owners
-                .into_iter()
-                .filter(|o| o.controller == Some(true))
-                .collect()
-        }),
-        ..ObjectMeta::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_fixtures::PodMeta;
-
-    #[test]
-    fn the_index_is_fed_its_keys_and_nothing_else_and_reads_the_same() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
-        let keys = AnnotationKeys::default();
-        let mut meta = PodMeta::new("shop", "web-1")
-            .owner("ReplicaSet", "web-6f9")
-            .annotation(&keys.request, "logger:v1")
-            .annotation(&keys.status, "injected")
-            .annotation(&keys.revision, "logger:v1=abc")
-            .annotation("prometheus.io/scrape", "true")
-            .0;
-        meta.managed_fields = Some(vec![ManagedFieldsEntry::default(); 3]);
-        meta.owner_references
-            .get_or_insert_with(Vec::new)
-            .push(OwnerReference {
-                kind: "Node".into(),
-                name: "n1".into(),
-                ..Default::default()
-            });
-        meta.labels = Some([("app".to_owned(), "web".to_owned())].into());
-        meta.uid = Some("u-1".into());
-        let slim = what_the_index_reads(meta.clone(), &keys.prefix());
-        assert!(slim.managed_fields.is_none() && slim.uid.is_none());
-        let annotations = slim.annotations.as_ref().unwrap();
-        assert_eq!(annotations.len(), 3, "{annotations:?}");
-        assert!(!annotations.contains_key("prometheus.io/scrape"));
-        assert_eq!(slim.owner_references.as_ref().unwrap().len(), 1);
-        assert_eq!(slim.labels, meta.labels);
-        // The index reads the cut-down pod exactly as the whole one.
-        let (mut whole, mut cut) = (DriftIndex::default(), DriftIndex::default());
-        whole.apply_pod(&meta, &keys);
-        cut.apply_pod(&slim, &keys);
-        let wanted: crate::config::RevisionsInForce = [("logger:v1".to_owned(), "abc".to_owned())]
-            .into_iter()
-            .collect();
-        let policy = DriftPolicy::default();
-        assert_eq!(
-            serde_json::to_value(whole.classify_revisions(&wanted, &policy)).unwrap(),
-            serde_json::to_value(cut.classify_revisions(&wanted, &policy)).unwrap()
-        );
-    }
 
     fn meta(name: &str, version: &str) -> ObjectMeta {
         PodMeta::new("shop", name).version(version).0
