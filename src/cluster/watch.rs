@@ -1,6 +1,8 @@
-//! One way to consume a kube watcher: its relist buffering (`Init`, `InitApply`...,
-//! `InitDone`) folded into a single [`Change::Listed`] with everything listed, each object cut
-//! down on arrival, errors logged (the watcher relists on its own, with backoff).
+//! Two ways to consume a kube watcher, each object cut down on arrival and errors logged (the
+//! watcher relists on its own, with backoff): its relist (`Init`, `InitApply`..., `InitDone`)
+//! folded into a single [`Change::Listed`] with everything listed, for the small watches; or
+//! its events as they come ([`events_noting_failures`]), for the large ones, whose consumer
+//! applies a relist item by item so that no whole list is ever held.
 
 use futures::{Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
@@ -31,32 +33,50 @@ pub(crate) fn changes<K, T>(
 fn changes_noting_failures<K, T>(
     events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     what: &'static str,
-    mut project: impl FnMut(K) -> Option<T>,
-    mut failed: impl FnMut(&watcher::Error),
+    project: impl FnMut(K) -> Option<T>,
+    failed: impl FnMut(&watcher::Error),
 ) -> impl Stream<Item = Change<T>> {
     let mut relist: Option<Vec<T>> = None;
-    events.filter_map(move |event| {
+    projected(events, what, project, failed).filter_map(move |event| {
         let change = match event {
-            Ok(Event::Init) => {
+            Event::Init => {
                 relist = Some(Vec::new());
                 None
             }
-            Ok(Event::InitApply(object)) => {
-                if let Some(item) = project(object) {
-                    relist.get_or_insert_with(Vec::new).push(item);
-                }
+            Event::InitApply(item) => {
+                relist.get_or_insert_with(Vec::new).push(item);
                 None
             }
-            Ok(Event::InitDone) => Some(Change::Listed(relist.take().unwrap_or_default())),
-            Ok(Event::Apply(object)) => project(object).map(Change::Applied),
-            Ok(Event::Delete(object)) => project(object).map(Change::Deleted),
+            Event::InitDone => Some(Change::Listed(relist.take().unwrap_or_default())),
+            Event::Apply(item) => Some(Change::Applied(item)),
+            Event::Delete(item) => Some(Change::Deleted(item)),
+        };
+        std::future::ready(change)
+    })
+}
+
+/// `events` with each object projected by `project` (which may drop it) and each failure
+/// logged, then handed to `failed`.
+fn projected<K, T>(
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    what: &'static str,
+    mut project: impl FnMut(K) -> Option<T>,
+    mut failed: impl FnMut(&watcher::Error),
+) -> impl Stream<Item = Event<T>> {
+    events.filter_map(move |event| {
+        let event = match event {
+            Ok(Event::Init) => Some(Event::Init),
+            Ok(Event::InitApply(object)) => project(object).map(Event::InitApply),
+            Ok(Event::InitDone) => Some(Event::InitDone),
+            Ok(Event::Apply(object)) => project(object).map(Event::Apply),
+            Ok(Event::Delete(object)) => project(object).map(Event::Delete),
             Err(err) => {
                 warn!("{what} watch failed, retrying: {}", super::error_text(&err));
                 failed(&err);
                 None
             }
         };
-        std::future::ready(change)
+        std::future::ready(event)
     })
 }
 
@@ -88,6 +108,29 @@ where
     T: Send + 'static,
 {
     changes_noting_failures(
+        init_after_success(watcher::watcher(api, config)).backoff(DefaultBackoff::default()),
+        what,
+        project,
+        failed,
+    )
+    .boxed()
+}
+
+/// As [`watch_noting_failures`], the events as they come: a relist is `Init`, then each
+/// object listed as `InitApply`, then `InitDone` (after which what was not listed is gone). A
+/// relist that fails midway starts again with `Init`.
+pub(crate) fn events_noting_failures<K, T>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    project: impl FnMut(K) -> Option<T> + Send + 'static,
+    failed: impl FnMut(&watcher::Error) + Send + 'static,
+) -> impl Stream<Item = Event<T>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Send + 'static,
+{
+    projected(
         init_after_success(watcher::watcher(api, config)).backoff(DefaultBackoff::default()),
         what,
         project,

@@ -64,6 +64,11 @@ pub struct DriftIndex {
     /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry. Bare pods have no
     /// entry; their slot stays empty.
     pub(super) workloads: [ByNamespace<WorkloadEntry>; 4],
+    /// While a relist of pods is under way: the pods it listed so far (that request a
+    /// sidecar), so that its end removes the others.
+    relisted_pods: Option<HashSet<Key>>,
+    /// The same for ReplicaSets.
+    relisted_replicasets: Option<ByNamespace<()>>,
     /// Kept only once [`DriftIndex::track_changes`] was called (by the gauge's owner).
     changes: Option<IndexChanges>,
     /// What the webhook configuration's namespaceSelectors reach; `None` (not followed, or
@@ -135,7 +140,11 @@ impl DriftIndex {
             return;
         };
         let before = self.pods.get(&key).map(|pod| &pod.labels);
-        match PodEntry::project(meta, keys, &mut self.interned, before) {
+        let entry = PodEntry::project(meta, keys, &mut self.interned, before);
+        if let (Some(relisted), Some(_)) = (&mut self.relisted_pods, &entry) {
+            relisted.insert(key.clone());
+        }
+        match entry {
             // A status-only update (most pod events) changes nothing here.
             Some(entry) if self.pods.get(&key) != Some(&entry) => {
                 self.changed_pod(&key);
@@ -174,10 +183,27 @@ impl DriftIndex {
         metas: impl IntoIterator<Item = &'m ObjectMeta>,
         keys: &AnnotationKeys,
     ) {
-        self.pods.clear();
+        self.start_pod_relist();
         for meta in metas {
             self.apply_pod(meta, keys);
         }
+        self.end_pod_relist();
+    }
+
+    /// A relist of pods starts: each pod it lists is applied as it comes, and
+    /// [`DriftIndex::end_pod_relist`] removes those it did not list. Until then the index
+    /// holds what it held before and what was listed since, never a whole list at once. A
+    /// relist that starts again forgets what the first listed.
+    pub(crate) fn start_pod_relist(&mut self) {
+        self.relisted_pods = Some(HashSet::default());
+    }
+
+    /// The relist is over: exactly the pods it listed (and those applied since it started).
+    pub(crate) fn end_pod_relist(&mut self) {
+        let Some(relisted) = self.relisted_pods.take() else {
+            return;
+        };
+        self.pods.retain(|key, _| relisted.contains(key));
         self.prune_interned();
         self.changed_everything();
     }
@@ -192,6 +218,12 @@ impl DriftIndex {
             .flatten()
             .find(|o| o.controller == Some(true) && o.kind == "Deployment")
             .map(|o| self.interned.text(&o.name));
+        if let Some(relisted) = &mut self.relisted_replicasets {
+            relisted
+                .entry(namespace.clone())
+                .or_default()
+                .insert(name.clone(), ());
+        }
         let previous = self
             .replicasets
             .entry(namespace.clone())
@@ -317,10 +349,30 @@ impl DriftIndex {
         &mut self,
         metas: impl IntoIterator<Item = &'m ObjectMeta>,
     ) {
-        self.replicasets.clear();
+        self.start_replicaset_relist();
         for meta in metas {
             self.apply_replicaset(meta);
         }
+        self.end_replicaset_relist();
+    }
+
+    /// As [`DriftIndex::start_pod_relist`], for ReplicaSets.
+    pub(crate) fn start_replicaset_relist(&mut self) {
+        self.relisted_replicasets = Some(ByNamespace::default());
+    }
+
+    /// As [`DriftIndex::end_pod_relist`], for ReplicaSets.
+    pub(crate) fn end_replicaset_relist(&mut self) {
+        let Some(relisted) = self.relisted_replicasets.take() else {
+            return;
+        };
+        self.replicasets.retain(|namespace, names| {
+            let Some(listed) = relisted.get(namespace) else {
+                return false;
+            };
+            names.retain(|name, _| listed.contains_key(name));
+            !names.is_empty()
+        });
         self.changed_everything();
     }
 

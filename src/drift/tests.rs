@@ -288,6 +288,52 @@ fn deletes_terminating_pods_and_relists() {
 }
 
 #[test]
+fn a_streamed_relist_keeps_what_the_index_held_until_its_end() {
+    let mut index = DriftIndex::default();
+    let pod = |name: &str| {
+        PodMeta::new("team", name)
+            .request("logger:v1")
+            .owner("DaemonSet", "agent")
+    };
+    let names = |index: &DriftIndex| index.pod_names(WorkloadKind::DaemonSet, "team", "agent");
+    index.apply_pod(&pod("a").0, &keys());
+    index.apply_pod(&pod("b").0, &keys());
+    index.apply_replicaset(&rs("team", "web-1", Some("web")));
+    index.apply_replicaset(&rs("team", "web-2", Some("web")));
+
+    index.start_pod_relist();
+    index.apply_pod(&pod("c").0, &keys());
+    assert_eq!(
+        names(&index),
+        ["a", "b", "c"],
+        "nothing goes before the end"
+    );
+    // The relist fails midway and starts again: what it had listed counts for nothing.
+    index.start_pod_relist();
+    index.apply_pod(&pod("b").0, &keys());
+    index.apply_pod(&pod("d").0, &keys());
+    index.apply_pod(&PodMeta::new("team", "plain").0, &keys());
+    index.end_pod_relist();
+    assert_eq!(names(&index), ["b", "d"], "exactly what the relist listed");
+    index.end_pod_relist();
+    assert_eq!(
+        names(&index),
+        ["b", "d"],
+        "an end without a start changes nothing"
+    );
+
+    index.start_replicaset_relist();
+    index.apply_replicaset(&rs("team", "web-2", Some("web")));
+    assert_eq!(index.deployment_of("team", "web-1"), Some("web"));
+    index.end_replicaset_relist();
+    assert_eq!(index.deployment_of("team", "web-1"), None);
+    assert_eq!(index.deployment_of("team", "web-2"), Some("web"));
+    index.start_replicaset_relist();
+    index.end_replicaset_relist();
+    assert!(index.replicasets.is_empty(), "no namespace left behind");
+}
+
+#[test]
 fn a_config_change_turns_current_into_stale() {
     let before = sidecars(&[LOGGER_V1]);
     let after = sidecars(&[LOGGER_V1_EDITED]);
