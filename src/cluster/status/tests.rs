@@ -415,3 +415,31 @@ fn a_failing_publication_is_retried_ever_less_often_up_to_the_heartbeat() {
         1
     );
 }
+
+#[test]
+fn progress_and_the_end_it_forecasts_are_not_the_books_shape_but_a_state_change_is() {
+    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+    );
+    let book = |state, restarted, end: i64| {
+        let mut book = CampaignBook::default();
+        let mut campaign = crate::test_fixtures::campaign("aaaaaaaaaaaa", state, since.clone());
+        campaign.counts.succeeded = restarted;
+        campaign.expected_end = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + end).unwrap(),
+        ));
+        book.campaigns.insert("logger:v1".into(), campaign);
+        book
+    };
+    let running = crate::rollout::CampaignState::Running;
+    assert_eq!(
+        book_shape(&book(running, 3, 60)),
+        book_shape(&book(running, 4, 58)),
+        "a restart is written with the counts, every few seconds"
+    );
+    assert_ne!(
+        book_shape(&book(running, 3, 60)),
+        book_shape(&book(crate::rollout::CampaignState::Paused, 3, 60)),
+        "a pause is written at once"
+    );
+}
