@@ -29,6 +29,10 @@ pub(crate) fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
+pub(crate) fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 404)
+}
+
 /// A request the API server refused to this user (403): no retry mends it, a grant does.
 pub(crate) fn is_forbidden(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 403)
