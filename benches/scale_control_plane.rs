@@ -253,32 +253,31 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
         }
     }
     let total: f64 = by_verb.values().sum();
-    let lists = by_verb.get("{verb=\"list\"}").copied().unwrap_or_default();
+    let lists = by_verb
+        .iter()
+        .filter(|(labels, _)| labels.contains("verb=\"list\""))
+        .map(|(_, n)| n)
+        .fold(0.0, |sum, n| sum + n);
     let first_restart = first_rolled_at(&api)
         .await
         .duration_since(edited_at)
         .as_secs_f64();
     let (_, metrics) = injector.lifecycle_get("/metrics");
-    let plan_p50 = quantile(
-        &metrics,
-        "sidecar_injector_rollout_plan_duration_seconds",
-        0.5,
-    );
-    let plan_p99 = quantile(
-        &metrics,
-        "sidecar_injector_rollout_plan_duration_seconds",
-        0.99,
-    );
-    let gauge_p50 = quantile(
-        &metrics,
-        "sidecar_injector_drift_gauge_update_duration_seconds",
-        0.5,
-    );
-    let gauge_p99 = quantile(
-        &metrics,
-        "sidecar_injector_drift_gauge_update_duration_seconds",
-        0.99,
-    );
+    let histogram = |name: &str, selector: &str| {
+        (
+            quantile(&metrics, name, selector, 0.5),
+            quantile(&metrics, name, selector, 0.99),
+        )
+    };
+    let plan = histogram("sidecar_injector_rollout_plan_duration_seconds", "");
+    let gauge_of = |update: &str| {
+        histogram(
+            "sidecar_injector_drift_gauge_update_duration_seconds",
+            &format!("update=\"{update}\""),
+        )
+    };
+    let (gauge_pods, gauge_revision, gauge_recount) =
+        (gauge_of("pods"), gauge_of("revision"), gauge_of("recount"));
 
     assert_eq!(lists, 0.0, "a LIST after the initial sync: {by_verb:?}");
     let rate_bound = BURST + QPS * 10.0;
@@ -333,13 +332,16 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
         "  edit -> drift gauge showing it: {:.2} s",
         gauge_saw_edit.map_or(f64::NAN, |d| d.as_secs_f64())
     );
+    println!("  plan per event: p50 {} p99 {}", ms(plan.0), ms(plan.1));
     println!(
-        "  plan per event: p50 {} p99 {}; gauge update: p50 {} p99 {} (target p99 <= 10 ms) {}",
-        ms(plan_p50),
-        ms(plan_p99),
-        ms(gauge_p50),
-        ms(gauge_p99),
-        verdict(gauge_p99.is_some_and(|p| p <= 0.010))
+        "  gauge update per pod event (its own work, once it holds the index; before it, the 0.5 s debounce and at most a plan): p50 {} p99 {} (target p99 <= 10 ms) {}; after the revision change: p50 {} p99 {}; full recounts (first count, relists): p50 {} p99 {}",
+        ms(gauge_pods.0),
+        ms(gauge_pods.1),
+        verdict(gauge_pods.1.is_some_and(|p| p <= 0.010)),
+        ms(gauge_revision.0),
+        ms(gauge_revision.1),
+        ms(gauge_recount.0),
+        ms(gauge_recount.1)
     );
     println!(
         "  {restarts} restarts in {:.0} s: {total} API requests, {:.2} per restart (target <= 2.5) {}",

@@ -273,10 +273,17 @@ pub(crate) fn rate_limiter_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
-/// The kube client's requests by API verb (`sidecar_injector_kube_requests_total`).
+/// The kube client's requests by API verb and resource (`sidecar_injector_kube_requests_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct VerbLabels {
     pub(crate) verb: &'static str,
+    pub(crate) resource: String,
+}
+
+/// What an update of the drift gauge counted again (`pods`, `revision`, `recount`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct GaugeUpdateLabels {
+    pub(crate) update: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -326,7 +333,7 @@ pub(crate) struct Metrics {
     /// Each plan of the rollout engine, from the index to its decisions.
     pub(crate) rollout_plan_duration: Histogram,
     /// Each update of the drift gauge from the index's changes.
-    pub(crate) drift_gauge_update_duration: Histogram,
+    pub(crate) drift_gauge_update_duration: Family<GaugeUpdateLabels, Histogram>,
     /// Tumblr's series too, with `serve --tumblr-metrics`.
     pub(crate) tumblr: Option<tumblr::TumblrMetrics>,
     /// The sidecars the drift gauge has series for.
@@ -498,7 +505,7 @@ impl Metrics {
         let kube_requests = Family::<VerbLabels, Counter>::default();
         registry.register(
             "kube_requests",
-            "Requests this process sent to the Kubernetes API server, by verb as the API server names it (a watch counts once, when it starts)",
+            "Requests this process sent to the Kubernetes API server, by verb and resource as the API server names them (a watch counts once, when it starts)",
             kube_requests.clone(),
         );
         let kube_rate_limiter_wait = rate_limiter_histogram();
@@ -517,10 +524,13 @@ impl Metrics {
             Unit::Seconds,
             rollout_plan_duration.clone(),
         );
-        let drift_gauge_update_duration = Histogram::new(exponential_buckets(0.000_01, 2.0, 21));
+        let drift_gauge_update_duration =
+            Family::<GaugeUpdateLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_01, 2.0, 21))
+            });
         registry.register_with_unit(
             "drift_gauge_update_duration",
-            "Time each update of the drift gauge took from the pod, workload and config changes since the last (the index is locked meanwhile)",
+            "Time each update of the drift gauge took from the pod, workload and config changes since the last, once it held the index, by what it counted again: the changed pods, the pods of a changed revision, or every pod",
             Unit::Seconds,
             drift_gauge_update_duration.clone(),
         );

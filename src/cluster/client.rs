@@ -64,12 +64,12 @@ pub(crate) fn counted_client(
     }
     let requests = metrics.requests;
     let count = MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-        let verb = request_verb(
+        let kind = request_kind(
             request.method(),
             request.uri().path(),
             request.uri().query().unwrap_or(""),
         );
-        requests.get_or_create(&VerbLabels { verb }).inc();
+        requests.get_or_create(&kind).inc();
         request
     });
     let limited = RateLimitLayer {
@@ -156,15 +156,21 @@ where
     }
 }
 
-/// The API server's verb for a request, as its RequestInfo resolver names it: `get` and `list`
-/// are told apart by whether the path names an object, `watch` by the query (or the old
-/// `/watch/` path prefix).
-pub(crate) fn request_verb(method: &http::Method, path: &str, query: &str) -> &'static str {
+/// The API server's verb and resource for a request, as its RequestInfo resolver names them:
+/// `get` and `list` are told apart by whether the path names an object, `watch` by the query
+/// (or the old `/watch/` path prefix); a subresource follows its resource (`pods/eviction`); a
+/// path outside the resource APIs (`/version`) has resource "".
+pub(crate) fn request_kind(method: &http::Method, path: &str, query: &str) -> VerbLabels {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest: &[&str] = match segments.as_slice() {
         ["api", _version, rest @ ..] => rest,
         ["apis", _group, _version, rest @ ..] => rest,
-        _ => return other_verb(method),
+        _ => {
+            return VerbLabels {
+                verb: other_verb(method),
+                resource: String::new(),
+            };
+        }
     };
     let old_watch = rest.first() == Some(&"watch");
     let rest = if old_watch { &rest[1..] } else { rest };
@@ -174,7 +180,12 @@ pub(crate) fn request_verb(method: &http::Method, path: &str, query: &str) -> &'
         other => other,
     };
     let names_an_object = resource_path.len() >= 2;
-    match *method {
+    let resource = match resource_path {
+        [resource, _name, subresource, ..] => format!("{resource}/{subresource}"),
+        [resource, ..] => (*resource).to_owned(),
+        [] => String::new(),
+    };
+    let verb = match *method {
         http::Method::GET if old_watch || watch_query(query) => "watch",
         http::Method::GET if names_an_object => "get",
         http::Method::GET => "list",
@@ -184,7 +195,8 @@ pub(crate) fn request_verb(method: &http::Method, path: &str, query: &str) -> &'
         http::Method::DELETE if names_an_object => "delete",
         http::Method::DELETE => "deletecollection",
         _ => other_verb(method),
-    }
+    };
+    VerbLabels { verb, resource }
 }
 
 fn watch_query(query: &str) -> bool {
@@ -292,75 +304,40 @@ mod tests {
     }
 
     #[test]
-    fn verbs_are_named_as_the_api_server_names_them() {
-        let cases = [
-            (Method::GET, "/api/v1/pods", "", "list"),
-            (
-                Method::GET,
-                "/api/v1/pods",
-                "watch=true&resourceVersion=5",
-                "watch",
-            ),
-            (
-                Method::GET,
-                "/api/v1/namespaces/ns/pods",
-                "labelSelector=a",
-                "list",
-            ),
-            (Method::GET, "/api/v1/namespaces/ns/pods/web-1", "", "get"),
-            (Method::GET, "/api/v1/namespaces/ns", "", "get"),
-            (Method::GET, "/api/v1/namespaces", "", "list"),
-            (Method::GET, "/api/v1/watch/namespaces/ns/pods", "", "watch"),
-            (
-                Method::GET,
-                "/apis/apps/v1/namespaces/ns/deployments",
-                "fieldSelector=x&watch=1",
-                "watch",
-            ),
-            (
-                Method::GET,
-                "/apis/apps/v1/deployments",
-                "limit=500",
-                "list",
-            ),
-            (
-                Method::PATCH,
-                "/apis/apps/v1/namespaces/ns/deployments/web",
-                "",
-                "patch",
-            ),
-            (
-                Method::POST,
-                "/api/v1/namespaces/ns/pods/web-1/eviction",
-                "",
-                "create",
-            ),
-            (Method::POST, "/api/v1/namespaces/ns/events", "", "create"),
-            (
-                Method::PUT,
-                "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l",
-                "",
-                "update",
-            ),
-            (
-                Method::DELETE,
-                "/api/v1/namespaces/ns/pods/web-1",
-                "",
-                "delete",
-            ),
-            (
-                Method::DELETE,
-                "/api/v1/namespaces/ns/pods",
-                "",
-                "deletecollection",
-            ),
-            (Method::GET, "/version", "", "get"),
-        ];
-        for (method, path, query, verb) in cases {
+    fn verbs_and_resources_are_named_as_the_api_server_names_them() {
+        // method, path, query, verb, resource ("-": empty)
+        let cases = "
+            GET /api/v1/pods - list pods
+            GET /api/v1/pods watch=true&resourceVersion=5 watch pods
+            GET /api/v1/namespaces/ns/pods labelSelector=a list pods
+            GET /api/v1/namespaces/ns/pods/web-1 - get pods
+            GET /api/v1/namespaces/ns - get namespaces
+            GET /api/v1/namespaces - list namespaces
+            GET /api/v1/watch/namespaces/ns/pods - watch pods
+            GET /apis/apps/v1/namespaces/ns/deployments fieldSelector=x&watch=1 watch deployments
+            GET /apis/apps/v1/deployments limit=500 list deployments
+            PATCH /apis/apps/v1/namespaces/ns/deployments/web - patch deployments
+            POST /api/v1/namespaces/ns/pods/web-1/eviction - create pods/eviction
+            POST /api/v1/namespaces/ns/events - create events
+            PUT /apis/coordination.k8s.io/v1/namespaces/ns/leases/l - update leases
+            DELETE /api/v1/namespaces/ns/pods/web-1 - delete pods
+            DELETE /api/v1/namespaces/ns/pods - deletecollection pods
+            GET /version - get -";
+        let dash = |text: &'static str| if text == "-" { "" } else { text };
+        for case in cases.lines().filter(|line| !line.trim().is_empty()) {
+            let [method, path, query, verb, resource] = case
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .try_into()
+                .expect("five fields");
+            let method: Method = method.parse().unwrap();
             assert_eq!(
-                request_verb(&method, path, query),
-                verb,
-                "{method} {path}?{query}"
+                request_kind(&method, path, dash(query)),
+                VerbLabels {
+                    verb: dash(verb),
+                    resource: dash(resource).to_owned()
+                },
+                "{case}"
             );
         }
     }

@@ -591,10 +591,17 @@ pub(crate) fn spawn_gauge(
             tokio::time::sleep(RECOMPUTE_DEBOUNCE).await;
             changes.borrow_and_update();
             let wanted = sidecars.borrow_and_update().revisions_in_force();
+            let mut index = index.lock().expect("drift index lock");
+            // The update's own cost: the wait for the lock (a plan holding the index) is
+            // the plan's, in its histogram.
             let updating = std::time::Instant::now();
-            let rows = gauge.update(&mut index.lock().expect("drift index lock"), &wanted);
+            let (rows, how) = gauge.update_telling_how(&mut index, &wanted);
+            drop(index);
             metrics
                 .drift_gauge_update_duration
+                .get_or_create(&crate::metrics::GaugeUpdateLabels {
+                    update: how.as_str(),
+                })
                 .observe(updating.elapsed().as_secs_f64());
             metrics.record_drift(&DriftReport {
                 sidecars: rows,

@@ -35,6 +35,28 @@ pub struct DriftGauge {
     prune_requests_at: usize,
 }
 
+/// What an update of the gauge counted again: the label of its duration's histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum GaugeUpdate {
+    /// Only the pods (and the pods of the ReplicaSets) that changed: what a pod event costs.
+    Pods,
+    /// A revision in force changed: every pod requesting that sidecar, and the changed pods.
+    Revision,
+    /// Everything: the first count, after a relist, a change of the webhook's reach or of a
+    /// workload's opt-out, or once a quarter of the pods changed at once.
+    Recount,
+}
+
+impl GaugeUpdate {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            GaugeUpdate::Pods => "pods",
+            GaugeUpdate::Revision => "revision",
+            GaugeUpdate::Recount => "recount",
+        }
+    }
+}
+
 /// `requests` is pruned no sooner than at this size, and then each time it has doubled.
 const REQUESTS_PRUNED_FROM: usize = 1024;
 
@@ -59,21 +81,33 @@ impl DriftGauge {
         index: &mut DriftIndex,
         wanted: &RevisionsInForce,
     ) -> Vec<SidecarDrift> {
+        self.update_telling_how(index, wanted).0
+    }
+
+    /// As [`DriftGauge::update`], with what the update had to count again.
+    pub(crate) fn update_telling_how(
+        &mut self,
+        index: &mut DriftIndex,
+        wanted: &RevisionsInForce,
+    ) -> (Vec<SidecarDrift>, GaugeUpdate) {
         let changes = index.take_changes();
         let changed = match &self.counted_against {
             Some(counted) if !changes.everything => changed_sidecars(counted, wanted),
             _ => {
                 self.recount(index, wanted);
-                return self.rows(wanted);
+                return (self.rows(wanted), GaugeUpdate::Recount);
             }
         };
         self.apply(index, wanted, &changes);
-        if !changed.is_empty() {
+        let how = if changed.is_empty() {
+            GaugeUpdate::Pods
+        } else {
             self.reclassify_requesting(index, wanted, &changed);
             self.counted_against = Some(wanted.clone());
-        }
+            GaugeUpdate::Revision
+        };
         self.prune_requests();
-        self.rows(wanted)
+        (self.rows(wanted), how)
     }
 
     fn recount(&mut self, index: &DriftIndex, wanted: &RevisionsInForce) {

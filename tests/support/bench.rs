@@ -36,12 +36,14 @@ pub fn samples_in(body: &str, name: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// The `q` quantile (0.5, 0.99) of a histogram in a scrape, as Prometheus'
+/// The `q` quantile (0.5, 0.99) of the series of a histogram in a scrape whose labels hold
+/// `selector` (`update="pods"`; "" for a histogram without labels), as Prometheus'
 /// `histogram_quantile` reads it: the upper bound of the bucket it falls in. `None` before
 /// any observation.
-pub fn quantile(body: &str, histogram: &str, q: f64) -> Option<f64> {
+pub fn quantile(body: &str, histogram: &str, selector: &str, q: f64) -> Option<f64> {
     let buckets: Vec<(f64, f64)> = samples_in(body, &format!("{histogram}_bucket"))
         .into_iter()
+        .filter(|(labels, _)| labels.contains(selector))
         .filter_map(|(labels, count)| {
             let le = labels.split("le=\"").nth(1)?.split('"').next()?;
             let bound = if le == "+Inf" {
