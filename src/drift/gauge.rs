@@ -149,16 +149,27 @@ impl DriftGauge {
                     .filter(|((namespace, _), pod)| match &pod.owner {
                         PodOwner::ReplicaSet(rs) => changes
                             .replicasets
-                            .contains(&(namespace.clone(), Box::from(rs.as_ref()))),
+                            .get(namespace)
+                            .is_some_and(|names| names.contains(rs.as_ref())),
                         _ => false,
                     })
                     .map(|(key, _)| key.clone()),
             );
         }
+        // A rollout changes its workload's pods by the dozen, alike: each kind is classified
+        // once (as in a recount), its pods given one record.
+        let labels_matter = index.labels_matter();
+        let mut alike: HashMap<super::classify::AlikeKey, Contribution> = HashMap::new();
         for key in again {
             self.remove(&key);
             if let Some(pod) = index.pods.get(&key) {
-                let contribution = self.contribution(index, &key, pod, wanted);
+                let contribution =
+                    match alike.entry(classified_alike(&key.0, &key.1, pod, labels_matter)) {
+                        Entry::Occupied(group) => group.get().clone(),
+                        Entry::Vacant(group) => group
+                            .insert(self.contribution(index, &key, pod, wanted))
+                            .clone(),
+                    };
                 self.add(key, contribution);
             }
         }

@@ -25,7 +25,8 @@ pub(super) type Key = (Arc<str>, Box<str>);
 #[derive(Debug, Default)]
 pub(super) struct IndexChanges {
     pub(super) pods: HashSet<Key>,
-    pub(super) replicasets: HashSet<Key>,
+    /// Namespace -> ReplicaSet names: looked up with a pod's strings, no key built.
+    pub(super) replicasets: HashMap<Arc<str>, HashSet<Box<str>>>,
     pub(super) everything: bool,
 }
 
@@ -117,7 +118,12 @@ impl DriftIndex {
         if let Some(changes) = &mut self.changes
             && !changes.everything
         {
-            changes.replicasets.insert(key);
+            let (namespace, name) = key;
+            changes
+                .replicasets
+                .entry(namespace)
+                .or_default()
+                .insert(name);
         }
     }
 
