@@ -7,6 +7,7 @@ mod certs;
 mod completion;
 mod drift;
 mod explain;
+mod fleet;
 pub(crate) mod hints;
 mod inject;
 mod one_shot;

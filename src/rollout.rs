@@ -25,10 +25,11 @@ pub(crate) mod selection;
 pub(crate) mod targets;
 
 pub(crate) use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, CampaignBook, CampaignState, Failure, Pin, Resumed, Reversion,
+    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin, Resumed,
+    Reversion,
 };
 #[cfg(test)]
-pub(crate) use book::{Campaign, Hold, MaintenanceStatus, Resumption};
+pub(crate) use book::{Hold, MaintenanceStatus, Resumption};
 #[cfg(test)]
 pub(crate) use change::{SidecarChange, describe_changes, rollout_reason};
 pub(crate) use gates::after;

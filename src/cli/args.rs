@@ -479,14 +479,15 @@ pub(crate) struct RolloutArgs {
 }
 
 /// How a one-shot command reaches the cluster, as kubectl does.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use, as kubectl's --context.
-    #[arg(long)]
-    pub(crate) context: Option<String>,
+    /// The kubeconfig context to use, as kubectl's --context (`drift` and `status`:
+    /// repeatable, one report across those clusters).
+    #[arg(long, value_name = "CONTEXT")]
+    pub(crate) context: Vec<String>,
     #[command(flatten)]
     pub(crate) rate: KubeApiRateArgs,
 }
@@ -534,6 +535,8 @@ fn parse_qps(text: &str) -> Result<f64, String> {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) connection: ConnectionArgs,
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
     /// Namespace of the running injector (its status ConfigMap and rollout Lease).
     #[arg(long, default_value = "injector-system")]
     pub(crate) injector_namespace: String,
@@ -568,9 +571,25 @@ pub(crate) struct DriftArgs {
     /// stale, current.
     #[arg(long = "state", value_name = "STATE")]
     pub(crate) states: Vec<crate::drift::DriftState>,
-    /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron).
+    /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron;
+    /// across several clusters, 4 when one could not be read as well).
     #[arg(long)]
     pub(crate) exit_code: bool,
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
+}
+
+/// Several clusters in one report (`drift`, `status`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetArgs {
+    /// Every context of the kubeconfig: one report across their clusters, as --context given
+    /// for each.
+    #[arg(long, conflicts_with = "context")]
+    pub(crate) all_contexts: bool,
+    /// Across several clusters: how long each may take to be read; one that takes longer is
+    /// reported as not read.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) cluster_timeout: Duration,
 }
 
 #[derive(Debug, Args)]

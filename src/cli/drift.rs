@@ -5,9 +5,12 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use serde::Serialize;
 
 use super::args::*;
+use super::fleet::{ClusterRead, ClusterState, InCluster};
 use super::one_shot::*;
+use crate::drift::{DriftReport, SidecarDrift, WorkloadDrift};
 use crate::telemetry::notice;
 
 pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
@@ -15,82 +18,163 @@ pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let connection = &args.cluster.connection;
+    let fleet = super::fleet::contexts(connection, &args.fleet)?;
     runtime.block_on(async {
-        let OneShot {
-            client,
-            keys,
-            sidecars,
-            configs_unread,
-        } = OneShot::connect(&args.cluster, "drift").await?;
-        let webhook_configuration = args.cluster.webhook_configuration();
-        let index = crate::cluster::list::index(
-            &client,
-            &keys,
-            &args.namespaces,
-            webhook_configuration.as_deref(),
-        )
-        .await
-            .context("cannot list pods, ReplicaSets and workloads")?;
-        let policy = args
-            .cluster
-            .drift
-            .policy(args.cluster.ignore_namespaces.namespaces());
-        let status = status_for_report(&client, &args.cluster, &sidecars).await?;
-        // Paused campaigns and manual sidecars are flagged: a stale count alone would not say
-        // that nothing is going to restart them.
-        let book = status
-            .as_ref()
-            .map(crate::cluster::status::decode_book)
-            .transpose()
-            .unwrap_or_else(|err| {
-                notice(
-                    tracing::Level::WARN,
-                    &format!("the status ConfigMap's campaigns item is malformed; campaigns not shown: {err}"),
-                    &[],
-                );
-                None
-            })
-            .flatten()
-            .unwrap_or_default();
-        // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
-        let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
-        let report = match &published {
-            Some(publication) => index.classify_revisions(&publication.revisions, &policy),
-            None => index.classify(&book.pinned(&sidecars).0, &policy),
-        };
-        for name in report.unmatched_sidecars(&args.sidecars) {
-            notice(
-                tracing::Level::WARN,
-                &format!("--sidecar {name}: no config defines it and no listed pod requests it"),
-                &[],
-            );
-        }
-        let mut report = report.filtered(&args.sidecars, &args.states);
-        let manual = sidecars.manual_rollouts_with(
-            published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual),
-        );
-        book.flag(&mut report, &manual, &super::hints::HINTS);
-        book.flag_overflow(&mut report, &super::hints::HINTS);
-        book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
-        for row in &mut report.workloads {
-            row.reason = super::hints::excluded(&row.reason);
-        }
         let mut out = io::stdout().lock();
-        match args.cluster.output.document(&report)? {
-            Some(document) => out.write_all(document.as_bytes())?,
-            None => {
-                write_drift_table(&mut out, &report)?;
-                if report.workloads.is_empty() {
-                    writeln!(out, "{}", no_workload(args))?;
+        let Some(contexts) = fleet else {
+            let report = cluster_report(args, connection).await?;
+            match args.cluster.output.document(&report)? {
+                Some(document) => out.write_all(document.as_bytes())?,
+                None => {
+                    write_drift_table(
+                        &mut out,
+                        &[ClusterRead {
+                            cluster: String::new(),
+                            outcome: Ok(&report),
+                        }],
+                    )?;
+                    if report.workloads.is_empty() {
+                        writeln!(out, "{}", no_workload(args))?;
+                    }
                 }
             }
+            return Ok(if args.exit_code && report.needs_restart() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            });
+        };
+        let reads = super::fleet::read_each(
+            connection,
+            &contexts,
+            args.fleet.cluster_timeout,
+            |one| async move { cluster_report(args, &one).await },
+        )
+        .await;
+        let reads: Vec<ClusterRead<&DriftReport>> = reads
+            .iter()
+            .map(|r| ClusterRead {
+                cluster: r.cluster.clone(),
+                outcome: r.outcome.as_ref().map_err(Clone::clone),
+            })
+            .collect();
+        match args.cluster.output.document(&fleet_document(&reads))? {
+            Some(document) => out.write_all(document.as_bytes())?,
+            None => write_drift_table(&mut out, &reads)?,
         }
-        Ok(if args.exit_code && report.needs_restart() {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        })
+        let stale = reads.iter().any(|r| {
+            r.outcome
+                .as_ref()
+                .is_ok_and(|report| report.needs_restart())
+        });
+        let unread = reads.iter().any(|r| r.outcome.is_err());
+        Ok(super::fleet::exit_status(args.exit_code && stale, unread))
     })
+}
+
+/// One cluster's drift report, as `drift` shows it.
+async fn cluster_report(
+    args: &DriftArgs,
+    connection: &ConnectionArgs,
+) -> anyhow::Result<DriftReport> {
+    let OneShot {
+        client,
+        keys,
+        sidecars,
+        configs_unread,
+    } = OneShot::connect_to(&args.cluster, connection, "drift").await?;
+    let webhook_configuration = args.cluster.webhook_configuration();
+    let index = crate::cluster::list::index(
+        &client,
+        &keys,
+        &args.namespaces,
+        webhook_configuration.as_deref(),
+    )
+    .await
+    .context("cannot list pods, ReplicaSets and workloads")?;
+    let policy = args
+        .cluster
+        .drift
+        .policy(args.cluster.ignore_namespaces.namespaces());
+    let status = status_for_report(&client, &args.cluster, &sidecars).await?;
+    // Paused campaigns and manual sidecars are flagged: a stale count alone would not say
+    // that nothing is going to restart them.
+    let book = status
+        .as_ref()
+        .map(crate::cluster::status::decode_book)
+        .transpose()
+        .unwrap_or_else(|err| {
+            notice(
+                tracing::Level::WARN,
+                &format!(
+                    "the status ConfigMap's campaigns item is malformed; campaigns not shown: {err}"
+                ),
+                &[],
+            );
+            None
+        })
+        .flatten()
+        .unwrap_or_default();
+    // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
+    let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
+    let report = match &published {
+        Some(publication) => index.classify_revisions(&publication.revisions, &policy),
+        None => index.classify(&book.pinned(&sidecars).0, &policy),
+    };
+    for name in report.unmatched_sidecars(&args.sidecars) {
+        notice(
+            tracing::Level::WARN,
+            &format!("--sidecar {name}: no config defines it and no listed pod requests it"),
+            &[],
+        );
+    }
+    let mut report = report.filtered(&args.sidecars, &args.states);
+    let manual =
+        sidecars.manual_rollouts_with(published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual));
+    book.flag(&mut report, &manual, &super::hints::HINTS);
+    book.flag_overflow(&mut report, &super::hints::HINTS);
+    book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
+    for row in &mut report.workloads {
+        row.reason = super::hints::excluded(&row.reason);
+    }
+    Ok(report)
+}
+
+/// The report across clusters as `-o json` prints it: each cluster (with its error when it
+/// could not be read), then every sidecar and workload row, each naming its cluster.
+#[derive(Serialize)]
+struct FleetDrift<'a> {
+    clusters: Vec<ClusterState<'a>>,
+    sidecars: Vec<InCluster<'a, SidecarDrift>>,
+    workloads: Vec<InCluster<'a, WorkloadDrift>>,
+}
+
+fn fleet_document<'a>(reads: &'a [ClusterRead<&'a DriftReport>]) -> FleetDrift<'a> {
+    let read = || {
+        reads
+            .iter()
+            .filter_map(|r| Some((r.cluster.as_str(), *r.outcome.as_ref().ok()?)))
+    };
+    FleetDrift {
+        clusters: reads.iter().map(ClusterRead::state).collect(),
+        sidecars: read()
+            .flat_map(|(cluster, report)| {
+                report
+                    .sidecars
+                    .iter()
+                    .map(move |row| InCluster { cluster, row })
+            })
+            .collect(),
+        workloads: read()
+            .flat_map(|(cluster, report)| {
+                report
+                    .workloads
+                    .iter()
+                    .map(move |row| InCluster { cluster, row })
+            })
+            .collect(),
+    }
 }
 
 /// What an empty workload list means, said as kubectl says "No resources found in X
@@ -116,8 +200,19 @@ fn no_workload(args: &DriftArgs) -> String {
     }
 }
 
-fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -> io::Result<()> {
+/// The report as a table: with a CLUSTER column first when `reads` are several clusters'
+/// (one that could not be read is a row with its error), without it for one cluster's.
+fn write_drift_table(out: &mut impl Write, reads: &[ClusterRead<&DriftReport>]) -> io::Result<()> {
     use crate::drift::DriftState;
+    let fleet = reads.len() > 1 || reads.iter().any(|r| !r.cluster.is_empty());
+    let width = super::fleet::cluster_width(reads);
+    let cluster = |name: &str| {
+        if fleet {
+            format!("{name:<width$} ")
+        } else {
+            String::new()
+        }
+    };
     let counts = |pods: &crate::drift::StateCounts| {
         DriftState::POD_STATES
             .map(|s| format!("{:>10}", pods.get(s)))
@@ -128,39 +223,62 @@ fn write_drift_table(out: &mut impl Write, report: &crate::drift::DriftReport) -
         .join(" ");
     writeln!(
         out,
-        "{:<24} {:<12} {header} {:>10} {:<9} NOTE",
-        "SIDECAR", "REVISION", "NATIVE", "CAMPAIGN"
+        "{}{:<24} {:<12} {header} {:>10} {:<9} NOTE",
+        cluster("CLUSTER"),
+        "SIDECAR",
+        "REVISION",
+        "NATIVE",
+        "CAMPAIGN"
     )?;
-    for sidecar in &report.sidecars {
-        let revision = sidecar.revision.as_deref().unwrap_or("(none)");
-        writeln!(
-            out,
-            "{:<24} {:<12} {} {:>10} {:<9} {}",
-            sidecar.name,
-            revision,
-            counts(&sidecar.pods),
-            sidecar.native,
-            sidecar.campaign.as_deref().unwrap_or("-"),
-            sidecar.note.as_deref().unwrap_or_default()
-        )?;
+    for read in reads {
+        let report = match &read.outcome {
+            Ok(report) => report,
+            Err(err) => {
+                writeln!(out, "{}(not read) {err}", cluster(&read.cluster))?;
+                continue;
+            }
+        };
+        for sidecar in &report.sidecars {
+            let revision = sidecar.revision.as_deref().unwrap_or("(none)");
+            writeln!(
+                out,
+                "{}{:<24} {:<12} {} {:>10} {:<9} {}",
+                cluster(&read.cluster),
+                sidecar.name,
+                revision,
+                counts(&sidecar.pods),
+                sidecar.native,
+                sidecar.campaign.as_deref().unwrap_or("-"),
+                sidecar.note.as_deref().unwrap_or_default()
+            )?;
+        }
     }
     writeln!(out)?;
     writeln!(
         out,
-        "{:<48} {:<20} {:<10} {:>4}  {:<7}  REASON",
-        "WORKLOAD", "SIDECAR", "STATE", "PODS", "FORM"
+        "{}{:<48} {:<20} {:<10} {:>4}  {:<7}  REASON",
+        cluster("CLUSTER"),
+        "WORKLOAD",
+        "SIDECAR",
+        "STATE",
+        "PODS",
+        "FORM"
     )?;
-    for w in &report.workloads {
-        let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
-        writeln!(
-            out,
-            "{workload:<48} {:<20} {:<10} {:>4}  {:<7}  {}",
-            w.sidecar,
-            w.state.as_str(),
-            w.pods.total(),
-            w.form.map_or("-", crate::drift::SidecarForm::as_str),
-            w.reason
-        )?;
+    for read in reads {
+        let Ok(report) = &read.outcome else { continue };
+        for w in &report.workloads {
+            let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
+            writeln!(
+                out,
+                "{}{workload:<48} {:<20} {:<10} {:>4}  {:<7}  {}",
+                cluster(&read.cluster),
+                w.sidecar,
+                w.state.as_str(),
+                w.pods.total(),
+                w.form.map_or("-", crate::drift::SidecarForm::as_str),
+                w.reason
+            )?;
+        }
     }
     Ok(())
 }

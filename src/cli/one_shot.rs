@@ -194,7 +194,16 @@ pub(crate) struct OneShot {
 impl OneShot {
     /// Connects for `command` (the user agent names it).
     pub(crate) async fn connect(args: &OneShotArgs, command: &str) -> anyhow::Result<Self> {
-        let client = one_shot_client(&args.connection, command).await?;
+        Self::connect_to(args, &args.connection, command).await
+    }
+
+    /// As [`OneShot::connect`], to the cluster `connection` names instead of `args`'.
+    pub(crate) async fn connect_to(
+        args: &OneShotArgs,
+        connection: &ConnectionArgs,
+        command: &str,
+    ) -> anyhow::Result<Self> {
+        let client = one_shot_client(connection, command).await?;
         let (sidecars, configs_unread) = one_shot_configs(
             &client,
             &args.configs,
@@ -243,10 +252,15 @@ pub(crate) async fn one_shot_client(
     connection: &ConnectionArgs,
     command: &str,
 ) -> anyhow::Result<kube::Client> {
-    let (kubeconfig, context) = (
-        connection.kubeconfig.as_deref(),
-        connection.context.as_deref(),
-    );
+    let context = match connection.context.as_slice() {
+        [] => None,
+        [one] => Some(one.as_str()),
+        many => anyhow::bail!(
+            "--context is given {} times: `{command}` reads one cluster (`drift` and `status` read several)",
+            many.len()
+        ),
+    };
+    let kubeconfig = connection.kubeconfig.as_deref();
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_owned),
         ..Default::default()

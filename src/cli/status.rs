@@ -53,27 +53,139 @@ pub(crate) fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let fleet = super::fleet::contexts(&args.connection, &args.fleet)?;
     runtime.block_on(async {
-        let client = one_shot_client(&args.connection, "status").await?;
         let namespace = &args.injector_namespace;
-        let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .get_opt(status::STATUS_CONFIGMAP)
-            .await
-            .map_err(refused_hint)
-            .with_context(|| format!("cannot read {namespace}/{}", status::STATUS_CONFIGMAP))?;
-        let lease = Api::<Lease>::namespaced(client, namespace)
-            .get_opt(ROLLOUT_LEASE)
-            .await
-            .map_err(refused_hint)
-            .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
-        let view = view(configmap.as_ref(), lease.as_ref(), args, Timestamp::now())?;
         let mut out = std::io::stdout().lock();
-        match args.output.document(&view)? {
+        let Some(contexts) = fleet else {
+            let view = cluster_view(args, &args.connection).await?;
+            match args.output.document(&view)? {
+                Some(document) => out.write_all(document.as_bytes())?,
+                None => write_table(&mut out, &view, namespace)?,
+            }
+            return Ok(ExitCode::SUCCESS);
+        };
+        let reads = super::fleet::read_each(
+            &args.connection,
+            &contexts,
+            args.fleet.cluster_timeout,
+            |one| async move { cluster_view(args, &one).await },
+        )
+        .await;
+        let document = FleetStatus {
+            clusters: reads
+                .iter()
+                .map(|read| FleetCluster {
+                    state: read.state(),
+                    view: read.outcome.as_ref().ok(),
+                })
+                .collect(),
+        };
+        match args.output.document(&document)? {
             Some(document) => out.write_all(document.as_bytes())?,
-            None => write_table(&mut out, &view, namespace)?,
+            None => write_fleet_table(&mut out, &reads, namespace)?,
         }
-        Ok(ExitCode::SUCCESS)
+        let unread = reads.iter().any(|read| read.outcome.is_err());
+        Ok(super::fleet::exit_status(false, unread))
     })
+}
+
+/// One cluster's status objects, read.
+async fn cluster_view(
+    args: &StatusArgs,
+    connection: &ConnectionArgs,
+) -> anyhow::Result<StatusView> {
+    let client = one_shot_client(connection, "status").await?;
+    let namespace = &args.injector_namespace;
+    let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(status::STATUS_CONFIGMAP)
+        .await
+        .map_err(refused_hint)
+        .with_context(|| format!("cannot read {namespace}/{}", status::STATUS_CONFIGMAP))?;
+    let lease = Api::<Lease>::namespaced(client, namespace)
+        .get_opt(ROLLOUT_LEASE)
+        .await
+        .map_err(refused_hint)
+        .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
+    view(configmap.as_ref(), lease.as_ref(), args, Timestamp::now())
+}
+
+/// `status` across clusters as `-o json` prints it: each cluster named, with its status or the
+/// error that kept it out.
+#[derive(Debug, Serialize)]
+struct FleetStatus<'a> {
+    clusters: Vec<FleetCluster<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct FleetCluster<'a> {
+    #[serde(flatten)]
+    state: super::fleet::ClusterState<'a>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    view: Option<&'a StatusView>,
+}
+
+/// Across clusters: who holds each cluster's Lease, then every campaign with its cluster
+/// first; a cluster that could not be read is a row with its error.
+fn write_fleet_table(
+    out: &mut impl Write,
+    reads: &[super::fleet::ClusterRead<StatusView>],
+    namespace: &str,
+) -> std::io::Result<()> {
+    let width = super::fleet::cluster_width(reads);
+    writeln!(
+        out,
+        "{:<width$} {:<9} ROLLOUT LEASE",
+        "CLUSTER", "INJECTORS"
+    )?;
+    for read in reads {
+        let cluster = &read.cluster;
+        match &read.outcome {
+            Err(err) => writeln!(out, "{cluster:<width$} (not read) {err}")?,
+            Ok(view) => {
+                let fresh = view.injectors.values().filter(|i| i.fresh).count();
+                let lease = match &view.lease.holder {
+                    Some(holder) => format!(
+                        "held by {holder} (mode {}) until {}",
+                        view.lease.mode.as_deref().unwrap_or("unknown"),
+                        view.lease.until.as_deref().unwrap_or_default()
+                    ),
+                    None => "free (no engine acts now)".to_owned(),
+                };
+                let injectors = format!("{fresh}/{}", view.injectors.len());
+                writeln!(out, "{cluster:<width$} {injectors:<9} {lease}")?;
+                if let Some(disagreement) = &view.disagreement {
+                    writeln!(out, "{cluster:<width$} warning: {disagreement}")?;
+                }
+            }
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<width$} {:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
+        "CLUSTER", "SIDECAR", "REVISION", "STATE", "PENDING", "ROLLING", "SUCCEEDED", "FAILED"
+    )?;
+    let mut none = true;
+    for read in reads {
+        let Ok(view) = &read.outcome else { continue };
+        for (sidecar, campaign) in &view.campaigns.campaigns {
+            none = false;
+            writeln!(
+                out,
+                "{:<width$} {}",
+                read.cluster,
+                campaign_row(sidecar, campaign, view)
+            )?;
+        }
+    }
+    if none {
+        writeln!(
+            out,
+            "(no rollout campaign recorded in {namespace} of any cluster read)"
+        )?;
+    }
+    Ok(())
 }
 
 /// `err`, and when the API server refused it (a user whose rights stop at a team's
@@ -203,31 +315,35 @@ fn write_table(out: &mut impl Write, view: &StatusView, namespace: &str) -> std:
         "{:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
         "SIDECAR", "REVISION", "STATE", "PENDING", "ROLLING", "SUCCEEDED", "FAILED"
     )?;
-    let window_closed = view.campaigns.maintenance.as_ref().is_some_and(|m| !m.open);
-    for (sidecar, c) in &view.campaigns.campaigns {
-        let note = match (&c.pause_reason, &c.resumed) {
-            (Some(reason), _) => reason.clone(),
-            (None, Some(r)) => format!("resumed by {} at {}", r.by, to_the_second(r.at.0)),
-            // Restarts wait for a closed window: the budget's end does not hold.
-            (None, None) if window_closed || view.book_full.is_some() => String::new(),
-            (None, None) => c.ends_note().unwrap_or_default(),
-        };
-        writeln!(
-            out,
-            "{sidecar:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  {:<21} {note}",
-            c.revision,
-            c.state.as_str(),
-            c.counts.pending,
-            c.counts.rolling,
-            c.counts.succeeded,
-            c.counts.failed,
-            to_the_second(c.since.0)
-        )?;
+    for (sidecar, campaign) in &view.campaigns.campaigns {
+        writeln!(out, "{}", campaign_row(sidecar, campaign, view))?;
     }
     if let Some(overflow) = &view.book_full {
         writeln!(out, "warning: {overflow}")?;
     }
     Ok(())
+}
+
+/// A campaign's row of the table, from SIDECAR to NOTE.
+fn campaign_row(sidecar: &str, c: &crate::rollout::Campaign, view: &StatusView) -> String {
+    let window_closed = view.campaigns.maintenance.as_ref().is_some_and(|m| !m.open);
+    let note = match (&c.pause_reason, &c.resumed) {
+        (Some(reason), _) => reason.clone(),
+        (None, Some(r)) => format!("resumed by {} at {}", r.by, to_the_second(r.at.0)),
+        // Restarts wait for a closed window: the budget's end does not hold.
+        (None, None) if window_closed || view.book_full.is_some() => String::new(),
+        (None, None) => c.ends_note().unwrap_or_default(),
+    };
+    format!(
+        "{sidecar:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  {:<21} {note}",
+        c.revision,
+        c.state.as_str(),
+        c.counts.pending,
+        c.counts.rolling,
+        c.counts.succeeded,
+        c.counts.failed,
+        to_the_second(c.since.0)
+    )
 }
 
 #[cfg(test)]
@@ -239,8 +355,12 @@ mod tests {
         StatusArgs {
             connection: ConnectionArgs {
                 kubeconfig: None,
-                context: None,
+                context: Vec::new(),
                 rate: Default::default(),
+            },
+            fleet: FleetArgs {
+                all_contexts: false,
+                cluster_timeout: std::time::Duration::from_secs(30),
             },
             injector_namespace: "injector-system".into(),
             published_max_age: std::time::Duration::from_secs(90),

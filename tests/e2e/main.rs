@@ -13,6 +13,7 @@ mod deploy;
 mod drift;
 mod engine;
 mod evictions;
+mod fleet;
 mod history;
 mod in_place;
 mod injection;

@@ -70,6 +70,22 @@ fn run_script(script: &str, args: &[&str]) -> Result<String, String> {
         .ok_or_else(|| format!("testbed/{script} printed nothing"))
 }
 
+/// Stops the control plane of `state` and removes it once this test binary has exited.
+fn spawn_reaper(state: &str) -> Result<(), String> {
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; bash '{ROOT}/testbed/down.sh' '{state}'; rm -rf '{state}'",
+            pid = std::process::id(),
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the reaper: {e}"))?;
+    Ok(())
+}
+
 fn start_control_plane() -> Result<ControlPlane, String> {
     let bin_dir = match std::env::var("K8S_TESTBED_BIN") {
         Ok(dir) if !dir.is_empty() => dir,
@@ -84,18 +100,7 @@ fn start_control_plane() -> Result<ControlPlane, String> {
         std::env::temp_dir().join(format!("sidecar-injector-e2e-{}", std::process::id()));
     let state = state_dir.to_str().ok_or("non-UTF-8 temp dir")?.to_owned();
     // The reaper first, so that even a failed start is cleaned up.
-    Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; bash '{root}/testbed/down.sh' '{state}'; rm -rf '{state}'",
-            pid = std::process::id(),
-            root = ROOT,
-        ))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the reaper: {e}"))?;
+    spawn_reaper(&state)?;
     let kubeconfig = run_script("up.sh", &[&state, &bin_dir])?;
     let plane = ControlPlane {
         state_dir,
@@ -113,6 +118,84 @@ fn start_control_plane() -> Result<ControlPlane, String> {
     );
     super::kubelet::start(&plane.kubeconfig, Duration::from_millis(300));
     Ok(plane)
+}
+
+/// A further control plane (apiserver, etcd, controllers; no kubelet), for the tests that
+/// need several clusters; stopped and removed when dropped (or, should the test binary die,
+/// by a reaper as the shared one is).
+pub struct OtherControlPlane {
+    pub plane: ControlPlane,
+}
+
+impl OtherControlPlane {
+    pub fn start(name: &str) -> Self {
+        control_plane();
+        let state_dir = std::env::temp_dir().join(format!(
+            "sidecar-injector-e2e-{}-{name}",
+            std::process::id()
+        ));
+        let state = state_dir.to_str().expect("a UTF-8 temp dir").to_owned();
+        spawn_reaper(&state).expect("a reaper");
+        let bin_dir = std::env::var("K8S_TESTBED_BIN").unwrap_or_default();
+        let kubeconfig = run_script("up.sh", &[&state, &bin_dir])
+            .unwrap_or_else(|err| panic!("control plane {name}: {err}"));
+        Self {
+            plane: ControlPlane {
+                state_dir,
+                kubeconfig: PathBuf::from(kubeconfig),
+            },
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        client_of(&self.plane.kubeconfig).await
+    }
+
+    /// Stops its processes (its kubeconfig still names it: a cluster that is down).
+    pub fn stop(&self) {
+        let _ = run_script("down.sh", &[self.plane.state_dir.to_str().unwrap()]);
+    }
+}
+
+impl Drop for OtherControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.plane.state_dir);
+    }
+}
+
+/// One kubeconfig with a context of each `(name, kubeconfig)` (each of up.sh's, with its
+/// cluster, user and context renamed `name`), written to `path`.
+pub fn fleet_kubeconfig(path: &Path, clusters: &[(&str, &Path)]) {
+    let mut merged = json!({"apiVersion": "v1", "kind": "Config",
+                            "clusters": [], "users": [], "contexts": []});
+    for (name, kubeconfig) in clusters {
+        let text = std::fs::read_to_string(kubeconfig).expect("a testbed kubeconfig");
+        let one: serde_json::Value = serde_yaml::from_str(&text).expect("YAML");
+        for (list, inner) in [
+            ("clusters", "cluster"),
+            ("users", "user"),
+            ("contexts", "context"),
+        ] {
+            let mut entry = one[list][0].clone();
+            entry["name"] = json!(name);
+            if list == "contexts" {
+                entry[inner]["cluster"] = json!(name);
+                entry[inner]["user"] = json!(name);
+            }
+            merged[list].as_array_mut().unwrap().push(entry);
+        }
+    }
+    merged["current-context"] = json!(clusters[0].0);
+    std::fs::write(path, serde_yaml::to_string(&merged).unwrap()).expect("the kubeconfig written");
+}
+
+async fn client_of(kubeconfig: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("the testbed kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a client config");
+    Client::try_from(config).expect("a client")
 }
 
 pub async fn client() -> Client {
