@@ -62,10 +62,26 @@ static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 /// the line as given in text mode; in JSON mode one object per line shaped like the log
 /// events (`timestamp`, `level`, `message`, then `fields` as their own keys), so that stderr
 /// carries JSON only. Never filtered by the log level: it is the command's output, not a log.
+///
+/// While a command reads several clusters, a notice about one of them (said within
+/// [`NOTICE_CLUSTER`]'s scope) names it: `CLUSTER: ` before the line, a `cluster` key in JSON.
 pub(crate) fn notice(level: Level, message: &str, fields: &[(&str, &str)]) {
     let format = FORMAT.get().copied().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
-    eprintln!("{}", render_notice(format, level, message, fields, now));
+    let line = match NOTICE_CLUSTER.try_with(Clone::clone) {
+        Ok(cluster) => {
+            let mut named = vec![("cluster", cluster.as_str())];
+            named.extend_from_slice(fields);
+            render_notice(format, level, &format!("{cluster}: {message}"), &named, now)
+        }
+        Err(_) => render_notice(format, level, message, fields, now),
+    };
+    eprintln!("{line}");
+}
+
+tokio::task_local! {
+    /// The cluster the notices of a future are about, while a command reads several.
+    pub(crate) static NOTICE_CLUSTER: String;
 }
 
 /// An error a command reports (the one it ends on, a config that does not load): `error: `

@@ -57,7 +57,8 @@ where
     let reads = contexts.iter().map(|context| {
         let mut one = connection.clone();
         one.context = vec![context.clone()];
-        let reading = read(one);
+        // What it says on stderr names its cluster.
+        let reading = crate::telemetry::NOTICE_CLUSTER.scope(context.clone(), read(one));
         async move {
             let outcome = match tokio::time::timeout(timeout, reading).await {
                 Ok(Ok(value)) => Ok(value),
@@ -183,6 +184,11 @@ mod tests {
             Duration::from_secs(30),
             |one| async move {
                 let context = one.context[0].clone();
+                assert_eq!(
+                    crate::telemetry::NOTICE_CLUSTER.with(Clone::clone),
+                    context,
+                    "its notices name the cluster"
+                );
                 match context.as_str() {
                     "down" => anyhow::bail!("connection refused"),
                     "slow" => {
