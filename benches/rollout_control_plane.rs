@@ -31,7 +31,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::bench::{gauge, samples, stamp_of};
+use support::bench::{bench_deployment, gauge, samples, stamp_of};
 use support::cluster::{TestContext, put_config, rollout_args};
 use support::injector::eventually;
 
@@ -102,21 +102,9 @@ async fn run(deployments: usize, measure: bool) {
     for i in 0..deployments {
         let name = format!("app-{i:03}");
         let sidecar = if i < stale { "tracer:v1" } else { "logger:v1" };
-        let deployment: Deployment = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": REPLICAS,
-                // One pod may be unavailable (the default 25% of 2 rounds down to none, which
-                // leaves no room for an in-place upgrade): the same for every variant.
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}, "annotations": {"injector/request": sidecar}},
-                    "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
-                }
-            }
-        }))
-        .unwrap();
+        // One pod may be unavailable (the default 25% of 2 rounds down to none, which leaves
+        // no room for an in-place upgrade): the same for every variant.
+        let deployment = bench_deployment(&name, REPLICAS, sidecar, json!({"maxUnavailable": 1}));
         api.create(&PostParams::default(), &deployment)
             .await
             .expect("a Deployment");

@@ -28,7 +28,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use support::bench::{gauge, memory_mib, quantile, samples, samples_in, verdict};
+use support::bench::{bench_deployment, gauge, memory_mib, quantile, samples, samples_in, verdict};
 use support::cluster::{CONTROLLER_QPS, TestContext, control_plane, put_config, rollout_args};
 use support::injector::eventually;
 
@@ -117,19 +117,12 @@ async fn run(deployments: usize, replicas: usize, measure: bool) {
             async move {
                 let name = format!("app-{i:05}");
                 let sidecar = if i < stale { "tracer:v1" } else { "logger:v1" };
-                let deployment: Deployment = serde_json::from_value(json!({
-                    "metadata": {"name": name},
-                    "spec": {
-                        "replicas": replicas,
-                        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}},
-                        "selector": {"matchLabels": {"app": name}},
-                        "template": {
-                            "metadata": {"labels": {"app": name}, "annotations": {"injector/request": sidecar}},
-                            "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
-                        }
-                    }
-                }))
-                .unwrap();
+                let deployment = bench_deployment(
+                    &name,
+                    replicas,
+                    sidecar,
+                    json!({"maxUnavailable": 1, "maxSurge": 1}),
+                );
                 api.create(&PostParams::default(), &deployment)
                     .await
                     .expect("a Deployment");

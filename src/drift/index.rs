@@ -165,7 +165,7 @@ impl DriftIndex {
         }
     }
 
-    pub(crate) fn delete_pod(&mut self, namespace: &str, name: &str) {
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) {
         let key = self.key(namespace, name);
         if self.pods.remove(&key).is_some() {
             self.changed_pod(&key);

@@ -4,6 +4,26 @@ use std::collections::BTreeMap;
 
 use super::injector::Injector;
 
+/// A Deployment of the benches: `replicas` pods of one app container requesting `sidecar`,
+/// replaced as `rolling_update` says (`maxUnavailable`, `maxSurge`).
+pub fn bench_deployment(
+    name: &str,
+    replicas: usize,
+    sidecar: &str,
+    rolling_update: serde_json::Value,
+) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update},
+            "selector": {"matchLabels": {"app": name}},
+            "template": super::e2e::template(name, Some(sidecar))
+        }
+    }))
+    .expect("a Deployment")
+}
+
 /// The `injector/revision` item a config's text stamps, computed by the library.
 pub fn stamp_of(text: &str) -> String {
     let config = sidecar_injector::config::parse_config("bench", text)
