@@ -24,22 +24,21 @@ pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
         let mut out = io::stdout().lock();
         let Some(contexts) = fleet else {
             let report = cluster_report(args, connection).await?;
+            let (stale, empty) = (report.needs_restart(), report.workloads.is_empty());
             match args.cluster.output.document(&report)? {
                 Some(document) => out.write_all(document.as_bytes())?,
                 None => {
-                    write_drift_table(
-                        &mut out,
-                        &[ClusterRead {
-                            cluster: String::new(),
-                            outcome: Ok(&report),
-                        }],
-                    )?;
-                    if report.workloads.is_empty() {
+                    let one = [ClusterRead {
+                        cluster: String::new(),
+                        outcome: Ok(report),
+                    }];
+                    write_drift_table(&mut out, &one)?;
+                    if empty {
                         writeln!(out, "{}", no_workload(args))?;
                     }
                 }
             }
-            return Ok(if args.exit_code && report.needs_restart() {
+            return Ok(if args.exit_code && stale {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS
@@ -52,13 +51,6 @@ pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
             |one| async move { cluster_report(args, &one).await },
         )
         .await;
-        let reads: Vec<ClusterRead<&DriftReport>> = reads
-            .iter()
-            .map(|r| ClusterRead {
-                cluster: r.cluster.clone(),
-                outcome: r.outcome.as_ref().map_err(Clone::clone),
-            })
-            .collect();
         match args.cluster.output.document(&fleet_document(&reads))? {
             Some(document) => out.write_all(document.as_bytes())?,
             None => write_drift_table(&mut out, &reads)?,
@@ -150,11 +142,11 @@ struct FleetDrift<'a> {
     workloads: Vec<InCluster<'a, WorkloadDrift>>,
 }
 
-fn fleet_document<'a>(reads: &'a [ClusterRead<&'a DriftReport>]) -> FleetDrift<'a> {
+fn fleet_document(reads: &[ClusterRead<DriftReport>]) -> FleetDrift<'_> {
     let read = || {
         reads
             .iter()
-            .filter_map(|r| Some((r.cluster.as_str(), *r.outcome.as_ref().ok()?)))
+            .filter_map(|r| Some((r.cluster.as_str(), r.outcome.as_ref().ok()?)))
     };
     FleetDrift {
         clusters: reads.iter().map(ClusterRead::state).collect(),
@@ -202,7 +194,7 @@ fn no_workload(args: &DriftArgs) -> String {
 
 /// The report as a table: with a CLUSTER column first when `reads` are several clusters'
 /// (one that could not be read is a row with its error), without it for one cluster's.
-fn write_drift_table(out: &mut impl Write, reads: &[ClusterRead<&DriftReport>]) -> io::Result<()> {
+fn write_drift_table(out: &mut impl Write, reads: &[ClusterRead<DriftReport>]) -> io::Result<()> {
     use crate::drift::DriftState;
     let fleet = reads.len() > 1 || reads.iter().any(|r| !r.cluster.is_empty());
     let width = super::fleet::cluster_width(reads);

@@ -26,18 +26,13 @@ pub(crate) fn changes<K, T>(
     what: &'static str,
     project: impl FnMut(K) -> Option<T>,
 ) -> impl Stream<Item = Change<T>> {
-    changes_noting_failures(events, what, project, |_| {})
+    folded_relists(projected(events, what, project, |_| {}))
 }
 
-/// As [`changes`], calling `failed` with each failure as well.
-fn changes_noting_failures<K, T>(
-    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
-    what: &'static str,
-    project: impl FnMut(K) -> Option<T>,
-    failed: impl FnMut(&watcher::Error),
-) -> impl Stream<Item = Change<T>> {
+/// `events` with each relist folded into one [`Change::Listed`].
+fn folded_relists<T>(events: impl Stream<Item = Event<T>>) -> impl Stream<Item = Change<T>> {
     let mut relist: Option<Vec<T>> = None;
-    projected(events, what, project, failed).filter_map(move |event| {
+    events.filter_map(move |event| {
         let change = match event {
             Event::Init => {
                 relist = Some(Vec::new());
@@ -107,13 +102,7 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     T: Send + 'static,
 {
-    changes_noting_failures(
-        init_after_success(watcher::watcher(api, config)).backoff(DefaultBackoff::default()),
-        what,
-        project,
-        failed,
-    )
-    .boxed()
+    folded_relists(events_noting_failures(api, config, what, project, failed)).boxed()
 }
 
 /// As [`watch_noting_failures`], the events as they come: a relist is `Init`, then each
