@@ -20,16 +20,17 @@ pub(crate) mod notice;
 pub(crate) mod outcome;
 mod plan;
 mod planner;
+pub(crate) mod promotion;
 pub(crate) mod publication;
 pub(crate) mod selection;
 pub(crate) mod targets;
 
 pub(crate) use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin, Resumed,
-    Reversion,
+    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin,
+    Promotion, Resumed, Reversion,
 };
 #[cfg(test)]
-pub(crate) use book::{Hold, MaintenanceStatus, Resumption};
+pub(crate) use book::{GateStatus, Hold, MaintenanceStatus, Resumption};
 #[cfg(test)]
 pub(crate) use change::{SidecarChange, describe_changes, rollout_reason};
 pub(crate) use gates::after;

@@ -79,6 +79,8 @@ pub(crate) fn campaign(
         failed_before: Vec::new(),
         held: None,
         expected_end: None,
+        completed: None,
+        gate: None,
     }
 }
 

@@ -451,6 +451,12 @@ pub(crate) struct RolloutArgs {
     /// again (the campaign stays paused).
     #[arg(long, value_name = "SIDECAR", conflicts_with = "resume")]
     pub(crate) release_hold: Option<String>,
+    /// Promotes a revision waiting under `serve --promotion=gated`: `SIDECAR` (the revision
+    /// its campaign waits with) or `SIDECAR=REVISION` (also one not arrived yet, which then
+    /// starts at once). Written into the status ConfigMap; the Lease holder starts its
+    /// campaign.
+    #[arg(long, value_name = "SIDECAR[=REVISION]", conflicts_with_all = ["resume", "unpin", "release_hold", "to"])]
+    pub(crate) promote: Option<String>,
     /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
     /// passing it gets a message saying what to do instead.
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]

@@ -17,6 +17,7 @@ pub(crate) static HINTS: Hints = Hints {
     bake: "--bake",
     hold: "--on-campaign-failure=hold",
     max_failures: "--max-failures",
+    promote: |sidecar| format!("`sidecar-injector rollout --promote {sidecar}`"),
 };
 
 /// What ends `reason`, when a flag or a command of ours does.
@@ -25,6 +26,7 @@ fn wait(reason: &WaitReason) -> Option<String> {
         WaitReason::Settling { .. } => "--settle to change".to_owned(),
         WaitReason::Cooldown { .. } => "--cooldown to change".to_owned(),
         WaitReason::CampaignPaused { .. } => HINTS.resume.to_owned(),
+        WaitReason::AwaitingPromotion { sidecar } => (HINTS.promote)(sidecar),
         WaitReason::RollingOut { .. } => "--rollout-timeout to change".to_owned(),
         WaitReason::MaxParallel { .. } => "--max-parallel".to_owned(),
         WaitReason::MaxParallelInNamespace { .. } => "--max-parallel-per-namespace".to_owned(),

@@ -51,10 +51,13 @@ pub(crate) fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCo
         );
     }
     if !args.sidecar_container_name.is_empty()
-        && (args.to.is_some() || args.unpin.is_some() || args.release_hold.is_some())
+        && (args.to.is_some()
+            || args.unpin.is_some()
+            || args.release_hold.is_some()
+            || args.promote.is_some())
     {
         anyhow::bail!(
-            "--to, --unpin and --release-hold act on revisions; a --sidecar-container-name run keeps none"
+            "--to, --unpin, --release-hold and --promote act on revisions; a --sidecar-container-name run keeps none"
         );
     }
     if !args.sidecar_container_name.is_empty() && args.resume {
@@ -230,6 +233,10 @@ async fn overrides(
         edit_overrides(client, namespace, Override::ReleaseHold(sidecar)).await?;
         return Ok(Some(ExitCode::SUCCESS));
     }
+    if let Some(spec) = &args.promote {
+        promote(client, namespace, spec, identity).await?;
+        return Ok(Some(ExitCode::SUCCESS));
+    }
     if let Some(spec) = &args.to {
         pin_revision(args, spec, one_shot, identity).await?;
         if let Some(holder) = holder.filter(|h| h.restarts()) {
@@ -245,6 +252,84 @@ async fn overrides(
         }
     }
     Ok(None)
+}
+
+/// `--promote SIDECAR[=REVISION]`: an approval written into the status ConfigMap, where the
+/// Lease holder adopts it and starts the revision's campaign.
+async fn promote(
+    client: &kube::Client,
+    namespace: &str,
+    spec: &str,
+    identity: &str,
+) -> anyhow::Result<()> {
+    let (raw, wanted) = match spec.split_once('=') {
+        Some((sidecar, revision)) => (sidecar, Some(revision.trim().to_owned())),
+        None => (spec, None),
+    };
+    let sidecar = crate::name::SidecarName::parse(raw)
+        .with_context(|| format!("--promote {spec:?}: invalid sidecar name {raw:?}"))?
+        .to_string();
+    if wanted.as_deref().is_some_and(str::is_empty) {
+        anyhow::bail!("--promote {spec:?}: no revision after '='");
+    }
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut refusal = None;
+    let promoted = crate::cluster::status::edit_book(&api, namespace, wanted.is_some(), |book| {
+        let gated = book
+            .campaigns
+            .get(&sidecar)
+            .filter(|c| c.state == crate::rollout::CampaignState::Gated)
+            .map(|c| c.revision.clone());
+        let Some(revision) = wanted.clone().or(gated) else {
+            refusal = Some(match book.campaigns.get(&sidecar) {
+                Some(c) => format!(
+                    "{sidecar} does not wait for promotion: its campaign of {} is {} (name a revision with --promote {sidecar}=REVISION to approve one still to come)",
+                    c.revision,
+                    c.state.as_str()
+                ),
+                None => format!(
+                    "{sidecar} has no campaign in the status ConfigMap of namespace {namespace} (is serve --rollout=auto --promotion=gated running there?)"
+                ),
+            });
+            return None;
+        };
+        if book
+            .promotions
+            .get(&sidecar)
+            .is_some_and(|p| p.revision == revision)
+        {
+            return Some((revision, false));
+        }
+        book.promotions.insert(
+            sidecar.clone(),
+            crate::rollout::Promotion {
+                revision: revision.clone(),
+                by: identity.to_owned(),
+                at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+            },
+        );
+        Some((revision, true))
+    })
+    .await?;
+    match (promoted, refusal) {
+        (Some((revision, new)), _) => notice(
+            Level::INFO,
+            &format!(
+                "{sidecar} revision {revision} {}: the Lease holder starts its campaign at its next plan (`sidecar-injector drift` follows it)",
+                if new {
+                    "promoted"
+                } else {
+                    "was promoted already"
+                }
+            ),
+            &[("sidecar", &sidecar), ("revision", &revision)],
+        ),
+        (None, Some(why)) => anyhow::bail!(why),
+        (None, None) => anyhow::bail!(
+            "no status ConfigMap sidecar-injector-status in namespace {namespace}: nothing waits for promotion there"
+        ),
+    }
+    Ok(())
 }
 
 /// What `--unpin` and `--release-hold` end.

@@ -110,7 +110,14 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
             Some(RolloutOptions {
                 engine: crate::engine::EngineOptions {
                     mode,
-                    settings: args.safety.settings(args.settle),
+                    settings: crate::rollout::RolloutSettings {
+                        promotion: crate::rollout::promotion::PromotionGate {
+                            gated: args.promotion
+                                == crate::rollout::promotion::PromotionMode::Gated,
+                            upstream: Vec::new(),
+                        },
+                        ..args.safety.settings(args.settle)
+                    },
                     keys,
                     policy: drift_policy.clone(),
                     namespace: namespace.clone(),

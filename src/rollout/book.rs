@@ -25,15 +25,20 @@ pub(crate) enum CampaignState {
     Complete,
     /// `rollout: {policy: manual}`.
     Manual,
+    /// `serve --promotion=gated`: the revision waits to be promoted (by `rollout --promote`,
+    /// or once its campaign completed and baked upstream); new pods keep the last good
+    /// revision meanwhile, as during a hold.
+    Gated,
 }
 
 impl CampaignState {
-    pub(crate) const ALL: [CampaignState; 5] = [
+    pub(crate) const ALL: [CampaignState; 6] = [
         CampaignState::Settling,
         CampaignState::Running,
         CampaignState::Paused,
         CampaignState::Complete,
         CampaignState::Manual,
+        CampaignState::Gated,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -43,6 +48,7 @@ impl CampaignState {
             CampaignState::Paused => "paused",
             CampaignState::Complete => "complete",
             CampaignState::Manual => "manual",
+            CampaignState::Gated => "gated",
         }
     }
 }
@@ -113,6 +119,36 @@ pub(crate) struct Campaign {
     /// pending workloads have all started at `--max-restarts-per-minute`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) expected_end: Option<Time>,
+    /// Since when it has been complete (a bake downstream clusters wait out counts from
+    /// here); none while it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) completed: Option<Time>,
+    /// While gated: who may promote it besides `rollout --promote` (the upstream clusters an
+    /// automatic gate waits for), and what they were last seen doing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) gate: Option<GateStatus>,
+}
+
+/// What a gated campaign waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GateStatus {
+    /// The clusters whose campaign of this revision must complete and bake first; none: only
+    /// an approval promotes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) upstream: Vec<String>,
+    /// Where those clusters stand with it, as last read ("staging: running, 3 to restart").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) upstream_state: Option<String>,
+}
+
+/// An approval to start the campaign of `revision` (`rollout --promote`, `promote`, or an
+/// automatic gate): written into the status ConfigMap, where the Lease holder adopts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Promotion {
+    pub(crate) revision: String,
+    pub(crate) by: String,
+    pub(crate) at: Time,
 }
 
 /// The revision new pods get while a campaign is paused, with its content (every replica
@@ -229,6 +265,13 @@ impl Campaign {
             .map(|f| f.reason.as_str())
     }
 
+    /// The revision new pods get instead of this one: its hold while it is paused or gated.
+    pub(crate) fn holding(&self) -> Option<&Hold> {
+        self.held
+            .as_ref()
+            .filter(|_| matches!(self.state, CampaignState::Paused | CampaignState::Gated))
+    }
+
     /// Its pause or a failure of one of its restarts.
     pub(super) fn has_failed(&self) -> bool {
         self.state == CampaignState::Paused || !self.failed_workloads.is_empty()
@@ -295,6 +338,9 @@ pub(crate) struct CampaignBook {
     /// Revisions pinned by `rollout --to`, by sidecar.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) pins: BTreeMap<String, Pin>,
+    /// Revisions approved to roll out under `serve --promotion=gated`, by sidecar.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) promotions: BTreeMap<String, Promotion>,
 }
 
 /// Whether the engine's maintenance windows are open, and when that changes.
@@ -484,6 +530,43 @@ impl CampaignBook {
 }
 
 impl Campaign {
+    /// What promotes a gated campaign: the approval, or the upstream clusters too (with where
+    /// they were last seen standing, when `with_state`).
+    pub(crate) fn gate_waits_for(
+        &self,
+        sidecar: &str,
+        hints: &super::plan::Hints,
+        with_state: bool,
+    ) -> String {
+        let approval = (hints.promote)(sidecar);
+        match &self.gate {
+            Some(gate) if !gate.upstream.is_empty() => format!(
+                "promoted once it completed and baked in {}{}, or by {approval}",
+                gate.upstream.join(", "),
+                gate.upstream_state
+                    .as_deref()
+                    .filter(|_| with_state)
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default()
+            ),
+            _ => format!("promoted by {approval}"),
+        }
+    }
+
+    /// The drift note of a gated campaign: what it waits for, and what new pods get.
+    fn gated_note(&self, sidecar: &str, hints: &super::plan::Hints) -> String {
+        let new_pods = match &self.held {
+            Some(hold) => format!("new pods keep {} meanwhile", hold.revision),
+            None => "new pods get it already (no good revision is remembered to keep them at)"
+                .to_owned(),
+        };
+        format!(
+            "waits for promotion: {} ({}); {new_pods}",
+            self.revision,
+            self.gate_waits_for(sidecar, hints, true)
+        )
+    }
+
     /// "ends at the earliest 2026-12-02T14:05:00Z (restart budget)", while it has an expected
     /// end.
     pub(crate) fn ends_note(&self) -> Option<String> {
@@ -513,11 +596,9 @@ impl CampaignBook {
                 .filter(|c| row.revision.as_deref() == Some(c.revision.as_str()));
             if let Some(campaign) = campaign {
                 row.campaign = Some(campaign.state.as_str().to_owned());
-                if let Some(hold) = campaign
-                    .held
-                    .as_ref()
-                    .filter(|_| campaign.state == CampaignState::Paused)
-                {
+                if campaign.state == CampaignState::Gated {
+                    row.note = Some(campaign.gated_note(&row.name, hints));
+                } else if let Some(hold) = campaign.holding() {
                     row.note = Some(format!(
                         "held at {} ({} failed: {})",
                         hold.revision,
@@ -612,10 +693,10 @@ impl CampaignBook {
             let Some(campaign) = self.campaigns.get(&name) else {
                 continue;
             };
-            let Some(hold) = campaign.held.as_ref().filter(|_| {
-                campaign.state == CampaignState::Paused
-                    && campaign.revision == sidecar.revision.as_str()
-            }) else {
+            let Some(hold) = campaign
+                .holding()
+                .filter(|_| campaign.revision == sidecar.revision.as_str())
+            else {
                 continue;
             };
             match sidecar_with_content(sidecar, &hold.revision, &hold.content) {
@@ -638,6 +719,18 @@ impl CampaignBook {
             .filter_map(|sidecar| {
                 let name = &sidecar.config.name;
                 let campaign = self.campaigns.get(&name.to_string())?;
+                if campaign.state == CampaignState::Gated {
+                    let hold = campaign
+                        .holding()
+                        .filter(|h| h.revision == sidecar.revision.as_str())?;
+                    let text = format!(
+                        "sidecar {name} is held at {}: its revision {} waits for promotion ({})",
+                        hold.revision,
+                        campaign.revision,
+                        campaign.gate_waits_for(&name.to_string(), hints, false),
+                    );
+                    return Some((name.clone(), std::sync::Arc::from(text)));
+                }
                 if campaign.state != CampaignState::Paused {
                     return None;
                 }

@@ -154,17 +154,15 @@ pub(super) fn admit<'r>(
 
 /// A paused campaign holds every workload requesting its sidecar.
 fn campaign_gate(book: &CampaignBook, candidate: &Candidate<'_, '_>) -> Result<(), WaitReason> {
-    let paused = candidate.group.rows.iter().find(|r| {
-        book.campaigns
-            .get(&r.sidecar)
-            .is_some_and(|c| c.state == CampaignState::Paused)
-    });
-    match paused {
-        Some(row) => Err(WaitReason::CampaignPaused {
-            sidecar: row.sidecar.clone(),
-        }),
-        None => Ok(()),
+    for row in &candidate.group.rows {
+        let sidecar = row.sidecar.clone();
+        match book.campaigns.get(&row.sidecar).map(|c| c.state) {
+            Some(CampaignState::Paused) => return Err(WaitReason::CampaignPaused { sidecar }),
+            Some(CampaignState::Gated) => return Err(WaitReason::AwaitingPromotion { sidecar }),
+            _ => {}
+        }
     }
+    Ok(())
 }
 
 /// A revision younger than `--settle` waits: more edits may follow.

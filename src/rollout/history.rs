@@ -127,7 +127,10 @@ impl RevisionHistory {
                             .ok()
                             .and_then(|d| entry.first_served.0.checked_add(d).ok())
                             .is_some_and(|until| until <= now);
-                        if c.state == CampaignState::Complete || (served_long && !c.has_failed()) {
+                        // A gated revision has not rolled out: time alone says nothing of it.
+                        let judged_by_time =
+                            served_long && !c.has_failed() && c.state != CampaignState::Gated;
+                        if c.state == CampaignState::Complete || judged_by_time {
                             entry.outcome = Outcome::Good;
                         }
                     }

@@ -215,6 +215,7 @@ mod tests {
             campaigns: [("tracer:v1".to_owned(), campaign)].into(),
             maintenance: None,
             pins: Default::default(),
+            promotions: Default::default(),
         }
     }
 

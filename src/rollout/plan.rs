@@ -54,6 +54,8 @@ pub(crate) struct RolloutSettings {
     pub(crate) history_limit: usize,
     /// Whether pods may be upgraded in place when only images change (`--in-place`).
     pub(crate) in_place: super::in_place::InPlaceMode,
+    /// Whether a new revision waits to be promoted (`--promotion=gated`), and for whom.
+    pub(crate) promotion: super::promotion::PromotionGate,
 }
 
 /// What new pods get while a sidecar's campaign is paused on failures.
@@ -89,6 +91,7 @@ impl Default for RolloutSettings {
             good_after: Duration::from_secs(600),
             history_limit: super::history::DEFAULT_HISTORY_LIMIT,
             in_place: super::in_place::InPlaceMode::Auto,
+            promotion: Default::default(),
         }
     }
 }
@@ -202,6 +205,10 @@ pub(crate) enum WaitReason {
     CampaignPaused {
         sidecar: String,
     },
+    /// `serve --promotion=gated`: the revision is not promoted yet.
+    AwaitingPromotion {
+        sidecar: String,
+    },
     Manual {
         sidecar: String,
     },
@@ -279,6 +286,8 @@ pub(crate) struct Hints {
     pub(crate) hold: &'static str,
     /// The setting of how many failures pause a campaign.
     pub(crate) max_failures: &'static str,
+    /// Promotes a sidecar's gated revision.
+    pub(crate) promote: fn(&str) -> String,
 }
 
 impl Waiting {
@@ -357,6 +366,9 @@ impl fmt::Display for WaitReason {
             ),
             WaitReason::CampaignPaused { sidecar } => {
                 write!(f, "the campaign of {sidecar} is paused")
+            }
+            WaitReason::AwaitingPromotion { sidecar } => {
+                write!(f, "the revision of {sidecar} waits for promotion")
             }
             WaitReason::Manual { sidecar } => write!(f, "{sidecar} has rollout policy manual"),
             WaitReason::DeploymentPaused => write!(f, "the Deployment is paused"),

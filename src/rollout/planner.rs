@@ -14,6 +14,7 @@ use super::change::{SidecarChange, rollout_reason};
 use super::gates::{Candidate, Group, Pace, admit, after};
 use super::in_place::{InPlaceMode, NotInPlace};
 use super::plan::{PlanInput, Restart, RolloutPlan, SidecarTarget, WaitReason, Waiting};
+use super::promotion::gate_campaigns;
 use crate::config::RevisionStamp;
 use crate::drift::{DriftReport, DriftState, WorkloadDrift, WorkloadEntry};
 use crate::workload::{RestartMethod, UpdateStrategy, WorkloadRef};
@@ -49,7 +50,18 @@ impl Survey<'_, '_> {
 }
 
 pub(crate) fn plan(input: PlanInput<'_>) -> RolloutPlan {
-    let mut book = next_book(input.book, input.targets, input.now);
+    let mut book = next_book(
+        input.book,
+        input.targets,
+        &input.settings.promotion,
+        input.now,
+    );
+    gate_campaigns(
+        &mut book,
+        &input.settings.promotion,
+        input.history,
+        input.now,
+    );
     let mut out = RolloutPlan::default();
     let groups = group_rows(input.report);
     let mut survey = Survey {

@@ -1949,6 +1949,7 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
         campaigns: [("logger:v1".to_owned(), c)].into(),
         maintenance: None,
         pins: Default::default(),
+        promotions: Default::default(),
     };
     let warnings = book(campaign(&revision, CampaignState::Paused))
         .admission_warnings(&set, &crate::cli::hints::HINTS);
@@ -2879,4 +2880,215 @@ fn the_expected_end_counts_from_the_settle_window_and_only_while_to_come() {
     ] {
         assert_eq!(expected_end(state, &counts, settled, now, 30), None);
     }
+}
+
+/// A history where NEW (the revision rolled out) is good.
+fn history_with_new_good() -> crate::rollout::history::RevisionHistory {
+    use crate::rollout::history::{HistoryEntry, Outcome};
+    crate::rollout::history::RevisionHistory {
+        sidecars: [(
+            LOGGER.to_owned(),
+            vec![HistoryEntry {
+                revision: NEW.into(),
+                content: serde_json::json!({"containers": [{"name": "logger", "image": NEW}]}),
+                first_served: Time(at(0)),
+                outcome: Outcome::Good,
+                reason: None,
+            }],
+        )]
+        .into(),
+    }
+}
+
+#[test]
+fn a_gated_revision_restarts_nothing_and_holds_new_pods_until_promoted() {
+    const NEXT: &str = "cccccccccccc";
+    let mut world = World::new();
+    world.settings.promotion = crate::rollout::promotion::PromotionGate {
+        gated: true,
+        upstream: vec!["staging".into()],
+    };
+    world.history = history_with_new_good();
+    world.deployment("web", 2, Some(NEW));
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Complete
+    );
+    world.target(LOGGER, NEXT);
+    let arrived = world.now;
+    world.step();
+    // Long past the settle window: still nothing restarts.
+    world.now = at(7200 + 3600);
+    let plan = world.step();
+    assert!(restarted(&plan).is_empty(), "{plan:#?}");
+    assert_eq!(
+        waiting(&plan, "web"),
+        &WaitReason::AwaitingPromotion {
+            sidecar: LOGGER.into()
+        }
+    );
+    let campaign = &world.state.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Gated);
+    assert_eq!(campaign.previous.as_deref(), Some(NEW));
+    let hold = campaign.held.clone().expect("new pods kept at NEW");
+    assert_eq!(hold.revision, NEW);
+    assert_eq!(
+        campaign.gate.as_ref().map(|g| g.upstream.clone()),
+        Some(vec!["staging".to_owned()])
+    );
+    assert_eq!(campaign.counts.pending, 1);
+    // An approval of another revision promotes nothing.
+    world.state.book.promotions.insert(
+        LOGGER.into(),
+        crate::rollout::Promotion {
+            revision: OLD.into(),
+            by: "ops".into(),
+            at: Time(world.now),
+        },
+    );
+    assert!(restarted(&world.step()).is_empty());
+    // Its own does: the campaign runs, canary first, and the hold ends.
+    world.state.book.promotions.insert(
+        LOGGER.into(),
+        crate::rollout::Promotion {
+            revision: NEXT.into(),
+            by: "ops".into(),
+            at: Time(world.now),
+        },
+    );
+    let plan = world.step();
+    assert_eq!(restarted(&plan), ["web"]);
+    let campaign = &world.state.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Running);
+    assert_eq!(campaign.since, Time(arrived));
+    assert!(campaign.held.is_none() && campaign.gate.is_none());
+}
+
+#[test]
+fn no_gate_for_a_new_sidecar_a_revert_or_with_the_gate_off() {
+    let gate = crate::rollout::promotion::PromotionGate {
+        gated: true,
+        upstream: vec![],
+    };
+    // A sidecar new to the cluster starts at once.
+    let mut world = World::new();
+    world.settings.promotion = gate.clone();
+    world.target("tracer:v1", "dddddddddddd");
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns["tracer:v1"].state,
+        CampaignState::Settling
+    );
+    // A config put back to the revision rolled out while the next one waited: no gate.
+    world.target(LOGGER, "cccccccccccc");
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Gated
+    );
+    world.target(LOGGER, NEW);
+    world.step();
+    let campaign = &world.state.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Settling);
+    assert_eq!(campaign.previous.as_deref(), Some(NEW));
+    // The gate turned off (the flag removed): a waiting revision starts.
+    world.target(LOGGER, "cccccccccccc");
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Gated
+    );
+    world.settings.promotion.gated = false;
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Settling
+    );
+}
+
+#[test]
+fn a_complete_campaign_records_since_when_and_loses_it_when_it_runs_again() {
+    let mut world = World::new();
+    world.deployment("web", 1, Some(NEW));
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].completed,
+        Some(Time(at(7200)))
+    );
+    world.now = at(8000);
+    world.step();
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].completed,
+        Some(Time(at(7200))),
+        "kept while it stays complete"
+    );
+    world.deployment("late", 1, Some(OLD));
+    world.step();
+    assert_eq!(world.state.book.campaigns[LOGGER].completed, None);
+}
+
+#[test]
+fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion() {
+    use crate::config::revision::injected_content;
+    let loaded = |image: &str| {
+        crate::test_fixtures::loaded(&format!(
+            "name: logger:v1\ncontainers: [{{name: log-shipper, image: '{image}'}}]\n"
+        ))
+    };
+    let (good, next) = (loaded("shipper:1"), loaded("shipper:2"));
+    let config: crate::config::SidecarSet = std::iter::once(next.clone()).collect();
+    let name: crate::name::SidecarName = LOGGER.parse().unwrap();
+    let mut campaign = crate::test_fixtures::campaign(
+        next.revision.as_str(),
+        CampaignState::Gated,
+        Time(Timestamp::UNIX_EPOCH),
+    );
+    campaign.held = Some(crate::rollout::Hold {
+        revision: good.revision.to_string(),
+        content: injected_content(&good.config),
+        since: Time(Timestamp::UNIX_EPOCH),
+    });
+    campaign.gate = Some(crate::rollout::GateStatus {
+        upstream: vec!["staging".into(), "prod-eu".into()],
+        upstream_state: Some("staging: running, 3 to restart, 1 rolling".into()),
+    });
+    let mut book = CampaignBook::default();
+    book.campaigns.insert(LOGGER.into(), campaign);
+    let (served, errors) = book.served(&config, &crate::cli::hints::HINTS);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(served.get(&name).unwrap().revision, good.revision);
+    let warning = served.warning(&name).unwrap();
+    assert_eq!(
+        warning,
+        format!(
+            "sidecar logger:v1 is held at {}: its revision {} waits for promotion (promoted once it completed and baked in staging, prod-eu, or by `sidecar-injector rollout --promote logger:v1`)",
+            good.revision, next.revision
+        )
+    );
+    assert!(
+        warning.len() <= 256,
+        "kubectl shows it whole: {}",
+        warning.len()
+    );
+
+    // drift says what it waits for, where upstream stands, and what new pods get.
+    let mut world = World::new();
+    world.deployment("web", 1, Some(OLD));
+    let wanted: RevisionsInForce = [(LOGGER.to_owned(), next.revision.to_string())]
+        .into_iter()
+        .collect();
+    let mut report = world.index.classify_revisions(&wanted, &world.policy);
+    book.flag(&mut report, &Default::default(), &crate::cli::hints::HINTS);
+    assert_eq!(report.sidecars[0].campaign.as_deref(), Some("gated"));
+    assert_eq!(
+        report.sidecars[0].note.as_deref(),
+        Some(
+            format!(
+                "waits for promotion: {} (promoted once it completed and baked in staging, prod-eu (staging: running, 3 to restart, 1 rolling), or by `sidecar-injector rollout --promote logger:v1`); new pods keep {} meanwhile",
+                next.revision, good.revision
+            )
+            .as_str()
+        )
+    );
 }

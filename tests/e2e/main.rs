@@ -19,6 +19,7 @@ mod in_place;
 mod injection;
 mod monitoring;
 mod native;
+mod promotion;
 mod rollout_command;
 mod toolbox;
 

@@ -113,6 +113,11 @@ pub(crate) struct ServeArgs {
     /// one campaign.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub(crate) settle: Duration,
+    /// `auto`: a new revision's campaign starts once it settled. `gated`: it waits to be
+    /// promoted (`sidecar-injector rollout --promote SIDECAR`), new pods keeping the last good
+    /// revision meanwhile, as during a hold (for clusters promoted after staging).
+    #[arg(long, env = "PROMOTION", value_enum, default_value_t = crate::rollout::promotion::PromotionMode::Auto)]
+    pub(crate) promotion: crate::rollout::promotion::PromotionMode,
     #[command(flatten)]
     pub(crate) safety: RolloutSafetyArgs,
     /// Namespace of the status ConfigMap and the rollout Lease [default: the injector's own

@@ -9,6 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold};
 use super::super::gates::after;
 use super::super::plan::{OnCampaignFailure, PlanInput, RolloutPlan, SidecarTarget};
+use super::super::promotion::{PromotionGate, gated_from_start, rolled_out_before};
 
 /// The failures found in this pass count against every campaign of their workload.
 pub(super) fn record_failures(book: &mut CampaignBook, failures: &[(Failure, Vec<String>)]) {
@@ -104,6 +105,7 @@ pub(super) fn settle_book(
         let c = counts.get(sidecar).cloned().unwrap_or_default();
         campaign.state = match campaign.state {
             CampaignState::Paused => CampaignState::Paused,
+            CampaignState::Gated => CampaignState::Gated,
             _ if input.targets.get(sidecar).is_some_and(|t| t.manual) => CampaignState::Manual,
             _ if after(campaign.since.0, input.settings.settle) > input.now => {
                 CampaignState::Settling
@@ -120,6 +122,11 @@ pub(super) fn settle_book(
         )
         .map(Time);
         campaign.counts = c;
+        if campaign.state != CampaignState::Complete {
+            campaign.completed = None;
+        } else if campaign.completed.is_none() {
+            campaign.completed = Some(Time(input.now));
+        }
     }
 }
 
@@ -189,6 +196,7 @@ pub(in crate::rollout) fn failed_before(previous: &Campaign) -> Vec<String> {
 pub(super) fn next_book(
     book: &CampaignBook,
     targets: &BTreeMap<String, SidecarTarget>,
+    gate: &PromotionGate,
     now: Timestamp,
 ) -> CampaignBook {
     let campaigns = targets
@@ -198,11 +206,15 @@ pub(super) fn next_book(
                 Some(c) if c.revision == target.revision => c.clone(),
                 previous => Campaign {
                     revision: target.revision.clone(),
-                    previous: previous.map(|c| c.revision.clone()),
+                    previous: previous.and_then(rolled_out_before),
                     reverted: previous.and_then(|c| reversion(c, &target.revision)),
                     failed_before: previous.map(failed_before).unwrap_or_default(),
                     since: Time(now),
-                    state: CampaignState::Settling,
+                    state: if gated_from_start(gate, previous, &target.revision) {
+                        CampaignState::Gated
+                    } else {
+                        CampaignState::Settling
+                    },
                     counts: CampaignCounts::default(),
                     failures: Vec::new(),
                     failed_workloads: Default::default(),
@@ -212,6 +224,8 @@ pub(super) fn next_book(
                     resumed: None,
                     held: None,
                     expected_end: None,
+                    completed: None,
+                    gate: None,
                 },
             };
             (name.clone(), campaign)
@@ -221,5 +235,6 @@ pub(super) fn next_book(
         campaigns,
         maintenance: None,
         pins: book.pins.clone(),
+        promotions: book.promotions.clone(),
     }
 }

@@ -138,13 +138,13 @@ pub(super) fn judged_by_its_campaign(
         }
         return true;
     }
-    // Its campaign paused and holds new pods at the last good revision: pods it made are at
+    // Its campaign paused (or waits for promotion) and holds new pods at the last good revision: pods it made are at
     // that revision, not ours, and say nothing of ours. It waits for the campaign, neither
     // failed nor rolled on (evicting its pods would only bring more of the held revision).
     if let Some(sidecar) = held_back(book, stale) {
         survey.count(active, |c| c.pending += 1);
         out.waiting
-            .push(waiting_for_campaign(input, workload, active, sidecar));
+            .push(waiting_for_campaign(input, book, workload, active, sidecar));
         return true;
     }
     false
@@ -152,11 +152,20 @@ pub(super) fn judged_by_its_campaign(
 
 pub(super) fn waiting_for_campaign(
     input: &PlanInput<'_>,
+    book: &CampaignBook,
     workload: &WorkloadRef,
     active: &[&str],
     sidecar: String,
 ) -> Waiting {
-    let reason = WaitReason::CampaignPaused { sidecar };
+    let gated = book
+        .campaigns
+        .get(&sidecar)
+        .is_some_and(|c| c.state == CampaignState::Gated);
+    let reason = if gated {
+        WaitReason::AwaitingPromotion { sidecar }
+    } else {
+        WaitReason::CampaignPaused { sidecar }
+    };
     Waiting {
         workload: workload.clone(),
         sidecars: active.iter().map(|s| (*s).to_owned()).collect(),
@@ -170,10 +179,7 @@ pub(super) fn waiting_for_campaign(
 pub(super) fn held_back(book: &CampaignBook, stale: &[&WorkloadDrift]) -> Option<String> {
     let held = |row: &&WorkloadDrift| {
         let campaign = book.campaigns.get(&row.sidecar)?;
-        let hold = campaign
-            .held
-            .as_ref()
-            .filter(|_| campaign.state == CampaignState::Paused)?;
+        let hold = campaign.holding()?;
         (row.from_revision.as_deref() == Some(hold.revision.as_str())
             && row.pods.uninjected + row.pods.unknown == 0)
             .then(|| row.sidecar.clone())

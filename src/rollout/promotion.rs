@@ -1,0 +1,99 @@
+//! Promotion gates: under `serve --promotion=gated` a new revision of a sidecar waits, its
+//! new pods kept at the last good revision as during a hold, until it is promoted
+//! (`rollout --promote`). No I/O, no clock: the time comes in.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::book::{Campaign, CampaignBook, CampaignState, GateStatus, Hold};
+use super::history::RevisionHistory;
+
+/// `serve --promotion`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PromotionMode {
+    /// A new revision's campaign starts once it settled.
+    #[default]
+    Auto,
+    /// A new revision waits to be promoted.
+    Gated,
+}
+
+/// Whether new revisions wait to be promoted, and for which upstream clusters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PromotionGate {
+    pub(crate) gated: bool,
+    /// Clusters (kubeconfig contexts) whose campaign of a revision must complete and bake
+    /// before it is promoted here automatically; none: only an approval promotes it.
+    pub(crate) upstream: Vec<String>,
+}
+
+/// A new campaign to `revision`, from `previous` (the campaign it replaces): gated when the
+/// gate is on and it moves pods from a revision rolled out before. A sidecar new to the
+/// cluster has nothing to keep its pods at, and a config put back to the revision rolled out
+/// before needs no promotion.
+pub(super) fn gated_from_start(
+    gate: &PromotionGate,
+    previous: Option<&Campaign>,
+    revision: &str,
+) -> bool {
+    gate.gated
+        && previous
+            .and_then(rolled_out_before)
+            .is_some_and(|before| before != revision)
+}
+
+/// The revision a campaign replacing `previous` moves pods from: a revision that waited for
+/// promotion and was never promoted moved nothing, so the one before it is still what runs.
+pub(super) fn rolled_out_before(previous: &Campaign) -> Option<String> {
+    if previous.state == CampaignState::Gated {
+        previous.previous.clone()
+    } else {
+        Some(previous.revision.clone())
+    }
+}
+
+/// Each gated campaign of `book`: promoted (an approval of its revision is in the book, or the
+/// gate was turned off) it settles and runs as any new campaign; else its new pods are held at
+/// the sidecar's last good revision in `history`, and its gate says what may promote it.
+pub(super) fn gate_campaigns(
+    book: &mut CampaignBook,
+    gate: &PromotionGate,
+    history: &RevisionHistory,
+    now: Timestamp,
+) {
+    for (sidecar, campaign) in &mut book.campaigns {
+        if campaign.state != CampaignState::Gated {
+            continue;
+        }
+        let promoted = book
+            .promotions
+            .get(sidecar)
+            .is_some_and(|p| p.revision == campaign.revision);
+        if promoted || !gate.gated {
+            campaign.state = CampaignState::Settling;
+            campaign.held = None;
+            campaign.gate = None;
+            continue;
+        }
+        let good = history.last_good(sidecar, &campaign.revision);
+        let kept = campaign
+            .held
+            .as_ref()
+            .is_some_and(|h| good.is_some_and(|g| g.revision == h.revision));
+        if !kept {
+            campaign.held = good.map(|good| Hold {
+                revision: good.revision.clone(),
+                content: good.content.clone(),
+                since: Time(now),
+            });
+        }
+        let status = campaign.gate.get_or_insert_with(GateStatus::default);
+        if status.upstream != gate.upstream {
+            status.upstream.clone_from(&gate.upstream);
+            status.upstream_state = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
