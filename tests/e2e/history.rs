@@ -4,7 +4,7 @@
 use super::*;
 
 /// `sidecar-injector ARGS` against the test cluster, in the test's namespace; its output.
-fn cli(ctx: &TestContext, args: &[&str]) -> std::process::Output {
+pub(super) fn cli(ctx: &TestContext, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
         .args(args)
         .arg("--kubeconfig")
@@ -33,7 +33,7 @@ fn injected(ctx: &TestContext) -> String {
     .0
 }
 
-fn revision(stamp: &str) -> &str {
+pub(super) fn revision(stamp: &str) -> &str {
     stamp.split_once('=').unwrap().1
 }
 

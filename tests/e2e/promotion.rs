@@ -2,22 +2,7 @@
 //! pods keep the last good revision until `rollout --promote` approves it.
 
 use super::*;
-
-fn revision(stamp: &str) -> &str {
-    stamp.split_once('=').unwrap().1
-}
-
-/// `sidecar-injector ARGS` against the test cluster, in the test's namespace; its output.
-fn cli(ctx: &TestContext, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&support::cluster::control_plane().kubeconfig)
-        .args(["--injector-namespace", &ctx.namespace])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap()
-}
+use history::{cli, revision};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gated_revision_waits_with_new_pods_at_the_last_good_one_until_promoted() {
