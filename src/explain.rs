@@ -145,6 +145,12 @@ pub(crate) fn injection(
                     classic.join(", ")
                 ));
             }
+            // A hold or a promotion gate: what the webhook warns the pod's creator of.
+            for (name, _) in &injection.injected {
+                if let Some(warning) = sidecars.warning(name) {
+                    message.push_str(&format!("; {warning}"));
+                }
+            }
             if !injection.missing.is_empty() {
                 let missing: Vec<String> =
                     injection.missing.iter().map(ToString::to_string).collect();

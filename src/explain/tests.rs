@@ -72,6 +72,27 @@ fn an_injected_request_names_the_config_revision_and_origin() {
 }
 
 #[test]
+fn an_injection_says_what_the_webhook_warns_of_a_hold_or_a_gate() {
+    let name: crate::name::SidecarName = "logger:v1".parse().unwrap();
+    let warning = "sidecar logger:v1 is held at 876339fe41bc: its revision bd97243767c7 waits for promotion (promoted by `sidecar-injector rollout --promote logger:v1`)";
+    let served = sidecars().with_warnings([(name, std::sync::Arc::from(warning))].into());
+    let pod = pod(json!({"injector/request": "logger:v1"}));
+    let view = PodView::deserialize(&pod).unwrap();
+    let explained = injection(
+        &view,
+        Some(&pod),
+        "team",
+        &served,
+        &settings(MissingSidecarPolicy::Deny),
+    );
+    let revision = sidecars().iter().next().unwrap().revision.to_string();
+    assert_eq!(
+        explained.message,
+        format!("injects logger:v1 (revision {revision}); {warning}")
+    );
+}
+
+#[test]
 fn each_reason_to_skip_or_deny_is_the_failing_check_and_the_verdict() {
     use MissingSidecarPolicy::{Allow, Deny};
     // (annotations, namespace, policy, verdict, failing check, its detail contains, message contains)

@@ -76,6 +76,27 @@ async fn a_gated_revision_waits_with_new_pods_at_the_last_good_one_until_promote
         ),
         "{row:#}"
     );
+    // explain says it too, of what the webhook does with web's pods now.
+    let explained = cli(
+        &ctx,
+        &[
+            "explain",
+            "-n",
+            &ctx.namespace,
+            "--configmap-labels",
+            "sidecar-injector-e2e/config=true",
+            "deployment/web",
+        ],
+    );
+    let page = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        page.contains(&format!(
+            "its revision {} waits for promotion",
+            revision(&v2)
+        )),
+        "{page}\n{}",
+        String::from_utf8_lossy(&explained.stderr)
+    );
     // Past the settle window, still nothing was restarted.
     assert_eq!(replicaset_count(&ctx, "web").await, 1);
 
