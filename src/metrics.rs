@@ -434,7 +434,7 @@ impl Metrics {
         let campaigns = Family::<CampaignLabels, Gauge>::default();
         registry.register(
             "rollout_campaign",
-            "1 for the state each sidecar's rollout campaign is in (settling, running, paused, complete, manual), 0 for the others",
+            "1 for the state each sidecar's rollout campaign is in (settling, running, paused, complete, manual, gated), 0 for the others",
             campaigns.clone(),
         );
         let rollouts_in_flight = Gauge::default();
