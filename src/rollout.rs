@@ -30,7 +30,7 @@ pub(crate) use book::{
     Promotion, Resumed, Reversion,
 };
 #[cfg(test)]
-pub(crate) use book::{GateStatus, Hold, MaintenanceStatus, Resumption};
+pub(crate) use book::{Hold, MaintenanceStatus, Resumption};
 #[cfg(test)]
 pub(crate) use change::{SidecarChange, describe_changes, rollout_reason};
 pub(crate) use gates::after;

@@ -80,7 +80,6 @@ pub(crate) fn campaign(
         held: None,
         expected_end: None,
         completed: None,
-        gate: None,
     }
 }
 

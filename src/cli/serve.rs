@@ -111,11 +111,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
                 engine: crate::engine::EngineOptions {
                     mode,
                     settings: crate::rollout::RolloutSettings {
-                        promotion: crate::rollout::promotion::PromotionGate {
-                            gated: args.promotion
-                                == crate::rollout::promotion::PromotionMode::Gated,
-                            upstream: Vec::new(),
-                        },
+                        promotion: args.promotion,
                         ..args.safety.settings(args.settle)
                     },
                     keys,

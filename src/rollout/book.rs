@@ -25,9 +25,8 @@ pub(crate) enum CampaignState {
     Complete,
     /// `rollout: {policy: manual}`.
     Manual,
-    /// `serve --promotion=gated`: the revision waits to be promoted (by `rollout --promote`,
-    /// or once its campaign completed and baked upstream); new pods keep the last good
-    /// revision meanwhile, as during a hold.
+    /// `serve --promotion=gated`: the revision waits to be promoted (`rollout --promote`); new
+    /// pods keep the last good revision meanwhile, as during a hold.
     Gated,
 }
 
@@ -123,27 +122,10 @@ pub(crate) struct Campaign {
     /// here); none while it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) completed: Option<Time>,
-    /// While gated: who may promote it besides `rollout --promote` (the upstream clusters an
-    /// automatic gate waits for), and what they were last seen doing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) gate: Option<GateStatus>,
 }
 
-/// What a gated campaign waits for.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct GateStatus {
-    /// The clusters whose campaign of this revision must complete and bake first; none: only
-    /// an approval promotes it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) upstream: Vec<String>,
-    /// Where those clusters stand with it, as last read ("staging: running, 3 to restart").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) upstream_state: Option<String>,
-}
-
-/// An approval to start the campaign of `revision` (`rollout --promote`, `promote`, or an
-/// automatic gate): written into the status ConfigMap, where the Lease holder adopts it.
+/// An approval to start the campaign of `revision` (`rollout --promote`): written into the
+/// status ConfigMap, where the Lease holder adopts it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Promotion {
     pub(crate) revision: String,
@@ -270,6 +252,17 @@ impl Campaign {
         self.held
             .as_ref()
             .filter(|_| matches!(self.state, CampaignState::Paused | CampaignState::Gated))
+    }
+
+    /// What a workload requesting this campaign's sidecar waits for instead of a restart: its
+    /// pause, or its promotion.
+    pub(super) fn holds_restarts(&self, sidecar: &str) -> Option<super::plan::WaitReason> {
+        let sidecar = sidecar.to_owned();
+        match self.state {
+            CampaignState::Paused => Some(super::plan::WaitReason::CampaignPaused { sidecar }),
+            CampaignState::Gated => Some(super::plan::WaitReason::AwaitingPromotion { sidecar }),
+            _ => None,
+        }
     }
 
     /// Its pause or a failure of one of its restarts.
@@ -530,29 +523,6 @@ impl CampaignBook {
 }
 
 impl Campaign {
-    /// What promotes a gated campaign: the approval, or the upstream clusters too (with where
-    /// they were last seen standing, when `with_state`).
-    pub(crate) fn gate_waits_for(
-        &self,
-        sidecar: &str,
-        hints: &super::plan::Hints,
-        with_state: bool,
-    ) -> String {
-        let approval = (hints.promote)(sidecar);
-        match &self.gate {
-            Some(gate) if !gate.upstream.is_empty() => format!(
-                "promoted once it completed and baked in {}{}, or by {approval}",
-                gate.upstream.join(", "),
-                gate.upstream_state
-                    .as_deref()
-                    .filter(|_| with_state)
-                    .map(|s| format!(" ({s})"))
-                    .unwrap_or_default()
-            ),
-            _ => format!("promoted by {approval}"),
-        }
-    }
-
     /// The drift note of a gated campaign: what it waits for, and what new pods get.
     fn gated_note(&self, sidecar: &str, hints: &super::plan::Hints) -> String {
         let new_pods = match &self.held {
@@ -561,9 +531,9 @@ impl Campaign {
                 .to_owned(),
         };
         format!(
-            "waits for promotion: {} ({}); {new_pods}",
+            "waits for promotion: {} (promoted by {}); {new_pods}",
             self.revision,
-            self.gate_waits_for(sidecar, hints, true)
+            (hints.promote)(sidecar)
         )
     }
 
@@ -724,10 +694,10 @@ impl CampaignBook {
                         .holding()
                         .filter(|h| h.revision == sidecar.revision.as_str())?;
                     let text = format!(
-                        "sidecar {name} is held at {}: its revision {} waits for promotion ({})",
+                        "sidecar {name} is held at {}: its revision {} waits for promotion (promoted by {})",
                         hold.revision,
                         campaign.revision,
-                        campaign.gate_waits_for(&name.to_string(), hints, false),
+                        (hints.promote)(&name.to_string()),
                     );
                     return Some((name.clone(), std::sync::Arc::from(text)));
                 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::book::{CampaignBook, CampaignCounts, CampaignState};
+use super::book::{CampaignBook, CampaignCounts};
 use super::health::{progress, rolled_out};
 use super::plan::{PlanInput, RolloutSettings, WaitReason};
 use crate::config::RevisionStamp;
@@ -154,15 +154,12 @@ pub(super) fn admit<'r>(
 
 /// A paused campaign holds every workload requesting its sidecar.
 fn campaign_gate(book: &CampaignBook, candidate: &Candidate<'_, '_>) -> Result<(), WaitReason> {
-    for row in &candidate.group.rows {
-        let sidecar = row.sidecar.clone();
-        match book.campaigns.get(&row.sidecar).map(|c| c.state) {
-            Some(CampaignState::Paused) => return Err(WaitReason::CampaignPaused { sidecar }),
-            Some(CampaignState::Gated) => return Err(WaitReason::AwaitingPromotion { sidecar }),
-            _ => {}
-        }
-    }
-    Ok(())
+    let held = candidate.group.rows.iter().find_map(|r| {
+        book.campaigns
+            .get(&r.sidecar)
+            .and_then(|c| c.holds_restarts(&r.sidecar))
+    });
+    held.map_or(Ok(()), Err)
 }
 
 /// A revision younger than `--settle` waits: more edits may follow.

@@ -54,8 +54,8 @@ pub(crate) struct RolloutSettings {
     pub(crate) history_limit: usize,
     /// Whether pods may be upgraded in place when only images change (`--in-place`).
     pub(crate) in_place: super::in_place::InPlaceMode,
-    /// Whether a new revision waits to be promoted (`--promotion=gated`), and for whom.
-    pub(crate) promotion: super::promotion::PromotionGate,
+    /// Whether a new revision waits to be promoted (`--promotion=gated`).
+    pub(crate) promotion: super::promotion::PromotionMode,
 }
 
 /// What new pods get while a sidecar's campaign is paused on failures.

@@ -53,12 +53,12 @@ pub(crate) fn plan(input: PlanInput<'_>) -> RolloutPlan {
     let mut book = next_book(
         input.book,
         input.targets,
-        &input.settings.promotion,
+        input.settings.promotion,
         input.now,
     );
     gate_campaigns(
         &mut book,
-        &input.settings.promotion,
+        input.settings.promotion,
         input.history,
         input.now,
     );

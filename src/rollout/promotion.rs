@@ -5,7 +5,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::book::{Campaign, CampaignBook, CampaignState, GateStatus, Hold};
+use super::book::{Campaign, CampaignBook, CampaignState, Hold};
 use super::history::RevisionHistory;
 
 /// `serve --promotion`.
@@ -18,25 +18,16 @@ pub(crate) enum PromotionMode {
     Gated,
 }
 
-/// Whether new revisions wait to be promoted, and for which upstream clusters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct PromotionGate {
-    pub(crate) gated: bool,
-    /// Clusters (kubeconfig contexts) whose campaign of a revision must complete and bake
-    /// before it is promoted here automatically; none: only an approval promotes it.
-    pub(crate) upstream: Vec<String>,
-}
-
 /// A new campaign to `revision`, from `previous` (the campaign it replaces): gated when the
 /// gate is on and it moves pods from a revision rolled out before. A sidecar new to the
 /// cluster has nothing to keep its pods at, and a config put back to the revision rolled out
 /// before needs no promotion.
 pub(super) fn gated_from_start(
-    gate: &PromotionGate,
+    mode: PromotionMode,
     previous: Option<&Campaign>,
     revision: &str,
 ) -> bool {
-    gate.gated
+    mode == PromotionMode::Gated
         && previous
             .and_then(rolled_out_before)
             .is_some_and(|before| before != revision)
@@ -54,10 +45,10 @@ pub(super) fn rolled_out_before(previous: &Campaign) -> Option<String> {
 
 /// Each gated campaign of `book`: promoted (an approval of its revision is in the book, or the
 /// gate was turned off) it settles and runs as any new campaign; else its new pods are held at
-/// the sidecar's last good revision in `history`, and its gate says what may promote it.
+/// the sidecar's last good revision in `history`.
 pub(super) fn gate_campaigns(
     book: &mut CampaignBook,
-    gate: &PromotionGate,
+    mode: PromotionMode,
     history: &RevisionHistory,
     now: Timestamp,
 ) {
@@ -69,10 +60,9 @@ pub(super) fn gate_campaigns(
             .promotions
             .get(sidecar)
             .is_some_and(|p| p.revision == campaign.revision);
-        if promoted || !gate.gated {
+        if promoted || mode != PromotionMode::Gated {
             campaign.state = CampaignState::Settling;
             campaign.held = None;
-            campaign.gate = None;
             continue;
         }
         let good = history.last_good(sidecar, &campaign.revision);
@@ -86,11 +76,6 @@ pub(super) fn gate_campaigns(
                 content: good.content.clone(),
                 since: Time(now),
             });
-        }
-        let status = campaign.gate.get_or_insert_with(GateStatus::default);
-        if status.upstream != gate.upstream {
-            status.upstream.clone_from(&gate.upstream);
-            status.upstream_state = None;
         }
     }
 }

@@ -2904,10 +2904,7 @@ fn history_with_new_good() -> crate::rollout::history::RevisionHistory {
 fn a_gated_revision_restarts_nothing_and_holds_new_pods_until_promoted() {
     const NEXT: &str = "cccccccccccc";
     let mut world = World::new();
-    world.settings.promotion = crate::rollout::promotion::PromotionGate {
-        gated: true,
-        upstream: vec!["staging".into()],
-    };
+    world.settings.promotion = crate::rollout::promotion::PromotionMode::Gated;
     world.history = history_with_new_good();
     world.deployment("web", 2, Some(NEW));
     world.step();
@@ -2933,10 +2930,6 @@ fn a_gated_revision_restarts_nothing_and_holds_new_pods_until_promoted() {
     assert_eq!(campaign.previous.as_deref(), Some(NEW));
     let hold = campaign.held.clone().expect("new pods kept at NEW");
     assert_eq!(hold.revision, NEW);
-    assert_eq!(
-        campaign.gate.as_ref().map(|g| g.upstream.clone()),
-        Some(vec!["staging".to_owned()])
-    );
     assert_eq!(campaign.counts.pending, 1);
     // An approval of another revision promotes nothing.
     world.state.book.promotions.insert(
@@ -2962,18 +2955,14 @@ fn a_gated_revision_restarts_nothing_and_holds_new_pods_until_promoted() {
     let campaign = &world.state.book.campaigns[LOGGER];
     assert_eq!(campaign.state, CampaignState::Running);
     assert_eq!(campaign.since, Time(arrived));
-    assert!(campaign.held.is_none() && campaign.gate.is_none());
+    assert!(campaign.held.is_none());
 }
 
 #[test]
 fn no_gate_for_a_new_sidecar_a_revert_or_with_the_gate_off() {
-    let gate = crate::rollout::promotion::PromotionGate {
-        gated: true,
-        upstream: vec![],
-    };
     // A sidecar new to the cluster starts at once.
     let mut world = World::new();
-    world.settings.promotion = gate.clone();
+    world.settings.promotion = crate::rollout::promotion::PromotionMode::Gated;
     world.target("tracer:v1", "dddddddddddd");
     world.step();
     assert_eq!(
@@ -2999,7 +2988,7 @@ fn no_gate_for_a_new_sidecar_a_revert_or_with_the_gate_off() {
         world.state.book.campaigns[LOGGER].state,
         CampaignState::Gated
     );
-    world.settings.promotion.gated = false;
+    world.settings.promotion = crate::rollout::promotion::PromotionMode::Auto;
     world.step();
     assert_eq!(
         world.state.book.campaigns[LOGGER].state,
@@ -3049,10 +3038,6 @@ fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion(
         content: injected_content(&good.config),
         since: Time(Timestamp::UNIX_EPOCH),
     });
-    campaign.gate = Some(crate::rollout::GateStatus {
-        upstream: vec!["staging".into(), "prod-eu".into()],
-        upstream_state: Some("staging: running, 3 to restart, 1 rolling".into()),
-    });
     let mut book = CampaignBook::default();
     book.campaigns.insert(LOGGER.into(), campaign);
     let (served, errors) = book.served(&config, &crate::cli::hints::HINTS);
@@ -3062,7 +3047,7 @@ fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion(
     assert_eq!(
         warning,
         format!(
-            "sidecar logger:v1 is held at {}: its revision {} waits for promotion (promoted once it completed and baked in staging, prod-eu, or by `sidecar-injector rollout --promote logger:v1`)",
+            "sidecar logger:v1 is held at {}: its revision {} waits for promotion (promoted by `sidecar-injector rollout --promote logger:v1`)",
             good.revision, next.revision
         )
     );
@@ -3072,7 +3057,7 @@ fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion(
         warning.len()
     );
 
-    // drift says what it waits for, where upstream stands, and what new pods get.
+    // drift says what it waits for, and what new pods get.
     let mut world = World::new();
     world.deployment("web", 1, Some(OLD));
     let wanted: RevisionsInForce = [(LOGGER.to_owned(), next.revision.to_string())]
@@ -3085,7 +3070,7 @@ fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion(
         report.sidecars[0].note.as_deref(),
         Some(
             format!(
-                "waits for promotion: {} (promoted once it completed and baked in staging, prod-eu (staging: running, 3 to restart, 1 rolling), or by `sidecar-injector rollout --promote logger:v1`); new pods keep {} meanwhile",
+                "waits for promotion: {} (promoted by `sidecar-injector rollout --promote logger:v1`); new pods keep {} meanwhile",
                 next.revision, good.revision
             )
             .as_str()

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold};
 use super::super::gates::after;
 use super::super::plan::{OnCampaignFailure, PlanInput, RolloutPlan, SidecarTarget};
-use super::super::promotion::{PromotionGate, gated_from_start, rolled_out_before};
+use super::super::promotion::{PromotionMode, gated_from_start, rolled_out_before};
 
 /// The failures found in this pass count against every campaign of their workload.
 pub(super) fn record_failures(book: &mut CampaignBook, failures: &[(Failure, Vec<String>)]) {
@@ -196,7 +196,7 @@ pub(in crate::rollout) fn failed_before(previous: &Campaign) -> Vec<String> {
 pub(super) fn next_book(
     book: &CampaignBook,
     targets: &BTreeMap<String, SidecarTarget>,
-    gate: &PromotionGate,
+    promotion: PromotionMode,
     now: Timestamp,
 ) -> CampaignBook {
     let campaigns = targets
@@ -210,7 +210,7 @@ pub(super) fn next_book(
                     reverted: previous.and_then(|c| reversion(c, &target.revision)),
                     failed_before: previous.map(failed_before).unwrap_or_default(),
                     since: Time(now),
-                    state: if gated_from_start(gate, previous, &target.revision) {
+                    state: if gated_from_start(promotion, previous, &target.revision) {
                         CampaignState::Gated
                     } else {
                         CampaignState::Settling
@@ -225,7 +225,6 @@ pub(super) fn next_book(
                     held: None,
                     expected_end: None,
                     completed: None,
-                    gate: None,
                 },
             };
             (name.clone(), campaign)

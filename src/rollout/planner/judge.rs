@@ -3,7 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::super::book::{Campaign, CampaignBook, CampaignState, Failure};
+use super::super::book::{Campaign, CampaignBook, Failure};
 use super::super::gates::{Candidate, Group, after};
 use super::super::health::{progress, rolled_out};
 use super::super::plan::{FailedEarlier, PlanInput, Rolling, RolloutPlan, WaitReason, Waiting};
@@ -138,9 +138,10 @@ pub(super) fn judged_by_its_campaign(
         }
         return true;
     }
-    // Its campaign paused (or waits for promotion) and holds new pods at the last good revision: pods it made are at
-    // that revision, not ours, and say nothing of ours. It waits for the campaign, neither
-    // failed nor rolled on (evicting its pods would only bring more of the held revision).
+    // Its campaign paused (or waits for promotion) and holds new pods at the last good
+    // revision: pods it made are at that revision, not ours, and say nothing of ours. It waits
+    // for the campaign, neither failed nor rolled on (evicting its pods would only bring more
+    // of the held revision).
     if let Some(sidecar) = held_back(book, stale) {
         survey.count(active, |c| c.pending += 1);
         out.waiting
@@ -157,15 +158,12 @@ pub(super) fn waiting_for_campaign(
     active: &[&str],
     sidecar: String,
 ) -> Waiting {
-    let gated = book
+    // `held_back` found a campaign holding new pods: it is paused or gated.
+    let reason = book
         .campaigns
         .get(&sidecar)
-        .is_some_and(|c| c.state == CampaignState::Gated);
-    let reason = if gated {
-        WaitReason::AwaitingPromotion { sidecar }
-    } else {
-        WaitReason::CampaignPaused { sidecar }
-    };
+        .and_then(|c| c.holds_restarts(&sidecar))
+        .unwrap_or(WaitReason::CampaignPaused { sidecar });
     Waiting {
         workload: workload.clone(),
         sidecars: active.iter().map(|s| (*s).to_owned()).collect(),

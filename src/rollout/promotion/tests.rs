@@ -23,7 +23,7 @@ fn book_with(
 }
 
 #[test]
-fn a_gated_campaign_keeps_its_hold_and_learns_its_upstream() {
+fn a_gated_campaign_keeps_its_hold_and_ends_it_when_promoted() {
     use crate::rollout::history::{HistoryEntry, Outcome, RevisionHistory};
     let history = RevisionHistory {
         sidecars: [(
@@ -47,49 +47,27 @@ fn a_gated_campaign_keeps_its_hold_and_learns_its_upstream() {
         )]
         .into(),
     };
-    let gate = PromotionGate {
-        gated: true,
-        upstream: vec!["staging".into()],
-    };
     let mut book = book_with(REV, CampaignState::Gated, |_| {});
-    gate_campaigns(&mut book, &gate, &history, at(20));
+    gate_campaigns(&mut book, PromotionMode::Gated, &history, at(20));
     let held = book.campaigns[LOGGER].held.clone().unwrap();
     assert_eq!(
         (held.revision.as_str(), held.since.clone()),
         ("bbbbbbbbbbbb", Time(at(20)))
     );
     // Later plans keep the hold as it was.
-    gate_campaigns(&mut book, &gate, &history, at(30));
+    gate_campaigns(&mut book, PromotionMode::Gated, &history, at(30));
     assert_eq!(book.campaigns[LOGGER].held.as_ref(), Some(&held));
-    assert_eq!(
-        book.campaigns[LOGGER].gate.as_ref().unwrap().upstream,
-        ["staging"]
+    // An approval of its revision ends the gate and the hold.
+    book.promotions.insert(
+        LOGGER.into(),
+        crate::rollout::Promotion {
+            revision: REV.into(),
+            by: "ops".into(),
+            at: Time(at(40)),
+        },
     );
-    // Its upstream state is kept until the upstream list changes.
-    book.campaigns
-        .get_mut(LOGGER)
-        .unwrap()
-        .gate
-        .as_mut()
-        .unwrap()
-        .upstream_state = Some("staging: running".into());
-    gate_campaigns(&mut book, &gate, &history, at(40));
-    assert!(
-        book.campaigns[LOGGER]
-            .gate
-            .as_ref()
-            .unwrap()
-            .upstream_state
-            .is_some()
-    );
-    let other = PromotionGate {
-        gated: true,
-        upstream: vec!["prod-eu".into()],
-    };
-    gate_campaigns(&mut book, &other, &history, at(50));
-    let status = book.campaigns[LOGGER].gate.clone().unwrap();
-    assert_eq!(
-        (status.upstream, status.upstream_state),
-        (vec!["prod-eu".to_owned()], None)
-    );
+    gate_campaigns(&mut book, PromotionMode::Gated, &history, at(40));
+    let campaign = &book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Settling);
+    assert!(campaign.held.is_none());
 }
