@@ -62,7 +62,12 @@ pub(super) fn gate_campaigns(
             .is_some_and(|p| p.revision == campaign.revision);
         if promoted || mode != PromotionMode::Gated {
             campaign.state = CampaignState::Settling;
-            campaign.held = None;
+            // New pods got the held revision until now: this one comes into force here, and
+            // settles before any restart, so that every replica serves it by then (a restart
+            // in the same pass would get the held one from a replica yet to read the book).
+            if campaign.held.take().is_some() {
+                campaign.since = Time(now);
+            }
             continue;
         }
         let good = history.last_good(sidecar, &campaign.revision);

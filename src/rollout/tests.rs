@@ -1948,8 +1948,7 @@ fn pods_injected_with_the_revision_of_a_paused_campaign_are_warned_about() {
     let book = |c: Campaign| CampaignBook {
         campaigns: [("logger:v1".to_owned(), c)].into(),
         maintenance: None,
-        pins: Default::default(),
-        promotions: Default::default(),
+        ..Default::default()
     };
     let warnings = book(campaign(&revision, CampaignState::Paused))
         .admission_warnings(&set, &crate::cli::hints::HINTS);
@@ -2950,12 +2949,22 @@ fn a_gated_revision_restarts_nothing_and_holds_new_pods_until_promoted() {
             at: Time(world.now),
         },
     );
+    // It comes into force for new pods now: it settles before anything restarts, so that
+    // every replica serves it (no longer the held one) before a restart's new pods arrive.
+    let promoted = world.now;
+    assert!(restarted(&world.step()).is_empty());
+    let campaign = &world.state.book.campaigns[LOGGER];
+    assert_eq!(campaign.state, CampaignState::Settling);
+    assert_eq!(campaign.since, Time(promoted));
+    assert!(campaign.held.is_none());
+    assert_ne!(promoted, arrived);
+    world.now = crate::rollout::after(promoted, world.settings.settle);
     let plan = world.step();
     assert_eq!(restarted(&plan), ["web"]);
-    let campaign = &world.state.book.campaigns[LOGGER];
-    assert_eq!(campaign.state, CampaignState::Running);
-    assert_eq!(campaign.since, Time(arrived));
-    assert!(campaign.held.is_none());
+    assert_eq!(
+        world.state.book.campaigns[LOGGER].state,
+        CampaignState::Running
+    );
 }
 
 #[test]

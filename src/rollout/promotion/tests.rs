@@ -66,8 +66,10 @@ fn a_gated_campaign_keeps_its_hold_and_ends_it_when_promoted() {
             at: Time(at(40)),
         },
     );
-    gate_campaigns(&mut book, PromotionMode::Gated, &history, at(40));
+    gate_campaigns(&mut book, PromotionMode::Gated, &history, at(45));
     let campaign = &book.campaigns[LOGGER];
     assert_eq!(campaign.state, CampaignState::Settling);
     assert!(campaign.held.is_none());
+    // It comes into force for new pods now, and settles from here before any restart.
+    assert_eq!(campaign.since, Time(at(45)));
 }
