@@ -8,6 +8,7 @@ pub(crate) mod lease;
 pub(crate) mod list;
 pub(crate) mod nodes;
 pub(crate) mod status;
+pub(crate) mod upstream_gate;
 pub(crate) mod watch;
 pub(crate) mod webhook_ca;
 

@@ -24,10 +24,11 @@ pub(crate) mod promotion;
 pub(crate) mod publication;
 pub(crate) mod selection;
 pub(crate) mod targets;
+pub(crate) mod waves;
 
 pub(crate) use book::{
     BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin,
-    Promotion, Resumed, Reversion,
+    Promotion, Resumed, Reversion, UpstreamWait,
 };
 #[cfg(test)]
 pub(crate) use book::{Hold, MaintenanceStatus, Resumption};

@@ -98,6 +98,8 @@ pub(crate) struct RolloutOptions {
     pub(crate) act_after_ready: Duration,
     /// `--notify-url`: where campaign notices go.
     pub(crate) notify: Option<crate::notifier::NotifierOptions>,
+    /// `--promote-after`: the upstream clusters whose completed campaigns promote here.
+    pub(crate) upstream: Option<crate::cluster::upstream_gate::UpstreamGateOptions>,
 }
 
 #[derive(Clone)]
@@ -549,43 +551,76 @@ fn start_cluster_parts(
         metrics.clone(),
     );
     let lease_task = options.rollout.as_ref().map(|rollout| {
-        let (grant_tx, grant) = watch::channel(None);
-        let lease_task = tokio::spawn(crate::cluster::lease::run(
-            client.clone(),
-            rollout.lease.clone(),
-            readiness.watch(),
-            grant_tx,
-            stop,
-        ));
-        let mut engine = crate::engine::Engine::new(
-            client.clone(),
-            rollout.engine.clone(),
-            metrics.clone(),
-            recorder(client.clone(), options.pod_name.clone()),
-            status.clone().unwrap_or_else(|| {
-                crate::cluster::status::watch_status(client.clone(), &rollout.engine.namespace)
-            }),
-        );
-        if let Some(notify) = &rollout.notify {
-            engine.notify_with(crate::notifier::Notifier::spawn(
-                notify.clone(),
-                metrics.clone(),
-            ));
-        }
-        tokio::spawn(crate::engine::run(
-            engine,
+        start_rollout(
+            options,
+            rollout,
+            client,
+            readiness,
             feed,
+            status,
             sidecars.clone(),
-            readiness.watch(),
-            grant,
-            rollout.act_after_ready,
-        ));
-        lease_task
+            stop,
+        )
     });
     ClusterParts {
         served: served(client, book_signals, sidecars),
         stopped_first: [lease_task, publisher_task],
     }
+}
+
+/// The Lease, the engine and, with `--promote-after`, the upstream gate; the Lease's task.
+#[allow(clippy::too_many_arguments)]
+fn start_rollout(
+    options: &ServeOptions,
+    rollout: &RolloutOptions,
+    client: &kube::Client,
+    readiness: &Arc<Readiness>,
+    feed: crate::cluster::drift_feed::DriftFeed,
+    status: Option<watch::Receiver<Option<k8s_openapi::api::core::v1::ConfigMap>>>,
+    sidecars: watch::Receiver<Arc<SidecarSet>>,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let metrics = &options.metrics;
+    let (grant_tx, grant) = watch::channel(None);
+    let lease_task = tokio::spawn(crate::cluster::lease::run(
+        client.clone(),
+        rollout.lease.clone(),
+        readiness.watch(),
+        grant_tx,
+        stop,
+    ));
+    let mut engine = crate::engine::Engine::new(
+        client.clone(),
+        rollout.engine.clone(),
+        metrics.clone(),
+        recorder(client.clone(), options.pod_name.clone()),
+        status.clone().unwrap_or_else(|| {
+            crate::cluster::status::watch_status(client.clone(), &rollout.engine.namespace)
+        }),
+    );
+    if let Some(notify) = &rollout.notify {
+        engine.notify_with(crate::notifier::Notifier::spawn(
+            notify.clone(),
+            metrics.clone(),
+        ));
+    }
+    if let Some(upstream) = &rollout.upstream {
+        tokio::spawn(crate::cluster::upstream_gate::run(
+            client.clone(),
+            rollout.engine.namespace.clone(),
+            upstream.clone(),
+            grant.clone(),
+        ));
+    }
+    tokio::spawn(crate::engine::run(
+        engine,
+        feed,
+        sidecars.clone(),
+        readiness.watch(),
+        grant,
+        rollout.act_after_ready,
+    ));
+    lease_task
 }
 
 /// What the webhook injects: what the sources serve with the pins and holds of the campaign

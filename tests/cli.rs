@@ -1396,3 +1396,114 @@ fn explain_judges_a_manifest_offline_with_each_check() {
         "{page}"
     );
 }
+
+#[test]
+fn a_fleet_rollout_refuses_waves_the_kubeconfig_does_not_name_before_reaching_any_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    // Two contexts whose servers nobody listens on: only the check of the waves runs.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: staging\n\
+         clusters:\n- {name: staging, cluster: {server: 'https://127.0.0.1:1'}}\n\
+         - {name: prod, cluster: {server: 'https://127.0.0.1:1'}}\n\
+         users:\n- {name: me, user: {token: t}}\n\
+         contexts:\n- {name: staging, context: {cluster: staging, user: me}}\n\
+         - {name: prod, context: {cluster: prod, user: me}}\n",
+    )
+    .unwrap();
+    let run = |waves: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"));
+        command
+            .args(["rollout", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--promote", "logger:v1"]);
+        for wave in waves {
+            command.args(["--wave", wave]);
+        }
+        command.current_dir(ROOT).output().unwrap()
+    };
+    for (waves, said) in [
+        (
+            &["staging", "prod,prod-us"][..],
+            "--wave \"prod,prod-us\": the kubeconfig has no context \"prod-us\" (it has: staging, prod)",
+        ),
+        (
+            &["staging", "prod,staging"][..],
+            "--wave: staging is in wave 1 and wave 2: a cluster is promoted once",
+        ),
+        (
+            &["staging", ","][..],
+            "--wave \",\" (wave 2) names no context",
+        ),
+    ] {
+        let output = run(waves);
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success(), "{waves:?}: {stderr}");
+        assert!(stderr.contains(said), "{waves:?}: {stderr}");
+    }
+    // --wave promotes: it needs --promote, and is no --confirm run.
+    let output = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(["rollout", "--wave", "staging"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("--promote"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn serve_refuses_an_upstream_gate_it_could_not_run_naming_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    // A cluster nobody listens on: serve stops before it would reach it.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: here\n\
+         clusters:\n- {name: here, cluster: {server: 'https://127.0.0.1:1'}}\n\
+         users:\n- {name: me, user: {token: t}}\n\
+         contexts:\n- {name: here, context: {cluster: here, user: me}}\n",
+    )
+    .unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let missing = dir.path().join("missing");
+    let base = [
+        "--kubeconfig",
+        kubeconfig,
+        "--injector-namespace",
+        "injector-system",
+        "--config-directory",
+        "config",
+        "--tls-port",
+        "0",
+        "--lifecycle-port",
+        "0",
+    ];
+    for (extra, said) in [
+        (
+            vec!["--promote-after", "staging"],
+            "--promote-after promotes revisions that wait under --promotion=gated: pass --promotion=gated too".to_owned(),
+        ),
+        (
+            vec!["--promotion=gated", "--promote-after", "staging", "--upstream-kubeconfig", missing.to_str().unwrap()],
+            format!("--promote-after: cannot read --upstream-kubeconfig {}", missing.display()),
+        ),
+        (
+            vec!["--promotion=gated", "--promote-after", "staging", "--upstream-kubeconfig", kubeconfig],
+            format!("--promote-after staging: --upstream-kubeconfig {kubeconfig} has no such context (it has: here)"),
+        ),
+        (
+            vec!["--rollout=off", "--promotion=gated", "--promote-after", "here"],
+            "--promote-after promotes the rollout engine's gated campaigns: it needs a cluster and --rollout=auto or dry-run".to_owned(),
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let output = serve_in(Path::new(ROOT), &args);
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success(), "{extra:?}: {stderr}");
+        assert!(stderr.contains(&said), "{extra:?}: {stderr}");
+    }
+}

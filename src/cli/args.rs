@@ -457,6 +457,26 @@ pub(crate) struct RolloutArgs {
     /// campaign.
     #[arg(long, value_name = "SIDECAR[=REVISION]", conflicts_with_all = ["resume", "unpin", "release_hold", "to"])]
     pub(crate) promote: Option<String>,
+    /// With --promote: promote it across clusters, wave after wave (repeatable; a wave is
+    /// kubeconfig contexts, comma-separated): `--wave staging --wave prod-eu,prod-us`. Each
+    /// wave's clusters are promoted and watched until their campaigns are complete and baked
+    /// (--wave-bake) before the next wave starts; a failure in any cluster stops the fleet
+    /// with nothing further promoted. State lives in the clusters: run it again to go on.
+    #[arg(
+        long,
+        value_name = "CONTEXT[,CONTEXT...]",
+        requires = "promote",
+        conflicts_with = "confirm"
+    )]
+    pub(crate) wave: Vec<String>,
+    /// With --wave: how long a cluster's campaign must have been complete before the next
+    /// wave starts.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, requires = "wave")]
+    pub(crate) wave_bake: Duration,
+    /// With --wave: how long one wave may take, from its start to baked; past it the command
+    /// stops (exit status 3) and promotes nothing further.
+    #[arg(long, default_value = "2h", value_parser = humantime::parse_duration, requires = "wave")]
+    pub(crate) wave_timeout: Duration,
     /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
     /// passing it gets a message saying what to do instead.
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]

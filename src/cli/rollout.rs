@@ -39,6 +39,8 @@ use until_done::*;
 mod standing;
 use standing::*;
 
+mod waves;
+
 /// How long the watches may take to list the cluster.
 const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -74,6 +76,9 @@ pub(crate) fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCo
 }
 
 async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
+    if !args.wave.is_empty() {
+        return waves::run(args, &format!("fleet-rollout/{}", env.identity())).await;
+    }
     let started_before = match &args.only_started_before {
         Some(time) => *time,
         None => Timestamp::now(),
@@ -254,6 +259,22 @@ async fn overrides(
     Ok(None)
 }
 
+/// `--promote SIDECAR[=REVISION]`: the sidecar, and the revision when one is named.
+fn promotion_spec(spec: &str) -> anyhow::Result<(String, Option<String>)> {
+    let (raw, named) = match spec.split_once('=') {
+        Some((sidecar, revision)) => (sidecar, Some(revision.trim().to_owned())),
+        None => (spec, None),
+    };
+    let sidecar = crate::name::SidecarName::parse(raw)
+        .with_context(|| format!("--promote {spec:?}: invalid sidecar name {raw:?}"))?
+        .to_string();
+    anyhow::ensure!(
+        named.as_deref() != Some(""),
+        "--promote {spec:?}: no revision after '='"
+    );
+    Ok((sidecar, named))
+}
+
 /// `--promote SIDECAR[=REVISION]`: an approval written into the status ConfigMap, where the
 /// Lease holder adopts it and starts the revision's campaign.
 async fn promote(
@@ -262,16 +283,7 @@ async fn promote(
     spec: &str,
     identity: &str,
 ) -> anyhow::Result<()> {
-    let (raw, wanted) = match spec.split_once('=') {
-        Some((sidecar, revision)) => (sidecar, Some(revision.trim().to_owned())),
-        None => (spec, None),
-    };
-    let sidecar = crate::name::SidecarName::parse(raw)
-        .with_context(|| format!("--promote {spec:?}: invalid sidecar name {raw:?}"))?
-        .to_string();
-    if wanted.as_deref().is_some_and(str::is_empty) {
-        anyhow::bail!("--promote {spec:?}: no revision after '='");
-    }
+    let (sidecar, wanted) = promotion_spec(spec)?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut refusal = None;
     let promoted = crate::cluster::status::edit_book(&api, namespace, wanted.is_some(), |book| {

@@ -99,6 +99,10 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
     };
     let ignored_for_drift = ignored.clone();
     let drift_policy = args.drift.policy(ignored_for_drift);
+    anyhow::ensure!(
+        args.promote_after.is_empty() || (cluster.is_some() && args.rollout != EngineMode::Off),
+        "--promote-after promotes the rollout engine's gated campaigns: it needs a cluster and --rollout=auto or dry-run"
+    );
     let rollout = match (&cluster, args.rollout) {
         (None, _) | (_, EngineMode::Off) => None,
         (Some(_), mode) => {
@@ -107,7 +111,9 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
                      pass --injector-namespace (or --rollout=off)",
                 )?;
             let keys = AnnotationKeys::new(&args.annotation_namespace);
+            let upstream = upstream_gate(&args, &namespace, &runtime)?;
             Some(RolloutOptions {
+                upstream,
                 engine: crate::engine::EngineOptions {
                     mode,
                     settings: crate::rollout::RolloutSettings {
@@ -212,4 +218,65 @@ async fn cluster_config(
             .with_context(|| format!("--master-url {url:?} is not a URL"))?;
     }
     Ok(Some(config))
+}
+
+/// `--promote-after`: a client of each upstream cluster, from `--upstream-kubeconfig`; a
+/// missing kubeconfig or context stops `serve` at start, naming it.
+fn upstream_gate(
+    args: &ServeArgs,
+    namespace: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<Option<crate::cluster::upstream_gate::UpstreamGateOptions>> {
+    if args.promote_after.is_empty() {
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        args.promotion == crate::rollout::promotion::PromotionMode::Gated,
+        "--promote-after promotes revisions that wait under --promotion=gated: pass --promotion=gated too"
+    );
+    let path = &args.upstream_kubeconfig;
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).with_context(|| {
+        format!(
+            "--promote-after: cannot read --upstream-kubeconfig {} (mount the upstream clusters' kubeconfig Secret there)",
+            path.display()
+        )
+    })?;
+    let known: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    let mut clusters = Vec::new();
+    for context in &args.promote_after {
+        anyhow::ensure!(
+            known.contains(context),
+            "--promote-after {context}: --upstream-kubeconfig {} has no such context (it has: {})",
+            path.display(),
+            known.join(", ")
+        );
+        let options = kube::config::KubeConfigOptions {
+            context: Some(context.clone()),
+            ..Default::default()
+        };
+        let config = runtime
+            .block_on(kube::Config::from_custom_kubeconfig(
+                kubeconfig.clone(),
+                &options,
+            ))
+            .with_context(|| format!("--promote-after {context}: cannot use its context"))?;
+        // The client's buffer spawns its worker on the runtime.
+        let client = runtime.block_on(async {
+            crate::cluster::client::counted_client(
+                config,
+                "serve upstream gate",
+                args.kube_api_rate.limit(),
+                Default::default(),
+            )
+        })?;
+        clusters.push((context.clone(), client));
+    }
+    Ok(Some(crate::cluster::upstream_gate::UpstreamGateOptions {
+        clusters,
+        namespace: args
+            .upstream_injector_namespace
+            .clone()
+            .unwrap_or_else(|| namespace.to_owned()),
+        bake: args.promote_bake,
+    }))
 }

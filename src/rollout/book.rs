@@ -334,6 +334,18 @@ pub(crate) struct CampaignBook {
     /// Revisions approved to roll out under `serve --promotion=gated`, by sidecar.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) promotions: BTreeMap<String, Promotion>,
+    /// What each revision waiting for promotion waits for upstream (`serve --promote-after`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) upstream: BTreeMap<String, UpstreamWait>,
+}
+
+/// A revision waiting for promotion under `serve --promote-after`: the upstream clusters it
+/// waits for and, of those not done, where each stands (as the gate last read them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UpstreamWait {
+    pub(crate) revision: String,
+    pub(crate) after: Vec<String>,
+    pub(crate) waiting: String,
 }
 
 /// Whether the engine's maintenance windows are open, and when that changes.
@@ -524,17 +536,27 @@ impl CampaignBook {
 
 impl Campaign {
     /// The drift note of a gated campaign: what it waits for, and what new pods get.
-    fn gated_note(&self, sidecar: &str, hints: &super::plan::Hints) -> String {
+    fn gated_note(
+        &self,
+        sidecar: &str,
+        upstream: Option<&UpstreamWait>,
+        hints: &super::plan::Hints,
+    ) -> String {
         let new_pods = match &self.held {
             Some(hold) => format!("new pods keep {} meanwhile", hold.revision),
             None => "new pods get it already (no good revision is remembered to keep them at)"
                 .to_owned(),
         };
-        format!(
-            "waits for promotion: {} (promoted by {}); {new_pods}",
-            self.revision,
-            (hints.promote)(sidecar)
-        )
+        let by = match upstream.filter(|u| u.revision == self.revision) {
+            Some(upstream) => format!(
+                "promoted once complete and baked in upstream {}, or by {}; now {}",
+                upstream.after.join(", "),
+                (hints.promote)(sidecar),
+                upstream.waiting
+            ),
+            None => format!("promoted by {}", (hints.promote)(sidecar)),
+        };
+        format!("waits for promotion: {} ({by}); {new_pods}", self.revision)
     }
 
     /// "ends at the earliest 2026-12-02T14:05:00Z (restart budget)", while it has an expected
@@ -567,7 +589,8 @@ impl CampaignBook {
             if let Some(campaign) = campaign {
                 row.campaign = Some(campaign.state.as_str().to_owned());
                 if campaign.state == CampaignState::Gated {
-                    row.note = Some(campaign.gated_note(&row.name, hints));
+                    row.note =
+                        Some(campaign.gated_note(&row.name, self.upstream.get(&row.name), hints));
                 } else if let Some(hold) = campaign.holding() {
                     row.note = Some(format!(
                         "held at {} ({} failed: {})",

@@ -214,8 +214,7 @@ mod tests {
         CampaignBook {
             campaigns: [("tracer:v1".to_owned(), campaign)].into(),
             maintenance: None,
-            pins: Default::default(),
-            promotions: Default::default(),
+            ..Default::default()
         }
     }
 

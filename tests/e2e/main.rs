@@ -14,6 +14,7 @@ mod drift;
 mod engine;
 mod evictions;
 mod fleet;
+mod fleet_rollout;
 mod history;
 mod in_place;
 mod injection;

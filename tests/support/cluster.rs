@@ -232,18 +232,32 @@ pub struct TestContext {
 impl TestContext {
     /// `test` names the namespace (`e2e-<test>`); `extra` are extra `serve` flags.
     pub async fn new(test: &str, extra: &[&str]) -> Self {
-        Self::build(test, extra, false).await
+        Self::build(None, test, extra, false).await
+    }
+
+    /// As [`TestContext::new`], in another control plane than the shared one (the injector
+    /// connects to it as its admin).
+    pub async fn in_plane(plane: &ControlPlane, test: &str, extra: &[&str]) -> Self {
+        Self::build(Some(plane), test, extra, false).await
     }
 
     /// As [`TestContext::new`], with the injector connected to the cluster as deploy/'s
     /// ServiceAccount under deploy/'s RBAC (moved into the test's namespace), never as admin.
     pub async fn with_deploy_rbac(test: &str, extra: &[&str]) -> Self {
-        Self::build(test, extra, true).await
+        Self::build(None, test, extra, true).await
     }
 
-    async fn build(test: &str, extra: &[&str], deploy_rbac: bool) -> Self {
+    async fn build(
+        plane: Option<&ControlPlane>,
+        test: &str,
+        extra: &[&str],
+        deploy_rbac: bool,
+    ) -> Self {
         control_plane();
-        let client = client().await;
+        let client = match plane {
+            Some(plane) => client_of(&plane.kubeconfig).await,
+            None => client().await,
+        };
         let namespace = format!("e2e-{test}");
         let namespaces: Api<Namespace> = Api::all(client.clone());
         namespaces
@@ -270,7 +284,7 @@ impl TestContext {
         let injector_kubeconfig = if deploy_rbac {
             Some(install_deploy_rbac(&client, &namespace, dir.path()).await)
         } else {
-            None
+            plane.map(|plane| plane.kubeconfig.clone())
         };
         let identity: Vec<String> = injector_kubeconfig
             .iter()

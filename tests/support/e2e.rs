@@ -521,6 +521,21 @@ pub async fn wait_campaign_paused(injector: &super::injector::Injector, sidecar:
 pub async fn engine_context(test: &str, extra: &[&str]) -> TestContext {
     let namespace = format!("e2e-{test}");
     let ctx = TestContext::with_deploy_rbac(test, &rollout_args(&namespace, extra)).await;
+    with_tracer_v1(ctx, extra).await
+}
+
+/// As [`engine_context`], in another control plane (the injector connects as its admin).
+pub async fn engine_context_in(
+    plane: &super::cluster::ControlPlane,
+    test: &str,
+    extra: &[&str],
+) -> TestContext {
+    let namespace = format!("e2e-{test}");
+    let ctx = TestContext::in_plane(plane, test, &rollout_args(&namespace, extra)).await;
+    with_tracer_v1(ctx, extra).await
+}
+
+async fn with_tracer_v1(ctx: TestContext, extra: &[&str]) -> TestContext {
     put_config(&ctx, "tracing", "tracer.yaml", TRACER_V1).await;
     let injector = ctx.injector.as_ref().unwrap();
     wait_in_force(injector, stamp_of(TRACER_V1), true).await;

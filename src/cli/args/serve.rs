@@ -118,6 +118,33 @@ pub(crate) struct ServeArgs {
     /// revision meanwhile, as during a hold (for clusters promoted after staging).
     #[arg(long, env = "PROMOTION", value_enum, default_value_t = crate::rollout::promotion::PromotionMode::Auto)]
     pub(crate) promotion: crate::rollout::promotion::PromotionMode,
+    /// With --promotion=gated: promote a waiting revision here by itself once its campaign is
+    /// complete and baked (--promote-bake) in each of these upstream clusters, contexts of
+    /// --upstream-kubeconfig (repeatable, or comma-separated). `rollout --promote` still
+    /// promotes by hand.
+    #[arg(
+        long,
+        env = "PROMOTE_AFTER",
+        value_delimiter = ',',
+        value_name = "CONTEXT"
+    )]
+    pub(crate) promote_after: Vec<String>,
+    /// With --promote-after: how long a revision's campaign must have been complete in every
+    /// upstream cluster before it is promoted here.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub(crate) promote_bake: Duration,
+    /// With --promote-after: the kubeconfig that reaches the upstream clusters (a Secret
+    /// mounted in the pod; it needs to read their status ConfigMap, nothing else).
+    #[arg(
+        long,
+        env = "UPSTREAM_KUBECONFIG",
+        default_value = "/etc/sidecar-injector/upstream/kubeconfig"
+    )]
+    pub(crate) upstream_kubeconfig: PathBuf,
+    /// With --promote-after: the injector's namespace in the upstream clusters [default:
+    /// --injector-namespace].
+    #[arg(long)]
+    pub(crate) upstream_injector_namespace: Option<String>,
     #[command(flatten)]
     pub(crate) safety: RolloutSafetyArgs,
     /// Namespace of the status ConfigMap and the rollout Lease [default: the injector's own

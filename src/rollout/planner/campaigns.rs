@@ -235,5 +235,6 @@ pub(super) fn next_book(
         maintenance: None,
         pins: book.pins.clone(),
         promotions: book.promotions.clone(),
+        upstream: book.upstream.clone(),
     }
 }
