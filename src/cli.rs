@@ -11,6 +11,7 @@ mod fleet;
 pub(crate) mod hints;
 mod inject;
 mod one_shot;
+mod policy;
 mod rollout;
 mod serve;
 mod status;
@@ -64,6 +65,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Inject(args) => inject::run(&args),
         Command::Validate(args) => validate::run(&args),
+        Command::Policy(args) => policy::run(&args),
         Command::Serve(args) => serve::run(*args, &env),
         Command::Certs(args) => certs::run(&args),
         Command::Drift(args) => drift::run(&args),

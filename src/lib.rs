@@ -42,6 +42,7 @@ pub mod injection;
 pub mod maintenance;
 pub mod name;
 pub mod nodes;
+pub(crate) mod policy;
 pub mod rollout;
 pub(crate) mod token_bucket;
 pub mod workload;

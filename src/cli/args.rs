@@ -87,6 +87,11 @@ pub(crate) enum Command {
     Inject(InjectArgs),
     /// Check sidecar configs and print each with its revision; exit status 1 on any error.
     Validate(ValidateArgs),
+    /// Print the MutatingAdmissionPolicy, ValidatingAdmissionPolicy and bindings (Kubernetes
+    /// 1.36+) that inject the configs as the webhook does, with no webhook: `sidecar-injector
+    /// policy | kubectl apply -f -`. A config they cannot express is refused with the reason
+    /// (exit status 1), never injected differently.
+    Policy(PolicyArgs),
     /// Run the admission webhook (HTTPS) and its lifecycle endpoints.
     Serve(Box<ServeArgs>),
     /// Write a development CA and serving certificate, and print the caBundle.
@@ -666,6 +671,47 @@ pub(crate) struct InjectArgs {
     /// say what the webhook injects, and a sidecar read here at another revision is warned of.
     #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
     pub(crate) published_max_age: Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PolicyArgs {
+    #[command(flatten)]
+    pub(crate) configs: ConfigDirectoryArgs,
+    /// Prefix of every annotation key.
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub(crate) annotation_namespace: String,
+    #[command(flatten)]
+    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
+    /// What to do when a requested sidecar does not exist: deny the pod, or inject the rest.
+    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
+    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    /// The name of the policies and their bindings.
+    #[arg(long, default_value = "sidecar-injector")]
+    pub(crate) name: String,
+    /// Output format: YAML documents, or a JSON List.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = ManifestFormat::Yaml)]
+    pub(crate) output: ManifestFormat,
+    // The cluster's ConfigMaps so labelled, as `serve` reads them; also read, with deploy/'s
+    // label, where there is no config/ directory.
+    #[command(flatten)]
+    pub(crate) configmaps: ConfigMapArgs,
+    #[command(flatten)]
+    pub(crate) connection: ConnectionArgs,
+    /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
+    /// status ConfigMap, whose pins and holds the webhook serves.
+    #[arg(long, default_value = "injector-system")]
+    pub(crate) injector_namespace: String,
+    /// With the cluster's configs: the running injectors' publications renewed within this
+    /// say what the webhook injects.
+    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
+    pub(crate) published_max_age: Duration,
+}
+
+/// How a command prints Kubernetes objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ManifestFormat {
+    Yaml,
+    Json,
 }
 
 #[derive(Debug, Args)]

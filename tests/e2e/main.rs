@@ -20,6 +20,7 @@ mod in_place;
 mod injection;
 mod monitoring;
 mod native;
+mod policy;
 mod promotion;
 mod rollout_command;
 mod toolbox;

@@ -1,0 +1,495 @@
+//! Sidecar configs compiled into admission policies the API server runs itself (CEL, in
+//! process): a MutatingAdmissionPolicy that injects what the webhook injects and stamps the
+//! same annotations, and a ValidatingAdmissionPolicy that refuses what the webhook refuses.
+//! Pure: configs and settings in, the objects out, or each config the policies cannot inject
+//! exactly as the webhook does, with the reason.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde_json::{Value, json};
+
+use crate::annotations::AnnotationKeys;
+use crate::config::{LoadedSidecar, SidecarSet};
+use crate::injection::MissingSidecarPolicy;
+
+mod cel;
+
+/// What the policies are named and labelled by (`kubectl get mutatingadmissionpolicies -l
+/// app.kubernetes.io/managed-by=sidecar-injector`).
+pub(crate) const MANAGED_BY: &str = "sidecar-injector";
+
+/// What the policies follow of the webhook's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct PolicySettings<'a> {
+    pub(crate) keys: &'a AnnotationKeys,
+    pub(crate) ignored_namespaces: &'a BTreeSet<String>,
+    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    /// The objects' name.
+    pub(crate) name: &'a str,
+}
+
+/// A rule of a config the policy mode does not express, so that config is refused rather
+/// than injected differently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unsupported {
+    InitContainers,
+    PrependContainers,
+    NativeSidecars,
+    ServiceAccount,
+    HostAliases,
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unsupported::InitContainers => {
+                "initContainers: the policies do not inject init containers yet"
+            }
+            Unsupported::PrependContainers => {
+                "prependContainers: the policies do not put containers before the pod's yet"
+            }
+            Unsupported::NativeSidecars => {
+                "nativeSidecars: the policies do not inject native sidecars yet"
+            }
+            Unsupported::ServiceAccount => {
+                "serviceAccountName: replacing the account (and the default account's legacy token volume) is not expressed in CEL yet"
+            }
+            Unsupported::HostAliases => {
+                "hostAliases: the policies do not add host aliases yet"
+            }
+        })
+    }
+}
+
+/// A config the policies cannot inject, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{sidecar} ({origin}): {reason}")]
+pub(crate) struct Refused {
+    pub(crate) sidecar: String,
+    pub(crate) origin: String,
+    pub(crate) reason: Unsupported,
+}
+
+/// Why `sidecar` cannot be compiled, if it cannot.
+pub(crate) fn unsupported(sidecar: &LoadedSidecar) -> Vec<Unsupported> {
+    let config = &sidecar.config;
+    let mut why = Vec::new();
+    if !config.init_containers.is_empty() {
+        why.push(Unsupported::InitContainers);
+    }
+    if !config.prepend_containers.is_empty() {
+        why.push(Unsupported::PrependContainers);
+    }
+    if config.native_sidecars() != crate::config::NativeSidecars::Never {
+        why.push(Unsupported::NativeSidecars);
+    }
+    if config.service_account_name.is_some() {
+        why.push(Unsupported::ServiceAccount);
+    }
+    if !config.host_aliases.is_empty() {
+        why.push(Unsupported::HostAliases);
+    }
+    why
+}
+
+/// The MutatingAdmissionPolicy, the ValidatingAdmissionPolicy and their bindings for
+/// `sidecars`, in the order to apply them; or every config they cannot express.
+pub(crate) fn render(
+    sidecars: &SidecarSet,
+    settings: &PolicySettings<'_>,
+) -> Result<Vec<Value>, Vec<Refused>> {
+    let refused: Vec<Refused> = sidecars
+        .iter()
+        .flat_map(|s| {
+            unsupported(s).into_iter().map(|reason| Refused {
+                sidecar: s.config.name.to_string(),
+                origin: s.origin.to_string(),
+                reason,
+            })
+        })
+        .collect();
+    if !refused.is_empty() {
+        return Err(refused);
+    }
+    let sidecars: Vec<&LoadedSidecar> = sidecars.iter().map(AsRef::as_ref).collect();
+    Ok(vec![
+        mutating_policy(&sidecars, settings),
+        binding("MutatingAdmissionPolicyBinding", settings),
+        validating_policy(&sidecars, settings),
+        binding("ValidatingAdmissionPolicyBinding", settings),
+    ])
+}
+
+fn metadata(settings: &PolicySettings<'_>) -> Value {
+    json!({
+        "name": settings.name,
+        "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
+    })
+}
+
+/// Pods created outside the ignored namespaces.
+fn match_constraints(settings: &PolicySettings<'_>) -> Value {
+    let mut constraints = json!({
+        "resourceRules": [{
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+        }],
+    });
+    if !settings.ignored_namespaces.is_empty() {
+        constraints["namespaceSelector"] = json!({"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": settings.ignored_namespaces,
+        }]});
+    }
+    constraints
+}
+
+fn binding(kind: &str, settings: &PolicySettings<'_>) -> Value {
+    let mut spec = json!({"policyName": settings.name});
+    if kind == "ValidatingAdmissionPolicyBinding" {
+        spec["validationActions"] = json!(["Deny"]);
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": metadata(settings),
+        "spec": spec,
+    })
+}
+
+/// The CEL variables both policies start from: the request, its sidecar names as the webhook
+/// reads them (trimmed, lowercased, `:latest` when unversioned, each once), and those a config
+/// defines.
+fn variables(sidecars: &[&LoadedSidecar], keys: &AnnotationKeys) -> Value {
+    let request = cel::string(&keys.request);
+    let known: Vec<String> = sidecars
+        .iter()
+        .map(|s| cel::string(&s.config.name.to_string()))
+        .collect();
+    json!([
+        {"name": "requested", "expression": format!(
+            "object.metadata.annotations[{request}].split(',').map(r, r.trim()).filter(r, r != '')\
+             .map(r, r.lowerAscii()).map(r, r.contains(':') ? r : r + ':{}').distinct()",
+            crate::name::DEFAULT_VERSION
+        )},
+        {"name": "known", "expression": format!(
+            "variables.requested.filter(r, r in [{}])", known.join(", ")
+        )},
+    ])
+}
+
+/// The pod requests a sidecar and was not injected yet (a copied manifest's status counts).
+fn match_conditions(keys: &AnnotationKeys) -> Value {
+    let request = cel::string(&keys.request);
+    let status = cel::string(&keys.status);
+    json!([
+        {"name": "requests-a-sidecar", "expression": format!(
+            "has(object.metadata.annotations) && {request} in object.metadata.annotations"
+        )},
+        {"name": "not-injected-yet", "expression": format!(
+            "!({status} in object.metadata.annotations) || object.metadata.annotations[{status}] != 'injected'"
+        )},
+    ])
+}
+
+fn mutating_policy(sidecars: &[&LoadedSidecar], settings: &PolicySettings<'_>) -> Value {
+    let keys = settings.keys;
+    // Each mutation sees the object as the ones before left it, so the decision to inject is
+    // taken once, by the first, on the pod as it came: it stamps the pod, and the others act
+    // on a stamped pod only (one stamped before us is left out by the match conditions).
+    let stamped = format!(
+        "object.metadata.annotations[{}] == 'injected'",
+        cel::string(&keys.status)
+    );
+    let mut mutations = stamp_mutations(sidecars, keys, &stamped);
+    mutations.extend(injection_mutations(sidecars, &stamped));
+    // With `--on-missing-sidecar deny`, a request naming an unknown sidecar gets nothing
+    // here, and the validating policy refuses it.
+    let complete = match settings.on_missing_sidecar {
+        MissingSidecarPolicy::Deny => "variables.requested.all(r, r in variables.known)",
+        MissingSidecarPolicy::Allow => "true",
+    };
+    let mut variables = variables(sidecars, keys);
+    let list = variables.as_array_mut().expect("a list");
+    list.push(json!({"name": "names_conflict", "expression": names_conflict(sidecars)}));
+    list.push(json!({"name": "inject", "expression": format!(
+        "size(variables.known) > 0 && !variables.names_conflict && {complete}"
+    )}));
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": metadata(settings),
+        "spec": {
+            "matchConstraints": match_constraints(settings),
+            "matchConditions": match_conditions(keys),
+            "variables": variables,
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "IfNeeded",
+            "mutations": mutations,
+        },
+    })
+}
+
+/// The first mutations: the status and revision stamp (in request order), and the removal of
+/// a native-form annotation copied from another pod's manifest (it would tell drift a wrong
+/// form).
+fn stamp_mutations(
+    sidecars: &[&LoadedSidecar],
+    keys: &AnnotationKeys,
+    stamped: &str,
+) -> Vec<Value> {
+    let revisions: Vec<String> = sidecars
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {}",
+                cel::string(&s.config.name.to_string()),
+                cel::string(&s.revision.to_string())
+            )
+        })
+        .collect();
+    let (status, revision, native) = (
+        cel::string(&keys.status),
+        cel::string(&keys.revision),
+        cel::string(&keys.injected_native),
+    );
+    vec![
+        json!({
+            "patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": format!(
+                "variables.inject ? Object{{metadata: Object.metadata{{annotations: {{\
+                 {status}: 'injected', \
+                 {revision}: variables.known.map(r, r + '=' + {{{}}}[r]).join(',')}}}}}} : Object{{}}",
+                revisions.join(", ")
+            )},
+        }),
+        json!({
+            "patchType": "JSONPatch",
+            "jsonPatch": {"expression": format!(
+                "{stamped} && {native} in object.metadata.annotations ? \
+                 [JSONPatch{{op: 'remove', path: '/metadata/annotations/' + jsonpatch.escapeKey({native})}}] : []"
+            )},
+        }),
+    ]
+}
+
+/// A mutation a position of the request, so that sidecars go in in request order, each seeing
+/// what the ones before it added (the webhook's env and mounts go to the containers injected
+/// before too). JSON patches: an apply configuration may not set atomic lists and structs (a
+/// new container's args, an env entry's fieldRef).
+fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value> {
+    (0..sidecars.len())
+        .map(|position| {
+            let mut patch = String::from("[]");
+            for sidecar in sidecars.iter().rev() {
+                patch = format!(
+                    "variables.known[{position}] == {} ? {} : {patch}",
+                    cel::string(&sidecar.config.name.to_string()),
+                    added(sidecar)
+                );
+            }
+            json!({
+                "patchType": "JSONPatch",
+                "jsonPatch": {"expression": format!(
+                    "{stamped} && size(variables.known) > {position} ? ({patch}) : []"
+                )},
+            })
+        })
+        .collect()
+}
+
+/// A container of the pod already has the name of a container a requested sidecar injects:
+/// nothing is injected, and the validating policy refuses the pod, as the webhook does.
+fn names_conflict(sidecars: &[&LoadedSidecar]) -> String {
+    let pairs: Vec<String> = sidecars
+        .iter()
+        .flat_map(|s| {
+            s.config.containers.iter().map(move |c| {
+                format!(
+                    "(r == {} && n == {})",
+                    cel::string(&s.config.name.to_string()),
+                    cel::string(&c.name)
+                )
+            })
+        })
+        .collect();
+    if pairs.is_empty() {
+        return "false".to_owned();
+    }
+    format!(
+        "object.spec.containers.map(c, c.name).exists(n, variables.known.exists(r, {}))",
+        pairs.join(" || ")
+    )
+}
+
+/// The JSON patch of the env and mounts `sidecar` gives each container the pod has as
+/// `object` stands, unless it has one of that name (a mount: of that name or path), appended
+/// to its lists in the config's order.
+fn env_and_mounts(sidecar: &LoadedSidecar) -> Option<String> {
+    let rendered = &sidecar.rendered;
+    let lists = [
+        (
+            "env",
+            rendered
+                .env
+                .iter()
+                .map(|e| cel::object(&e.value, "Object.spec.containers.env"))
+                .collect::<Vec<_>>(),
+            "x.name == a.name",
+        ),
+        (
+            "volumeMounts",
+            rendered
+                .volume_mounts
+                .iter()
+                .map(|m| cel::object(&m.value, "Object.spec.containers.volumeMounts"))
+                .collect(),
+            "x.name == a.name || x.mountPath == a.mountPath",
+        ),
+    ];
+    let mut ops = Vec::new();
+    for (field, items, same) in lists {
+        if items.is_empty() {
+            continue;
+        }
+        let missing = format!(
+            "[{}].filter(a, !has(c.{field}) || !c.{field}.exists(x, {same}))",
+            items.join(", ")
+        );
+        let at =
+            "'/spec/containers/' + string(object.spec.containers.map(x, x.name).indexOf(c.name))";
+        // A list is made empty, then appended to: a patch value that is a list of objects
+        // makes kube-apiserver 1.36 panic (cel-go's list conversion).
+        ops.push(format!(
+            "object.spec.containers.map(c, (has(c.{field}) || size({missing}) == 0 ? [] \
+             : [JSONPatch{{op: 'add', path: {at} + '/{field}', value: []}}]) \
+             + {missing}.map(a, JSONPatch{{op: 'add', path: {at} + '/{field}/-', value: a}})).flatten()"
+        ));
+    }
+    (!ops.is_empty()).then(|| ops.join(" + "))
+}
+
+/// The JSON patch of what injecting `sidecar` does to the pod as `object` stands: the env and
+/// mounts of its containers, its containers (with its env and mounts)
+/// after the pod's, its volumes the pod has none of that name of, hostNetwork and hostPID.
+fn added(sidecar: &LoadedSidecar) -> String {
+    let rendered = &sidecar.rendered;
+    let mut lists: Vec<String> = env_and_mounts(sidecar).into_iter().collect();
+    let containers: Vec<String> = rendered
+        .containers
+        .iter()
+        .map(|c| {
+            format!(
+                "JSONPatch{{op: 'add', path: '/spec/containers/-', value: {}}}",
+                cel::object(&with_additions(&c.value, sidecar), "Object.spec.containers")
+            )
+        })
+        .collect();
+    if !containers.is_empty() {
+        lists.push(format!("[{}]", containers.join(", ")));
+    }
+    if !rendered.volumes.is_empty() {
+        let volumes: Vec<String> = rendered
+            .volumes
+            .iter()
+            .map(|v| cel::object(&v.value, "Object.spec.volumes"))
+            .collect();
+        let missing = format!(
+            "[{}].filter(v, !has(object.spec.volumes) || !object.spec.volumes.exists(x, x.name == v.name))",
+            volumes.join(", ")
+        );
+        lists.push(format!(
+            "(has(object.spec.volumes) || size({missing}) == 0 ? [] \
+             : [JSONPatch{{op: 'add', path: '/spec/volumes', value: []}}]) \
+             + {missing}.map(v, JSONPatch{{op: 'add', path: '/spec/volumes/-', value: v}})"
+        ));
+    }
+    for (on, field) in [
+        (sidecar.config.host_network, "hostNetwork"),
+        (sidecar.config.host_pid, "hostPID"),
+    ] {
+        if on {
+            lists.push(format!(
+                "[JSONPatch{{op: 'add', path: '/spec/{field}', value: true}}]"
+            ));
+        }
+    }
+    if lists.is_empty() {
+        return "[]".to_owned();
+    }
+    lists.join(" + ")
+}
+
+/// An injected container with the config's env and mounts appended, as the webhook renders
+/// it (an entry of a name, a mount of a name or path, it has already stays its own).
+fn with_additions(container: &Value, sidecar: &LoadedSidecar) -> Value {
+    let mut container = container.clone();
+    for env in &sidecar.rendered.env {
+        let has = container["env"]
+            .as_array()
+            .is_some_and(|list| list.iter().any(|e| e["name"] == env.value["name"]));
+        if !has {
+            push(&mut container, "env", env.value.clone());
+        }
+    }
+    for mount in &sidecar.rendered.volume_mounts {
+        let has = container["volumeMounts"].as_array().is_some_and(|list| {
+            list.iter().any(|m| {
+                m["name"] == mount.value["name"] || m["mountPath"] == mount.value["mountPath"]
+            })
+        });
+        if !has {
+            push(&mut container, "volumeMounts", mount.value.clone());
+        }
+    }
+    container
+}
+
+fn push(object: &mut Value, key: &str, item: Value) {
+    match object.get_mut(key).and_then(Value::as_array_mut) {
+        Some(list) => list.push(item),
+        None => object[key] = json!([item]),
+    }
+}
+
+/// Refuses what the webhook refuses: a request for a sidecar no config defines (unless
+/// `--on-missing-sidecar allow`), and a pod whose container has the name of one a requested
+/// sidecar injects.
+fn validating_policy(sidecars: &[&LoadedSidecar], settings: &PolicySettings<'_>) -> Value {
+    let keys = settings.keys;
+    let mut validations = vec![json!({
+        "expression": format!("!({})", names_conflict(sidecars)),
+        "messageExpression": "'a container of the pod has the name of one that ' + variables.known.join(', ') + ' injects: rename it'",
+        "reason": "Invalid",
+    })];
+    if settings.on_missing_sidecar == MissingSidecarPolicy::Deny {
+        let known: Vec<String> = sidecars.iter().map(|s| s.config.name.to_string()).collect();
+        validations.push(json!({
+            "expression": "variables.requested.all(r, r in variables.known)",
+            "messageExpression": format!(
+                "'no sidecar config named ' + variables.requested.filter(r, !(r in variables.known)).join(', ') + {}",
+                cel::string(&format!(" (known: {})", known.join(", ")))
+            ),
+            "reason": "Invalid",
+        }));
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": metadata(settings),
+        "spec": {
+            "matchConstraints": match_constraints(settings),
+            "matchConditions": match_conditions(keys),
+            "variables": variables(sidecars, keys),
+            "failurePolicy": "Fail",
+            "validations": validations,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+use std::collections::BTreeSet;
+
+use super::*;
+use crate::test_fixtures::loaded;
+
+fn set(texts: &[&str]) -> SidecarSet {
+    let mut set = SidecarSet::default();
+    for text in texts {
+        set.insert(loaded(text));
+    }
+    set
+}
+
+fn rendered(
+    texts: &[&str],
+    on_missing_sidecar: MissingSidecarPolicy,
+) -> Result<Vec<Value>, Vec<Refused>> {
+    let keys = AnnotationKeys::new("injector");
+    let ignored: BTreeSet<String> = ["kube-system".to_owned()].into();
+    render(
+        &set(texts),
+        &PolicySettings {
+            keys: &keys,
+            ignored_namespaces: &ignored,
+            on_missing_sidecar,
+            name: "sidecar-injector",
+        },
+    )
+}
+
+const LOGGER: &str = "name: logger:v1\ncontainers: [{name: log-shipper, image: 'fluent-bit:2'}]\n\
+                      env: [{name: ENDPOINT, value: 'http://x'}]\n\
+                      volumeMounts: [{name: logs, mountPath: /var/log/app}]\n\
+                      volumes: [{name: logs, emptyDir: {}}]\n";
+
+#[test]
+fn a_config_the_policies_cannot_express_is_refused_with_each_reason() {
+    let refused = rendered(
+        &[
+            LOGGER,
+            "name: secrets:v1\nserviceAccountName: vault\ninitContainers: [{name: init, image: v}]\n",
+            "name: native:v1\nnativeSidecars: true\ncontainers: [{name: n, image: n}]\n",
+        ],
+        MissingSidecarPolicy::Deny,
+    )
+    .unwrap_err();
+    let said: Vec<String> = refused.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            "native:v1 (test.yaml): nativeSidecars: the policies do not inject native sidecars yet",
+            "secrets:v1 (test.yaml): initContainers: the policies do not inject init containers yet",
+            "secrets:v1 (test.yaml): serviceAccountName: replacing the account (and the default account's legacy token volume) is not expressed in CEL yet",
+        ]
+    );
+}
+
+#[test]
+fn the_policies_are_labelled_kept_off_ignored_namespaces_and_inject_in_request_order() {
+    let objects = rendered(
+        &[
+            LOGGER,
+            "name: tracer:v1\ncontainers: [{name: tracer, image: t}]\n",
+        ],
+        MissingSidecarPolicy::Deny,
+    )
+    .unwrap();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
+    );
+    for object in &objects {
+        assert_eq!(
+            object["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            MANAGED_BY
+        );
+    }
+    let policy = &objects[0]["spec"];
+    assert_eq!(
+        policy["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(["kube-system"])
+    );
+    // The stamp and the stale form's removal, then a mutation a request position.
+    let mutations = policy["mutations"].as_array().unwrap();
+    assert_eq!(mutations.len(), 4);
+    let stamp = mutations[0]["applyConfiguration"]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(stamp.starts_with("variables.inject ? "), "{stamp}");
+    let first = mutations[2]["jsonPatch"]["expression"].as_str().unwrap();
+    assert!(
+        first.starts_with(
+            "object.metadata.annotations[\"injector/status\"] == 'injected' && size(variables.known) > 0 ? (variables.known[0] == \"logger:v1\" ? "
+        ),
+        "{first}"
+    );
+    // The injected container carries the config's env and mounts, as the webhook's does.
+    assert!(
+        first.contains(r#"value: Object.spec.containers{env: [Object.spec.containers.env{name: "ENDPOINT", value: "http://x"}], image: "fluent-bit:2", name: "log-shipper", volumeMounts: [Object.spec.containers.volumeMounts{mountPath: "/var/log/app", name: "logs"}]}}"#),
+        "{first}"
+    );
+    // A request for an unknown sidecar is refused, naming what is known.
+    let validations = objects[2]["spec"]["validations"].as_array().unwrap();
+    assert_eq!(validations.len(), 2);
+    assert!(
+        validations[1]["messageExpression"]
+            .as_str()
+            .unwrap()
+            .contains("(known: logger:v1, tracer:v1)")
+    );
+    let allowed = rendered(&[LOGGER], MissingSidecarPolicy::Allow).unwrap();
+    assert_eq!(
+        allowed[2]["spec"]["validations"].as_array().unwrap().len(),
+        1
+    );
+}

@@ -1,0 +1,298 @@
+//! One contract for both injection paths: the same pods, created once through the webhook and
+//! once through the admission policies `sidecar-injector policy` compiles, on the same real
+//! API server, are stored equal field by field.
+
+use k8s_openapi::api::core::v1::Namespace;
+
+use super::*;
+
+const TRACER: &str = "name: tracer:v1\n\
+    containers: [{name: tracer, image: 'tracer:1', args: [--collector, 'http://collector:4317'], \
+                  resources: {requests: {cpu: 5m}}, securityContext: {runAsNonRoot: true}}]\n\
+    env: [{name: OTEL_ENDPOINT, value: 'http://collector:4317'}, \
+          {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]\n\
+    volumes: [{name: traces, emptyDir: {medium: Memory}}]\n\
+    volumeMounts: [{name: traces, mountPath: /var/traces}]\n\
+    hostPID: true\n";
+
+/// A pod of a fixture captured from a real API server (its AdmissionReview's object), named.
+fn fixture_pod(file: &str, name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/admission/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let review: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut pod = review["request"]["object"].clone();
+    let metadata = pod["metadata"].as_object_mut().unwrap();
+    for key in [
+        "generateName",
+        "ownerReferences",
+        "managedFields",
+        "uid",
+        "creationTimestamp",
+        "namespace",
+    ] {
+        metadata.remove(key);
+    }
+    metadata.insert("name".into(), json!(name));
+    pod.as_object_mut().unwrap().remove("status");
+    pod
+}
+
+fn pod(name: &str, request: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"injector/request": request}},
+        "spec": spec,
+    })
+}
+
+/// The pods both paths get: the captured fixtures and what the webhook tests cover.
+fn cases() -> Vec<Value> {
+    let app = |env: Value, mounts: Value| {
+        json!({"containers": [{"name": "app", "image": "app:1", "env": env, "volumeMounts": mounts}],
+               "volumes": [{"name": "data", "emptyDir": {}}]})
+    };
+    vec![
+        fixture_pod("bare-pod.json", "bare"),
+        fixture_pod("deployment-pod.json", "deployment"),
+        fixture_pod("daemonset-pod.json", "daemonset"),
+        fixture_pod("statefulset-pod.json", "statefulset"),
+        pod("several", "logger:v1, tracer:v1", app(json!([]), json!([]))),
+        pod("reversed", "tracer:v1,logger:v2", app(json!([]), json!([]))),
+        pod(
+            "spelled",
+            " Tracer:V1 ,,LOGGER:v1 , tracer:v1",
+            app(json!([]), json!([])),
+        ),
+        // Env, mounts and a volume the pod has already stay its own.
+        pod(
+            "has-some",
+            "logger:v1,tracer:v1",
+            json!({
+                "containers": [
+                    {"name": "app", "image": "app:1",
+                     "env": [{"name": "LOG_SHIPPER_ENDPOINT", "value": "mine"}, {"name": "NODE", "value": "n"}],
+                     "volumeMounts": [{"name": "data", "mountPath": "/var/log/app"}]},
+                    {"name": "second", "image": "second:1",
+                     "volumeMounts": [{"name": "traces", "mountPath": "/elsewhere"}]},
+                ],
+                "volumes": [{"name": "data", "emptyDir": {}}, {"name": "traces", "emptyDir": {}}],
+            }),
+        ),
+        // Copied from an injected pod: left as it is.
+        {
+            let mut copied = pod("copied", "logger:v1", app(json!([]), json!([])));
+            copied["metadata"]["annotations"]["injector/status"] = json!("injected");
+            copied
+        },
+    ]
+}
+
+/// The stored pod as both paths must leave it: what the API server makes differently for any
+/// two pods (identity, times, the token volume's random suffix, the node) set aside.
+fn comparable(pod: &Pod) -> Value {
+    let mut value = serde_json::to_value(pod).unwrap();
+    let metadata = value["metadata"].as_object_mut().unwrap();
+    for key in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "managedFields",
+        "namespace",
+        "generation",
+    ] {
+        metadata.remove(key);
+    }
+    let object = value.as_object_mut().unwrap();
+    object.remove("status");
+    object["spec"].as_object_mut().unwrap().remove("nodeName");
+    let text = serde_json::to_string(&value).unwrap();
+    let text = regex_lite_replace(&text, "kube-api-access-");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `kube-api-access-xxxxx` (a random suffix) as `kube-api-access-*`.
+fn regex_lite_replace(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(prefix) {
+        out.push_str(&rest[..at + prefix.len()]);
+        rest = &rest[at + prefix.len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(rest.len());
+        out.push('*');
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn policy_command(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("policy")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_equal() {
+    // The webhook path: its injector reads config/ and the tracer ConfigMap.
+    let webhook_namespace = "e2e-contract-webhook";
+    let ctx =
+        TestContext::with_deploy_rbac("contract-webhook", &scope_args(webhook_namespace)).await;
+    put_config(&ctx, "tracing", "tracer.yaml", TRACER).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER), true).await;
+
+    // The policy path: the same configs compiled, bound to a namespace of its own.
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["logger-v1.yaml", "logger-v2.yaml"] {
+        std::fs::copy(
+            format!("{}/config/{file}", env!("CARGO_MANIFEST_DIR")),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("tracer.yaml"), TRACER).unwrap();
+    let policy_namespace = "e2e-contract-policy";
+    create(
+        &Api::<Namespace>::all(ctx.client.clone()),
+        json!({"metadata": {"name": policy_namespace, "labels": {"sidecar-injector-e2e": policy_namespace}}}),
+    )
+    .await;
+    let rendered = policy_command(&[
+        "--config-directory",
+        dir.path().to_str().unwrap(),
+        "--name",
+        "sidecar-injector-contract",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let mut list: Value = serde_json::from_slice(&rendered.stdout).unwrap();
+    for object in list["items"].as_array_mut().unwrap() {
+        if object["kind"].as_str().unwrap().ends_with("Binding") {
+            object["spec"]["matchResources"] = json!({"namespaceSelector": {
+                "matchLabels": {"sidecar-injector-e2e": policy_namespace}}});
+        }
+    }
+    let kubeconfig = support::cluster::control_plane().kubeconfig.clone();
+    let applied = kubectl(
+        &[
+            "apply",
+            "-f",
+            "-",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        &[],
+        &list.to_string(),
+    );
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let pods_policy: Api<Pod> = Api::namespaced(ctx.client.clone(), policy_namespace);
+    eventually(DEADLINE, "the policies in force", || async {
+        let probe: Pod = serde_json::from_value(pod(
+            "probe",
+            "logger:v1",
+            json!({"containers": [{"name": "app", "image": "app:1"}]}),
+        ))
+        .unwrap();
+        let created = pods_policy
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &probe,
+            )
+            .await
+            .ok()?;
+        (annotation(&created, "injector/status") == Some("injected")).then_some(())
+    })
+    .await;
+
+    let pods_webhook = ctx.api::<Pod>();
+    for case in cases() {
+        let name = case["metadata"]["name"].as_str().unwrap().to_owned();
+        let pod: Pod = serde_json::from_value(case).unwrap();
+        let through_webhook = pods_webhook
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("{name} through the webhook: {e}"));
+        let through_policy = pods_policy
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("{name} through the policies: {e}"));
+        // Both injected (a copied manifest: left as it came), so equal says something.
+        assert_eq!(
+            annotation(&through_webhook, "injector/status"),
+            Some("injected"),
+            "{name}"
+        );
+        let injected = through_webhook.spec.as_ref().unwrap().containers.len();
+        assert_eq!(
+            injected == 1,
+            name == "copied",
+            "{name}: {injected} containers"
+        );
+        let (webhook, policy) = (comparable(&through_webhook), comparable(&through_policy));
+        assert_eq!(
+            webhook, policy,
+            "{name}: stored differently\n--- webhook\n{webhook:#}\n--- policy\n{policy:#}"
+        );
+    }
+
+    // Both refuse a request for a sidecar no config defines, and a container named as one a
+    // requested sidecar injects.
+    for (request, container) in [("nope:v1", "app"), ("logger:v1", "log-shipper")] {
+        let pod: Pod = serde_json::from_value(pod(
+            "refused",
+            request,
+            json!({"containers": [{"name": container, "image": "app:1"}]}),
+        ))
+        .unwrap();
+        for (path, pods) in [("webhook", &pods_webhook), ("policy", &pods_policy)] {
+            let refused = pods.create(&PostParams::default(), &pod).await;
+            assert!(
+                refused.is_err(),
+                "{path} let {request} with {container} through: {refused:?}"
+            );
+        }
+    }
+
+    // A config the policies cannot express is refused, with its reason, and nothing printed.
+    let refused = policy_command(&["--config-directory", "config"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(refused.stdout.is_empty());
+    assert!(
+        stderr.contains("policy: cannot inject secrets-agent:v1 (config/secrets-agent.yaml): initContainers: the policies do not inject init containers yet"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("metrics-agent:v1 (config/metrics-agent.yaml): hostAliases: "),
+        "{stderr}"
+    );
+    let _ = kubectl(
+        &[
+            "delete",
+            "-f",
+            "-",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        &[],
+        &list.to_string(),
+    );
+}
