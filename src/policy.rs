@@ -33,30 +33,18 @@ pub(crate) struct PolicySettings<'a> {
 /// than injected differently.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Unsupported {
-    InitContainers,
-    PrependContainers,
     NativeSidecars,
     ServiceAccount,
-    HostAliases,
 }
 
 impl fmt::Display for Unsupported {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Unsupported::InitContainers => {
-                "initContainers: the policies do not inject init containers yet"
-            }
-            Unsupported::PrependContainers => {
-                "prependContainers: the policies do not put containers before the pod's yet"
-            }
             Unsupported::NativeSidecars => {
                 "nativeSidecars: the policies do not inject native sidecars yet"
             }
             Unsupported::ServiceAccount => {
                 "serviceAccountName: replacing the account (and the default account's legacy token volume) is not expressed in CEL yet"
-            }
-            Unsupported::HostAliases => {
-                "hostAliases: the policies do not add host aliases yet"
             }
         })
     }
@@ -75,20 +63,11 @@ pub(crate) struct Refused {
 pub(crate) fn unsupported(sidecar: &LoadedSidecar) -> Vec<Unsupported> {
     let config = &sidecar.config;
     let mut why = Vec::new();
-    if !config.init_containers.is_empty() {
-        why.push(Unsupported::InitContainers);
-    }
-    if !config.prepend_containers.is_empty() {
-        why.push(Unsupported::PrependContainers);
-    }
     if config.native_sidecars() != crate::config::NativeSidecars::Never {
         why.push(Unsupported::NativeSidecars);
     }
     if config.service_account_name.is_some() {
         why.push(Unsupported::ServiceAccount);
-    }
-    if !config.host_aliases.is_empty() {
-        why.push(Unsupported::HostAliases);
     }
     why
 }
@@ -284,12 +263,13 @@ fn stamp_mutations(
 fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value> {
     (0..sidecars.len())
         .map(|position| {
+            let prepended_before = prepended_before(sidecars, position);
             let mut patch = String::from("[]");
             for sidecar in sidecars.iter().rev() {
                 patch = format!(
                     "variables.known[{position}] == {} ? {} : {patch}",
                     cel::string(&sidecar.config.name.to_string()),
-                    added(sidecar)
+                    added(sidecar, &prepended_before)
                 );
             }
             json!({
@@ -302,13 +282,41 @@ fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value>
         .collect()
 }
 
+/// How many containers the sidecars before `position` of the request put before the pod's,
+/// as a CEL int.
+fn prepended_before(sidecars: &[&LoadedSidecar], position: usize) -> String {
+    let counts: Vec<String> = sidecars
+        .iter()
+        .filter(|s| !s.config.prepend_containers.is_empty())
+        .map(|s| {
+            format!(
+                "{}: {}",
+                cel::string(&s.config.name.to_string()),
+                s.config.prepend_containers.len()
+            )
+        })
+        .collect();
+    if counts.is_empty() || position == 0 {
+        return "0".to_owned();
+    }
+    let counts = counts.join(", ");
+    let terms: Vec<String> = (0..position)
+        .map(|q| {
+            format!(
+                "(variables.known[{q}] in {{{counts}}} ? {{{counts}}}[variables.known[{q}]] : 0)"
+            )
+        })
+        .collect();
+    terms.join(" + ")
+}
+
 /// A container of the pod already has the name of a container a requested sidecar injects:
 /// nothing is injected, and the validating policy refuses the pod, as the webhook does.
 fn names_conflict(sidecars: &[&LoadedSidecar]) -> String {
     let pairs: Vec<String> = sidecars
         .iter()
         .flat_map(|s| {
-            s.config.containers.iter().map(move |c| {
+            s.config.injected_containers().map(move |c| {
                 format!(
                     "(r == {} && n == {})",
                     cel::string(&s.config.name.to_string()),
@@ -320,10 +328,30 @@ fn names_conflict(sidecars: &[&LoadedSidecar]) -> String {
     if pairs.is_empty() {
         return "false".to_owned();
     }
-    format!(
-        "object.spec.containers.map(c, c.name).exists(n, variables.known.exists(r, {}))",
+    let with_pod = format!(
+        "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))\
+         .map(c, c.name).exists(n, variables.known.exists(r, {}))",
         pairs.join(" || ")
-    )
+    );
+    // Two requested sidecars that inject a container of the same name.
+    let mut together = Vec::new();
+    for (n, a) in sidecars.iter().enumerate() {
+        for b in &sidecars[n + 1..] {
+            let shared = a
+                .config
+                .injected_containers()
+                .any(|x| b.config.injected_containers().any(|y| y.name == x.name));
+            if shared {
+                together.push(format!(
+                    "({} in variables.known && {} in variables.known)",
+                    cel::string(&a.config.name.to_string()),
+                    cel::string(&b.config.name.to_string())
+                ));
+            }
+        }
+    }
+    together.insert(0, with_pod);
+    together.join(" || ")
 }
 
 /// The JSON patch of the env and mounts `sidecar` gives each container the pod has as
@@ -360,38 +388,107 @@ fn env_and_mounts(sidecar: &LoadedSidecar) -> Option<String> {
             "[{}].filter(a, !has(c.{field}) || !c.{field}.exists(x, {same}))",
             items.join(", ")
         );
-        let at =
-            "'/spec/containers/' + string(object.spec.containers.map(x, x.name).indexOf(c.name))";
-        // A list is made empty, then appended to: a patch value that is a list of objects
-        // makes kube-apiserver 1.36 panic (cel-go's list conversion).
-        ops.push(format!(
-            "object.spec.containers.map(c, (has(c.{field}) || size({missing}) == 0 ? [] \
-             : [JSONPatch{{op: 'add', path: {at} + '/{field}', value: []}}]) \
-             + {missing}.map(a, JSONPatch{{op: 'add', path: {at} + '/{field}/-', value: a}})).flatten()"
-        ));
+        // The pod's init containers get them too, as the webhook gives them.
+        for list in ["containers", "initContainers"] {
+            let at = format!(
+                "'/spec/{list}/' + string(object.spec.{list}.map(x, x.name).indexOf(c.name))"
+            );
+            let each = format!(
+                "object.spec.{list}.map(c, {}).flatten()",
+                appended(
+                    &format!("{at} + '/{field}'"),
+                    &format!("has(c.{field})"),
+                    &missing
+                )
+            );
+            ops.push(if list == "containers" {
+                each
+            } else {
+                format!("(has(object.spec.{list}) ? {each} : [])")
+            });
+        }
     }
     (!ops.is_empty()).then(|| ops.join(" + "))
 }
 
 /// The JSON patch of what injecting `sidecar` does to the pod as `object` stands: the env and
-/// mounts of its containers, its containers (with its env and mounts)
-/// after the pod's, its volumes the pod has none of that name of, hostNetwork and hostPID.
-fn added(sidecar: &LoadedSidecar) -> String {
+/// mounts of its containers, its own containers, and the pod's fields.
+fn added(sidecar: &LoadedSidecar, prepended_before: &str) -> String {
+    let lists: Vec<String> = env_and_mounts(sidecar)
+        .into_iter()
+        .chain(containers(sidecar, prepended_before))
+        .chain(pod_fields(sidecar))
+        .collect();
+    if lists.is_empty() {
+        return "[]".to_owned();
+    }
+    lists.join(" + ")
+}
+
+/// `missing` (a CEL list) appended to the list at `path` (a CEL string), made empty first when
+/// `exists` is false: a patch value that is a list of objects makes kube-apiserver 1.36
+/// panic (cel-go's list conversion).
+fn appended(path: &str, exists: &str, missing: &str) -> String {
+    format!(
+        "({exists} || size({missing}) == 0 ? [] : [JSONPatch{{op: 'add', path: {path}, value: []}}]) \
+         + {missing}.map(v, JSONPatch{{op: 'add', path: {path} + '/-', value: v}})"
+    )
+}
+
+/// Its containers with its env and mounts: prepended before the pod's (after those of the
+/// sidecars before it), appended after them, and its init containers after the pod's.
+fn containers(sidecar: &LoadedSidecar, prepended_before: &str) -> Vec<String> {
     let rendered = &sidecar.rendered;
-    let mut lists: Vec<String> = env_and_mounts(sidecar).into_iter().collect();
-    let containers: Vec<String> = rendered
+    let container = |c: &crate::config::RenderedJson, path: &str| {
+        cel::object(&with_additions(&c.value, sidecar), path)
+    };
+    let mut lists = Vec::new();
+    let prepended: Vec<String> = rendered
+        .prepend_containers
+        .iter()
+        .enumerate()
+        .map(|(n, c)| {
+            format!(
+                "JSONPatch{{op: 'add', path: '/spec/containers/' + string({prepended_before} + {n}), value: {}}}",
+                container(c, "Object.spec.containers")
+            )
+        })
+        .collect();
+    let appended_containers: Vec<String> = rendered
         .containers
         .iter()
         .map(|c| {
             format!(
                 "JSONPatch{{op: 'add', path: '/spec/containers/-', value: {}}}",
-                cel::object(&with_additions(&c.value, sidecar), "Object.spec.containers")
+                container(c, "Object.spec.containers")
             )
         })
         .collect();
-    if !containers.is_empty() {
-        lists.push(format!("[{}]", containers.join(", ")));
+    for list in [prepended, appended_containers] {
+        if !list.is_empty() {
+            lists.push(format!("[{}]", list.join(", ")));
+        }
     }
+    if !rendered.init_containers.is_empty() {
+        let init: Vec<String> = rendered
+            .init_containers
+            .iter()
+            .map(|c| container(c, "Object.spec.initContainers"))
+            .collect();
+        lists.push(appended(
+            "'/spec/initContainers'",
+            "has(object.spec.initContainers)",
+            &format!("[{}]", init.join(", ")),
+        ));
+    }
+    lists
+}
+
+/// Its volumes and host aliases the pod lacks (a volume of that name, an alias of that IP and
+/// those hostnames), hostNetwork and hostPID.
+fn pod_fields(sidecar: &LoadedSidecar) -> Vec<String> {
+    let rendered = &sidecar.rendered;
+    let mut lists = Vec::new();
     if !rendered.volumes.is_empty() {
         let volumes: Vec<String> = rendered
             .volumes
@@ -402,10 +499,29 @@ fn added(sidecar: &LoadedSidecar) -> String {
             "[{}].filter(v, !has(object.spec.volumes) || !object.spec.volumes.exists(x, x.name == v.name))",
             volumes.join(", ")
         );
-        lists.push(format!(
-            "(has(object.spec.volumes) || size({missing}) == 0 ? [] \
-             : [JSONPatch{{op: 'add', path: '/spec/volumes', value: []}}]) \
-             + {missing}.map(v, JSONPatch{{op: 'add', path: '/spec/volumes/-', value: v}})"
+        lists.push(appended(
+            "'/spec/volumes'",
+            "has(object.spec.volumes)",
+            &missing,
+        ));
+    }
+    if !rendered.host_aliases.is_empty() {
+        let aliases: Vec<String> = rendered
+            .host_aliases
+            .iter()
+            .map(|a| cel::object(&a.value, "Object.spec.hostAliases"))
+            .collect();
+        let names = |v: &str| format!("(has({v}.hostnames) ? {v}.hostnames : [])");
+        let missing = format!(
+            "[{}].filter(a, !has(object.spec.hostAliases) || !object.spec.hostAliases.exists(x, x.ip == a.ip && {} == {}))",
+            aliases.join(", "),
+            names("x"),
+            names("a")
+        );
+        lists.push(appended(
+            "'/spec/hostAliases'",
+            "has(object.spec.hostAliases)",
+            &missing,
         ));
     }
     for (on, field) in [
@@ -418,10 +534,7 @@ fn added(sidecar: &LoadedSidecar) -> String {
             ));
         }
     }
-    if lists.is_empty() {
-        return "[]".to_owned();
-    }
-    lists.join(" + ")
+    lists
 }
 
 /// An injected container with the config's env and mounts appended, as the webhook renders
@@ -463,7 +576,7 @@ fn validating_policy(sidecars: &[&LoadedSidecar], settings: &PolicySettings<'_>)
     let keys = settings.keys;
     let mut validations = vec![json!({
         "expression": format!("!({})", names_conflict(sidecars)),
-        "messageExpression": "'a container of the pod has the name of one that ' + variables.known.join(', ') + ' injects: rename it'",
+        "messageExpression": "'a container name would be there twice if ' + variables.known.join(', ') + ' were injected (one of the pod\\'s, or of two sidecars requested together): rename it'",
         "reason": "Invalid",
     })];
     if settings.on_missing_sidecar == MissingSidecarPolicy::Deny {

@@ -275,8 +275,10 @@ fn strings_a_yaml_1_1_reader_would_retype_are_printed_quoted() {
 fn validate_lists_every_example_with_its_revision() {
     let output = run(&["validate"], None);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let listed: Vec<String> = text(&output.stdout)
+    let stdout = text(&output.stdout);
+    let listed: Vec<String> = stdout
         .lines()
+        .filter(|l| l.starts_with("ok  "))
         .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
         .collect();
     assert_eq!(
@@ -287,6 +289,24 @@ fn validate_lists_every_example_with_its_revision() {
             "metrics-agent:v1",
             "secrets-agent:v1"
         ]
+    );
+    // What `policy` would refuse is said under its config, and only there.
+    let notes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("    not in policy mode: "))
+        .collect();
+    assert_eq!(notes.len(), 1, "{stdout}");
+    let secrets = stdout
+        .lines()
+        .position(|l| l.contains("secrets-agent:v1"))
+        .unwrap();
+    assert!(
+        stdout
+            .lines()
+            .nth(secrets + 1)
+            .unwrap()
+            .starts_with("    not in policy mode: serviceAccountName: "),
+        "{stdout}"
     );
     assert_ne!(
         validated_revision("logger:v1"),

@@ -64,6 +64,10 @@ pub(crate) fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
                 sidecar.revision,
                 sidecar.origin
             )?;
+            // `sidecar-injector policy` would refuse it: said here before anyone relies on it.
+            for reason in crate::policy::unsupported(sidecar) {
+                writeln!(stdout, "    not in policy mode: {reason}")?;
+            }
         }
         for warning in &report.warnings {
             writeln!(stdout, "{warning}")?;

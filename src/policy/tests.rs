@@ -49,7 +49,6 @@ fn a_config_the_policies_cannot_express_is_refused_with_each_reason() {
         said,
         [
             "native:v1 (test.yaml): nativeSidecars: the policies do not inject native sidecars yet",
-            "secrets:v1 (test.yaml): initContainers: the policies do not inject init containers yet",
             "secrets:v1 (test.yaml): serviceAccountName: replacing the account (and the default account's legacy token volume) is not expressed in CEL yet",
         ]
     );

@@ -13,7 +13,16 @@ const TRACER: &str = "name: tracer:v1\n\
           {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]\n\
     volumes: [{name: traces, emptyDir: {medium: Memory}}]\n\
     volumeMounts: [{name: traces, mountPath: /var/traces}]\n\
+    prependContainers: [{name: tracer-agent, image: 'tracer-agent:1'}]\n\
     hostPID: true\n";
+
+/// Init and prepended containers, and a host alias.
+const VAULT: &str = "name: vault:v1\n\
+    initContainers: [{name: vault-init, image: 'vault:1', args: [agent, -exit-after-auth]}]\n\
+    prependContainers: [{name: vault-refresher, image: 'vault:1'}]\n\
+    volumes: [{name: secrets, emptyDir: {medium: Memory}}]\n\
+    volumeMounts: [{name: secrets, mountPath: /vault/secrets}]\n\
+    hostAliases: [{ip: 10.0.0.9, hostnames: [vault.internal]}]\n";
 
 /// A pod of a fixture captured from a real API server (its AdmissionReview's object), named.
 fn fixture_pod(file: &str, name: &str) -> Value {
@@ -80,6 +89,23 @@ fn cases() -> Vec<Value> {
                 "volumes": [{"name": "data", "emptyDir": {}}, {"name": "traces", "emptyDir": {}}],
             }),
         ),
+        // Init containers get the env and mounts too; prepended containers go first, in
+        // request order across sidecars.
+        pod(
+            "init-and-prepend",
+            "vault:v1, logger:v1, metrics-agent:v1",
+            json!({
+                "initContainers": [{"name": "migrate", "image": "migrate:1"}],
+                "containers": [{"name": "app", "image": "app:1"}],
+                "hostAliases": [{"ip": "10.0.0.9", "hostnames": ["vault.internal"]},
+                                {"ip": "10.96.0.53", "hostnames": ["other.internal"]}],
+            }),
+        ),
+        pod(
+            "prepend-after-prepend",
+            "metrics-agent:v1,vault:v1,tracer:v1",
+            app(json!([]), json!([])),
+        ),
         // Copied from an injected pod: left as it is.
         {
             let mut copied = pod("copied", "logger:v1", app(json!([]), json!([])));
@@ -145,11 +171,13 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     let ctx =
         TestContext::with_deploy_rbac("contract-webhook", &scope_args(webhook_namespace)).await;
     put_config(&ctx, "tracing", "tracer.yaml", TRACER).await;
+    put_config(&ctx, "vault", "vault.yaml", VAULT).await;
     wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER), true).await;
+    wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(VAULT), true).await;
 
     // The policy path: the same configs compiled, bound to a namespace of its own.
     let dir = tempfile::tempdir().unwrap();
-    for file in ["logger-v1.yaml", "logger-v2.yaml"] {
+    for file in ["logger-v1.yaml", "logger-v2.yaml", "metrics-agent.yaml"] {
         std::fs::copy(
             format!("{}/config/{file}", env!("CARGO_MANIFEST_DIR")),
             dir.path().join(file),
@@ -157,6 +185,7 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
         .unwrap();
     }
     std::fs::write(dir.path().join("tracer.yaml"), TRACER).unwrap();
+    std::fs::write(dir.path().join("vault.yaml"), VAULT).unwrap();
     let policy_namespace = "e2e-contract-policy";
     create(
         &Api::<Namespace>::all(ctx.client.clone()),
@@ -255,7 +284,13 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
 
     // Both refuse a request for a sidecar no config defines, and a container named as one a
     // requested sidecar injects.
-    for (request, container) in [("nope:v1", "app"), ("logger:v1", "log-shipper")] {
+    for (request, container) in [
+        ("nope:v1", "app"),
+        ("logger:v1", "log-shipper"),
+        ("vault:v1", "vault-init"),
+        // Two sidecars that inject a container of the same name.
+        ("logger:v1,logger:v2", "app"),
+    ] {
         let pod: Pod = serde_json::from_value(pod(
             "refused",
             request,
@@ -277,13 +312,10 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     assert!(!refused.status.success());
     assert!(refused.stdout.is_empty());
     assert!(
-        stderr.contains("policy: cannot inject secrets-agent:v1 (config/secrets-agent.yaml): initContainers: the policies do not inject init containers yet"),
+        stderr.contains("policy: cannot inject secrets-agent:v1 (config/secrets-agent.yaml): serviceAccountName: "),
         "{stderr}"
     );
-    assert!(
-        stderr.contains("metrics-agent:v1 (config/metrics-agent.yaml): hostAliases: "),
-        "{stderr}"
-    );
+    assert!(!stderr.contains("metrics-agent"), "{stderr}");
     let _ = kubectl(
         &[
             "delete",
