@@ -34,7 +34,6 @@ pub(crate) struct PolicySettings<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Unsupported {
     NativeSidecars,
-    ServiceAccount,
 }
 
 impl fmt::Display for Unsupported {
@@ -42,9 +41,6 @@ impl fmt::Display for Unsupported {
         f.write_str(match self {
             Unsupported::NativeSidecars => {
                 "nativeSidecars: the policies do not inject native sidecars yet"
-            }
-            Unsupported::ServiceAccount => {
-                "serviceAccountName: replacing the account (and the default account's legacy token volume) is not expressed in CEL yet"
             }
         })
     }
@@ -65,9 +61,6 @@ pub(crate) fn unsupported(sidecar: &LoadedSidecar) -> Vec<Unsupported> {
     let mut why = Vec::new();
     if config.native_sidecars() != crate::config::NativeSidecars::Never {
         why.push(Unsupported::NativeSidecars);
-    }
-    if config.service_account_name.is_some() {
-        why.push(Unsupported::ServiceAccount);
     }
     why
 }
@@ -261,16 +254,18 @@ fn stamp_mutations(
 /// before too). JSON patches: an apply configuration may not set atomic lists and structs (a
 /// new container's args, an env entry's fieldRef).
 fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value> {
-    (0..sidecars.len())
-        .map(|position| {
-            let prepended_before = prepended_before(sidecars, position);
+    let mut mutations = Vec::new();
+    let accounts = sidecars.iter().any(|s| account(&s.config).is_some());
+    for position in 0..sidecars.len() {
+        let chain = |each: &dyn Fn(&LoadedSidecar) -> Option<String>| {
             let mut patch = String::from("[]");
             for sidecar in sidecars.iter().rev() {
-                patch = format!(
-                    "variables.known[{position}] == {} ? {} : {patch}",
-                    cel::string(&sidecar.config.name.to_string()),
-                    added(sidecar, &prepended_before)
-                );
+                if let Some(ops) = each(sidecar) {
+                    patch = format!(
+                        "variables.known[{position}] == {} ? {ops} : {patch}",
+                        cel::string(&sidecar.config.name.to_string()),
+                    );
+                }
             }
             json!({
                 "patchType": "JSONPatch",
@@ -278,8 +273,61 @@ fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value>
                     "{stamped} && size(variables.known) > {position} ? ({patch}) : []"
                 )},
             })
-        })
-        .collect()
+        };
+        // The account first, on its own: what follows sees the legacy token's mounts gone.
+        if accounts {
+            mutations.push(chain(&|s| account(&s.config).map(service_account)));
+        }
+        let prepended_before = prepended_before(sidecars, position);
+        mutations.push(chain(&|s| Some(added(s, &prepended_before))));
+    }
+    mutations
+}
+
+/// The account a config gives the pods (`default` gives none).
+fn account(config: &crate::config::SidecarConfig) -> Option<&str> {
+    config
+        .service_account_name
+        .as_deref()
+        .filter(|a| *a != "default")
+}
+
+/// A pod on no account or the default one gets `account`; the default account's legacy token
+/// (a `default-token-*` secret volume, and its mounts) would give it the wrong identity and
+/// goes, as the webhook removes it (projected `kube-api-access-*` volumes follow the account).
+fn service_account(account: &str) -> String {
+    let account = cel::string(account);
+    let current = "(has(object.spec.serviceAccountName) && object.spec.serviceAccountName != '' \
+        ? object.spec.serviceAccountName \
+        : (has(object.spec.serviceAccount) ? object.spec.serviceAccount : ''))";
+    let legacy = "(has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.secret) \
+        && v.name.startsWith('default-token-')).map(v, v.name) : [])";
+    let mounts = |list: &str| {
+        let each = format!(
+            "lists.range(size(object.spec.{list})).map(ci, has(object.spec.{list}[ci].volumeMounts) \
+             ? lists.range(size(object.spec.{list}[ci].volumeMounts)) \
+               .filter(mi, object.spec.{list}[ci].volumeMounts[mi].name in {legacy}).reverse() \
+               .map(mi, JSONPatch{{op: 'remove', path: '/spec/{list}/' + string(ci) + '/volumeMounts/' + string(mi)}}) \
+             : []).flatten()"
+        );
+        if list == "containers" {
+            each
+        } else {
+            format!("(has(object.spec.{list}) ? {each} : [])")
+        }
+    };
+    format!(
+        "({current} in ['', 'default'] ? \
+         [JSONPatch{{op: 'add', path: '/spec/serviceAccountName', value: {account}}}] \
+         + (has(object.spec.serviceAccount) ? [JSONPatch{{op: 'add', path: '/spec/serviceAccount', value: {account}}}] : []) \
+         + {} + {} \
+         + (has(object.spec.volumes) ? lists.range(size(object.spec.volumes)) \
+           .filter(i, object.spec.volumes[i].name in {legacy}).reverse() \
+           .map(i, JSONPatch{{op: 'remove', path: '/spec/volumes/' + string(i)}}) : []) \
+         : [])",
+        mounts("containers"),
+        mounts("initContainers")
+    )
 }
 
 /// How many containers the sidecars before `position` of the request put before the pod's,

@@ -106,6 +106,19 @@ fn cases() -> Vec<Value> {
             "metrics-agent:v1,vault:v1,tracer:v1",
             app(json!([]), json!([])),
         ),
+        // An account to replace, with the default account's legacy token to remove; an
+        // account of the pod's own, kept.
+        {
+            let mut bare = fixture_pod("bare-pod.json", "account");
+            bare["metadata"]["annotations"]["injector/request"] =
+                json!("secrets-agent:v1,logger:v1");
+            bare
+        },
+        {
+            let mut own = pod("own-account", "secrets-agent:v1", app(json!([]), json!([])));
+            own["spec"]["serviceAccountName"] = json!("mine");
+            own
+        },
         // Copied from an injected pod: left as it is.
         {
             let mut copied = pod("copied", "logger:v1", app(json!([]), json!([])));
@@ -177,7 +190,12 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
 
     // The policy path: the same configs compiled, bound to a namespace of its own.
     let dir = tempfile::tempdir().unwrap();
-    for file in ["logger-v1.yaml", "logger-v2.yaml", "metrics-agent.yaml"] {
+    for file in [
+        "logger-v1.yaml",
+        "logger-v2.yaml",
+        "metrics-agent.yaml",
+        "secrets-agent.yaml",
+    ] {
         std::fs::copy(
             format!("{}/config/{file}", env!("CARGO_MANIFEST_DIR")),
             dir.path().join(file),
@@ -192,6 +210,13 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
         json!({"metadata": {"name": policy_namespace, "labels": {"sidecar-injector-e2e": policy_namespace}}}),
     )
     .await;
+    for namespace in [webhook_namespace, policy_namespace] {
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(ctx.client.clone(), namespace);
+        for account in ["secrets-agent", "mine"] {
+            create(&accounts, json!({"metadata": {"name": account}})).await;
+        }
+    }
     let rendered = policy_command(&[
         "--config-directory",
         dir.path().to_str().unwrap(),
@@ -275,6 +300,20 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
             name == "copied",
             "{name}: {injected} containers"
         );
+        if name == "account" {
+            let spec = through_webhook.spec.as_ref().unwrap();
+            assert_eq!(spec.service_account_name.as_deref(), Some("secrets-agent"));
+            let volumes: Vec<&str> = spec
+                .volumes
+                .iter()
+                .flatten()
+                .map(|v| v.name.as_str())
+                .collect();
+            assert!(
+                !volumes.iter().any(|v| v.starts_with("default-token-")),
+                "{volumes:?}"
+            );
+        }
         let (webhook, policy) = (comparable(&through_webhook), comparable(&through_policy));
         assert_eq!(
             webhook, policy,
@@ -307,15 +346,21 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     }
 
     // A config the policies cannot express is refused, with its reason, and nothing printed.
-    let refused = policy_command(&["--config-directory", "config"]);
+    let native = tempfile::tempdir().unwrap();
+    std::fs::write(
+        native.path().join("native.yaml"),
+        "name: native:v1\nnativeSidecars: true\ncontainers: [{name: n, image: n}]\n",
+    )
+    .unwrap();
+    let refused = policy_command(&["--config-directory", native.path().to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(refused.stdout.is_empty());
     assert!(
-        stderr.contains("policy: cannot inject secrets-agent:v1 (config/secrets-agent.yaml): serviceAccountName: "),
+        stderr.contains("policy: cannot inject native:v1 (")
+            && stderr.contains("nativeSidecars: the policies do not inject native sidecars yet"),
         "{stderr}"
     );
-    assert!(!stderr.contains("metrics-agent"), "{stderr}");
     let _ = kubectl(
         &[
             "delete",
