@@ -40,7 +40,7 @@ impl fmt::Display for Unsupported {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Unsupported::NativeSidecars => {
-                "nativeSidecars: the policies do not inject native sidecars yet"
+                "nativeSidecars: auto: the form follows the nodes' kubelets, which a policy does not see (true or jobs can be compiled)"
             }
         })
     }
@@ -59,10 +59,28 @@ pub(crate) struct Refused {
 pub(crate) fn unsupported(sidecar: &LoadedSidecar) -> Vec<Unsupported> {
     let config = &sidecar.config;
     let mut why = Vec::new();
-    if config.native_sidecars() != crate::config::NativeSidecars::Never {
+    if config.native_sidecars() == crate::config::NativeSidecars::Auto {
         why.push(Unsupported::NativeSidecars);
     }
     why
+}
+
+/// The largest policy written: etcd stores objects of 1.5 MiB at most, and the API server
+/// needs room beside the object.
+pub(crate) const MAX_POLICY_BYTES: usize = 1024 * 1024;
+
+/// Why no policies are printed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PolicyError {
+    /// Configs the policies cannot express, each rule with its reason.
+    #[error("{} rule(s) of the configs are not expressed by the policies", .0.len())]
+    Refused(Vec<Refused>),
+    /// Each position of a request repeats every config's patch, so the policy grows with the
+    /// square of the number of configs.
+    #[error(
+        "the MutatingAdmissionPolicy for {configs} configs would be {bytes} bytes, over the {MAX_POLICY_BYTES} the API server can store: render fewer configs a policy (--name, with a --config-directory each)"
+    )]
+    TooLarge { configs: usize, bytes: usize },
 }
 
 /// The MutatingAdmissionPolicy, the ValidatingAdmissionPolicy and their bindings for
@@ -70,7 +88,7 @@ pub(crate) fn unsupported(sidecar: &LoadedSidecar) -> Vec<Unsupported> {
 pub(crate) fn render(
     sidecars: &SidecarSet,
     settings: &PolicySettings<'_>,
-) -> Result<Vec<Value>, Vec<Refused>> {
+) -> Result<Vec<Value>, PolicyError> {
     let refused: Vec<Refused> = sidecars
         .iter()
         .flat_map(|s| {
@@ -82,11 +100,19 @@ pub(crate) fn render(
         })
         .collect();
     if !refused.is_empty() {
-        return Err(refused);
+        return Err(PolicyError::Refused(refused));
     }
     let sidecars: Vec<&LoadedSidecar> = sidecars.iter().map(AsRef::as_ref).collect();
+    let mutating = mutating_policy(&sidecars, settings);
+    let bytes = mutating.to_string().len();
+    if bytes > MAX_POLICY_BYTES {
+        return Err(PolicyError::TooLarge {
+            configs: sidecars.len(),
+            bytes,
+        });
+    }
     Ok(vec![
-        mutating_policy(&sidecars, settings),
+        mutating,
         binding("MutatingAdmissionPolicyBinding", settings),
         validating_policy(&sidecars, settings),
         binding("ValidatingAdmissionPolicyBinding", settings),
@@ -178,7 +204,7 @@ fn mutating_policy(sidecars: &[&LoadedSidecar], settings: &PolicySettings<'_>) -
         cel::string(&keys.status)
     );
     let mut mutations = stamp_mutations(sidecars, keys, &stamped);
-    mutations.extend(injection_mutations(sidecars, &stamped));
+    mutations.extend(injection_mutations(sidecars, keys, &stamped));
     // With `--on-missing-sidecar deny`, a request naming an unknown sidecar gets nothing
     // here, and the validating policy refuses it.
     let complete = match settings.on_missing_sidecar {
@@ -229,20 +255,28 @@ fn stamp_mutations(
         cel::string(&keys.revision),
         cel::string(&keys.injected_native),
     );
+    let natively = injected_natively(sidecars, keys);
+    let stamp = |extra: &str| {
+        format!(
+            "Object{{metadata: Object.metadata{{annotations: {{{status}: 'injected', \
+             {revision}: variables.known.map(r, r + '=' + {{{}}}[r]).join(','){extra}}}}}}}",
+            revisions.join(", ")
+        )
+    };
     vec![
         json!({
             "patchType": "ApplyConfiguration",
             "applyConfiguration": {"expression": format!(
-                "variables.inject ? Object{{metadata: Object.metadata{{annotations: {{\
-                 {status}: 'injected', \
-                 {revision}: variables.known.map(r, r + '=' + {{{}}}[r]).join(',')}}}}}} : Object{{}}",
-                revisions.join(", ")
+                "variables.inject ? (size({natively}) > 0 ? {} : {}) : Object{{}}",
+                stamp(&format!(", {native}: {natively}.join(',')")),
+                stamp("")
             )},
         }),
+        // Copied from another pod's manifest, it would tell drift a wrong form.
         json!({
             "patchType": "JSONPatch",
             "jsonPatch": {"expression": format!(
-                "{stamped} && {native} in object.metadata.annotations ? \
+                "{stamped} && {native} in object.metadata.annotations && size({natively}) == 0 ? \
                  [JSONPatch{{op: 'remove', path: '/metadata/annotations/' + jsonpatch.escapeKey({native})}}] : []"
             )},
         }),
@@ -253,17 +287,38 @@ fn stamp_mutations(
 /// what the ones before it added (the webhook's env and mounts go to the containers injected
 /// before too). JSON patches: an apply configuration may not set atomic lists and structs (a
 /// new container's args, an env entry's fieldRef).
-fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value> {
+fn injection_mutations(
+    sidecars: &[&LoadedSidecar],
+    keys: &AnnotationKeys,
+    stamped: &str,
+) -> Vec<Value> {
+    // Each sidecar's patch once; every position that may name it repeats it (CEL variables
+    // cannot build patches: `Object` and `JSONPatch` exist in mutations only).
+    let patches: Vec<SidecarPatch> = sidecars
+        .iter()
+        .map(|sidecar| {
+            let name = cel::string(&sidecar.config.name.to_string());
+            let before = Before {
+                prepended: placed_before(sidecars, keys, &name, false),
+                init_front: placed_before(sidecars, keys, &name, true),
+            };
+            SidecarPatch {
+                account: account(&sidecar.config).map(service_account),
+                patch: added(sidecar, keys, &before),
+                name,
+            }
+        })
+        .collect();
+    let accounts = patches.iter().any(|p| p.account.is_some());
     let mut mutations = Vec::new();
-    let accounts = sidecars.iter().any(|s| account(&s.config).is_some());
     for position in 0..sidecars.len() {
-        let chain = |each: &dyn Fn(&LoadedSidecar) -> Option<String>| {
+        let chain = |pick: &dyn Fn(&SidecarPatch) -> Option<String>| {
             let mut patch = String::from("[]");
-            for sidecar in sidecars.iter().rev() {
-                if let Some(ops) = each(sidecar) {
+            for entry in patches.iter().rev() {
+                if let Some(ops) = pick(entry) {
                     patch = format!(
                         "variables.known[{position}] == {} ? {ops} : {patch}",
-                        cel::string(&sidecar.config.name.to_string()),
+                        entry.name
                     );
                 }
             }
@@ -276,12 +331,18 @@ fn injection_mutations(sidecars: &[&LoadedSidecar], stamped: &str) -> Vec<Value>
         };
         // The account first, on its own: what follows sees the legacy token's mounts gone.
         if accounts {
-            mutations.push(chain(&|s| account(&s.config).map(service_account)));
+            mutations.push(chain(&|p| p.account.clone()));
         }
-        let prepended_before = prepended_before(sidecars, position);
-        mutations.push(chain(&|s| Some(added(s, &prepended_before))));
+        mutations.push(chain(&|p| Some(p.patch.clone())));
     }
     mutations
+}
+
+/// A sidecar's name (CEL) and its patches: the account's, and the rest.
+struct SidecarPatch {
+    name: String,
+    account: Option<String>,
+    patch: String,
 }
 
 /// The account a config gives the pods (`default` gives none).
@@ -330,32 +391,88 @@ fn service_account(account: &str) -> String {
     )
 }
 
-/// How many containers the sidecars before `position` of the request put before the pod's,
-/// as a CEL int.
-fn prepended_before(sidecars: &[&LoadedSidecar], position: usize) -> String {
-    let counts: Vec<String> = sidecars
-        .iter()
-        .filter(|s| !s.config.prepend_containers.is_empty())
-        .map(|s| {
-            format!(
-                "{}: {}",
-                cel::string(&s.config.name.to_string()),
-                s.config.prepend_containers.len()
-            )
-        })
-        .collect();
-    if counts.is_empty() || position == 0 {
+/// How many containers the sidecars before `name` in the request put before the pod's
+/// (`init`: before the pod's init containers, natively placed first), as a CEL int.
+fn placed_before(
+    sidecars: &[&LoadedSidecar],
+    keys: &AnnotationKeys,
+    name: &str,
+    init: bool,
+) -> String {
+    let mut counts = Vec::new();
+    for s in sidecars {
+        let config = &s.config;
+        let native = native_for(config, keys);
+        let first = config.native_placement() == crate::config::NativePlacement::First;
+        let count = if init {
+            match (&native, first) {
+                (Some(cond), true) => {
+                    let count = config.init_containers.len()
+                        + config.prepend_containers.len()
+                        + config.containers.len();
+                    format!("({cond} ? {count} : 0)")
+                }
+                _ => continue,
+            }
+        } else {
+            let count = config.prepend_containers.len();
+            match &native {
+                _ if count == 0 => continue,
+                Some(cond) => format!("({cond} ? 0 : {count})"),
+                None => count.to_string(),
+            }
+        };
+        counts.push(format!(
+            "{}: {count}",
+            cel::string(&config.name.to_string())
+        ));
+    }
+    if counts.is_empty() {
         return "0".to_owned();
     }
-    let counts = counts.join(", ");
-    let terms: Vec<String> = (0..position)
-        .map(|q| {
-            format!(
-                "(variables.known[{q}] in {{{counts}}} ? {{{counts}}}[variables.known[{q}]] : 0)"
-            )
-        })
-        .collect();
-    terms.join(" + ")
+    format!(
+        "variables.known.slice(0, variables.known.indexOf({name})).map(r, r in {{{0}}} ? {{{0}}}[r] : 0).sum()",
+        counts.join(", ")
+    )
+}
+
+/// When `config`'s sidecars go into a pod natively, as a CEL bool on the pod as it came (its
+/// controller and its `NS/native-sidecars` annotation, which nothing here changes); `None`
+/// when never.
+fn native_for(config: &crate::config::SidecarConfig, keys: &AnnotationKeys) -> Option<String> {
+    use crate::config::NativeSidecars;
+    let key = cel::string(&keys.native_sidecars);
+    let kept_classic = format!(
+        "(has(object.metadata.annotations) && {key} in object.metadata.annotations \
+         && object.metadata.annotations[{key}].trim().lowerAscii() == 'false')"
+    );
+    let job = "(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, \
+        has(o.controller) && o.controller && o.kind == 'Job' && o.apiVersion.startsWith('batch/')))";
+    match config.native_sidecars() {
+        NativeSidecars::Never => None,
+        NativeSidecars::Always => Some(format!("!{kept_classic}")),
+        NativeSidecars::Jobs => Some(format!("(!{kept_classic} && {job})")),
+        // Refused by `unsupported`.
+        NativeSidecars::Auto => Some("false".to_owned()),
+    }
+}
+
+/// The requested sidecars that go into this pod natively and run sidecars there (those the
+/// `NS/injected-native` annotation names), in request order: a CEL list.
+fn injected_natively(sidecars: &[&LoadedSidecar], keys: &AnnotationKeys) -> String {
+    let mut chain = String::from("false");
+    for s in sidecars.iter().rev() {
+        if !s.config.runs_sidecars() {
+            continue;
+        }
+        if let Some(cond) = native_for(&s.config, keys) {
+            chain = format!(
+                "(r == {} ? {cond} : {chain})",
+                cel::string(&s.config.name.to_string())
+            );
+        }
+    }
+    format!("variables.known.filter(r, {chain})")
 }
 
 /// A container of the pod already has the name of a container a requested sidecar injects:
@@ -459,18 +576,79 @@ fn env_and_mounts(sidecar: &LoadedSidecar) -> Option<String> {
     (!ops.is_empty()).then(|| ops.join(" + "))
 }
 
+/// Where the sidecars before a position of the request put containers: before the pod's
+/// containers (classic `prependContainers`), before its init containers (native, placed
+/// first); CEL ints.
+struct Before {
+    prepended: String,
+    init_front: String,
+}
+
 /// The JSON patch of what injecting `sidecar` does to the pod as `object` stands: the env and
-/// mounts of its containers, its own containers, and the pod's fields.
-fn added(sidecar: &LoadedSidecar, prepended_before: &str) -> String {
+/// mounts of its containers, its own containers in the form this pod gets them, and the pod's
+/// fields.
+fn added(sidecar: &LoadedSidecar, keys: &AnnotationKeys, before: &Before) -> String {
+    let containers = match native_for(&sidecar.config, keys) {
+        None => join(classic_containers(sidecar, &before.prepended)),
+        Some(cond) => format!(
+            "({cond} ? {} : {})",
+            join(native_containers(sidecar, &before.init_front)),
+            join(classic_containers(sidecar, &before.prepended))
+        ),
+    };
     let lists: Vec<String> = env_and_mounts(sidecar)
         .into_iter()
-        .chain(containers(sidecar, prepended_before))
+        .chain([containers])
         .chain(pod_fields(sidecar))
         .collect();
+    join(lists)
+}
+
+fn join(lists: Vec<String>) -> String {
     if lists.is_empty() {
         return "[]".to_owned();
     }
     lists.join(" + ")
+}
+
+/// Its init containers, then its prepended and regular containers as native sidecars, all in
+/// the pod's init containers: after them, or before them (after those of the sidecars before
+/// it) when placed first.
+fn native_containers(sidecar: &LoadedSidecar, init_front: &str) -> Vec<String> {
+    let rendered = &sidecar.rendered;
+    let all: Vec<String> = rendered
+        .init_containers
+        .iter()
+        .chain(&rendered.native_prepend_containers)
+        .chain(&rendered.native_containers)
+        .map(|c| {
+            cel::object(
+                &with_additions(&c.value, sidecar),
+                "Object.spec.initContainers",
+            )
+        })
+        .collect();
+    if all.is_empty() {
+        return Vec::new();
+    }
+    let create = "(has(object.spec.initContainers) ? [] : [JSONPatch{op: 'add', path: '/spec/initContainers', value: []}])";
+    if sidecar.config.native_placement() == crate::config::NativePlacement::First {
+        let inserted: Vec<String> = all
+            .iter()
+            .enumerate()
+            .map(|(n, c)| {
+                format!(
+                    "JSONPatch{{op: 'add', path: '/spec/initContainers/' + string({init_front} + {n}), value: {c}}}"
+                )
+            })
+            .collect();
+        return vec![format!("{create} + [{}]", inserted.join(", "))];
+    }
+    vec![appended(
+        "'/spec/initContainers'",
+        "has(object.spec.initContainers)",
+        &format!("[{}]", all.join(", ")),
+    )]
 }
 
 /// `missing` (a CEL list) appended to the list at `path` (a CEL string), made empty first when
@@ -485,7 +663,7 @@ fn appended(path: &str, exists: &str, missing: &str) -> String {
 
 /// Its containers with its env and mounts: prepended before the pod's (after those of the
 /// sidecars before it), appended after them, and its init containers after the pod's.
-fn containers(sidecar: &LoadedSidecar, prepended_before: &str) -> Vec<String> {
+fn classic_containers(sidecar: &LoadedSidecar, prepended_before: &str) -> Vec<String> {
     let rendered = &sidecar.rendered;
     let container = |c: &crate::config::RenderedJson, path: &str| {
         cel::object(&with_additions(&c.value, sidecar), path)

@@ -296,7 +296,7 @@ fn validate_lists_every_example_with_its_revision() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("native.yaml"),
-        "name: native:v1\nnativeSidecars: true\ncontainers: [{name: n, image: n}]\n",
+        "name: native:v1\nnativeSidecars: auto\ncontainers: [{name: n, image: n}]\n",
     )
     .unwrap();
     let output = run(&["validate", dir.path().to_str().unwrap()], None);
@@ -305,7 +305,7 @@ fn validate_lists_every_example_with_its_revision() {
     assert!(lines[0].starts_with("ok  native:v1"), "{lines:?}");
     assert_eq!(
         lines[1],
-        "    not in policy mode: nativeSidecars: the policies do not inject native sidecars yet"
+        "    not in policy mode: nativeSidecars: auto: the form follows the nodes' kubelets, which a policy does not see (true or jobs can be compiled)"
     );
     assert_ne!(
         validated_revision("logger:v1"),

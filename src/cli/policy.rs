@@ -28,7 +28,7 @@ pub(crate) fn run(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
     };
     let objects = match render(&sidecars, &settings) {
         Ok(objects) => objects,
-        Err(refused) => {
+        Err(crate::policy::PolicyError::Refused(refused)) => {
             let mut err = std::io::stderr().lock();
             for refusal in &refused {
                 writeln!(err, "policy: cannot inject {refusal}")?;
@@ -37,6 +37,13 @@ pub(crate) fn run(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
                 err,
                 "policy: {} rule(s) of the configs are not expressed by the policies; nothing printed (the webhook injects these configs)",
                 refused.len()
+            )?;
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(too_large) => {
+            writeln!(
+                std::io::stderr().lock(),
+                "policy: {too_large}; nothing printed"
             )?;
             return Ok(ExitCode::FAILURE);
         }

@@ -24,6 +24,34 @@ const VAULT: &str = "name: vault:v1\n\
     volumeMounts: [{name: secrets, mountPath: /vault/secrets}]\n\
     hostAliases: [{ip: 10.0.0.9, hostnames: [vault.internal]}]\n";
 
+/// Native sidecars: placed first (with an init container of its own), placed last, a second
+/// placed first, and native in the pods of Jobs only.
+const NATIVE: [(&str, &str); 4] = [
+    (
+        "mesh",
+        "name: mesh:v1\nnativeSidecars: true\n\
+        initContainers: [{name: mesh-init, image: 'mesh-init:1'}]\n\
+        containers: [{name: mesh-proxy, image: 'mesh:1', args: [proxy]}]\n\
+        env: [{name: MESH, value: 'on'}]\n",
+    ),
+    (
+        "agent",
+        "name: agent:v1\nnativeSidecars: true\nnativeSidecarPlacement: last\n\
+        containers: [{name: agent, image: 'agent:1'}]\n",
+    ),
+    (
+        "proxy",
+        "name: proxy:v1\nnativeSidecars: true\n\
+        prependContainers: [{name: proxy, image: 'proxy:1'}]\n",
+    ),
+    (
+        "batch-logger",
+        "name: batch-logger:v1\nnativeSidecars: jobs\n\
+        containers: [{name: batch-shipper, image: 'shipper:1'}]\n\
+        volumeMounts: [{name: data, mountPath: /batch}]\n",
+    ),
+];
+
 /// A pod of a fixture captured from a real API server (its AdmissionReview's object), named.
 fn fixture_pod(file: &str, name: &str) -> Value {
     let path = format!(
@@ -119,6 +147,46 @@ fn cases() -> Vec<Value> {
             own["spec"]["serviceAccountName"] = json!("mine");
             own
         },
+        // Native sidecars before and after the pod's init containers, in request order, with a
+        // classic one beside them.
+        pod(
+            "native",
+            "mesh:v1,agent:v1,logger:v1,proxy:v1",
+            json!({
+                "initContainers": [{"name": "migrate", "image": "migrate:1"}],
+                "containers": [{"name": "app", "image": "app:1"}],
+            }),
+        ),
+        pod(
+            "native-no-init",
+            "proxy:v1,mesh:v1",
+            app(json!([]), json!([])),
+        ),
+        // `NS/native-sidecars: "false"` keeps them classic.
+        {
+            let mut classic = pod(
+                "kept-classic",
+                "mesh:v1,proxy:v1",
+                app(json!([]), json!([])),
+            );
+            classic["metadata"]["annotations"]["injector/native-sidecars"] = json!("false");
+            classic
+        },
+        // `nativeSidecars: jobs`: native in a Job's pod, classic elsewhere.
+        {
+            let mut job = pod("job", "batch-logger:v1", app(json!([]), json!([])));
+            job["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+                "name": "nightly", "uid": "5e1f4c1e-0000-4000-8000-000000000001", "controller": true}]);
+            job["spec"]["restartPolicy"] = json!("Never");
+            job
+        },
+        pod("not-a-job", "batch-logger:v1", app(json!([]), json!([]))),
+        // A native-form annotation copied from another pod's manifest goes.
+        {
+            let mut stale = pod("stale-native", "logger:v1", app(json!([]), json!([])));
+            stale["metadata"]["annotations"]["injector/injected-native"] = json!("mesh:v1");
+            stale
+        },
         // Copied from an injected pod: left as it is.
         {
             let mut copied = pod("copied", "logger:v1", app(json!([]), json!([])));
@@ -185,8 +253,14 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
         TestContext::with_deploy_rbac("contract-webhook", &scope_args(webhook_namespace)).await;
     put_config(&ctx, "tracing", "tracer.yaml", TRACER).await;
     put_config(&ctx, "vault", "vault.yaml", VAULT).await;
+    for (name, text) in NATIVE {
+        put_config(&ctx, name, &format!("{name}.yaml"), text).await;
+    }
     wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(TRACER), true).await;
     wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(VAULT), true).await;
+    for (_, text) in NATIVE {
+        wait_in_force(ctx.injector.as_ref().unwrap(), stamp_of(text), true).await;
+    }
 
     // The policy path: the same configs compiled, bound to a namespace of its own.
     let dir = tempfile::tempdir().unwrap();
@@ -204,6 +278,9 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     }
     std::fs::write(dir.path().join("tracer.yaml"), TRACER).unwrap();
     std::fs::write(dir.path().join("vault.yaml"), VAULT).unwrap();
+    for (name, text) in NATIVE {
+        std::fs::write(dir.path().join(format!("{name}.yaml")), text).unwrap();
+    }
     let policy_namespace = "e2e-contract-policy";
     create(
         &Api::<Namespace>::all(ctx.client.clone()),
@@ -241,6 +318,7 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     let applied = kubectl(
         &[
             "apply",
+            "--server-side",
             "-f",
             "-",
             "--kubeconfig",
@@ -294,7 +372,8 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
             Some("injected"),
             "{name}"
         );
-        let injected = through_webhook.spec.as_ref().unwrap().containers.len();
+        let spec = through_webhook.spec.as_ref().unwrap();
+        let injected = spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len);
         assert_eq!(
             injected == 1,
             name == "copied",
@@ -349,7 +428,7 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     let native = tempfile::tempdir().unwrap();
     std::fs::write(
         native.path().join("native.yaml"),
-        "name: native:v1\nnativeSidecars: true\ncontainers: [{name: n, image: n}]\n",
+        "name: native:v1\nnativeSidecars: auto\ncontainers: [{name: n, image: n}]\n",
     )
     .unwrap();
     let refused = policy_command(&["--config-directory", native.path().to_str().unwrap()]);
@@ -358,7 +437,7 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
     assert!(refused.stdout.is_empty());
     assert!(
         stderr.contains("policy: cannot inject native:v1 (")
-            && stderr.contains("nativeSidecars: the policies do not inject native sidecars yet"),
+            && stderr.contains("nativeSidecars: auto: the form follows the nodes' kubelets"),
         "{stderr}"
     );
     let _ = kubectl(
