@@ -1526,3 +1526,73 @@ fn serve_refuses_an_upstream_gate_it_could_not_run_naming_what_is_missing() {
         assert!(stderr.contains(&said), "{extra:?}: {stderr}");
     }
 }
+
+#[test]
+fn policy_prints_the_policies_and_bindings_for_kubectl_and_refuses_what_it_cannot_express() {
+    let output = run(
+        &["policy", "-o", "json", "--name", "injector-policies"],
+        None,
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let list: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(list["kind"], "List");
+    let objects: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let kinds: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
+    );
+    assert!(objects.iter().all(|(_, name)| name == "injector-policies"));
+    // Every shipped example is in it, with its revision in the stamp.
+    let policy = list["items"][0].to_string();
+    for name in [
+        "logger:v1",
+        "logger:v2",
+        "metrics-agent:v1",
+        "secrets-agent:v1",
+    ] {
+        assert!(
+            policy.contains(&format!("{name}\\\": \\\"{}", validated_revision(name))),
+            "{name} and its revision in {policy:.300}"
+        );
+    }
+    // YAML by default, as documents kubectl reads.
+    let yaml = run(&["policy"], None);
+    assert!(yaml.status.success());
+    assert_eq!(text(&yaml.stdout).matches("\n---\n").count() + 1, 4);
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("auto.yaml"),
+        "name: auto:v1\nnativeSidecars: auto\ncontainers: [{name: a, image: a}]\n",
+    )
+    .unwrap();
+    let refused = run(
+        &["policy", "--config-directory", dir.path().to_str().unwrap()],
+        None,
+    );
+    assert!(!refused.status.success());
+    assert!(refused.stdout.is_empty());
+    assert!(
+        text(&refused.stderr).contains("policy: cannot inject auto:v1 (")
+            && text(&refused.stderr)
+                .contains("nativeSidecars: auto: the form follows the nodes' kubelets"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
