@@ -27,11 +27,11 @@ pub(crate) mod targets;
 pub(crate) mod waves;
 
 pub(crate) use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin,
-    Promotion, Resumed, Reversion, UpstreamWait,
+    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin, Resumed,
+    Reversion, UpstreamWait,
 };
 #[cfg(test)]
-pub(crate) use book::{Hold, MaintenanceStatus, Resumption};
+pub(crate) use book::{Hold, MaintenanceStatus, Promotion, Resumption};
 #[cfg(test)]
 pub(crate) use change::{SidecarChange, describe_changes, rollout_reason};
 pub(crate) use gates::after;

@@ -305,22 +305,9 @@ async fn promote(
             });
             return None;
         };
-        if book
-            .promotions
-            .get(&sidecar)
-            .is_some_and(|p| p.revision == revision)
-        {
-            return Some((revision, false));
-        }
-        book.promotions.insert(
-            sidecar.clone(),
-            crate::rollout::Promotion {
-                revision: revision.clone(),
-                by: identity.to_owned(),
-                at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
-            },
-        );
-        Some((revision, true))
+        let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
+        let new = book.promote(&sidecar, &revision, identity, at);
+        Some((revision, new))
     })
     .await?;
     match (promoted, refusal) {

@@ -16,7 +16,7 @@ use tracing::Level;
 
 use super::status;
 use crate::rollout::waves::{UpstreamVerdict, upstream_verdict};
-use crate::rollout::{CampaignBook, CampaignState, Promotion, UpstreamWait};
+use crate::rollout::{CampaignBook, CampaignState, UpstreamWait};
 use crate::telemetry::notice;
 
 /// How often the upstream clusters are read while a revision waits here.
@@ -64,8 +64,13 @@ pub(crate) async fn run(
         let Ok(Some(book)) = read_book(&api).await else {
             continue;
         };
-        for (sidecar, revision) in waiting(&book) {
-            let upstream = read_upstream(&options).await;
+        let waiting = waiting(&book);
+        if waiting.is_empty() {
+            continue;
+        }
+        // Read once a pass, whatever number of sidecars wait.
+        let upstream = read_upstream(&options).await;
+        for (sidecar, revision) in waiting {
             let verdict = upstream_verdict(
                 &sidecar,
                 &revision,
@@ -103,23 +108,16 @@ fn waiting(book: &CampaignBook) -> Vec<(String, String)> {
     book.campaigns
         .iter()
         .filter(|(sidecar, c)| {
-            let promoted = book.promotions.get(*sidecar).map(|p| &p.revision);
-            c.state == CampaignState::Gated && promoted != Some(&c.revision)
+            c.state == CampaignState::Gated && !book.promoted(sidecar, &c.revision)
         })
         .map(|(sidecar, c)| (sidecar.clone(), c.revision.clone()))
         .collect()
 }
 
 async fn read_book(api: &Api<ConfigMap>) -> Result<Option<CampaignBook>, String> {
-    let configmap = super::with_timeout(READ_TIMEOUT, api.get_opt(status::STATUS_CONFIGMAP))
+    status::read_book(api, READ_TIMEOUT)
         .await
-        .map_err(|e| super::error_text(&e))?;
-    configmap
-        .as_ref()
-        .map(status::decode_book)
-        .transpose()
-        .map(Option::flatten)
-        .map_err(|e| format!("its campaign book is malformed: {e}"))
+        .map_err(|e| super::error_text(&e))
 }
 
 async fn read_upstream(
@@ -144,23 +142,12 @@ async fn record(
     verdict: UpstreamVerdict,
 ) -> Result<(), status::ResumeError> {
     status::edit_book(api, namespace, false, |book| {
-        let still_waiting = book
-            .campaigns
-            .get(sidecar)
-            .is_some_and(|c| c.state == CampaignState::Gated && c.revision == revision);
-        if !still_waiting {
+        if !book.waits_for_promotion(sidecar, revision) {
             return None;
         }
         match &verdict {
             UpstreamVerdict::Promote { by } => {
-                book.promotions.insert(
-                    sidecar.to_owned(),
-                    Promotion {
-                        revision: revision.to_owned(),
-                        by: by.clone(),
-                        at: Time(Timestamp::now()),
-                    },
-                );
+                book.promote(sidecar, revision, by, Time(Timestamp::now()));
                 book.upstream.remove(sidecar);
             }
             UpstreamVerdict::Wait(why) => {

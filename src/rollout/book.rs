@@ -514,6 +514,36 @@ impl CampaignBook {
 
     /// `rollout --resume`: every paused campaign runs again (its failures so far no longer
     /// count), marked with who resumed it and when.
+    /// Approves `revision` of `sidecar` (`by`, at `at`); false when it already was.
+    pub(crate) fn promote(&mut self, sidecar: &str, revision: &str, by: &str, at: Time) -> bool {
+        if self.promoted(sidecar, revision) {
+            return false;
+        }
+        self.promotions.insert(
+            sidecar.to_owned(),
+            Promotion {
+                revision: revision.to_owned(),
+                by: by.to_owned(),
+                at,
+            },
+        );
+        true
+    }
+
+    /// Whether the campaign of `sidecar` waits for promotion of `revision`.
+    pub(crate) fn waits_for_promotion(&self, sidecar: &str, revision: &str) -> bool {
+        self.campaigns
+            .get(sidecar)
+            .is_some_and(|c| c.state == CampaignState::Gated && c.revision == revision)
+    }
+
+    /// Whether `revision` of `sidecar` is approved.
+    pub(crate) fn promoted(&self, sidecar: &str, revision: &str) -> bool {
+        self.promotions
+            .get(sidecar)
+            .is_some_and(|p| p.revision == revision)
+    }
+
     pub(crate) fn resume_paused(&mut self, by: &str, at: Time) -> Vec<Resumed> {
         let mut resumed = Vec::new();
         for (sidecar, campaign) in &mut self.campaigns {

@@ -126,10 +126,7 @@ pub(crate) fn progress(
     }
     match campaign.state {
         CampaignState::Gated => Progress::Gated {
-            promoted: book
-                .promotions
-                .get(sidecar)
-                .is_some_and(|p| p.revision == revision),
+            promoted: book.promoted(sidecar, revision),
         },
         CampaignState::Settling | CampaignState::Running => Progress::Rolling {
             state: campaign.state,

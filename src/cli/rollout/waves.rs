@@ -19,8 +19,8 @@ use tracing::Level;
 use super::super::args::{ConnectionArgs, RolloutArgs};
 use super::EXIT_STILL_WAITING;
 use crate::cluster::status;
+use crate::rollout::CampaignBook;
 use crate::rollout::waves::{Progress, WaveStep, fleet_revision, progress, wave_step};
-use crate::rollout::{CampaignBook, CampaignState, Promotion};
 use crate::telemetry::notice;
 
 /// How long one read of a cluster's book may take.
@@ -93,18 +93,15 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn connect(connection: &ConnectionArgs, name: &str) -> Self {
-        let mut one = connection.clone();
-        one.context = vec![name.to_owned()];
-        let client = super::super::one_shot::one_shot_client(&one, "rollout")
-            .await
-            .ok();
+    fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
-            client,
+            client: None,
         }
     }
 
+    /// Its client, made at the first use that succeeds (a cluster not reachable at start is
+    /// tried again at each pass).
     async fn client(&mut self, connection: &ConnectionArgs) -> anyhow::Result<kube::Client> {
         if self.client.is_none() {
             let mut one = connection.clone();
@@ -120,29 +117,15 @@ impl Cluster {
         connection: &ConnectionArgs,
         namespace: &str,
     ) -> Result<CampaignBook, String> {
-        let read = async {
-            let client = self.client(connection).await?;
-            let api: Api<ConfigMap> = Api::namespaced(client, namespace);
-            let configmap = api
-                .get_opt(status::STATUS_CONFIGMAP)
-                .await
-                .with_context(|| format!("cannot read {namespace}/{}", status::STATUS_CONFIGMAP))?;
-            let book = configmap
-                .as_ref()
-                .map(status::decode_book)
-                .transpose()
-                .context("its campaign book is malformed")?
-                .flatten();
-            anyhow::Ok(book.unwrap_or_default())
-        };
-        match tokio::time::timeout(READ_TIMEOUT, read).await {
-            Ok(Ok(book)) => Ok(book),
-            Ok(Err(err)) => Err(super::super::one_line(&err)),
-            Err(_) => Err(format!(
-                "not read within {}",
-                humantime::format_duration(READ_TIMEOUT)
-            )),
-        }
+        let client = self
+            .client(connection)
+            .await
+            .map_err(|err| super::super::one_line(&err))?;
+        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        status::read_book(&api, READ_TIMEOUT)
+            .await
+            .map(Option::unwrap_or_default)
+            .map_err(|err| super::super::one_line(&anyhow::Error::from(err)))
     }
 
     /// Writes the approval of `revision` into its book, if its campaign still waits for it.
@@ -157,26 +140,9 @@ impl Cluster {
         let client = self.client(connection).await?;
         let api: Api<ConfigMap> = Api::namespaced(client, namespace);
         let written = status::edit_book(&api, namespace, false, |book| {
-            let waits = book
-                .campaigns
-                .get(sidecar)
-                .is_some_and(|c| c.state == CampaignState::Gated && c.revision == revision);
-            let promoted = book
-                .promotions
-                .get(sidecar)
-                .is_some_and(|p| p.revision == revision);
-            if !waits || promoted {
-                return None;
-            }
-            book.promotions.insert(
-                sidecar.to_owned(),
-                Promotion {
-                    revision: revision.to_owned(),
-                    by: by.to_owned(),
-                    at: Time(Timestamp::now()),
-                },
-            );
-            Some(())
+            (book.waits_for_promotion(sidecar, revision)
+                && book.promote(sidecar, revision, by, Time(Timestamp::now())))
+            .then_some(())
         })
         .await
         .with_context(|| format!("{}: cannot write the promotion", self.name))?;
@@ -190,11 +156,10 @@ pub(super) async fn run(args: &RolloutArgs, identity: &str) -> anyhow::Result<Ex
     let (sidecar, named) = super::promotion_spec(args.promote.as_deref().unwrap_or_default())?;
     let connection = &args.cluster.connection;
     let namespace = &args.cluster.injector_namespace;
-    let mut clusters: Vec<Vec<Cluster>> = Vec::new();
-    for wave in &waves {
-        let connecting = wave.iter().map(|name| Cluster::connect(connection, name));
-        clusters.push(futures::future::join_all(connecting).await);
-    }
+    let mut clusters: Vec<Vec<Cluster>> = waves
+        .iter()
+        .map(|wave| wave.iter().map(|name| Cluster::new(name)).collect())
+        .collect();
     let revision = match named {
         Some(revision) => revision,
         None => {

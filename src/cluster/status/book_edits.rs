@@ -22,6 +22,23 @@ pub(crate) enum ResumeError {
     Contended,
 }
 
+/// The campaign book of the status ConfigMap `api` reaches, within `limit`; `None` when there
+/// is no ConfigMap or no book in it yet.
+pub(crate) async fn read_book(
+    api: &Api<ConfigMap>,
+    limit: std::time::Duration,
+) -> Result<Option<CampaignBook>, ResumeError> {
+    let configmap = crate::cluster::with_timeout(limit, api.get_opt(STATUS_CONFIGMAP))
+        .await
+        .map_err(ResumeError::Read)?;
+    configmap
+        .as_ref()
+        .map(decode_book)
+        .transpose()
+        .map(Option::flatten)
+        .map_err(ResumeError::Decode)
+}
+
 /// `rollout --resume`: the paused campaigns of the book in the cluster resumed. The Lease
 /// holder adopts the book at its next plan and acts on it; nobody else needs to.
 pub(crate) async fn resume_paused(
