@@ -644,7 +644,7 @@ pub(crate) const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=t
 #[derive(Debug, Args)]
 pub(crate) struct InjectArgs {
     #[command(flatten)]
-    pub(crate) configs: ConfigDirectoryArgs,
+    pub(crate) source: ManifestConfigsArgs,
     /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
     pub(crate) annotation_namespace: String,
@@ -656,6 +656,14 @@ pub(crate) struct InjectArgs {
     /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
     #[arg(short = 'f', long = "filename")]
     pub(crate) file: String,
+}
+
+/// Where `inject` and `policy` read the configs: the config directory offline, or the
+/// cluster's sidecar ConfigMaps as its running webhook serves them.
+#[derive(Debug, Args)]
+pub(crate) struct ManifestConfigsArgs {
+    #[command(flatten)]
+    pub(crate) configs: ConfigDirectoryArgs,
     // The cluster's ConfigMaps so labelled, as `serve` reads them; also read, with deploy/'s
     // label, where there is no config/ directory.
     #[command(flatten)]
@@ -676,7 +684,7 @@ pub(crate) struct InjectArgs {
 #[derive(Debug, Args)]
 pub(crate) struct PolicyArgs {
     #[command(flatten)]
-    pub(crate) configs: ConfigDirectoryArgs,
+    pub(crate) source: ManifestConfigsArgs,
     /// Prefix of every annotation key.
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
     pub(crate) annotation_namespace: String,
@@ -691,20 +699,6 @@ pub(crate) struct PolicyArgs {
     /// Output format: YAML documents, or a JSON List.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ManifestFormat::Yaml)]
     pub(crate) output: ManifestFormat,
-    // The cluster's ConfigMaps so labelled, as `serve` reads them; also read, with deploy/'s
-    // label, where there is no config/ directory.
-    #[command(flatten)]
-    pub(crate) configmaps: ConfigMapArgs,
-    #[command(flatten)]
-    pub(crate) connection: ConnectionArgs,
-    /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
-    /// status ConfigMap, whose pins and holds the webhook serves.
-    #[arg(long, default_value = "injector-system")]
-    pub(crate) injector_namespace: String,
-    /// With the cluster's configs: the running injectors' publications renewed within this
-    /// say what the webhook injects.
-    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
-    pub(crate) published_max_age: Duration,
 }
 
 /// How a command prints Kubernetes objects.

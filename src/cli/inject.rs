@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::args::*;
-use super::one_shot::*;
 use crate::annotations::AnnotationKeys;
 use crate::injection::InjectionSettings;
 use crate::injection::SkipReason;
@@ -19,14 +18,7 @@ use crate::telemetry::notice;
 use tracing::Level;
 
 pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
-    let sidecars = manifest_configs(
-        &args.configs,
-        &args.configmaps,
-        &args.connection,
-        &args.injector_namespace,
-        args.published_max_age,
-        "inject",
-    )?;
+    let sidecars = args.source.sidecars("inject")?;
     let settings = InjectionSettings {
         spelling: &super::hints::SPELLING,
         keys: AnnotationKeys::new(&args.annotation_namespace),

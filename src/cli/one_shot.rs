@@ -288,6 +288,20 @@ pub(crate) async fn one_shot_client(
     )?)
 }
 
+impl super::args::ManifestConfigsArgs {
+    /// The configs, as [`manifest_configs`] reads them, for `command`.
+    pub(crate) fn sidecars(&self, command: &str) -> anyhow::Result<SidecarSet> {
+        manifest_configs(
+            &self.configs,
+            &self.configmaps,
+            &self.connection,
+            &self.injector_namespace,
+            self.published_max_age,
+            command,
+        )
+    }
+}
+
 /// The configs a manifest is judged against (`inject -f`, `explain -f`): the config directory,
 /// read offline; or, given --configmap-labels or where the default directory is absent
 /// (outside a checkout), the cluster's sidecar ConfigMaps with the pins and holds of the status

@@ -4,20 +4,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::args::{ManifestFormat, PolicyArgs};
-use super::one_shot::manifest_configs;
 use crate::annotations::AnnotationKeys;
 use crate::injection::yaml::to_yaml;
 use crate::policy::{PolicySettings, render};
 
 pub(crate) fn run(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
-    let sidecars = manifest_configs(
-        &args.configs,
-        &args.configmaps,
-        &args.connection,
-        &args.injector_namespace,
-        args.published_max_age,
-        "policy",
-    )?;
+    let sidecars = args.source.sidecars("policy")?;
     let keys = AnnotationKeys::new(&args.annotation_namespace);
     let ignored = args.ignore_namespaces.namespaces();
     let settings = PolicySettings {
