@@ -83,6 +83,22 @@ pub(crate) fn campaign(
     }
 }
 
+/// A book holding one campaign of `sidecar`: at `revision` in `state` since the epoch, as
+/// `edit` leaves it.
+pub(crate) fn book_of(
+    sidecar: &str,
+    revision: &str,
+    state: crate::rollout::CampaignState,
+    edit: impl FnOnce(&mut crate::rollout::Campaign),
+) -> crate::rollout::CampaignBook {
+    let since = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let mut campaign = campaign(revision, state, since);
+    edit(&mut campaign);
+    let mut book = crate::rollout::CampaignBook::default();
+    book.campaigns.insert(sidecar.to_owned(), campaign);
+    book
+}
+
 /// The config `text` as the loaders produce it (from a file `test.yaml`).
 pub(crate) fn loaded(text: &str) -> crate::config::LoadedSidecar {
     crate::config::LoadedSidecar::new(

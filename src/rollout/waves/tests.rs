@@ -20,11 +20,7 @@ fn book_with(
     state: CampaignState,
     edit: impl FnOnce(&mut Campaign),
 ) -> CampaignBook {
-    let mut campaign = crate::test_fixtures::campaign(revision, state, Time(at(0)));
-    edit(&mut campaign);
-    let mut book = CampaignBook::default();
-    book.campaigns.insert(LOGGER.into(), campaign);
-    book
+    crate::test_fixtures::book_of(LOGGER, revision, state, edit)
 }
 
 fn web() -> WorkloadRef {
