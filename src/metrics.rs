@@ -308,6 +308,11 @@ pub(crate) struct Metrics {
     /// says that some load failed once).
     pub(crate) config_source_failing: Family<SourceLabels, Gauge>,
     pub(crate) certificate_reloads: Family<CertificateLabels, Counter>,
+    /// `--injection=policy`: applies of the admission policies, by result.
+    pub(crate) policy_writes: Family<CertificateLabels, Counter>,
+    /// 1 while the last apply of the admission policies failed or was refused (the policies
+    /// in force stay), else 0.
+    pub(crate) policy_failing: Gauge,
     /// Connections closed at accept because the port's cap was reached.
     pub(crate) connections_refused: Family<PortLabels, Counter>,
     pub(crate) other_annotation_namespace: Counter,
@@ -399,6 +404,18 @@ impl Metrics {
             "certificate_reloads",
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
             certificate_reloads.clone(),
+        );
+        let policy_writes = Family::<CertificateLabels, Counter>::default();
+        registry.register(
+            "policy_writes",
+            "With --injection=policy: applies of the admission policies, by result; on error (a config the policies cannot express, or the API server refusing) the policies in force stay",
+            policy_writes.clone(),
+        );
+        let policy_failing = Gauge::default();
+        registry.register(
+            "policy_failing",
+            "With --injection=policy: 1 while the last apply of the admission policies failed or was refused (the policies in force stay), else 0",
+            policy_failing.clone(),
         );
         let other_annotation_namespace = Counter::default();
         registry.register(
@@ -574,6 +591,8 @@ impl Metrics {
             configs_loaded,
             config_source_failing,
             certificate_reloads,
+            policy_writes,
+            policy_failing,
             connections_refused,
             other_annotation_namespace,
             certificate_expiration,
@@ -756,6 +775,14 @@ impl Metrics {
         self.connections_refused
             .get_or_create(&PortLabels { port })
             .inc();
+    }
+
+    pub(crate) fn record_policy_write(&self, ok: bool) {
+        let result = ReloadResult::of(ok);
+        self.policy_writes
+            .get_or_create(&CertificateLabels { result })
+            .inc();
+        self.policy_failing.set(i64::from(!ok));
     }
 
     pub(crate) fn record_certificate_reload(&self, ok: bool) {

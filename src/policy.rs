@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use crate::annotations::AnnotationKeys;
@@ -27,6 +28,9 @@ pub(crate) struct PolicySettings<'a> {
     pub(crate) on_missing_sidecar: MissingSidecarPolicy,
     /// The objects' name.
     pub(crate) name: &'a str,
+    /// The namespaces the bindings reach (all but the ignored ones without it), as the
+    /// webhook configuration's `namespaceSelector` does.
+    pub(crate) namespace_selector: Option<&'a LabelSelector>,
 }
 
 /// A rule of a config the policy mode does not express, so that config is refused rather
@@ -63,6 +67,26 @@ pub(crate) fn unsupported(sidecar: &LoadedSidecar) -> Vec<Unsupported> {
         why.push(Unsupported::NativeSidecars);
     }
     why
+}
+
+/// Under `serve --injection=policy`, each config of `report` the policies cannot express
+/// becomes an error of its origin, so its source keeps the last good version of it, as for a
+/// broken config.
+pub(crate) fn screen(report: &mut crate::config::LoadReport) {
+    let (kept, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut report.sidecars)
+        .into_iter()
+        .partition(|s| unsupported(s).is_empty());
+    report.sidecars = kept;
+    for sidecar in refused {
+        for reason in unsupported(&sidecar) {
+            report
+                .errors
+                .push(crate::config::ConfigError::not_in_policy_mode(
+                    sidecar.origin.clone(),
+                    reason,
+                ));
+        }
+    }
 }
 
 /// The largest policy written: etcd stores objects of 1.5 MiB at most, and the API server
@@ -150,6 +174,9 @@ fn binding(kind: &str, settings: &PolicySettings<'_>) -> Value {
     let mut spec = json!({"policyName": settings.name});
     if kind == "ValidatingAdmissionPolicyBinding" {
         spec["validationActions"] = json!(["Deny"]);
+    }
+    if let Some(selector) = settings.namespace_selector {
+        spec["matchResources"] = json!({"namespaceSelector": selector});
     }
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",

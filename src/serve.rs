@@ -76,6 +76,9 @@ pub(crate) struct ServeOptions {
     pub(crate) publication: Option<PublicationOptions>,
     /// The webhook configuration whose caBundle to keep, and the CA file it comes from.
     pub(crate) webhook_ca: Option<(String, PathBuf)>,
+    /// `--injection=policy`: the API server injects, through admission policies this replica
+    /// keeps equal to the configs in force; no TLS port, no `/mutate`.
+    pub(crate) policy: Option<crate::cluster::policy_writer::PolicyWriterOptions>,
     /// How the command line spells what a person can do (the webhook's warnings on a paused
     /// campaign name `rollout --resume`).
     pub(crate) hints: &'static crate::rollout::Hints,
@@ -354,21 +357,26 @@ pub(crate) async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     // The certificate files and the config directory are watched before the cluster is
     // reached: a watch that cannot be set up also stops `serve` having sent nothing.
-    let reloaded = spawn_certificate_reloader(
-        &options,
-        (
-            ready_to_serve.cert_file.clone(),
-            ready_to_serve.key_file.clone(),
-        ),
-        ready_to_serve.tls.clone(),
-        options.metrics.clone(),
-    )?;
+    let reloaded = match &ready_to_serve.webhook {
+        Some(webhook) => Some(spawn_certificate_reloader(
+            &options,
+            (webhook.cert_file.clone(), webhook.key_file.clone()),
+            webhook.tls.clone(),
+            options.metrics.clone(),
+        )?),
+        None => None,
+    };
     let readiness = Arc::new(Readiness::default());
+    if options.policy.is_none() {
+        readiness.mark(ReadinessStep::PoliciesWritten);
+    }
     let sidecars = start_config_sources(&options, &readiness).await?;
     // Graceful shutdown: the Lease is given up first, so another replica acts at once.
     let (stop_tx, stop) = watch::channel(false);
     let cluster = start_cluster_parts(&options, &readiness, sidecars, stop);
-    if let (Some(client), Some((name, ca_file))) = (&options.cluster, &options.webhook_ca) {
+    if let (Some(client), Some((name, ca_file)), Some(reloaded)) =
+        (&options.cluster, &options.webhook_ca, reloaded)
+    {
         tokio::spawn(crate::cluster::webhook_ca::run(
             client.clone(),
             name.clone(),
@@ -390,7 +398,10 @@ pub(crate) async fn run(options: ServeOptions) -> anyhow::Result<()> {
     ));
     let servers = start_servers(&options, ready_to_serve, state)?;
     readiness.mark(ReadinessStep::TlsListening);
-    info!(tls = %servers.tls_addr, lifecycle = %servers.lifecycle_addr, "listening");
+    match servers.tls_addr {
+        Some(tls) => info!(%tls, lifecycle = %servers.lifecycle_addr, "listening"),
+        None => info!(lifecycle = %servers.lifecycle_addr, injection = "policy", "listening"),
+    }
 
     let signal = shutdown_signal().await;
     readiness.mark(ReadinessStep::ShuttingDown);
@@ -403,14 +414,19 @@ pub(crate) async fn run(options: ServeOptions) -> anyhow::Result<()> {
     servers.shut_down(options.shutdown_timeout).await
 }
 
-/// What `serve` holds once nothing stands in its way: the serving certificate, loaded, and
-/// both ports, bound.
+/// What `serve` holds once nothing stands in its way: the webhook's port and certificate
+/// (none with `--injection=policy`) and the lifecycle port, bound.
 struct ReadyToServe {
+    webhook: Option<WebhookServing>,
+    lifecycle_listener: std::net::TcpListener,
+}
+
+/// The serving certificate, loaded, and the webhook's port, bound.
+struct WebhookServing {
     cert_file: PathBuf,
     key_file: PathBuf,
     tls: RustlsConfig,
-    tls_listener: std::net::TcpListener,
-    lifecycle_listener: std::net::TcpListener,
+    listener: std::net::TcpListener,
 }
 
 /// Checks what can be checked without the cluster, and takes the ports and the certificate.
@@ -425,28 +441,53 @@ fn prepare(options: &ServeOptions) -> anyhow::Result<ReadyToServe> {
         options.webhook_ca.is_none() || options.cluster.is_some(),
         "--webhook-configuration {NEEDS_A_CLUSTER}"
     );
+    if options.policy.is_some() {
+        anyhow::ensure!(
+            options.cluster.is_some(),
+            "--injection=policy {NEEDS_A_CLUSTER}"
+        );
+        anyhow::ensure!(
+            options.webhook_ca.is_none(),
+            "--webhook-configuration keeps a webhook's caBundle, and --injection=policy serves no webhook: pass one or the other"
+        );
+    }
     crate::sources::check_config_directory(&options.config_directory)?;
     // Bound here, not inside the servers' tasks: a port in use is then an error at startup
     // that names it. axum-server reports a failed bind to `Handle::listening` only to a waiter
     // already registered, so waiting on it after the task failed hung without a word. Bound
     // before the certificate, so a second `serve` in another directory leaves no `certs/`.
-    let tls_listener = listen(options.bind_address, options.tls_port, "--tls-port")?;
+    let tls_listener = match options.policy {
+        None => Some(listen(
+            options.bind_address,
+            options.tls_port,
+            "--tls-port",
+        )?),
+        Some(_) => None,
+    };
     let lifecycle_listener = listen(
         options.bind_address,
         options.lifecycle_port,
         "--lifecycle-port",
     )?;
-    let (cert_file, key_file) = tls_files(options)?;
-    let tls = RustlsConfig::from_config(
-        server_config_from_files(&cert_file, &key_file)
-            .context("cannot load the serving certificate")?,
-    );
-    record_expiry(&cert_file, &options.metrics);
+    let webhook = match tls_listener {
+        Some(listener) => {
+            let (cert_file, key_file) = tls_files(options)?;
+            let tls = RustlsConfig::from_config(
+                server_config_from_files(&cert_file, &key_file)
+                    .context("cannot load the serving certificate")?,
+            );
+            record_expiry(&cert_file, &options.metrics);
+            Some(WebhookServing {
+                cert_file,
+                key_file,
+                tls,
+                listener,
+            })
+        }
+        None => None,
+    };
     Ok(ReadyToServe {
-        cert_file,
-        key_file,
-        tls,
-        tls_listener,
+        webhook,
         lifecycle_listener,
     })
 }
@@ -459,7 +500,9 @@ async fn start_config_sources(
 ) -> anyhow::Result<watch::Receiver<Arc<SidecarSet>>> {
     let metrics = &options.metrics;
     let (publish, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
-    let sources = Arc::new(Mutex::new(ConfigSources::new(publish)));
+    let mut sources = ConfigSources::new(publish);
+    sources.policy_mode = options.policy.is_some();
+    let sources = Arc::new(Mutex::new(sources));
     reload_configs(&options.config_directory, &sources, metrics).await;
     readiness.mark(ReadinessStep::ConfigsLoaded);
     spawn_config_reloader(
@@ -516,16 +559,31 @@ fn start_cluster_parts(
     let status = options.publication.as_ref().map(|publication| {
         crate::cluster::status::watch_status(client.clone(), &publication.namespace)
     });
+    // With policies, what the API server enforces: the engine, the publisher and the gauge
+    // follow it, so no restart runs ahead of the policies.
+    let sidecars = match &options.policy {
+        Some(policy) => crate::cluster::policy_writer::spawn(
+            client.clone(),
+            policy.clone(),
+            sidecars,
+            status.clone(),
+            options.hints,
+            metrics.clone(),
+            readiness.clone(),
+        ),
+        None => sidecars,
+    };
     let book_signals = status
         .clone()
         .map(|status| crate::cluster::status::apply_book(status, sidecars.clone(), options.hints));
+    // What this replica injects with pins applied: a pinned revision is what new pods get, and
+    // the one-shot commands judge pods by it.
+    let published = book_signals
+        .as_ref()
+        .map_or_else(|| sidecars.clone(), |b| b.pinned.clone());
     let publisher_task = options.publication.as_ref().map(|publication| {
         let ready = readiness.clone();
-        // What this replica injects with pins applied: a pinned revision is what new pods
-        // get, and the one-shot commands judge pods by it.
-        let published = book_signals
-            .as_ref()
-            .map_or_else(|| sidecars.clone(), |b| b.pinned.clone());
+        let published = published.clone();
         tokio::spawn(crate::cluster::status::run_publisher(
             client.clone(),
             publication.namespace.clone(),
@@ -535,6 +593,7 @@ fn start_cluster_parts(
             move || {
                 ready.done(ReadinessStep::ConfigsLoaded)
                     && ready.done(ReadinessStep::ConfigMapsListed)
+                    && ready.done(ReadinessStep::PoliciesWritten)
             },
             stop.clone(),
         ))
@@ -646,20 +705,20 @@ struct Server {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-/// The two servers, serving.
+/// The servers, serving: the webhook's (none with `--injection=policy`) and the lifecycle one.
 struct Servers {
-    tls_addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     lifecycle_addr: SocketAddr,
-    both: [Server; 2],
+    all: Vec<Server>,
 }
 
 impl Servers {
-    /// Lets in-flight requests finish, for at most `timeout`, and closes both ports.
+    /// Lets in-flight requests finish, for at most `timeout`, and closes the ports.
     async fn shut_down(self, timeout: Duration) -> anyhow::Result<()> {
-        for server in &self.both {
+        for server in &self.all {
             server.handle.graceful_shutdown(Some(timeout));
         }
-        for server in self.both {
+        for server in self.all {
             let name = server.name;
             server
                 .task
@@ -672,22 +731,16 @@ impl Servers {
     }
 }
 
-/// Serves the webhook over TLS and the probes and metrics in plain text, each behind the
-/// connection bounds of its port.
+/// Serves the webhook over TLS (when it is served) and the probes and metrics in plain text,
+/// each behind the connection bounds of its port.
 fn start_servers(
     options: &ServeOptions,
     ready: ReadyToServe,
     state: Arc<WebhookState>,
 ) -> anyhow::Result<Servers> {
     let metrics = &options.metrics;
-    let guard = connection::GuardAcceptor::new(
-        options.max_connections,
-        options.idle_timeout,
-        metrics.clone(),
-        Port::Webhook,
-    );
-    // Probes and scrapes get the same bounds, under a cap of their own so that neither port
-    // can crowd out the other.
+    // Probes and scrapes get the same bounds as the webhook, under a cap of their own so
+    // that neither port can crowd out the other.
     let lifecycle_guard = WrapAcceptor::new(
         connection::GuardAcceptor::new(
             connection::LIFECYCLE_MAX_CONNECTIONS,
@@ -697,18 +750,53 @@ fn start_servers(
         ),
         connection::HeadLayer::new(options.body_read_timeout),
     );
-    let (tls_addr, lifecycle_addr) = (
-        ready.tls_listener.local_addr()?,
-        ready.lifecycle_listener.local_addr()?,
-    );
-    let tls_handle: Handle<SocketAddr> = Handle::new();
+    let lifecycle_addr = ready.lifecycle_listener.local_addr()?;
     let lifecycle_handle: Handle<SocketAddr> = Handle::new();
-    let mut tls_server = axum_server::from_tcp(ready.tls_listener)?
+    let mut lifecycle_server = axum_server::from_tcp(ready.lifecycle_listener)?
+        .acceptor(lifecycle_guard)
+        .handle(lifecycle_handle.clone());
+    heads_timed_by_the_acceptor(lifecycle_server.http_builder());
+    let lifecycle_task =
+        tokio::spawn(lifecycle_server.serve(lifecycle_router(state.clone()).into_make_service()));
+    let mut all = vec![Server {
+        name: "lifecycle",
+        handle: lifecycle_handle,
+        task: lifecycle_task,
+    }];
+    let tls_addr = match ready.webhook {
+        Some(webhook) => {
+            let addr = webhook.listener.local_addr()?;
+            all.insert(0, start_webhook_server(options, webhook, state)?);
+            Some(addr)
+        }
+        None => None,
+    };
+    Ok(Servers {
+        tls_addr,
+        lifecycle_addr,
+        all,
+    })
+}
+
+/// Serves `/mutate` over TLS on the webhook's port.
+fn start_webhook_server(
+    options: &ServeOptions,
+    webhook: WebhookServing,
+    state: Arc<WebhookState>,
+) -> anyhow::Result<Server> {
+    let guard = connection::GuardAcceptor::new(
+        options.max_connections,
+        options.idle_timeout,
+        options.metrics.clone(),
+        Port::Webhook,
+    );
+    let handle: Handle<SocketAddr> = Handle::new();
+    let mut tls_server = axum_server::from_tcp(webhook.listener)?
         .acceptor(WrapAcceptor::new(
-            axum_server::tls_rustls::RustlsAcceptor::new(ready.tls).acceptor(guard),
+            axum_server::tls_rustls::RustlsAcceptor::new(webhook.tls).acceptor(guard),
             connection::HeadLayer::new(options.body_read_timeout),
         ))
-        .handle(tls_handle.clone());
+        .handle(handle.clone());
     heads_timed_by_the_acceptor(tls_server.http_builder());
     // Each stream may buffer a body: the byte budget bounds memory, this bounds how many
     // bodies one connection can have in flight.
@@ -722,29 +810,11 @@ fn start_servers(
         // hundreds of MiB. Loopback and cluster networks refill small windows fast.
         .initial_stream_window_size(http::STREAM_WINDOW_BYTES)
         .initial_connection_window_size(http::CONNECTION_WINDOW_BYTES);
-    let tls_task =
-        tokio::spawn(tls_server.serve(webhook_router(state.clone()).into_make_service()));
-    let mut lifecycle_server = axum_server::from_tcp(ready.lifecycle_listener)?
-        .acceptor(lifecycle_guard)
-        .handle(lifecycle_handle.clone());
-    heads_timed_by_the_acceptor(lifecycle_server.http_builder());
-    let lifecycle_task =
-        tokio::spawn(lifecycle_server.serve(lifecycle_router(state).into_make_service()));
-    Ok(Servers {
-        tls_addr,
-        lifecycle_addr,
-        both: [
-            Server {
-                name: "TLS",
-                handle: tls_handle,
-                task: tls_task,
-            },
-            Server {
-                name: "lifecycle",
-                handle: lifecycle_handle,
-                task: lifecycle_task,
-            },
-        ],
+    let task = tokio::spawn(tls_server.serve(webhook_router(state).into_make_service()));
+    Ok(Server {
+        name: "TLS",
+        handle,
+        task,
     })
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct ConfigSources {
     pub(crate) directory: SourceState,
     pub(crate) configmaps: SourceState,
     publish: watch::Sender<Arc<SidecarSet>>,
+    /// `--injection=policy`: a config the policies cannot express is refused as a broken one.
+    pub(crate) policy_mode: bool,
 }
 
 impl ConfigSources {
@@ -49,6 +51,7 @@ impl ConfigSources {
             directory: SourceState::default(),
             configmaps: SourceState::default(),
             publish,
+            policy_mode: false,
         }
     }
 
@@ -97,8 +100,9 @@ pub(crate) async fn reload_configs(
     let dir = directory.to_path_buf();
     let loaded = load_off_workers(move || load_config_directory(&dir)).await;
     let mut sources = sources.lock().expect("config sources lock");
+    let policy_mode = sources.policy_mode;
     let state = &mut sources.directory;
-    let report = match loaded {
+    let mut report = match loaded {
         Some(Ok(report)) => report,
         Some(Err(err)) => {
             error!(directory = %directory.display(), "cannot read the config directory; keeping the configs in force: {err}");
@@ -111,6 +115,9 @@ pub(crate) async fn reload_configs(
             return;
         }
     };
+    if policy_mode {
+        crate::policy::screen(&mut report);
+    }
     for warning in &report.warnings {
         warn!("{warning}");
     }

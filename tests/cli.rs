@@ -1528,6 +1528,51 @@ fn serve_refuses_an_upstream_gate_it_could_not_run_naming_what_is_missing() {
 }
 
 #[test]
+fn serve_refuses_a_policy_mode_it_could_not_run_naming_what_is_wrong() {
+    let base = [
+        "--config-directory",
+        "config",
+        "--tls-port",
+        "0",
+        "--lifecycle-port",
+        "0",
+    ];
+    for (extra, said) in [
+        (
+            vec!["--injection=policy"],
+            "--injection=policy needs a cluster connection",
+        ),
+        (
+            vec!["--namespace-selector", "team=a"],
+            "--namespace-selector is the policies' (--injection=policy)",
+        ),
+        (
+            vec!["--injection=policy", "--namespace-selector", "tier in web"],
+            "\"tier in web\": expected values in parentheses, as in (a,b)",
+        ),
+        (
+            vec![
+                "--injection=policy",
+                "--rollout=off",
+                "--master-url",
+                "https://127.0.0.1:1",
+                "--webhook-configuration",
+                "sidecar-injector",
+                "--ca-bundle-file",
+                "ca.crt",
+            ],
+            "--webhook-configuration keeps a webhook's caBundle, and --injection=policy serves no webhook",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let output = serve_in(Path::new(ROOT), &args);
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success(), "{extra:?}: {stderr}");
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    }
+}
+
+#[test]
 fn policy_prints_the_policies_and_bindings_for_kubectl_and_refuses_what_it_cannot_express() {
     let output = run(
         &["policy", "-o", "json", "--name", "injector-policies"],

@@ -696,6 +696,11 @@ pub(crate) struct PolicyArgs {
     /// The name of the policies and their bindings.
     #[arg(long, default_value = "sidecar-injector")]
     pub(crate) name: String,
+    /// The namespaces the bindings reach, a label selector as kubectl spells it
+    /// (`sidecar-injector.io/injection!=disabled`); the ignored namespaces are left out too.
+    #[arg(long, value_parser = values::parse_label_selector)]
+    pub(crate) namespace_selector:
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// Output format: YAML documents, or a JSON List.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ManifestFormat::Yaml)]
     pub(crate) output: ManifestFormat,

@@ -17,6 +17,7 @@ pub(crate) fn run(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
         ignored_namespaces: &ignored,
         on_missing_sidecar: args.on_missing_sidecar,
         name: &args.name,
+        namespace_selector: args.namespace_selector.as_ref(),
     };
     let objects = match render(&sidecars, &settings) {
         Ok(objects) => objects,

@@ -152,6 +152,19 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
         Some(options) => options.engine.mode.as_str(),
         None => EngineMode::Off.as_str(),
     });
+    let policy = (args.injection == InjectionMode::Policy).then(|| {
+        crate::cluster::policy_writer::PolicyWriterOptions {
+            keys: AnnotationKeys::new(&args.annotation_namespace),
+            ignored_namespaces: ignored.clone(),
+            on_missing_sidecar: args.on_missing_sidecar,
+            name: args.policy_name.clone(),
+            namespace_selector: args.namespace_selector.clone(),
+        }
+    });
+    anyhow::ensure!(
+        policy.is_some() || args.namespace_selector.is_none(),
+        "--namespace-selector is the policies' (--injection=policy); the webhook's is in its MutatingWebhookConfiguration"
+    );
     let options = ServeOptions {
         hints: &super::hints::HINTS,
         bind_address: args.bind_address,
@@ -185,6 +198,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
         pod_name: env.pod_name.clone(),
         publication,
         webhook_ca: args.webhook_configuration.zip(args.ca_bundle_file),
+        policy,
     };
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)

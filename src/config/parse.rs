@@ -24,6 +24,17 @@ pub struct ConfigError {
     pub(crate) kind: ConfigErrorKind,
 }
 
+impl ConfigError {
+    /// `origin`'s config, which `serve --injection=policy` cannot inject, and why.
+    pub(crate) fn not_in_policy_mode(origin: Origin, reason: crate::policy::Unsupported) -> Self {
+        ConfigError {
+            origin,
+            line: None,
+            kind: ConfigErrorKind::NotInPolicyMode(reason),
+        }
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.line {
@@ -50,6 +61,9 @@ pub enum Unreadable {
 pub(crate) enum ConfigErrorKind {
     #[error("cannot read: {0}")]
     Read(Unreadable),
+    /// Under `serve --injection=policy`: a rule the admission policies do not express.
+    #[error("not in policy mode (--injection=policy): {0}")]
+    NotInPolicyMode(crate::policy::Unsupported),
     #[error("invalid YAML: {0}")]
     Syntax(String),
     #[error("{0} bytes; a sidecar config is at most {MAX_CONFIG_BYTES} bytes")]

@@ -24,6 +24,7 @@ fn rendered(
             ignored_namespaces: &ignored,
             on_missing_sidecar,
             name: "sidecar-injector",
+            namespace_selector: None,
         },
     )
 }
@@ -145,5 +146,69 @@ fn a_policy_too_large_to_store_is_refused_saying_how_large() {
             assert!(bytes > MAX_POLICY_BYTES);
         }
         other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn in_policy_mode_a_config_the_policies_cannot_express_keeps_its_last_good_version() {
+    use crate::config::{SourceState, configmap_origin, load_configmap_items};
+    let origin = configmap_origin("injector", "tracing", "tracer.yaml");
+    let load = |text: &str| {
+        let mut report = load_configmap_items(&[(origin.clone(), text.to_owned())]);
+        screen(&mut report);
+        report
+    };
+    let good =
+        "name: tracer:v1\nnativeSidecars: true\ncontainers: [{name: tracer, image: 'tracer:1'}]\n";
+    let auto =
+        "name: tracer:v1\nnativeSidecars: auto\ncontainers: [{name: tracer, image: 'tracer:2'}]\n";
+    let mut state = SourceState::default();
+    state.apply(&load(good));
+    let refused = load(auto);
+    assert!(refused.sidecars.is_empty());
+    let errors: Vec<String> = refused.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "{origin}: not in policy mode (--injection=policy): {}",
+            Unsupported::NativeSidecars
+        )]
+    );
+    let summary = state.apply(&refused);
+    assert_eq!(summary.kept, [origin]);
+    let served: Vec<&str> = state
+        .sidecars()
+        .flat_map(|s| s.config.containers.iter().map(|c| c.image.as_deref()))
+        .flatten()
+        .collect();
+    assert_eq!(served, ["tracer:1"], "the good version keeps serving");
+}
+
+#[test]
+fn the_bindings_reach_the_namespaces_of_the_selector() {
+    let selector: LabelSelector = serde_json::from_value(json!({
+        "matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]
+    }))
+    .unwrap();
+    let keys = AnnotationKeys::new("injector");
+    let ignored = BTreeSet::new();
+    let objects = render(
+        &set(&[LOGGER]),
+        &PolicySettings {
+            keys: &keys,
+            ignored_namespaces: &ignored,
+            on_missing_sidecar: MissingSidecarPolicy::Deny,
+            name: "sidecar-injector",
+            namespace_selector: Some(&selector),
+        },
+    )
+    .unwrap();
+    for binding in [&objects[1], &objects[3]] {
+        assert_eq!(
+            binding["spec"]["matchResources"]["namespaceSelector"],
+            json!({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}),
+            "{}",
+            binding["kind"]
+        );
     }
 }

@@ -90,6 +90,9 @@ pub(crate) struct Readiness {
     /// The first ConfigMap list is done (true from the start when that source is off).
     configmaps_listed: AtomicBool,
     tls_listening: AtomicBool,
+    /// `--injection=policy`: the API server took the first apply of the admission policies
+    /// (true from the start with the webhook).
+    policies_written: AtomicBool,
     shutting_down: AtomicBool,
     /// Why `/ready` fails (`None`: ready), as of the last mark.
     reason: watch::Sender<Option<&'static str>>,
@@ -101,6 +104,7 @@ impl Default for Readiness {
             configs_loaded: AtomicBool::new(false),
             configmaps_listed: AtomicBool::new(false),
             tls_listening: AtomicBool::new(false),
+            policies_written: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             reason: watch::Sender::new(None),
         };
@@ -115,6 +119,7 @@ pub(crate) enum ReadinessStep {
     ConfigsLoaded,
     ConfigMapsListed,
     TlsListening,
+    PoliciesWritten,
     ShuttingDown,
 }
 
@@ -124,6 +129,7 @@ impl Readiness {
             ReadinessStep::ConfigsLoaded => &self.configs_loaded,
             ReadinessStep::ConfigMapsListed => &self.configmaps_listed,
             ReadinessStep::TlsListening => &self.tls_listening,
+            ReadinessStep::PoliciesWritten => &self.policies_written,
             ReadinessStep::ShuttingDown => &self.shutting_down,
         }
     }
@@ -142,6 +148,8 @@ impl Readiness {
             Some("the first list of sidecar ConfigMaps is not done yet")
         } else if !self.done(ReadinessStep::TlsListening) {
             Some("TLS listener not up yet")
+        } else if !self.done(ReadinessStep::PoliciesWritten) {
+            Some("the admission policies are not applied yet")
         } else {
             None
         }

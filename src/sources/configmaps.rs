@@ -81,7 +81,8 @@ async fn reload(
             items.push((configmap_origin(namespace, name, key), text.clone()));
         }
     }
-    let Some(report) = super::load_off_workers(move || load_configmap_items(&items)).await else {
+    let Some(mut report) = super::load_off_workers(move || load_configmap_items(&items)).await
+    else {
         error!(deadline = ?super::LOAD_DEADLINE, "parsing the sidecar ConfigMaps did not finish in time; keeping the configs in force");
         let served = sources
             .lock()
@@ -91,6 +92,9 @@ async fn reload(
         metrics.record_config_reload(CONFIG_SOURCE_CONFIGMAP, false, served);
         return Vec::new();
     };
+    if sources.lock().expect("config sources lock").policy_mode {
+        crate::policy::screen(&mut report);
+    }
     for warning in &report.warnings {
         warn!("{warning}");
     }

@@ -28,6 +28,60 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
             .unwrap()
             .contains("'injector/request' in object.metadata.annotations")
     );
+    // policy-mode: no webhook configuration, no certificate, no TLS port; the injector keeps
+    // the policies, and may write only those of its name.
+    let policy_mode = kustomize("deploy/overlays/policy-mode");
+    assert!(
+        !policy_mode
+            .iter()
+            .any(|d| d["kind"] == "MutatingWebhookConfiguration"),
+        "no webhook configuration in policy mode"
+    );
+    let pod_spec = &of_kind(&policy_mode, "Deployment")["spec"]["template"]["spec"];
+    let container = &pod_spec["containers"][0];
+    assert!(pod_spec.get("volumes").is_none(), "{pod_spec}");
+    assert_eq!(
+        container["ports"],
+        json!([{"name": "lifecycle", "containerPort": 9000}])
+    );
+    let args = container["args"].as_array().unwrap();
+    assert!(
+        !args.iter().any(|a| {
+            let a = a.as_str().unwrap();
+            a.starts_with("--webhook-configuration") || a.starts_with("--ca-bundle-file")
+        }),
+        "{args:?}"
+    );
+    let env = container["env"].as_array().unwrap();
+    for (name, value) in [
+        ("INJECTION", "policy"),
+        (
+            "NAMESPACE_SELECTOR",
+            "sidecar-injector.io/injection!=disabled",
+        ),
+    ] {
+        assert!(
+            env.iter().any(|e| e["name"] == name && e["value"] == value),
+            "{env:?}"
+        );
+    }
+    assert_eq!(
+        of_kind(&policy_mode, "Service")["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let policy_role = policy_mode
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"] == "sidecar-injector-policies"
+        })
+        .expect("the policies' ClusterRole");
+    assert_eq!(
+        policy_role["rules"][0]["resourceNames"],
+        json!(["sidecar-injector"])
+    );
     // cert-manager: a CA of its own signs the serving certificate into the Secret the
     // Deployment mounts, so that renewing it keeps the caBundle; the injector is the only
     // writer of the caBundle (no CA injector annotation), as in the base.
@@ -138,6 +192,7 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
     for (dir, suffix) in [
         ("deploy", "e2e-apply"),
         ("deploy/overlays/matchconditions", "e2e-apply-mc"),
+        ("deploy/overlays/policy-mode", "e2e-apply-pm"),
     ] {
         let renamed: Vec<Value> = kustomize(dir)
             .into_iter()

@@ -21,6 +21,7 @@ mod injection;
 mod monitoring;
 mod native;
 mod policy;
+mod policy_mode;
 mod promotion;
 mod rollout_command;
 mod toolbox;

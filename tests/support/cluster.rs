@@ -318,39 +318,18 @@ impl TestContext {
             args.push("--rollout=off");
         }
         let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        if deploy_rbac && let Some(at) = extra.iter().position(|a| *a == "--policy-name") {
+            install_policy_rbac(&client, &namespace, extra[at + 1]).await;
+        }
         let injector = Injector::start(
             dir.path(),
             &args.iter().map(String::as_str).collect::<Vec<_>>(),
             &[],
         );
-        let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-        let webhook = json!({
-            "metadata": {"name": format!("sidecar-injector-{namespace}")},
-            "webhooks": [{
-                "name": "sidecar-injector.injector.dev",
-                "clientConfig": {
-                    "url": format!("https://127.0.0.1:{}/mutate", injector.tls.port()),
-                    "caBundle": certs.ca_bundle(),
-                },
-                "rules": [
-                    {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
-                    {"operations": ["CREATE"], "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
-                ],
-                "namespaceSelector": {"matchLabels": {"sidecar-injector-e2e": namespace}},
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "failurePolicy": "Ignore",
-                "reinvocationPolicy": "IfNeeded",
-                "timeoutSeconds": 5,
-            }]
-        });
-        webhooks
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(webhook).unwrap(),
-            )
-            .await
-            .expect("the webhook configuration");
+        // Under `--injection=policy` the API server injects through the injector's policies.
+        if !extra.contains(&"--injection=policy") {
+            create_webhook_configuration(&client, &namespace, &injector, &certs).await;
+        }
         TestContext {
             client,
             namespace,
@@ -437,6 +416,10 @@ impl TestContext {
     pub async fn restart_injector(&mut self) {
         self.injector.take();
         let injector = self.start_replica();
+        if self.args.iter().any(|a| a == "--injection=policy") {
+            self.injector = Some(injector);
+            return;
+        }
         let webhooks: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         let name = format!("sidecar-injector-{}", self.namespace);
         let patch = json!([{"op": "replace", "path": "/webhooks/0/clientConfig/url",
@@ -470,6 +453,14 @@ impl TestContext {
     }
 
     /// Stops the injector as Kubernetes does (SIGTERM), and waits for it to exit.
+    /// Starts the injector again after [`TestContext::stop_injector`], and a webhook
+    /// configuration that calls it (the test's earlier one deleted).
+    pub async fn start_webhook_again(&mut self) {
+        let injector = self.start_replica();
+        create_webhook_configuration(&self.client, &self.namespace, &injector, &self.certs).await;
+        self.injector = Some(injector);
+    }
+
     pub fn stop_injector(&mut self) {
         if let Some(mut injector) = self.injector.take() {
             injector.signal("TERM");
@@ -568,6 +559,45 @@ pub async fn install_deploy_rbac(client: &Client, namespace: &str, dir: &Path) -
         .await
         .expect("ServiceAccount");
     service_account_kubeconfig(client, namespace, "sidecar-injector", dir).await
+}
+
+/// Grants deploy/'s ServiceAccount of `namespace` deploy/overlays/policy-mode's rights on
+/// the policies, for those named `policy_name` (each test writes its own).
+pub async fn install_policy_rbac(client: &Client, namespace: &str, policy_name: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let overlay = kustomize("deploy/overlays/policy-mode");
+    let name = format!("sidecar-injector-policies-{namespace}");
+    let mut role = overlay
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"] == "sidecar-injector-policies"
+        })
+        .expect("the policy-mode ClusterRole")
+        .clone();
+    role["metadata"]["name"] = json!(name);
+    for rule in role["rules"].as_array_mut().unwrap() {
+        rule["resourceNames"] = json!([policy_name]);
+    }
+    let mut binding = overlay
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRoleBinding"
+                && d["metadata"]["name"] == "sidecar-injector-policies"
+        })
+        .expect("the policy-mode ClusterRoleBinding")
+        .clone();
+    binding["metadata"]["name"] = json!(name);
+    binding["roleRef"]["name"] = json!(name);
+    binding["subjects"][0]["namespace"] = json!(namespace);
+    let post = PostParams::default();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&post, &serde_json::from_value(role).unwrap())
+        .await
+        .expect("the policy ClusterRole");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&post, &serde_json::from_value(binding).unwrap())
+        .await
+        .expect("the policy ClusterRoleBinding");
 }
 
 /// A kubeconfig in `dir` that connects as the ServiceAccount `account` of `namespace` (created
@@ -670,4 +700,41 @@ pub fn rollout_args<'a>(namespace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         args.extend(["--in-place", "off"]);
     }
     args
+}
+
+/// The test's MutatingWebhookConfiguration: pods of its namespace go to its injector.
+async fn create_webhook_configuration(
+    client: &Client,
+    namespace: &str,
+    injector: &Injector,
+    certs: &DevCertificates,
+) {
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let webhook = json!({
+        "metadata": {"name": format!("sidecar-injector-{namespace}")},
+        "webhooks": [{
+            "name": "sidecar-injector.injector.dev",
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{}/mutate", injector.tls.port()),
+                "caBundle": certs.ca_bundle(),
+            },
+            "rules": [
+                {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+                {"operations": ["CREATE"], "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
+            ],
+            "namespaceSelector": {"matchLabels": {"sidecar-injector-e2e": namespace}},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "IfNeeded",
+            "timeoutSeconds": 5,
+        }]
+    });
+    webhooks
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(webhook).unwrap(),
+        )
+        .await
+        .expect("the webhook configuration");
 }

@@ -37,7 +37,10 @@ impl Injector {
         let listening = injector.wait_for_log(Duration::from_secs(20), |line| {
             line["message"] == "listening"
         });
-        injector.tls = listening["tls"].as_str().unwrap().parse().unwrap();
+        // `--injection=policy` serves no webhook.
+        if let Some(tls) = listening["tls"].as_str() {
+            injector.tls = tls.parse().unwrap();
+        }
         injector.lifecycle = listening["lifecycle"].as_str().unwrap().parse().unwrap();
         injector
     }

@@ -9,6 +9,13 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Who injects the pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum InjectionMode {
+    Webhook,
+    Policy,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     #[command(flatten)]
@@ -55,6 +62,22 @@ pub(crate) struct ServeArgs {
     /// What to do when a requested sidecar does not exist.
     #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
     pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    /// Who injects: the webhook (`/mutate` over TLS, called through a
+    /// MutatingWebhookConfiguration), or the API server itself through
+    /// MutatingAdmissionPolicies this replica keeps equal to the configs in force, holds and
+    /// pins included (Kubernetes 1.36+; no TLS port, no certificate, no webhook configuration;
+    /// see `sidecar-injector policy` for what it cannot express).
+    #[arg(long, env = "INJECTION", value_enum, default_value_t = InjectionMode::Webhook)]
+    pub(crate) injection: InjectionMode,
+    /// With --injection=policy: the name of the policies and their bindings.
+    #[arg(long, env = "POLICY_NAME", default_value = "sidecar-injector")]
+    pub(crate) policy_name: String,
+    /// With --injection=policy: the namespaces the policies' bindings reach, a label selector
+    /// as kubectl spells it (deploy/ passes `sidecar-injector.io/injection!=disabled`, as its
+    /// webhook configuration's namespaceSelector); the ignored namespaces are left out too.
+    #[arg(long, env = "NAMESPACE_SELECTOR", value_parser = super::values::parse_label_selector)]
+    pub(crate) namespace_selector:
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// Largest AdmissionReview accepted; larger bodies get 413.
     #[arg(long, default_value_t = 6 * 1024 * 1024)]
     pub(crate) max_body_bytes: usize,

@@ -131,3 +131,41 @@ fn a_bad_started_before_time_is_refused_naming_the_flag() {
         "{err}"
     );
 }
+
+#[test]
+fn a_namespace_selector_is_read_as_kubectl_spells_it() {
+    let read = |s: &str| {
+        let selector = super::values::parse_label_selector(s).unwrap();
+        selector
+            .match_expressions
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                format!(
+                    "{} {} {:?}",
+                    r.key,
+                    r.operator,
+                    r.values.unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        read("team=a, env!=dev,tier in (web, api),x notin (1),k==v,has,!legacy"),
+        [
+            "team In [\"a\"]",
+            "env NotIn [\"dev\"]",
+            "tier In [\"web\", \"api\"]",
+            "x NotIn [\"1\"]",
+            "k In [\"v\"]",
+            "has Exists []",
+            "legacy DoesNotExist []",
+        ]
+    );
+    for bad in ["", "tier in web", "a b=c"] {
+        assert!(
+            super::values::parse_label_selector(bad).is_err(),
+            "{bad:?} was read"
+        );
+    }
+}

@@ -118,3 +118,74 @@ pub(crate) fn parse_started_before(text: &str) -> Result<k8s_openapi::jiff::Time
         .map(|z| z.timestamp())
         .map_err(|e| e.to_string())
 }
+
+/// The value of `--namespace-selector`: a label selector as kubectl spells it
+/// (`team=a,env!=dev,tier in (web,api),!legacy`).
+pub(crate) fn parse_label_selector(
+    text: &str,
+) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    let requirement = |key: &str, operator: &str, values: Option<Vec<String>>| {
+        let key = key.trim();
+        if key.is_empty() || key.contains([' ', '(', ')', '=', '!']) {
+            return Err(format!("{key:?} is not a label key (in {text:?})"));
+        }
+        Ok(LabelSelectorRequirement {
+            key: key.to_owned(),
+            operator: operator.to_owned(),
+            values,
+        })
+    };
+    let mut expressions = Vec::new();
+    for term in split_outside_parentheses(text) {
+        let term = term.trim();
+        let set = |rest: &str| -> Result<Vec<String>, String> {
+            let inner = rest
+                .trim()
+                .strip_prefix('(')
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(|| format!("{term:?}: expected values in parentheses, as in (a,b)"))?;
+            Ok(inner.split(',').map(|v| v.trim().to_owned()).collect())
+        };
+        let parsed = if let Some((key, value)) = term.split_once("!=") {
+            requirement(key, "NotIn", Some(vec![value.trim().to_owned()]))
+        } else if let Some((key, value)) = term.split_once('=') {
+            let value = value.strip_prefix('=').unwrap_or(value);
+            requirement(key, "In", Some(vec![value.trim().to_owned()]))
+        } else if let Some((key, rest)) = term.split_once(" notin ") {
+            requirement(key, "NotIn", Some(set(rest)?))
+        } else if let Some((key, rest)) = term.split_once(" in ") {
+            requirement(key, "In", Some(set(rest)?))
+        } else if let Some(key) = term.strip_prefix('!') {
+            requirement(key, "DoesNotExist", None)
+        } else {
+            requirement(term, "Exists", None)
+        };
+        expressions.push(parsed?);
+    }
+    if expressions.is_empty() {
+        return Err("an empty selector: name at least one label (team=a)".to_owned());
+    }
+    Ok(LabelSelector {
+        match_expressions: Some(expressions),
+        match_labels: None,
+    })
+}
+
+/// `text` split at the commas that are not inside a value set's parentheses.
+fn split_outside_parentheses(text: &str) -> Vec<&str> {
+    let (mut terms, mut depth, mut start) = (Vec::new(), 0usize, 0);
+    for (at, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                terms.push(&text[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&text[start..]);
+    terms.into_iter().filter(|t| !t.trim().is_empty()).collect()
+}

@@ -269,6 +269,11 @@ async fn ready_follows_the_readiness_flags() {
         )
     );
     readiness.mark(ReadinessStep::ConfigMapsListed);
+    assert_eq!(
+        *reason.borrow_and_update(),
+        Some("the admission policies are not applied yet")
+    );
+    readiness.mark(ReadinessStep::PoliciesWritten);
     assert!(reason.has_changed().unwrap(), "becoming ready is told");
     assert_eq!(*reason.borrow_and_update(), None);
     assert_eq!(
