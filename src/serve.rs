@@ -598,11 +598,18 @@ fn start_cluster_parts(
             stop.clone(),
         ))
     });
-    let feed = crate::cluster::drift_feed::start(
-        client.clone(),
-        options.settings.keys.clone(),
-        options.webhook_ca.as_ref().map(|(name, _)| name.clone()),
-    );
+    let reach = match (&options.policy, &options.webhook_ca) {
+        (Some(policy), _) => policy.namespace_selector.as_ref().map(|selector| {
+            crate::cluster::drift_feed::Reach::PolicyBindings(
+                crate::drift::WebhookReach::of_policy_binding(&policy.name, selector),
+            )
+        }),
+        (None, webhook) => webhook
+            .as_ref()
+            .map(|(name, _)| crate::cluster::drift_feed::Reach::WebhookConfiguration(name.clone())),
+    };
+    let feed =
+        crate::cluster::drift_feed::start(client.clone(), options.settings.keys.clone(), reach);
     crate::cluster::drift_feed::spawn_gauge(
         feed.clone(),
         options.drift_policy.clone(),

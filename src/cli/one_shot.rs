@@ -156,7 +156,11 @@ pub(crate) async fn synced_feed(
     keys: crate::annotations::AnnotationKeys,
     webhook_configuration: Option<String>,
 ) -> anyhow::Result<crate::cluster::drift_feed::DriftFeed> {
-    let feed = crate::cluster::drift_feed::start(client.clone(), keys, webhook_configuration);
+    let feed = crate::cluster::drift_feed::start(
+        client.clone(),
+        keys,
+        webhook_configuration.map(crate::cluster::drift_feed::Reach::WebhookConfiguration),
+    );
     let (mut synced, mut refused) = (feed.synced.clone(), feed.refused.clone());
     let listed = async {
         tokio::select! {

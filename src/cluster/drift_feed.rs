@@ -399,15 +399,20 @@ async fn feed<K>(
     }
 }
 
+/// What decides which pods are sent to injection at all.
+#[derive(Clone, Debug)]
+pub(crate) enum Reach {
+    /// The webhook configuration of that name, followed.
+    WebhookConfiguration(String),
+    /// The bindings of `serve --injection=policy`, whose selector is known from the start.
+    PolicyBindings(crate::drift::WebhookReach),
+}
+
 /// Starts the watches; they run until the process ends.
 ///
-/// With `webhook_configuration`, the namespaces and that configuration are followed as well,
-/// so that pods of namespaces its namespaceSelector leaves out count as excluded.
-pub(crate) fn start(
-    client: Client,
-    keys: AnnotationKeys,
-    webhook_configuration: Option<String>,
-) -> DriftFeed {
+/// With `reach`, the namespaces (and a webhook configuration) are followed as well, so that
+/// pods of namespaces its namespaceSelector leaves out count as excluded.
+pub(crate) fn start(client: Client, keys: AnnotationKeys, reach: Option<Reach>) -> DriftFeed {
     let index = Arc::new(Mutex::new(DriftIndex::default()));
     let (changes_tx, changes) = watch::channel(0u64);
     let (synced_tx, synced) = watch::channel(false);
@@ -417,10 +422,10 @@ pub(crate) fn start(
         synced: synced_tx,
         refused: refused_tx,
         lists_done: AtomicUsize::new(0),
-        feeds: 5 + if webhook_configuration.is_some() {
-            2
-        } else {
-            0
+        feeds: 5 + match reach {
+            Some(Reach::WebhookConfiguration(_)) => 2,
+            Some(Reach::PolicyBindings(_)) => 1,
+            None => 0,
         },
     });
     let followed = FollowedPods::default();
@@ -428,8 +433,8 @@ pub(crate) fn start(
         let (index, changed, followed) = (index.clone(), changed.clone(), followed.clone());
         tokio::spawn(async move {
             let config = super::watch::large_list_config(&client).await;
-            if let Some(name) = webhook_configuration {
-                follow_reach(&client, name, &config, &index, &changed);
+            if let Some(reach) = reach {
+                follow_reach(&client, reach, &config, &index, &changed);
             }
             spawn_feeds(client, config, index, keys, changed, followed);
         });
@@ -507,8 +512,39 @@ fn spawn_feeds(
 /// failed otherwise holds the sync until its retry lists.
 fn follow_reach(
     client: &Client,
-    name: String,
+    reach: Reach,
     config: &watcher::Config,
+    index: &Arc<Mutex<DriftIndex>>,
+    signals: &Arc<Signals>,
+) {
+    match reach {
+        Reach::PolicyBindings(reach) => index
+            .lock()
+            .expect("drift index lock")
+            .set_webhook_reach(Some(reach)),
+        Reach::WebhookConfiguration(name) => {
+            follow_webhook_configuration(client, name, index, signals)
+        }
+    }
+    follow(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        config.clone(),
+        "namespace",
+        |namespace: PartialObjectMeta<Namespace>| Some(without_managed_fields(namespace.metadata)),
+        (index.clone(), signals.clone()),
+        |index, change| match change {
+            Change::Listed(metas) => index.reset_namespaces(&metas),
+            Change::Applied(meta) => index.apply_namespace(&meta),
+            Change::Deleted(meta) => index.delete_namespace(meta.name.as_deref().unwrap_or("")),
+        },
+    );
+}
+
+/// Follows the webhook configuration `name` (its namespaceSelector and objectSelector) into
+/// the index.
+fn follow_webhook_configuration(
+    client: &Client,
+    name: String,
     index: &Arc<Mutex<DriftIndex>>,
     signals: &Arc<Signals>,
 ) {
@@ -524,18 +560,6 @@ fn follow_reach(
                 Change::Applied(reach) => Some(reach),
                 Change::Deleted(_) => None,
             });
-        },
-    );
-    follow(
-        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        config.clone(),
-        "namespace",
-        |namespace: PartialObjectMeta<Namespace>| Some(without_managed_fields(namespace.metadata)),
-        (index.clone(), signals.clone()),
-        |index, change| match change {
-            Change::Listed(metas) => index.reset_namespaces(&metas),
-            Change::Applied(meta) => index.apply_namespace(&meta),
-            Change::Deleted(meta) => index.delete_namespace(meta.name.as_deref().unwrap_or("")),
         },
     );
 }

@@ -17,6 +17,9 @@ use kube::core::{Selector, SelectorExt};
 pub(crate) struct WebhookReach {
     configuration: String,
     webhooks: Vec<WebhookSelectors>,
+    /// Reached through the bindings of admission policies (`serve --injection=policy`), not
+    /// a webhook configuration.
+    policy: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +37,14 @@ pub(crate) enum NotSent {
     Namespace {
         namespace: String,
         configuration: String,
+        wanted: String,
+    },
+    #[error(
+        "namespace {namespace} is left out by the admission policies (MutatingAdmissionPolicyBinding {binding}: {wanted})"
+    )]
+    PolicyNamespace {
+        namespace: String,
+        binding: String,
         wanted: String,
     },
     #[error(
@@ -67,6 +78,23 @@ impl WebhookReach {
         WebhookReach {
             configuration: configuration.metadata.name.clone().unwrap_or_default(),
             webhooks,
+            policy: false,
+        }
+    }
+
+    /// The pods the bindings `name` of `serve --injection=policy` reach: those of the
+    /// namespaces `selector` selects (the ignored ones are excluded anyway).
+    pub(crate) fn of_policy_binding(
+        name: &str,
+        selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    ) -> Self {
+        WebhookReach {
+            configuration: name.to_owned(),
+            webhooks: vec![WebhookSelectors {
+                namespaces: Selector::try_from(selector.clone()).unwrap_or_default(),
+                objects: Selector::default(),
+            }],
+            policy: true,
         }
     }
 
@@ -88,8 +116,13 @@ impl WebhookReach {
         labels: &BTreeMap<String, String>,
     ) -> Result<String, NotSent> {
         if self.webhooks.iter().any(|w| w.namespaces.matches(labels)) {
+            let kind = if self.policy {
+                "MutatingAdmissionPolicyBinding"
+            } else {
+                "MutatingWebhookConfiguration"
+            };
             return Ok(format!(
-                "MutatingWebhookConfiguration {} selects namespace {namespace}",
+                "{kind} {} selects namespace {namespace}",
                 self.configuration
             ));
         }
@@ -103,6 +136,13 @@ impl WebhookReach {
                 .collect();
             format!("its namespaceSelector wants {}", each.join(" or "))
         };
+        if self.policy {
+            return Err(NotSent::PolicyNamespace {
+                namespace: namespace.to_owned(),
+                binding: self.configuration.clone(),
+                wanted,
+            });
+        }
         Err(NotSent::Namespace {
             namespace: namespace.to_owned(),
             configuration: self.configuration.clone(),
@@ -190,6 +230,25 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn the_policy_bindings_reach_the_namespaces_of_their_selector() {
+        let selector = serde_json::from_value(json!({"matchExpressions": [
+            {"key": "sidecar-injector.io/injection", "operator": "NotIn", "values": ["disabled"]},
+        ]}))
+        .unwrap();
+        let reach = WebhookReach::of_policy_binding("sidecar-injector", &selector);
+        assert_eq!(reach.leaves_out("team-a", &labels(&[])), None);
+        assert_eq!(
+            reach
+                .leaves_out(
+                    "legacy",
+                    &labels(&[("sidecar-injector.io/injection", "disabled")])
+                )
+                .unwrap(),
+            "namespace legacy is left out by the admission policies (MutatingAdmissionPolicyBinding sidecar-injector: its namespaceSelector wants sidecar-injector.io/injection notin (disabled))"
+        );
     }
 
     /// deploy/base/webhook.yaml's selector.

@@ -14,8 +14,12 @@ fn policy_flags(namespace: &str) -> Vec<&str> {
     vec![
         "--injection=policy",
         "--namespace-selector",
-        // The selector's text: `sidecar-injector-e2e=<namespace>`, leaked for the flags' life.
-        Box::leak(format!("sidecar-injector-e2e={namespace}").into_boxed_str()),
+        // The selector's text, leaked for the flags' life: the test's namespace, unless it is
+        // labelled off.
+        Box::leak(
+            format!("sidecar-injector-e2e={namespace},sidecar-injector-e2e-off!=yes")
+                .into_boxed_str(),
+        ),
         "--policy-name",
         namespace,
     ]
@@ -198,6 +202,30 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
         .unwrap();
     wait_pods_at(&ctx, "web", 3, &v2, DEADLINE).await;
     assert_eq!(replicaset_count(&ctx, "web").await, 2, "no restart for it");
+
+    // --namespace-selector: a namespace the bindings leave out is not injected.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"sidecar-injector-e2e-off": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe", "annotations": {"injector/request": "tracer:v1"}},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
+    }))
+    .unwrap();
+    eventually(DEADLINE, "the policies leave the namespace out", || async {
+        let pod = ctx.api::<Pod>().create(&dry_run, &probe).await.ok()?;
+        annotation(&pod, "injector/status").is_none().then_some(())
+    })
+    .await;
 }
 
 /// Pods created one after another, each asking for tracer:v1, until told to stop; the names
