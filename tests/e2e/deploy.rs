@@ -65,13 +65,6 @@ async fn deploy_renders_and_the_base_passes_a_server_side_dry_run() {
             "{env:?}"
         );
     }
-    assert_eq!(
-        of_kind(&policy_mode, "Service")["spec"]["ports"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
     let policy_role = policy_mode
         .iter()
         .find(|d| {
