@@ -54,7 +54,7 @@ async fn wait_policy_stamps(client: &kube::Client, name: &str, stamp: &str) -> V
 
 /// Waits until the API server injects `stamp` into a pod it is asked to create (a dry run):
 /// it enforces a policy a moment after it stored it.
-async fn wait_enforced(ctx: &TestContext, stamp: &str) {
+async fn wait_enforced(pods: &Api<Pod>, stamp: &str) {
     let probe: Pod = serde_json::from_value(json!({
         "metadata": {"name": "probe", "annotations": {"injector/request": "tracer:v1"}},
         "spec": {"containers": [{"name": "app", "image": "example.org/app:1.0"}]}
@@ -68,7 +68,7 @@ async fn wait_enforced(ctx: &TestContext, stamp: &str) {
         DEADLINE,
         &format!("the API server injects {stamp}"),
         || async {
-            let pod = ctx.api::<Pod>().create(&dry_run, &probe).await.ok()?;
+            let pod = pods.create(&dry_run, &probe).await.ok()?;
             (annotation(&pod, "injector/revision") == Some(stamp)).then_some(())
         },
     )
@@ -88,7 +88,8 @@ fn tracer_containers(pod: &Pod) -> usize {
 async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
     let ns = "e2e-policy-rollout";
     let mut flags = policy_flags(ns);
-    flags.extend(["--rollout=auto", "--settle", "1s"]);
+    // A settle that leaves the API server time to compile the new policy on a busy machine.
+    flags.extend(["--rollout=auto", "--settle", "5s"]);
     let ctx = engine_context("policy-rollout", &flags).await;
     let injector = ctx.injector.as_ref().unwrap();
     // No webhook: no configuration calls it, and it serves no TLS port.
@@ -121,7 +122,7 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
         .map(|f| &f["manager"])
         .collect();
     assert_eq!(managers, [&json!("sidecar-injector")], "{policy}");
-    wait_enforced(&ctx, &v1).await;
+    wait_enforced(&ctx.api(), &v1).await;
 
     create_deployment(&ctx, "web", 2, template("web", Some("tracer:v1"))).await;
     wait_pods_at(&ctx, "web", 2, &v1, DEADLINE).await;
@@ -283,16 +284,32 @@ async fn switching_from_webhook_to_policies_and_back_injects_every_new_pod_exact
     phases.push(("webhook", pod_count(&pods).await));
 
     // To policies: a policy-mode replica beside the webhook, then the webhook removed.
-    let mut flags = policy_flags(ns);
-    flags.push("--rollout=off");
+    // The policies also reach a namespace of their own, which the webhook does not: a dry run
+    // there tells when the API server enforces them.
+    let probe_ns = "e2e-policy-switch-probe";
+    create(
+        &Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone()),
+        json!({"metadata": {"name": probe_ns, "labels": {"sidecar-injector-e2e": probe_ns}}}),
+    )
+    .await;
+    let selector = format!("sidecar-injector-e2e in ({ns},{probe_ns})");
+    let flags = [
+        "--injection=policy",
+        "--namespace-selector",
+        &selector,
+        "--policy-name",
+        ns,
+        "--rollout=off",
+    ];
     let policy_injector = ctx.start_replica_with(&flags);
-    // Ready once the API server enforces its policies: what an operator waits for (the
-    // rollout of the policy-mode Deployment) before removing the webhook.
+    // Ready once its policies are written (what the rollout of the policy-mode Deployment waits
+    // for), and enforced a moment later.
     eventually(DEADLINE, "the policy-mode replica is ready", || async {
         (policy_injector.lifecycle_get("/ready").0 == 200).then_some(())
     })
     .await;
     wait_policy_stamps(&ctx.client, ns, &v1).await;
+    wait_enforced(&Api::namespaced(ctx.client.clone(), probe_ns), &v1).await;
     more_pods(&pods, 5).await;
     phases.push(("both", pod_count(&pods).await));
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
@@ -319,6 +336,11 @@ async fn switching_from_webhook_to_policies_and_back_injects_every_new_pod_exact
         },
     )
     .await;
+    let replica_log: Vec<String> = policy_injector
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("policies") || l.contains("ready"))
+        .collect();
     drop(policy_injector);
     let kubeconfig = support::cluster::control_plane().kubeconfig.clone();
     let kinds = [
@@ -349,7 +371,8 @@ async fn switching_from_webhook_to_policies_and_back_injects_every_new_pod_exact
             && annotation(&pod, "injector/revision") == Some(v1.as_str());
         if tracer_containers(&pod) != 1 || !stamped {
             wrong.push(format!(
-                "{name}: {} tracer container(s), annotations {:?}",
+                "{name} (created {:?}): {} tracer container(s), annotations {:?}",
+                pod.metadata.creation_timestamp,
                 tracer_containers(&pod),
                 pod.metadata.annotations
             ));
@@ -357,10 +380,11 @@ async fn switching_from_webhook_to_policies_and_back_injects_every_new_pod_exact
     }
     assert!(
         wrong.is_empty(),
-        "{} of {} pods not injected exactly once (pods by the end of each phase: {phases:?}):\n{}",
+        "{} of {} pods not injected exactly once (pods by the end of each phase: {phases:?}):\n{}\nthe policy-mode replica:\n{}",
         wrong.len(),
         created.len(),
-        wrong.join("\n")
+        wrong.join("\n"),
+        replica_log.join("\n")
     );
     assert!(created.len() >= 20, "{} pods", created.len());
 }
