@@ -89,7 +89,16 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
     let ns = "e2e-policy-rollout";
     let mut flags = policy_flags(ns);
     // A settle that leaves the API server time to compile the new policy on a busy machine.
-    flags.extend(["--rollout=auto", "--settle", "5s"]);
+    flags.extend([
+        "--rollout=auto",
+        "--settle",
+        "5s",
+        "--rollout-timeout",
+        "15s",
+        // web is restarted twice: for v2, then as the canary of a broken revision.
+        "--cooldown",
+        "0s",
+    ]);
     let ctx = engine_context("policy-rollout", &flags).await;
     let injector = ctx.injector.as_ref().unwrap();
     // No webhook: no configuration calls it, and it serves no TLS port.
@@ -146,13 +155,7 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
     assert_eq!(events.len(), 1, "{events:?}");
     // drift reads the pods as with the webhook: all current.
     let report = drift_report(&scope_args(ns));
-    let tracer = report["sidecars"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "tracer:v1")
-        .unwrap()
-        .clone();
+    let tracer = sidecar_row(&report, "tracer:v1");
     assert_eq!(tracer["pods"]["current"], 2, "{tracer}");
     assert_eq!(tracer["pods"]["stale"], 0, "{tracer}");
 
@@ -162,17 +165,13 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
         "name: tracer:v1\nnativeSidecars: auto\ncontainers: [{name: tracer, image: 'tracer:3'}]\n";
     put_config(&ctx, "tracing", "tracer.yaml", auto).await;
     let warning = eventually(DEADLINE, "the ConfigMap's Warning Event", || async {
-        ctx.api::<Event>()
-            .list(&ListParams::default())
+        events_for(&ctx, "tracing", "InvalidSidecarConfig")
             .await
-            .unwrap()
-            .items
             .into_iter()
             .find(|e| {
-                e.involved_object.name.as_deref() == Some("tracing")
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.contains("not in policy mode"))
+                e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("not in policy mode"))
             })
     })
     .await;
@@ -203,6 +202,24 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
         .unwrap();
     wait_pods_at(&ctx, "web", 3, &v2, DEADLINE).await;
     assert_eq!(replicaset_count(&ctx, "web").await, 2, "no restart for it");
+
+    // A revision that fails its canary: the campaign pauses, and the policies serve the held
+    // revision v2 again, so new pods get it.
+    let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken'}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
+    let v3 = stamp_of(broken);
+    wait_policy_stamps(&ctx.client, ns, &v3).await;
+    wait_campaign_paused(injector, "tracer:v1").await;
+    eventually(DEADLINE, "the policy serves the held revision", || async {
+        let policy = mutating_policies(&ctx.client).get(ns).await.ok()?;
+        let policy = serde_json::to_value(policy).unwrap().to_string();
+        (policy.contains(v2.split('=').nth(1).unwrap()) && !policy.contains("tracer:broken"))
+            .then_some(())
+    })
+    .await;
+    wait_enforced(&ctx.api(), &v2).await;
+    create_deployment(&ctx, "fresh", 1, template("fresh", Some("tracer:v1"))).await;
+    wait_pods_at(&ctx, "fresh", 1, &v2, DEADLINE).await;
 
     // --namespace-selector: a namespace the bindings leave out is not injected.
     Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
