@@ -51,8 +51,8 @@ pub(crate) struct PolicyWriterOptions {
 /// express (or too large) is never written: the policies in force stay, and the reason is
 /// logged and counted. Returns the configs whose policies the API server enforces (empty
 /// until the first write): what the engine rolls out and replicas publish, so that no
-/// restart runs ahead of the policies. `readiness` learns of the first write of configs read
-/// once every source was loaded.
+/// restart runs ahead of the policies. Nothing is written before `readiness` says every
+/// source is loaded; it learns of the first write.
 pub(crate) fn spawn(
     client: kube::Client,
     options: PolicyWriterOptions,
@@ -73,9 +73,19 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let mut book = CampaignBook::default();
         let mut malformed = None;
+        let mut steps = readiness.watch();
         loop {
-            let loaded = readiness.done(ReadinessStep::ConfigsLoaded)
-                && readiness.done(ReadinessStep::ConfigMapsListed);
+            // Nothing is written before every source is loaded: a replica starting with the
+            // directory's configs alone would replace the policies in force with fewer ones,
+            // and the validating policy would deny every pod asking for the others.
+            if !(readiness.done(ReadinessStep::ConfigsLoaded)
+                && readiness.done(ReadinessStep::ConfigMapsListed))
+            {
+                if steps.changed().await.is_err() {
+                    break;
+                }
+                continue;
+            }
             let set = sources.borrow_and_update().clone();
             if let Some(status) = &mut status
                 && let Some(read) =
@@ -88,9 +98,7 @@ pub(crate) fn spawn(
             let wait = match writer.write(&served).await {
                 Ok(()) => {
                     in_force_tx.send_replace(set);
-                    if loaded {
-                        readiness.mark(ReadinessStep::PoliciesWritten);
-                    }
+                    readiness.mark(ReadinessStep::PoliciesWritten);
                     RESYNC
                 }
                 Err(wait) => wait,

@@ -99,7 +99,7 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
         "--cooldown",
         "0s",
     ]);
-    let ctx = engine_context("policy-rollout", &flags).await;
+    let mut ctx = engine_context("policy-rollout", &flags).await;
     let injector = ctx.injector.as_ref().unwrap();
     // No webhook: no configuration calls it, and it serves no TLS port.
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
@@ -220,6 +220,19 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
     wait_enforced(&ctx.api(), &v2).await;
     create_deployment(&ctx, "fresh", 1, template("fresh", Some("tracer:v1"))).await;
     wait_pods_at(&ctx, "fresh", 1, &v2, DEADLINE).await;
+
+    // A restarted replica rewrites nothing before it has read every source: the policy in
+    // force is not replaced by one of the directory's configs alone, even for a moment.
+    let generation = |policy: DynamicObject| policy.metadata.generation;
+    let before = generation(mutating_policies(&ctx.client).get(ns).await.unwrap());
+    ctx.restart_injector().await;
+    let restarted = ctx.injector.as_ref().unwrap();
+    eventually(DEADLINE, "the restarted injector is ready", || async {
+        (restarted.lifecycle_get("/ready").0 == 200).then_some(())
+    })
+    .await;
+    let after = generation(mutating_policies(&ctx.client).get(ns).await.unwrap());
+    assert_eq!(before, after, "the policy was rewritten by the restart");
 
     // --namespace-selector: a namespace the bindings leave out is not injected.
     Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
