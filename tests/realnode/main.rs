@@ -1216,7 +1216,63 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     native_stop_order(&pods, &configmaps).await;
     native_in_place(&client, &pods, &deployments, &configmaps).await;
     native_migration(&client, &pods, &deployments, &configmaps).await;
+    switch_to_policy_mode(&pods, &deployments).await;
     uninstall(&pods, &deployments).await;
+}
+
+/// The running cluster switched from the webhook to policies as docs/policy-mode.md says: the
+/// policy-mode overlay applied, its rollout waited for, the webhook configuration deleted.
+/// A new pod then runs its sidecar, injected by the API server.
+async fn switch_to_policy_mode(pods: &Api<Pod>, deployments: &Api<Deployment>) {
+    kubectl_ok(&[
+        "apply",
+        "--validate=strict",
+        "-k",
+        "tests/realnode/overlay-policy",
+    ]);
+    kubectl_ok(&[
+        "-n",
+        SYSTEM,
+        "rollout",
+        "status",
+        "deployment/sidecar-injector",
+        "--timeout=180s",
+    ]);
+    kubectl_ok(&["delete", "mutatingwebhookconfiguration", "sidecar-injector"]);
+    let policies = kubectl_ok(&[
+        "get",
+        "mutatingadmissionpolicies,mutatingadmissionpolicybindings",
+        "-l",
+        "app.kubernetes.io/managed-by=sidecar-injector",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        policies.lines().count(),
+        2,
+        "the policy and its binding: {policies}"
+    );
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("by-policy", 1, Some("shipper:v1")),
+        )
+        .await
+        .unwrap();
+    let created = wait_running(
+        pods,
+        "by-policy",
+        1,
+        &["app", "shipper"],
+        Some("shipper:v1"),
+    )
+    .await;
+    let annotations = created[0].metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("injector/status").map(String::as_str),
+        Some("injected"),
+        "{annotations:?}"
+    );
 }
 
 /// A config injected as native sidecars (`nativeSidecars: true`): the stored pod has the
@@ -1873,11 +1929,23 @@ async fn uninstall(pods: &Api<Pod>, deployments: &Api<Deployment>) {
     );
     // kubectl waits until the objects are gone, the namespace (its pods, the Secret, the
     // engine's status ConfigMap and Lease) included.
-    kubectl_ok(&["delete", "-k", "tests/realnode/overlay", "--timeout=180s"]);
+    // The policy mode's uninstall: what was applied, then the policies its replicas wrote.
+    kubectl_ok(&[
+        "delete",
+        "-k",
+        "tests/realnode/overlay-policy",
+        "--timeout=180s",
+    ]);
+    kubectl_ok(&[
+        "delete",
+        "mutatingadmissionpolicybinding,mutatingadmissionpolicy,validatingadmissionpolicybinding,validatingadmissionpolicy",
+        "-l",
+        "app.kubernetes.io/managed-by=sidecar-injector",
+    ]);
     let left = kubectl_ok(&[
         "get",
         "-k",
-        "tests/realnode/overlay",
+        "tests/realnode/overlay-policy",
         "--ignore-not-found",
         "-o",
         "name",
@@ -1885,7 +1953,7 @@ async fn uninstall(pods: &Api<Pod>, deployments: &Api<Deployment>) {
     assert_eq!(left.trim(), "", "left after kubectl delete -k");
     let left = kubectl_ok(&[
         "get",
-        "mutatingwebhookconfigurations,clusterroles,clusterrolebindings",
+        "mutatingwebhookconfigurations,clusterroles,clusterrolebindings,mutatingadmissionpolicies,validatingadmissionpolicies",
         "-o",
         "name",
     ]);
