@@ -629,7 +629,7 @@ fn start_cluster_parts(
         )
     });
     ClusterParts {
-        served: served(client, book_signals, sidecars),
+        served: served(client, book_signals, sidecars, options.policy.is_some()),
         stopped_first: [lease_task, publisher_task],
     }
 }
@@ -696,7 +696,12 @@ fn served(
     client: &kube::Client,
     book: Option<crate::cluster::status::BookSignals>,
     sidecars: watch::Receiver<Arc<SidecarSet>>,
+    policy_mode: bool,
 ) -> watch::Receiver<Arc<SidecarSet>> {
+    // With policies nothing serves `/mutate`: no Node watch for it.
+    if policy_mode {
+        return sidecars;
+    }
     let served = book.map_or(sidecars, |signals| signals.served);
     crate::cluster::nodes::served_for_nodes(
         served,
