@@ -36,6 +36,12 @@ fn mutating_policies(client: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &resource)
 }
 
+/// The MutatingAdmissionPolicy `name` as JSON text, when it exists.
+async fn policy_text(client: &kube::Client, name: &str) -> Option<String> {
+    let policy = mutating_policies(client).get_opt(name).await.ok()??;
+    Some(serde_json::to_value(policy).unwrap().to_string())
+}
+
 /// Waits until the MutatingAdmissionPolicy `name` stamps the revision of `stamp`; returns it.
 async fn wait_policy_stamps(client: &kube::Client, name: &str, stamp: &str) -> Value {
     let revision = stamp.split('=').nth(1).unwrap().to_owned();
@@ -88,11 +94,12 @@ fn tracer_containers(pod: &Pod) -> usize {
 async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
     let ns = "e2e-policy-rollout";
     let mut flags = policy_flags(ns);
-    // A settle that leaves the API server time to compile the new policy on a busy machine.
+    // A settle that leaves the API server time to compile the new policy on a busy machine:
+    // beside the other tests' large policies it took over 10 s (5 s of settle failed).
     flags.extend([
         "--rollout=auto",
         "--settle",
-        "5s",
+        "15s",
         "--rollout-timeout",
         "15s",
         // web is restarted twice: for v2, then as the canary of a broken revision.
@@ -188,8 +195,7 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
             .then_some(())
     })
     .await;
-    let policy = mutating_policies(&ctx.client).get(ns).await.unwrap();
-    let policy = serde_json::to_value(policy).unwrap().to_string();
+    let policy = policy_text(&ctx.client, ns).await.unwrap();
     assert!(policy.contains(v2.split('=').nth(1).unwrap()));
     assert!(!policy.contains("tracer:3"));
     ctx.api::<Deployment>()
@@ -211,8 +217,7 @@ async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
     wait_policy_stamps(&ctx.client, ns, &v3).await;
     wait_campaign_paused(injector, "tracer:v1").await;
     eventually(DEADLINE, "the policy serves the held revision", || async {
-        let policy = mutating_policies(&ctx.client).get(ns).await.ok()?;
-        let policy = serde_json::to_value(policy).unwrap().to_string();
+        let policy = policy_text(&ctx.client, ns).await?;
         (policy.contains(v2.split('=').nth(1).unwrap()) && !policy.contains("tracer:broken"))
             .then_some(())
     })
