@@ -74,6 +74,12 @@ pub(crate) fn spawn(
         let mut book = CampaignBook::default();
         let mut malformed = None;
         let mut steps = readiness.watch();
+        // The book's holds and pins are part of what is written: not before its first read.
+        if let Some(status) = &mut status
+            && status.changed().await.is_err()
+        {
+            return;
+        }
         loop {
             // Nothing is written before every source is loaded: a replica starting with the
             // directory's configs alone would replace the policies in force with fewer ones,
