@@ -558,6 +558,55 @@ mod tests {
     }
 
     #[test]
+    fn a_replicaset_sends_the_gauge_to_its_pods_only_when_some_are_indexed() {
+        let keys = AnnotationKeys::default();
+        let replicaset = |name: &str| PodMeta::new("team", name).owner("Deployment", "web").0;
+        let pod = |name: &str, rs: &str| {
+            PodMeta::new("team", name)
+                .request("logger:v1")
+                .owner("ReplicaSet", rs)
+                .injected("logger:v1=aaaaaaaaaaaa")
+                .0
+        };
+        let mut index = DriftIndex::default();
+        index.track_changes();
+        let mut gauge = DriftGauge::new(DriftPolicy::default());
+        let wanted = wanted(0);
+        gauge.update(&mut index, &wanted);
+        // A rollout's new ReplicaSet comes before its pods: nothing to look for.
+        index.apply_replicaset(&replicaset("web-1"));
+        assert!(index.pending_changes().unwrap().replicasets.is_empty());
+        index.apply_pod(&pod("web-1-a", "web-1"), &keys);
+        // Pods seen before their ReplicaSet (another watch) were counted with no Deployment
+        // known: its coming sends the gauge to them.
+        index.apply_pod(&pod("web-2-a", "web-2"), &keys);
+        index.apply_pod(&pod("web-2-b", "web-2"), &keys);
+        gauge.update(&mut index, &wanted);
+        index.apply_replicaset(&replicaset("web-2"));
+        let pending = index.pending_changes().unwrap();
+        assert_eq!(
+            pending.replicasets.get("team").map(|names| names.len()),
+            Some(1)
+        );
+        let rows = gauge.update(&mut index, &wanted);
+        let full = index.classify_revisions(&wanted, &DriftPolicy::default());
+        assert_eq!(rows, full.sidecars);
+        assert_eq!(full.workloads.len(), 1, "{:#?}", full.workloads);
+        // Its pods gone, an old ReplicaSet's deletion asks for nothing either.
+        index.delete_pod("team", "web-2-a");
+        index.delete_pod("team", "web-2-b");
+        gauge.update(&mut index, &wanted);
+        index.delete_replicaset("team", "web-2");
+        assert!(index.pending_changes().unwrap().replicasets.is_empty());
+        assert_eq!(
+            gauge.update(&mut index, &wanted),
+            index
+                .classify_revisions(&wanted, &DriftPolicy::default())
+                .sidecars
+        );
+    }
+
+    #[test]
     fn a_revision_change_classifies_again_only_the_pods_that_request_the_sidecar() {
         let keys = AnnotationKeys::default();
         let mut index = DriftIndex::default();

@@ -42,6 +42,28 @@ impl IndexChanges {
 /// Namespace -> name -> value.
 type ByNamespace<V> = HashMap<Arc<str>, HashMap<Box<str>, V>>;
 
+/// Counts a pod in (`added`) or out of its ReplicaSet's pods, if a ReplicaSet owns it.
+fn owned_by(counts: &mut ByNamespace<u32>, namespace: &Arc<str>, owner: &PodOwner, added: bool) {
+    let PodOwner::ReplicaSet(replicaset) = owner else {
+        return;
+    };
+    if added {
+        *counts
+            .entry(namespace.clone())
+            .or_default()
+            .entry(replicaset.as_ref().into())
+            .or_default() += 1;
+    } else if let Some(count) = counts
+        .get_mut(namespace.as_ref())
+        .and_then(|names| names.get_mut(replicaset.as_ref()))
+    {
+        *count -= 1;
+        if *count == 0 {
+            remove_named(counts, namespace, replicaset);
+        }
+    }
+}
+
 /// Removes `name` from `namespace`, and the namespace with its last name: namespaces come and
 /// go (one per preview environment), and an empty one would be kept for ever, its name too.
 fn remove_named<V>(map: &mut ByNamespace<V>, namespace: &str, name: &str) -> Option<V> {
@@ -62,6 +84,11 @@ pub struct DriftIndex {
     /// Namespace -> ReplicaSet -> the Deployment that controls it, if any. Nested so that a
     /// lookup borrows the pod's strings instead of building a key.
     pub(super) replicasets: ByNamespace<Option<Arc<str>>>,
+    /// Namespace -> ReplicaSet -> how many indexed pods name it their owner. A ReplicaSet
+    /// that comes, goes or changes Deployment while no pod names it (a rollout's new one
+    /// before its pods, an old one after them) changes no pod's classification: the gauge is
+    /// not sent to look for its pods (a scan of every pod, 4-14 ms at 50,000 pods under load).
+    pods_per_replicaset: ByNamespace<u32>,
     /// Per kind (`WorkloadKind as usize`): namespace -> name -> entry. Bare pods have no
     /// entry; their slot stays empty.
     pub(super) workloads: [ByNamespace<WorkloadEntry>; 4],
@@ -115,8 +142,13 @@ impl DriftIndex {
     }
 
     fn changed_replicaset(&mut self, key: Key) {
+        let owns_pods = self
+            .pods_per_replicaset
+            .get(key.0.as_ref())
+            .is_some_and(|names| names.contains_key(key.1.as_ref()));
         if let Some(changes) = &mut self.changes
             && !changes.everything
+            && owns_pods
         {
             let (namespace, name) = key;
             changes
@@ -154,27 +186,42 @@ impl DriftIndex {
             // A status-only update (most pod events) changes nothing here.
             Some(entry) if self.pods.get(&key) != Some(&entry) => {
                 self.changed_pod(&key);
-                self.pods.insert(key, entry);
-            }
-            Some(_) => {}
-            None => {
-                if self.pods.remove(&key).is_some() {
-                    self.changed_pod(&key);
+                let namespace = key.0.clone();
+                owned_by(
+                    &mut self.pods_per_replicaset,
+                    &namespace,
+                    &entry.owner,
+                    true,
+                );
+                if let Some(previous) = self.pods.insert(key, entry) {
+                    owned_by(
+                        &mut self.pods_per_replicaset,
+                        &namespace,
+                        &previous.owner,
+                        false,
+                    );
                 }
             }
+            Some(_) => {}
+            None => self.remove_pod(&key),
         }
     }
 
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
         let key = self.key(namespace, name);
-        if self.pods.remove(&key).is_some() {
-            self.changed_pod(&key);
-        }
+        self.remove_pod(&key);
         self.deletes_since_prune += 1;
         // Amortised: strings of deleted pods' owners (a Job name, an old revision) go once no
         // entry refers to them, so churn does not grow the interner for ever.
         if self.deletes_since_prune >= self.pods.len().max(1024) {
             self.prune_interned();
+        }
+    }
+
+    fn remove_pod(&mut self, key: &Key) {
+        if let Some(pod) = self.pods.remove(key) {
+            owned_by(&mut self.pods_per_replicaset, &key.0, &pod.owner, false);
+            self.changed_pod(key);
         }
     }
 
@@ -209,7 +256,14 @@ impl DriftIndex {
         let Some(relisted) = self.relisted_pods.take() else {
             return;
         };
-        self.pods.retain(|key, _| relisted.contains(key));
+        let owners = &mut self.pods_per_replicaset;
+        self.pods.retain(|key, pod| {
+            let listed = relisted.contains(key);
+            if !listed {
+                owned_by(owners, &key.0, &pod.owner, false);
+            }
+            listed
+        });
         self.prune_interned();
         self.changed_everything();
     }
