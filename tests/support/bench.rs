@@ -99,6 +99,30 @@ pub fn memory_mib(pid: u32) -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// The CPU time a process has used so far, user and system, in seconds (`/proc/PID/stat`).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which may hold spaces, start after its `)`.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let per_second = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / per_second
+}
+
 /// `ok` or `MISSED`, for a figure beside its target.
 pub fn verdict(met: bool) -> &'static str {
     if met { "ok" } else { "MISSED" }
