@@ -48,11 +48,14 @@ fn owned_by(counts: &mut ByNamespace<u32>, namespace: &Arc<str>, owner: &PodOwne
         return;
     };
     if added {
-        *counts
-            .entry(namespace.clone())
-            .or_default()
-            .entry(replicaset.as_ref().into())
-            .or_default() += 1;
+        let names = counts.entry(namespace.clone()).or_default();
+        // Most pods join a ReplicaSet already counted: no name is built for them.
+        match names.get_mut(replicaset.as_ref()) {
+            Some(count) => *count += 1,
+            None => {
+                names.insert(replicaset.as_ref().into(), 1);
+            }
+        }
     } else if let Some(count) = counts
         .get_mut(namespace.as_ref())
         .and_then(|names| names.get_mut(replicaset.as_ref()))
@@ -186,20 +189,15 @@ impl DriftIndex {
             // A status-only update (most pod events) changes nothing here.
             Some(entry) if self.pods.get(&key) != Some(&entry) => {
                 self.changed_pod(&key);
-                let namespace = key.0.clone();
-                owned_by(
-                    &mut self.pods_per_replicaset,
-                    &namespace,
-                    &entry.owner,
-                    true,
-                );
-                if let Some(previous) = self.pods.insert(key, entry) {
-                    owned_by(
-                        &mut self.pods_per_replicaset,
-                        &namespace,
-                        &previous.owner,
-                        false,
-                    );
+                let (namespace, owner) = (key.0.clone(), entry.owner.clone());
+                let previous = self.pods.insert(key, entry).map(|pod| pod.owner);
+                // Most changes are of a pod's annotations; its owner stays.
+                if previous.as_ref() != Some(&owner) {
+                    let counts = &mut self.pods_per_replicaset;
+                    if let Some(previous) = &previous {
+                        owned_by(counts, &namespace, previous, false);
+                    }
+                    owned_by(counts, &namespace, &owner, true);
                 }
             }
             Some(_) => {}
