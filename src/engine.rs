@@ -34,6 +34,12 @@ use crate::workload::{RestartMethod, WorkloadKind, WorkloadRef};
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Quiet time after a change before planning, so a burst of watch events costs one plan.
 pub(crate) const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
+/// After a change of the cluster, the quiet time is also this many times the last plan's: a
+/// campaign's pod churn changes the cluster all the time, and at 50,000 pods a plan takes tens
+/// of milliseconds, which back to back would take most of a core from the control plane.
+pub(crate) const PLAN_DUTY: u32 = 4;
+/// The longest the quiet time grows to, however long plans take.
+pub(crate) const PLAN_DEBOUNCE_MAX: Duration = Duration::from_secs(1);
 /// A failed action, or an eviction a PodDisruptionBudget refused, is tried again this long
 /// after (or sooner, if something watched changes).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -187,6 +193,8 @@ pub(crate) struct Engine {
     /// The next moment a plan can change by time alone (see [`RolloutPlan::wake_at`]), or an
     /// action is due again.
     wake_at: Option<Timestamp>,
+    /// How long the last plan held the index (waiting for it included).
+    last_plan: Duration,
     notifier: Option<crate::notifier::Notifier>,
     containers: Option<ContainerRun>,
     /// What a running injector published, whose revisions the one-shot CLI brings pods to
@@ -222,6 +230,7 @@ impl Engine {
             upgrade_reads: BTreeMap::new(),
             book_writer: status::BookWriter::new(status),
             wake_at: None,
+            last_plan: Duration::ZERO,
             notifier: None,
             containers: None,
             published: None,
@@ -279,6 +288,11 @@ impl Engine {
 
     /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
     /// `serve`'s loop wakes on it; `false` once its watch is gone.
+    /// How long the last plan took, for the control loop's pacing.
+    pub(crate) fn last_plan(&self) -> Duration {
+        self.last_plan
+    }
+
     pub(crate) async fn status_changed(&mut self) -> bool {
         self.book_writer.changed().await
     }
@@ -318,13 +332,14 @@ impl Engine {
         if may_write {
             self.follow_upgrades(&feed.followed).await;
         }
+        let planning = std::time::Instant::now();
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
-        let planning = std::time::Instant::now();
         let step = self.step(feed, &targets, &bakes_changed, now, conduct);
+        self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration
-            .observe(planning.elapsed().as_secs_f64());
+            .observe(self.last_plan.as_secs_f64());
         self.wake_at = step.wake_at;
         self.metrics
             .rollouts_in_flight

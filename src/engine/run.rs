@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use super::{Authority, Engine, PLAN_DEBOUNCE};
+use super::{Authority, Engine, PLAN_DEBOUNCE, PLAN_DEBOUNCE_MAX, PLAN_DUTY};
 use crate::cluster::drift_feed::DriftFeed;
 use crate::config::SidecarSet;
 use crate::rollout::RolloutPlan;
@@ -28,6 +28,23 @@ pub(crate) fn soonest_wake(
         .into_iter()
         .flatten()
         .fold(now + safety_net, Instant::min)
+}
+
+/// The quiet time after a change of the cluster before the next plan: the debounce, or
+/// [`PLAN_DUTY`] times the last plan's time, so that planning takes at most a fifth of a core
+/// however often the pods change (up to [`PLAN_DEBOUNCE_MAX`]).
+pub(crate) fn quiet_after_cluster_change(last_plan: Duration) -> Duration {
+    (last_plan * PLAN_DUTY).clamp(PLAN_DEBOUNCE, PLAN_DEBOUNCE_MAX)
+}
+
+/// What ended a wait of the control loop.
+enum Woke {
+    /// The cluster's watches changed the index.
+    Cluster,
+    /// The status ConfigMap, or something the conductor watches (the configs, the grant).
+    Other,
+    /// A moment a plan or the conductor asked for.
+    Time,
 }
 
 /// Why the loop ended before its conductor said it was done.
@@ -87,19 +104,36 @@ pub(crate) async fn control_loop(
         let mut moments = conductor.wake_at(now);
         moments.push(engine.next_wake(now));
         let wake = soonest_wake(now, conductor.safety_net(), moments);
-        let changed = tokio::select! {
+        let woke = tokio::select! {
             result = changes.changed() => if result.is_err() {
                 return Err(LoopStopped::ClusterWatches);
-            } else { true },
-            watching = engine.status_changed() => if watching { true } else {
+            } else { Woke::Cluster },
+            watching = engine.status_changed() => if watching { Woke::Other } else {
                 return Err(LoopStopped::StatusWatch);
             },
-            result = conductor.changed() => { result?; true },
-            () = tokio::time::sleep_until(wake.into()) => false,
+            result = conductor.changed() => { result?; Woke::Other },
+            () = tokio::time::sleep_until(wake.into()) => Woke::Time,
         };
-        // A burst of watch events (a restart's pods come and go) costs one plan.
-        if changed {
-            tokio::time::sleep(PLAN_DEBOUNCE).await;
+        // A burst of watch events (a restart's pods come and go) costs one plan; an edit of a
+        // config, a change of the grant or a moment the plan asked for is planned on at once
+        // even while the pods keep changing.
+        let quiet = match woke {
+            Woke::Time => Duration::ZERO,
+            Woke::Other => PLAN_DEBOUNCE,
+            Woke::Cluster => {
+                let paced = Instant::now() + quiet_after_cluster_change(engine.last_plan());
+                let paced = tokio::select! {
+                    () = tokio::time::sleep_until(paced.min(wake).into()) => true,
+                    watching = engine.status_changed() => if watching { false } else {
+                        return Err(LoopStopped::StatusWatch);
+                    },
+                    result = conductor.changed() => { result?; false },
+                };
+                if paced { Duration::ZERO } else { PLAN_DEBOUNCE }
+            }
+        };
+        if !quiet.is_zero() {
+            tokio::time::sleep(quiet).await;
         }
     }
 }

@@ -654,3 +654,196 @@ async fn leadership_follows_the_grant_and_readiness_at_once() {
     let finished = within(Duration::from_secs(3), || engine.is_finished()).await;
     assert!(finished.is_some(), "the engine outlived its readiness");
 }
+
+/// Conducts the loop for the pacing tests: plans only, and makes each plan wait `hold` for the
+/// index (held by another thread, as a long plan at 50,000 pods holds it), noting when each
+/// pass began.
+struct SlowPlans {
+    sidecars: watch::Receiver<Arc<SidecarSet>>,
+    index: Arc<Mutex<crate::drift::DriftIndex>>,
+    hold: Duration,
+    passes: Arc<Mutex<Vec<Instant>>>,
+    ended: Arc<Mutex<usize>>,
+    until: Instant,
+    /// After each pass, the next moment a plan asks to be woken at, this long after.
+    due_after: Option<Duration>,
+    due: Option<Instant>,
+}
+
+impl Conductor for SlowPlans {
+    fn sidecars(&mut self) -> Arc<SidecarSet> {
+        self.sidecars.borrow_and_update().clone()
+    }
+
+    fn before_pass(&mut self, _: &mut Engine) -> Result<Option<Authority>, LoopStopped> {
+        self.passes.lock().unwrap().push(Instant::now());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (index, hold) = (self.index.clone(), self.hold);
+        std::thread::spawn(move || {
+            let _index = index.lock().unwrap();
+            held_tx.send(()).unwrap();
+            std::thread::sleep(hold);
+        });
+        held_rx.recv().unwrap();
+        Ok(Some(Authority::PlanOnly))
+    }
+
+    fn after_pass(&mut self, _: &Engine, _: &RolloutPlan) -> std::ops::ControlFlow<()> {
+        *self.ended.lock().unwrap() += 1;
+        self.due = self.due_after.map(|after| Instant::now() + after);
+        if Instant::now() >= self.until {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+
+    fn wake_at(&self, _: Instant) -> Vec<Option<Instant>> {
+        vec![self.due]
+    }
+
+    fn safety_net(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    async fn changed(&mut self) -> Result<(), LoopStopped> {
+        self.sidecars
+            .changed()
+            .await
+            .map_err(|_| LoopStopped::Conductor("gone".into()))
+    }
+}
+
+/// A control loop whose plans each wait `hold` for the index, while the cluster changes every
+/// 10 ms for `churn`.
+struct Churning {
+    looping: tokio::task::JoinHandle<()>,
+    /// When each pass began.
+    passes: Arc<Mutex<Vec<Instant>>>,
+    /// How many passes ended.
+    ended: Arc<Mutex<usize>>,
+    sidecars: watch::Sender<Arc<SidecarSet>>,
+}
+
+async fn churning_loop(hold: Duration, churn: Duration, due_after: Option<Duration>) -> Churning {
+    let (client, _) = mock_client(answer_ok);
+    let (mut engine, _) = engine(client);
+    let (changes_tx, changes) = watch::channel(0u64);
+    let feed = DriftFeed {
+        index: Arc::new(Mutex::new(crate::drift::DriftIndex::default())),
+        changes,
+        synced: watch::channel(true).1,
+        refused: watch::channel(None).1,
+        followed: Default::default(),
+    };
+    let (sidecars_tx, sidecars) = watch::channel(Arc::new(SidecarSet::default()));
+    let passes = Arc::new(Mutex::new(Vec::new()));
+    let ended = Arc::new(Mutex::new(0));
+    let until = Instant::now() + churn;
+    let mut conductor = SlowPlans {
+        sidecars,
+        index: feed.index.clone(),
+        hold,
+        passes: passes.clone(),
+        ended: ended.clone(),
+        until,
+        due_after,
+        due: None,
+    };
+    tokio::spawn(async move {
+        while Instant::now() < until {
+            changes_tx.send_modify(|n| *n += 1);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let looping = tokio::spawn(async move {
+        if let Err(stopped) = control_loop(&mut engine, &feed, &mut conductor).await {
+            panic!("the loop stopped: {stopped}");
+        }
+    });
+    Churning {
+        looping,
+        passes,
+        ended,
+        sidecars: sidecars_tx,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_that_take_long_are_spaced_out_while_the_cluster_keeps_changing() {
+    // Each plan waits 250 ms: back to back behind the 100 ms debounce that is a pass every
+    // 350 ms, about 8 in 3 s; paced, a pass every 1.25 s (the quiet time capped at 1 s).
+    let Churning {
+        looping,
+        passes,
+        sidecars: _sidecars,
+        ..
+    } = churning_loop(Duration::from_millis(250), Duration::from_secs(3), None).await;
+    let ended = within(Duration::from_secs(10), || looping.is_finished()).await;
+    assert!(ended.is_some(), "the loop did not end");
+    let passes = passes.lock().unwrap().clone();
+    assert!(
+        passes.len() <= 4,
+        "{} plans in 3 s of pod churn, each taking 250 ms: {:?}",
+        passes.len(),
+        passes.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
+    );
+    assert!(passes.len() >= 2, "the cluster's changes were planned on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_the_configs_is_planned_at_once_while_plans_are_spaced_out() {
+    let Churning {
+        looping,
+        passes,
+        ended,
+        sidecars,
+    } = churning_loop(Duration::from_millis(250), Duration::from_secs(10), None).await;
+    // Each edit as a pass ends, when the loop has a second's quiet ahead of it (the
+    // cluster's changes, pending too, may be taken first).
+    for _ in 0..6 {
+        let count = *ended.lock().unwrap();
+        let pass_ended = within(Duration::from_secs(5), || *ended.lock().unwrap() > count).await;
+        assert!(pass_ended.is_some(), "no pass ended");
+        let count = passes.lock().unwrap().len();
+        let edited = Instant::now();
+        sidecars.send_modify(|_| {});
+        let planned = within(Duration::from_secs(5), || {
+            passes.lock().unwrap().len() > count
+        })
+        .await;
+        let after = edited.elapsed();
+        assert!(planned.is_some(), "the edit was never planned on");
+        assert!(
+            after < Duration::from_millis(600),
+            "an edit was planned on {after:?} after it, behind the pacing of pod churn"
+        );
+    }
+    looping.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moment_a_plan_asked_for_is_kept_while_plans_are_spaced_out() {
+    // Each plan asks to be woken 200 ms after it (a settle window's end, a rate limit's):
+    // that, not the second of quiet the pod churn would get, is when the next plan comes.
+    let Churning {
+        looping,
+        passes,
+        sidecars: _sidecars,
+        ..
+    } = churning_loop(
+        Duration::from_millis(250),
+        Duration::from_secs(3),
+        Some(Duration::from_millis(200)),
+    )
+    .await;
+    let ended = within(Duration::from_secs(10), || looping.is_finished()).await;
+    assert!(ended.is_some(), "the loop did not end");
+    let passes = passes.lock().unwrap().clone();
+    let gaps: Vec<Duration> = passes.windows(2).map(|w| w[1] - w[0]).collect();
+    // 250 ms of plan and 200 ms to the moment asked for: 450 ms; paced, 1.25 s.
+    assert!(
+        gaps.len() >= 3 && gaps.iter().all(|gap| *gap < Duration::from_millis(800)),
+        "passes {gaps:?} apart, each asking for the next 200 ms after it"
+    );
+}
