@@ -481,7 +481,8 @@ async fn first_rolled_at(api: &Api<Deployment>) -> k8s_openapi::jiff::Timestamp 
 
 /// The engine's plans so far and the seconds they took, from its histogram.
 fn plans(injector: &support::injector::Injector) -> (f64, f64) {
-    let of = |name: &str| samples(injector, name).values().sum::<f64>();
+    let (_, body) = injector.lifecycle_get("/metrics");
+    let of = |name: &str| samples_in(&body, name).values().sum::<f64>();
     (
         of("sidecar_injector_rollout_plan_duration_seconds_count"),
         of("sidecar_injector_rollout_plan_duration_seconds_sum"),

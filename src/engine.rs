@@ -286,13 +286,13 @@ impl Engine {
         self.state.awaiting_success.len()
     }
 
-    /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
-    /// `serve`'s loop wakes on it; `false` once its watch is gone.
     /// How long the last plan took, for the control loop's pacing.
     pub(crate) fn last_plan(&self) -> Duration {
         self.last_plan
     }
 
+    /// Resolves when the status ConfigMap changes (a pause or a resume from elsewhere), as
+    /// `serve`'s loop wakes on it; `false` once its watch is gone.
     pub(crate) async fn status_changed(&mut self) -> bool {
         self.book_writer.changed().await
     }

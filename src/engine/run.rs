@@ -33,8 +33,21 @@ pub(crate) fn soonest_wake(
 /// The quiet time after a change of the cluster before the next plan: the debounce, or
 /// [`PLAN_DUTY`] times the last plan's time, so that planning takes at most a fifth of a core
 /// however often the pods change (up to [`PLAN_DEBOUNCE_MAX`]).
-pub(crate) fn quiet_after_cluster_change(last_plan: Duration) -> Duration {
+fn quiet_after_cluster_change(last_plan: Duration) -> Duration {
     (last_plan * PLAN_DUTY).clamp(PLAN_DEBOUNCE, PLAN_DEBOUNCE_MAX)
+}
+
+/// Resolves when the status ConfigMap or something the conductor watches changes.
+async fn other_change(
+    engine: &mut Engine,
+    conductor: &mut impl Conductor,
+) -> Result<(), LoopStopped> {
+    tokio::select! {
+        watching = engine.status_changed() => if watching { Ok(()) } else {
+            Err(LoopStopped::StatusWatch)
+        },
+        result = conductor.changed() => result,
+    }
 }
 
 /// What ended a wait of the control loop.
@@ -108,10 +121,7 @@ pub(crate) async fn control_loop(
             result = changes.changed() => if result.is_err() {
                 return Err(LoopStopped::ClusterWatches);
             } else { Woke::Cluster },
-            watching = engine.status_changed() => if watching { Woke::Other } else {
-                return Err(LoopStopped::StatusWatch);
-            },
-            result = conductor.changed() => { result?; Woke::Other },
+            result = other_change(engine, conductor) => { result?; Woke::Other },
             () = tokio::time::sleep_until(wake.into()) => Woke::Time,
         };
         // A burst of watch events (a restart's pods come and go) costs one plan; an edit of a
@@ -121,15 +131,11 @@ pub(crate) async fn control_loop(
             Woke::Time => Duration::ZERO,
             Woke::Other => PLAN_DEBOUNCE,
             Woke::Cluster => {
-                let paced = Instant::now() + quiet_after_cluster_change(engine.last_plan());
-                let paced = tokio::select! {
-                    () = tokio::time::sleep_until(paced.min(wake).into()) => true,
-                    watching = engine.status_changed() => if watching { false } else {
-                        return Err(LoopStopped::StatusWatch);
-                    },
-                    result = conductor.changed() => { result?; false },
-                };
-                if paced { Duration::ZERO } else { PLAN_DEBOUNCE }
+                let until = Instant::now() + quiet_after_cluster_change(engine.last_plan());
+                tokio::select! {
+                    () = tokio::time::sleep_until(until.min(wake).into()) => Duration::ZERO,
+                    result = other_change(engine, conductor) => { result?; PLAN_DEBOUNCE },
+                }
             }
         };
         if !quiet.is_zero() {
