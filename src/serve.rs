@@ -539,6 +539,33 @@ struct ClusterParts {
     stopped_first: [Option<tokio::task::JoinHandle<()>>; 2],
 }
 
+/// This replica's publication task ([`crate::cluster::status::run_publisher`]), publishing
+/// once the configs, the ConfigMaps and the policies are ready.
+fn spawn_publisher(
+    client: &kube::Client,
+    publication: &PublicationOptions,
+    status: watch::Receiver<Option<k8s_openapi::api::core::v1::ConfigMap>>,
+    published: watch::Receiver<Arc<SidecarSet>>,
+    readiness: &Arc<Readiness>,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let ready = readiness.clone();
+    tokio::spawn(crate::cluster::status::run_publisher(
+        client.clone(),
+        publication.namespace.clone(),
+        publication.identity.clone(),
+        status,
+        published,
+        publication.every,
+        move || {
+            ready.done(ReadinessStep::ConfigsLoaded)
+                && ready.done(ReadinessStep::ConfigMapsListed)
+                && ready.done(ReadinessStep::PoliciesWritten)
+        },
+        stop.clone(),
+    ))
+}
+
 /// Starts what watches and writes the cluster, when there is one: the status ConfigMap's
 /// watch, the publisher, the drift gauge, and the Lease and engine when the engine runs.
 fn start_cluster_parts(
@@ -581,23 +608,21 @@ fn start_cluster_parts(
     let published = book_signals
         .as_ref()
         .map_or_else(|| sidecars.clone(), |b| b.pinned.clone());
-    let publisher_task = options.publication.as_ref().map(|publication| {
-        let ready = readiness.clone();
-        let published = published.clone();
-        tokio::spawn(crate::cluster::status::run_publisher(
-            client.clone(),
-            publication.namespace.clone(),
-            publication.identity.clone(),
-            published,
-            publication.every,
-            move || {
-                ready.done(ReadinessStep::ConfigsLoaded)
-                    && ready.done(ReadinessStep::ConfigMapsListed)
-                    && ready.done(ReadinessStep::PoliciesWritten)
-            },
-            stop.clone(),
-        ))
-    });
+    let publisher_task =
+        options
+            .publication
+            .as_ref()
+            .zip(status.clone())
+            .map(|(publication, status)| {
+                spawn_publisher(
+                    client,
+                    publication,
+                    status,
+                    published.clone(),
+                    readiness,
+                    &stop,
+                )
+            });
     let reach = match (&options.policy, &options.webhook_ca) {
         (Some(policy), _) => policy.namespace_selector.as_ref().map(|selector| {
             crate::cluster::drift_feed::Reach::PolicyBindings(

@@ -462,6 +462,38 @@ async fn a_missing_injector_namespace_is_said_plainly_retried_ever_less_often_th
         .expect("the namespace deleted");
 }
 
+/// A replica renews its publication onto the status ConfigMap its watch keeps: each heartbeat
+/// is one update, not a read and an update (at 50,000 pods, the requests a campaign pays by
+/// time are what keeps it above 2.5 a restart).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_heartbeat_is_one_update_with_no_read() {
+    // With the engine leading, as a replica runs: its writes of the book are there too.
+    let ctx = engine_context(
+        "heartbeat-requests",
+        &["--rollout=auto", "--publish-interval", "1s"],
+    )
+    .await;
+    wait_published(&ctx, &stamp_of(TRACER_V1)).await;
+    let injector = ctx.injector.as_ref().unwrap();
+    let configmaps = |verb: &str| {
+        support::bench::samples(injector, "sidecar_injector_kube_requests_total")
+            .get(&format!("{{verb=\"{verb}\",resource=\"configmaps\"}}"))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (gets, updates) = (configmaps("get"), configmaps("update"));
+    eventually(DEADLINE, "three more heartbeats", || async {
+        (configmaps("update") >= updates + 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        configmaps("get"),
+        gets,
+        "the heartbeats read the status ConfigMap ({updates} updates before, {} after)",
+        configmaps("update")
+    );
+}
+
 /// Under a ClusterRole like Tumblr's (ConfigMaps only), the drift index's watches are refused.
 /// Each refusal is logged once, in the API server's words, and retried ever less often: kube's
 /// watcher sends `Init` before each list, which reset its backoff and kept the retries at about

@@ -66,7 +66,7 @@ pub(crate) async fn edit_book<T>(
     create: bool,
     mut edit: impl FnMut(&mut CampaignBook) -> Option<T>,
 ) -> Result<Option<T>, ResumeError> {
-    let edited = read_modify_write(api, namespace, 5, |current| {
+    let edited = read_modify_write(api, namespace, None, 5, |current| {
         let book = current.map(decode_book).transpose()?.flatten();
         let mut book = match book {
             Some(book) => book,

@@ -157,19 +157,27 @@ pub(crate) enum EditError<E> {
 /// The one read-modify-write of the status ConfigMap: `edit` gets it as read (`None`: it does
 /// not exist) and returns its new data and a result, or `None` to leave it as it is. The new
 /// data is written at the version read, so a concurrent writer is never overwritten; on a
-/// conflict it is read and edited again, `attempts` times in all.
+/// conflict it is read and edited again, `attempts` times in all. A `watched` copy (from
+/// [`watch_status`]) is edited first in place of a read: a stale one costs a conflict and a
+/// read, a fresh one saves the read.
 pub(crate) async fn read_modify_write<T, E>(
     api: &Api<ConfigMap>,
     namespace: &str,
+    watched: Option<ConfigMap>,
     attempts: usize,
     mut edit: impl FnMut(Option<&ConfigMap>) -> Result<Option<(BTreeMap<String, String>, T)>, E>,
 ) -> Result<Option<T>, EditError<E>> {
     let mut attempt = 1;
+    let mut watched = watched.filter(|c| c.metadata.resource_version.is_some());
+    let attempts = attempts + usize::from(watched.is_some());
     loop {
-        let current = api
-            .get_opt(STATUS_CONFIGMAP)
-            .await
-            .map_err(EditError::Read)?;
+        let current = match watched.take() {
+            Some(copy) => Some(copy),
+            None => api
+                .get_opt(STATUS_CONFIGMAP)
+                .await
+                .map_err(EditError::Read)?,
+        };
         let Some((data, result)) = edit(current.as_ref()).map_err(EditError::Edit)? else {
             return Ok(None);
         };

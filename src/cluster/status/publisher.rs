@@ -94,11 +94,15 @@ pub(crate) fn watch_status(client: Client, namespace: &str) -> signal::Receiver<
 
 /// Publishes what this replica injects under `identity`: once the configs are ready, on every
 /// change of the set, and on a heartbeat (`every`), so that a gone replica's publication goes
-/// stale. Runs until `stop` turns true, then withdraws this replica's publication.
+/// stale. Each is written onto the `status` ConfigMap as watched ([`watch_status`]), read
+/// only when that copy is stale: a heartbeat is then one request, not two. Runs until `stop`
+/// turns true, then withdraws this replica's publication.
+#[allow(clippy::too_many_arguments)] // a task's inputs, each its own signal or setting
 pub(crate) async fn run_publisher(
     client: Client,
     namespace: String,
     identity: String,
+    status: signal::Receiver<Option<ConfigMap>>,
     mut sidecars: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
     every: std::time::Duration,
     ready: impl Fn() -> bool,
@@ -118,7 +122,8 @@ pub(crate) async fn run_publisher(
         let changed = published.as_ref() != Some(&injected(&sidecars.borrow()));
         if ready() && (due || changed) {
             let injects = injected(&sidecars.borrow_and_update());
-            match publish_once(&api, &namespace, &identity, &injects, every).await {
+            let watched = status.borrow().clone();
+            match publish_once(&api, &namespace, &identity, watched, &injects, every).await {
                 Ok(()) => {
                     if published.as_ref() != Some(&injects) {
                         tracing::info!(identity, "published the revisions this replica injects");
@@ -192,6 +197,7 @@ async fn publish_once(
     api: &Api<ConfigMap>,
     namespace: &str,
     identity: &str,
+    watched: Option<ConfigMap>,
     (revisions, manual): &(RevisionsInForce, BTreeSet<String>),
     every: std::time::Duration,
 ) -> Result<(), kube::Error> {
@@ -202,7 +208,7 @@ async fn publish_once(
             k8s_openapi::jiff::Timestamp::now(),
         ),
     };
-    read_modify_write(api, namespace, 1, |current| {
+    read_modify_write(api, namespace, watched, 1, |current| {
         let existing = current.and_then(|c| c.data.clone()).unwrap_or_default();
         let data = publish(&existing, identity, publication.clone(), every * 10);
         Ok::<_, std::convert::Infallible>(Some((data, ())))
@@ -226,7 +232,9 @@ async fn withdraw(
     namespace: &str,
     identity: &str,
 ) -> Result<(), kube::Error> {
-    read_modify_write(api, namespace, 1, |current| {
+    // Read, not watched: a watched copy from before this replica's last publication would
+    // say there is nothing to withdraw.
+    read_modify_write(api, namespace, None, 1, |current| {
         let Some(current) = current else {
             return Ok(None);
         };

@@ -443,3 +443,67 @@ fn progress_and_the_end_it_forecasts_are_not_the_books_shape_but_a_state_change_
         "a pause is written at once"
     );
 }
+
+/// A campaign's progress alone reaches the status ConfigMap at most every 15 s (each write is a
+/// request a campaign pays by time); a change of its state is written at once.
+#[tokio::test]
+async fn progress_alone_is_written_at_most_every_15_s_and_a_pause_at_once() {
+    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+    );
+    let book = |state, restarted| {
+        let mut book = CampaignBook::default();
+        let mut campaign = crate::test_fixtures::campaign("aaaaaaaaaaaa", state, since.clone());
+        campaign.counts.succeeded = restarted;
+        book.campaigns.insert("logger:v1".into(), campaign);
+        book
+    };
+    let running = crate::rollout::CampaignState::Running;
+    // Nothing listens there: a write that is sent fails, one that is not sent is `Later`.
+    let client =
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, "injector");
+    let written_at = k8s_openapi::jiff::Timestamp::from_second(1_800_000_100).unwrap();
+    let later = |seconds| written_at + k8s_openapi::jiff::SignedDuration::from_secs(seconds);
+    let (_, status) = tokio::sync::watch::channel(None);
+    let mut writer = BookWriter::new(status);
+    writer.wrote(&book(running, 3), written_at);
+    let timeout = std::time::Duration::from_secs(2);
+
+    let write = writer
+        .write(
+            &api,
+            "injector",
+            &book(running, 4),
+            false,
+            later(14),
+            timeout,
+        )
+        .await;
+    assert!(
+        matches!(write, BookWrite::Later(due) if due == later(15)),
+        "a restart 14 s after the last write waits for the 15th second: {write:?}"
+    );
+    let write = writer
+        .write(
+            &api,
+            "injector",
+            &book(running, 5),
+            false,
+            later(15),
+            timeout,
+        )
+        .await;
+    assert!(
+        matches!(write, BookWrite::Failed(_)),
+        "progress is sent 15 s after the last write: {write:?}"
+    );
+    let paused = crate::rollout::CampaignState::Paused;
+    let write = writer
+        .write(&api, "injector", &book(paused, 3), false, later(1), timeout)
+        .await;
+    assert!(
+        matches!(write, BookWrite::Failed(_)),
+        "a pause is sent at once: {write:?}"
+    );
+}
