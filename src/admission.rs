@@ -128,6 +128,8 @@ pub enum SidecarResult {
     Injected,
     NotFound,
     NameClash,
+    /// Its config refuses pods whose pod-level resources it does not fit.
+    DoesNotFit,
 }
 
 impl SidecarResult {
@@ -136,6 +138,7 @@ impl SidecarResult {
             SidecarResult::Injected => "injected",
             SidecarResult::NotFound => "not_found",
             SidecarResult::NameClash => "name_clash",
+            SidecarResult::DoesNotFit => "does_not_fit",
         }
     }
 }
@@ -508,6 +511,11 @@ fn denied(answer: &mut Answer, denial: &Denial) -> Outcome {
         Denial::ContainerNameClash { sidecar, .. } => {
             vec![(sidecar.clone(), SidecarResult::NameClash)]
         }
+        Denial::PodResourcesMisfit(misfit) => misfit
+            .sidecars
+            .split(", ")
+            .map(|sidecar| (sidecar.to_owned(), SidecarResult::DoesNotFit))
+            .collect(),
         Denial::InvalidRequest { .. }
         | Denial::NoPodSpec
         | Denial::TooManyContainers { .. }

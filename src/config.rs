@@ -24,8 +24,8 @@ pub(crate) use revision::Revision;
 pub(crate) use revision::RevisionStamp;
 pub use revision::RevisionsInForce;
 pub(crate) use sidecar::{
-    NATIVE_RESTART_POLICY, NativePlacement, NativeSidecars, RolloutMode, SidecarConfig,
-    is_native_sidecar,
+    NATIVE_RESTART_POLICY, NativePlacement, NativeSidecars, PodResourcesMode, RolloutMode,
+    SidecarConfig, is_native_sidecar,
 };
 
 #[cfg(test)]

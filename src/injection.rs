@@ -12,6 +12,7 @@ pub(crate) mod json_patch;
 pub(crate) mod manifest;
 mod patch_builder;
 mod pod;
+pub(crate) mod pod_resources;
 pub(crate) mod resources;
 pub(crate) mod yaml;
 
@@ -25,10 +26,11 @@ use crate::config::{LoadedSidecar, SidecarSet};
 use crate::name::{NameError, SidecarName};
 use json_patch::JsonPatch;
 pub(crate) use patch_builder::NativeFor;
-use patch_builder::PatchBuilder;
+use patch_builder::{NotBuilt, PatchBuilder};
 pub(crate) use pod::PodSpecView;
 pub use pod::PodView;
 pub(crate) use pod::borrowed_str;
+pub use pod_resources::PodResourcesMisfit;
 
 /// Namespaces whose pods are never injected unless the operator says otherwise.
 pub(crate) const DEFAULT_IGNORED_NAMESPACES: &[&str] = &["kube-system", "kube-public"];
@@ -186,6 +188,12 @@ pub enum Denial {
         container: String,
         holder: String,
     },
+    #[error(
+        "sidecar {sidecars:?} does not fit the pod's resources (its config says podResources: refuse): {misfit}",
+        sidecars = .0.sidecars,
+        misfit = .0
+    )]
+    PodResourcesMisfit(Box<PodResourcesMisfit>),
     #[error("the object has no pod spec to inject into")]
     NoPodSpec,
     #[error(
@@ -282,8 +290,10 @@ pub fn decide<'s>(
     if count > MAX_POD_CONTAINERS {
         return Decision::Deny(Denial::TooManyContainers { count });
     }
-    let Ok(patch) = PatchBuilder::new(pod, spec).build(&found, keys, sidecars.nodes()) else {
-        return Decision::Deny(Denial::PatchTooLarge);
+    let patch = match PatchBuilder::new(pod, spec).build(&found, keys, sidecars.nodes()) {
+        Ok(patch) => patch,
+        Err(NotBuilt::TooLarge) => return Decision::Deny(Denial::PatchTooLarge),
+        Err(NotBuilt::Misfit(m)) => return Decision::Deny(Denial::PodResourcesMisfit(m)),
     };
     Decision::Inject(Injection {
         patch,

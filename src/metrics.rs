@@ -387,7 +387,7 @@ impl Metrics {
         let injections = Family::<InjectionLabels, Counter>::default();
         registry.register(
             "injections",
-            "Requested sidecars by outcome (injected, not_found, name_clash); unknown names are labelled (unknown)",
+            "Requested sidecars by outcome (injected, not_found, name_clash, does_not_fit); unknown names are labelled (unknown)",
             injections.clone(),
         );
         let config_reloads = Family::<ReloadLabels, Counter>::default();

@@ -173,6 +173,7 @@ pub fn parse_config(origin: impl Into<Origin>, text: &str) -> Result<ParsedConfi
         rollout: fields.take("rollout")?,
         native_sidecars: fields.take("nativeSidecars")?,
         native_placement: fields.take("nativeSidecarPlacement")?,
+        pod_resources: fields.take("podResources")?,
     };
     check_container_names(&config, text).map_err(|(line, kind)| error(line, kind))?;
     let mut warnings = fields.warnings;

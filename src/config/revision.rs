@@ -42,6 +42,9 @@ struct InjectedContent<'a> {
     native_sidecars: Option<super::sidecar::NativeSidecars>,
     #[serde(skip_serializing_if = "Option::is_none")]
     native_sidecar_placement: Option<super::sidecar::NativePlacement>,
+    /// Only when not the default (`add`), for the same reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_resources: Option<super::sidecar::PodResourcesMode>,
 }
 
 /// The injected content as the revision hashes it (empty values pruned): also what a rollout
@@ -64,6 +67,8 @@ pub(crate) fn injected_content(config: &SidecarConfig) -> Value {
             != super::sidecar::NativeSidecars::Never)
             .then(|| config.native_placement())
             .filter(|p| *p != super::sidecar::NativePlacement::First),
+        pod_resources: Some(config.pod_resources())
+            .filter(|m| *m != super::sidecar::PodResourcesMode::Add),
     };
     let mut value = serde_json::to_value(content).expect("Kubernetes types serialize to JSON");
     prune_empty(&mut value);

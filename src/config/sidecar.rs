@@ -24,6 +24,7 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "rollout",
     "nativeSidecars",
     "nativeSidecarPlacement",
+    "podResources",
 ];
 
 /// The `restartPolicy` that makes an init container a native sidecar.
@@ -94,6 +95,22 @@ pub(crate) enum NativePlacement {
     Last,
 }
 
+/// What a config's sidecars do to a pod that sets pod-level resources (`spec.resources`,
+/// Kubernetes 1.34+), whose requests must cover what its containers request
+/// (`podResources:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum PodResourcesMode {
+    /// The pod-level requests grow by what the sidecars add to the pod's requests as the
+    /// kubelet counts them, and the pod-level limits by the sidecars' limits (their requests
+    /// where they set none): the app keeps the budget it was given.
+    #[default]
+    Add,
+    /// The pod-level figures stay as written; a pod they do not cover with the sidecars is
+    /// refused, naming both figures.
+    Refuse,
+}
+
 /// Whether the rollout engine may restart workloads for this sidecar on its own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -134,6 +151,8 @@ pub struct SidecarConfig {
     /// sidecars (init containers with `restartPolicy: Always`); absent or false: classic.
     pub(crate) native_sidecars: Option<NativeSidecars>,
     pub(crate) native_placement: Option<NativePlacement>,
+    /// `podResources:`; absent means [`PodResourcesMode::Add`].
+    pub(crate) pod_resources: Option<PodResourcesMode>,
 }
 
 impl SidecarConfig {
@@ -171,6 +190,10 @@ impl SidecarConfig {
 
     pub(crate) fn native_placement(&self) -> NativePlacement {
         self.native_placement.unwrap_or_default()
+    }
+
+    pub(crate) fn pod_resources(&self) -> PodResourcesMode {
+        self.pod_resources.unwrap_or_default()
     }
 
     /// Whether its pods may be upgraded in place (`rollout: {inPlace: false}` says no).
@@ -223,6 +246,7 @@ impl SidecarConfig {
             rollout: self.rollout.or(parent.rollout),
             native_sidecars: self.native_sidecars.or(parent.native_sidecars),
             native_placement: self.native_placement.or(parent.native_placement),
+            pod_resources: self.pod_resources.or(parent.pod_resources),
         }
     }
 }

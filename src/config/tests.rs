@@ -646,7 +646,7 @@ fn configmap_items_load_each_on_its_own_and_cannot_inherit() {
         messages,
         [
             "ConfigMap injector/sidecars item child.yaml:2: `inherits` is only for configs on disk; a ConfigMap item cannot inherit (\"logger.yaml\")",
-            "ConfigMap injector/sidecars item broken.yaml:2: unknown top-level key \"bogus\" (allowed: name, inherits, containers, prependContainers, initContainers, volumes, env, volumeMounts, hostAliases, hostNetwork, hostPID, serviceAccountName, rollout, nativeSidecars, nativeSidecarPlacement)",
+            "ConfigMap injector/sidecars item broken.yaml:2: unknown top-level key \"bogus\" (allowed: name, inherits, containers, prependContainers, initContainers, volumes, env, volumeMounts, hostAliases, hostNetwork, hostPID, serviceAccountName, rollout, nativeSidecars, nativeSidecarPlacement, podResources)",
         ]
     );
     let duplicates = load_configmap_items(&items(&[("a", "name: x\n"), ("b", "name: X\n")]));

@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::json_patch::{JsonPatch, PatchValue};
 use super::pod::{ContainerView, EnvList, PodSpecView, PodView};
+use super::pod_resources::{Placed, PodLevel, PodResourcesMisfit, fit, parsed_map};
+use super::resources::Counted;
 use super::{DEFAULT_SERVICE_ACCOUNT, LEGACY_DEFAULT_TOKEN_PREFIX, MAX_PATCH_BYTES};
 
 /// Roughly what one operation adds to the patch besides its value
@@ -36,9 +38,14 @@ fn raw_items<'s, T>(added: &[(T, &'s RenderedJson)]) -> Vec<PatchValue<'s>> {
         .collect()
 }
 
-/// The per-container additions passed [`MAX_PATCH_BYTES`]; building stopped there.
+/// Why no patch was built.
 #[derive(Debug)]
-pub(super) struct PatchTooLarge;
+pub(super) enum NotBuilt {
+    /// The per-container additions passed [`MAX_PATCH_BYTES`]; building stopped there.
+    TooLarge,
+    /// The pod sets pod-level resources that a sidecar in `refuse` mode does not fit.
+    Misfit(Box<PodResourcesMisfit>),
+}
 use crate::annotations::{AnnotationKeys, STATUS_INJECTED};
 use crate::config::{LoadedSidecar, NativePlacement, RenderedJson, RevisionStamp};
 
@@ -56,6 +63,9 @@ enum Origin<'v, 's> {
         placement: Placement,
         container: &'s Container,
         rendered: &'s RenderedJson,
+        sidecar: &'s LoadedSidecar,
+        /// A native sidecar: it runs beside the init containers after it.
+        native: bool,
     },
 }
 
@@ -462,12 +472,21 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         if self.native.native(config) && config.runs_sidecars() {
             self.injected_native.push(sidecar.name());
         }
-        for (placement, typed, values) in injected_lists(sidecar, &self.native) {
+        let native_config = self.native.native(config);
+        for (list, (placement, typed, values)) in injected_lists(sidecar, &self.native)
+            .into_iter()
+            .enumerate()
+        {
+            // A native config's containers and prepended containers become native sidecars
+            // (its own init containers are listed first).
+            let all_native = native_config && list > 0;
             for (container, rendered) in typed.iter().zip(values) {
                 self.containers.push(TargetContainer::new(Origin::Sidecar {
                     placement,
                     container,
                     rendered,
+                    sidecar,
+                    native: all_native || crate::config::is_native_sidecar(container),
                 }));
             }
         }
@@ -573,15 +592,26 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         sidecars: &[&'s LoadedSidecar],
         keys: &AnnotationKeys,
         nodes: &NodeKubelets,
-    ) -> Result<JsonPatch<'s>, PatchTooLarge> {
+    ) -> Result<JsonPatch<'s>, NotBuilt> {
         self.native = NativeFor::of(self.pod, keys, nodes);
         for sidecar in sidecars {
             self.apply(sidecar);
             if self.patch_bytes > MAX_PATCH_BYTES {
-                return Err(PatchTooLarge);
+                return Err(NotBuilt::TooLarge);
             }
         }
+        let pod_level = match PodLevel::of(self.spec.resources.as_ref()) {
+            Some(level) => fit(&level, &self.placed()).map_err(NotBuilt::Misfit)?,
+            None => Vec::new(),
+        };
         let mut ops = JsonPatch::with_capacity(16);
+        for change in &pod_level {
+            ops.set(
+                &["spec", "resources", change.list.key(), &change.resource],
+                true,
+                PatchValue::Owned(Value::from(change.quantity())),
+            );
+        }
         self.removal_ops(&mut ops);
         self.pod_container_ops(&mut ops);
         self.injected_container_ops(&mut ops);
@@ -589,6 +619,65 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
         let stamp = RevisionStamp::from_items(sidecars.iter().map(|s| s.stamp.as_str()));
         self.annotation_ops(&mut ops, &stamp, keys);
         Ok(ops)
+    }
+
+    /// The final pod's containers, init containers in the order the pod will list them.
+    fn placed(&self) -> Vec<Placed<'s>> {
+        let (mut front, mut own_init, mut back, mut app) = (vec![], vec![], vec![], vec![]);
+        for container in &self.containers {
+            match &container.origin {
+                Origin::Pod { list, view, .. } => {
+                    let init = *list == "initContainers";
+                    let resources = view.resources.as_ref();
+                    let native = init
+                        && view.restart_policy.as_deref()
+                            == Some(crate::config::NATIVE_RESTART_POLICY);
+                    let placed = Placed {
+                        counted: Counted::from_maps(
+                            parsed_map(resources.and_then(|r| r.requests.as_ref())),
+                            parsed_map(resources.and_then(|r| r.limits.as_ref())),
+                            native,
+                        ),
+                        init,
+                        injected: None,
+                    };
+                    if init {
+                        own_init.push(placed)
+                    } else {
+                        app.push(placed)
+                    }
+                }
+                Origin::Sidecar {
+                    placement,
+                    container,
+                    sidecar,
+                    native,
+                    ..
+                } => {
+                    let init = matches!(placement, Placement::InitFront | Placement::Init);
+                    let placed = Placed {
+                        counted: Counted::of(container, init && *native),
+                        init,
+                        injected: Some((
+                            sidecar.name(),
+                            sidecar.config.pod_resources(),
+                            container.name.as_str(),
+                        )),
+                    };
+                    match placement {
+                        Placement::InitFront => front.push(placed),
+                        Placement::Init => back.push(placed),
+                        Placement::Prepend | Placement::Append => app.push(placed),
+                    }
+                }
+            }
+        }
+        front
+            .into_iter()
+            .chain(own_init)
+            .chain(back)
+            .chain(app)
+            .collect()
     }
 
     fn removal_ops(&mut self, ops: &mut JsonPatch<'s>) {
@@ -774,68 +863,4 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn list(text: &str) -> EnvList {
-        serde_json::from_str(text).expect("an env list")
-    }
-
-    #[test]
-    fn a_name_is_taken_only_where_an_entry_bears_it() {
-        // "B" and "AB" occur in the text, but no entry is named either.
-        let env = list(r#"[{"name":"A","value":"B"},{"name":"AB","value":"x"}]"#);
-        let mut names = EnvNames::of_pod(Some(&env));
-        assert!(!names.insert("A"));
-        assert!(names.insert("B"));
-        assert!(!names.insert("B"), "a name added once is taken");
-        assert!(names.insert("ABC"));
-        assert!(!names.insert("AB"));
-        assert!(names.insert(""));
-    }
-
-    #[test]
-    fn a_list_with_escapes_is_read_as_it_reads_not_as_written() {
-        let env = list(r#"[{"name":"LOG\u005fENDPOINT"},{"name":"say \"hi\""}]"#);
-        let mut names = EnvNames::of_pod(Some(&env));
-        assert!(
-            names.unread.is_none(),
-            "escapes make searching the text unsound"
-        );
-        assert!(!names.insert("LOG_ENDPOINT"));
-        assert!(!names.insert("say \"hi\""));
-        assert!(names.insert("say"));
-    }
-
-    #[test]
-    fn after_enough_searches_the_list_is_read_once() {
-        let text = serde_json::to_string(
-            &(0..20)
-                .map(|i| serde_json::json!({"name": format!("N{i}")}))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-        let env = list(&text);
-        let mut names = EnvNames::of_pod(Some(&env));
-        for i in 0..ENV_SEARCHES {
-            assert!(names.insert(["X", &i.to_string()].concat().leak()));
-            assert!(names.unread.is_some(), "searched, not read, after {i}");
-        }
-        assert!(names.insert("X-last"));
-        assert!(names.unread.is_none());
-        assert!(!names.insert("N7"));
-        assert!(!names.insert("X3"));
-    }
-
-    #[test]
-    fn entries_that_do_not_read_as_named_name_nothing() {
-        let env = list(r#"[1, {"value":"A"}, {"name": "A", "value": 2, "name2": 3}]"#);
-        let mut names = EnvNames::of_pod(Some(&env));
-        // The search finds "A" and reads the list, which does not read as named entries.
-        assert!(names.insert("A"));
-        assert!(names.unread.is_none());
-        let mut none = EnvNames::of_pod(None);
-        assert!(none.insert("A"));
-        assert!(!none.insert("A"));
-    }
-}
+mod tests;

@@ -92,6 +92,9 @@ pub(crate) struct PodSpecView<'a> {
     /// Deprecated alias the apiserver still fills; kept in step with `serviceAccountName`.
     #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub(crate) service_account: Option<Cow<'a, str>>,
+    /// Pod-level resources (Kubernetes 1.34+), which must cover what the containers request.
+    #[serde(default, borrow)]
+    pub(crate) resources: Option<ResourcesView<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -103,6 +106,94 @@ pub(crate) struct ContainerView<'a> {
     pub(crate) env: Option<EnvList>,
     #[serde(default, borrow)]
     pub(crate) volume_mounts: Option<Vec<MountView<'a>>>,
+    /// Read only to count what the pod requests when it sets pod-level resources.
+    #[serde(default, borrow)]
+    pub(crate) resources: Option<ResourcesView<'a>>,
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
+    pub(crate) restart_policy: Option<Cow<'a, str>>,
+}
+
+/// Requests and limits as written: `resource -> quantity`, a quantity a string or, in a
+/// manifest, a number (`cpu: 1`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ResourcesView<'a> {
+    #[serde(default, borrow, deserialize_with = "quantities")]
+    pub(crate) requests: Option<QuantityMap<'a>>,
+    #[serde(default, borrow, deserialize_with = "quantities")]
+    pub(crate) limits: Option<QuantityMap<'a>>,
+}
+
+/// Resource name and quantity pairs, in the order written.
+pub(crate) type QuantityMap<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
+/// A quantity: a string, or a number as YAML writes `cpu: 1`.
+struct QuantityText<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for QuantityText<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct QuantityVisitor;
+        impl<'de> Visitor<'de> for QuantityVisitor {
+            type Value = QuantityText<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a quantity")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                text: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(QuantityText(Cow::Borrowed(text)))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(QuantityText(Cow::Owned(text.to_owned())))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(QuantityText(Cow::Owned(n.to_string())))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(QuantityText(Cow::Owned(n.to_string())))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Self::Value, E> {
+                Ok(QuantityText(Cow::Owned(n.to_string())))
+            }
+        }
+        deserializer.deserialize_any(QuantityVisitor)
+    }
+}
+
+fn quantities<'de: 'a, 'a, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<QuantityMap<'a>>, D::Error> {
+    struct MapVisitor;
+    impl<'de> Visitor<'de> for MapVisitor {
+        type Value = QuantityMap<'de>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of quantities")
+        }
+
+        fn visit_map<M: MapAccess<'de>>(self, mut entries: M) -> Result<Self::Value, M::Error> {
+            let mut map = Vec::new();
+            while let Some((key, value)) = entries.next_entry::<CowStr<'de>, QuantityText<'de>>()? {
+                map.push((key.0, value.0));
+            }
+            Ok(map)
+        }
+    }
+    struct OptionalMap<'a>(Option<QuantityMap<'a>>);
+    impl<'de: 'a, 'a> Deserialize<'de> for OptionalMap<'a> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer
+                .deserialize_map(MapVisitor)
+                .map(|map| OptionalMap(Some(map)))
+        }
+    }
+    Ok(Option::<OptionalMap<'a>>::deserialize(deserializer)?.and_then(|map| map.0))
 }
 
 /// A container's env list as the body wrote it. Injection only asks whether a name is taken,

@@ -11,41 +11,91 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 /// Each resource the pod requests, in thousandths of its unit (millicores, millibytes).
 pub(crate) type Requests = BTreeMap<String, i128>;
 
-/// The pod's effective requests: the larger, per resource, of its init containers' peak and
-/// of its app containers with every native sidecar; plus the pod's overhead. A request that
-/// does not parse counts as none.
-pub(crate) fn effective_requests(spec: &PodSpec) -> Requests {
+/// One container as the kubelet counts it: what it requests (its limit where it requests
+/// nothing, as the API server defaults it), its limits, and whether it runs beside what
+/// follows it (a native sidecar).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Counted {
+    pub(crate) requests: Requests,
+    pub(crate) limits: Requests,
+    pub(crate) native: bool,
+}
+
+impl Counted {
+    pub(crate) fn of(container: &Container, native: bool) -> Self {
+        let resources = container.resources.as_ref();
+        Self::from_maps(
+            resources.and_then(|r| r.requests.as_ref()).map(parsed),
+            resources.and_then(|r| r.limits.as_ref()).map(parsed),
+            native,
+        )
+    }
+
+    /// From parsed requests and limits.
+    pub(crate) fn from_maps(
+        requests: Option<Requests>,
+        limits: Option<Requests>,
+        native: bool,
+    ) -> Self {
+        let limits = limits.unwrap_or_default();
+        let mut requests = requests.unwrap_or_default();
+        for (name, limit) in &limits {
+            requests.entry(name.clone()).or_insert(*limit);
+        }
+        Self {
+            requests,
+            limits,
+            native,
+        }
+    }
+}
+
+/// The requests of init containers (in order) and app containers together, as the
+/// kubelet and the API server's validation count them: the larger, per resource, of the init
+/// containers' peak and of the app containers with every native sidecar.
+pub(crate) fn aggregate<'a>(
+    init: impl IntoIterator<Item = &'a Counted>,
+    app: impl IntoIterator<Item = &'a Counted>,
+) -> Requests {
     let mut sidecars = Requests::new();
     let mut init_peak = Requests::new();
-    for init in spec.init_containers.iter().flatten() {
-        let own = requests_of(init);
-        if crate::config::is_native_sidecar(init) {
-            add(&mut sidecars, &own);
+    for container in init {
+        if container.native {
+            add(&mut sidecars, &container.requests);
             max_into(&mut init_peak, &sidecars);
         } else {
             let mut peak = sidecars.clone();
-            add(&mut peak, &own);
+            add(&mut peak, &container.requests);
             max_into(&mut init_peak, &peak);
         }
     }
     let mut running = sidecars;
-    for container in &spec.containers {
-        add(&mut running, &requests_of(container));
+    for container in app {
+        add(&mut running, &container.requests);
     }
     max_into(&mut running, &init_peak);
+    running
+}
+
+/// The pod's effective requests: [`aggregate`] of its containers, plus the pod's overhead.
+/// A request that does not parse counts as none.
+pub(crate) fn effective_requests(spec: &PodSpec) -> Requests {
+    let init: Vec<Counted> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| Counted::of(c, crate::config::is_native_sidecar(c)))
+        .collect();
+    let app: Vec<Counted> = spec
+        .containers
+        .iter()
+        .map(|c| Counted::of(c, false))
+        .collect();
+    let mut running = aggregate(&init, &app);
     if let Some(overhead) = &spec.overhead {
         add(&mut running, &parsed(overhead));
     }
     running
-}
-
-fn requests_of(container: &Container) -> Requests {
-    container
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .map(parsed)
-        .unwrap_or_default()
 }
 
 fn parsed(quantities: &BTreeMap<String, Quantity>) -> Requests {
@@ -55,7 +105,7 @@ fn parsed(quantities: &BTreeMap<String, Quantity>) -> Requests {
         .collect()
 }
 
-fn add(sum: &mut Requests, more: &Requests) {
+pub(crate) fn add(sum: &mut Requests, more: &Requests) {
     for (name, value) in more {
         *sum.entry(name.clone()).or_default() += value;
     }

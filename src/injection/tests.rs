@@ -885,3 +885,4 @@ fn a_skip_names_the_setting_as_the_command_line_spells_it_and_in_words_without_o
 }
 
 mod native;
+mod pod_resources;
