@@ -48,6 +48,29 @@ pub(crate) struct InjectionExplanation {
     /// requests anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) requests: Option<RequestsChange>,
+    /// The pod-level resources (`spec.resources`) before and after injection, when the pod
+    /// sets them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pod_resources: Option<PodResourcesChange>,
+}
+
+/// The pod-level requests and limits before and after injection, as written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct PodResourcesChange {
+    pub(crate) requests: RequestsChange,
+    pub(crate) limits: RequestsChange,
+}
+
+impl fmt::Display for PodResourcesChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lists = [("requests", &self.requests), ("limits", &self.limits)];
+        let shown: Vec<String> = lists
+            .iter()
+            .filter(|(_, change)| !change.before.is_empty() || !change.after.is_empty())
+            .map(|(list, change)| format!("{list} {change}"))
+            .collect();
+        f.write_str(&shown.join("; "))
+    }
 }
 
 /// Each resource's effective request before and after injection, as the kubelet counts it
@@ -77,15 +100,47 @@ impl fmt::Display for RequestsChange {
     }
 }
 
-/// The effective requests of `pod` and of `pod` patched by `patch`; `None` when the patch
-/// does not apply or nothing is requested.
-fn requests_change(
+/// The pod-level resources of `pod` and of `patched`, as written; `None` when neither sets
+/// any.
+fn pod_resources_change(
+    pod: &serde_json::Value,
+    patched: &serde_json::Value,
+) -> Option<PodResourcesChange> {
+    let list = |pod: &serde_json::Value, list: &str| -> BTreeMap<String, String> {
+        pod["spec"]["resources"][list]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, quantity)| {
+                let text = quantity
+                    .as_str()
+                    .map_or_else(|| quantity.to_string(), str::to_owned);
+                (name.clone(), text)
+            })
+            .collect()
+    };
+    let change = |name: &str| RequestsChange {
+        before: list(pod, name),
+        after: list(patched, name),
+    };
+    let (requests, limits) = (change("requests"), change("limits"));
+    let empty = |c: &RequestsChange| c.before.is_empty() && c.after.is_empty();
+    (!empty(&requests) || !empty(&limits)).then_some(PodResourcesChange { requests, limits })
+}
+
+/// `pod` patched by `patch`; `None` when the patch does not apply.
+fn patched(
     pod: &serde_json::Value,
     patch: &crate::injection::json_patch::JsonPatch<'_>,
-) -> Option<RequestsChange> {
-    use crate::injection::resources::{describe, effective_requests};
+) -> Option<serde_json::Value> {
     let mut patched = pod.clone();
     json_patch::patch(&mut patched, &patch.to_json_patch()).ok()?;
+    Some(patched)
+}
+
+/// The effective requests of `pod` and of `patched`; `None` when nothing is requested.
+fn requests_change(pod: &serde_json::Value, patched: &serde_json::Value) -> Option<RequestsChange> {
+    use crate::injection::resources::{describe, effective_requests};
     let spec = |pod: &serde_json::Value| {
         serde_json::from_value::<k8s_openapi::api::core::v1::PodSpec>(pod["spec"].clone()).ok()
     };
@@ -98,7 +153,7 @@ fn requests_change(
             })
             .collect()
     };
-    let (before, after) = (shown(&spec(pod)?), shown(&spec(&patched)?));
+    let (before, after) = (shown(&spec(pod)?), shown(&spec(patched)?));
     (!before.is_empty() || !after.is_empty()).then_some(RequestsChange { before, after })
 }
 
@@ -171,15 +226,17 @@ pub(crate) fn injection(
         ),
         Decision::Deny(denial) => (Verdict::Deny, format!("denied: {denial}")),
     };
-    let requests = match (&decision, json) {
-        (Decision::Inject(injection), Some(json)) => requests_change(json, &injection.patch),
+    let patched = match (&decision, json) {
+        (Decision::Inject(injection), Some(json)) => patched(json, &injection.patch),
         _ => None,
     };
+    let after = patched.as_ref().zip(json);
     InjectionExplanation {
         checks: checks(pod, namespace, sidecars, settings),
         verdict,
         message,
-        requests,
+        requests: after.and_then(|(patched, pod)| requests_change(pod, patched)),
+        pod_resources: after.and_then(|(patched, pod)| pod_resources_change(pod, patched)),
     }
 }
 
@@ -205,6 +262,7 @@ fn not_called(whom: String, why: String) -> InjectionExplanation {
         verdict: Verdict::Skip,
         message: format!("not injected: the API server never calls the webhook for {whom}"),
         requests: None,
+        pod_resources: None,
     }
 }
 
@@ -721,6 +779,9 @@ impl fmt::Display for Explanation {
         writeln!(f, "  =>  {}", self.injection.message)?;
         if let Some(requests) = &self.injection.requests {
             writeln!(f, "      effective requests: {requests}")?;
+        }
+        if let Some(pod_level) = &self.injection.pod_resources {
+            writeln!(f, "      pod-level resources: {pod_level}")?;
         }
         if let Some(pods) = &self.workload_pods {
             writeln!(f, "\nIts pods: {pods}")?;

@@ -1641,3 +1641,57 @@ fn policy_prints_the_policies_and_bindings_for_kubectl_and_refuses_what_it_canno
         text(&refused.stderr)
     );
 }
+
+/// A pod that sets pod-level resources (Kubernetes 1.34+), the app leaving 5m and 16Mi free.
+const POD_LEVEL: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: asks\n  namespace: team\n  annotations: {injector/request: logger:v1}\nspec:\n  resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {cpu: 1, memory: 256Mi}}\n  containers:\n  - {name: app, image: example.org/app:1, resources: {requests: {cpu: 95m, memory: 112Mi}}}\n";
+
+#[test]
+fn inject_and_explain_keep_a_pod_with_pod_level_resources_valid_and_show_its_figures() {
+    let output = run(&["inject", "-f", "-"], Some(POD_LEVEL));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let pod = &documents(&output)[0];
+    // logger:v1 requests 10m and 32Mi and limits its memory to 64Mi.
+    assert_eq!(
+        pod["spec"]["resources"],
+        serde_json::json!({"requests": {"cpu": "110m", "memory": "160Mi"},
+                           "limits": {"cpu": "1010m", "memory": "320Mi"}})
+    );
+    let explained = run(&["explain", "-f", "-"], Some(POD_LEVEL));
+    assert!(explained.status.success(), "{}", text(&explained.stderr));
+    let page = text(&explained.stdout);
+    assert!(
+        page.contains(
+            "pod-level resources: requests cpu 100m -> 110m, memory 128Mi -> 160Mi; \
+             limits cpu 1 -> 1010m, memory 256Mi -> 320Mi"
+        ),
+        "{page}"
+    );
+
+    // A config that refuses such pods: inject denies, explain says why with both figures.
+    let dir = tempfile::tempdir().unwrap();
+    let refusing = std::fs::read_to_string(Path::new(ROOT).join("config/logger-v1.yaml")).unwrap()
+        + "podResources: refuse\n";
+    std::fs::write(dir.path().join("logger-v1.yaml"), refusing).unwrap();
+    let config = dir.path().to_str().unwrap();
+    let denied = run(
+        &["inject", "--config-directory", config, "-f", "-"],
+        Some(POD_LEVEL),
+    );
+    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied.stdout));
+    assert_eq!(
+        text(&denied.stderr).trim(),
+        "Pod/asks: denied: sidecar \"logger:v1\" does not fit the pod's resources (its config \
+         says podResources: refuse): spec.resources.requests.cpu is 100m, and the containers \
+         would request 105m with the sidecar; raise spec.resources.requests.cpu to 105m or \
+         more, or remove spec.resources.requests.cpu"
+    );
+    let explained = run(
+        &["explain", "--config-directory", config, "-f", "-"],
+        Some(POD_LEVEL),
+    );
+    let page = text(&explained.stdout);
+    assert!(
+        page.contains("=>  denied: sidecar \"logger:v1\" does not fit the pod's resources"),
+        "{page}"
+    );
+}
