@@ -335,7 +335,7 @@ impl Engine {
         let planning = std::time::Instant::now();
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
-        let step = self.step(feed, &targets, &bakes_changed, now, conduct);
+        let step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
         self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration
@@ -390,11 +390,12 @@ impl Engine {
     fn step(
         &mut self,
         feed: &DriftFeed,
-        targets: &BTreeMap<String, SidecarTarget>,
+        (targets, in_force): (&BTreeMap<String, SidecarTarget>, &SidecarSet),
         bakes_changed: &BTreeSet<WorkloadRef>,
         now: Timestamp,
         conduct: Conduct,
     ) -> rollout::machine::Step {
+        let injection = crate::injection::InjectionSettings::preflight(&self.options.keys);
         let index = feed.index.lock().expect("drift index lock");
         let live = self
             .containers
@@ -410,6 +411,10 @@ impl Engine {
             selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
             bakes_changed,
             hints: self.options.hints,
+            served: Some(rollout::Served {
+                sidecars: in_force,
+                settings: &injection,
+            }),
         };
         self.state.step_on_index(&input, now, conduct)
     }

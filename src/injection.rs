@@ -81,6 +81,18 @@ impl Spelling {
     };
 }
 
+impl InjectionSettings {
+    /// What the engine's preflight judges a workload's template by: a sidecar no config
+    /// defines leaves its pods orphaned, not refused.
+    pub(crate) fn preflight(keys: &AnnotationKeys) -> Self {
+        Self {
+            keys: keys.clone(),
+            on_missing_sidecar: MissingSidecarPolicy::Allow,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for InjectionSettings {
     fn default() -> Self {
         Self {

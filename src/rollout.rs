@@ -41,8 +41,8 @@ pub(crate) use instant::to_the_second;
 #[cfg(test)]
 pub(crate) use plan::{Bake, EvictionRestart, PlanInput, Rolling};
 pub(crate) use plan::{
-    FailedEarlier, Hints, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
-    WaitReason, Waiting,
+    FailedEarlier, Hints, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, Served,
+    SidecarTarget, WaitReason, Waiting,
 };
 #[cfg(test)]
 pub(crate) use planner::plan;

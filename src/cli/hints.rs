@@ -42,7 +42,8 @@ fn wait(reason: &WaitReason) -> Option<String> {
         | WaitReason::NotKnownYet
         | WaitReason::OutsideMaintenanceWindow { .. }
         | WaitReason::Unhealthy { .. }
-        | WaitReason::MaintenanceWindowInvalid { .. } => return None,
+        | WaitReason::MaintenanceWindowInvalid { .. }
+        | WaitReason::PodsWouldBeRefused { .. } => return None,
     })
 }
 

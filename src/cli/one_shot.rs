@@ -583,11 +583,12 @@ pub(crate) async fn plan_snapshot(
     use crate::rollout::targets::{ContentHistory, revision_targets};
 
     let now = k8s_openapi::jiff::Timestamp::now();
-    let (targets, book, revisions) = match aim {
+    let (targets, book, revisions, in_force) = match aim {
         Aim::Containers(run) => (
             run.selection.targets(),
             crate::rollout::CampaignBook::default(),
             crate::rollout::history::RevisionHistory::default(),
+            SidecarSet::default(),
         ),
         Aim::Revisions(published) => {
             let book = match read_status(client, &options.namespace).await {
@@ -622,10 +623,10 @@ pub(crate) async fn plan_snapshot(
             for error in &computed.errors {
                 tracing::warn!("a pinned revision is not served: {error}");
             }
-            let targets = computed.targets;
-            (targets, book, revisions)
+            (computed.targets, book, revisions, computed.in_force)
         }
     };
+    let injection = crate::injection::InjectionSettings::preflight(&options.keys);
     let index = feed.index.lock().expect("drift index lock");
     let live = match aim {
         Aim::Containers(run) => Some((&run.selection, run.live.lock().expect("live pods lock"))),
@@ -641,6 +642,10 @@ pub(crate) async fn plan_snapshot(
         selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
         bakes_changed: &std::collections::BTreeSet::new(),
         hints: options.hints,
+        served: Some(crate::rollout::Served {
+            sidecars: &in_force,
+            settings: &injection,
+        }),
     };
     RolloutState::with_book(book)
         .step_on_index(

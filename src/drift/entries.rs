@@ -267,6 +267,9 @@ pub struct WorkloadEntry {
     pub(crate) max_unavailable: Option<i32>,
     /// `minReadySeconds`: how long a pod must have been Ready to count as available.
     pub(crate) min_ready_seconds: Option<i32>,
+    /// The pod template as JSON, kept only when it sets pod-level resources (rare): the
+    /// engine checks that the webhook would accept its pods before restarting it.
+    pub(crate) template: Option<Arc<str>>,
 }
 
 impl WorkloadEntry {
@@ -308,10 +311,16 @@ impl WorkloadEntry {
     /// engine and the webhook left on the template.
     fn project_with_template(
         meta: &ObjectMeta,
-        template: Option<&ObjectMeta>,
+        template: Option<&k8s_openapi::api::core::v1::PodTemplateSpec>,
         keys: &AnnotationKeys,
     ) -> Self {
+        let kept = template.filter(|t| t.spec.as_ref().is_some_and(|s| s.resources.is_some()));
+        let template_json = kept
+            .and_then(|t| serde_json::to_string(t).ok())
+            .map(Arc::from);
+        let template = template.and_then(|t| t.metadata.as_ref());
         WorkloadEntry {
+            template: template_json,
             rollout_revision: template_annotation(template, &keys.rollout_revision),
             rollout_heal: template_annotation(template, &keys.rollout_heal),
             template_request: template_annotation(template, &keys.request),
@@ -339,11 +348,7 @@ impl WorkloadEntry {
             updated_replicas: status.and_then(|s| s.updated_replicas),
             ready_replicas: status.and_then(|s| s.ready_replicas),
             available_replicas: status.and_then(|s| s.available_replicas),
-            ..Self::project_with_template(
-                &d.metadata,
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                keys,
-            )
+            ..Self::project_with_template(&d.metadata, spec.map(|s| &s.template), keys)
         }
     }
 
@@ -366,11 +371,7 @@ impl WorkloadEntry {
             updated_replicas: status.and_then(|s| s.updated_replicas),
             ready_replicas: status.and_then(|s| s.ready_replicas),
             available_replicas: status.and_then(|s| s.available_replicas),
-            ..Self::project_with_template(
-                &s.metadata,
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                keys,
-            )
+            ..Self::project_with_template(&s.metadata, spec.map(|s| &s.template), keys)
         }
     }
 
@@ -390,11 +391,7 @@ impl WorkloadEntry {
             updated_replicas: status.and_then(|s| s.updated_number_scheduled),
             ready_replicas: status.map(|s| s.number_ready),
             available_replicas: status.and_then(|s| s.number_available),
-            ..Self::project_with_template(
-                &d.metadata,
-                spec.and_then(|s| s.template.metadata.as_ref()),
-                keys,
-            )
+            ..Self::project_with_template(&d.metadata, spec.map(|s| &s.template), keys)
         }
     }
 }

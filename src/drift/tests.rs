@@ -674,6 +674,8 @@ fn workloads_are_stripped_to_what_planning_needs() {
             .unwrap())),
             restart_method: None,
             template_request: Some("logger:v1".into()),
+            // No pod-level resources: the template's spec is not kept.
+            template: None,
         }
     );
     // Every kind reads its pod template's annotations, each from its own key.
@@ -712,6 +714,18 @@ fn workloads_are_stripped_to_what_planning_needs() {
         (UpdateStrategy::OnDelete, Some(2), Some(1))
     );
     assert_eq!(from_template(&entry), stamped);
+    // A template with pod-level resources is kept whole, for the engine's preflight.
+    let mut with_resources = daemonset.clone();
+    let spec = with_resources.spec.as_mut().unwrap();
+    spec.template.spec.as_mut().unwrap().resources =
+        Some(serde_json::from_value(json!({"requests": {"cpu": "500m"}})).unwrap());
+    let kept = WorkloadEntry::from_daemonset(&with_resources, &keys()).template;
+    let kept: serde_json::Value = serde_json::from_str(&kept.expect("kept")).unwrap();
+    assert_eq!(kept["spec"]["resources"]["requests"]["cpu"], "500m");
+    assert_eq!(
+        kept["metadata"]["annotations"]["injector/request"],
+        "tracer:v1"
+    );
 
     let mut index = DriftIndex::default();
     index.apply_workload_entry(

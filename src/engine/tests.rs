@@ -187,6 +187,7 @@ async fn act(engine: &mut Engine, plan: RolloutPlan, now: Timestamp) {
         restart_reason: None,
         bakes_changed: &BTreeSet::new(),
         hints: &crate::cli::hints::HINTS,
+        served: None,
     };
     let step = engine
         .state

@@ -197,6 +197,11 @@ fn workload_gate(
     else {
         return Err(WaitReason::NotKnownYet);
     };
+    if let (Some(served), Some(template)) = (input.served, entry.template.as_deref())
+        && let Some(denial) = served.refusal(template, &workload.namespace)
+    {
+        return Err(WaitReason::PodsWouldBeRefused { denial });
+    }
     let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
     if kind == WorkloadKind::Deployment && entry.paused {
         return Err(WaitReason::DeploymentPaused);

@@ -24,7 +24,8 @@ use super::journal::{Journal, Line};
 use super::notice::{Notice, NoticeTracker};
 use super::outcome::{PodlessOutcome, podless_outcomes};
 use super::plan::{
-    Bake, EvictionRestart, Hints, PlanInput, Restart, RolloutPlan, RolloutSettings, SidecarTarget,
+    Bake, EvictionRestart, Hints, PlanInput, Restart, RolloutPlan, RolloutSettings, Served,
+    SidecarTarget,
 };
 use super::planner::plan;
 use super::selection::ContainerSelection;
@@ -90,6 +91,8 @@ pub(crate) struct Observed<'a> {
     pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
     /// How the command line says what ends each wait.
     pub(crate) hints: &'static Hints,
+    /// What the webhook serves new pods, for the preflight.
+    pub(crate) served: Option<Served<'a>>,
 }
 
 /// What a step is planned from, as the drift index holds it.
@@ -106,6 +109,7 @@ pub(crate) struct OnIndex<'a> {
     pub(crate) selection: Option<(&'a ContainerSelection, &'a HashSet<String>)>,
     pub(crate) bakes_changed: &'a BTreeSet<WorkloadRef>,
     pub(crate) hints: &'static Hints,
+    pub(crate) served: Option<Served<'a>>,
 }
 
 impl RolloutState {
@@ -162,6 +166,7 @@ impl RolloutState {
                 .then_some(&reason as &dyn Fn(&WorkloadRef) -> String),
             bakes_changed: input.bakes_changed,
             hints: input.hints,
+            served: input.served,
         };
         self.step(&observed, now, conduct)
     }
@@ -289,6 +294,7 @@ impl RolloutState {
             history: observed.history,
             now,
             hints: observed.hints,
+            served: observed.served,
         });
         if let Some(reason) = observed.restart_reason {
             for restart in &mut plan.restarts {

@@ -243,6 +243,12 @@ pub(crate) enum WaitReason {
     /// The campaign book nearly fills the status ConfigMap: nothing starts that it could not
     /// record.
     BookFull(BookOverflow),
+    /// The webhook would refuse the pods a restart creates (the template's pod-level
+    /// resources do not fit a sidecar whose config refuses such pods): restarting it would
+    /// leave it without new pods.
+    PodsWouldBeRefused {
+        denial: String,
+    },
 }
 
 impl WaitReason {
@@ -411,6 +417,10 @@ impl fmt::Display for WaitReason {
                 "its NS/maintenance-window annotation is invalid, so it waits: {error}"
             ),
             WaitReason::BookFull(overflow) => write!(f, "{overflow}"),
+            WaitReason::PodsWouldBeRefused { denial } => write!(
+                f,
+                "not restarted: the webhook would refuse its new pods ({denial})"
+            ),
         }
     }
 }
@@ -544,6 +554,29 @@ pub(crate) struct PlanInput<'a> {
     pub(crate) history: &'a super::history::RevisionHistory,
     pub(crate) now: Timestamp,
     pub(crate) hints: &'static Hints,
+    /// What the webhook serves new pods, for the preflight; `None`: no preflight.
+    pub(crate) served: Option<Served<'a>>,
+}
+
+/// What the webhook would inject into a new pod now. Before a restart, the engine injects a
+/// workload's template as the webhook would, and never restarts it into pods the webhook
+/// would refuse.
+#[derive(Clone, Copy)]
+pub(crate) struct Served<'a> {
+    pub(crate) sidecars: &'a crate::config::SidecarSet,
+    pub(crate) settings: &'a crate::injection::InjectionSettings,
+}
+
+impl Served<'_> {
+    /// Why the webhook would refuse the pods of `template` (a pod template as JSON) in
+    /// `namespace`; `None` when it would admit them.
+    pub(crate) fn refusal(&self, template: &str, namespace: &str) -> Option<String> {
+        let pod: crate::injection::PodView<'_> = serde_json::from_str(template).ok()?;
+        match crate::injection::decide(&pod, namespace, self.sidecars, self.settings) {
+            crate::injection::Decision::Deny(denial) => Some(denial.to_string()),
+            _ => None,
+        }
+    }
 }
 
 /// A field a person reads, in JSON as its text.

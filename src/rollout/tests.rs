@@ -51,6 +51,11 @@ struct World {
     keys: AnnotationKeys,
     /// Where the next Deployment is created.
     namespace: &'static str,
+    /// What the webhook serves, for the preflight (`None`: no preflight).
+    served: Option<(
+        crate::config::SidecarSet,
+        crate::injection::InjectionSettings,
+    )>,
 }
 
 impl World {
@@ -70,6 +75,7 @@ impl World {
             now: at(3600),
             keys: AnnotationKeys::default(),
             namespace: "team",
+            served: None,
         };
         world.target(LOGGER, NEW);
         world.state.book = world.plan().book;
@@ -213,6 +219,10 @@ impl World {
             history: &self.history,
             now: self.now,
             hints: &crate::cli::hints::HINTS,
+            served: self
+                .served
+                .as_ref()
+                .map(|(sidecars, settings)| Served { sidecars, settings }),
         })
     }
 
@@ -3085,4 +3095,67 @@ fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion(
             .as_str()
         )
     );
+}
+
+#[test]
+fn a_workload_whose_new_pods_the_webhook_would_refuse_is_not_restarted() {
+    let config = "name: logger:v1\npodResources: refuse\ncontainers:\n  - {name: shipper, image: s:2, resources: {requests: {cpu: 100m}}}\n";
+    let sidecars: crate::config::SidecarSet = std::iter::once(crate::config::LoadedSidecar::new(
+        crate::config::parse_config("logger.yaml", config)
+            .unwrap()
+            .config,
+        "logger.yaml",
+    ))
+    .collect();
+    let template = |pod_cpu: &str| -> Option<std::sync::Arc<str>> {
+        Some(
+            json!({
+                "metadata": {"annotations": {"injector/request": LOGGER}},
+                "spec": {
+                    "resources": {"requests": {"cpu": pod_cpu}},
+                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "450m"}}}]
+                }
+            })
+            .to_string()
+            .into(),
+        )
+    };
+    let mut world = World::new();
+    world.served = Some((sidecars, crate::injection::InjectionSettings::default()));
+    let tight = WorkloadEntry {
+        template: template("500m"),
+        ..healthy(2)
+    };
+    world.deployment_with("tight", 2, Some(OLD), tight);
+    world.deployment_with(
+        "roomy",
+        2,
+        Some(OLD),
+        WorkloadEntry {
+            template: template("1"),
+            ..healthy(2)
+        },
+    );
+    world.settings.canary = 0;
+    let plan = world.plan();
+    assert_eq!(restarted(&plan), ["roomy"]);
+    let reason = waiting(&plan, "tight");
+    assert!(!reason.clears_by_itself());
+    assert_eq!(
+        reason.to_string(),
+        "not restarted: the webhook would refuse its new pods (sidecar \"logger:v1\" does not \
+         fit the pod's resources (its config says podResources: refuse): \
+         spec.resources.requests.cpu is 500m, and the containers would request 550m with the \
+         sidecar; raise spec.resources.requests.cpu to 550m or more, or remove \
+         spec.resources.requests.cpu)"
+    );
+    // Raised, it is restarted.
+    world.set_entry(
+        "tight",
+        WorkloadEntry {
+            template: template("600m"),
+            ..healthy(2)
+        },
+    );
+    assert!(restarted(&world.plan()).contains(&"tight"));
 }

@@ -43,6 +43,7 @@ impl World {
             restart_reason: None,
             bakes_changed,
             hints: &crate::cli::hints::HINTS,
+            served: None,
         };
         self.state.step(&observed, self.now, conduct)
     }
