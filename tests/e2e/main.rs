@@ -20,6 +20,7 @@ mod in_place;
 mod injection;
 mod monitoring;
 mod native;
+mod pod_resources;
 mod policy;
 mod policy_mode;
 mod promotion;
