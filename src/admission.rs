@@ -143,6 +143,12 @@ impl SidecarResult {
     }
 }
 
+/// The longest object name or namespace a log line carries: the API server's own bound.
+const MAX_NAME_CHARS: usize = 253;
+
+/// The longest error text from the pod's parse a reply carries.
+const MAX_ERROR_CHARS: usize = 1024;
+
 /// Label for a requested sidecar no config defines: pod authors choose the text, so it never
 /// becomes a label value of its own.
 pub(crate) const UNKNOWN_SIDECAR_LABEL: &str = "(unknown)";
@@ -312,30 +318,36 @@ fn decide_outcome(
     }
     let pod = match object {
         Ok(Some(pod)) => pod,
-        Err(err) => return invalid_pod(answer, format!("cannot read the pod: {err}")),
+        // serde quotes the values it could not read: a pod's creator chooses their size.
+        Err(err) => {
+            let error = crate::name::elided(&err.to_string(), MAX_ERROR_CHARS);
+            return invalid_pod(answer, format!("cannot read the pod: {error}"));
+        }
         Ok(None) => return invalid_pod(answer, "the request carries no pod".to_owned()),
     };
     if let Some(kind) = pod.kind.as_deref().filter(|kind| *kind != "Pod") {
         answer.result = AdmissionResult::NotAPod;
         answer.message = Some(format!(
-            "sidecar-injector only mutates Pods; this object is a {kind}, let through unchanged"
+            "sidecar-injector only mutates Pods; this object is a {}, let through unchanged",
+            crate::name::quoted(kind)
         ));
         return allow;
     }
-    answer.pod = pod
-        .metadata
-        .name
-        .as_deref()
-        .or(pod.metadata.generate_name.as_deref())
-        .unwrap_or_default()
-        .to_owned();
-    if answer.namespace.is_empty() {
-        answer.namespace = pod
-            .metadata
-            .namespace
+    // Unvalidated yet (the API server validates after mutating admission): bounded as the
+    // API server bounds them, for the log line.
+    answer.pod = crate::name::elided(
+        pod.metadata
+            .name
             .as_deref()
-            .unwrap_or_default()
-            .to_owned();
+            .or(pod.metadata.generate_name.as_deref())
+            .unwrap_or_default(),
+        MAX_NAME_CHARS,
+    );
+    if answer.namespace.is_empty() {
+        answer.namespace = crate::name::elided(
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            MAX_NAME_CHARS,
+        );
     }
     match decide(&pod, &answer.namespace, sidecars, settings) {
         Decision::Skip(reason) => skipped(answer, &reason, settings),
@@ -601,7 +613,10 @@ struct StatusOut<'a> {
 }
 
 fn missing_message(missing: &[crate::name::SidecarName]) -> String {
-    let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
+    let names: Vec<String> = missing
+        .iter()
+        .map(|n| format!("\"{}\"", crate::name::quoted(&n.to_string())))
+        .collect();
     format!("sidecar(s) not found, not injected: {}", names.join(", "))
 }
 

@@ -207,8 +207,11 @@ pub(crate) fn injection(
                 }
             }
             if !injection.missing.is_empty() {
-                let missing: Vec<String> =
-                    injection.missing.iter().map(ToString::to_string).collect();
+                let missing: Vec<String> = injection
+                    .missing
+                    .iter()
+                    .map(|n| crate::name::quoted(&n.to_string()))
+                    .collect();
                 message.push_str(&format!(
                     "; {} not found, let through by {}",
                     missing.join(", "),

@@ -154,7 +154,10 @@ impl SkipReason {
                 spelling.ignore_namespace
             )),
             SkipReason::NothingFound(missing) => {
-                let names: Vec<String> = missing.iter().map(|n| format!("\"{n}\"")).collect();
+                let names: Vec<String> = missing
+                    .iter()
+                    .map(|n| format!("\"{}\"", crate::name::quoted(&n.to_string())))
+                    .collect();
                 Some(format!(
                     "no requested sidecar exists ({}); let through by {}",
                     names.join(", "),
@@ -275,7 +278,7 @@ pub fn decide<'s>(
             None if settings.on_missing_sidecar == MissingSidecarPolicy::Deny => {
                 return Decision::Deny(Denial::SidecarNotFound {
                     known: known_names(sidecars, &name),
-                    name: name.to_string(),
+                    name: crate::name::quoted(&name.to_string()),
                 });
             }
             None => missing.push(name),

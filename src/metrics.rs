@@ -631,17 +631,20 @@ impl Metrics {
     /// alert's `for`).
     pub(crate) fn record_drift(&self, report: &crate::drift::DriftReport) {
         let mut recorded = self.drift_sidecars.lock().expect("metrics lock");
+        // An orphaned sidecar's name is whatever a pod requested: quoted as any text a pod's
+        // creator wrote, so that no label value is longer than 64 characters and an ellipsis.
+        let label = |name: &str| crate::name::quoted(name);
         for sidecar in &report.sidecars {
             for state in crate::drift::DriftState::POD_STATES {
                 self.pods
                     .get_or_create(&DriftLabels {
-                        sidecar: sidecar.name.clone(),
+                        sidecar: label(&sidecar.name),
                         state: state.as_str(),
                     })
                     .set(i64::from(sidecar.pods.get(state)));
             }
         }
-        let now: BTreeSet<String> = report.sidecars.iter().map(|s| s.name.clone()).collect();
+        let now: BTreeSet<String> = report.sidecars.iter().map(|s| label(&s.name)).collect();
         for gone in recorded.difference(&now) {
             for state in crate::drift::DriftState::POD_STATES {
                 self.pods.remove(&DriftLabels {

@@ -16,9 +16,15 @@ pub(crate) const MAX_REQUESTED: usize = 64;
 /// How much of a name an error quotes: a bad name may be as long as the annotation.
 const QUOTED: usize = 64;
 
-/// `raw`, cut to [`QUOTED`] characters with `...` when longer.
-fn quoted(raw: &str) -> String {
-    match raw.char_indices().nth(QUOTED) {
+/// `raw`, cut to [`QUOTED`] characters with `...` when longer: how any text a pod's creator
+/// wrote (a requested name, a kind) is quoted in a reply, a warning or a log line.
+pub(crate) fn quoted(raw: &str) -> String {
+    elided(raw, QUOTED)
+}
+
+/// `raw`, cut to `limit` characters with `...` when longer.
+pub(crate) fn elided(raw: &str, limit: usize) -> String {
+    match raw.char_indices().nth(limit) {
         Some((end, _)) => format!("{}...", &raw[..end]),
         None => raw.to_owned(),
     }

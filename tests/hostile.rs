@@ -308,6 +308,33 @@ async fn every_hostile_input_is_answered_as_the_table_says_and_serve_stays_up() 
     assert_eq!(status, 200);
     assert!(denial(&reply).contains("exceed 1572864 bytes"), "{reply}");
     answered.push("2,000 env x 200 containers: denied, patch over the limit".into());
+    // A requested name of a megabyte (and a pod name as long): the denial, and its log line,
+    // quote 64 characters of it.
+    let long = "x".repeat(1_000_000);
+    let body = review_with(|pod| {
+        pod["metadata"]["annotations"]["injector/request"] = json!(long);
+        pod["metadata"]["name"] = json!(long);
+    });
+    let (status, reply) = post(&client, &injector, body).await;
+    assert_eq!(status, 200);
+    let reply_bytes = reply.to_string().len();
+    assert!(reply_bytes < 4096, "{reply_bytes} bytes");
+    assert!(
+        denial(&reply).starts_with(&format!("sidecar \"{}...\" not found", &long[..64])),
+        "{reply}"
+    );
+    let logged = eventually(DEADLINE, "the denial logged", || async {
+        injector
+            .logs()
+            .into_iter()
+            .find(|line| line.contains("not found; known"))
+    })
+    .await;
+    assert!(logged.len() < 4096, "a log line of {} bytes", logged.len());
+    answered.push(format!(
+        "a megabyte name: denied in {reply_bytes} bytes, logged in {} bytes",
+        logged.len()
+    ));
 
     next(5);
     // 5. 30,000 legacy token volumes with a sidecar that changes the service account: all

@@ -522,3 +522,41 @@ fn a_job_with_an_auto_sidecar_is_warned_of_only_where_no_node_runs_native_sideca
     assert!(warnings(&[("old", "v1.28.0")]).is_some());
     assert!(warnings(&[]).is_some(), "no node known");
 }
+
+#[test]
+fn text_a_pod_controls_is_quoted_at_most_64_characters_wherever_it_is_echoed() {
+    let long = "x".repeat(1_000_000);
+    let cut = format!("{}...", "x".repeat(64));
+    let mut input = fixture("bare-pod.json");
+    input["request"]["object"]["metadata"]["annotations"]["injector/request"] = json!(long);
+    input["request"]["object"]["metadata"]["name"] = json!(long);
+    let (denied, body) = answer(&input);
+    assert!(denied.body.len() < 4096, "{} bytes", denied.body.len());
+    let message = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("sidecar \"{cut}\" not found")),
+        "{message}"
+    );
+    assert_eq!(denied.pod.len(), 253 + 3, "the log line's pod field");
+    // Let through by --on-missing-sidecar=allow, the warning quotes as much.
+    let allow = InjectionSettings {
+        on_missing_sidecar: crate::injection::MissingSidecarPolicy::Allow,
+        ..InjectionSettings::default()
+    };
+    let allowed = review(&serde_json::to_vec(&input).unwrap(), &sidecars(), &allow).unwrap();
+    assert!(allowed.body.len() < 4096, "{} bytes", allowed.body.len());
+    let body: Value = serde_json::from_slice(&allowed.body).unwrap();
+    assert_eq!(
+        body["response"]["warnings"][0],
+        format!("sidecar(s) not found, not injected: \"{cut}\"")
+    );
+    // A kind, and a value serde could not read, are quoted as briefly.
+    let mut not_a_pod = fixture("bare-pod.json");
+    not_a_pod["request"]["object"]["kind"] = json!(long);
+    let (_, body) = answer(&not_a_pod);
+    assert!(body.to_string().len() < 4096);
+    let mut unreadable = fixture("bare-pod.json");
+    unreadable["request"]["object"]["spec"]["containers"] = json!(long);
+    let (refused, _) = answer(&unreadable);
+    assert!(refused.body.len() < 4096, "{} bytes", refused.body.len());
+}

@@ -430,6 +430,8 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     let logs = kubectl_ok(&["-n", TEAM, "logs", &first, "-c", "shipper"]);
     assert_eq!(logs.trim(), "shipper v1");
 
+    pod_level_resources(&pods, &deployments, &configmaps).await;
+
     // Edit the ConfigMap: the engine (one replica holds the Lease) restarts exactly the stale
     // workload; its new pods pass their real readiness probes; the plain one is untouched.
     edit(&configmaps, config("v2")).await;
@@ -1116,6 +1118,28 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
     assert!(restarted >= 1, "the engine acted during the flapping");
     assert_eq!(replicasets_of(&client, "calm").await, 1, "calm untouched");
+    // The flapping over, its workloads may still be stale, each within its cooldown (10
+    // minutes): the engine would rightly restart them once it passes, in whatever step runs
+    // then (the uninstall, on a slow machine). The scenario ends here, its objects with it.
+    for name in flapping {
+        deployments
+            .delete(name, &DeleteParams::foreground())
+            .await
+            .unwrap();
+    }
+    configmaps
+        .delete("flap", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(DEADLINE, "the flapping workloads gone", || async {
+        let mut left = 0;
+        for name in flapping {
+            left += pods_of(&pods, name).await.len();
+            left += usize::from(deployments.get_opt(name).await.ok()?.is_some());
+        }
+        (left == 0).then_some(())
+    })
+    .await;
 
     // A node drain during a campaign (the workloads' pods evicted and held Pending while the
     // node is cordoned, then rescheduled): no workload restarted more than once, every pod
@@ -1218,6 +1242,49 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     native_migration(&client, &pods, &deployments, &configmaps).await;
     switch_to_policy_mode(&pods, &deployments).await;
     uninstall(&pods, &deployments).await;
+}
+
+/// A pod that sets pod-level resources (Kubernetes 1.34+), its app requesting all of them:
+/// the API server would refuse it with any requesting sidecar added as it is. Injected, its
+/// pod-level figures grow by the sidecar's, the kubelet admits it, and both containers run.
+async fn pod_level_resources(
+    pods: &Api<Pod>,
+    deployments: &Api<Deployment>,
+    configmaps: &Api<ConfigMap>,
+) {
+    let config: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "meter", "labels": {"sidecar-injector.io/config": "true"}},
+        "data": {"meter.yaml": "name: meter:v1\ncontainers:\n  - name: meter\n    image: localhost/busybox:1.35\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"exec sleep 100000\"]\n    resources: {requests: {cpu: 50m, memory: 16Mi}, limits: {memory: 32Mi}}\n"},
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    wait_both_publish(configmaps, "meter:v1").await;
+    let mut sized = deployment("sized", 1, Some("meter:v1"));
+    let spec = sized.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    spec.resources = Some(
+        serde_json::from_value(json!({
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"}
+        }))
+        .unwrap(),
+    );
+    spec.containers[0].resources = Some(
+        serde_json::from_value(json!({"requests": {"cpu": "100m", "memory": "64Mi"}})).unwrap(),
+    );
+    deployments
+        .create(&PostParams::default(), &sized)
+        .await
+        .unwrap();
+    let running = wait_running(pods, "sized", 1, &["app", "meter"], Some("meter:v1=")).await;
+    let resources = serde_json::to_value(&running[0].spec.as_ref().unwrap().resources).unwrap();
+    assert_eq!(
+        resources,
+        json!({"requests": {"cpu": "150m", "memory": "80Mi"},
+               "limits": {"cpu": "550m", "memory": "160Mi"}})
+    );
 }
 
 /// The running cluster switched from the webhook to policies as docs/policy-mode.md says: the
