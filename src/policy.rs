@@ -15,6 +15,7 @@ use crate::config::{LoadedSidecar, SidecarSet};
 use crate::injection::MissingSidecarPolicy;
 
 mod cel;
+mod pod_resources;
 
 /// What the policies are named and labelled by (`kubectl get mutatingadmissionpolicies -l
 /// app.kubernetes.io/managed-by=sidecar-injector`).
@@ -231,6 +232,8 @@ fn mutating_policy(sidecars: &[&LoadedSidecar], settings: &PolicySettings<'_>) -
         cel::string(&keys.status)
     );
     let mut mutations = stamp_mutations(sidecars, keys, &stamped);
+    // On the pod as it came: it places the sidecars' containers itself.
+    mutations.extend(pod_resources::mutation(sidecars, keys, &stamped));
     mutations.extend(injection_mutations(sidecars, keys, &stamped));
     // With `--on-missing-sidecar deny`, a request naming an unknown sidecar gets nothing
     // here, and the validating policy refuses it.

@@ -25,8 +25,8 @@ const VAULT: &str = "name: vault:v1\n\
     hostAliases: [{ip: 10.0.0.9, hostnames: [vault.internal]}]\n";
 
 /// Native sidecars: placed first (with an init container of its own), placed last, a second
-/// placed first, and native in the pods of Jobs only.
-const NATIVE: [(&str, &str); 4] = [
+/// placed first, native in the pods of Jobs only, and one that requests resources.
+const NATIVE: [(&str, &str); 5] = [
     (
         "mesh",
         "name: mesh:v1\nnativeSidecars: true\n\
@@ -49,6 +49,13 @@ const NATIVE: [(&str, &str); 4] = [
         "name: batch-logger:v1\nnativeSidecars: jobs\n\
         containers: [{name: batch-shipper, image: 'shipper:1'}]\n\
         volumeMounts: [{name: data, mountPath: /batch}]\n",
+    ),
+    (
+        "sized",
+        "name: sized:v1\nnativeSidecars: true\n\
+        initContainers: [{name: sized-init, image: 'init:1', resources: {requests: {cpu: 300m}}}]\n\
+        containers: [{name: sized-proxy, image: 'proxy:1', \
+                      resources: {requests: {cpu: 20m, memory: 16Mi}, limits: {memory: 32Mi}}}]\n",
     ),
 ];
 
@@ -187,6 +194,39 @@ fn cases() -> Vec<Value> {
             stale["metadata"]["annotations"]["injector/injected-native"] = json!("mesh:v1");
             stale
         },
+        // Pod-level resources (1.34+) the app fills: grown by what the sidecars add, a native
+        // one counted beside the init container it runs next to; limits alone (the API server
+        // defaults the requests).
+        pod(
+            "pod-level",
+            "logger:v1,tracer:v1",
+            json!({
+                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"},
+                              "limits": {"cpu": "1", "memory": "512Mi"}},
+                "containers": [{"name": "app", "image": "app:1",
+                                "resources": {"requests": {"cpu": "495m", "memory": "240Mi"}}}],
+            }),
+        ),
+        pod(
+            "pod-level-native",
+            "sized:v1",
+            json!({
+                "resources": {"requests": {"cpu": "1", "memory": "128Mi"}},
+                "initContainers": [{"name": "migrate", "image": "migrate:1",
+                                    "resources": {"requests": {"cpu": "1"}}}],
+                "containers": [{"name": "app", "image": "app:1",
+                                "resources": {"requests": {"cpu": "200m", "memory": "128Mi"}}}],
+            }),
+        ),
+        pod(
+            "pod-level-limits",
+            "tracer:v1",
+            json!({
+                "resources": {"limits": {"cpu": "1"}},
+                "containers": [{"name": "app", "image": "app:1",
+                                "resources": {"limits": {"cpu": "500m"}}}],
+            }),
+        ),
         // Copied from an injected pod: left as it is.
         {
             let mut copied = pod("copied", "logger:v1", app(json!([]), json!([])));
@@ -392,6 +432,19 @@ async fn the_same_pods_through_the_webhook_and_through_the_policies_are_stored_e
                 !volumes.iter().any(|v| v.starts_with("default-token-")),
                 "{volumes:?}"
             );
+        }
+        let grown = match name.as_str() {
+            "pod-level" => Some(json!({"requests": {"cpu": "515m", "memory": "288Mi"},
+                                       "limits": {"cpu": "1015m", "memory": "576Mi"}})),
+            "pod-level-native" => Some(json!({"requests": {"cpu": "1020m", "memory": "144Mi"}})),
+            "pod-level-limits" => {
+                Some(json!({"requests": {"cpu": "505m"}, "limits": {"cpu": "1005m"}}))
+            }
+            _ => None,
+        };
+        if let Some(grown) = grown {
+            let resources = serde_json::to_value(&spec.resources).unwrap();
+            assert_eq!(resources, grown, "{name}: the pod-level figures");
         }
         let (webhook, policy) = (comparable(&through_webhook), comparable(&through_policy));
         assert_eq!(
