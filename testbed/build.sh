@@ -7,6 +7,8 @@
 # Cached: a second run with the same testbed/k8s module and this script is a no-op.
 #   usage: build.sh [CACHE_DIR]      (default: $K8S_TESTBED_CACHE or ~/.cache/k8s-testbed)
 # Prints the folder holding the binaries on its last line.
+# K8S_TESTBED_MODULE=DIR builds the release of another module instead (testbed/matrix/*, written
+# by testbed/module.sh): its etcd is the testbed's own.
 # With K8S_TESTBED_BIN set to a folder holding kube-apiserver, kube-controller-manager and etcd
 # (prebuilt elsewhere), it builds nothing and prints that folder.
 set -euo pipefail
@@ -17,7 +19,8 @@ if [[ -n ${K8S_TESTBED_BIN:-} ]]; then
   echo "$K8S_TESTBED_BIN"; exit 0
 fi
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-MOD=$HERE/k8s
+MOD=${K8S_TESTBED_MODULE:-$HERE/k8s}
+MOD=$(cd "$MOD" && pwd)
 CACHE=${1:-${K8S_TESTBED_CACHE:-$HOME/.cache/k8s-testbed}}
 VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit } $1 == "require" && $2 == "k8s.io/kubernetes" { print $3; exit }' "$MOD/go.mod")
 [[ $VERSION =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || { echo "k8s-testbed: no k8s.io/kubernetes version in $MOD/go.mod" >&2; exit 1; }
@@ -40,6 +43,10 @@ mkdir -p "$W/bin"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOCACHE=$W/gocache GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 cd "$MOD"
 for c in $COMMANDS; do
+  if [[ $c == etcd ]] && ! grep -q 'go.etcd.io/etcd/server/v3 v' "$MOD/go.mod"; then
+    cp "$(K8S_TESTBED_MODULE= bash "$HERE/build.sh" "$CACHE" | tail -1)/etcd" "$W/bin/etcd"
+    continue
+  fi
   case $c in
     etcd) pkg=go.etcd.io/etcd/server/v3 ;;
     *) pkg=k8s.io/kubernetes/cmd/$c ;;

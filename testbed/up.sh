@@ -26,7 +26,10 @@ ETCD_BIN=etcd; [[ -x $BIN/etcd ]] && ETCD_BIN=$BIN/etcd
   --listen-peer-urls "http://127.0.0.1:$PEER" --initial-advertise-peer-urls "http://127.0.0.1:$PEER" \
   --initial-cluster "default=http://127.0.0.1:$PEER" >"$S/etcd.log" 2>&1 &
 echo $! > "$S/etcd.pid"
+# Loopback as the advertised address: 1.37 refuses it to its endpoint reconciler, which keeps the
+# `kubernetes` Service's endpoints (nothing here runs pods that would use them).
 "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+  --endpoint-reconciler-type=none \
   --secure-port="$API" --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
   --client-ca-file="$P/ca.crt" --token-auth-file="$P/tokens.csv" \
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \

@@ -90,8 +90,39 @@ fn tracer_containers(pod: &Pod) -> usize {
         .count()
 }
 
+/// Before 1.36 the API server serves no MutatingAdmissionPolicy: `serve --injection=policy`
+/// says so at start and exits, having written nothing.
+fn policy_mode_is_refused_before_1_36() {
+    let kubeconfig = support::cluster::control_plane().kubeconfig.clone();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args([
+            "serve",
+            "--injection=policy",
+            "--lifecycle-port",
+            "0",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--injection=policy needs an API server that serves MutatingAdmissionPolicy \
+             (admissionregistration.k8s.io/v1, Kubernetes 1.36 or later), and this one (v1."
+        ),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_configmap_edit_rolls_out_under_injection_policy_with_no_webhook() {
+    if support::cluster::server_minor() < 36 {
+        policy_mode_is_refused_before_1_36();
+        return;
+    }
     let ns = "e2e-policy-rollout";
     let mut flags = policy_flags(ns);
     // A settle that leaves the API server time to compile the new policy on a busy machine:
@@ -305,6 +336,10 @@ async fn more_pods(pods: &Api<Pod>, n: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn switching_from_webhook_to_policies_and_back_injects_every_new_pod_exactly_once() {
+    if support::cluster::server_minor() < 36 {
+        eprintln!("policy mode needs Kubernetes 1.36: its refusal is checked by the test above");
+        return;
+    }
     let ns = "e2e-policy-switch";
     let mut ctx = TestContext::with_deploy_rbac("policy-switch", &scope_args(ns)).await;
     support::cluster::install_policy_rbac(&ctx.client, ns, ns).await;

@@ -70,6 +70,27 @@ fn run_script(script: &str, args: &[&str]) -> Result<String, String> {
         .ok_or_else(|| format!("testbed/{script} printed nothing"))
 }
 
+/// The minor release of the control plane the tests run on (`36` for v1.36.3), read from its
+/// kube-apiserver binary: the tests of a feature newer than it check the fallback instead.
+pub fn server_minor() -> u32 {
+    static MINOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MINOR.get_or_init(|| {
+        let bin = match std::env::var("K8S_TESTBED_BIN") {
+            Ok(dir) if !dir.is_empty() => dir,
+            _ => run_script("build.sh", &[]).expect("testbed/build.sh"),
+        };
+        let output = Command::new(Path::new(&bin).join("kube-apiserver"))
+            .arg("--version")
+            .output()
+            .expect("kube-apiserver --version");
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.split('.')
+            .nth(1)
+            .and_then(|minor| minor.parse().ok())
+            .unwrap_or_else(|| panic!("no release in {text:?}"))
+    })
+}
+
 /// Stops the control plane of `state` and removes it once this test binary has exited.
 fn spawn_reaper(state: &str) -> Result<(), String> {
     Command::new("bash")
