@@ -369,7 +369,7 @@ pub(crate) async fn run(options: ServeOptions) -> anyhow::Result<()> {
     if options.policy.is_some()
         && let Some(client) = &options.cluster
     {
-        check_policies_served(client).await?;
+        crate::cluster::policy_writer::check_served(client).await?;
     }
     let readiness = Arc::new(Readiness::default());
     if options.policy.is_none() {
@@ -435,30 +435,6 @@ struct WebhookServing {
 }
 
 /// Checks what can be checked without the cluster, and takes the ports and the certificate.
-/// `--injection=policy` on an API server that does not serve MutatingAdmissionPolicy
-/// (admissionregistration.k8s.io/v1, Kubernetes 1.36+) would retry its writes for ever: said
-/// at start instead. A server that cannot be asked now is not held against it.
-async fn check_policies_served(client: &kube::Client) -> anyhow::Result<()> {
-    let group = "admissionregistration.k8s.io/v1";
-    let Ok(resources) = client.list_api_group_resources(group).await else {
-        return Ok(());
-    };
-    if resources
-        .resources
-        .iter()
-        .any(|r| r.kind == "MutatingAdmissionPolicy")
-    {
-        return Ok(());
-    }
-    let version = client
-        .apiserver_version()
-        .await
-        .map_or_else(|_| "an older release".to_owned(), |v| v.git_version);
-    anyhow::bail!(
-        "--injection=policy needs an API server that serves MutatingAdmissionPolicy ({group}, Kubernetes 1.36 or later), and this one ({version}) does not: run with --injection=webhook"
-    )
-}
-
 fn prepare(options: &ServeOptions) -> anyhow::Result<ReadyToServe> {
     anyhow::ensure!(
         options.max_buffered_bytes >= options.max_body_bytes,

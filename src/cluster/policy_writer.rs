@@ -191,6 +191,30 @@ impl Writer {
     }
 }
 
+/// `--injection=policy` on an API server that does not serve MutatingAdmissionPolicy
+/// (admissionregistration.k8s.io/v1, Kubernetes 1.36+) would retry its writes for ever: said
+/// at start instead. A server that cannot be asked now is not held against it.
+pub(crate) async fn check_served(client: &kube::Client) -> anyhow::Result<()> {
+    let group = "admissionregistration.k8s.io/v1";
+    let Ok(resources) = client.list_api_group_resources(group).await else {
+        return Ok(());
+    };
+    if resources
+        .resources
+        .iter()
+        .any(|r| r.kind == "MutatingAdmissionPolicy")
+    {
+        return Ok(());
+    }
+    let version = client
+        .apiserver_version()
+        .await
+        .map_or_else(|_| "an older release".to_owned(), |v| v.git_version);
+    anyhow::bail!(
+        "--injection=policy needs an API server that serves MutatingAdmissionPolicy ({group}, Kubernetes 1.36 or later), and this one ({version}) does not: run with --injection=webhook"
+    )
+}
+
 /// What is logged when `refused` keeps the policies as they are.
 fn refusal(refused: &PolicyError) -> String {
     match refused {

@@ -2,17 +2,17 @@
 //! received pod, turned into one explicit operation per change (one function per kind).
 
 use crate::nodes::NodeKubelets;
-use std::borrow::Cow;
 
 use foldhash::{HashSet, HashSetExt};
 use k8s_openapi::api::core::v1::{Container, EnvVar, HostAlias, VolumeMount};
 use serde_json::Value;
 
 use super::json_patch::{JsonPatch, PatchValue};
-use super::pod::{ContainerView, EnvList, PodSpecView, PodView};
+use super::pod::{ContainerView, PodSpecView, PodView};
 use super::pod_resources::{Placed, PodLevel, PodResourcesMisfit, fit, parsed_map};
 use super::resources::Counted;
 use super::{DEFAULT_SERVICE_ACCOUNT, LEGACY_DEFAULT_TOKEN_PREFIX, MAX_PATCH_BYTES};
+use presence::{EnvNames, Presence};
 
 /// Roughly what one operation adds to the patch besides its value
 /// (`{"op":"add","path":"/spec/containers/12/env/-","value":}`). Only the order matters: the
@@ -92,94 +92,6 @@ struct TargetContainer<'v, 's> {
     /// containers or env entries, and scanning lists for each addition made injection
     /// quadratic.
     presence: Option<Presence<'v>>,
-}
-
-/// The env names, mount names and mount paths a container holds.
-struct Presence<'a> {
-    env: EnvNames<'a>,
-    mount_names: HashSet<&'a str>,
-    mount_paths: HashSet<&'a str>,
-}
-
-impl<'a> Presence<'a> {
-    /// Sized once: growing a set of a hundred names rehashes it six times.
-    fn new(env: EnvNames<'a>, mounts: usize) -> Self {
-        Self {
-            env,
-            mount_names: HashSet::with_capacity(mounts),
-            mount_paths: HashSet::with_capacity(mounts),
-        }
-    }
-
-    fn insert_mount(&mut self, name: &'a str, path: &'a str) {
-        self.mount_names.insert(name);
-        self.mount_paths.insert(path);
-    }
-}
-
-/// The env names a container holds. A pod container's list stays unread while searching its
-/// text answers: when the text holds no escapes, every name in it is written as it reads, so
-/// a name found nowhere between quotes is not taken. The list is read at the first search
-/// that finds the name, or once searching (a scan of the whole text each time) would cost
-/// more than reading it.
-struct EnvNames<'a> {
-    unread: Option<&'a EnvList>,
-    searches_left: u8,
-    known: HashSet<Cow<'a, str>>,
-}
-
-/// Searches of a list's text before it is read instead: a search is several times cheaper
-/// than reading the list.
-const ENV_SEARCHES: u8 = 8;
-
-impl<'a> EnvNames<'a> {
-    fn of_pod(list: Option<&'a EnvList>) -> Self {
-        let mut names = Self {
-            unread: list,
-            searches_left: ENV_SEARCHES,
-            known: HashSet::new(),
-        };
-        if list.is_some_and(|list| memchr::memchr(b'\\', list.text().as_bytes()).is_some()) {
-            names.read();
-        }
-        names
-    }
-
-    fn of_names(names: impl Iterator<Item = &'a str>) -> Self {
-        Self {
-            unread: None,
-            searches_left: 0,
-            known: names.map(Cow::Borrowed).collect(),
-        }
-    }
-
-    fn read(&mut self) {
-        if let Some(list) = self.unread.take() {
-            self.known.extend(list.names());
-        }
-    }
-
-    /// Records `name`; true when the container had no entry of that name.
-    fn insert(&mut self, name: &'a str) -> bool {
-        if self.known.contains(name) {
-            return false;
-        }
-        if let Some(list) = self.unread {
-            if self.searches_left > 0 && !quoted_in(list.text(), name) {
-                self.searches_left -= 1;
-                return self.known.insert(Cow::Borrowed(name));
-            }
-            self.read();
-        }
-        self.known.insert(Cow::Borrowed(name))
-    }
-}
-
-/// Whether `name` occurs in `text` between two quotes.
-fn quoted_in(text: &str, name: &str) -> bool {
-    let text = text.as_bytes();
-    memchr::memmem::find_iter(text, name.as_bytes())
-        .any(|at| at > 0 && text[at - 1] == b'"' && text.get(at + name.len()) == Some(&b'"'))
 }
 
 impl<'v, 's: 'v> TargetContainer<'v, 's> {
@@ -862,5 +774,6 @@ impl<'v, 's: 'v> PatchBuilder<'v, 's> {
     }
 }
 
+mod presence;
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,6 @@
+use super::presence::ENV_SEARCHES;
 use super::*;
+use crate::injection::pod::EnvList;
 
 fn list(text: &str) -> EnvList {
     serde_json::from_str(text).expect("an env list")
