@@ -98,6 +98,7 @@ fn policy_mode_is_refused_before_1_36() {
         .args([
             "serve",
             "--injection=policy",
+            "--rollout=off",
             "--lifecycle-port",
             "0",
             "--kubeconfig",
