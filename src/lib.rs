@@ -33,19 +33,12 @@ pub const VERSION: &str = concat!(
 /// The git commit the binary was built from, or `unknown`.
 pub const COMMIT: &str = env!("SIDECAR_INJECTOR_COMMIT");
 
-pub mod admission;
-pub mod annotations;
-pub mod config;
-pub mod drift;
-pub mod explain;
-pub mod injection;
-pub mod maintenance;
-pub mod name;
-pub mod nodes;
-pub(crate) mod policy;
-pub mod rollout;
 pub(crate) mod token_bucket;
-pub mod workload;
+
+pub use sidecar_injector_core::{
+    admission, annotations, config, drift, explain, injection, maintenance, name, nodes, policy,
+    rollout, workload,
+};
 
 pub mod cli;
 pub mod cluster;

@@ -26,9 +26,22 @@ macro_rules! label_value {
     };
 }
 
-label_value!(AdmissionResult);
-label_value!(SidecarResult);
-label_value!(WorkloadKind);
+/// A label value of a type of the core's, which knows nothing of Prometheus.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct Label<T>(pub(crate) T);
+
+macro_rules! core_label_value {
+    ($type:ty) => {
+        impl EncodeLabelValue for Label<$type> {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                EncodeLabelValue::encode(&self.0.as_str(), encoder)
+            }
+        }
+    };
+}
+
+core_label_value!(SidecarResult);
+core_label_value!(WorkloadKind);
 
 /// How `/mutate` answered: a review's outcome, or an HTTP error before one could be read.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -225,7 +238,7 @@ pub(crate) struct CertificateLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct InjectionLabels {
     pub(crate) sidecar: String,
-    pub(crate) result: SidecarResult,
+    pub(crate) result: Label<SidecarResult>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -252,7 +265,7 @@ pub(crate) struct DriftLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RolloutLabels {
-    pub(crate) kind: WorkloadKind,
+    pub(crate) kind: Label<WorkloadKind>,
     pub(crate) result: RolloutResult,
 }
 
@@ -658,7 +671,10 @@ impl Metrics {
 
     pub(crate) fn record_rollout(&self, kind: WorkloadKind, result: RolloutResult) {
         self.rollouts
-            .get_or_create(&RolloutLabels { kind, result })
+            .get_or_create(&RolloutLabels {
+                kind: Label(kind),
+                result,
+            })
             .inc();
     }
 
@@ -753,7 +769,7 @@ impl Metrics {
         self.injections
             .get_or_create(&InjectionLabels {
                 sidecar: sidecar.to_owned(),
-                result,
+                result: Label(result),
             })
             .inc();
     }

@@ -142,8 +142,8 @@ pub(crate) struct ExplainArgs {
     #[arg(short = 'n', long = "namespace")]
     pub(crate) namespace: Option<String>,
     /// What the webhook does when a requested sidecar does not exist (as `serve` runs).
-    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(MissingSidecarPolicy::Deny))]
+    pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
     #[command(flatten)]
     pub(crate) cluster: OneShotArgs,
     /// The engine's limits the plan is made with (as `rollout` takes them: pass those your
@@ -306,8 +306,8 @@ pub(crate) struct RolloutSafetyArgs {
     /// it); `evict` evicts the stale pods one at a time within PodDisruptionBudgets, never
     /// writing the template (for GitOps-managed workloads). Per workload:
     /// NS/restart-method. A template stamp found reverted switches that workload to `evict`.
-    #[arg(long, value_enum, default_value_t = crate::workload::RestartMethod::Template)]
-    pub(crate) restart_method: crate::workload::RestartMethod,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::workload::RestartMethod::Template))]
+    pub(crate) restart_method: crate::cli::args::values::Flag<crate::workload::RestartMethod>,
     /// How long a PodDisruptionBudget may refuse to let a pod go before that is reported (a
     /// warning and a Warning Event on the workload; retries then slow to every 30s). Never
     /// forced either way.
@@ -328,8 +328,9 @@ pub(crate) struct RolloutSafetyArgs {
     /// the sidecar's last good revision (from its revision history) until the campaign
     /// resumes, the config changes or `rollout --release-hold`; `continue` gives them the
     /// revision that failed.
-    #[arg(long, value_enum, default_value_t = crate::rollout::OnCampaignFailure::Hold)]
-    pub(crate) on_campaign_failure: crate::rollout::OnCampaignFailure,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::rollout::OnCampaignFailure::Hold))]
+    pub(crate) on_campaign_failure:
+        crate::cli::args::values::Flag<crate::rollout::OnCampaignFailure>,
     /// A revision served this long with no failure of its campaign counts as good (as does one
     /// whose campaign completed): what a hold falls back to.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -341,8 +342,8 @@ pub(crate) struct RolloutSafetyArgs {
     /// patch them in the live pods (one pod of a workload at a time, within its maxUnavailable
     /// and PodDisruptionBudgets; the kubelet restarts just those containers) instead of
     /// restarting the workload; `off`: always restart. Per sidecar: `rollout: {inPlace: false}`.
-    #[arg(long, value_enum, default_value_t = crate::rollout::in_place::InPlaceMode::Auto)]
-    pub(crate) in_place: crate::rollout::in_place::InPlaceMode,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::rollout::in_place::InPlaceMode::Auto))]
+    pub(crate) in_place: crate::cli::args::values::Flag<crate::rollout::in_place::InPlaceMode>,
 }
 
 impl RolloutSafetyArgs {
@@ -359,15 +360,15 @@ impl RolloutSafetyArgs {
             canary_namespaces: self.canary_namespaces.iter().cloned().collect(),
             allow_downtime: self.allow_downtime,
             eviction_timeout: self.eviction_timeout,
-            restart_method: self.restart_method,
+            restart_method: self.restart_method.0,
             bake: self.bake,
             maintenance_windows: crate::maintenance::MaintenanceWindows::new(
                 self.maintenance_windows.clone(),
             ),
-            on_campaign_failure: self.on_campaign_failure,
+            on_campaign_failure: self.on_campaign_failure.0,
             good_after: self.good_after,
             history_limit: usize::from(self.history_limit),
-            in_place: self.in_place,
+            in_place: self.in_place.0,
             ..Default::default()
         }
     }
@@ -399,8 +400,9 @@ pub(crate) struct OneShotArgs {
     pub(crate) injector_namespace: String,
     /// Which revisions pods are judged by: `auto` takes what the running injectors publish
     /// when it is fresh and they agree, else the configs read here.
-    #[arg(long, value_enum, default_value_t = crate::cluster::status::RevisionsSource::Auto)]
-    pub(crate) revisions_from: crate::cluster::status::RevisionsSource,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::cluster::status::RevisionsSource::Auto))]
+    pub(crate) revisions_from:
+        crate::cli::args::values::Flag<crate::cluster::status::RevisionsSource>,
     /// A publication older than this is stale (the injectors renew theirs every 30s).
     #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
     pub(crate) published_max_age: Duration,
@@ -651,8 +653,8 @@ pub(crate) struct InjectArgs {
     #[command(flatten)]
     pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
-    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(MissingSidecarPolicy::Deny))]
+    pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
     /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
     #[arg(short = 'f', long = "filename")]
     pub(crate) file: String,
@@ -691,8 +693,8 @@ pub(crate) struct PolicyArgs {
     #[command(flatten)]
     pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist: deny the pod, or inject the rest.
-    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(MissingSidecarPolicy::Deny))]
+    pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
     /// The name of the policies and their bindings.
     #[arg(long, default_value = "sidecar-injector")]
     pub(crate) name: String,

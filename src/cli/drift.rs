@@ -283,7 +283,8 @@ async fn status_for_report(
     args: &super::args::OneShotArgs,
     sidecars: &crate::config::SidecarSet,
 ) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
-    let judged_by_configs = args.revisions_from == crate::cluster::status::RevisionsSource::Configs;
+    let judged_by_configs =
+        args.revisions_from.0 == crate::cluster::status::RevisionsSource::Configs;
     match read_status(client, &args.injector_namespace).await {
         Err(err) if judged_by_configs && super::one_shot::status_refused(&err) => {
             if sidecars.is_empty() {

@@ -82,7 +82,7 @@ fn settings(args: &ExplainArgs) -> InjectionSettings {
         spelling: &super::hints::SPELLING,
         keys: AnnotationKeys::new(&args.cluster.annotation_namespace),
         ignored_namespaces: args.cluster.ignore_namespaces.namespaces(),
-        on_missing_sidecar: args.on_missing_sidecar,
+        on_missing_sidecar: args.on_missing_sidecar.0,
     }
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
         spelling: &super::hints::SPELLING,
         keys: AnnotationKeys::new(&args.annotation_namespace),
         ignored_namespaces: args.ignore_namespaces.namespaces(),
-        on_missing_sidecar: args.on_missing_sidecar,
+        on_missing_sidecar: args.on_missing_sidecar.0,
     };
 
     let text = read_input(&args.file)?;

@@ -93,13 +93,13 @@ pub(crate) fn revisions_from_status(
     };
     let choice = status::choose_revisions(
         &injectors,
-        args.revisions_from,
+        args.revisions_from.0,
         k8s_openapi::jiff::Timestamp::now(),
         args.published_max_age,
         configs.here(),
     );
     // The flag that chose, or that would choose otherwise.
-    let asked = match args.revisions_from {
+    let asked = match args.revisions_from.0 {
         status::RevisionsSource::Auto => "",
         status::RevisionsSource::Published => " (--revisions-from=published)",
         status::RevisionsSource::Configs => " (--revisions-from=configs)",

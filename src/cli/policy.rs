@@ -15,7 +15,7 @@ pub(crate) fn run(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
     let settings = PolicySettings {
         keys: &keys,
         ignored_namespaces: &ignored,
-        on_missing_sidecar: args.on_missing_sidecar,
+        on_missing_sidecar: args.on_missing_sidecar.0,
         name: &args.name,
         namespace_selector: args.namespace_selector.as_ref(),
     };

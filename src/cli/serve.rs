@@ -117,7 +117,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
                 engine: crate::engine::EngineOptions {
                     mode,
                     settings: crate::rollout::RolloutSettings {
-                        promotion: args.promotion,
+                        promotion: args.promotion.0,
                         ..args.safety.settings(args.settle)
                     },
                     keys,
@@ -156,7 +156,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
         crate::cluster::policy_writer::PolicyWriterOptions {
             keys: AnnotationKeys::new(&args.annotation_namespace),
             ignored_namespaces: ignored.clone(),
-            on_missing_sidecar: args.on_missing_sidecar,
+            on_missing_sidecar: args.on_missing_sidecar.0,
             name: args.policy_name.clone(),
             namespace_selector: args.namespace_selector.clone(),
         }
@@ -179,7 +179,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
             spelling: &super::hints::SPELLING,
             keys: AnnotationKeys::new(&args.annotation_namespace),
             ignored_namespaces: ignored,
-            on_missing_sidecar: args.on_missing_sidecar,
+            on_missing_sidecar: args.on_missing_sidecar.0,
         },
         max_body_bytes: args.max_body_bytes,
         max_buffered_bytes: args.max_buffered_bytes,
@@ -245,7 +245,7 @@ fn upstream_gate(
         return Ok(None);
     }
     anyhow::ensure!(
-        args.promotion == crate::rollout::promotion::PromotionMode::Gated,
+        args.promotion.0 == crate::rollout::promotion::PromotionMode::Gated,
         "--promote-after promotes revisions that wait under --promotion=gated: pass --promotion=gated too"
     );
     let path = &args.upstream_kubeconfig;

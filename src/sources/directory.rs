@@ -161,4 +161,40 @@ mod tests {
         );
         assert_eq!(summary.kept.len(), names.len());
     }
+
+    #[test]
+    fn the_example_configs_all_load() {
+        let report = load_config_directory(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config"
+        )))
+        .unwrap();
+        assert_eq!(report.errors, []);
+        assert_eq!(report.warnings, []);
+        let names: Vec<String> = report
+            .sidecar_set()
+            .names()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "logger:v1",
+                "logger:v2",
+                "metrics-agent:v1",
+                "secrets-agent:v1"
+            ]
+        );
+        let v2 = &report
+            .sidecars
+            .iter()
+            .find(|s| s.config.name.to_string() == "logger:v2")
+            .expect("logger:v2 loaded")
+            .config;
+        assert_eq!(v2.volumes.len(), 2, "logger:v2 inherits v1's volumes");
+        assert_eq!(
+            v2.containers[0].image.as_deref(),
+            Some("fluent/fluent-bit:3.0.7")
+        );
+    }
 }

@@ -60,8 +60,8 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
-    #[arg(long, value_enum, default_value_t = MissingSidecarPolicy::Deny)]
-    pub(crate) on_missing_sidecar: MissingSidecarPolicy,
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(MissingSidecarPolicy::Deny))]
+    pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
     /// Who injects: the webhook (`/mutate` over TLS, called through a
     /// MutatingWebhookConfiguration), or the API server itself through
     /// MutatingAdmissionPolicies this replica keeps equal to the configs in force, holds and
@@ -139,8 +139,8 @@ pub(crate) struct ServeArgs {
     /// `auto`: a new revision's campaign starts once it settled. `gated`: it waits to be
     /// promoted (`sidecar-injector rollout --promote SIDECAR`), new pods keeping the last good
     /// revision meanwhile, as during a hold (for clusters promoted after staging).
-    #[arg(long, env = "PROMOTION", value_enum, default_value_t = crate::rollout::promotion::PromotionMode::Auto)]
-    pub(crate) promotion: crate::rollout::promotion::PromotionMode,
+    #[arg(long, env = "PROMOTION", value_enum, default_value_t = crate::cli::args::values::Flag(crate::rollout::promotion::PromotionMode::Auto))]
+    pub(crate) promotion: crate::cli::args::values::Flag<crate::rollout::promotion::PromotionMode>,
     /// With --promotion=gated: promote a waiting revision here by itself once its campaign is
     /// complete and baked (--promote-bake) in each of these upstream clusters, contexts of
     /// --upstream-kubeconfig (repeatable, or comma-separated). `rollout --promote` still

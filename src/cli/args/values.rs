@@ -1,5 +1,5 @@
 //! How the core's choices are spelled on the command line: their flag values and the help of
-//! each. The core's enums know nothing of clap; these impls are the CLI's.
+//! each. The core's enums know nothing of clap; these impls are the CLI's, on [`Flag`].
 
 use clap::ValueEnum;
 use clap::builder::PossibleValue;
@@ -8,16 +8,46 @@ use crate::cluster::status::RevisionsSource;
 use crate::injection::MissingSidecarPolicy;
 use crate::rollout::OnCampaignFailure;
 use crate::rollout::in_place::InPlaceMode;
+use crate::rollout::promotion::PromotionMode;
 use crate::workload::RestartMethod;
 
-impl ValueEnum for RestartMethod {
+/// A choice of the core's as a flag's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flag<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Flag<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl ValueEnum for Flag<PromotionMode> {
     fn value_variants<'a>() -> &'a [Self] {
-        // In place is the engine's own choice when only images change: never a flag value.
-        &[RestartMethod::Template, RestartMethod::Evict]
+        &[Flag(PromotionMode::Auto), Flag(PromotionMode::Gated)]
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        match self {
+        Some(match self.0 {
+            PromotionMode::Auto => {
+                PossibleValue::new("auto").help("A new revision's campaign starts once it settled")
+            }
+            PromotionMode::Gated => {
+                PossibleValue::new("gated").help("A new revision waits to be promoted")
+            }
+        })
+    }
+}
+
+impl ValueEnum for Flag<RestartMethod> {
+    fn value_variants<'a>() -> &'a [Self] {
+        // In place is the engine's own choice when only images change: never a flag value.
+        &[Flag(RestartMethod::Template), Flag(RestartMethod::Evict)]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self.0 {
             RestartMethod::Template => Some(PossibleValue::new("template")),
             RestartMethod::Evict => Some(PossibleValue::new("evict")),
             RestartMethod::InPlace => None,
@@ -25,13 +55,13 @@ impl ValueEnum for RestartMethod {
     }
 }
 
-impl ValueEnum for InPlaceMode {
+impl ValueEnum for Flag<InPlaceMode> {
     fn value_variants<'a>() -> &'a [Self] {
-        &[InPlaceMode::Auto, InPlaceMode::Off]
+        &[Flag(InPlaceMode::Auto), Flag(InPlaceMode::Off)]
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
+        Some(match self.0 {
             InPlaceMode::Auto => PossibleValue::new("auto").help(
                 "In place whenever only images of injected containers change (and the sidecar's config does not say `rollout: {inPlace: false}`)",
             ),
@@ -40,17 +70,17 @@ impl ValueEnum for InPlaceMode {
     }
 }
 
-impl ValueEnum for RevisionsSource {
+impl ValueEnum for Flag<RevisionsSource> {
     fn value_variants<'a>() -> &'a [Self] {
         &[
-            RevisionsSource::Auto,
-            RevisionsSource::Published,
-            RevisionsSource::Configs,
+            Flag(RevisionsSource::Auto),
+            Flag(RevisionsSource::Published),
+            Flag(RevisionsSource::Configs),
         ]
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
+        Some(match self.0 {
             RevisionsSource::Auto => PossibleValue::new("auto").help(
                 "The running injectors' publications when they are fresh and agree, else the configs read here",
             ),
@@ -63,13 +93,16 @@ impl ValueEnum for RevisionsSource {
     }
 }
 
-impl ValueEnum for OnCampaignFailure {
+impl ValueEnum for Flag<OnCampaignFailure> {
     fn value_variants<'a>() -> &'a [Self] {
-        &[OnCampaignFailure::Hold, OnCampaignFailure::Continue]
+        &[
+            Flag(OnCampaignFailure::Hold),
+            Flag(OnCampaignFailure::Continue),
+        ]
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
+        Some(match self.0 {
             OnCampaignFailure::Hold => PossibleValue::new("hold").help(
                 "The sidecar's last good revision (from its revision history), so that the failing one does not spread through scale-ups, drains and crashes",
             ),
@@ -80,13 +113,16 @@ impl ValueEnum for OnCampaignFailure {
     }
 }
 
-impl ValueEnum for MissingSidecarPolicy {
+impl ValueEnum for Flag<MissingSidecarPolicy> {
     fn value_variants<'a>() -> &'a [Self] {
-        &[MissingSidecarPolicy::Deny, MissingSidecarPolicy::Allow]
+        &[
+            Flag(MissingSidecarPolicy::Deny),
+            Flag(MissingSidecarPolicy::Allow),
+        ]
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
+        Some(match self.0 {
             MissingSidecarPolicy::Deny => PossibleValue::new("deny")
                 .help("Deny the pod with a message naming the missing sidecar and the known ones"),
             MissingSidecarPolicy::Allow => PossibleValue::new("allow")

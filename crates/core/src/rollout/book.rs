@@ -1,0 +1,848 @@
+//! Campaigns: per sidecar, bringing every pod that requests it to one revision. The book is
+//! persisted in the status ConfigMap, so a pause outlives the process.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::content::{ContentError, sidecar_with_content};
+use crate::config::SidecarSet;
+use crate::maintenance::MaintenanceWindows;
+use crate::workload::{WorkloadKind, WorkloadRef};
+use k8s_openapi::jiff::Timestamp;
+
+/// Where a sidecar's campaign stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CampaignState {
+    /// The revision is newer than `--settle`: more edits may follow.
+    Settling,
+    Running,
+    /// Failures reached `--max-failures`: nothing requesting the sidecar is restarted until a
+    /// new revision arrives or `rollout --resume` clears it.
+    Paused,
+    Complete,
+    /// `rollout: {policy: manual}`.
+    Manual,
+    /// `serve --promotion=gated`: the revision waits to be promoted (`rollout --promote`); new
+    /// pods keep the last good revision meanwhile, as during a hold.
+    Gated,
+}
+
+impl CampaignState {
+    pub const ALL: [CampaignState; 6] = [
+        CampaignState::Settling,
+        CampaignState::Running,
+        CampaignState::Paused,
+        CampaignState::Complete,
+        CampaignState::Manual,
+        CampaignState::Gated,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CampaignState::Settling => "settling",
+            CampaignState::Running => "running",
+            CampaignState::Paused => "paused",
+            CampaignState::Complete => "complete",
+            CampaignState::Manual => "manual",
+            CampaignState::Gated => "gated",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignCounts {
+    /// Workloads still to restart (waiting or about to be patched).
+    pub pending: u32,
+    pub rolling: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub workload: WorkloadRef,
+    pub reason: String,
+    pub at: Time,
+}
+
+/// One sidecar's campaign: bringing every pod requesting it to `revision`. Persisted in the
+/// status ConfigMap, so a pause outlives the process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Campaign {
+    pub revision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    /// When this revision came into force (the settle window runs from here).
+    pub since: Time,
+    pub state: CampaignState,
+    #[serde(default)]
+    pub counts: CampaignCounts,
+    /// The latest failures with their reasons, [`FAILURE_DETAILS`] at most: the workloads of
+    /// older ones are still in `failed_workloads`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<Failure>,
+    /// Every workload that failed under this revision (none is restarted again under it): by
+    /// name only, so that a revision failing across thousands of workloads keeps the status
+    /// ConfigMap far below its 1 MiB.
+    #[serde(default, skip_serializing_if = "FailedWorkloads::is_empty")]
+    pub failed_workloads: FailedWorkloads,
+    /// Failures cleared by `rollout --resume`: only later ones count toward a pause.
+    #[serde(default)]
+    pub acknowledged_failures: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<String>,
+    /// The last `rollout --resume` of this campaign: who asked and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumption>,
+    /// This campaign brings pods back to the revision a failed campaign was leaving (the config
+    /// was reverted): which revision failed, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<Reversion>,
+    /// Revisions of this sidecar whose campaigns failed before this one (the last few): pods
+    /// still carrying one are broken by it, so their workload's ill health is no reason to
+    /// hold its restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_before: Vec<String>,
+    /// Paused under `--on-campaign-failure=hold`: new pods get this last good revision instead
+    /// of the one that failed, until the campaign resumes, a new revision arrives or the hold
+    /// is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Hold>,
+    /// While it runs or settles: the earliest it can end by the restart budget, once its
+    /// pending workloads have all started at `--max-restarts-per-minute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_end: Option<Time>,
+    /// Since when it has been complete (a bake downstream clusters wait out counts from
+    /// here); none while it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<Time>,
+}
+
+/// An approval to start the campaign of `revision` (`rollout --promote`): written into the
+/// status ConfigMap, where the Lease holder adopts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub revision: String,
+    pub by: String,
+    pub at: Time,
+}
+
+/// The revision new pods get while a campaign is paused, with its content (every replica
+/// serving the webhook injects it from here).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub revision: String,
+    pub content: serde_json::Value,
+    pub since: Time,
+}
+
+/// A revision served and rolled out in place of the config's (`rollout --to`), until the
+/// config changes or `rollout --unpin`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    pub revision: String,
+    pub content: serde_json::Value,
+    /// The config's revision when it was pinned: a config change ends the pin.
+    pub over: String,
+    pub by: String,
+    pub at: Time,
+}
+
+/// A campaign that undoes a failed one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reversion {
+    /// The revision whose campaign failed.
+    pub from: String,
+    pub reason: String,
+}
+
+/// Who resumed a paused campaign, and when: written by `rollout --resume` into the status
+/// ConfigMap, where the Lease holder adopts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resumption {
+    pub by: String,
+    pub at: Time,
+}
+
+/// How many failures a campaign keeps the reasons of (the latest).
+pub const FAILURE_DETAILS: usize = 20;
+
+/// Workloads, written as `{namespace: ["Kind/name", ...]}`: about 45 bytes each in the
+/// status ConfigMap, where a [`Failure`] takes about 320.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailedWorkloads(BTreeSet<WorkloadRef>);
+
+impl FailedWorkloads {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn contains(&self, workload: &WorkloadRef) -> bool {
+        self.0.contains(workload)
+    }
+
+    pub fn insert(&mut self, workload: WorkloadRef) -> bool {
+        self.0.insert(workload)
+    }
+}
+
+impl Serialize for FailedWorkloads {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut by_namespace: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for workload in &self.0 {
+            by_namespace
+                .entry(&workload.namespace)
+                .or_default()
+                .push(format!("{}/{}", workload.kind, workload.name));
+        }
+        by_namespace.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for FailedWorkloads {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let by_namespace = BTreeMap::<String, Vec<String>>::deserialize(deserializer)?;
+        let mut workloads = BTreeSet::new();
+        for (namespace, names) in by_namespace {
+            for entry in names {
+                let workload = entry
+                    .split_once('/')
+                    .and_then(|(kind, name)| {
+                        let kind = WorkloadKind::from_name(kind)?;
+                        (!name.is_empty()).then(|| WorkloadRef::new(kind, &namespace, name))
+                    })
+                    .ok_or_else(|| {
+                        serde::de::Error::custom(format!(
+                            "failedWorkloads: {entry:?} in namespace {namespace:?} is not Kind/name (Deployment, StatefulSet, DaemonSet or Pod)"
+                        ))
+                    })?;
+                workloads.insert(workload);
+            }
+        }
+        Ok(Self(workloads))
+    }
+}
+
+impl Campaign {
+    pub(super) fn failed(&self, workload: &WorkloadRef) -> bool {
+        self.failed_workloads.contains(workload)
+    }
+
+    /// Why `workload` failed under this revision, while the reason is still kept.
+    pub(super) fn failure_reason(&self, workload: &WorkloadRef) -> Option<&str> {
+        self.failures
+            .iter()
+            .rev()
+            .find(|f| &f.workload == workload)
+            .map(|f| f.reason.as_str())
+    }
+
+    /// The revision new pods get instead of this one: its hold while it is paused or gated.
+    pub fn holding(&self) -> Option<&Hold> {
+        self.held
+            .as_ref()
+            .filter(|_| matches!(self.state, CampaignState::Paused | CampaignState::Gated))
+    }
+
+    /// What a workload requesting this campaign's sidecar waits for instead of a restart: its
+    /// pause, or its promotion.
+    pub(super) fn holds_restarts(&self, sidecar: &str) -> Option<super::plan::WaitReason> {
+        let sidecar = sidecar.to_owned();
+        match self.state {
+            CampaignState::Paused => Some(super::plan::WaitReason::CampaignPaused { sidecar }),
+            CampaignState::Gated => Some(super::plan::WaitReason::AwaitingPromotion { sidecar }),
+            _ => None,
+        }
+    }
+
+    /// Its pause or a failure of one of its restarts.
+    pub(super) fn has_failed(&self) -> bool {
+        self.state == CampaignState::Paused || !self.failed_workloads.is_empty()
+    }
+
+    /// A workload failed under this revision: counted once, its reason kept among the latest.
+    pub fn record_failure(&mut self, failure: Failure) {
+        if !self.failed_workloads.insert(failure.workload.clone()) {
+            return;
+        }
+        self.failures.push(failure);
+        self.keep_latest_details();
+    }
+
+    fn keep_latest_details(&mut self) {
+        let excess = self.failures.len().saturating_sub(FAILURE_DETAILS);
+        self.failures.drain(..excess);
+    }
+
+    /// Workloads that failed under this revision.
+    pub fn failure_count(&self) -> usize {
+        self.failed_workloads.len()
+    }
+
+    pub(super) fn unacknowledged_failures(&self) -> usize {
+        self.failure_count()
+            .saturating_sub(self.acknowledged_failures)
+    }
+
+    /// The failures since the last `rollout --resume` whose reasons are still kept, oldest
+    /// first.
+    pub fn unacknowledged_details(&self) -> &[Failure] {
+        let kept = self.unacknowledged_failures().min(self.failures.len());
+        &self.failures[self.failures.len() - kept..]
+    }
+
+    /// A campaign written before failed workloads were kept by name has them only in its
+    /// failures.
+    fn remember_failed_workloads(&mut self) {
+        for failure in &self.failures {
+            self.failed_workloads.insert(failure.workload.clone());
+        }
+        self.keep_latest_details();
+    }
+
+    /// What `rollout --resume` does: failures so far no longer count, the campaign runs again.
+    pub fn resume(&mut self) {
+        self.acknowledged_failures = self.failure_count();
+        self.pause_reason = None;
+        self.held = None;
+        if self.state == CampaignState::Paused {
+            self.state = CampaignState::Running;
+        }
+    }
+}
+
+/// Every sidecar's campaign, by sidecar name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignBook {
+    pub campaigns: BTreeMap<String, Campaign>,
+    /// The engine's `--maintenance-window`s, for `drift` to show; none without any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
+    /// Revisions pinned by `rollout --to`, by sidecar.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pins: BTreeMap<String, Pin>,
+    /// Revisions approved to roll out under `serve --promotion=gated`, by sidecar.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub promotions: BTreeMap<String, Promotion>,
+    /// What each revision waiting for promotion waits for upstream (`serve --promote-after`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream: BTreeMap<String, UpstreamWait>,
+}
+
+/// A revision waiting for promotion under `serve --promote-after`: the upstream clusters it
+/// waits for and, of those not done, where each stands (as the gate last read them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamWait {
+    pub revision: String,
+    pub after: Vec<String>,
+    pub waiting: String,
+}
+
+/// Whether the engine's maintenance windows are open, and when that changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintenanceStatus {
+    pub windows: String,
+    pub open: bool,
+    /// The next opening (closed) or closing (open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Time>,
+}
+
+impl MaintenanceStatus {
+    pub fn of(windows: &MaintenanceWindows, now: Timestamp) -> Option<Self> {
+        let state = windows.state(now);
+        (!windows.is_empty()).then(|| Self {
+            windows: windows.text(),
+            open: state.is_open(),
+            until: state.changes_at().map(Time),
+        })
+    }
+}
+
+/// A campaign `rollout --resume` took out of its pause.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub sidecar: String,
+    pub revision: String,
+}
+
+/// The most the book may take in the status ConfigMap before no restart starts. A ConfigMap
+/// holds at most 1 MiB of data: the rest is room for the failures of the restarts already
+/// rolling when the book reaches this, and for the replicas' `injectors` item.
+pub const BOOK_BUDGET_BYTES: usize = 896 * 1024;
+
+/// A book over [`BOOK_BUDGET_BYTES`]: past 1 MiB no status write succeeds, so a pause, a hold
+/// or a failure could no longer be recorded for the next leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BookOverflow {
+    pub bytes: usize,
+    pub budget: usize,
+    /// The sidecar whose campaign takes the most of it, with that campaign's failed
+    /// workloads and the bytes of the config it holds new pods at and of its pin.
+    pub sidecar: String,
+    pub failed_workloads: usize,
+    pub held_and_pinned_bytes: usize,
+}
+
+impl BookOverflow {
+    /// The commands that shrink the book besides a new revision: releasing the hold and the
+    /// pin of its sidecar, when they take room.
+    pub fn release(&self, hints: &super::plan::Hints) -> Option<String> {
+        (self.held_and_pinned_bytes > 0).then(|| {
+            format!(
+                "or with {} and {}",
+                (hints.release_hold)(&self.sidecar),
+                (hints.unpin)(&self.sidecar)
+            )
+        })
+    }
+
+    /// The sentence with what releases it.
+    pub fn hinted(&self, hints: &super::plan::Hints) -> String {
+        match self.release(hints) {
+            Some(release) => format!("{self}, {release}"),
+            None => self.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for BookOverflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sidecar = &self.sidecar;
+        write!(
+            f,
+            "the status ConfigMap is nearly full: the campaign book takes {} bytes, over its budget of {}, most of it for {sidecar} (",
+            self.bytes, self.budget
+        )?;
+        if self.held_and_pinned_bytes == 0 || self.failed_workloads > 0 {
+            write!(f, "{} failed workloads", self.failed_workloads)?;
+        }
+        if self.held_and_pinned_bytes > 0 {
+            if self.failed_workloads > 0 {
+                f.write_str(", ")?;
+            }
+            write!(
+                f,
+                "{} bytes of held and pinned configs",
+                self.held_and_pinned_bytes
+            )?;
+        }
+        write!(
+            f,
+            "); no restart starts until it shrinks, as it does when {sidecar} gets a new revision (fix or revert its config)"
+        )
+    }
+}
+
+/// Counts what a serializer writes, so the book's size is known without building its text.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0 += data.len();
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn encoded_len(value: &impl Serialize) -> usize {
+    let mut count = ByteCount(0);
+    serde_json::to_writer_pretty(&mut count, value).expect("the book serializes");
+    count.0
+}
+
+impl CampaignBook {
+    /// The book's text in the status ConfigMap.
+    pub fn encode(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the book serializes")
+    }
+
+    /// When the book's text is over [`BOOK_BUDGET_BYTES`]: by how much, and whose campaign
+    /// takes the most of it.
+    pub fn overflow(&self) -> Option<BookOverflow> {
+        let bytes = encoded_len(self);
+        if bytes <= BOOK_BUDGET_BYTES {
+            return None;
+        }
+        let mut by_sidecar: BTreeMap<&str, usize> = BTreeMap::new();
+        for (sidecar, campaign) in &self.campaigns {
+            *by_sidecar.entry(sidecar).or_default() += encoded_len(campaign);
+        }
+        for (sidecar, pin) in &self.pins {
+            *by_sidecar.entry(sidecar).or_default() += encoded_len(pin);
+        }
+        let sidecar = by_sidecar
+            .into_iter()
+            .max_by_key(|(_, bytes)| *bytes)
+            .map_or_else(String::new, |(sidecar, _)| sidecar.to_owned());
+        let campaign = self.campaigns.get(&sidecar);
+        let held = campaign
+            .and_then(|c| c.held.as_ref())
+            .map_or(0, |hold| encoded_len(&hold.content));
+        let pinned = self.pins.get(&sidecar).map_or(0, encoded_len);
+        Some(BookOverflow {
+            bytes,
+            budget: BOOK_BUDGET_BYTES,
+            failed_workloads: campaign.map_or(0, |c| c.failed_workloads.len()),
+            held_and_pinned_bytes: held + pinned,
+            sidecar,
+        })
+    }
+
+    /// The book as the status ConfigMap holds it, in any form an earlier version wrote.
+    pub fn decode(text: &str) -> Result<Self, serde_json::Error> {
+        let mut book: Self = serde_json::from_str(text)?;
+        for campaign in book.campaigns.values_mut() {
+            campaign.remember_failed_workloads();
+        }
+        Ok(book)
+    }
+
+    /// `rollout --resume`: every paused campaign runs again (its failures so far no longer
+    /// count), marked with who resumed it and when.
+    /// Approves `revision` of `sidecar` (`by`, at `at`); false when it already was.
+    pub fn promote(&mut self, sidecar: &str, revision: &str, by: &str, at: Time) -> bool {
+        if self.promoted(sidecar, revision) {
+            return false;
+        }
+        self.promotions.insert(
+            sidecar.to_owned(),
+            Promotion {
+                revision: revision.to_owned(),
+                by: by.to_owned(),
+                at,
+            },
+        );
+        true
+    }
+
+    /// Whether the campaign of `sidecar` waits for promotion of `revision`.
+    pub fn waits_for_promotion(&self, sidecar: &str, revision: &str) -> bool {
+        self.campaigns
+            .get(sidecar)
+            .is_some_and(|c| c.state == CampaignState::Gated && c.revision == revision)
+    }
+
+    /// Whether `revision` of `sidecar` is approved.
+    pub fn promoted(&self, sidecar: &str, revision: &str) -> bool {
+        self.promotions
+            .get(sidecar)
+            .is_some_and(|p| p.revision == revision)
+    }
+
+    pub fn resume_paused(&mut self, by: &str, at: Time) -> Vec<Resumed> {
+        let mut resumed = Vec::new();
+        for (sidecar, campaign) in &mut self.campaigns {
+            if campaign.state != CampaignState::Paused {
+                continue;
+            }
+            campaign.resume();
+            campaign.resumed = Some(Resumption {
+                by: by.to_owned(),
+                at: at.clone(),
+            });
+            resumed.push(Resumed {
+                sidecar: sidecar.clone(),
+                revision: campaign.revision.clone(),
+            });
+        }
+        resumed
+    }
+}
+
+impl Campaign {
+    /// The drift note of a gated campaign: what it waits for, and what new pods get.
+    fn gated_note(
+        &self,
+        sidecar: &str,
+        upstream: Option<&UpstreamWait>,
+        hints: &super::plan::Hints,
+    ) -> String {
+        let new_pods = match &self.held {
+            Some(hold) => format!("new pods keep {} meanwhile", hold.revision),
+            None => "new pods get it already (no good revision is remembered to keep them at)"
+                .to_owned(),
+        };
+        let by = match upstream.filter(|u| u.revision == self.revision) {
+            Some(upstream) => format!(
+                "promoted once complete and baked in upstream {}, or by {}; now {}",
+                upstream.after.join(", "),
+                (hints.promote)(sidecar),
+                upstream.waiting
+            ),
+            None => format!("promoted by {}", (hints.promote)(sidecar)),
+        };
+        format!("waits for promotion: {} ({by}); {new_pods}", self.revision)
+    }
+
+    /// "ends at the earliest 2026-12-02T14:05:00Z (restart budget)", while it has an expected
+    /// end.
+    pub fn ends_note(&self) -> Option<String> {
+        self.expected_end.as_ref().map(|end| {
+            format!(
+                "ends at the earliest {} ({} to restart, by --max-restarts-per-minute)",
+                super::to_the_second(end.0),
+                self.counts.pending
+            )
+        })
+    }
+}
+
+impl CampaignBook {
+    /// Flags, on the drift report, the campaign of each sidecar's revision in force (a
+    /// paused one with its reason) and the sidecars whose rollout policy is manual.
+    pub fn flag(
+        &self,
+        report: &mut crate::drift::DriftReport,
+        manual: &std::collections::BTreeSet<String>,
+        hints: &super::plan::Hints,
+    ) {
+        for row in &mut report.sidecars {
+            let campaign = self
+                .campaigns
+                .get(&row.name)
+                .filter(|c| row.revision.as_deref() == Some(c.revision.as_str()));
+            if let Some(campaign) = campaign {
+                row.campaign = Some(campaign.state.as_str().to_owned());
+                if campaign.state == CampaignState::Gated {
+                    row.note =
+                        Some(campaign.gated_note(&row.name, self.upstream.get(&row.name), hints));
+                } else if let Some(hold) = campaign.holding() {
+                    row.note = Some(format!(
+                        "held at {} ({} failed: {})",
+                        hold.revision,
+                        campaign.revision,
+                        campaign
+                            .pause_reason
+                            .as_deref()
+                            .unwrap_or("its campaign paused")
+                    ));
+                } else if campaign.state == CampaignState::Paused {
+                    row.note = campaign.pause_reason.clone();
+                } else if let Some(reverted) = &campaign.reverted {
+                    row.note = Some(format!(
+                        "reverted from {} ({})",
+                        reverted.from, reverted.reason
+                    ));
+                }
+                row.expected_end = campaign.expected_end.clone();
+            }
+            if let Some(pin) = self
+                .pins
+                .get(&row.name)
+                .filter(|p| row.revision.as_deref() == Some(p.revision.as_str()))
+            {
+                row.note = Some(format!(
+                    "pinned at {} by {} (the config says {}): {} or a config change ends it",
+                    pin.revision,
+                    pin.by,
+                    pin.over,
+                    (hints.unpin)(&row.name)
+                ));
+            }
+            if manual.contains(&row.name) {
+                row.note = Some(format!(
+                    "rollout policy manual: the engine leaves its restarts to {}",
+                    hints.run_rollout
+                ));
+            }
+        }
+    }
+
+    /// `config` with each pin in force (the config still at the revision it was pinned over)
+    /// serving its revision: what the engine rolls out and the replicas publish.
+    pub fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
+        let mut set = config.clone();
+        let mut errors = Vec::new();
+        for (sidecar, pin) in &self.pins {
+            let Some(own) = config.named(sidecar) else {
+                continue;
+            };
+            if own.revision.as_str() != pin.over {
+                continue;
+            }
+            match sidecar_with_content(own, &pin.revision, &pin.content) {
+                Ok(pinned) => set.insert(pinned),
+                Err(err) => errors.push(err),
+            }
+        }
+        (set, errors)
+    }
+
+    /// Pins whose config changed since: a config change ends a pin.
+    pub fn drop_stale_pins(&mut self, config: &SidecarSet) -> Vec<(String, Pin)> {
+        let stale: Vec<String> = self
+            .pins
+            .iter()
+            .filter(|(sidecar, pin)| {
+                config
+                    .named(sidecar)
+                    .is_none_or(|s| s.revision.as_str() != pin.over)
+            })
+            .map(|(sidecar, _)| sidecar.clone())
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|sidecar| self.pins.remove_entry(&sidecar))
+            .collect()
+    }
+
+    /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
+    /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
+    /// and the warnings kubectl shows the creator of such a pod.
+    pub fn served(
+        &self,
+        pinned: &SidecarSet,
+        hints: &super::plan::Hints,
+    ) -> (SidecarSet, Vec<ContentError>) {
+        let mut set = pinned.clone();
+        let mut errors = Vec::new();
+        for sidecar in pinned.iter() {
+            let name = sidecar.config.name.to_string();
+            let Some(campaign) = self.campaigns.get(&name) else {
+                continue;
+            };
+            let Some(hold) = campaign
+                .holding()
+                .filter(|_| campaign.revision == sidecar.revision.as_str())
+            else {
+                continue;
+            };
+            match sidecar_with_content(sidecar, &hold.revision, &hold.content) {
+                Ok(held) => set.insert(held),
+                Err(err) => errors.push(err),
+            }
+        }
+        let warnings = self.admission_warnings(&set, hints);
+        (set.with_warnings(warnings), errors)
+    }
+
+    /// What the webhook tells the creator of a pod injected with a sidecar whose campaign is
+    /// paused: the pod gets a revision that failed, or the last good one it is held at.
+    pub fn admission_warnings(
+        &self,
+        set: &SidecarSet,
+        hints: &super::plan::Hints,
+    ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
+        set.iter()
+            .filter_map(|sidecar| {
+                let name = &sidecar.config.name;
+                let campaign = self.campaigns.get(&name.to_string())?;
+                if campaign.state == CampaignState::Gated {
+                    let hold = campaign
+                        .holding()
+                        .filter(|h| h.revision == sidecar.revision.as_str())?;
+                    let text = format!(
+                        "sidecar {name} is held at {}: its revision {} waits for promotion (promoted by {})",
+                        hold.revision,
+                        campaign.revision,
+                        (hints.promote)(&name.to_string()),
+                    );
+                    return Some((name.clone(), std::sync::Arc::from(text)));
+                }
+                if campaign.state != CampaignState::Paused {
+                    return None;
+                }
+                if let Some(hold) = campaign
+                    .held
+                    .as_ref()
+                    .filter(|h| h.revision == sidecar.revision.as_str())
+                {
+                    let text = format!(
+                        "sidecar {name} is held at its last good revision {}: the rollout of {} failed; new pods get {} until the config changes, {} or {}",
+                        hold.revision,
+                        campaign.revision,
+                        hold.revision,
+                        hints.resume,
+                        (hints.release_hold)(&name.to_string())
+                    );
+                    return Some((name.clone(), std::sync::Arc::from(text)));
+                }
+                (campaign.revision == sidecar.revision.as_str())
+                .then(|| {
+                    let text = format!(
+                        "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or {}",
+                        campaign.revision,
+                        campaign.failure_count(),
+                        hints.resume
+                    );
+                    (name.clone(), std::sync::Arc::from(text))
+                })
+            })
+            .collect()
+    }
+
+    /// Notes, on each sidecar with pods to restart and no note yet, that the book is over its
+    /// budget: nothing is restarted until it shrinks.
+    pub fn flag_overflow(
+        &self,
+        report: &mut crate::drift::DriftReport,
+        hints: &super::plan::Hints,
+    ) {
+        let Some(overflow) = self.overflow() else {
+            return;
+        };
+        for row in &mut report.sidecars {
+            if row.note.is_none() && row.pods.stale + row.pods.uninjected > 0 {
+                row.note = Some(overflow.hinted(hints));
+                // Nothing restarts until the book has room: the budget's end does not hold.
+                row.expected_end = None;
+            }
+        }
+    }
+
+    /// Notes, on sidecars with pods to restart and nothing else to say, that the engine's
+    /// maintenance window is closed and when it opens; else when their campaign ends at the
+    /// earliest.
+    pub fn flag_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
+        self.flag_closed_window(report, now);
+        // The last note: a row with nothing more pressing to say says when its campaign ends.
+        for row in &mut report.sidecars {
+            if row.note.is_none() {
+                row.note = self
+                    .campaigns
+                    .get(&row.name)
+                    .filter(|c| row.expected_end.is_some() && c.expected_end == row.expected_end)
+                    .and_then(Campaign::ends_note);
+            }
+        }
+    }
+
+    fn flag_closed_window(&self, report: &mut crate::drift::DriftReport, now: Timestamp) {
+        let Some(status) = self.maintenance.as_ref().filter(|m| !m.open) else {
+            return;
+        };
+        let opens = match &status.until {
+            Some(at) => format!(
+                "opens {}, at {}",
+                super::instant::from_now(at.0, now),
+                super::instant::to_the_second(at.0)
+            ),
+            None => "none opens within a week".to_owned(),
+        };
+        for row in &mut report.sidecars {
+            if row.note.is_none() && row.pods.stale + row.pods.uninjected > 0 {
+                row.note = Some(format!(
+                    "outside maintenance window ({opens}; {})",
+                    status.windows
+                ));
+                // Restarts wait for the window: the budget's end does not hold.
+                row.expected_end = None;
+            }
+        }
+    }
+}

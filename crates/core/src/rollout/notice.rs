@@ -1,0 +1,172 @@
+//! What `--notify-url` is told: a campaign started restarting, paused (with the reason) or
+//! completed, with its counts. Pure: the tracker remembers what it announced and returns the
+//! notices a new plan calls for; the engine's notifier sends them.
+
+use super::plan::Hints;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Serialize;
+
+use super::book::{CampaignBook, CampaignCounts, CampaignState};
+use super::plan::RolloutPlan;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoticeEvent {
+    Started,
+    Paused,
+    Completed,
+}
+
+impl NoticeEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeEvent::Started => "started",
+            NoticeEvent::Paused => "paused",
+            NoticeEvent::Completed => "completed",
+        }
+    }
+}
+
+/// The document POSTed. `text` makes it a valid Slack (and Mattermost, Teams workflow)
+/// incoming-webhook message as it is; the other fields are for generic receivers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    pub text: String,
+    pub event: NoticeEvent,
+    pub sidecar: String,
+    pub revision: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    pub counts: CampaignCounts,
+    /// Why it paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What changed in the sidecar, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<String>,
+    pub at: Time,
+}
+
+/// The state each campaign was last announced in, per sidecar and revision.
+#[derive(Debug, Default)]
+pub struct NoticeTracker {
+    announced: BTreeMap<String, (String, NoticeEvent)>,
+    /// Per sidecar, the revision and state seen last: a completion is announced on the change
+    /// to complete, never for a campaign complete when this process started.
+    seen: BTreeMap<String, (String, CampaignState)>,
+}
+
+impl NoticeTracker {
+    /// The notices `plan` (whose book is `book`) calls for, at `now`.
+    pub fn notices(
+        &mut self,
+        plan: &RolloutPlan,
+        book: &CampaignBook,
+        now: Time,
+        hints: &Hints,
+    ) -> Vec<Notice> {
+        let mut notices = Vec::new();
+        for (sidecar, campaign) in &book.campaigns {
+            let announced = self
+                .announced
+                .get(sidecar)
+                .filter(|(revision, _)| *revision == campaign.revision)
+                .map(|(_, event)| *event);
+            let was_open = self.seen.get(sidecar).is_some_and(|(revision, state)| {
+                *revision == campaign.revision && *state != CampaignState::Complete
+            });
+            let restarting = plan
+                .restarts
+                .iter()
+                .any(|r| r.changes.iter().any(|c| &c.sidecar == sidecar));
+            let paused = plan.paused.iter().find(|(s, _)| s == sidecar);
+            let worked = campaign.counts.succeeded + campaign.counts.failed > 0;
+            let event = if let Some((_, reason)) = paused {
+                Some((NoticeEvent::Paused, Some(reason.clone())))
+            } else if campaign.state == CampaignState::Complete
+                && was_open
+                && worked
+                && announced != Some(NoticeEvent::Completed)
+            {
+                Some((NoticeEvent::Completed, None))
+            } else if restarting && announced.is_none() {
+                Some((NoticeEvent::Started, None))
+            } else {
+                None
+            };
+            self.seen
+                .insert(sidecar.clone(), (campaign.revision.clone(), campaign.state));
+            let Some((event, reason)) = event else {
+                continue;
+            };
+            self.announced
+                .insert(sidecar.clone(), (campaign.revision.clone(), event));
+            let mut counts = campaign.counts.clone();
+            if event == NoticeEvent::Started {
+                // The restarts of this plan are made right after it: say them as rolling.
+                let now_restarted = plan
+                    .restarts
+                    .iter()
+                    .filter(|r| r.changes.iter().any(|c| &c.sidecar == sidecar))
+                    .count() as u32;
+                counts.pending = counts.pending.saturating_sub(now_restarted);
+                counts.rolling += now_restarted;
+            }
+            notices.push(Notice {
+                text: text(
+                    event,
+                    sidecar,
+                    &campaign.revision,
+                    &counts,
+                    reason.as_deref(),
+                    hints,
+                ),
+                event,
+                sidecar: sidecar.clone(),
+                revision: campaign.revision.clone(),
+                previous: campaign.previous.clone(),
+                counts,
+                reason,
+                changes: campaign.changes.clone(),
+                at: now.clone(),
+            });
+        }
+        self.announced.retain(|s, _| book.campaigns.contains_key(s));
+        self.seen.retain(|s, _| book.campaigns.contains_key(s));
+        notices
+    }
+}
+
+fn text(
+    event: NoticeEvent,
+    sidecar: &str,
+    revision: &str,
+    c: &CampaignCounts,
+    reason: Option<&str>,
+    hints: &Hints,
+) -> String {
+    let what = format!("sidecar-injector: campaign of {sidecar} (revision {revision})");
+    match event {
+        NoticeEvent::Started => format!(
+            "{what} started: {} workload(s) restarting, {} to go",
+            c.rolling, c.pending
+        ),
+        NoticeEvent::Paused => format!(
+            "{what} paused: {}; {} succeeded, {} failed, {} not restarted (fix or revert the config, or {})",
+            reason.map_or_else(
+                || format!("failures reached {}", hints.max_failures),
+                str::to_owned
+            ),
+            c.succeeded,
+            c.failed,
+            c.pending,
+            hints.resume
+        ),
+        NoticeEvent::Completed => format!(
+            "{what} completed: {} workload(s) restarted, {} failed",
+            c.succeeded, c.failed
+        ),
+    }
+}
