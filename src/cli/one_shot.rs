@@ -12,6 +12,9 @@ use crate::sources::directory::load_config_directory;
 use crate::telemetry::notice;
 use tracing::Level;
 
+/// The longest the one-shot loop waits with nothing due.
+pub(crate) const LOOP_SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
 /// the running injectors publish when fresh and in agreement (what new pods actually get:
 /// that publication, its manual sidecars too), else the configs read here (`None`). Says on
@@ -547,7 +550,7 @@ pub(crate) fn engine_options(
         keys: crate::annotations::AnnotationKeys::new(&cluster.annotation_namespace),
         policy,
         namespace: cluster.injector_namespace.clone(),
-        replan_every: super::rollout::LOOP_SAFETY_NET,
+        replan_every: LOOP_SAFETY_NET,
         // `rollout` is the person a manual policy waits for.
         ignore_manual_policy: matches!(purpose, Purpose::Rollout(_)),
         kinds: Some(kinds),

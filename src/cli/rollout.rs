@@ -33,7 +33,7 @@ use crate::workload::WorkloadRef;
 use tracing::Level;
 
 mod until_done;
-pub(crate) use until_done::LOOP_SAFETY_NET;
+pub(crate) use super::one_shot::LOOP_SAFETY_NET;
 use until_done::*;
 
 mod standing;

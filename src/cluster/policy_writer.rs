@@ -24,7 +24,7 @@ use crate::injection::MissingSidecarPolicy;
 use crate::metrics::Metrics;
 use crate::policy::{PolicyError, PolicySettings, render};
 use crate::rollout::CampaignBook;
-use crate::serve::{Readiness, ReadinessStep};
+use crate::serve::http::{Readiness, ReadinessStep};
 
 /// Who wrote the policies, in their `managedFields`.
 pub(crate) const FIELD_MANAGER: &str = "sidecar-injector";

@@ -24,6 +24,7 @@ pub mod promotion;
 pub mod publication;
 pub mod selection;
 pub mod targets;
+pub mod wait;
 pub mod waves;
 
 pub use book::{

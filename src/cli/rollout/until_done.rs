@@ -144,9 +144,6 @@ pub(super) async fn grant_changed(
     }
 }
 
-/// The longest the one-shot loop waits with nothing due.
-pub(crate) const LOOP_SAFETY_NET: Duration = Duration::from_secs(60);
-
 /// What this run planned, and which of those workloads it has reported done.
 pub(super) struct Progress {
     pub(super) planned: BTreeSet<WorkloadRef>,

@@ -13,6 +13,7 @@ use crate::workload::WorkloadRef;
 use k8s_openapi::jiff::Timestamp;
 
 mod failed;
+pub use super::wait::BookOverflow;
 pub use failed::FailedWorkloads;
 
 /// Where a sidecar's campaign stands.
@@ -199,11 +200,11 @@ impl Campaign {
 
     /// What a workload requesting this campaign's sidecar waits for instead of a restart: its
     /// pause, or its promotion.
-    pub(super) fn holds_restarts(&self, sidecar: &str) -> Option<super::plan::WaitReason> {
+    pub(super) fn holds_restarts(&self, sidecar: &str) -> Option<super::wait::WaitReason> {
         let sidecar = sidecar.to_owned();
         match self.state {
-            CampaignState::Paused => Some(super::plan::WaitReason::CampaignPaused { sidecar }),
-            CampaignState::Gated => Some(super::plan::WaitReason::AwaitingPromotion { sidecar }),
+            CampaignState::Paused => Some(super::wait::WaitReason::CampaignPaused { sidecar }),
+            CampaignState::Gated => Some(super::wait::WaitReason::AwaitingPromotion { sidecar }),
             _ => None,
         }
     }
@@ -323,70 +324,6 @@ pub struct Resumed {
 /// holds at most 1 MiB of data: the rest is room for the failures of the restarts already
 /// rolling when the book reaches this, and for the replicas' `injectors` item.
 pub const BOOK_BUDGET_BYTES: usize = 896 * 1024;
-
-/// A book over [`BOOK_BUDGET_BYTES`]: past 1 MiB no status write succeeds, so a pause, a hold
-/// or a failure could no longer be recorded for the next leader.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BookOverflow {
-    pub bytes: usize,
-    pub budget: usize,
-    /// The sidecar whose campaign takes the most of it, with that campaign's failed
-    /// workloads and the bytes of the config it holds new pods at and of its pin.
-    pub sidecar: String,
-    pub failed_workloads: usize,
-    pub held_and_pinned_bytes: usize,
-}
-
-impl BookOverflow {
-    /// The commands that shrink the book besides a new revision: releasing the hold and the
-    /// pin of its sidecar, when they take room.
-    pub fn release(&self, hints: &super::plan::Hints) -> Option<String> {
-        (self.held_and_pinned_bytes > 0).then(|| {
-            format!(
-                "or with {} and {}",
-                (hints.release_hold)(&self.sidecar),
-                (hints.unpin)(&self.sidecar)
-            )
-        })
-    }
-
-    /// The sentence with what releases it.
-    pub fn hinted(&self, hints: &super::plan::Hints) -> String {
-        match self.release(hints) {
-            Some(release) => format!("{self}, {release}"),
-            None => self.to_string(),
-        }
-    }
-}
-
-impl std::fmt::Display for BookOverflow {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sidecar = &self.sidecar;
-        write!(
-            f,
-            "the status ConfigMap is nearly full: the campaign book takes {} bytes, over its budget of {}, most of it for {sidecar} (",
-            self.bytes, self.budget
-        )?;
-        if self.held_and_pinned_bytes == 0 || self.failed_workloads > 0 {
-            write!(f, "{} failed workloads", self.failed_workloads)?;
-        }
-        if self.held_and_pinned_bytes > 0 {
-            if self.failed_workloads > 0 {
-                f.write_str(", ")?;
-            }
-            write!(
-                f,
-                "{} bytes of held and pinned configs",
-                self.held_and_pinned_bytes
-            )?;
-        }
-        write!(
-            f,
-            "); no restart starts until it shrinks, as it does when {sidecar} gets a new revision (fix or revert its config)"
-        )
-    }
-}
 
 /// Counts what a serializer writes, so the book's size is known without building its text.
 struct ByteCount(usize);
@@ -513,7 +450,7 @@ impl Campaign {
         &self,
         sidecar: &str,
         upstream: Option<&UpstreamWait>,
-        hints: &super::plan::Hints,
+        hints: &super::wait::Hints,
     ) -> String {
         let new_pods = match &self.held {
             Some(hold) => format!("new pods keep {} meanwhile", hold.revision),
@@ -552,7 +489,7 @@ impl CampaignBook {
         &self,
         report: &mut crate::drift::DriftReport,
         manual: &std::collections::BTreeSet<String>,
-        hints: &super::plan::Hints,
+        hints: &super::wait::Hints,
     ) {
         for row in &mut report.sidecars {
             let campaign = self
@@ -650,7 +587,7 @@ impl CampaignBook {
     pub fn served(
         &self,
         pinned: &SidecarSet,
-        hints: &super::plan::Hints,
+        hints: &super::wait::Hints,
     ) -> (SidecarSet, Vec<ContentError>) {
         let mut set = pinned.clone();
         let mut errors = Vec::new();
@@ -679,7 +616,7 @@ impl CampaignBook {
     pub fn admission_warnings(
         &self,
         set: &SidecarSet,
-        hints: &super::plan::Hints,
+        hints: &super::wait::Hints,
     ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
         set.iter()
             .filter_map(|sidecar| {
@@ -734,7 +671,7 @@ impl CampaignBook {
     pub fn flag_overflow(
         &self,
         report: &mut crate::drift::DriftReport,
-        hints: &super::plan::Hints,
+        hints: &super::wait::Hints,
     ) {
         let Some(overflow) = self.overflow() else {
             return;

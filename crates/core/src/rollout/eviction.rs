@@ -6,8 +6,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::book::CampaignBook;
-use super::gates::after;
 pub use super::in_place::NextPod;
+use super::instant::after;
 use crate::config::revision::stamp_items;
 use crate::drift::PodToReplace;
 

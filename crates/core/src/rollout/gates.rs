@@ -2,10 +2,8 @@
 //! policy, the settle window, the workload itself, the canary wave, parallelism and rate.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::book::{CampaignBook, CampaignCounts};
 use super::health::{progress, rolled_out};
@@ -15,11 +13,7 @@ use crate::drift::WorkloadDrift;
 use crate::maintenance::WindowState;
 use crate::workload::{RestartMethod, UpdateStrategy, WorkloadKind, WorkloadRef};
 
-/// `time + duration`, saturating.
-pub fn after(time: Timestamp, duration: Duration) -> Timestamp {
-    time.checked_add(SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX))
-        .unwrap_or(Timestamp::MAX)
-}
+pub use super::instant::after;
 
 /// The rows of one workload, with what the planner derives from them.
 pub(super) struct Group<'r> {

@@ -1,6 +1,15 @@
-//! How instants and waits read to a person, for plans, the campaign book and the journal.
+//! Instants: a wait's end, and how instants and waits read to a person, for plans, the
+//! campaign book and the journal.
 
-use k8s_openapi::jiff::Timestamp;
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// `time + duration`, saturating.
+pub fn after(time: Timestamp, duration: Duration) -> Timestamp {
+    time.checked_add(SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX))
+        .unwrap_or(Timestamp::MAX)
+}
 
 /// `in 8m`, `in 45s`, `in 2h 5m`, or `now`: coarse, as a person reads a wait.
 pub fn from_now(until: Timestamp, now: Timestamp) -> String {

@@ -2,16 +2,15 @@
 //! succeeded and failed, with the settings and observations it is computed from.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::book::{BookOverflow, CampaignBook, FAILURE_DETAILS, Failure};
+use super::book::{CampaignBook, FAILURE_DETAILS, Failure};
 use super::change::SidecarChange;
-use super::instant::{from_now, to_the_second};
+pub(super) use super::wait::serialize_display;
+pub use super::wait::{Hints, WaitReason};
 use crate::config::RevisionStamp;
 use crate::drift::{DriftIndex, DriftReport};
 use crate::workload::WorkloadRef;
@@ -179,248 +178,11 @@ pub struct Rolling {
     pub on_delete: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "reason", rename_all = "kebab-case")]
-pub enum WaitReason {
-    Settling {
-        until: Time,
-    },
-    Canary {
-        sidecar: String,
-    },
-    MaxParallel {
-        limit: usize,
-    },
-    /// `--max-parallel-per-namespace` workloads of its namespace are rolling.
-    MaxParallelInNamespace {
-        namespace: String,
-        limit: usize,
-    },
-    RateLimit {
-        per_minute: usize,
-    },
-    Cooldown {
-        until: Time,
-    },
-    CampaignPaused {
-        sidecar: String,
-    },
-    /// `serve --promotion=gated`: the revision is not promoted yet.
-    AwaitingPromotion {
-        sidecar: String,
-    },
-    Manual {
-        sidecar: String,
-    },
-    DeploymentPaused,
-    Partition {
-        partition: i32,
-    },
-    NotKnownYet,
-    /// Restarting it would take its service down; waits until accepted.
-    Downtime {
-        why: crate::drift::Downtime,
-    },
-    /// Its last restart is still rolling out, for at most --rollout-timeout.
-    RollingOut {
-        until: Time,
-    },
-    /// No maintenance window of the workload is open; `opens` is `None` when none opens
-    /// within a week (a window inside a skipped DST hour).
-    OutsideMaintenanceWindow {
-        windows: String,
-        opens: Option<Time>,
-    },
-    /// Not rolled out or not all available before any restart of ours: restarted once it is.
-    Unhealthy {
-        progress: String,
-    },
-    /// Its `NS/maintenance-window` does not parse: it waits rather than guess.
-    MaintenanceWindowInvalid {
-        #[serde(serialize_with = "serialize_display")]
-        error: crate::maintenance::WindowError,
-    },
-    /// The campaign book nearly fills the status ConfigMap: nothing starts that it could not
-    /// record.
-    BookFull(BookOverflow),
-    /// The webhook would refuse the pods a restart creates (the template's pod-level
-    /// resources do not fit a sidecar whose config refuses such pods): restarting it would
-    /// leave it without new pods.
-    PodsWouldBeRefused {
-        denial: String,
-    },
-}
-
-impl WaitReason {
-    /// A wait the run itself ends (a slot frees, the canary finishes, the minute passes, the
-    /// index catches up), as opposed to one only time or a person ends (cooldown, pause,
-    /// manual policy, a paused Deployment, a partition).
-    pub fn clears_by_itself(&self) -> bool {
-        matches!(
-            self,
-            WaitReason::MaxParallel { .. }
-                | WaitReason::MaxParallelInNamespace { .. }
-                | WaitReason::RateLimit { .. }
-                | WaitReason::Canary { .. }
-                | WaitReason::Settling { .. }
-                | WaitReason::NotKnownYet
-                | WaitReason::RollingOut { .. }
-        )
-    }
-}
-
-/// How the command line spells what a person can do about what the rollout reports: the
-/// core composes its sentences with these and spells no flag or command itself. The one
-/// value is `cli::hints::HINTS`.
-#[derive(Debug)]
-pub struct Hints {
-    /// The flag or command that ends a wait, when one does.
-    pub wait: fn(&WaitReason) -> Option<String>,
-    /// Resumes the paused campaigns.
-    pub resume: &'static str,
-    /// Rolls a sidecar back to its previous revision.
-    pub roll_back: fn(&str) -> String,
-    /// Ends the hold of a sidecar's paused campaign.
-    pub release_hold: fn(&str) -> String,
-    /// Ends the pin of a sidecar.
-    pub unpin: fn(&str) -> String,
-    /// Makes the restarts a manual rollout policy leaves to a person.
-    pub run_rollout: &'static str,
-    /// The setting a health bake lasts.
-    pub bake: &'static str,
-    /// The setting that holds new pods at the last good revision while a campaign is paused.
-    pub hold: &'static str,
-    /// The setting of how many failures pause a campaign.
-    pub max_failures: &'static str,
-    /// Promotes a sidecar's gated revision.
-    pub promote: fn(&str) -> String,
-}
-
 impl Waiting {
     /// The message with the flag or command that ends its wait, if one does.
     pub fn hint_with(&mut self, hints: &Hints) {
         if let Some(hint) = (hints.wait)(&self.reason) {
             self.message = format!("{} ({hint})", self.message);
-        }
-    }
-}
-
-impl WaitReason {
-    /// What a person reads: times as "in 8m" (and the instant, to the second).
-    pub fn describe(&self, now: Timestamp) -> String {
-        match self {
-            WaitReason::Settling { until } => format!(
-                "settling: the revision is too new ({})",
-                from_now(until.0, now)
-            ),
-            WaitReason::Cooldown { until } => format!(
-                "restarted recently; cooldown ends {} ({})",
-                from_now(until.0, now),
-                to_the_second(until.0)
-            ),
-            WaitReason::CampaignPaused { sidecar } => format!(
-                "the campaign of {sidecar} is paused: fix or revert the config, or resume it"
-            ),
-            WaitReason::DeploymentPaused => {
-                "the Deployment is paused (`kubectl rollout resume` to let it roll)".to_owned()
-            }
-            WaitReason::Partition { partition } => format!(
-                "partition {partition} holds pods back; not overridden (lower the partition to roll them)"
-            ),
-            WaitReason::RollingOut { until } => format!(
-                "its last restart is still rolling out; restarted again once that is done, or {} if it is stuck",
-                from_now(until.0, now)
-            ),
-            WaitReason::OutsideMaintenanceWindow {
-                windows,
-                opens: Some(opens),
-            } => format!(
-                "outside maintenance window (opens {}, at {}; {windows})",
-                from_now(opens.0, now),
-                to_the_second(opens.0)
-            ),
-            other => other.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for WaitReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WaitReason::Settling { until } => write!(
-                f,
-                "settling: the revision is too new (until {})",
-                to_the_second(until.0)
-            ),
-            WaitReason::Canary { sidecar } => {
-                write!(f, "waiting for the canary of {sidecar} to become healthy")
-            }
-            WaitReason::MaxParallel { limit } => {
-                write!(f, "{limit} workloads already rolling")
-            }
-            WaitReason::MaxParallelInNamespace { namespace, limit } => write!(
-                f,
-                "{limit} workloads of namespace {namespace} already rolling"
-            ),
-            WaitReason::RateLimit { per_minute } => {
-                write!(f, "{per_minute} restarts in the last minute")
-            }
-            WaitReason::Cooldown { until } => write!(
-                f,
-                "restarted recently; cooldown until {}",
-                to_the_second(until.0)
-            ),
-            WaitReason::CampaignPaused { sidecar } => {
-                write!(f, "the campaign of {sidecar} is paused")
-            }
-            WaitReason::AwaitingPromotion { sidecar } => {
-                write!(f, "the revision of {sidecar} waits for promotion")
-            }
-            WaitReason::Manual { sidecar } => write!(f, "{sidecar} has rollout policy manual"),
-            WaitReason::DeploymentPaused => write!(f, "the Deployment is paused"),
-            WaitReason::Partition { partition } => {
-                write!(f, "partition {partition} holds pods back; not overridden")
-            }
-            WaitReason::NotKnownYet => write!(f, "the workload is not in the index yet"),
-            WaitReason::Downtime { why } => write!(
-                f,
-                "a restart would take it down: {}",
-                match why {
-                    crate::drift::Downtime::Recreate =>
-                        "strategy Recreate stops every pod before starting new ones",
-                    crate::drift::Downtime::SingleReplicaMaxUnavailable =>
-                        "one replica, and maxUnavailable lets it go before its replacement is ready",
-                }
-            ),
-            WaitReason::RollingOut { until } => write!(
-                f,
-                "its last restart is still rolling out (until {} at most)",
-                to_the_second(until.0)
-            ),
-            WaitReason::OutsideMaintenanceWindow { windows, opens } => match opens {
-                Some(opens) => write!(
-                    f,
-                    "outside maintenance window (opens at {}; {windows})",
-                    to_the_second(opens.0)
-                ),
-                None => write!(
-                    f,
-                    "outside maintenance window, and none opens within a week ({windows})"
-                ),
-            },
-            WaitReason::Unhealthy { progress } => write!(
-                f,
-                "not healthy before its restart ({progress}); restarted once it is, and not counted as a failure"
-            ),
-            WaitReason::MaintenanceWindowInvalid { error } => write!(
-                f,
-                "its NS/maintenance-window annotation is invalid, so it waits: {error}"
-            ),
-            WaitReason::BookFull(overflow) => write!(f, "{overflow}"),
-            WaitReason::PodsWouldBeRefused { denial } => write!(
-                f,
-                "not restarted: the webhook would refuse its new pods ({denial})"
-            ),
         }
     }
 }
@@ -577,12 +339,4 @@ impl Served<'_> {
             _ => None,
         }
     }
-}
-
-/// A field a person reads, in JSON as its text.
-pub(super) fn serialize_display<S: serde::Serializer>(
-    value: &impl fmt::Display,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(value)
 }
