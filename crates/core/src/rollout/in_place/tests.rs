@@ -403,3 +403,69 @@ fn a_native_sidecar_is_upgraded_in_place_in_the_init_containers() {
     let problem = crate::rollout::container_problems_since(&after, Some(&baseline)).unwrap();
     assert!(problem.contains("container shipper"), "{problem}");
 }
+
+/// `pod` with the generations a 1.35+ API server and kubelet report.
+fn at_generation(pod: &Pod, generation: i64, observed: i64) -> Pod {
+    let mut pod = pod.clone();
+    pod.metadata.generation = Some(generation);
+    pod.status.as_mut().unwrap().observed_generation = Some(observed);
+    pod
+}
+
+#[test]
+fn where_the_kubelet_reports_the_generation_it_acted_on_the_upgrade_is_judged_by_it() {
+    let (before, patch) = logger_pod_and_its_patch();
+    let before = at_generation(&before, 1, 1);
+    let upgrade =
+        InPlaceUpgrade::of(&before, &patch, Duration::ZERO).patched(&at_generation(&before, 2, 1));
+    assert_eq!(upgrade.generation, Some(2));
+    let now = Timestamp::UNIX_EPOCH;
+    // Not observed yet: whatever the statuses say is the old spec's, even a restart.
+    let mut restarted: Value = serde_json::to_value(at_generation(&before, 2, 1)).unwrap();
+    restarted["status"]["containerStatuses"][1]["restartCount"] = json!(1);
+    let restarted: Pod = serde_json::from_value(restarted).unwrap();
+    assert_eq!(
+        upgrade.progress(Some(&restarted), now),
+        UpgradeProgress::Pending
+    );
+    // Observed, the container running the new image and ready: done.
+    let mut running: Value = serde_json::to_value(at_generation(&before, 2, 2)).unwrap();
+    running["status"]["containerStatuses"][1]["image"] = json!("s:2");
+    let running: Pod = serde_json::from_value(running).unwrap();
+    assert!(matches!(
+        upgrade.progress(Some(&running), now),
+        UpgradeProgress::Done(_)
+    ));
+    // Observed, the container still reporting the old image: not done yet.
+    assert_eq!(
+        upgrade.progress(Some(&at_generation(&before, 2, 2)), now),
+        UpgradeProgress::Pending
+    );
+}
+
+#[test]
+fn an_observed_generation_makes_a_back_off_like_the_old_one_a_failure_of_the_new_revision() {
+    let mut broken: Value = serde_json::to_value(pod("logger:v1=aaaaaaaaaaaa")).unwrap();
+    broken["status"]["conditions"][0]["status"] = json!("False");
+    broken["status"]["containerStatuses"][1] = json!({"name": "shipper", "ready": false,
+        "restartCount": 0, "image": "s:1", "imageID": "",
+        "state": {"waiting": {"reason": "ImagePullBackOff"}}});
+    let broken = at_generation(&serde_json::from_value(broken).unwrap(), 1, 1);
+    let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+    let patch = pod_patch(&broken, &AnnotationKeys::default(), &target, &history()).unwrap();
+    let upgrade =
+        InPlaceUpgrade::of(&broken, &patch, Duration::ZERO).patched(&at_generation(&broken, 2, 1));
+    let now = Timestamp::UNIX_EPOCH;
+    // Before the kubelet acted, the old back-off is no failure of the fix ...
+    assert_eq!(
+        upgrade.progress(Some(&at_generation(&broken, 2, 1)), now),
+        UpgradeProgress::Pending
+    );
+    // ... after, the same state is the new revision's, whatever it looks like.
+    assert_eq!(
+        upgrade.progress(Some(&at_generation(&broken, 2, 2)), now),
+        UpgradeProgress::Failed(
+            "pod web-1: upgraded container shipper is waiting (ImagePullBackOff)".into()
+        )
+    );
+}
