@@ -169,8 +169,7 @@ impl Engine {
                 // Read again once the watch sees a version other than the patch's own.
                 self.upgrade_reads
                     .insert(workload.clone(), PodRead::of(Some(&patched), seen_at_patch));
-                self.state
-                    .on_upgrade_started(workload, upgrade.patched(&patched));
+                self.state.on_upgrade_started(workload, upgrade);
             }
             // The pod changed since it was read (the test of its uid or a container failed):
             // read again at the next plan.

@@ -318,10 +318,6 @@ pub struct InPlaceUpgrade {
     /// Its workload's `minReadySeconds`: how long the pod must be Ready again to count as
     /// available, as its controller counts it.
     pub min_ready: Duration,
-    /// The pod's `metadata.generation` our patch made, where the API server tracks pod
-    /// generations (1.35+): the kubelet has acted on the patch once its
-    /// `status.observedGeneration` reaches it. [`Self::patched`] sets it.
-    pub generation: Option<i64>,
 }
 
 /// How an in-place upgrade is going.
@@ -377,25 +373,7 @@ impl InPlaceUpgrade {
                 .map(|s| (s.name.clone(), s.restart_count))
                 .collect(),
             min_ready,
-            generation: None,
         }
-    }
-
-    /// The same upgrade, with the pod as the patch left it (its new generation).
-    #[must_use]
-    pub fn patched(self, pod: &Pod) -> Self {
-        Self {
-            generation: pod.metadata.generation,
-            ..self
-        }
-    }
-
-    /// Whether the kubelet reports having acted on our patch: `Some(false)` while its
-    /// `status.observedGeneration` is behind the patch's generation, `None` where it reports
-    /// none (a kubelet before 1.35), or the API server tracks no pod generation.
-    fn observed(&self, pod: &Pod) -> Option<bool> {
-        let observed = pod.status.as_ref()?.observed_generation?;
-        Some(observed >= self.generation?)
     }
 
     /// What the upgrade waits for, with the pod as last read (`None`: not read since the
@@ -439,7 +417,6 @@ impl InPlaceUpgrade {
             ));
         }
         let statuses = super::health::running_statuses(pod);
-        let observed = self.observed(pod);
         for status in &statuses {
             if let Some(before) = self.others.get(&status.name)
                 && status.restart_count > *before
@@ -450,10 +427,6 @@ impl InPlaceUpgrade {
                     self.upgraded.keys().cloned().collect::<Vec<_>>().join(", ")
                 ));
             }
-        }
-        // The kubelet has not acted on the patch yet: what its statuses say is the old spec's.
-        if observed == Some(false) {
-            return UpgradeProgress::Pending;
         }
         let mut done = true;
         for (container, (image_before, restarts_before)) in &self.upgraded {
@@ -467,10 +440,8 @@ impl InPlaceUpgrade {
             let waiting = waiting_reason(status)
                 .filter(|r| r != "ContainerCreating" && r != "PodInitializing");
             // A pod healed from a back-off (an image it could not pull, a crash loop) says so
-            // until the kubelet acts on the new spec: that state is the old revision's. Where
-            // the kubelet reports the generation it acted on, it has acted on ours by now.
-            let as_before = observed.is_none()
-                && status.container_id == id_before
+            // until the kubelet acts on the new spec: that state is the old revision's.
+            let as_before = status.container_id == id_before
                 && status.image == *image_before
                 && waiting == waiting_before;
             if let Some(reason) = waiting.as_ref().filter(|_| !as_before) {
@@ -482,13 +453,9 @@ impl InPlaceUpgrade {
             // container runs in its place (the image it reports may not change: a runtime
             // names an image by the first of its tags).
             let running = state.is_some_and(|s| s.running.is_some());
-            // Observed by the kubelet, the container runs the new image once it reports it
-            // (or another container in its place).
-            let new_image = self.images.get(container) == Some(&status.image);
             let restarted = status.image != *image_before
                 || status.restart_count > *restarts_before
-                || (running && status.container_id != id_before)
-                || (observed == Some(true) && new_image);
+                || (running && status.container_id != id_before);
             if !restarted || waiting.is_some() {
                 done = false;
                 continue;
