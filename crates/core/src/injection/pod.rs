@@ -129,6 +129,12 @@ pub type QuantityMap<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 /// A quantity: a string, or a number as YAML writes `cpu: 1`.
 struct QuantityText<'a>(Cow<'a, str>);
 
+impl<'a> From<QuantityText<'a>> for Cow<'a, str> {
+    fn from(text: QuantityText<'a>) -> Self {
+        text.0
+    }
+}
+
 impl<'de: 'a, 'a> Deserialize<'de> for QuantityText<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct QuantityVisitor;
@@ -169,31 +175,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for QuantityText<'a> {
 fn quantities<'de: 'a, 'a, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<QuantityMap<'a>>, D::Error> {
-    struct MapVisitor;
-    impl<'de> Visitor<'de> for MapVisitor {
-        type Value = QuantityMap<'de>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a map of quantities")
-        }
-
-        fn visit_map<M: MapAccess<'de>>(self, mut entries: M) -> Result<Self::Value, M::Error> {
-            let mut map = Vec::new();
-            while let Some((key, value)) = entries.next_entry::<CowStr<'de>, QuantityText<'de>>()? {
-                map.push((key.0, value.0));
-            }
-            Ok(map)
-        }
-    }
-    struct OptionalMap<'a>(Option<QuantityMap<'a>>);
-    impl<'de: 'a, 'a> Deserialize<'de> for OptionalMap<'a> {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer
-                .deserialize_map(MapVisitor)
-                .map(|map| OptionalMap(Some(map)))
-        }
-    }
-    Ok(Option::<OptionalMap<'a>>::deserialize(deserializer)?.and_then(|map| map.0))
+    optional_map::<D, QuantityText<'a>, QuantityMap<'a>>(deserializer, "a map of quantities")
 }
 
 /// A container's env list as the body wrote it. Injection only asks whether a name is taken,
@@ -273,6 +255,12 @@ impl PodView<'_> {
 /// `Option<Cow<str>>` or of a map: a dozen allocations a request.
 struct CowStr<'a>(Cow<'a, str>);
 
+impl<'a> From<CowStr<'a>> for Cow<'a, str> {
+    fn from(text: CowStr<'a>) -> Self {
+        text.0
+    }
+}
+
 impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct StrVisitor;
@@ -313,31 +301,66 @@ pub fn borrowed_str<'de: 'a, 'a, D: Deserializer<'de>>(
 fn borrowed_map<'de: 'a, 'a, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<StringMap<'a>>, D::Error> {
-    struct MapVisitor;
-    impl<'de> Visitor<'de> for MapVisitor {
-        type Value = StringMap<'de>;
+    optional_map::<D, CowStr<'a>, StringMap<'a>>(deserializer, "a map of strings")
+}
+
+/// An optional map of borrowed string keys to values read as `V` (a string, a quantity),
+/// collected into `C`; null is absent. `expecting` names the map in an error.
+fn optional_map<'de: 'a, 'a, D, V, C>(
+    deserializer: D,
+    expecting: &'static str,
+) -> Result<Option<C>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de> + Into<Cow<'a, str>>,
+    C: Default + Extend<(Cow<'a, str>, Cow<'a, str>)>,
+{
+    struct MapVisitor<V, C>(&'static str, std::marker::PhantomData<(V, C)>);
+    impl<'de: 'a, 'a, V, C> Visitor<'de> for MapVisitor<V, C>
+    where
+        V: Deserialize<'de> + Into<Cow<'a, str>>,
+        C: Default + Extend<(Cow<'a, str>, Cow<'a, str>)>,
+    {
+        type Value = C;
 
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a map of strings")
+            f.write_str(self.0)
         }
 
-        fn visit_map<M: MapAccess<'de>>(self, mut entries: M) -> Result<Self::Value, M::Error> {
-            let mut map = BTreeMap::new();
-            while let Some((key, value)) = entries.next_entry::<CowStr<'de>, CowStr<'de>>()? {
-                map.insert(key.0, value.0);
+        fn visit_map<M: MapAccess<'de>>(self, mut entries: M) -> Result<C, M::Error> {
+            let mut map = C::default();
+            while let Some((key, value)) = entries.next_entry::<CowStr<'de>, V>()? {
+                map.extend([(key.0, value.into())]);
             }
             Ok(map)
         }
     }
-    struct OptionalMap<'a>(Option<StringMap<'a>>);
-    impl<'de: 'a, 'a> Deserialize<'de> for OptionalMap<'a> {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer
-                .deserialize_map(MapVisitor)
-                .map(|map| OptionalMap(Some(map)))
+    struct OptionVisitor<V, C>(&'static str, std::marker::PhantomData<(V, C)>);
+    impl<'de: 'a, 'a, V, C> Visitor<'de> for OptionVisitor<V, C>
+    where
+        V: Deserialize<'de> + Into<Cow<'a, str>>,
+        C: Default + Extend<(Cow<'a, str>, Cow<'a, str>)>,
+    {
+        type Value = Option<C>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<C>, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<C>, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, map: D) -> Result<Option<C>, D::Error> {
+            map.deserialize_map(MapVisitor::<V, C>(self.0, std::marker::PhantomData))
+                .map(Some)
         }
     }
-    Ok(Option::<OptionalMap<'a>>::deserialize(deserializer)?.and_then(|map| map.0))
+    deserializer.deserialize_option(OptionVisitor::<V, C>(expecting, std::marker::PhantomData))
 }
 
 #[cfg(test)]
