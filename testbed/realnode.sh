@@ -254,7 +254,8 @@ enforceNodeAllocatable: ["pods"]
 failSwapOn: false
 podCIDR: $POD_CIDR
 clusterDomain: cluster.local
-evictionHard: {memory.available: "100Mi", nodefs.available: "3%", imagefs.available: "3%", nodefs.inodesFree: "3%"}
+# absolute floors: a percentage of a large, busy build disk evicts every pod mid-test
+evictionHard: {memory.available: "100Mi", nodefs.available: "1Gi", imagefs.available: "1Gi", nodefs.inodesFree: "1%"}
 evictionPressureTransitionPeriod: 30s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99

@@ -158,11 +158,12 @@ fn kubelet_lifecycle_lines() -> String {
     node_log_lines(
         "kubelet.log",
         &[
-            "SyncLoop (ADD",
-            "SyncLoop (DELETE",
-            "SyncLoop (REMOVE",
+            "SyncLoop ADD",
+            "SyncLoop DELETE",
+            "SyncLoop REMOVE",
             "Killing unwanted pod",
             "Orphaned pod",
+            "eviction_manager",
         ],
         30,
     )
@@ -189,9 +190,16 @@ where
                 "app=sidecar-injector",
                 "--tail=40",
             ]);
+            let conditions = kubectl(&[
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*].status.conditions[*]}{.type}={.status} {.message}{\"\\n\"}{end}",
+            ]);
             panic!(
-                "{what}: not within {deadline:?}\n{}\ninjector logs:\n{}\nAPI server, about webhooks:\n{}\nkubelet, pod lifecycle:\n{}",
+                "{what}: not within {deadline:?}\n{}\nnode conditions:\n{}\ninjector logs:\n{}\nAPI server, about webhooks:\n{}\nkubelet, pod lifecycle:\n{}",
                 String::from_utf8_lossy(&pods.stdout),
+                String::from_utf8_lossy(&conditions.stdout),
                 String::from_utf8_lossy(&logs.stdout),
                 apiserver_webhook_lines(),
                 kubelet_lifecycle_lines()
