@@ -1695,3 +1695,66 @@ fn inject_and_explain_keep_a_pod_with_pod_level_resources_valid_and_show_its_fig
         "{page}"
     );
 }
+
+#[test]
+fn serve_reads_its_settings_file_and_says_what_is_wrong_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |settings: &str| {
+        let path = dir.path().join("settings.yaml");
+        std::fs::write(&path, settings).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .args(["serve", "--settings", path.to_str().unwrap()])
+            .current_dir(ROOT)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("CONFIGMAP_LABELS")
+            .env_remove("SETTINGS_FILE")
+            .output()
+            .unwrap()
+    };
+    // A setting from the file reaches serve as its flag would.
+    let labels = serve("tls-port: 0\nlifecycle-port: 0\nconfigmap-labels: a=b\n");
+    assert_eq!(labels.status.code(), Some(1));
+    assert!(
+        text(&labels.stderr).contains("--configmap-labels needs a cluster connection"),
+        "{}",
+        text(&labels.stderr)
+    );
+    let misspelt = serve("configmap-label: a=b\n");
+    assert_eq!(misspelt.status.code(), Some(2));
+    assert!(
+        text(&misspelt.stderr)
+            .contains("settings.yaml: \"configmap-label\" is not a flag of serve"),
+        "{}",
+        text(&misspelt.stderr)
+    );
+    let wrong = serve("tls-port: https\n");
+    assert_eq!(wrong.status.code(), Some(2));
+    let stderr = text(&wrong.stderr);
+    assert!(
+        stderr.contains("from the settings file")
+            && stderr.contains("invalid value 'https' for '--tls-port"),
+        "{stderr}"
+    );
+    // The environment overrides the file: its wrong port is never read.
+    let path = dir.path().join("overridden.yaml");
+    std::fs::write(
+        &path,
+        "tls-port: https\nlifecycle-port: 0\nconfigmap-labels: a=b\n",
+    )
+    .unwrap();
+    let overridden = Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .args(["serve", "--settings", path.to_str().unwrap()])
+        .current_dir(ROOT)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("CONFIGMAP_LABELS")
+        .env("TLS_PORT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(
+        overridden.status.code(),
+        Some(1),
+        "{}",
+        text(&overridden.stderr)
+    );
+    assert!(text(&overridden.stderr).contains("--configmap-labels needs a cluster connection"));
+}

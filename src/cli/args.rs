@@ -14,6 +14,7 @@ use crate::token_bucket::RateLimit;
 
 mod engine;
 mod serve;
+pub(crate) mod settings_file;
 mod values;
 pub(crate) use engine::{DriftPolicyArgs, RolloutSafetyArgs};
 pub(crate) use serve::*;
@@ -195,6 +196,7 @@ impl OutputFormat {
 
 /// The ConfigMap config source, for `serve` and for `drift`, which reads configs as `serve` does.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Sidecar configs")]
 pub(crate) struct ConfigMapArgs {
     /// Namespace of the sidecar ConfigMaps [default: the injector's own namespace
     /// (--injector-namespace)].
@@ -209,6 +211,7 @@ pub(crate) struct ConfigMapArgs {
 
 /// Namespaces whose pods are never injected (nor restarted), the same for every command.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Sidecar configs")]
 pub(crate) struct IgnoredNamespaceArgs {
     /// A namespace whose pods are never injected, added to kube-system and kube-public
     /// (repeatable). An empty value (`--ignore-namespace=`) clears those defaults.
@@ -239,10 +242,13 @@ impl IgnoredNamespaceArgs {
 /// one group, so the two commands cannot drift apart.
 #[derive(Debug, Args)]
 pub(crate) struct OneShotArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) output: OutputFormat,
     #[command(flatten)]
     pub(crate) configs: ConfigDirectoryArgs,
     /// Prefix of every annotation key.
-    #[arg(long, visible_alias = "annotation-prefix", env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    #[arg(long, visible_alias = "annotation-prefix", env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE, help_heading = "Sidecar configs")]
     pub(crate) annotation_namespace: String,
     #[command(flatten)]
     pub(crate) configmaps: ConfigMapArgs,
@@ -252,25 +258,30 @@ pub(crate) struct OneShotArgs {
     pub(crate) drift: DriftPolicyArgs,
     #[command(flatten)]
     pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
-    pub(crate) output: OutputFormat,
     /// Namespace of the running injector: its status ConfigMap (when present) gives the
     /// revisions in force, and `rollout` checks its Lease.
-    #[arg(long, default_value = "injector-system")]
+    #[arg(
+        long,
+        default_value = "injector-system",
+        help_heading = "The injector in the cluster"
+    )]
     pub(crate) injector_namespace: String,
     /// Which revisions pods are judged by: `auto` takes what the running injectors publish
     /// when it is fresh and they agree, else the configs read here.
-    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::cluster::status::RevisionsSource::Auto))]
+    #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::cluster::status::RevisionsSource::Auto), help_heading = "The injector in the cluster")]
     pub(crate) revisions_from:
         crate::cli::args::values::Flag<crate::cluster::status::RevisionsSource>,
     /// A publication older than this is stale (the injectors renew theirs every 30s).
-    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration, help_heading = "The injector in the cluster")]
     pub(crate) published_max_age: Duration,
     /// The MutatingWebhookConfiguration that calls the injector: pods of namespaces its
     /// namespaceSelector leaves out are never injected, so they count as excluded, not
     /// uninjected (when it cannot be read, every namespace counts as reached; "" not to read it).
-    #[arg(long, default_value = "sidecar-injector")]
+    #[arg(
+        long,
+        default_value = "sidecar-injector",
+        help_heading = "The injector in the cluster"
+    )]
     pub(crate) webhook_configuration: String,
 }
 
@@ -283,14 +294,6 @@ impl OneShotArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct RolloutArgs {
-    #[command(flatten)]
-    pub(crate) cluster: OneShotArgs,
-    #[command(flatten)]
-    pub(crate) safety: RolloutSafetyArgs,
-    /// Only these namespaces, as kubectl's -n (repeatable; the same as --include-namespace):
-    /// planned, listed and restarted in them alone.
-    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
-    pub(crate) namespaces: Vec<String>,
     /// Act: restart the planned workloads and wait until they are done (`--confirm=false` only
     /// plans).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
@@ -298,10 +301,30 @@ pub(crate) struct RolloutArgs {
     /// Only plan (the default; what everyone types).
     #[arg(long, conflicts_with = "confirm")]
     pub(crate) dry_run: bool,
+    /// Text put before the engine's reason in `NS/rollout-reason` and the change-cause.
+    #[arg(long)]
+    pub(crate) rollout_reason: Option<String>,
+    /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
+    /// passing it gets a message saying what to do instead.
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) cluster: OneShotArgs,
+    #[command(flatten)]
+    pub(crate) safety: RolloutSafetyArgs,
+    /// Only these namespaces, as kubectl's -n (repeatable; the same as --include-namespace):
+    /// planned, listed and restarted in them alone.
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        value_name = "NAMESPACE",
+        help_heading = "Selection"
+    )]
+    pub(crate) namespaces: Vec<String>,
     /// Resume the paused campaigns (earlier failures stop counting): written into the status
     /// ConfigMap, where the Lease holder (`serve --rollout=auto`) acts on it; with no such
     /// holder, `--confirm` acts here.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, help_heading = "Campaign book")]
     pub(crate) resume: bool,
     /// Roll back or forward to a remembered revision: `SIDECAR=REVISION` from its history
     /// (the sidecar-injector-history ConfigMap lists them; an unknown one is refused with the
@@ -309,21 +332,26 @@ pub(crate) struct RolloutArgs {
     /// (the newest before the one in force that did not fail). Pinned in the status
     /// ConfigMap: every replica injects it and the engine rolls it out even though the config
     /// says otherwise, until the config changes or --unpin.
-    #[arg(long, value_name = "SIDECAR=REVISION", conflicts_with_all = ["resume", "unpin", "release_hold"])]
+    #[arg(long, value_name = "SIDECAR=REVISION", conflicts_with_all = ["resume", "unpin", "release_hold"], help_heading = "Campaign book")]
     pub(crate) to: Option<String>,
     /// Ends the pin of this sidecar (`rollout --to`): its config's revision is served and
     /// rolled out again.
-    #[arg(long, value_name = "SIDECAR", conflicts_with_all = ["resume", "release_hold"])]
+    #[arg(long, value_name = "SIDECAR", conflicts_with_all = ["resume", "release_hold"], help_heading = "Campaign book")]
     pub(crate) unpin: Option<String>,
     /// Ends the hold of this sidecar's paused campaign: new pods get the revision that failed
     /// again (the campaign stays paused).
-    #[arg(long, value_name = "SIDECAR", conflicts_with = "resume")]
+    #[arg(
+        long,
+        value_name = "SIDECAR",
+        conflicts_with = "resume",
+        help_heading = "Campaign book"
+    )]
     pub(crate) release_hold: Option<String>,
     /// Promotes a revision waiting under `serve --promotion=gated`: `SIDECAR` (the revision
     /// its campaign waits with) or `SIDECAR=REVISION` (also one not arrived yet, which then
     /// starts at once). Written into the status ConfigMap; the Lease holder starts its
     /// campaign.
-    #[arg(long, value_name = "SIDECAR[=REVISION]", conflicts_with_all = ["resume", "unpin", "release_hold", "to"])]
+    #[arg(long, value_name = "SIDECAR[=REVISION]", conflicts_with_all = ["resume", "unpin", "release_hold", "to"], help_heading = "Campaign book")]
     pub(crate) promote: Option<String>,
     /// With --promote: promote it across clusters, wave after wave (repeatable; a wave is
     /// kubeconfig contexts, comma-separated): `--wave staging --wave prod-eu,prod-us`. Each
@@ -334,46 +362,41 @@ pub(crate) struct RolloutArgs {
         long,
         value_name = "CONTEXT[,CONTEXT...]",
         requires = "promote",
-        conflicts_with = "confirm"
+        conflicts_with = "confirm",
+        help_heading = "Fleet waves"
     )]
     pub(crate) wave: Vec<String>,
     /// With --wave: how long a cluster's campaign must have been complete before the next
     /// wave starts.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, requires = "wave")]
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, requires = "wave", help_heading = "Fleet waves")]
     pub(crate) wave_bake: Duration,
     /// With --wave: how long one wave may take, from its start to baked; past it the command
     /// stops (exit status 3) and promotes nothing further.
-    #[arg(long, default_value = "2h", value_parser = humantime::parse_duration, requires = "wave")]
+    #[arg(long, default_value = "2h", value_parser = humantime::parse_duration, requires = "wave", help_heading = "Fleet waves")]
     pub(crate) wave_timeout: Duration,
-    /// Gone: the CLI never acts beside a live `serve --rollout=auto`. Kept so that a script
-    /// passing it gets a message saying what to do instead.
-    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
-    pub(crate) force: bool,
     /// Include StatefulSets.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set, help_heading = "Selection")]
     pub(crate) include_statefulset: bool,
     /// Include DaemonSets.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true", action = clap::ArgAction::Set, help_heading = "Selection")]
     pub(crate) include_daemonset: bool,
     /// Leave Deployments out.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, help_heading = "Selection")]
     pub(crate) exclude_deployment: bool,
-    /// Text put before the engine's reason in `NS/rollout-reason` and the change-cause.
-    #[arg(long)]
-    pub(crate) rollout_reason: Option<String>,
     /// Select by container name instead of by revision, for sidecars another system injected
     /// (repeatable, or comma-separated): restart the workloads whose pods run a container of
     /// that name. Lists pod specs once.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', help_heading = "Selection")]
     pub(crate) sidecar_container_name: Vec<String>,
     /// With --sidecar-container-name: only pods started before this time, RFC 3339 or
     /// `2022-05-01 13:00` (UTC) [default: when the command starts].
-    #[arg(long, requires = "sidecar_container_name", value_name = "TIME", value_parser = values::parse_started_before)]
+    #[arg(long, requires = "sidecar_container_name", value_name = "TIME", value_parser = values::parse_started_before, help_heading = "Selection")]
     pub(crate) only_started_before: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// How a one-shot command reaches the cluster, as kubectl does.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Cluster connection")]
 pub(crate) struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, or the in-cluster configuration].
     #[arg(long)]
@@ -389,6 +412,7 @@ pub(crate) struct ConnectionArgs {
 /// The client-side limit on requests to the API server, as kube-controller-manager's flags of
 /// the same names.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Cluster connection")]
 pub(crate) struct KubeApiRateArgs {
     /// Requests a second to the Kubernetes API server, at most, after the burst (0: no limit).
     #[arg(long, default_value_t = RateLimit::DEFAULT.qps, value_parser = parse_qps)]
@@ -427,10 +451,6 @@ fn parse_qps(text: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    #[command(flatten)]
-    pub(crate) connection: ConnectionArgs,
-    #[command(flatten)]
-    pub(crate) fleet: FleetArgs,
     /// Namespace of the running injector (its status ConfigMap and rollout Lease).
     #[arg(long, default_value = "injector-system")]
     pub(crate) injector_namespace: String,
@@ -440,12 +460,14 @@ pub(crate) struct StatusArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
     pub(crate) output: OutputFormat,
+    #[command(flatten)]
+    pub(crate) connection: ConnectionArgs,
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct DriftArgs {
-    #[command(flatten)]
-    pub(crate) cluster: OneShotArgs,
     /// Only these namespaces, listed in them alone (repeatable): what a user whose rights stop
     /// at some namespaces can run.
     #[arg(
@@ -470,11 +492,14 @@ pub(crate) struct DriftArgs {
     #[arg(long)]
     pub(crate) exit_code: bool,
     #[command(flatten)]
+    pub(crate) cluster: OneShotArgs,
+    #[command(flatten)]
     pub(crate) fleet: FleetArgs,
 }
 
 /// Several clusters in one report (`drift`, `status`).
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Fleet")]
 pub(crate) struct FleetArgs {
     /// Every context of the kubeconfig: one report across their clusters, as --context given
     /// for each.
@@ -487,6 +512,7 @@ pub(crate) struct FleetArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Sidecar configs")]
 pub(crate) struct ConfigDirectoryArgs {
     /// Directory of sidecar configs (*.yaml, *.yml).
     #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIRECTORY)]
@@ -506,25 +532,33 @@ pub(crate) const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=t
 
 #[derive(Debug, Args)]
 pub(crate) struct InjectArgs {
-    #[command(flatten)]
-    pub(crate) source: ManifestConfigsArgs,
     /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
     pub(crate) annotation_namespace: String,
-    #[command(flatten)]
-    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist.
     #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(MissingSidecarPolicy::Deny))]
     pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
     /// Manifest to read (YAML or JSON, several documents allowed); `-` for standard input.
     #[arg(short = 'f', long = "filename")]
     pub(crate) file: String,
+    #[command(flatten)]
+    pub(crate) source: ManifestConfigsArgs,
+    #[command(flatten)]
+    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
 }
 
 /// Where `inject` and `policy` read the configs: the config directory offline, or the
 /// cluster's sidecar ConfigMaps as its running webhook serves them.
 #[derive(Debug, Args)]
 pub(crate) struct ManifestConfigsArgs {
+    /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
+    /// status ConfigMap, whose pins and holds the webhook serves.
+    #[arg(long, default_value = "injector-system")]
+    pub(crate) injector_namespace: String,
+    /// With the cluster's configs: the running injectors' publications renewed within this
+    /// say what the webhook injects, and a sidecar read here at another revision is warned of.
+    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
+    pub(crate) published_max_age: Duration,
     #[command(flatten)]
     pub(crate) configs: ConfigDirectoryArgs,
     // The cluster's ConfigMaps so labelled, as `serve` reads them; also read, with deploy/'s
@@ -534,25 +568,13 @@ pub(crate) struct ManifestConfigsArgs {
     // Reached only when the configs come from the cluster.
     #[command(flatten)]
     pub(crate) connection: ConnectionArgs,
-    /// Namespace of the running injector: where deploy/'s sidecar ConfigMaps are, and its
-    /// status ConfigMap, whose pins and holds the webhook serves.
-    #[arg(long, default_value = "injector-system")]
-    pub(crate) injector_namespace: String,
-    /// With the cluster's configs: the running injectors' publications renewed within this
-    /// say what the webhook injects, and a sidecar read here at another revision is warned of.
-    #[arg(long, default_value = DEFAULT_PUBLISHED_MAX_AGE, value_parser = humantime::parse_duration)]
-    pub(crate) published_max_age: Duration,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct PolicyArgs {
-    #[command(flatten)]
-    pub(crate) source: ManifestConfigsArgs,
     /// Prefix of every annotation key.
     #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
     pub(crate) annotation_namespace: String,
-    #[command(flatten)]
-    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
     /// What to do when a requested sidecar does not exist: deny the pod, or inject the rest.
     #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(MissingSidecarPolicy::Deny))]
     pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
@@ -567,6 +589,10 @@ pub(crate) struct PolicyArgs {
     /// Output format: YAML documents, or a JSON List.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ManifestFormat::Yaml)]
     pub(crate) output: ManifestFormat,
+    #[command(flatten)]
+    pub(crate) source: ManifestConfigsArgs,
+    #[command(flatten)]
+    pub(crate) ignore_namespaces: IgnoredNamespaceArgs,
 }
 
 /// How a command prints Kubernetes objects.
@@ -578,12 +604,12 @@ pub(crate) enum ManifestFormat {
 
 #[derive(Debug, Args)]
 pub(crate) struct ValidateArgs {
-    #[command(flatten)]
-    pub(crate) configs: ConfigDirectoryArgs,
     /// Config files or directories to check (`-`: standard input); the config directory when
     /// none is given. A file holding ConfigMaps (`kubectl get configmaps -o yaml`) is checked
     /// item by item, as the ConfigMap source reads it.
     pub(crate) paths: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) configs: ConfigDirectoryArgs,
 }
 
 /// What the process learns from its environment beyond the flags, read once at start.
@@ -650,8 +676,30 @@ impl Cli {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect()
         });
-        let args = bare_verbosity(args, &subcommands);
-        let matches = command.get_matches_from(args);
+        let mut args = bare_verbosity(args, &subcommands);
+        command.build();
+        let mut matches = command.clone().get_matches_from(args.clone());
+        if let Some((path, serve, given)) = matches.subcommand().and_then(|(name, sub)| {
+            let path = sub
+                .try_get_one::<std::path::PathBuf>(settings_file::SETTINGS_FLAG)
+                .ok()
+                .flatten()?;
+            Some((path.clone(), command.find_subcommand(name)?, sub))
+        }) {
+            let from_file =
+                settings_file::arguments_from_file(&path, serve, given).unwrap_or_else(|err| {
+                    eprintln!("sidecar-injector: {err}");
+                    std::process::exit(2)
+                });
+            args.extend(from_file);
+            matches = command.try_get_matches_from(args).unwrap_or_else(|err| {
+                eprintln!(
+                    "sidecar-injector: from the settings file {}:",
+                    path.display()
+                );
+                err.exit()
+            });
+        }
         let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)
             .unwrap_or_else(|err| err.exit());
         cli.entrypoint_defaults = entrypoint_defaults;

@@ -5,6 +5,7 @@ use super::*;
 
 /// What drift counts as restartable and where it looks, the same for `serve` and `drift`.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Drift")]
 pub(crate) struct DriftPolicyArgs {
     /// Drift: only these namespaces (repeatable).
     #[arg(long = "include-namespace")]
@@ -35,6 +36,7 @@ impl DriftPolicyArgs {
 
 /// The rollout engine's safety limits, the same for `serve` and `rollout`.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Rollout safety")]
 pub(crate) struct RolloutSafetyArgs {
     /// Workloads rolling at once.
     #[arg(long, visible_alias = "parallel-rollouts", default_value_t = 5)]

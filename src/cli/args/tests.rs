@@ -169,3 +169,84 @@ fn a_namespace_selector_is_read_as_kubectl_spells_it() {
         );
     }
 }
+
+/// `serve` parsed from `given` and the settings file `text`, as `Cli::parse_args` does.
+fn serve_with_settings(given: &[&str], text: &str) -> Result<ServeArgs, String> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    command.build();
+    let argv: Vec<std::ffi::OsString> = std::iter::once("sidecar-injector")
+        .chain(given.iter().copied())
+        .map(Into::into)
+        .collect();
+    let matches = command.clone().try_get_matches_from(&argv).unwrap();
+    let (_, given_matches) = matches.subcommand().unwrap();
+    let serve = command.find_subcommand("serve").unwrap();
+    let extra = settings_file::arguments(
+        std::path::Path::new("settings.yaml"),
+        text,
+        serve,
+        given_matches,
+    )
+    .map_err(|err| err.to_string())?;
+    let cli = Cli::try_parse_from(argv.into_iter().chain(extra)).map_err(|e| e.to_string())?;
+    match cli.command {
+        Command::Serve(serve) => Ok(*serve),
+        _ => panic!("serve"),
+    }
+}
+
+#[test]
+fn a_settings_file_sets_serves_flags_and_the_command_line_overrides_it() {
+    let text = "# the injector's settings\nmax-parallel: 10\nbake: 1m\nallow-downtime: true\n\
+                maintenance-window: [\"Sat-Sun 00:00-04:00\", \"Mon 01:00-02:00\"]\n\
+                configmap-labels: sidecar-injector.io/config=true\nlog-format: json\n";
+    let serve = serve_with_settings(&["serve"], text).unwrap();
+    assert_eq!(serve.safety.max_parallel, 10);
+    assert_eq!(serve.safety.bake, Duration::from_secs(60));
+    assert!(serve.safety.allow_downtime);
+    assert_eq!(serve.safety.maintenance_windows.len(), 2);
+    assert_eq!(
+        serve.configmaps.configmap_labels.as_deref(),
+        Some("sidecar-injector.io/config=true")
+    );
+    let given = serve_with_settings(
+        &[
+            "serve",
+            "--max-parallel=3",
+            "--maintenance-window=Sun 02:00-03:00",
+        ],
+        text,
+    )
+    .unwrap();
+    assert_eq!(given.safety.max_parallel, 3);
+    assert_eq!(
+        given.safety.maintenance_windows.len(),
+        1,
+        "a flag replaces a list"
+    );
+    assert_eq!(given.safety.bake, Duration::from_secs(60));
+    // A switch set false, or a setting left empty, leaves the default.
+    let off = serve_with_settings(&["serve"], "allow-downtime: false\nmax-parallel:\n").unwrap();
+    assert!(!off.safety.allow_downtime);
+    assert_eq!(off.safety.max_parallel, 5);
+    assert!(serve_with_settings(&["serve"], "").is_ok());
+}
+
+#[test]
+fn a_wrong_settings_file_says_which_key_and_why() {
+    let error = |text: &str| serve_with_settings(&["serve"], text).unwrap_err();
+    assert_eq!(
+        error("max-paralel: 10\n"),
+        "the settings file settings.yaml: \"max-paralel\" is not a flag of serve \
+         (`sidecar-injector serve --help` lists them, spelled as here without the dashes)"
+    );
+    assert!(
+        error("allow-downtime: yes please\n")
+            .contains("allow-downtime: a switch takes true or false")
+    );
+    assert!(error("bake: {minutes: 1}\n").contains("bake: a mapping is not a flag's value"));
+    assert!(error("- bake\n").contains("must be a mapping of serve's flags"));
+    assert!(error("settings: other.yaml\n").contains("names the settings file itself"));
+    assert!(error("lease-duration: 1s\n").contains("is not a flag of serve"));
+    assert!(error("max-parallel: ten\n").contains("invalid value 'ten' for '--max-parallel"));
+}
