@@ -112,7 +112,10 @@ async fn cluster_report(
     let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
     let report = match &published {
         Some(publication) => index.classify_revisions(&publication.revisions, &policy),
-        None => index.classify(&book.pinned(&sidecars).0, &policy),
+        None => index.classify(
+            &book.new_pods(&sidecars, &super::hints::HINTS).pinned,
+            &policy,
+        ),
     };
     for name in report.unmatched_sidecars(&args.sidecars) {
         notice(

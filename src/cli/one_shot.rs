@@ -353,9 +353,9 @@ pub(crate) fn manifest_configs(
         }
         let status = read_status(&client, injector_namespace).await?;
         let book = book_of(status.as_ref())?;
-        let pinned = book.pinned(&sidecars).0;
-        warn_where_the_webhook_differs(status.as_ref(), &pinned, published_max_age);
-        Ok(book.served(&pinned, &super::hints::HINTS).0)
+        let new_pods = book.new_pods(&sidecars, &super::hints::HINTS);
+        warn_where_the_webhook_differs(status.as_ref(), &new_pods.pinned, published_max_age);
+        Ok(new_pods.served)
     })
 }
 

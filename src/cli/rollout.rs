@@ -283,47 +283,38 @@ async fn promote(
     spec: &str,
     identity: &str,
 ) -> anyhow::Result<()> {
+    use crate::rollout::book_commands::{PromoteRefusal, Promoted};
     let (sidecar, wanted) = promotion_spec(spec)?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
     let mut refusal = None;
     let promoted = crate::cluster::status::edit_book(&api, namespace, wanted.is_some(), |book| {
-        let gated = book
-            .campaigns
-            .get(&sidecar)
-            .filter(|c| c.state == crate::rollout::CampaignState::Gated)
-            .map(|c| c.revision.clone());
-        let Some(revision) = wanted.clone().or(gated) else {
-            refusal = Some(match book.campaigns.get(&sidecar) {
-                Some(c) => format!(
-                    "{sidecar} does not wait for promotion: its campaign of {} is {} (name a revision with --promote {sidecar}=REVISION to approve one still to come)",
-                    c.revision,
-                    c.state.as_str()
-                ),
-                None => format!(
-                    "{sidecar} has no campaign in the status ConfigMap of namespace {namespace} (is serve --rollout=auto --promotion=gated running there?)"
-                ),
-            });
-            return None;
-        };
-        let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
-        let new = book.promote(&sidecar, &revision, identity, at);
-        Some((revision, new))
+        book.promote_command(&sidecar, wanted.as_deref(), identity, at.clone())
+            .map_err(|why| refusal = Some(why))
+            .ok()
     })
     .await?;
     match (promoted, refusal) {
-        (Some((revision, new)), _) => notice(
-            Level::INFO,
-            &format!(
-                "{sidecar} revision {revision} {}: the Lease holder starts its campaign at its next plan (`sidecar-injector drift` follows it)",
-                if new {
-                    "promoted"
-                } else {
-                    "was promoted already"
-                }
-            ),
-            &[("sidecar", &sidecar), ("revision", &revision)],
+        (Some(promoted), _) => {
+            let (revision, done) = match &promoted {
+                Promoted::Now { revision } => (revision, "promoted"),
+                Promoted::Already { revision } => (revision, "was promoted already"),
+            };
+            notice(
+                Level::INFO,
+                &format!(
+                    "{sidecar} revision {revision} {done}: the Lease holder starts its campaign at its next plan (`sidecar-injector drift` follows it)"
+                ),
+                &[("sidecar", &sidecar), ("revision", revision)],
+            );
+        }
+        (None, Some(PromoteRefusal::NotGated { revision, state })) => anyhow::bail!(
+            "{sidecar} does not wait for promotion: its campaign of {revision} is {} (name a revision with --promote {sidecar}=REVISION to approve one still to come)",
+            state.as_str()
         ),
-        (None, Some(why)) => anyhow::bail!(why),
+        (None, Some(PromoteRefusal::NoCampaign)) => anyhow::bail!(
+            "{sidecar} has no campaign in the status ConfigMap of namespace {namespace} (is serve --rollout=auto --promotion=gated running there?)"
+        ),
         (None, None) => anyhow::bail!(
             "no status ConfigMap sidecar-injector-status in namespace {namespace}: nothing waits for promotion there"
         ),
@@ -353,12 +344,8 @@ async fn edit_overrides(
         .to_string();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let ended = crate::cluster::status::edit_book(&api, namespace, false, |book| match &what {
-        Override::Unpin(_) => book.pins.remove(&sidecar).map(|p| p.revision),
-        Override::ReleaseHold(_) => book
-            .campaigns
-            .get_mut(&sidecar)
-            .and_then(|c| c.held.take())
-            .map(|h| h.revision),
+        Override::Unpin(_) => book.unpin(&sidecar),
+        Override::ReleaseHold(_) => book.release_hold(&sidecar),
     })
     .await?;
     match ended {
@@ -404,36 +391,21 @@ async fn pin_revision(
     let published =
         super::one_shot::revisions_from_status(status.as_ref(), &args.cluster, configs_unread)?
             .map(|p| p.revisions);
-    // What the config says: what is published (or read here), unless a pin already serves
-    // in its place.
-    let configured = |sidecar: &str| -> Option<String> {
-        if let Some(pin) = book.pins.get(sidecar) {
-            return Some(pin.over.clone());
-        }
-        match &published {
-            Some(published) => published.get(sidecar).map(str::to_owned),
-            None => sidecars.named(sidecar).map(|s| s.revision.to_string()),
-        }
-    };
-    let (sidecar, entry) = history.resolve(spec, |sidecar| {
-        book.pins
-            .get(sidecar)
-            .map(|p| p.revision.clone())
-            .or_else(|| configured(sidecar))
-    })?;
-    let over = configured(&sidecar).with_context(|| {
-        format!("sidecar {sidecar} is not in force (no config of that name is loaded)")
-    })?;
-    let pin = crate::rollout::Pin {
-        revision: entry.revision.clone(),
-        content: entry.content.clone(),
-        over: over.clone(),
-        by: identity.to_owned(),
-        at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
-    };
-    if let Some(own) = sidecars.named(&sidecar) {
-        crate::rollout::content::sidecar_with_content(own, &pin.revision, &pin.content)?;
-    }
+    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
+    let crate::rollout::book_commands::PinRequest {
+        sidecar,
+        entry,
+        pin,
+    } = crate::rollout::book_commands::pin_request(
+        &history,
+        &book,
+        spec,
+        published.as_ref(),
+        sidecars,
+        identity,
+        at,
+    )?;
+    let over = pin.over.clone();
     let pinned = entry.revision.clone();
     crate::cluster::status::edit_book(&api, namespace, true, |book| {
         book.pins.insert(sidecar.clone(), pin.clone());

@@ -99,8 +99,7 @@ pub(crate) fn spawn(
             {
                 book = read.unwrap_or_default();
             }
-            let (with_pins, _) = book.pinned(&set);
-            let (served, _) = book.served(&with_pins, hints);
+            let served = book.new_pods(&set, hints).served;
             let wait = match writer.write(&served).await {
                 Ok(()) => {
                     in_force_tx.send_replace(set);

@@ -6,6 +6,7 @@
 //! nothing and loses nothing.
 
 mod book;
+pub mod book_commands;
 pub mod change;
 pub mod content;
 pub mod eviction;
@@ -28,8 +29,8 @@ pub mod wait;
 pub mod waves;
 
 pub use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, Pin, Resumed,
-    Reversion, UpstreamWait,
+    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, NewPods, Pin,
+    Resumed, Reversion, UpstreamWait,
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use book::{Hold, MaintenanceStatus, Promotion, Resumption};

@@ -36,9 +36,11 @@ pub(crate) fn apply_book(
                 book = read.unwrap_or_default();
             }
             let set = configs.borrow_and_update().clone();
-            let (with_pins, mut errors) = book.pinned(&set);
-            let (with_holds, hold_errors) = book.served(&with_pins, hints);
-            errors.extend(hold_errors);
+            let crate::rollout::NewPods {
+                pinned: with_pins,
+                served: with_holds,
+                errors,
+            } = book.new_pods(&set, hints);
             let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
             if texts != said {
                 for text in &texts {

@@ -158,6 +158,20 @@ pub struct Pin {
     pub at: Time,
 }
 
+/// What new pods get ([`CampaignBook::new_pods`]).
+#[derive(Clone, Debug)]
+pub struct NewPods {
+    /// The configs with each pin in force: what replicas publish as injected and the engine
+    /// rolls out.
+    pub pinned: SidecarSet,
+    /// `pinned` with each hold in force, and a warning on each sidecar whose campaign is
+    /// paused or gated: what the webhook injects.
+    pub served: SidecarSet,
+    /// Pins and holds whose remembered content no longer makes a sidecar under its revision:
+    /// not served.
+    pub errors: Vec<ContentError>,
+}
+
 /// A campaign that undoes a failed one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reversion {
@@ -543,9 +557,23 @@ impl CampaignBook {
         }
     }
 
+    /// What new pods get, the one rule every part follows (the webhook, the policy writer,
+    /// the engine and the one-shot commands): the configs, then each pin of `rollout --to`,
+    /// then each hold of a paused or gated campaign.
+    pub fn new_pods(&self, config: &SidecarSet, hints: &super::wait::Hints) -> NewPods {
+        let (pinned, mut errors) = self.pinned(config);
+        let (served, hold_errors) = self.served(&pinned, hints);
+        errors.extend(hold_errors);
+        NewPods {
+            pinned,
+            served,
+            errors,
+        }
+    }
+
     /// `config` with each pin in force (the config still at the revision it was pinned over)
     /// serving its revision: what the engine rolls out and the replicas publish.
-    pub fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
+    pub(crate) fn pinned(&self, config: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
         let mut set = config.clone();
         let mut errors = Vec::new();
         for (sidecar, pin) in &self.pins {
@@ -584,7 +612,7 @@ impl CampaignBook {
     /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
     /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
     /// and the warnings kubectl shows the creator of such a pod.
-    pub fn served(
+    pub(crate) fn served(
         &self,
         pinned: &SidecarSet,
         hints: &super::wait::Hints,
