@@ -160,7 +160,9 @@ fn explain_object(
         .unwrap_or("(no name)");
     Ok(Explanation {
         subject: format!("{kind} {namespace}/{name} (from {file})"),
-        judged: if kind == "Pod" {
+        judged: if crate::workload::WorkloadKind::from_name(kind)
+            == Some(crate::workload::WorkloadKind::Pod)
+        {
             "this pod".to_owned()
         } else {
             format!("the pods of this {kind}")

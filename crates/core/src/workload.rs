@@ -157,6 +157,17 @@ impl OwnerKind {
         }
     }
 
+    /// The kind an owner reference names, read once where the reference is read.
+    pub fn parse(kind: &str) -> OwnerKind {
+        match WorkloadKind::from_name(kind) {
+            Some(WorkloadKind::Pod) | None => [OwnerKind::ReplicaSet, OwnerKind::Job]
+                .into_iter()
+                .find(|known| known.as_str() == kind)
+                .unwrap_or_else(|| OwnerKind::Other(kind.to_owned())),
+            Some(workload) => OwnerKind::Workload(workload),
+        }
+    }
+
     pub fn workload(&self) -> Option<WorkloadKind> {
         match self {
             OwnerKind::Workload(kind) => Some(*kind),
@@ -229,20 +240,26 @@ pub fn resolve_pod_owner<'a>(
     evict_bare_pods: bool,
     replicaset_owner: impl FnOnce(&'a str) -> ReplicaSetOwner<'a>,
 ) -> PodWorkload<'a> {
-    match controller {
-        None if evict_bare_pods => PodWorkload::Workload(WorkloadKind::Pod, pod_name),
-        None => PodWorkload::BarePod,
-        Some(("ReplicaSet", name)) => match replicaset_owner(name) {
+    let Some((kind, name)) = controller else {
+        return if evict_bare_pods {
+            PodWorkload::Workload(WorkloadKind::Pod, pod_name)
+        } else {
+            PodWorkload::BarePod
+        };
+    };
+    match OwnerKind::parse(kind) {
+        OwnerKind::ReplicaSet => match replicaset_owner(name) {
             ReplicaSetOwner::Deployment(deployment) => {
                 PodWorkload::Workload(WorkloadKind::Deployment, deployment)
             }
             ReplicaSetOwner::NoDeployment => PodWorkload::ReplicaSetWithoutDeployment(name),
             ReplicaSetOwner::NotKnown => PodWorkload::ReplicaSetNotKnown(name),
         },
-        Some(("StatefulSet", name)) => PodWorkload::Workload(WorkloadKind::StatefulSet, name),
-        Some(("DaemonSet", name)) => PodWorkload::Workload(WorkloadKind::DaemonSet, name),
-        Some(("Job", name)) => PodWorkload::Job(name),
-        Some((kind, name)) => PodWorkload::Other { kind, name },
+        OwnerKind::Workload(workload @ (WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)) => {
+            PodWorkload::Workload(workload, name)
+        }
+        OwnerKind::Job => PodWorkload::Job(name),
+        _ => PodWorkload::Other { kind, name },
     }
 }
 
@@ -353,6 +370,28 @@ mod tests {
         assert_eq!(workload.to_string(), "StatefulSet/team-a/db");
         let back: WorkloadRef = serde_json::from_value(json).unwrap();
         assert_eq!(back, workload);
+    }
+
+    #[test]
+    fn an_owner_reference_kind_is_read_into_its_type_and_printed_back() {
+        for (name, kind) in [
+            ("ReplicaSet", OwnerKind::ReplicaSet),
+            ("Job", OwnerKind::Job),
+            ("Deployment", OwnerKind::Workload(WorkloadKind::Deployment)),
+            (
+                "StatefulSet",
+                OwnerKind::Workload(WorkloadKind::StatefulSet),
+            ),
+            ("DaemonSet", OwnerKind::Workload(WorkloadKind::DaemonSet)),
+            // A pod owning a pod is no bare pod: it is some other controller.
+            ("Pod", OwnerKind::Other("Pod".into())),
+            ("Rollout", OwnerKind::Other("Rollout".into())),
+            ("replicaset", OwnerKind::Other("replicaset".into())),
+        ] {
+            let parsed = OwnerKind::parse(name);
+            assert_eq!(parsed, kind, "{name}");
+            assert_eq!(parsed.as_str(), name);
+        }
     }
 
     #[test]

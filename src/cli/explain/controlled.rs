@@ -2,7 +2,7 @@
 
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::list_selected;
-use crate::workload::{ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner};
+use crate::workload::{OwnerKind, ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner};
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -124,9 +124,9 @@ impl Owner {
         };
         let name = controller.name.as_str();
         let workload = |kind| Some(WorkloadRef::new(kind, namespace, name));
-        Ok(match controller.kind.as_str() {
-            "ReplicaSet" => Self::of_replicaset(client, namespace, name, keys).await?,
-            "StatefulSet" => {
+        Ok(match OwnerKind::parse(&controller.kind) {
+            OwnerKind::ReplicaSet => Self::of_replicaset(client, namespace, name, keys).await?,
+            OwnerKind::Workload(WorkloadKind::StatefulSet) => {
                 let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
                 let set = api
                     .get(name)
@@ -139,7 +139,7 @@ impl Owner {
                     rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
                 }
             }
-            "DaemonSet" => {
+            OwnerKind::Workload(WorkloadKind::DaemonSet) => {
                 let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
                 let set = api
                     .get(name)
@@ -196,7 +196,10 @@ impl Owner {
             .owner_references
             .iter()
             .flatten()
-            .find(|r| r.controller == Some(true) && r.kind == "Deployment")
+            .find(|r| {
+                r.controller == Some(true)
+                    && OwnerKind::parse(&r.kind) == WorkloadKind::Deployment.into()
+            })
             .map(|r| r.name.clone());
         let template = replicaset.spec.and_then(|s| s.template);
         Ok(match deployment {

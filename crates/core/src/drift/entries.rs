@@ -11,7 +11,7 @@ use crate::config::RevisionsInForce;
 use crate::config::revision::stamp_items;
 use crate::maintenance::MaintenanceWindows;
 use crate::name::SidecarName;
-use crate::workload::UpdateStrategy;
+use crate::workload::{OwnerKind, UpdateStrategy, WorkloadKind};
 
 use super::interner::{Interner, Labels};
 use super::sidecar_state;
@@ -45,10 +45,10 @@ impl PodOwner {
     pub(super) fn controller(&self) -> Option<(&str, &str)> {
         match self {
             PodOwner::Bare => None,
-            PodOwner::ReplicaSet(name) => Some(("ReplicaSet", name)),
-            PodOwner::StatefulSet(name) => Some(("StatefulSet", name)),
-            PodOwner::DaemonSet(name) => Some(("DaemonSet", name)),
-            PodOwner::Job(name) => Some(("Job", name)),
+            PodOwner::ReplicaSet(name) => Some((OwnerKind::ReplicaSet.as_str(), name)),
+            PodOwner::StatefulSet(name) => Some((WorkloadKind::StatefulSet.as_str(), name)),
+            PodOwner::DaemonSet(name) => Some((WorkloadKind::DaemonSet.as_str(), name)),
+            PodOwner::Job(name) => Some((OwnerKind::Job.as_str(), name)),
             PodOwner::Other { kind, name } => Some((kind, name)),
         }
     }
@@ -100,13 +100,13 @@ impl PodEntry {
             .find(|o| o.controller == Some(true))
             .map(|o| {
                 let name = interner.text(&o.name);
-                match o.kind.as_str() {
-                    "ReplicaSet" => PodOwner::ReplicaSet(name),
-                    "StatefulSet" => PodOwner::StatefulSet(name),
-                    "DaemonSet" => PodOwner::DaemonSet(name),
-                    "Job" => PodOwner::Job(name),
-                    kind => PodOwner::Other {
-                        kind: interner.text(kind),
+                match OwnerKind::parse(&o.kind) {
+                    OwnerKind::ReplicaSet => PodOwner::ReplicaSet(name),
+                    OwnerKind::Workload(WorkloadKind::StatefulSet) => PodOwner::StatefulSet(name),
+                    OwnerKind::Workload(WorkloadKind::DaemonSet) => PodOwner::DaemonSet(name),
+                    OwnerKind::Job => PodOwner::Job(name),
+                    _ => PodOwner::Other {
+                        kind: interner.text(&o.kind),
                         name,
                     },
                 }

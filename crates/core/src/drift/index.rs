@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::AnnotationKeys;
 use crate::config::RevisionsInForce;
-use crate::workload::WorkloadKind;
+use crate::workload::{OwnerKind, WorkloadKind};
 
 use super::entries::{PodEntry, PodOwner, PodToReplace, WorkloadEntry};
 use super::interner::{Interner, Labels};
@@ -274,7 +274,10 @@ impl DriftIndex {
             .owner_references
             .iter()
             .flatten()
-            .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+            .find(|o| {
+                o.controller == Some(true)
+                    && OwnerKind::parse(&o.kind) == WorkloadKind::Deployment.into()
+            })
             .map(|o| self.interned.text(&o.name));
         if let Some(relisted) = &mut self.relisted_replicasets {
             relisted

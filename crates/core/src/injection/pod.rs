@@ -55,7 +55,9 @@ impl PodMetadataView<'_> {
     pub fn of_a_job(&self) -> bool {
         self.owner_references.iter().flatten().any(|o| {
             o.controller == Some(true)
-                && o.kind.as_deref() == Some("Job")
+                && o.kind.as_deref().is_some_and(|kind| {
+                    crate::workload::OwnerKind::parse(kind) == crate::workload::OwnerKind::Job
+                })
                 && o.api_version
                     .as_deref()
                     .is_some_and(|v| v.starts_with("batch/"))
