@@ -291,137 +291,167 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    // Wiring, not a decision: one registration per metric, in exposition order.
-    #[allow(clippy::too_many_lines)]
+    /// The metrics, registered in exposition order.
     pub(crate) fn new() -> Self {
-        let mut registry = Registry::with_prefix("sidecar_injector");
-        let admission_requests = Family::<ResultLabels, Counter>::default();
+        let mut metrics = Self {
+            registry: Registry::with_prefix("sidecar_injector"),
+            admission_requests: Family::<ResultLabels, Counter>::default(),
+            // 50 µs to about 6.6 s: a decision takes microseconds; the tail shows trouble, up to
+            // past the API server's webhook timeout (deploy/ sets 5 s), which an alert compares to.
+            admission_duration: Family::<ResultLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
+            }),
+            injections: Family::<InjectionLabels, Counter>::default(),
+            config_reloads: Family::<ReloadLabels, Counter>::default(),
+            configs_loaded: Family::<SourceLabels, Gauge>::default(),
+            config_source_failing: Family::<SourceLabels, Gauge>::default(),
+            certificate_reloads: Family::<CertificateLabels, Counter>::default(),
+            policy_writes: Family::<CertificateLabels, Counter>::default(),
+            policy_failing: Gauge::default(),
+            other_annotation_namespace: Counter::default(),
+            connections_refused: Family::<PortLabels, Counter>::default(),
+            certificate_expiration: Gauge::default(),
+            pods: Family::<DriftLabels, Gauge>::default(),
+            rollouts: Family::<RolloutLabels, Counter>::default(),
+            campaigns: Family::<CampaignLabels, Gauge>::default(),
+            rollouts_in_flight: Gauge::default(),
+            rollout_pending: Family::<SidecarLabels, Gauge>::default(),
+            maintenance_window_open: Gauge::default(),
+            rollout_leader: Gauge::default(),
+            rollout_book: Gauge::default(),
+            rollout_mode: Family::<ModeLabels, Gauge>::default(),
+            notifications: Family::<NotificationLabels, Counter>::default(),
+            rollout_api_requests: Family::<CallLabels, Counter>::default(),
+            rollout_api_errors: Family::<CallLabels, Counter>::default(),
+            kube_requests: Family::<VerbLabels, Counter>::default(),
+            kube_rate_limiter_wait: rate_limiter_histogram(),
+            rollout_plan_duration: Histogram::new(INDEX_HOLD_BUCKETS),
+            drift_gauge_update_duration:
+                Family::<GaugeUpdateLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(INDEX_HOLD_BUCKETS)
+                }),
+            tumblr: None,
+            drift_sidecars: Mutex::default(),
+            campaign_sidecars: Mutex::default(),
+        };
+        metrics.register_webhook();
+        metrics.register_rollout();
+        metrics.register_client();
+        metrics.start_at_zero();
+        metrics
+    }
+
+    /// The webhook's series, and those of the configs and the certificate it serves.
+    fn register_webhook(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "admission_requests",
             "AdmissionReview requests answered, by result (injected, skipped, denied, not_a_pod, invalid_pod, or the HTTP error)",
-            admission_requests.clone(),
+            self.admission_requests.clone(),
         );
-        // 50 µs to about 6.6 s: a decision takes microseconds; the tail shows trouble, up to
-        // past the API server's webhook timeout (deploy/ sets 5 s), which an alert compares to.
-        let admission_duration = Family::<ResultLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
-        });
         registry.register_with_unit(
             "admission_duration",
             "Time from request received to reply, by result",
             Unit::Seconds,
-            admission_duration.clone(),
+            self.admission_duration.clone(),
         );
-        let injections = Family::<InjectionLabels, Counter>::default();
         registry.register(
             "injections",
             "Requested sidecars by outcome (injected, not_found, name_clash, does_not_fit); unknown names are labelled (unknown)",
-            injections.clone(),
+            self.injections.clone(),
         );
-        let config_reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "config_reloads",
             "Loads of a sidecar config source, by source and result (success, or error when any config in it failed)",
-            config_reloads.clone(),
+            self.config_reloads.clone(),
         );
-        let configs_loaded = Family::<SourceLabels, Gauge>::default();
         registry.register(
             "configs_loaded",
             "Sidecar configs currently served, by source",
-            configs_loaded.clone(),
+            self.configs_loaded.clone(),
         );
-        let config_source_failing = Family::<SourceLabels, Gauge>::default();
         registry.register(
             "config_source_failing",
             "1 while the last load of a config source failed (a config in it is broken; its last good version, if any, is served), else 0",
-            config_source_failing.clone(),
+            self.config_source_failing.clone(),
         );
-        let certificate_reloads = Family::<CertificateLabels, Counter>::default();
         registry.register(
             "certificate_reloads",
             "Reloads of the serving certificate, by result; on error the previous pair keeps serving",
-            certificate_reloads.clone(),
+            self.certificate_reloads.clone(),
         );
-        let policy_writes = Family::<CertificateLabels, Counter>::default();
         registry.register(
             "policy_writes",
             "With --injection=policy: applies of the admission policies, by result; on error (a config the policies cannot express, or the API server refusing) the policies in force stay",
-            policy_writes.clone(),
+            self.policy_writes.clone(),
         );
-        let policy_failing = Gauge::default();
         registry.register(
             "policy_failing",
             "With --injection=policy: 1 while the last apply of the admission policies failed or was refused (the policies in force stay), else 0",
-            policy_failing.clone(),
+            self.policy_failing.clone(),
         );
-        let other_annotation_namespace = Counter::default();
         registry.register(
             "requests_other_annotation_namespace",
             "Pods let through uninjected because they request sidecars under another annotation namespace than --annotation-namespace (e.g. injector.tumblr.com)",
-            other_annotation_namespace.clone(),
+            self.other_annotation_namespace.clone(),
         );
-        let connections_refused = Family::<PortLabels, Counter>::default();
         registry.register(
             "connections_refused",
             "Connections closed at accept, by port: on the webhook port because --max-connections were already open, on the lifecycle port because its fixed cap was reached",
-            connections_refused.clone(),
+            self.connections_refused.clone(),
         );
-        let certificate_expiration = Gauge::default();
         registry.register_with_unit(
             "certificate_expiration_timestamp",
             "When the serving certificate in use expires (Unix time), as cert-manager exports it",
             Unit::Seconds,
-            certificate_expiration.clone(),
+            self.certificate_expiration.clone(),
         );
-        let pods = Family::<DriftLabels, Gauge>::default();
+    }
+
+    /// The drift gauge's and the rollout engine's series.
+    fn register_rollout(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "pods",
             "Pods that request a sidecar, by sidecar and drift state (excluded, orphaned, uninjected, unknown, stale, current)",
-            pods.clone(),
+            self.pods.clone(),
         );
-        let rollouts = Family::<RolloutLabels, Counter>::default();
         registry.register(
             "rollouts",
             "Rollout engine actions by workload kind and result (restarted, succeeded, failed, evicted, eviction_blocked, error)",
-            rollouts.clone(),
+            self.rollouts.clone(),
         );
-        let campaigns = Family::<CampaignLabels, Gauge>::default();
         registry.register(
             "rollout_campaign",
             "1 for the state each sidecar's rollout campaign is in (settling, running, paused, complete, manual, gated), 0 for the others",
-            campaigns.clone(),
+            self.campaigns.clone(),
         );
-        let rollouts_in_flight = Gauge::default();
         registry.register(
             "rollouts_in_flight",
             "Workloads restarted by the engine and not yet rolled out",
-            rollouts_in_flight.clone(),
+            self.rollouts_in_flight.clone(),
         );
-        let rollout_pending = Family::<SidecarLabels, Gauge>::default();
         registry.register(
             "rollout_pending",
             "Workloads of each sidecar's campaign still to restart (waiting for a window, a slot, the canary...)",
-            rollout_pending.clone(),
+            self.rollout_pending.clone(),
         );
-        let maintenance_window_open = Gauge::default();
         registry.register(
             "maintenance_window_open",
             "1 while a --maintenance-window is open (or none is set), 0 while restarts wait for one",
-            maintenance_window_open.clone(),
+            self.maintenance_window_open.clone(),
         );
-        maintenance_window_open.set(1);
-        let rollout_leader = Gauge::default();
+        self.maintenance_window_open.set(1);
         registry.register(
             "rollout_leader",
             "1 while this replica holds the rollout Lease and may act",
-            rollout_leader.clone(),
+            self.rollout_leader.clone(),
         );
-        let rollout_book = Gauge::default();
         registry.register_with_unit(
             "rollout_book",
             "Size of the campaign book (campaigns, failed workloads, held and pinned configs) in the status ConfigMap, as the rollout leader wrote it (0 on other replicas)",
             Unit::Bytes,
-            rollout_book.clone(),
+            self.rollout_book.clone(),
         );
         let rollout_book_budget = Gauge::<i64>::default();
         registry.register_with_unit(
@@ -432,59 +462,53 @@ impl Metrics {
         );
         rollout_book_budget
             .set(i64::try_from(crate::rollout::BOOK_BUDGET_BYTES).expect("the budget fits an i64"));
-        let rollout_mode = Family::<ModeLabels, Gauge>::default();
         registry.register(
             "rollout_mode",
             "1 for the --rollout mode this replica runs (auto, dry-run, or off, also when it has no cluster)",
-            rollout_mode.clone(),
+            self.rollout_mode.clone(),
         );
-        let notifications = Family::<NotificationLabels, Counter>::default();
         registry.register(
             "notifications",
             "Campaign notices for --notify-url by event (started, paused, completed) and result (sent, failed after every retry, dropped from a full queue)",
-            notifications.clone(),
+            self.notifications.clone(),
         );
-        let rollout_api_requests = Family::<CallLabels, Counter>::default();
+    }
+
+    /// The API client's series, the engine's timings and the build.
+    fn register_client(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "rollout_api_requests",
             "Requests the rollout engine made to the API server, by verb (patch, evict, event, status, lease reads excluded)",
-            rollout_api_requests.clone(),
+            self.rollout_api_requests.clone(),
         );
-        let rollout_api_errors = Family::<CallLabels, Counter>::default();
         registry.register(
             "rollout_api_errors",
             "Rollout engine requests that failed, by verb (each is retried on a later plan)",
-            rollout_api_errors.clone(),
+            self.rollout_api_errors.clone(),
         );
-        let kube_requests = Family::<VerbLabels, Counter>::default();
         registry.register(
             "kube_requests",
             "Requests this process sent to the Kubernetes API server, by verb and resource as the API server names them (a watch counts once, when it starts)",
-            kube_requests.clone(),
+            self.kube_requests.clone(),
         );
-        let kube_rate_limiter_wait = rate_limiter_histogram();
         registry.register_with_unit(
             "kube_rate_limiter_duration",
             "Time each request to the Kubernetes API server waited for the client-side rate limit (--kube-api-qps, --kube-api-burst)",
             Unit::Seconds,
-            kube_rate_limiter_wait.clone(),
+            self.kube_rate_limiter_wait.clone(),
         );
-        let rollout_plan_duration = Histogram::new(INDEX_HOLD_BUCKETS);
         registry.register_with_unit(
             "rollout_plan_duration",
             "Time each plan of the rollout engine took, from the index to its decisions (the index is locked meanwhile)",
             Unit::Seconds,
-            rollout_plan_duration.clone(),
+            self.rollout_plan_duration.clone(),
         );
-        let drift_gauge_update_duration =
-            Family::<GaugeUpdateLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(INDEX_HOLD_BUCKETS)
-            });
         registry.register_with_unit(
             "drift_gauge_update_duration",
             "Time each update of the drift gauge took from the pod, workload and config changes since the last, once it held the index, by what it counted again: the changed pods, the pods of a changed revision, or every pod",
             Unit::Seconds,
-            drift_gauge_update_duration.clone(),
+            self.drift_gauge_update_duration.clone(),
         );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
@@ -492,64 +516,33 @@ impl Metrics {
             "Build information; always 1",
             build_info.clone(),
         );
-        // Counters an alert takes increase() or a ratio of exist from the start at 0, so the
-        // first error is an increase and not the appearance of a series.
-        for result in RequestResult::ALL {
-            admission_requests
-                .get_or_create(&ResultLabels { result })
-                .inc_by(0);
-        }
-        for port in Port::ALL {
-            connections_refused
-                .get_or_create(&PortLabels { port })
-                .inc_by(0);
-        }
-        for ok in [true, false] {
-            certificate_reloads
-                .get_or_create(&CertificateLabels {
-                    result: ReloadResult::of(ok),
-                })
-                .inc_by(0);
-        }
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
                 commit: crate::COMMIT,
             })
             .set(1);
-        Self {
-            registry,
-            admission_requests,
-            admission_duration,
-            injections,
-            config_reloads,
-            configs_loaded,
-            config_source_failing,
-            certificate_reloads,
-            policy_writes,
-            policy_failing,
-            connections_refused,
-            other_annotation_namespace,
-            certificate_expiration,
-            pods,
-            rollouts,
-            campaigns,
-            rollouts_in_flight,
-            rollout_pending,
-            maintenance_window_open,
-            rollout_leader,
-            rollout_book,
-            rollout_mode,
-            notifications,
-            rollout_api_requests,
-            rollout_api_errors,
-            kube_requests,
-            kube_rate_limiter_wait,
-            rollout_plan_duration,
-            drift_gauge_update_duration,
-            tumblr: None,
-            drift_sidecars: Mutex::default(),
-            campaign_sidecars: Mutex::default(),
+    }
+
+    /// Counters an alert takes increase() or a ratio of exist from the start at 0, so the
+    /// first error is an increase and not the appearance of a series.
+    fn start_at_zero(&self) {
+        for result in RequestResult::ALL {
+            self.admission_requests
+                .get_or_create(&ResultLabels { result })
+                .inc_by(0);
+        }
+        for port in Port::ALL {
+            self.connections_refused
+                .get_or_create(&PortLabels { port })
+                .inc_by(0);
+        }
+        for ok in [true, false] {
+            self.certificate_reloads
+                .get_or_create(&CertificateLabels {
+                    result: ReloadResult::of(ok),
+                })
+                .inc_by(0);
         }
     }
 

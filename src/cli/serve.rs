@@ -24,8 +24,7 @@ pub(crate) const DEFAULT_TLS_KEY_FILE: &str = "/var/lib/secrets/cert.key";
 /// The namespace of the service account this process runs as, when it runs in a pod.
 const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-// Wiring, not a decision: every flag mapped onto ServeOptions in one place.
-#[allow(clippy::too_many_lines)]
+/// Every flag mapped onto ServeOptions, and the runtime started.
 pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     let mut ignored: BTreeSet<String> = args.ignore_namespaces.namespaces();
     let own_namespace = std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
@@ -41,130 +40,33 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
     } else {
         Metrics::new()
     });
-    let cluster = match runtime.block_on(cluster_config(&args, env))? {
-        Some(config) => {
-            let _guard = runtime.enter();
-            Some(counted_client(
-                config,
-                "serve",
-                args.kube_api_rate.limit(),
-                ClientMetrics {
-                    requests: metrics.kube_requests.clone(),
-                    rate_limiter_wait: metrics.kube_rate_limiter_wait.clone(),
-                },
-            )?)
-        }
-        None => None,
-    };
-    let configmaps = match (&args.configmaps.configmap_labels, cluster.clone()) {
-        (None, _) => None,
-        (Some(_), None) => anyhow::bail!("--configmap-labels {}", serve::NEEDS_A_CLUSTER),
-        (Some(selector), Some(client)) => {
-            let namespace = match &args.configmaps.configmap_namespace {
-                Some(namespace) => namespace.clone(),
-                None => own_namespace.clone().ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "--configmap-labels without --configmap-namespace needs the injector's own namespace, \
-                             read from {IN_CLUSTER_NAMESPACE_FILE} in a cluster; outside one, pass --configmap-namespace"
-                        )
-                })?,
-            };
-            Some(ConfigMapOptions {
-                client,
-                namespace,
-                selector: selector.clone(),
-            })
-        }
-    };
-    // Every replica that serves the webhook publishes what it injects, whatever its rollout
-    // mode, where the one-shot commands look: the injector's namespace.
+    let cluster = cluster_client(&args, env, &runtime, &metrics)?;
+    let configmaps = configmap_options(&args, cluster.clone(), own_namespace.as_deref())?;
     let injector_namespace = args
         .injector_namespace
         .clone()
         .or(own_namespace.clone())
         .or(args.configmaps.configmap_namespace.clone());
-    let publication = match (&cluster, &injector_namespace) {
-        (Some(_), Some(namespace)) => Some(crate::serve::PublicationOptions {
-            namespace: namespace.clone(),
-            identity: env.identity(),
-            every: args.publish_interval,
-        }),
-        (Some(_), None) => {
-            tracing::warn!(
-                "not publishing the revisions this replica injects: no --injector-namespace and not in a cluster"
-            );
-            None
-        }
-        (None, _) => None,
-    };
-    let ignored_for_drift = ignored.clone();
-    let drift_policy = args.drift.policy(ignored_for_drift);
+    let publication =
+        publication_options(&args, cluster.is_some(), injector_namespace.as_deref(), env);
+    let drift_policy = args.drift.policy(ignored.clone());
     anyhow::ensure!(
         args.promote_after.is_empty() || (cluster.is_some() && args.rollout != EngineMode::Off),
         "--promote-after promotes the rollout engine's gated campaigns: it needs a cluster and --rollout=auto or dry-run"
     );
-    let rollout = match (&cluster, args.rollout) {
-        (None, _) | (_, EngineMode::Off) => None,
-        (Some(_), mode) => {
-            let namespace = injector_namespace.clone().context(
-                    "the rollout engine keeps its status ConfigMap and Lease in the injector's namespace: \
-                     pass --injector-namespace (or --rollout=off)",
-                )?;
-            let keys = AnnotationKeys::new(&args.annotation_namespace);
-            let upstream = upstream_gate(&args, &namespace, &runtime)?;
-            Some(RolloutOptions {
-                upstream,
-                engine: crate::engine::EngineOptions {
-                    mode,
-                    settings: crate::rollout::RolloutSettings {
-                        promotion: args.promotion.0,
-                        ..args.safety.settings(args.settle)
-                    },
-                    keys,
-                    policy: drift_policy.clone(),
-                    namespace: namespace.clone(),
-                    replan_every: Duration::from_secs(60),
-                    ignore_manual_policy: false,
-                    kinds: None,
-                    reason_prefix: None,
-                    hints: &super::hints::HINTS,
-                },
-                lease: crate::cluster::lease::LeaseSettings {
-                    namespace,
-                    identity: env.identity(),
-                    mode: mode.as_str().to_owned(),
-                    duration: args.lease_duration,
-                    renew_every: args.lease_duration / 3,
-                },
-                act_after_ready: args.act_after_ready,
-                notify: args
-                    .notify_url
-                    .clone()
-                    .map(|url| crate::notifier::NotifierOptions {
-                        url,
-                        timeout: args.notify_timeout,
-                        retries: args.notify_retries,
-                    }),
-            })
-        }
-    };
+    let rollout = rollout_options(
+        &args,
+        cluster.is_some(),
+        injector_namespace,
+        drift_policy.clone(),
+        env,
+        &runtime,
+    )?;
     metrics.record_rollout_mode(match &rollout {
         Some(options) => options.engine.mode.as_str(),
         None => EngineMode::Off.as_str(),
     });
-    let policy = (args.injection == InjectionMode::Policy).then(|| {
-        crate::cluster::policy_writer::PolicyWriterOptions {
-            keys: AnnotationKeys::new(&args.annotation_namespace),
-            ignored_namespaces: ignored.clone(),
-            on_missing_sidecar: args.on_missing_sidecar.0,
-            name: args.policy_name.clone(),
-            namespace_selector: args.namespace_selector.clone(),
-        }
-    });
-    anyhow::ensure!(
-        policy.is_some() || args.namespace_selector.is_none(),
-        "--namespace-selector is the policies' (--injection=policy); the webhook's is in its MutatingWebhookConfiguration"
-    );
+    let policy = policy_options(&args, &ignored)?;
     let options = ServeOptions {
         hints: &super::hints::HINTS,
         bind_address: args.bind_address,
@@ -202,6 +104,156 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
     };
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The client of the cluster `serve` works in, when it has one, its requests counted.
+fn cluster_client(
+    args: &ServeArgs,
+    env: &ProcessEnv,
+    runtime: &tokio::runtime::Runtime,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<kube::Client>> {
+    let Some(config) = runtime.block_on(cluster_config(args, env))? else {
+        return Ok(None);
+    };
+    let _guard = runtime.enter();
+    Ok(Some(counted_client(
+        config,
+        "serve",
+        args.kube_api_rate.limit(),
+        ClientMetrics {
+            requests: metrics.kube_requests.clone(),
+            rate_limiter_wait: metrics.kube_rate_limiter_wait.clone(),
+        },
+    )?))
+}
+
+/// `--configmap-labels`: the ConfigMap source, in `--configmap-namespace` or the injector's own.
+fn configmap_options(
+    args: &ServeArgs,
+    cluster: Option<kube::Client>,
+    own_namespace: Option<&str>,
+) -> anyhow::Result<Option<ConfigMapOptions>> {
+    Ok(match (&args.configmaps.configmap_labels, cluster) {
+        (None, _) => None,
+        (Some(_), None) => anyhow::bail!("--configmap-labels {}", serve::NEEDS_A_CLUSTER),
+        (Some(selector), Some(client)) => {
+            let namespace = match &args.configmaps.configmap_namespace {
+                Some(namespace) => namespace.clone(),
+                None => own_namespace.map(str::to_owned).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--configmap-labels without --configmap-namespace needs the injector's own namespace, \
+                             read from {IN_CLUSTER_NAMESPACE_FILE} in a cluster; outside one, pass --configmap-namespace"
+                        )
+                })?,
+            };
+            Some(ConfigMapOptions {
+                client,
+                namespace,
+                selector: selector.clone(),
+            })
+        }
+    })
+}
+
+/// Every replica that serves the webhook publishes what it injects, whatever its rollout
+/// mode, where the one-shot commands look: the injector's namespace.
+fn publication_options(
+    args: &ServeArgs,
+    cluster: bool,
+    injector_namespace: Option<&str>,
+    env: &ProcessEnv,
+) -> Option<crate::serve::PublicationOptions> {
+    match (cluster, injector_namespace) {
+        (true, Some(namespace)) => Some(crate::serve::PublicationOptions {
+            namespace: namespace.to_owned(),
+            identity: env.identity(),
+            every: args.publish_interval,
+        }),
+        (true, None) => {
+            tracing::warn!(
+                "not publishing the revisions this replica injects: no --injector-namespace and not in a cluster"
+            );
+            None
+        }
+        (false, _) => None,
+    }
+}
+
+/// The rollout engine's options, unless `--rollout=off` or there is no cluster.
+fn rollout_options(
+    args: &ServeArgs,
+    cluster: bool,
+    injector_namespace: Option<String>,
+    drift_policy: crate::drift::DriftPolicy,
+    env: &ProcessEnv,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<Option<RolloutOptions>> {
+    Ok(match (cluster, args.rollout) {
+        (false, _) | (_, EngineMode::Off) => None,
+        (true, mode) => {
+            let namespace = injector_namespace.context(
+                    "the rollout engine keeps its status ConfigMap and Lease in the injector's namespace: \
+                     pass --injector-namespace (or --rollout=off)",
+                )?;
+            let keys = AnnotationKeys::new(&args.annotation_namespace);
+            let upstream = upstream_gate(args, &namespace, runtime)?;
+            Some(RolloutOptions {
+                upstream,
+                engine: crate::engine::EngineOptions {
+                    mode,
+                    settings: crate::rollout::RolloutSettings {
+                        promotion: args.promotion.0,
+                        ..args.safety.settings(args.settle)
+                    },
+                    keys,
+                    policy: drift_policy,
+                    namespace: namespace.clone(),
+                    replan_every: Duration::from_secs(60),
+                    ignore_manual_policy: false,
+                    kinds: None,
+                    reason_prefix: None,
+                    hints: &super::hints::HINTS,
+                },
+                lease: crate::cluster::lease::LeaseSettings {
+                    namespace,
+                    identity: env.identity(),
+                    mode: mode.as_str().to_owned(),
+                    duration: args.lease_duration,
+                    renew_every: args.lease_duration / 3,
+                },
+                act_after_ready: args.act_after_ready,
+                notify: args
+                    .notify_url
+                    .clone()
+                    .map(|url| crate::notifier::NotifierOptions {
+                        url,
+                        timeout: args.notify_timeout,
+                        retries: args.notify_retries,
+                    }),
+            })
+        }
+    })
+}
+
+/// `--injection=policy`: what the policy writer compiles the configs with.
+fn policy_options(
+    args: &ServeArgs,
+    ignored: &BTreeSet<String>,
+) -> anyhow::Result<Option<crate::cluster::policy_writer::PolicyWriterOptions>> {
+    anyhow::ensure!(
+        args.injection == InjectionMode::Policy || args.namespace_selector.is_none(),
+        "--namespace-selector is the policies' (--injection=policy); the webhook's is in its MutatingWebhookConfiguration"
+    );
+    Ok((args.injection == InjectionMode::Policy).then(|| {
+        crate::cluster::policy_writer::PolicyWriterOptions {
+            keys: AnnotationKeys::new(&args.annotation_namespace),
+            ignored_namespaces: ignored.clone(),
+            on_missing_sidecar: args.on_missing_sidecar.0,
+            name: args.policy_name.clone(),
+            namespace_selector: args.namespace_selector.clone(),
+        }
+    }))
 }
 
 /// The cluster connection of `serve`: in-cluster, or exactly what the flags name. Never an
