@@ -8,7 +8,6 @@ mod completion;
 mod drift;
 mod explain;
 mod fleet;
-pub(crate) mod hints;
 mod inject;
 mod one_shot;
 mod policy;

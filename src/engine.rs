@@ -80,7 +80,7 @@ pub(crate) struct EngineOptions {
     pub(crate) kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub(crate) reason_prefix: Option<String>,
-    /// How the command line spells what a person can do (`cli::hints::HINTS`).
+    /// How the command line spells what a person can do (`render::HINTS`).
     pub(crate) hints: &'static rollout::Hints,
 }
 

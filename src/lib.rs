@@ -19,6 +19,8 @@
 //!   [`notifier`] (campaign notices to `--notify-url`), [`serve`] (HTTPS, readiness,
 //!   certificate reload), [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per
 //!   subcommand).
+//! - The rendering layer, `render`: the sentences a person reads about what the core
+//!   decided, and every flag or command they name.
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
@@ -45,6 +47,7 @@ pub mod cluster;
 pub mod engine;
 pub mod metrics;
 pub mod notifier;
+pub(crate) mod render;
 pub mod serve;
 pub mod sources;
 pub mod telemetry;

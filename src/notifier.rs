@@ -103,7 +103,9 @@ async fn deliver(
     options: &NotifierOptions,
     notice: &Notice,
 ) -> NotificationResult {
-    let body = Bytes::from(serde_json::to_vec(notice).expect("a notice serializes"));
+    let body = Bytes::from(
+        serde_json::to_vec(&crate::render::NoticePayload::of(notice)).expect("a notice serializes"),
+    );
     let mut wait = Duration::from_secs(1);
     for attempt in 0..=options.retries {
         let request = http::Request::post(options.url.clone())

@@ -113,7 +113,7 @@ async fn cluster_report(
     let report = match &published {
         Some(publication) => index.classify_revisions(&publication.revisions, &policy),
         None => index.classify(
-            &book.new_pods(&sidecars, &super::hints::HINTS).pinned,
+            &book.new_pods(&sidecars, &crate::render::HINTS).pinned,
             &policy,
         ),
     };
@@ -127,11 +127,11 @@ async fn cluster_report(
     let mut report = report.filtered(&args.sidecars, &args.states);
     let manual =
         sidecars.manual_rollouts_with(published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual));
-    book.flag(&mut report, &manual, &super::hints::HINTS);
-    book.flag_overflow(&mut report, &super::hints::HINTS);
+    book.flag(&mut report, &manual, &crate::render::HINTS);
+    book.flag_overflow(&mut report, &crate::render::HINTS);
     book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
     for row in &mut report.workloads {
-        row.reason = super::hints::excluded(&row.reason);
+        row.reason = crate::render::excluded(&row.reason);
     }
     Ok(report)
 }

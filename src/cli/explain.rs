@@ -79,7 +79,7 @@ fn policy(args: &ExplainArgs) -> crate::drift::DriftPolicy {
 
 fn settings(args: &ExplainArgs) -> InjectionSettings {
     InjectionSettings {
-        spelling: &super::hints::SPELLING,
+        spelling: &crate::render::SPELLING,
         keys: AnnotationKeys::new(&args.cluster.annotation_namespace),
         ignored_namespaces: args.cluster.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar.0,
@@ -285,7 +285,7 @@ impl Live {
         let status =
             super::one_shot::read_status(&client, &args.cluster.injector_namespace).await?;
         let book = super::one_shot::book_of(status.as_ref())?;
-        let served = book.new_pods(&sidecars, &super::hints::HINTS).served;
+        let served = book.new_pods(&sidecars, &crate::render::HINTS).served;
         let served = super::one_shot::for_the_nodes(&client, served).await;
         let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
@@ -329,7 +329,7 @@ impl Live {
                             .as_ref()
                             .map_or(&BTreeSet::new(), |p| &p.manual),
                     ),
-                    &super::hints::SPELLING,
+                    &crate::render::SPELLING,
                 ),
                 None => explained,
             }
@@ -417,7 +417,7 @@ impl Live {
                 &RolloutPlan::default(),
                 workload,
                 drift,
-                &super::hints::SPELLING,
+                &crate::render::SPELLING,
             ));
         }
         let plan = plan_now(
@@ -433,7 +433,7 @@ impl Live {
                 &plan,
                 workload,
                 drift,
-                &super::hints::SPELLING,
+                &crate::render::SPELLING,
             )),
             // The rest of the answer stands without it.
             Err(err) => match err.downcast::<ClusterListRefused>() {

@@ -20,7 +20,7 @@ use tracing::Level;
 pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
     let sidecars = args.source.sidecars("inject")?;
     let settings = InjectionSettings {
-        spelling: &super::hints::SPELLING,
+        spelling: &crate::render::SPELLING,
         keys: AnnotationKeys::new(&args.annotation_namespace),
         ignored_namespaces: args.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar.0,

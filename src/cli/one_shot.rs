@@ -353,7 +353,7 @@ pub(crate) fn manifest_configs(
         }
         let status = read_status(&client, injector_namespace).await?;
         let book = book_of(status.as_ref())?;
-        let new_pods = book.new_pods(&sidecars, &super::hints::HINTS);
+        let new_pods = book.new_pods(&sidecars, &crate::render::HINTS);
         warn_where_the_webhook_differs(status.as_ref(), &new_pods.pinned, published_max_age);
         Ok(new_pods.served)
     })
@@ -558,7 +558,7 @@ pub(crate) fn engine_options(
             Purpose::Explain => None,
             Purpose::Rollout(args) => args.rollout_reason.clone(),
         },
-        hints: &super::hints::HINTS,
+        hints: &crate::render::HINTS,
     }
 }
 

@@ -166,7 +166,7 @@ async fn aim(
         let run = container_run(client, args, options, feed, started_before).await?;
         for skipped in &run.selection.skipped {
             let pod = format!("{}/{}", skipped.namespace, skipped.name);
-            let reason = super::hints::skipped(&skipped.reason);
+            let reason = crate::render::skipped(&skipped.reason);
             notice(
                 Level::INFO,
                 &format!("skipping pod {pod}: {reason}"),

@@ -68,7 +68,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
     });
     let policy = policy_options(&args, &ignored)?;
     let options = ServeOptions {
-        hints: &super::hints::HINTS,
+        hints: &crate::render::HINTS,
         bind_address: args.bind_address,
         tls_port: args.tls_port,
         lifecycle_port: args.lifecycle_port,
@@ -78,7 +78,7 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
         default_tls_key_file: PathBuf::from(DEFAULT_TLS_KEY_FILE),
         config_directory: args.configs.config_directory,
         settings: InjectionSettings {
-            spelling: &super::hints::SPELLING,
+            spelling: &crate::render::SPELLING,
             keys: AnnotationKeys::new(&args.annotation_namespace),
             ignored_namespaces: ignored,
             on_missing_sidecar: args.on_missing_sidecar.0,
@@ -213,7 +213,7 @@ fn rollout_options(
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
-                    hints: &super::hints::HINTS,
+                    hints: &crate::render::HINTS,
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,

@@ -87,7 +87,7 @@ fn engine(client: Client) -> (Engine, Arc<Metrics>) {
         ignore_manual_policy: false,
         kinds: None,
         reason_prefix: None,
-        hints: &crate::cli::hints::HINTS,
+        hints: &crate::render::HINTS,
     };
     let recorder = crate::cluster::events::recorder(client.clone(), Some("injector-0".into()));
     (
@@ -186,7 +186,7 @@ async fn act(engine: &mut Engine, plan: RolloutPlan, now: Timestamp) {
         stale_pods: &|_| Vec::new(),
         restart_reason: None,
         bakes_changed: &BTreeSet::new(),
-        hints: &crate::cli::hints::HINTS,
+        hints: &crate::render::HINTS,
         served: None,
     };
     let step = engine

@@ -59,7 +59,7 @@ pub struct InjectionSettings {
 }
 
 /// How the sentences of the webhook and of `explain` name the settings and commands they
-/// mention: the command line spells them as its flags (`cli::hints::SPELLING`); a caller
+/// mention: the command line spells them as its flags (`render::SPELLING`); a caller
 /// with no command line gets [`Spelling::PLAIN`], in words.
 #[derive(Debug)]
 pub struct Spelling {

@@ -29,8 +29,8 @@ pub mod wait;
 pub mod waves;
 
 pub use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignState, Failure, NewPods, Pin,
-    Resumed, Reversion, UpstreamWait,
+    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState,
+    Failure, NewPods, Pin, Resumed, Reversion, UpstreamWait,
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use book::{Hold, MaintenanceStatus, Promotion, Resumption};

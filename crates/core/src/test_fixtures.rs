@@ -109,8 +109,8 @@ pub fn loaded(text: &str) -> crate::config::LoadedSidecar {
     )
 }
 
-/// The command line's spelling of the flags the core's sentences name (`src/cli/hints.rs`),
+/// The command line's spelling of the flags the core's sentences name (`src/render/hints.rs`),
 /// compiled here too: the core's tests check those sentences whole.
 #[cfg(test)]
-#[path = "../../../src/cli/hints.rs"]
+#[path = "../../../src/render/hints.rs"]
 pub mod hints;

@@ -177,7 +177,7 @@ impl Owner {
                 None => ReplicaSetOwner::NoDeployment,
             }
         });
-        crate::drift::owner_exclusion(&owner).map(|why| super::super::hints::excluded(&why))
+        crate::drift::owner_exclusion(&owner).map(|why| crate::render::excluded(&why))
     }
 
     pub(super) async fn of_replicaset(

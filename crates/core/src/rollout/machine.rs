@@ -338,9 +338,7 @@ impl RolloutState {
                 self.act(observed, now, &mut step);
                 let lines = self.journal.campaigns(&step.plan, &self.book);
                 step.effects.extend(lines.into_iter().map(Effect::Say));
-                let notices =
-                    self.notices
-                        .notices(&step.plan, &self.book, Time(now), observed.hints);
+                let notices = self.notices.notices(&step.plan, &self.book, Time(now));
                 step.effects.extend(notices.into_iter().map(Effect::Notify));
                 if record {
                     step.effects.push(Effect::WriteStatus);

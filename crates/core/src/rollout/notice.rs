@@ -2,7 +2,6 @@
 //! completed, with its counts. Pure: the tracker remembers what it announced and returns the
 //! notices a new plan calls for; the engine's notifier sends them.
 
-use super::plan::Hints;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -29,11 +28,10 @@ impl NoticeEvent {
     }
 }
 
-/// The document POSTed. `text` makes it a valid Slack (and Mattermost, Teams workflow)
-/// incoming-webhook message as it is; the other fields are for generic receivers.
+/// A campaign started, paused or completed, with its counts: what the notifier sends (the
+/// rendering layer adds the sentence a person reads).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Notice {
-    pub text: String,
     pub event: NoticeEvent,
     pub sidecar: String,
     pub revision: String,
@@ -60,13 +58,7 @@ pub struct NoticeTracker {
 
 impl NoticeTracker {
     /// The notices `plan` (whose book is `book`) calls for, at `now`.
-    pub fn notices(
-        &mut self,
-        plan: &RolloutPlan,
-        book: &CampaignBook,
-        now: Time,
-        hints: &Hints,
-    ) -> Vec<Notice> {
+    pub fn notices(&mut self, plan: &RolloutPlan, book: &CampaignBook, now: Time) -> Vec<Notice> {
         let mut notices = Vec::new();
         for (sidecar, campaign) in &book.campaigns {
             let announced = self
@@ -115,14 +107,6 @@ impl NoticeTracker {
                 counts.rolling += now_restarted;
             }
             notices.push(Notice {
-                text: text(
-                    event,
-                    sidecar,
-                    &campaign.revision,
-                    &counts,
-                    reason.as_deref(),
-                    hints,
-                ),
                 event,
                 sidecar: sidecar.clone(),
                 revision: campaign.revision.clone(),
@@ -136,37 +120,5 @@ impl NoticeTracker {
         self.announced.retain(|s, _| book.campaigns.contains_key(s));
         self.seen.retain(|s, _| book.campaigns.contains_key(s));
         notices
-    }
-}
-
-fn text(
-    event: NoticeEvent,
-    sidecar: &str,
-    revision: &str,
-    c: &CampaignCounts,
-    reason: Option<&str>,
-    hints: &Hints,
-) -> String {
-    let what = format!("sidecar-injector: campaign of {sidecar} (revision {revision})");
-    match event {
-        NoticeEvent::Started => format!(
-            "{what} started: {} workload(s) restarting, {} to go",
-            c.rolling, c.pending
-        ),
-        NoticeEvent::Paused => format!(
-            "{what} paused: {}; {} succeeded, {} failed, {} not restarted (fix or revert the config, or {})",
-            reason.map_or_else(
-                || format!("failures reached {}", hints.max_failures),
-                str::to_owned
-            ),
-            c.succeeded,
-            c.failed,
-            c.pending,
-            hints.resume
-        ),
-        NoticeEvent::Completed => format!(
-            "{what} completed: {} workload(s) restarted, {} failed",
-            c.succeeded, c.failed
-        ),
     }
 }

@@ -1429,14 +1429,9 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     let mut notices = |world: &mut World| {
         let plan = world.step();
         tracker
-            .notices(
-                &plan,
-                &world.state.book,
-                Time(world.now),
-                &crate::test_fixtures::hints::HINTS,
-            )
+            .notices(&plan, &world.state.book, Time(world.now))
             .into_iter()
-            .map(|n| (n.event, n.counts.pending, n.counts.rolling, n.text))
+            .map(|n| (n.event, n.counts.pending, n.counts.rolling))
             .collect::<Vec<_>>()
     };
     let mut world = World::new();
@@ -1444,17 +1439,7 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
         .deployment("small", 1, Some(OLD))
         .deployment("big", 2, Some(OLD));
     // The canary restart starts the campaign.
-    assert_eq!(
-        notices(&mut world),
-        [(
-            NoticeEvent::Started,
-            1,
-            1,
-            format!(
-                "sidecar-injector: campaign of {LOGGER} (revision {NEW}) started: 1 workload(s) restarting, 1 to go"
-            )
-        )]
-    );
+    assert_eq!(notices(&mut world), [(NoticeEvent::Started, 1, 1)]);
     world.patched("small", world.now);
     assert_eq!(notices(&mut world), []);
     world.now = at(7230);
@@ -1465,13 +1450,7 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     world.rolled("big", 2);
     let done = notices(&mut world);
     assert_eq!(done.len(), 1, "{done:?}");
-    assert_eq!(done[0].0, NoticeEvent::Completed);
-    assert_eq!(
-        done[0].3,
-        format!(
-            "sidecar-injector: campaign of {LOGGER} (revision {NEW}) completed: 2 workload(s) restarted, 0 failed"
-        )
-    );
+    assert_eq!(done[0], (NoticeEvent::Completed, 0, 0));
     assert_eq!(notices(&mut world), []);
 
     // A new revision whose canary times out: started, then paused with the reason.
@@ -1481,22 +1460,12 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
         .deployment("canary", 1, Some(OLD))
         .deployment("other", 2, Some(OLD));
     let plan = world.step();
-    let started = tracker.notices(
-        &plan,
-        &world.state.book,
-        Time(world.now),
-        &crate::test_fixtures::hints::HINTS,
-    );
+    let started = tracker.notices(&plan, &world.state.book, Time(world.now));
     assert_eq!(started[0].event, NoticeEvent::Started);
     world.patched("canary", at(7200));
     world.now = at(7200 + 300);
     let plan = world.step();
-    let paused = tracker.notices(
-        &plan,
-        &world.state.book,
-        Time(world.now),
-        &crate::test_fixtures::hints::HINTS,
-    );
+    let paused = tracker.notices(&plan, &world.state.book, Time(world.now));
     assert_eq!(paused.len(), 1);
     assert_eq!(paused[0].event, NoticeEvent::Paused);
     assert_eq!(paused[0].counts.failed, 1);
@@ -1509,15 +1478,9 @@ fn notices_say_a_campaign_started_completed_or_paused_once_each() {
     );
     let json = serde_json::to_value(&paused[0]).unwrap();
     assert_eq!(json["event"], "paused");
-    assert!(json["text"].as_str().unwrap().contains("paused"), "{json}");
     let plan = world.step();
     assert_eq!(
-        tracker.notices(
-            &plan,
-            &world.state.book,
-            Time(world.now),
-            &crate::test_fixtures::hints::HINTS
-        ),
+        tracker.notices(&plan, &world.state.book, Time(world.now)),
         []
     );
 }

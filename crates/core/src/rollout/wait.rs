@@ -101,7 +101,7 @@ impl WaitReason {
 
 /// How the command line spells what a person can do about what the rollout reports: the
 /// core composes its sentences with these and spells no flag or command itself. The one
-/// value is `cli::hints::HINTS`.
+/// value is `render::HINTS`.
 #[derive(Debug)]
 pub struct Hints {
     /// The flag or command that ends a wait, when one does.

@@ -1,0 +1,9 @@
+//! The sentences a person reads about what the core decided (a notice to `--notify-url`, ...),
+//! with the flags and commands that act on it: written once here, for the command line and
+//! for `serve` alike. The core answers with data; it spells no flag.
+
+mod hints;
+mod notice;
+
+pub(crate) use hints::*;
+pub(crate) use notice::NoticePayload;
