@@ -335,7 +335,8 @@ impl Engine {
         let planning = std::time::Instant::now();
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
-        let step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
+        let mut step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
+        crate::render::hint_waits(&mut step.plan);
         self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration

@@ -650,7 +650,7 @@ pub(crate) async fn plan_snapshot(
             settings: &injection,
         }),
     };
-    RolloutState::with_book(book)
+    let mut plan = RolloutState::with_book(book)
         .step_on_index(
             &input,
             now,
@@ -658,5 +658,7 @@ pub(crate) async fn plan_snapshot(
                 follow_bakes: false,
             },
         )
-        .plan
+        .plan;
+    crate::render::hint_waits(&mut plan);
+    plan
 }

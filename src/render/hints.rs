@@ -8,7 +8,6 @@ use crate::rollout::{Hints, WaitReason};
 
 /// What the rollout engine's sentences say a person can do.
 pub(crate) static HINTS: Hints = Hints {
-    wait,
     resume: "`sidecar-injector rollout --resume`",
     roll_back: |sidecar| format!("`sidecar-injector rollout --to {sidecar}=previous`"),
     release_hold: |sidecar| format!("`sidecar-injector rollout --release-hold {sidecar}`"),
@@ -20,8 +19,18 @@ pub(crate) static HINTS: Hints = Hints {
     promote: |sidecar| format!("`sidecar-injector rollout --promote {sidecar}`"),
 };
 
+/// Each waiting workload's message with the flag or command that ends its wait, when one
+/// does: what the plan printed, logged and explained says.
+pub(crate) fn hint_waits(plan: &mut crate::rollout::RolloutPlan) {
+    for waiting in &mut plan.waiting {
+        if let Some(hint) = wait(&waiting.reason) {
+            waiting.message = format!("{} ({hint})", waiting.message);
+        }
+    }
+}
+
 /// What ends `reason`, when a flag or a command of ours does.
-fn wait(reason: &WaitReason) -> Option<String> {
+pub(crate) fn wait(reason: &WaitReason) -> Option<String> {
     Some(match reason {
         WaitReason::Settling { .. } => "--settle to change".to_owned(),
         WaitReason::Cooldown { .. } => "--cooldown to change".to_owned(),
@@ -72,3 +81,61 @@ pub(crate) static SPELLING: Spelling = Spelling {
     annotation_namespace: "--annotation-namespace",
     drift: "`sidecar-injector drift`",
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::{RolloutPlan, Waiting};
+    use crate::workload::{WorkloadKind, WorkloadRef};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn waiting(reason: WaitReason) -> Waiting {
+        Waiting {
+            workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
+            sidecars: vec!["logger:v1".into()],
+            message: reason.to_string(),
+            reason,
+        }
+    }
+
+    #[test]
+    fn a_wait_says_the_flag_or_command_that_ends_it_and_nothing_when_none_does() {
+        let mut plan = RolloutPlan {
+            waiting: vec![
+                waiting(WaitReason::Cooldown {
+                    until: Time(Timestamp::UNIX_EPOCH),
+                }),
+                waiting(WaitReason::CampaignPaused {
+                    sidecar: "logger:v1".into(),
+                }),
+                waiting(WaitReason::Downtime {
+                    why: crate::drift::Downtime::Recreate,
+                }),
+                waiting(WaitReason::AwaitingPromotion {
+                    sidecar: "logger:v1".into(),
+                }),
+                waiting(WaitReason::DeploymentPaused),
+            ],
+            ..RolloutPlan::default()
+        };
+        let before: Vec<String> = plan.waiting.iter().map(|w| w.message.clone()).collect();
+        hint_waits(&mut plan);
+        let hints: Vec<&str> = plan
+            .waiting
+            .iter()
+            .zip(&before)
+            .map(|(w, before)| w.message.strip_prefix(before.as_str()).unwrap())
+            .collect();
+        assert_eq!(
+            hints,
+            [
+                " (--cooldown to change)",
+                " (`sidecar-injector rollout --resume`)",
+                " (--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept)",
+                " (`sidecar-injector rollout --promote logger:v1`)",
+                "",
+            ]
+        );
+    }
+}

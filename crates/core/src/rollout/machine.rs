@@ -291,9 +291,6 @@ impl RolloutState {
                 restart.reason = reason(&restart.workload);
             }
         }
-        for waiting in &mut plan.waiting {
-            waiting.hint_with(observed.hints);
-        }
         self.carry(plan, observed, now, conduct)
     }
 

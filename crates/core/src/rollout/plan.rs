@@ -178,15 +178,6 @@ pub struct Rolling {
     pub on_delete: bool,
 }
 
-impl Waiting {
-    /// The message with the flag or command that ends its wait, if one does.
-    pub fn hint_with(&mut self, hints: &Hints) {
-        if let Some(hint) = (hints.wait)(&self.reason) {
-            self.message = format!("{} ({hint})", self.message);
-        }
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Waiting {
     pub workload: WorkloadRef,

@@ -104,8 +104,6 @@ impl WaitReason {
 /// value is `render::HINTS`.
 #[derive(Debug)]
 pub struct Hints {
-    /// The flag or command that ends a wait, when one does.
-    pub wait: fn(&WaitReason) -> Option<String>,
     /// Resumes the paused campaigns.
     pub resume: &'static str,
     /// Rolls a sidecar back to its previous revision.
