@@ -336,7 +336,7 @@ impl Engine {
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
         let mut step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
-        crate::render::hint_waits(&mut step.plan);
+        crate::render::hint_plan(&mut step.plan);
         self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration

@@ -659,6 +659,6 @@ pub(crate) async fn plan_snapshot(
             },
         )
         .plan;
-    crate::render::hint_waits(&mut plan);
+    crate::render::hint_plan(&mut plan);
     plan
 }

@@ -19,13 +19,21 @@ pub(crate) static HINTS: Hints = Hints {
     promote: |sidecar| format!("`sidecar-injector rollout --promote {sidecar}`"),
 };
 
-/// Each waiting workload's message with the flag or command that ends its wait, when one
-/// does: what the plan printed, logged and explained says.
-pub(crate) fn hint_waits(plan: &mut crate::rollout::RolloutPlan) {
+/// The plan's messages with the flags and commands that act on them: what ends each wait,
+/// and how a workload an earlier failure left stale is rolled back. What the plan printed,
+/// logged and explained says.
+pub(crate) fn hint_plan(plan: &mut crate::rollout::RolloutPlan) {
     for waiting in &mut plan.waiting {
         if let Some(hint) = wait(&waiting.reason) {
             waiting.message = format!("{} ({hint})", waiting.message);
         }
+    }
+    for earlier in &mut plan.failed_earlier {
+        earlier.message = format!(
+            "{}, or roll back with {}",
+            earlier.message,
+            (HINTS.roll_back)(&earlier.sidecar)
+        );
     }
 }
 
@@ -120,7 +128,7 @@ mod tests {
             ..RolloutPlan::default()
         };
         let before: Vec<String> = plan.waiting.iter().map(|w| w.message.clone()).collect();
-        hint_waits(&mut plan);
+        hint_plan(&mut plan);
         let hints: Vec<&str> = plan
             .waiting
             .iter()
@@ -136,6 +144,26 @@ mod tests {
                 " (`sidecar-injector rollout --promote logger:v1`)",
                 "",
             ]
+        );
+    }
+
+    #[test]
+    fn a_workload_an_earlier_failure_left_stale_says_how_to_roll_back() {
+        let mut plan = RolloutPlan {
+            failed_earlier: vec![crate::rollout::FailedEarlier::new(
+                WorkloadRef::new(WorkloadKind::Deployment, "team", "canary"),
+                "logger:v1",
+                "bbbbbbbbbbbb",
+                Some("not rolled out within 5m"),
+            )],
+            ..RolloutPlan::default()
+        };
+        hint_plan(&mut plan);
+        assert_eq!(
+            plan.failed_earlier[0].message,
+            "its restart to logger:v1 bbbbbbbbbbbb failed (not rolled out within 5m); it is not \
+             restarted again under this revision: fix or revert the config, or roll back with \
+             `sidecar-injector rollout --to logger:v1=previous`"
         );
     }
 }

@@ -38,7 +38,6 @@ fn a_workload_left_stale_by_an_earlier_failure_fails_the_run() {
             "logger:v1",
             "bbbbbbbbbbbb",
             None,
-            &crate::render::HINTS,
         ));
     assert_eq!(exit_code(&summary), ExitCode::FAILURE);
 }

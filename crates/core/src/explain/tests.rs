@@ -329,7 +329,6 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         "logger:v1",
         "bbb",
         Some("not rolled out within 5m"),
-        &crate::test_fixtures::hints::HINTS,
     );
     let plan = RolloutPlan {
         failed_earlier: vec![earlier.clone()],

@@ -201,13 +201,7 @@ pub struct FailedEarlier {
 }
 
 impl FailedEarlier {
-    pub fn new(
-        workload: WorkloadRef,
-        sidecar: &str,
-        revision: &str,
-        reason: Option<&str>,
-        hints: &Hints,
-    ) -> Self {
+    pub fn new(workload: WorkloadRef, sidecar: &str, revision: &str, reason: Option<&str>) -> Self {
         let why = reason.map_or_else(
             || {
                 format!(
@@ -217,8 +211,7 @@ impl FailedEarlier {
             str::to_owned,
         );
         let message = format!(
-            "its restart to {sidecar} {revision} failed ({why}); it is not restarted again under this revision: fix or revert the config, or roll back with {}",
-            (hints.roll_back)(sidecar)
+            "its restart to {sidecar} {revision} failed ({why}); it is not restarted again under this revision: fix or revert the config"
         );
         Self {
             workload,

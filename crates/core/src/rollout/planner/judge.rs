@@ -133,7 +133,6 @@ pub(super) fn judged_by_its_campaign(
                 sidecar,
                 &campaign.revision,
                 campaign.failure_reason(workload),
-                input.hints,
             ));
         }
         return true;
