@@ -127,9 +127,12 @@ async fn cluster_report(
     let mut report = report.filtered(&args.sidecars, &args.states);
     let manual =
         sidecars.manual_rollouts_with(published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual));
-    book.flag(&mut report, &manual, &crate::render::HINTS);
-    book.flag_overflow(&mut report, &crate::render::HINTS);
-    book.flag_window(&mut report, k8s_openapi::jiff::Timestamp::now());
+    let notes = book.notes(&mut report, &manual, k8s_openapi::jiff::Timestamp::now());
+    for row in &mut report.sidecars {
+        row.note = notes
+            .get(&row.name)
+            .map(|note| crate::render::sidecar_note(&row.name, note));
+    }
     for row in &mut report.workloads {
         row.reason = crate::render::excluded(&row.reason);
     }

@@ -332,7 +332,11 @@ fn campaign_row(sidecar: &str, c: &crate::rollout::Campaign, view: &StatusView) 
         (None, Some(r)) => format!("resumed by {} at {}", r.by, to_the_second(r.at.0)),
         // Restarts wait for a closed window: the budget's end does not hold.
         (None, None) if window_closed || view.book_full.is_some() => String::new(),
-        (None, None) => c.ends_note().unwrap_or_default(),
+        (None, None) => c
+            .expected_end
+            .as_ref()
+            .map(|at| crate::render::ends(at, c.counts.pending))
+            .unwrap_or_default(),
     };
     format!(
         "{sidecar:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  {:<21} {note}",

@@ -11,13 +11,18 @@ pub(crate) static HINTS: Hints = Hints {
     resume: "`sidecar-injector rollout --resume`",
     roll_back: |sidecar| format!("`sidecar-injector rollout --to {sidecar}=previous`"),
     release_hold: |sidecar| format!("`sidecar-injector rollout --release-hold {sidecar}`"),
-    unpin: |sidecar| format!("`sidecar-injector rollout --unpin {sidecar}`"),
-    run_rollout: "`sidecar-injector rollout`",
     bake: "--bake",
     hold: "--on-campaign-failure=hold",
-    max_failures: "--max-failures",
     promote: |sidecar| format!("`sidecar-injector rollout --promote {sidecar}`"),
 };
+
+/// Ends the pin of a sidecar.
+pub(crate) fn unpin(sidecar: &str) -> String {
+    format!("`sidecar-injector rollout --unpin {sidecar}`")
+}
+
+/// Makes the restarts a manual rollout policy leaves to a person.
+pub(crate) const RUN_ROLLOUT: &str = "`sidecar-injector rollout`";
 
 /// The plan's messages with the flags and commands that act on them: what ends each wait,
 /// and how a workload an earlier failure left stale is rolled back. What the plan printed,
@@ -48,11 +53,11 @@ pub(crate) fn wait(reason: &WaitReason) -> Option<String> {
         WaitReason::MaxParallel { .. } => "--max-parallel".to_owned(),
         WaitReason::MaxParallelInNamespace { .. } => "--max-parallel-per-namespace".to_owned(),
         WaitReason::RateLimit { .. } => "--max-restarts-per-minute".to_owned(),
-        WaitReason::Manual { .. } => format!("run {}", HINTS.run_rollout),
+        WaitReason::Manual { .. } => format!("run {}", RUN_ROLLOUT),
         WaitReason::Downtime { .. } => {
             "--allow-downtime, or NS/allow-downtime: \"true\" on the workload, to accept".to_owned()
         }
-        WaitReason::BookFull(overflow) => return overflow.release(&HINTS),
+        WaitReason::BookFull(overflow) => return release(overflow),
         WaitReason::Canary { .. }
         | WaitReason::DeploymentPaused
         | WaitReason::Partition { .. }
@@ -61,6 +66,18 @@ pub(crate) fn wait(reason: &WaitReason) -> Option<String> {
         | WaitReason::Unhealthy { .. }
         | WaitReason::MaintenanceWindowInvalid { .. }
         | WaitReason::PodsWouldBeRefused { .. } => return None,
+    })
+}
+
+/// The commands that shrink a full book besides a new revision: releasing the hold and the pin
+/// of its largest sidecar, when they take room.
+pub(crate) fn release(overflow: &crate::rollout::wait::BookOverflow) -> Option<String> {
+    (overflow.held_and_pinned_bytes > 0).then(|| {
+        format!(
+            "or with {} and {}",
+            (HINTS.release_hold)(&overflow.sidecar),
+            unpin(&overflow.sidecar)
+        )
     })
 }
 

@@ -5,6 +5,9 @@ use serde::Serialize;
 
 use crate::rollout::notice::{Notice, NoticeEvent};
 
+/// The setting of how many failures pause a campaign.
+const MAX_FAILURES: &str = "--max-failures";
+
 /// The document POSTed: `text` first, then the notice's fields for generic receivers.
 #[derive(Debug, Serialize)]
 pub(crate) struct NoticePayload<'a> {
@@ -34,7 +37,7 @@ pub(crate) fn notice_text(notice: &Notice) -> String {
         NoticeEvent::Paused => format!(
             "{what} paused: {}; {} succeeded, {} failed, {} not restarted (fix or revert the config, or {})",
             notice.reason.as_deref().map_or_else(
-                || format!("failures reached {}", super::HINTS.max_failures),
+                || format!("failures reached {}", MAX_FAILURES),
                 str::to_owned
             ),
             c.succeeded,

@@ -9,6 +9,7 @@ mod book;
 pub mod book_commands;
 pub mod change;
 pub mod content;
+pub mod drift_notes;
 pub mod eviction;
 mod gates;
 mod health;
@@ -39,7 +40,7 @@ pub use change::{SidecarChange, describe_changes, rollout_reason};
 pub use gates::after;
 pub use health::container_problems_since;
 pub use health::rolled_out;
-pub use instant::to_the_second;
+pub use instant::{from_now, to_the_second};
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use plan::{Bake, EvictionRestart, PlanInput, Rolling};
 pub use plan::{

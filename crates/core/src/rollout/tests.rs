@@ -11,6 +11,7 @@ use crate::annotations::AnnotationKeys;
 use crate::config::{RevisionStamp, RevisionsInForce};
 use crate::drift::DriftPolicy;
 use crate::drift::{DriftIndex, WorkloadEntry};
+use crate::rollout::drift_notes::SidecarNote;
 use crate::test_fixtures::PodMeta;
 use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
 use serde_json::Value;
@@ -955,19 +956,17 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
     .into_iter()
     .collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.state.book.flag(
-        &mut report,
-        &["tracer:v1".to_owned()].into(),
-        &crate::test_fixtures::hints::HINTS,
-    );
+    let notes = world
+        .state
+        .book
+        .notes(&mut report, &["tracer:v1".to_owned()].into(), world.now);
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     assert_eq!(logger.campaign.as_deref(), Some("paused"));
-    assert!(
-        logger
-            .note
-            .as_deref()
-            .unwrap()
-            .starts_with("rollout of logger:v1 paused")
+    assert_eq!(
+        notes[LOGGER],
+        SidecarNote::Paused {
+            reason: "rollout of logger:v1 paused after 1 failed workload(s)".into()
+        }
     );
     let tracer = report
         .sidecars
@@ -975,24 +974,17 @@ fn the_drift_report_flags_a_paused_campaign_and_a_manual_sidecar() {
         .find(|s| s.name == "tracer:v1")
         .unwrap();
     assert_eq!(tracer.campaign, None, "no campaign for it in the book");
-    assert!(
-        tracer
-            .note
-            .as_deref()
-            .unwrap()
-            .starts_with("rollout policy manual")
-    );
+    assert_eq!(notes["tracer:v1"], SidecarNote::Manual);
     // A campaign for another revision than the one in force says nothing about it.
     world.state.book.campaigns.get_mut(LOGGER).unwrap().revision = OLD.into();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.state.book.flag(
-        &mut report,
-        &Default::default(),
-        &crate::test_fixtures::hints::HINTS,
-    );
+    let notes = world
+        .state
+        .book
+        .notes(&mut report, &Default::default(), world.now);
     let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
     assert_eq!(
-        (logger.campaign.as_deref(), logger.note.as_deref()),
+        (logger.campaign.as_deref(), notes.get(LOGGER)),
         (None, None)
     );
 }
@@ -2087,20 +2079,14 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
         .into_iter()
         .collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    book.flag(
-        &mut report,
-        &Default::default(),
-        &crate::test_fixtures::hints::HINTS,
-    );
+    let notes = book.notes(&mut report, &Default::default(), world.now);
     assert_eq!(
-        report.sidecars[0].note.as_deref(),
-        Some(
-            format!(
-                "held at {} ({} failed: canary not rolled out)",
-                good.revision, broken.revision
-            )
-            .as_str()
-        )
+        notes[LOGGER],
+        SidecarNote::Held {
+            held: good.revision.to_string(),
+            revision: broken.revision.to_string(),
+            reason: Some("canary not rolled out".into()),
+        }
     );
 
     // A config changed since: no hold applies (the campaign is for another revision).
@@ -2479,15 +2465,12 @@ fn held_and_pinned_configs_count_toward_the_book_budget() {
         (250 * 1024..260 * 1024).contains(&overflow.held_and_pinned_bytes),
         "{overflow:?}"
     );
-    let message = overflow.hinted(&crate::test_fixtures::hints::HINTS);
     assert!(
-        message.contains(&format!(
+        overflow.to_string().contains(&format!(
             "most of it for logger:v1 ({} bytes of held and pinned configs)",
             overflow.held_and_pinned_bytes
-        )) && message.ends_with(
-            "or with `sidecar-injector rollout --release-hold logger:v1` and `sidecar-injector rollout --unpin logger:v1`"
-        ),
-        "{message}"
+        )),
+        "{overflow}"
     );
     // Released, the hold leaves the book under its budget.
     book.campaigns.get_mut(LOGGER).unwrap().held = None;
@@ -2547,21 +2530,22 @@ fn a_book_near_the_configmap_limit_starts_no_restart_until_it_shrinks() {
     );
     let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    world.state.book.flag(
-        &mut report,
-        &Default::default(),
-        &crate::test_fixtures::hints::HINTS,
-    );
-    world
+    let notes = world
         .state
         .book
-        .flag_overflow(&mut report, &crate::test_fixtures::hints::HINTS);
-    let logger = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
-    let note = logger.note.as_deref().unwrap_or_default();
+        .notes(&mut report, &Default::default(), world.now);
+    let SidecarNote::BookFull(overflow) = &notes[LOGGER] else {
+        panic!("{notes:?}");
+    };
+    assert_eq!(
+        (overflow.sidecar.as_str(), overflow.failed_workloads),
+        (LOGGER, 20_000)
+    );
     assert!(
-        note.starts_with("the status ConfigMap is nearly full")
-            && note.contains("most of it for logger:v1 (20000 failed workloads)"),
-        "{note}"
+        overflow
+            .to_string()
+            .starts_with("the status ConfigMap is nearly full"),
+        "{overflow}"
     );
     // What is written still fits a ConfigMap, with room for the failures of restarts that
     // were rolling when the budget was reached.
@@ -2791,23 +2775,19 @@ fn a_campaign_over_thousands_of_workloads_keeps_its_limits_and_names_its_end() {
     let minutes = i64::from((pending - 1) / 30);
     let end = campaign.expected_end.as_ref().expect("an expected end").0;
     assert_eq!(end, at(7200 + minutes * 60));
-    let note = campaign.ends_note().unwrap();
-    assert!(
-        note.contains(&format!("{pending} to restart")) && note.contains("ends at the earliest"),
-        "{note}"
-    );
     // `drift` says it on the sidecar's row, and in its JSON.
     let wanted: RevisionsInForce = [(LOGGER.to_owned(), NEW.to_owned())].into_iter().collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
     let book = &world.state.book;
-    book.flag(
-        &mut report,
-        &Default::default(),
-        &crate::test_fixtures::hints::HINTS,
+    let notes = book.notes(&mut report, &Default::default(), world.now);
+    assert_eq!(
+        notes[LOGGER],
+        SidecarNote::Ends {
+            at: Time(end),
+            pending
+        }
     );
-    book.flag_window(&mut report, world.now);
     let row = report.sidecars.iter().find(|s| s.name == LOGGER).unwrap();
-    assert_eq!(row.note.as_deref(), Some(note.as_str()));
     let json = serde_json::to_value(row).unwrap();
     assert_eq!(
         json["expectedEnd"],
@@ -3039,21 +3019,15 @@ fn the_webhook_serves_the_last_good_revision_while_the_next_waits_for_promotion(
         .into_iter()
         .collect();
     let mut report = world.index.classify_revisions(&wanted, &world.policy);
-    book.flag(
-        &mut report,
-        &Default::default(),
-        &crate::test_fixtures::hints::HINTS,
-    );
+    let notes = book.notes(&mut report, &Default::default(), world.now);
     assert_eq!(report.sidecars[0].campaign.as_deref(), Some("gated"));
     assert_eq!(
-        report.sidecars[0].note.as_deref(),
-        Some(
-            format!(
-                "waits for promotion: {} (promoted by `sidecar-injector rollout --promote logger:v1`); new pods keep {} meanwhile",
-                next.revision, good.revision
-            )
-            .as_str()
-        )
+        notes[LOGGER],
+        SidecarNote::Gated {
+            revision: next.revision.to_string(),
+            held: Some(good.revision.to_string()),
+            upstream: None,
+        }
     );
 }
 

@@ -110,16 +110,10 @@ pub struct Hints {
     pub roll_back: fn(&str) -> String,
     /// Ends the hold of a sidecar's paused campaign.
     pub release_hold: fn(&str) -> String,
-    /// Ends the pin of a sidecar.
-    pub unpin: fn(&str) -> String,
-    /// Makes the restarts a manual rollout policy leaves to a person.
-    pub run_rollout: &'static str,
     /// The setting a health bake lasts.
     pub bake: &'static str,
     /// The setting that holds new pods at the last good revision while a campaign is paused.
     pub hold: &'static str,
-    /// The setting of how many failures pause a campaign.
-    pub max_failures: &'static str,
     /// Promotes a sidecar's gated revision.
     pub promote: fn(&str) -> String,
 }
@@ -256,28 +250,6 @@ pub struct BookOverflow {
     pub sidecar: String,
     pub failed_workloads: usize,
     pub held_and_pinned_bytes: usize,
-}
-
-impl BookOverflow {
-    /// The commands that shrink the book besides a new revision: releasing the hold and the
-    /// pin of its sidecar, when they take room.
-    pub fn release(&self, hints: &Hints) -> Option<String> {
-        (self.held_and_pinned_bytes > 0).then(|| {
-            format!(
-                "or with {} and {}",
-                (hints.release_hold)(&self.sidecar),
-                (hints.unpin)(&self.sidecar)
-            )
-        })
-    }
-
-    /// The sentence with what releases it.
-    pub fn hinted(&self, hints: &Hints) -> String {
-        match self.release(hints) {
-            Some(release) => format!("{self}, {release}"),
-            None => self.to_string(),
-        }
-    }
 }
 
 impl std::fmt::Display for BookOverflow {
