@@ -3,9 +3,11 @@
 //! for `serve` alike. The core answers with data; it spells no flag.
 
 mod drift_notes;
+mod held;
 mod hints;
 mod notice;
 
 pub(crate) use drift_notes::{ends, sidecar_note};
+pub(crate) use held::new_pods;
 pub(crate) use hints::*;
 pub(crate) use notice::NoticePayload;

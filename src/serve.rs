@@ -81,9 +81,6 @@ pub(crate) struct ServeOptions {
     /// `--injection=policy`: the API server injects, through admission policies this replica
     /// keeps equal to the configs in force; no TLS port, no `/mutate`.
     pub(crate) policy: Option<crate::cluster::policy_writer::PolicyWriterOptions>,
-    /// How the command line spells what a person can do (the webhook's warnings on a paused
-    /// campaign name `rollout --resume`).
-    pub(crate) hints: &'static crate::rollout::Hints,
 }
 
 #[derive(Clone, Debug)]
@@ -393,7 +390,6 @@ fn start_cluster_parts(
             policy.clone(),
             sidecars,
             status.clone(),
-            options.hints,
             metrics.clone(),
             readiness.clone(),
         ),
@@ -401,7 +397,7 @@ fn start_cluster_parts(
     };
     let book_signals = status
         .clone()
-        .map(|status| crate::cluster::status::apply_book(status, sidecars.clone(), options.hints));
+        .map(|status| crate::cluster::status::apply_book(status, sidecars.clone()));
     // What this replica injects with pins applied: a pinned revision is what new pods get, and
     // the one-shot commands judge pods by it.
     let published = book_signals

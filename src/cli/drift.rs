@@ -112,10 +112,7 @@ async fn cluster_report(
     let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
     let report = match &published {
         Some(publication) => index.classify_revisions(&publication.revisions, &policy),
-        None => index.classify(
-            &book.new_pods(&sidecars, &crate::render::HINTS).pinned,
-            &policy,
-        ),
+        None => index.classify(&crate::render::new_pods(&book, &sidecars).pinned, &policy),
     };
     for name in report.unmatched_sidecars(&args.sidecars) {
         notice(

@@ -285,7 +285,7 @@ impl Live {
         let status =
             super::one_shot::read_status(&client, &args.cluster.injector_namespace).await?;
         let book = super::one_shot::book_of(status.as_ref())?;
-        let served = book.new_pods(&sidecars, &crate::render::HINTS).served;
+        let served = crate::render::new_pods(&book, &sidecars).served;
         let served = super::one_shot::for_the_nodes(&client, served).await;
         let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {

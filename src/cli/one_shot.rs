@@ -353,7 +353,7 @@ pub(crate) fn manifest_configs(
         }
         let status = read_status(&client, injector_namespace).await?;
         let book = book_of(status.as_ref())?;
-        let new_pods = book.new_pods(&sidecars, &crate::render::HINTS);
+        let new_pods = crate::render::new_pods(&book, &sidecars);
         warn_where_the_webhook_differs(status.as_ref(), &new_pods.pinned, published_max_age);
         Ok(new_pods.served)
     })

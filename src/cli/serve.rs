@@ -68,7 +68,6 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
     });
     let policy = policy_options(&args, &ignored)?;
     let options = ServeOptions {
-        hints: &crate::render::HINTS,
         bind_address: args.bind_address,
         tls_port: args.tls_port,
         lifecycle_port: args.lifecycle_port,

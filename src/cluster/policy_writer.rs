@@ -58,7 +58,6 @@ pub(crate) fn spawn(
     options: PolicyWriterOptions,
     mut sources: watch::Receiver<Arc<SidecarSet>>,
     mut status: Option<watch::Receiver<Option<ConfigMap>>>,
-    hints: &'static crate::rollout::Hints,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
 ) -> watch::Receiver<Arc<SidecarSet>> {
@@ -99,7 +98,7 @@ pub(crate) fn spawn(
             {
                 book = read.unwrap_or_default();
             }
-            let served = book.new_pods(&set, hints).served;
+            let served = crate::render::new_pods(&book, &set).served;
             let wait = match writer.write(&served).await {
                 Ok(()) => {
                     in_force_tx.send_replace(set);

@@ -3,7 +3,7 @@
 use crate::rollout::drift_notes::SidecarNote;
 use crate::rollout::{from_now, to_the_second};
 
-use super::{HINTS, release};
+use super::release;
 
 /// The note on `sidecar`'s row.
 pub(crate) fn sidecar_note(sidecar: &str, note: &SidecarNote) -> String {
@@ -22,10 +22,10 @@ pub(crate) fn sidecar_note(sidecar: &str, note: &SidecarNote) -> String {
                 Some(upstream) => format!(
                     "promoted once complete and baked in upstream {}, or by {}; now {}",
                     upstream.after.join(", "),
-                    (HINTS.promote)(sidecar),
+                    super::promote(sidecar),
                     upstream.waiting
                 ),
-                None => format!("promoted by {}", (HINTS.promote)(sidecar)),
+                None => format!("promoted by {}", super::promote(sidecar)),
             };
             format!("waits for promotion: {revision} ({by}); {new_pods}")
         }

@@ -10,11 +10,19 @@ use crate::rollout::{Hints, WaitReason};
 pub(crate) static HINTS: Hints = Hints {
     resume: "`sidecar-injector rollout --resume`",
     roll_back: |sidecar| format!("`sidecar-injector rollout --to {sidecar}=previous`"),
-    release_hold: |sidecar| format!("`sidecar-injector rollout --release-hold {sidecar}`"),
     bake: "--bake",
     hold: "--on-campaign-failure=hold",
-    promote: |sidecar| format!("`sidecar-injector rollout --promote {sidecar}`"),
 };
+
+/// Ends the hold of a sidecar's paused campaign.
+pub(crate) fn release_hold(sidecar: &str) -> String {
+    format!("`sidecar-injector rollout --release-hold {sidecar}`")
+}
+
+/// Promotes a sidecar's gated revision.
+pub(crate) fn promote(sidecar: &str) -> String {
+    format!("`sidecar-injector rollout --promote {sidecar}`")
+}
 
 /// Ends the pin of a sidecar.
 pub(crate) fn unpin(sidecar: &str) -> String {
@@ -48,7 +56,7 @@ pub(crate) fn wait(reason: &WaitReason) -> Option<String> {
         WaitReason::Settling { .. } => "--settle to change".to_owned(),
         WaitReason::Cooldown { .. } => "--cooldown to change".to_owned(),
         WaitReason::CampaignPaused { .. } => HINTS.resume.to_owned(),
-        WaitReason::AwaitingPromotion { sidecar } => (HINTS.promote)(sidecar),
+        WaitReason::AwaitingPromotion { sidecar } => promote(sidecar),
         WaitReason::RollingOut { .. } => "--rollout-timeout to change".to_owned(),
         WaitReason::MaxParallel { .. } => "--max-parallel".to_owned(),
         WaitReason::MaxParallelInNamespace { .. } => "--max-parallel-per-namespace".to_owned(),
@@ -75,7 +83,7 @@ pub(crate) fn release(overflow: &crate::rollout::wait::BookOverflow) -> Option<S
     (overflow.held_and_pinned_bytes > 0).then(|| {
         format!(
             "or with {} and {}",
-            (HINTS.release_hold)(&overflow.sidecar),
+            release_hold(&overflow.sidecar),
             unpin(&overflow.sidecar)
         )
     })

@@ -31,7 +31,7 @@ pub mod waves;
 
 pub use book::{
     BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState,
-    Failure, NewPods, Pin, Resumed, Reversion, UpstreamWait,
+    Failure, HeldWarning, NewPods, Pin, Resumed, Reversion, UpstreamWait,
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use book::{Hold, MaintenanceStatus, Promotion, Resumption};

@@ -23,7 +23,6 @@ use crate::rollout::CampaignBook;
 pub(crate) fn apply_book(
     mut status: signal::Receiver<Option<ConfigMap>>,
     mut configs: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
-    hints: &'static crate::rollout::Hints,
 ) -> BookSignals {
     let (publish_pinned, pinned) = signal::channel(configs.borrow().clone());
     let (publish_served, served) = signal::channel(configs.borrow().clone());
@@ -40,7 +39,8 @@ pub(crate) fn apply_book(
                 pinned: with_pins,
                 served: with_holds,
                 errors,
-            } = book.new_pods(&set, hints);
+                ..
+            } = crate::render::new_pods(&book, &set);
             let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
             if texts != said {
                 for text in &texts {

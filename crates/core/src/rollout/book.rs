@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::content::{ContentError, sidecar_with_content};
 use crate::config::SidecarSet;
 use crate::maintenance::MaintenanceWindows;
+use crate::name::SidecarName;
 use crate::workload::WorkloadRef;
 use k8s_openapi::jiff::Timestamp;
 
@@ -164,12 +165,26 @@ pub struct NewPods {
     /// The configs with each pin in force: what replicas publish as injected and the engine
     /// rolls out.
     pub pinned: SidecarSet,
-    /// `pinned` with each hold in force, and a warning on each sidecar whose campaign is
-    /// paused or gated: what the webhook injects.
+    /// `pinned` with each hold in force: what the webhook injects.
     pub served: SidecarSet,
+    /// What the webhook warns of, on each sidecar of `served` whose campaign is paused or
+    /// waits for promotion (the rendering layer words it, and puts it on `served`).
+    pub warnings: BTreeMap<SidecarName, HeldWarning>,
     /// Pins and holds whose remembered content no longer makes a sidecar under its revision:
     /// not served.
     pub errors: Vec<ContentError>,
+}
+
+/// Why a pod gets a revision other than its config's, or one that failed: what kubectl shows
+/// the pod's creator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeldWarning {
+    /// New pods are held at `held` while `revision` waits for promotion.
+    AwaitingPromotion { held: String, revision: String },
+    /// New pods are held at the last good `held`: the rollout of `revision` failed.
+    HeldAfterFailure { held: String, revision: String },
+    /// New pods get `revision`, whose rollout paused after `failures` failed restarts.
+    Paused { revision: String, failures: usize },
 }
 
 /// A campaign that undoes a failed one.
@@ -462,13 +477,15 @@ impl CampaignBook {
     /// What new pods get, the one rule every part follows (the webhook, the policy writer,
     /// the engine and the one-shot commands): the configs, then each pin of `rollout --to`,
     /// then each hold of a paused or gated campaign.
-    pub fn new_pods(&self, config: &SidecarSet, hints: &super::wait::Hints) -> NewPods {
+    pub fn new_pods(&self, config: &SidecarSet) -> NewPods {
         let (pinned, mut errors) = self.pinned(config);
-        let (served, hold_errors) = self.served(&pinned, hints);
+        let (served, hold_errors) = self.served(&pinned);
         errors.extend(hold_errors);
+        let warnings = self.admission_warnings(&served);
         NewPods {
             pinned,
             served,
+            warnings,
             errors,
         }
     }
@@ -514,11 +531,7 @@ impl CampaignBook {
     /// What the webhook injects: `pinned` (from [`CampaignBook::pinned`]) with each hold in
     /// force (its campaign paused at the revision `pinned` serves) serving the held revision,
     /// and the warnings kubectl shows the creator of such a pod.
-    pub(crate) fn served(
-        &self,
-        pinned: &SidecarSet,
-        hints: &super::wait::Hints,
-    ) -> (SidecarSet, Vec<ContentError>) {
+    pub(crate) fn served(&self, pinned: &SidecarSet) -> (SidecarSet, Vec<ContentError>) {
         let mut set = pinned.clone();
         let mut errors = Vec::new();
         for sidecar in pinned.iter() {
@@ -537,32 +550,27 @@ impl CampaignBook {
                 Err(err) => errors.push(err),
             }
         }
-        let warnings = self.admission_warnings(&set, hints);
-        (set.with_warnings(warnings), errors)
+        (set, errors)
     }
 
-    /// What the webhook tells the creator of a pod injected with a sidecar whose campaign is
-    /// paused: the pod gets a revision that failed, or the last good one it is held at.
-    pub fn admission_warnings(
-        &self,
-        set: &SidecarSet,
-        hints: &super::wait::Hints,
-    ) -> BTreeMap<crate::name::SidecarName, std::sync::Arc<str>> {
+    /// What the webhook tells the creator of a pod injected with a sidecar whose campaign
+    /// waits for promotion or is paused: the pod gets a revision that failed, or the last good
+    /// one it is held at. The rendering layer words it.
+    pub fn admission_warnings(&self, set: &SidecarSet) -> BTreeMap<SidecarName, HeldWarning> {
         set.iter()
             .filter_map(|sidecar| {
                 let name = &sidecar.config.name;
                 let campaign = self.campaigns.get(&name.to_string())?;
+                let revision = campaign.revision.clone();
                 if campaign.state == CampaignState::Gated {
                     let hold = campaign
                         .holding()
                         .filter(|h| h.revision == sidecar.revision.as_str())?;
-                    let text = format!(
-                        "sidecar {name} is held at {}: its revision {} waits for promotion (promoted by {})",
-                        hold.revision,
-                        campaign.revision,
-                        (hints.promote)(&name.to_string()),
-                    );
-                    return Some((name.clone(), std::sync::Arc::from(text)));
+                    let held = hold.revision.clone();
+                    return Some((
+                        name.clone(),
+                        HeldWarning::AwaitingPromotion { held, revision },
+                    ));
                 }
                 if campaign.state != CampaignState::Paused {
                     return None;
@@ -572,25 +580,15 @@ impl CampaignBook {
                     .as_ref()
                     .filter(|h| h.revision == sidecar.revision.as_str())
                 {
-                    let text = format!(
-                        "sidecar {name} is held at its last good revision {}: the rollout of {} failed; new pods get {} until the config changes, {} or {}",
-                        hold.revision,
-                        campaign.revision,
-                        hold.revision,
-                        hints.resume,
-                        (hints.release_hold)(&name.to_string())
-                    );
-                    return Some((name.clone(), std::sync::Arc::from(text)));
+                    let held = hold.revision.clone();
+                    return Some((
+                        name.clone(),
+                        HeldWarning::HeldAfterFailure { held, revision },
+                    ));
                 }
-                (campaign.revision == sidecar.revision.as_str())
-                .then(|| {
-                    let text = format!(
-                        "the rollout of sidecar {name} (revision {}) is paused after {} failed restart(s); this pod gets that revision: fix or revert the config, or {}",
-                        campaign.revision,
-                        campaign.failure_count(),
-                        hints.resume
-                    );
-                    (name.clone(), std::sync::Arc::from(text))
+                (campaign.revision == sidecar.revision.as_str()).then(|| {
+                    let failures = campaign.failure_count();
+                    (name.clone(), HeldWarning::Paused { revision, failures })
                 })
             })
             .collect()

@@ -108,14 +108,10 @@ pub struct Hints {
     pub resume: &'static str,
     /// Rolls a sidecar back to its previous revision.
     pub roll_back: fn(&str) -> String,
-    /// Ends the hold of a sidecar's paused campaign.
-    pub release_hold: fn(&str) -> String,
     /// The setting a health bake lasts.
     pub bake: &'static str,
     /// The setting that holds new pods at the last good revision while a campaign is paused.
     pub hold: &'static str,
-    /// Promotes a sidecar's gated revision.
-    pub promote: fn(&str) -> String,
 }
 
 impl WaitReason {
