@@ -2028,6 +2028,30 @@ async fn uninstall(pods: &Api<Pod>, deployments: &Api<Deployment>) {
         !left.contains("sidecar-injector"),
         "cluster-wide objects left: {left}"
     );
+    // The API server applies admission policies from its own cache, which learns of a delete
+    // a moment later: until a pod created now (a server-side dry run) comes back uninjected.
+    let probe: Pod = serde_json::from_value(
+        serde_json::to_value(deployment("after-uninstall", 1, Some("shipper:v1"))).unwrap()["spec"]
+            ["template"]
+            .clone(),
+    )
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the API server stops applying the deleted policies",
+        || async {
+            let mut probe = probe.clone();
+            probe.metadata.name = Some("uninstall-probe".into());
+            let created = pods.create(&dry_run, &probe).await.ok()?;
+            let containers = created.spec?.containers;
+            (containers.len() == 1).then_some(())
+        },
+    )
+    .await;
 
     deployments
         .create(
