@@ -75,6 +75,7 @@ async fn cluster_report(
         keys,
         sidecars,
         configs_unread,
+        state,
     } = OneShot::connect_to(&args.cluster, connection, "drift").await?;
     let webhook_configuration = args.cluster.webhook_configuration();
     let index = crate::cluster::list::index(
@@ -89,27 +90,30 @@ async fn cluster_report(
         .cluster
         .drift
         .policy(args.cluster.ignore_namespaces.namespaces());
-    let status = status_for_report(&client, &args.cluster, &sidecars).await?;
+    let readable = status_readable(&state, &args.cluster, &sidecars)?;
     // Paused campaigns and manual sidecars are flagged: a stale count alone would not say
     // that nothing is going to restart them.
-    let book = status
-        .as_ref()
-        .map(crate::cluster::status::decode_book)
-        .transpose()
-        .unwrap_or_else(|err| {
-            notice(
-                tracing::Level::WARN,
-                &format!(
-                    "the status ConfigMap's campaigns item is malformed; campaigns not shown: {err}"
-                ),
-                &[],
-            );
-            None
-        })
-        .flatten()
-        .unwrap_or_default();
+    let book = match state.book() {
+        Ok(book) => book.clone(),
+        Err(err) => {
+            if readable {
+                notice(
+                    tracing::Level::WARN,
+                    &format!("{err}; campaigns not shown"),
+                    &[],
+                );
+            }
+            crate::rollout::CampaignBook::default()
+        }
+    };
     // A revision pinned by `rollout --to` is what pods are brought to while it lasts.
-    let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
+    let no_publication = std::collections::BTreeMap::new();
+    let injectors = if readable {
+        state.injectors()?
+    } else {
+        &no_publication
+    };
+    let published = revisions_in_force(injectors, &args.cluster, &configs_unread)?;
     let report = match &published {
         Some(publication) => index.classify_revisions(&publication.revisions, &policy),
         None => index.classify(&crate::render::new_pods(&book, &sidecars).pinned, &policy),
@@ -278,18 +282,19 @@ fn write_drift_table(out: &mut impl Write, reads: &[ClusterRead<DriftReport>]) -
     Ok(())
 }
 
-/// The status ConfigMap for the report. Judged by the configs read here, the report needs it
-/// only for its campaign flags: a user refused it still gets the report, unless no config was
-/// read either (every pod would read as orphaned).
-async fn status_for_report(
-    client: &kube::Client,
+/// Whether the status ConfigMap of `state` is there to be read for the report. Judged by the
+/// configs read here, the report needs it only for its campaign flags: a user refused it
+/// still gets the report, unless no config was read either (every pod would read as
+/// orphaned).
+fn status_readable(
+    state: &crate::cluster::status::InjectorState,
     args: &super::args::OneShotArgs,
     sidecars: &crate::config::SidecarSet,
-) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
+) -> anyhow::Result<bool> {
     let judged_by_configs =
         args.revisions_from.0 == crate::cluster::status::RevisionsSource::Configs;
-    match read_status(client, &args.injector_namespace).await {
-        Err(err) if judged_by_configs && super::one_shot::status_refused(&err) => {
+    match status_of(state) {
+        Err(err) if judged_by_configs && status_refused(&err) => {
             if sidecars.is_empty() {
                 return Err(err.context(
                     "no sidecar config was read here either (--config-directory, --configmap-labels): there is nothing to judge the pods by",
@@ -300,8 +305,8 @@ async fn status_for_report(
                 &format!("{}; campaigns not shown", crate::cli::one_line(&err)),
                 &[],
             );
-            Ok(None)
+            Ok(false)
         }
-        status => status,
+        status => status.map(|_| true),
     }
 }

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::args::ExplainArgs;
 use super::one_shot::{
-    ClusterListRefused, ConfigsUnread, OneShot, revisions_from_status, synced_feed,
+    ClusterListRefused, ConfigsUnread, OneShot, revisions_in_force, synced_feed,
 };
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::NamespaceReach;
@@ -262,6 +262,8 @@ struct Live {
     published: Option<crate::cluster::status::Publication>,
     /// Why the configs could not be read here, if they could not.
     configs_unread: ConfigsUnread,
+    /// The injector's status ConfigMap, history and Lease.
+    state: crate::cluster::status::InjectorState,
     namespace: String,
     /// What the webhook configuration reaches and the namespace's labels, when they can be
     /// read.
@@ -277,17 +279,17 @@ impl Live {
             keys,
             sidecars,
             configs_unread,
+            state,
         } = OneShot::connect(&args.cluster, "explain").await?;
         let namespace = args
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
-        let status =
-            super::one_shot::read_status(&client, &args.cluster.injector_namespace).await?;
-        let book = super::one_shot::book_of(status.as_ref())?;
+        let book = super::one_shot::book_of(&state)?;
         let served = crate::render::new_pods(&book, &sidecars).served;
         let served = super::one_shot::for_the_nodes(&client, served).await;
-        let published = revisions_from_status(status.as_ref(), &args.cluster, &configs_unread)?;
+        let injectors = super::one_shot::injectors_of(&state)?;
+        let published = revisions_in_force(injectors, &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,
             None => None,
@@ -302,6 +304,7 @@ impl Live {
             served,
             published,
             configs_unread,
+            state,
             namespace,
             reach,
             namespace_exclusion,
@@ -422,6 +425,7 @@ impl Live {
         }
         let plan = plan_now(
             &self.client,
+            &self.state,
             args,
             self.keys.clone(),
             &self.sidecars,
@@ -729,6 +733,7 @@ where
 /// campaigns of the status ConfigMap, the revisions in force.
 async fn plan_now(
     client: &kube::Client,
+    state: &crate::cluster::status::InjectorState,
     args: &ExplainArgs,
     keys: AnnotationKeys,
     sidecars: &SidecarSet,
@@ -741,7 +746,9 @@ async fn plan_now(
     );
     let feed = synced_feed(client, keys, args.cluster.webhook_configuration()).await?;
     let aim = super::one_shot::Aim::Revisions(published);
-    Ok(super::one_shot::plan_snapshot(client, &options, &feed, sidecars, &aim).await)
+    Ok(super::one_shot::plan_snapshot(
+        state, &options, &feed, sidecars, &aim,
+    ))
 }
 
 #[cfg(test)]

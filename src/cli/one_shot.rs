@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use super::args::*;
 use crate::cluster::client::counted_client;
+use crate::cluster::status::InjectorState;
 use crate::config::{LoadReport, SidecarSet};
 use crate::sources::directory::load_config_directory;
 use crate::telemetry::notice;
@@ -15,33 +16,14 @@ use tracing::Level;
 /// The longest the one-shot loop waits with nothing due.
 pub(crate) const LOOP_SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
-/// the running injectors publish when fresh and in agreement (what new pods actually get:
-/// that publication, its manual sidecars too), else the configs read here (`None`). Says on
-/// stderr, in one line, which and why.
-pub(crate) async fn revisions_in_force(
-    client: &kube::Client,
-    args: &OneShotArgs,
-    configs: &ConfigsUnread,
-) -> anyhow::Result<Option<crate::cluster::status::Publication>> {
-    let status = read_status(client, &args.injector_namespace).await?;
-    revisions_from_status(status.as_ref(), args, configs)
-}
-
-/// The running injector's status ConfigMap, when there is one. Refused (a user whose rights
-/// stop at a team's namespaces), the error says who can grant it and how.
-pub(crate) async fn read_status(
-    client: &kube::Client,
-    namespace: &str,
-) -> anyhow::Result<Option<k8s_openapi::api::core::v1::ConfigMap>> {
-    let name = crate::cluster::status::STATUS_CONFIGMAP;
-    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client.clone(), namespace);
-    api.get_opt(name).await.map_err(|err| {
-        let refused = crate::cluster::is_forbidden(&err);
-        let err = anyhow::Error::new(err).context(format!(
-            "cannot read the injector's status ConfigMap {namespace}/{name}"
-        ));
+/// The status ConfigMap of `state`, when there is one. Refused (a user whose rights stop at
+/// a team's namespaces), the error says who can grant it and how.
+pub(crate) fn status_of(
+    state: &InjectorState,
+) -> anyhow::Result<Option<&k8s_openapi::api::core::v1::ConfigMap>> {
+    state.status().map_err(|err| {
+        let refused = err.refused();
+        let err = anyhow::Error::new(err);
         if refused {
             err.context(StatusRefused)
         } else {
@@ -58,44 +40,37 @@ pub(crate) async fn read_status(
 )]
 pub(crate) struct StatusRefused;
 
-/// Whether `err` is [`read_status`] refused.
+/// Whether `err` is [`status_of`] refused.
 pub(crate) fn status_refused(err: &anyhow::Error) -> bool {
     err.downcast_ref::<StatusRefused>().is_some()
 }
 
-/// The campaign book of a status ConfigMap already read (`None`: none yet); a malformed one is
-/// an error.
-pub(crate) fn book_of(
-    status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
-) -> anyhow::Result<crate::rollout::CampaignBook> {
-    Ok(status
-        .map(crate::cluster::status::decode_book)
-        .transpose()
-        .context("the status ConfigMap's campaigns item is malformed")?
-        .flatten()
-        .unwrap_or_default())
+/// Each running injector's publication in `state`; unread or malformed, an error.
+pub(crate) fn injectors_of(
+    state: &InjectorState,
+) -> anyhow::Result<&std::collections::BTreeMap<String, crate::cluster::status::Publication>> {
+    status_of(state)?;
+    Ok(state.injectors()?)
 }
 
-/// [`revisions_in_force`] from a status ConfigMap already read.
-pub(crate) fn revisions_from_status(
-    status: Option<&k8s_openapi::api::core::v1::ConfigMap>,
+/// The campaign book of `state` (empty: none yet); unread or malformed, an error.
+pub(crate) fn book_of(state: &InjectorState) -> anyhow::Result<crate::rollout::CampaignBook> {
+    status_of(state)?;
+    Ok(state.book()?.clone())
+}
+
+/// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
+/// the running injectors publish (`injectors`) when fresh and in agreement (what new pods
+/// actually get: that publication, its manual sidecars too), else the configs read here
+/// (`None`). Says on stderr, in one line, which and why.
+pub(crate) fn revisions_in_force(
+    injectors: &std::collections::BTreeMap<String, crate::cluster::status::Publication>,
     args: &OneShotArgs,
     configs: &ConfigsUnread,
 ) -> anyhow::Result<Option<crate::cluster::status::Publication>> {
     use crate::cluster::status::{self, RevisionsChoice};
-    let injectors = match status {
-        Some(configmap) => status::decode_injectors(configmap).with_context(|| {
-            format!(
-                "{}/{} item {} is malformed",
-                args.injector_namespace,
-                status::STATUS_CONFIGMAP,
-                status::STATUS_INJECTORS_KEY
-            )
-        })?,
-        None => Default::default(),
-    };
     let choice = status::choose_revisions(
-        &injectors,
+        injectors,
         args.revisions_from.0,
         k8s_openapi::jiff::Timestamp::now(),
         args.published_max_age,
@@ -196,6 +171,8 @@ pub(crate) struct OneShot {
     pub(crate) keys: crate::annotations::AnnotationKeys,
     pub(crate) sidecars: SidecarSet,
     pub(crate) configs_unread: ConfigsUnread,
+    /// The injector's status ConfigMap, history and Lease, read once.
+    pub(crate) state: InjectorState,
 }
 
 impl OneShot {
@@ -218,11 +195,13 @@ impl OneShot {
             &args.injector_namespace,
         )
         .await?;
+        let state = InjectorState::read(&client, &args.injector_namespace).await;
         Ok(Self {
             client,
             keys: crate::annotations::AnnotationKeys::new(&args.annotation_namespace),
             sidecars,
             configs_unread,
+            state,
         })
     }
 }
@@ -351,10 +330,9 @@ pub(crate) fn manifest_configs(
                 "the sidecar configs cannot be read here ({why}) (--config-directory DIR to read files)"
             );
         }
-        let status = read_status(&client, injector_namespace).await?;
-        let book = book_of(status.as_ref())?;
-        let new_pods = crate::render::new_pods(&book, &sidecars);
-        warn_where_the_webhook_differs(status.as_ref(), &new_pods.pinned, published_max_age);
+        let state = InjectorState::read(&client, injector_namespace).await;
+        let new_pods = crate::render::new_pods(&book_of(&state)?, &sidecars);
+        warn_where_the_webhook_differs(status_of(&state)?, &new_pods.pinned, published_max_age);
         Ok(new_pods.served)
     })
 }
@@ -572,11 +550,11 @@ pub(crate) enum Aim {
 }
 
 /// The plan the engine would make now, as one pure step of the rollout state machine on a
-/// snapshot: the cluster as `feed` listed it, the book of the status ConfigMap and the
-/// revision history read once. No executor: nothing is acted on, written or followed. What
+/// snapshot: the cluster as `feed` listed it, the campaign book and the revision history of
+/// `state`. No executor: nothing is acted on, written or followed. What
 /// cannot be read (a team's rights) is said, and planned without.
-pub(crate) async fn plan_snapshot(
-    client: &kube::Client,
+pub(crate) fn plan_snapshot(
+    state: &InjectorState,
     options: &crate::engine::EngineOptions,
     feed: &crate::cluster::drift_feed::DriftFeed,
     set: &SidecarSet,
@@ -594,24 +572,14 @@ pub(crate) async fn plan_snapshot(
             SidecarSet::default(),
         ),
         Aim::Revisions(published) => {
-            let book = match read_status(client, &options.namespace).await {
-                Ok(status) => book_of(status.as_ref()).unwrap_or_else(|err| {
-                    tracing::warn!("{err:#}; planning as if there were no campaigns");
-                    crate::rollout::CampaignBook::default()
-                }),
-                Err(err) => {
-                    tracing::warn!("{err:#}; planning as if there were no campaigns");
-                    crate::rollout::CampaignBook::default()
-                }
-            };
-            let api = kube::Api::namespaced(client.clone(), &options.namespace);
-            let mut revisions = match crate::cluster::status::read_history(&api).await {
-                Ok((history, _)) => history,
-                Err(err) => {
-                    tracing::warn!("{err}; planning without the revision history");
-                    crate::rollout::history::RevisionHistory::default()
-                }
-            };
+            let book = book_of(state).unwrap_or_else(|err| {
+                tracing::warn!("{err:#}; planning as if there were no campaigns");
+                crate::rollout::CampaignBook::default()
+            });
+            let mut revisions = state.history().cloned().unwrap_or_else(|err| {
+                tracing::warn!("{err}; planning without the revision history");
+                crate::rollout::history::RevisionHistory::default()
+            });
             let published = published.as_ref().map(|p| (&p.revisions, &p.manual));
             let computed = revision_targets(
                 &book,

@@ -18,11 +18,13 @@ use kube::runtime::watcher;
 
 use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
 use super::one_shot::{
-    Aim, OneShot, Purpose, engine_options, plan_snapshot, revisions_in_force, synced_feed,
+    Aim, OneShot, Purpose, book_of, engine_options, injectors_of, plan_snapshot,
+    revisions_in_force, synced_feed,
 };
 
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::list::list_paged;
+use crate::cluster::status::InjectorState;
 use crate::cluster::watch::{Change, watch};
 use crate::engine::{ContainerRun, Engine, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
@@ -83,18 +85,14 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         Some(time) => *time,
         None => Timestamp::now(),
     };
-    let one_shot = OneShot::connect(&args.cluster, "rollout").await?;
-    let OneShot {
-        client,
-        keys,
-        sidecars,
-        ..
-    } = &one_shot;
+    let mut one_shot = OneShot::connect(&args.cluster, "rollout").await?;
     let namespace = &args.cluster.injector_namespace;
-    let holder = LeaseHolder::read(client, namespace).await?;
+    let holder = LeaseHolder::of(&one_shot.state)?;
     let identity = format!("rollout-cli/{}", env.identity());
     if args.resume {
-        resume_campaigns(client, namespace, &identity).await?;
+        resume_campaigns(&one_shot.client, namespace, &identity).await?;
+        // Planned below with the book as resumed.
+        one_shot.state = InjectorState::read(&one_shot.client, namespace).await;
         if let Some(holder) = holder.as_ref().filter(|h| h.restarts()) {
             notice(
                 Level::INFO,
@@ -110,6 +108,13 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     if let Some(done) = overrides(args, &one_shot, &identity, holder.as_ref()).await? {
         return Ok(done);
     }
+    let OneShot {
+        client,
+        keys,
+        sidecars,
+        state,
+        ..
+    } = &one_shot;
     let standing = if args.confirm {
         Some(Standing::take(client, namespace, &identity, holder.as_ref()).await?)
     } else {
@@ -119,7 +124,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     let feed = synced_feed(client, keys.clone(), args.cluster.webhook_configuration()).await?;
     let aim = aim(args, &one_shot, &options, &feed, started_before).await?;
     let Some(standing) = standing else {
-        let plan = plan_snapshot(client, &options, &feed, sidecars, &aim).await;
+        let plan = plan_snapshot(state, &options, &feed, sidecars, &aim);
         print_plan(
             args.cluster.output,
             &plan,
@@ -177,7 +182,8 @@ async fn aim(
     }
     // As `drift` does: pods are brought to what the running injector injects, which may
     // differ from this reading of the configs (another checkout, a pending edit).
-    let published = revisions_in_force(client, &args.cluster, &one_shot.configs_unread).await?;
+    let injectors = injectors_of(&one_shot.state)?;
+    let published = revisions_in_force(injectors, &args.cluster, &one_shot.configs_unread)?;
     Ok(Aim::Revisions(published))
 }
 
@@ -381,23 +387,22 @@ async fn pin_revision(
         client,
         sidecars,
         configs_unread,
+        state,
         ..
     } = one_shot;
     let namespace = &args.cluster.injector_namespace;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let (history, _) = crate::cluster::status::read_history(&api).await?;
-    let status = super::one_shot::read_status(client, &args.cluster.injector_namespace).await?;
-    let book = super::one_shot::book_of(status.as_ref())?;
-    let published =
-        super::one_shot::revisions_from_status(status.as_ref(), &args.cluster, configs_unread)?
-            .map(|p| p.revisions);
+    let history = state.history()?;
+    let book = book_of(state)?;
+    let published = revisions_in_force(injectors_of(state)?, &args.cluster, configs_unread)?
+        .map(|p| p.revisions);
     let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
     let crate::rollout::book_commands::PinRequest {
         sidecar,
         entry,
         pin,
     } = crate::rollout::book_commands::pin_request(
-        &history,
+        history,
         &book,
         spec,
         published.as_ref(),

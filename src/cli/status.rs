@@ -6,16 +6,13 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use serde::Serialize;
 
 use super::args::*;
 use super::one_shot::one_shot_client;
-use crate::cluster::lease::{LeaseDecision, ROLLOUT_LEASE, decide};
-use crate::cluster::status::{self, Publication};
+use crate::cluster::lease::{LeaseDecision, decide};
+use crate::cluster::status::{self, InjectorState, Publication, StateError};
 use crate::rollout::{BookOverflow, CampaignBook, to_the_second};
 
 /// Everything `status` shows, as `-o json` prints it.
@@ -96,18 +93,8 @@ async fn cluster_view(
     connection: &ConnectionArgs,
 ) -> anyhow::Result<StatusView> {
     let client = one_shot_client(connection, "status").await?;
-    let namespace = &args.injector_namespace;
-    let configmap = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt(status::STATUS_CONFIGMAP)
-        .await
-        .map_err(refused_hint)
-        .with_context(|| format!("cannot read {namespace}/{}", status::STATUS_CONFIGMAP))?;
-    let lease = Api::<Lease>::namespaced(client, namespace)
-        .get_opt(ROLLOUT_LEASE)
-        .await
-        .map_err(refused_hint)
-        .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
-    view(configmap.as_ref(), lease.as_ref(), args, Timestamp::now())
+    let state = InjectorState::read(&client, &args.injector_namespace).await;
+    view(&state, args, Timestamp::now())
 }
 
 /// `status` across clusters as `-o json` prints it: each cluster named, with its status or the
@@ -190,8 +177,8 @@ fn write_fleet_table(
 
 /// `err`, and when the API server refused it (a user whose rights stop at a team's
 /// namespaces), who can grant it and how.
-fn refused_hint(err: kube::Error) -> anyhow::Error {
-    let refused = crate::cluster::is_forbidden(&err);
+fn refused_hint(err: StateError) -> anyhow::Error {
+    let refused = err.refused();
     let err = anyhow::Error::new(err);
     if refused {
         err.context(StatusObjectsRefused)
@@ -206,21 +193,11 @@ fn refused_hint(err: kube::Error) -> anyhow::Error {
 )]
 struct StatusObjectsRefused;
 
-fn view(
-    configmap: Option<&ConfigMap>,
-    lease: Option<&Lease>,
-    args: &StatusArgs,
-    now: Timestamp,
-) -> anyhow::Result<StatusView> {
-    let (injectors, campaigns) = match configmap {
-        Some(c) => (
-            status::decode_injectors(c).context("the injectors item is malformed")?,
-            status::decode_book(c)
-                .context("the campaigns item is malformed")?
-                .unwrap_or_default(),
-        ),
-        None => Default::default(),
-    };
+fn view(state: &InjectorState, args: &StatusArgs, now: Timestamp) -> anyhow::Result<StatusView> {
+    state.status().map_err(refused_hint)?;
+    let lease = state.lease().map_err(refused_hint)?;
+    let injectors = state.injectors()?.clone();
+    let campaigns = state.book()?.clone();
     let max_age = args.published_max_age;
     let disagreement = status::disagreeing(&injectors, now, max_age).map(|[(first, _), (other, _)]| {
         format!("{first} and {other} publish different revisions: new pods get different sidecars depending on the replica that answers")
@@ -354,6 +331,11 @@ fn campaign_row(sidecar: &str, c: &crate::rollout::Campaign, view: &StatusView) 
 mod tests {
     use super::*;
 
+    /// The state of `status` read, with no history and no Lease.
+    fn state_of(status: k8s_openapi::api::core::v1::ConfigMap) -> InjectorState {
+        InjectorState::of("injector-system", Ok(Some(status)), Ok(None), Ok(None))
+    }
+
     /// `status` in the injector-system namespace, as a table.
     fn table_args() -> StatusArgs {
         StatusArgs {
@@ -381,7 +363,7 @@ mod tests {
                     "manual": ["agent:v1"], "at": "2027-01-15T08:00:10Z"},
             "gone": {"revisions": {"logger:v1": "cccccccccccc"}, "at": "2027-01-15T07:00:00Z"}
         });
-        let configmap = ConfigMap {
+        let configmap = k8s_openapi::api::core::v1::ConfigMap {
             data: Some(
                 [(
                     status::STATUS_INJECTORS_KEY.to_owned(),
@@ -392,7 +374,7 @@ mod tests {
             ..Default::default()
         };
         let args = table_args();
-        let view = view(Some(&configmap), None, &args, at(30)).unwrap();
+        let view = view(&state_of(configmap), &args, at(30)).unwrap();
         assert_eq!(
             view.disagreement.as_deref(),
             Some(
@@ -444,7 +426,7 @@ mod tests {
         let configmap = status::status_object("injector-system", None, status::encode(None, &book));
         let args = table_args();
         let now = Timestamp::from_second(1_800_000_000).unwrap();
-        let full = view(Some(&configmap), None, &args, now).unwrap();
+        let full = view(&state_of(configmap.clone()), &args, now).unwrap();
         let mut table = Vec::new();
         write_table(&mut table, &full, "injector-system").unwrap();
         let table = String::from_utf8(table).unwrap();
@@ -459,7 +441,7 @@ mod tests {
         // Under the budget: no warning.
         book.campaigns.clear();
         let configmap = status::status_object("injector-system", None, status::encode(None, &book));
-        let fits = view(Some(&configmap), None, &args, now).unwrap();
+        let fits = view(&state_of(configmap.clone()), &args, now).unwrap();
         assert!(fits.book_full.is_none());
     }
 
@@ -478,7 +460,7 @@ mod tests {
         let table = |book: &CampaignBook| {
             let configmap =
                 status::status_object("injector-system", None, status::encode(None, book));
-            let view = view(Some(&configmap), None, &args, now).unwrap();
+            let view = view(&state_of(configmap.clone()), &args, now).unwrap();
             let mut table = Vec::new();
             write_table(&mut table, &view, "injector-system").unwrap();
             String::from_utf8(table).unwrap()

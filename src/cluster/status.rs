@@ -3,7 +3,8 @@
 //!
 //! Split by concern: [`codec`] (its items), [`publisher`] (each replica's publication, the
 //! watch, the book applied to the configs served), [`history`] (the revision history
-//! ConfigMap) and [`book_edits`] (the CLI's edits); the pure rules of choosing revisions from
+//! ConfigMap), [`book_edits`] (the CLI's edits) and [`snapshot`] (the three objects read
+//! once, the status ConfigMap watched); the pure rules of choosing revisions from
 //! publications are [`crate::rollout::publication`].
 
 mod book_edits;
@@ -11,6 +12,7 @@ mod book_writer;
 mod codec;
 mod history;
 mod publisher;
+mod snapshot;
 
 pub(crate) use crate::rollout::publication::*;
 pub(crate) use book_edits::*;
@@ -18,6 +20,7 @@ pub(crate) use book_writer::*;
 pub(crate) use codec::*;
 pub(crate) use history::*;
 pub(crate) use publisher::*;
+pub(crate) use snapshot::*;
 
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,10 @@
 //! Who may act: the rollout Lease taken for the run, or the grant of a `serve` holding it.
 
-use crate::cluster::lease::{
-    LeaseDecision, LeaseSettings, MODE_ANNOTATION, ROLLOUT_LEASE, decide, may_act,
-};
+use crate::cluster::lease::{LeaseDecision, LeaseSettings, MODE_ANNOTATION, decide, may_act};
+use crate::cluster::status::InjectorState;
 use crate::telemetry::notice;
 use anyhow::Context;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
 use std::time::{Duration, Instant};
 use tracing::Level;
 
@@ -19,16 +16,9 @@ pub(super) struct LeaseHolder {
 }
 
 impl LeaseHolder {
-    pub(super) async fn read(
-        client: &kube::Client,
-        namespace: &str,
-    ) -> anyhow::Result<Option<Self>> {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-        let lease = leases
-            .get_opt(ROLLOUT_LEASE)
-            .await
-            .with_context(|| format!("cannot read the rollout Lease in {namespace}"))?;
-        Ok(match decide(lease.as_ref(), "", Timestamp::now()) {
+    pub(super) fn of(state: &InjectorState) -> anyhow::Result<Option<Self>> {
+        let lease = state.lease().context("cannot read the rollout Lease")?;
+        Ok(match decide(lease, "", Timestamp::now()) {
             LeaseDecision::HeldBy {
                 holder,
                 mode,

@@ -3,15 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::watcher;
 use tokio::sync::watch as signal;
 
 use super::*;
-use crate::cluster::watch::{Change, watch};
 use crate::config::RevisionsInForce;
 use crate::rollout::CampaignBook;
 
@@ -67,31 +64,6 @@ pub(crate) fn apply_book(
 pub(crate) struct BookSignals {
     pub(crate) pinned: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
     pub(crate) served: signal::Receiver<std::sync::Arc<crate::config::SidecarSet>>,
-}
-
-/// The status ConfigMap as it changes (`None` while it does not exist); the first value is
-/// published once the first read is done, whether it exists or not.
-pub(crate) fn watch_status(client: Client, namespace: &str) -> signal::Receiver<Option<ConfigMap>> {
-    let (publish, receive) = signal::channel(None);
-    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
-    tokio::spawn(async move {
-        let mut changes = watch(api, config, "status ConfigMap", Some);
-        while let Some(change) = changes.next().await {
-            match change {
-                Change::Listed(mut listed) => {
-                    publish.send_replace(listed.pop());
-                }
-                Change::Applied(configmap) => {
-                    publish.send_replace(Some(configmap));
-                }
-                Change::Deleted(_) => {
-                    publish.send_replace(None);
-                }
-            }
-        }
-    });
-    receive
 }
 
 /// Publishes what this replica injects under `identity`: once the configs are ready, on every

@@ -507,3 +507,78 @@ async fn progress_alone_is_written_at_most_every_15_s_and_a_pause_at_once() {
         "a pause is sent at once: {write:?}"
     );
 }
+
+/// A ConfigMap holding `items`.
+fn configmap_of(items: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        data: Some(
+            items
+                .iter()
+                .map(|(key, text)| ((*key).to_owned(), (*text).to_owned()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_injector_state_with_nothing_written_yet_is_empty_not_an_error() {
+    let state = InjectorState::of("injector-system", Ok(None), Ok(None), Ok(None));
+    assert!(state.status().unwrap().is_none());
+    assert!(state.injectors().unwrap().is_empty());
+    assert_eq!(state.book().unwrap(), &CampaignBook::default());
+    assert!(state.history().unwrap().sidecars.is_empty());
+    assert!(state.lease().unwrap().is_none());
+}
+
+#[test]
+fn an_injector_state_names_the_malformed_item_and_keeps_the_others() {
+    let publication =
+        r#"{"a-1": {"revisions": {"logger:v1": "aaaaaaaaaaaa"}, "at": "2027-01-15T08:00:00Z"}}"#;
+    let status = configmap_of(&[
+        (STATUS_INJECTORS_KEY, publication),
+        (STATUS_CAMPAIGNS_KEY, "{not json"),
+    ]);
+    let history = configmap_of(&[(HISTORY_KEY, "{not json")]);
+    let state = InjectorState::of(
+        "injector-system",
+        Ok(Some(status)),
+        Ok(Some(history)),
+        Ok(None),
+    );
+    assert_eq!(
+        state.injectors().unwrap().keys().collect::<Vec<_>>(),
+        ["a-1"]
+    );
+    let book = state.book().unwrap_err().to_string();
+    assert!(
+        book.starts_with("injector-system/sidecar-injector-status item campaigns is malformed: "),
+        "{book}"
+    );
+    let history = state.history().unwrap_err().to_string();
+    assert!(
+        history.starts_with("injector-system/sidecar-injector-history item history is malformed: "),
+        "{history}"
+    );
+}
+
+#[test]
+fn a_refused_status_configmap_refuses_its_items_too() {
+    let refused = StateError::Unread {
+        namespace: "injector-system".into(),
+        name: STATUS_CONFIGMAP,
+        reason: "configmaps \"sidecar-injector-status\" is forbidden (Forbidden, 403)".into(),
+        refused: true,
+    };
+    let state = InjectorState::of("injector-system", Err(refused), Ok(None), Ok(None));
+    for err in [
+        state.status().unwrap_err(),
+        state.injectors().unwrap_err(),
+        state.book().unwrap_err(),
+    ] {
+        assert!(err.refused(), "{err}");
+        assert!(err.to_string().contains("(Forbidden, 403)"), "{err}");
+    }
+    // The history and the Lease are read on their own: the refusal is not theirs.
+    assert!(state.history().is_ok() && state.lease().is_ok());
+}
