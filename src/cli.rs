@@ -1,15 +1,17 @@
-//! The command line: one file per subcommand, their arguments in [`args`], what the one-shot
-//! commands share in [`one_shot`]. This file only dispatches.
+//! The command line: one file per subcommand, their arguments in [`args`]; what the one-shot
+//! commands start from in [`connect`] (the cluster, the injector's state read once) and
+//! [`configs`] (the configs judged by). This file only dispatches.
 
 mod allocator;
 mod args;
 mod certs;
 mod completion;
+mod configs;
+mod connect;
 mod drift;
 mod explain;
 mod fleet;
 mod inject;
-mod one_shot;
 mod policy;
 mod rollout;
 mod serve;

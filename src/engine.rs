@@ -733,10 +733,12 @@ async fn with_timeout<T>(
 }
 
 mod health_bake;
+mod plan_now;
 mod revisions;
 mod run;
 mod writes;
 
+pub(crate) use plan_now::{Aim, plan_now};
 pub(crate) use run::run;
 #[cfg(test)]
 pub(crate) use run::soonest_wake;

@@ -8,8 +8,8 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::args::*;
+use super::connect::*;
 use super::fleet::{ClusterRead, ClusterState, InCluster};
-use super::one_shot::*;
 use crate::drift::{DriftReport, SidecarDrift, WorkloadDrift};
 use crate::telemetry::notice;
 

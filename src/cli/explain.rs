@@ -16,9 +16,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::args::ExplainArgs;
-use super::one_shot::{
-    ClusterListRefused, ConfigsUnread, OneShot, revisions_in_force, synced_feed,
-};
+use super::configs::ConfigsUnread;
+use super::connect::{ClusterListRefused, OneShot, revisions_in_force, synced_feed};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::NamespaceReach;
 use crate::config::SidecarSet;
@@ -91,7 +90,7 @@ fn settings(args: &ExplainArgs) -> InjectionSettings {
 /// a checkout, those the cluster's injector serves.
 fn explain_manifest(args: &ExplainArgs, file: &str) -> anyhow::Result<Vec<Explanation>> {
     let cluster = &args.cluster;
-    let sidecars = super::one_shot::manifest_configs(
+    let sidecars = super::connect::manifest_configs(
         &cluster.configs,
         &cluster.configmaps,
         &cluster.connection,
@@ -285,10 +284,10 @@ impl Live {
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
-        let book = super::one_shot::book_of(&state)?;
+        let book = super::connect::book_of(&state)?;
         let served = crate::render::new_pods(&book, &sidecars).served;
-        let served = super::one_shot::for_the_nodes(&client, served).await;
-        let injectors = super::one_shot::injectors_of(&state)?;
+        let served = super::connect::for_the_nodes(&client, served).await;
+        let injectors = super::connect::injectors_of(&state)?;
         let published = revisions_in_force(injectors, &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
             Some(name) => crate::cluster::list::namespace_reach(&client, &name, &namespace).await,
@@ -739,14 +738,11 @@ async fn plan_now(
     sidecars: &SidecarSet,
     published: Option<crate::cluster::status::Publication>,
 ) -> anyhow::Result<RolloutPlan> {
-    let options = super::one_shot::engine_options(
-        &args.cluster,
-        &args.safety,
-        &super::one_shot::Purpose::Explain,
-    );
+    let options =
+        super::args::engine_options(&args.cluster, &args.safety, &super::args::Purpose::Explain);
     let feed = synced_feed(client, keys, args.cluster.webhook_configuration()).await?;
-    let aim = super::one_shot::Aim::Revisions(published);
-    Ok(super::one_shot::plan_snapshot(
+    let aim = crate::engine::Aim::Revisions(published);
+    Ok(crate::engine::plan_now(
         state, &options, &feed, sidecars, &aim,
     ))
 }

@@ -16,11 +16,9 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
-use super::args::{OutputFormat, ProcessEnv, RolloutArgs};
-use super::one_shot::{
-    Aim, OneShot, Purpose, book_of, engine_options, injectors_of, plan_snapshot,
-    revisions_in_force, synced_feed,
-};
+use super::args::{OutputFormat, ProcessEnv, Purpose, RolloutArgs, engine_options};
+use super::connect::{OneShot, book_of, injectors_of, revisions_in_force, synced_feed};
+use crate::engine::Aim;
 
 use crate::cluster::drift_feed::DriftFeed;
 use crate::cluster::list::list_paged;
@@ -35,7 +33,7 @@ use crate::workload::WorkloadRef;
 use tracing::Level;
 
 mod until_done;
-pub(crate) use super::one_shot::LOOP_SAFETY_NET;
+pub(crate) use super::args::LOOP_SAFETY_NET;
 use until_done::*;
 
 mod standing;
@@ -124,7 +122,7 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
     let feed = synced_feed(client, keys.clone(), args.cluster.webhook_configuration()).await?;
     let aim = aim(args, &one_shot, &options, &feed, started_before).await?;
     let Some(standing) = standing else {
-        let plan = plan_snapshot(state, &options, &feed, sidecars, &aim);
+        let plan = crate::engine::plan_now(state, &options, &feed, sidecars, &aim);
         print_plan(
             args.cluster.output,
             &plan,

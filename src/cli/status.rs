@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::args::*;
-use super::one_shot::one_shot_client;
+use super::connect::one_shot_client;
 use crate::cluster::lease::{LeaseDecision, decide};
 use crate::cluster::status::{self, InjectorState, Publication, StateError};
 use crate::rollout::{BookOverflow, CampaignBook, to_the_second};

@@ -145,3 +145,72 @@ impl RolloutSafetyArgs {
         }
     }
 }
+
+/// The longest the one-shot loop waits with nothing due.
+pub(crate) const LOOP_SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a one-shot command plans for, the only way its engine options differ.
+pub(crate) enum Purpose<'a> {
+    /// `explain`: the plan `serve`'s engine would make now (manual sidecars wait for a
+    /// person), over every kind it restarts.
+    Explain,
+    /// `rollout`: the operator's own run, over the kinds its flags name.
+    Rollout(&'a RolloutArgs),
+}
+
+/// The engine options of `explain` and `rollout`, in one place: no settle window (the
+/// operator asked now), the drift policy of the command's flags, and what `purpose` changes.
+pub(crate) fn engine_options(
+    cluster: &OneShotArgs,
+    safety: &RolloutSafetyArgs,
+    purpose: &Purpose<'_>,
+) -> crate::engine::EngineOptions {
+    use crate::workload::WorkloadKind;
+    let mut policy = cluster.drift.policy(cluster.ignore_namespaces.namespaces());
+    let mut kinds: std::collections::BTreeSet<WorkloadKind> = match purpose {
+        Purpose::Explain => [
+            WorkloadKind::Deployment,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::DaemonSet,
+        ]
+        .into(),
+        Purpose::Rollout(args) => {
+            policy
+                .include_namespaces
+                .extend(args.namespaces.iter().cloned());
+            [
+                (!args.exclude_deployment).then_some(WorkloadKind::Deployment),
+                args.include_statefulset
+                    .then_some(WorkloadKind::StatefulSet),
+                args.include_daemonset.then_some(WorkloadKind::DaemonSet),
+            ]
+            .into_iter()
+            .flatten()
+            .collect()
+        }
+    };
+    if cluster.drift.evict_bare_pods {
+        kinds.insert(WorkloadKind::Pod);
+    }
+    let confirm = matches!(purpose, Purpose::Rollout(args) if args.confirm);
+    crate::engine::EngineOptions {
+        mode: if confirm {
+            crate::engine::EngineMode::Auto
+        } else {
+            crate::engine::EngineMode::DryRun
+        },
+        settings: safety.settings(std::time::Duration::ZERO),
+        keys: crate::annotations::AnnotationKeys::new(&cluster.annotation_namespace),
+        policy,
+        namespace: cluster.injector_namespace.clone(),
+        replan_every: LOOP_SAFETY_NET,
+        // `rollout` is the person a manual policy waits for.
+        ignore_manual_policy: matches!(purpose, Purpose::Rollout(_)),
+        kinds: Some(kinds),
+        reason_prefix: match purpose {
+            Purpose::Explain => None,
+            Purpose::Rollout(args) => args.rollout_reason.clone(),
+        },
+        hints: &crate::render::HINTS,
+    }
+}

@@ -106,7 +106,7 @@ impl Cluster {
         if self.client.is_none() {
             let mut one = connection.clone();
             one.context = vec![self.name.clone()];
-            self.client = Some(super::super::one_shot::one_shot_client(&one, "rollout").await?);
+            self.client = Some(super::super::connect::one_shot_client(&one, "rollout").await?);
         }
         Ok(self.client.clone().expect("connected above"))
     }

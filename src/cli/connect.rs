@@ -1,20 +1,20 @@
-//! What the one-shot commands (`drift`, `rollout`) share: the cluster connection, the configs
-//! as `serve` would load them, and the revisions in force.
+//! What the one-shot commands (`drift`, `explain`, `rollout`, `status`) start from: the
+//! cluster connection, the configs as `serve` would load them, the injector's state read once,
+//! the revisions in force and the cluster listed; and the configs a manifest is judged
+//! against (`inject -f`, `explain -f`).
 
 use std::path::Path;
 
 use anyhow::Context;
 
 use super::args::*;
+use super::configs::{ConfigsUnread, one_shot_configs, print_config_problems};
 use crate::cluster::client::counted_client;
 use crate::cluster::status::InjectorState;
-use crate::config::{LoadReport, SidecarSet};
+use crate::config::SidecarSet;
 use crate::sources::directory::load_config_directory;
 use crate::telemetry::notice;
 use tracing::Level;
-
-/// The longest the one-shot loop waits with nothing due.
-pub(crate) const LOOP_SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The status ConfigMap of `state`, when there is one. Refused (a user whose rights stop at
 /// a team's namespaces), the error says who can grant it and how.
@@ -109,19 +109,6 @@ pub(crate) fn revisions_in_force(
             configs.0.as_deref().unwrap_or_default()
         ),
     })
-}
-
-/// Why the sidecar configs could not be read here (`None`: they were, even if there are none).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ConfigsUnread(pub Option<String>);
-
-impl ConfigsUnread {
-    fn here(&self) -> crate::cluster::status::ConfigsHere {
-        match self.0 {
-            Some(_) => crate::cluster::status::ConfigsHere::Unreadable,
-            None => crate::cluster::status::ConfigsHere::Read,
-        }
-    }
 }
 
 /// How long the cluster may take to be listed by a one-shot command.
@@ -355,278 +342,4 @@ fn warn_where_the_webhook_differs(
     ) {
         notice(Level::WARN, &line, &[]);
     }
-}
-
-/// The configs as `serve` would load them (directory, then ConfigMaps overriding), problems
-/// printed on stderr. Run where the default directory is not (outside a checkout: a laptop, a
-/// kubectl plugin), the ConfigMaps deploy/'s injector serves stand in for it, so that the
-/// answers are about the configs the cluster's webhook injects; those refused, it says why.
-pub(crate) async fn one_shot_configs(
-    client: &kube::Client,
-    configs: &ConfigDirectoryArgs,
-    configmap_args: &ConfigMapArgs,
-    injector_namespace: &str,
-) -> anyhow::Result<(SidecarSet, ConfigsUnread)> {
-    let mut sources = crate::config::SourceState::default();
-    let dir = &configs.config_directory;
-    let namespace = configmap_args
-        .configmap_namespace
-        .as_deref()
-        .unwrap_or(injector_namespace);
-    let labels = configmap_args.configmap_labels.as_deref();
-    let directory = match load_config_directory(dir) {
-        Ok(report) => report,
-        Err(err) if labels.is_some() => {
-            tracing::debug!("no config directory {}: {err}", dir.display());
-            LoadReport::default()
-        }
-        Err(err)
-            if err.kind() == std::io::ErrorKind::NotFound
-                && dir == Path::new(DEFAULT_CONFIG_DIRECTORY) =>
-        {
-            return deployed_configs(client, dir, namespace).await;
-        }
-        Err(err) => {
-            return Err(anyhow::anyhow!(
-                "cannot read config directory {}: {err}",
-                dir.display()
-            ));
-        }
-    };
-    print_config_problems(&directory);
-    sources.apply(&directory);
-    let mut configmaps = crate::config::SourceState::default();
-    if let Some(selector) = labels {
-        let report = crate::cluster::list::configmap_configs(client, namespace, selector)
-            .await
-            .with_context(|| {
-                format!("cannot list the sidecar ConfigMaps of {namespace} labelled {selector}")
-            })?;
-        if report.sidecars.is_empty() && report.errors.is_empty() {
-            notice(
-                Level::WARN,
-                &format!(
-                    "no sidecar config in the ConfigMaps of {namespace} labelled {selector} (--configmap-namespace, --configmap-labels)"
-                ),
-                &[],
-            );
-        }
-        print_config_problems(&report);
-        configmaps.apply(&report);
-    }
-    Ok((
-        crate::config::merge_sources(&sources, &configmaps).0,
-        ConfigsUnread::default(),
-    ))
-}
-
-/// The configs of the ConfigMaps deploy/'s injector serves (labelled
-/// [`DEPLOYED_CONFIGMAP_LABELS`] in its namespace), read because the default directory `dir`
-/// is not here. Not an error when they cannot be read (no such namespace, no right to list
-/// it): the published revisions still judge the pods, and stderr says why no config is known.
-async fn deployed_configs(
-    client: &kube::Client,
-    dir: &Path,
-    namespace: &str,
-) -> anyhow::Result<(SidecarSet, ConfigsUnread)> {
-    let labels = DEPLOYED_CONFIGMAP_LABELS;
-    let read = crate::cluster::list::configmap_configs(client, namespace, labels)
-        .await
-        .map_err(|err| crate::cluster::error_text(&err));
-    let said = match &read {
-        Ok(report) if !report.sidecars.is_empty() || !report.errors.is_empty() => format!(
-            "no {} directory here: reading the sidecar ConfigMaps of {namespace} labelled {labels}, as deploy/'s injector does (--config-directory, --configmap-labels to read others)",
-            dir.display()
-        ),
-        Ok(_) => format!(
-            "no {} directory here, and no sidecar config in the ConfigMaps of {namespace} labelled {labels} (deploy/'s): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
-            dir.display()
-        ),
-        Err(failure) => format!(
-            "no {} directory here, and the ConfigMaps of {namespace} labelled {labels} (deploy/'s) cannot be listed ({failure}): no sidecar configs (--config-directory, --configmap-namespace, --configmap-labels to name them)",
-            dir.display()
-        ),
-    };
-    notice(Level::INFO, &said, &[]);
-    let report = match read {
-        Ok(report) => report,
-        Err(failure) => {
-            let unread = format!("the ConfigMaps of {namespace} labelled {labels}: {failure}");
-            return Ok((SidecarSet::default(), ConfigsUnread(Some(unread))));
-        }
-    };
-    print_config_problems(&report);
-    let mut configmaps = crate::config::SourceState::default();
-    configmaps.apply(&report);
-    let none = crate::config::SourceState::default();
-    Ok((
-        crate::config::merge_sources(&none, &configmaps).0,
-        ConfigsUnread::default(),
-    ))
-}
-
-pub(crate) fn print_config_problems(report: &LoadReport) {
-    for warning in &report.warnings {
-        notice(Level::WARN, &warning.to_string(), &[]);
-    }
-    for error in &report.errors {
-        crate::telemetry::error_notice(&error.to_string(), &[]);
-    }
-}
-
-/// What a one-shot command plans for, the only way its engine options differ.
-pub(crate) enum Purpose<'a> {
-    /// `explain`: the plan `serve`'s engine would make now (manual sidecars wait for a
-    /// person), over every kind it restarts.
-    Explain,
-    /// `rollout`: the operator's own run, over the kinds its flags name.
-    Rollout(&'a RolloutArgs),
-}
-
-/// The engine options of `explain` and `rollout`, in one place: no settle window (the
-/// operator asked now), the drift policy of the command's flags, and what `purpose` changes.
-pub(crate) fn engine_options(
-    cluster: &OneShotArgs,
-    safety: &RolloutSafetyArgs,
-    purpose: &Purpose<'_>,
-) -> crate::engine::EngineOptions {
-    use crate::workload::WorkloadKind;
-    let mut policy = cluster.drift.policy(cluster.ignore_namespaces.namespaces());
-    let mut kinds: std::collections::BTreeSet<WorkloadKind> = match purpose {
-        Purpose::Explain => [
-            WorkloadKind::Deployment,
-            WorkloadKind::StatefulSet,
-            WorkloadKind::DaemonSet,
-        ]
-        .into(),
-        Purpose::Rollout(args) => {
-            policy
-                .include_namespaces
-                .extend(args.namespaces.iter().cloned());
-            [
-                (!args.exclude_deployment).then_some(WorkloadKind::Deployment),
-                args.include_statefulset
-                    .then_some(WorkloadKind::StatefulSet),
-                args.include_daemonset.then_some(WorkloadKind::DaemonSet),
-            ]
-            .into_iter()
-            .flatten()
-            .collect()
-        }
-    };
-    if cluster.drift.evict_bare_pods {
-        kinds.insert(WorkloadKind::Pod);
-    }
-    let confirm = matches!(purpose, Purpose::Rollout(args) if args.confirm);
-    crate::engine::EngineOptions {
-        mode: if confirm {
-            crate::engine::EngineMode::Auto
-        } else {
-            crate::engine::EngineMode::DryRun
-        },
-        settings: safety.settings(std::time::Duration::ZERO),
-        keys: crate::annotations::AnnotationKeys::new(&cluster.annotation_namespace),
-        policy,
-        namespace: cluster.injector_namespace.clone(),
-        replan_every: LOOP_SAFETY_NET,
-        // `rollout` is the person a manual policy waits for.
-        ignore_manual_policy: matches!(purpose, Purpose::Rollout(_)),
-        kinds: Some(kinds),
-        reason_prefix: match purpose {
-            Purpose::Explain => None,
-            Purpose::Rollout(args) => args.rollout_reason.clone(),
-        },
-        hints: &crate::render::HINTS,
-    }
-}
-
-/// What a snapshot plan brings pods to.
-pub(crate) enum Aim {
-    /// The revisions in force: those a running injector published (`--revisions-from`), or
-    /// the configs read here.
-    Revisions(Option<crate::cluster::status::Publication>),
-    /// `rollout --sidecar-container-name`: a selection of pods by container name.
-    Containers(crate::engine::ContainerRun),
-}
-
-/// The plan the engine would make now, as one pure step of the rollout state machine on a
-/// snapshot: the cluster as `feed` listed it, the campaign book and the revision history of
-/// `state`. No executor: nothing is acted on, written or followed. What
-/// cannot be read (a team's rights) is said, and planned without.
-pub(crate) fn plan_snapshot(
-    state: &InjectorState,
-    options: &crate::engine::EngineOptions,
-    feed: &crate::cluster::drift_feed::DriftFeed,
-    set: &SidecarSet,
-    aim: &Aim,
-) -> crate::rollout::RolloutPlan {
-    use crate::rollout::machine::{Conduct, OnIndex, RolloutState};
-    use crate::rollout::targets::{ContentHistory, revision_targets};
-
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let (targets, book, revisions, in_force) = match aim {
-        Aim::Containers(run) => (
-            run.selection.targets(),
-            crate::rollout::CampaignBook::default(),
-            crate::rollout::history::RevisionHistory::default(),
-            SidecarSet::default(),
-        ),
-        Aim::Revisions(published) => {
-            let book = book_of(state).unwrap_or_else(|err| {
-                tracing::warn!("{err:#}; planning as if there were no campaigns");
-                crate::rollout::CampaignBook::default()
-            });
-            let mut revisions = state.history().cloned().unwrap_or_else(|err| {
-                tracing::warn!("{err}; planning without the revision history");
-                crate::rollout::history::RevisionHistory::default()
-            });
-            let published = published.as_ref().map(|p| (&p.revisions, &p.manual));
-            let computed = revision_targets(
-                &book,
-                published,
-                &mut ContentHistory::default(),
-                &mut revisions,
-                set,
-                &options.settings,
-                !options.ignore_manual_policy,
-                now,
-            );
-            for error in &computed.errors {
-                tracing::warn!("a pinned revision is not served: {error}");
-            }
-            (computed.targets, book, revisions, computed.in_force)
-        }
-    };
-    let injection = crate::injection::InjectionSettings::preflight(&options.keys);
-    let index = feed.index.lock().expect("drift index lock");
-    let live = match aim {
-        Aim::Containers(run) => Some((&run.selection, run.live.lock().expect("live pods lock"))),
-        Aim::Revisions(_) => None,
-    };
-    let input = OnIndex {
-        index: &index,
-        targets: &targets,
-        settings: &options.settings,
-        history: &revisions,
-        policy: &options.policy,
-        kinds: options.kinds.as_ref(),
-        selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
-        bakes_changed: &std::collections::BTreeSet::new(),
-        hints: options.hints,
-        served: Some(crate::rollout::Served {
-            sidecars: &in_force,
-            settings: &injection,
-        }),
-    };
-    let mut plan = RolloutState::with_book(book)
-        .step_on_index(
-            &input,
-            now,
-            Conduct::Plan {
-                follow_bakes: false,
-            },
-        )
-        .plan;
-    crate::render::hint_plan(&mut plan);
-    plan
 }
