@@ -271,31 +271,26 @@ fn lease_holder() -> String {
     .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_containers() {
-    node();
-    let client = client().await;
+/// `sidecar-injector certs` into `dir`, for the injector's Service: the CA bundle it prints.
+fn certs(dir: &std::path::Path) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("certs")
+        .arg("--out-dir")
+        .arg(dir)
+        .args(["--dns-name", "sidecar-injector.injector-system.svc"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
 
-    // Install as the README says: deploy/ (the local image), the Secret made from `certs`, and
-    // nothing else by hand.
-    kubectl_ok(&["apply", "--validate=strict", "-k", "tests/realnode/overlay"]);
-    let tls = tempfile::tempdir().unwrap();
-    let tls_file = |name: &str| tls.path().join(name).display().to_string();
-    let certs = || {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
-            .args(["certs", "--out-dir", &tls_file(""), "--dns-name"])
-            .arg("sidecar-injector.injector-system.svc")
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    };
-    let ca_bundle = certs();
-    let secret_args: Vec<String> = [
+/// `kubectl create secret` of the serving pair `certs` wrote in `dir`, as the README says.
+fn secret_args(dir: &std::path::Path) -> Vec<String> {
+    [
         "-n",
         SYSTEM,
         "create",
@@ -306,37 +301,84 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     ]
     .into_iter()
     .map(String::from)
-    .chain(["tls.crt", "tls.key", "ca.crt"].map(|f| format!("--from-file={f}={}", tls_file(f))))
-    .collect();
-    let secret_args: Vec<&str> = secret_args.iter().map(String::as_str).collect();
-    kubectl_ok(&secret_args);
+    .chain(
+        ["tls.crt", "tls.key", "ca.crt"]
+            .map(|f| format!("--from-file={f}={}", dir.join(f).display())),
+    )
+    .collect()
+}
+
+/// `want` injector replicas, all available.
+async fn injectors_available(client: &kube::Client, want: i32) -> Option<()> {
     let injectors: Api<Deployment> = Api::namespaced(client.clone(), SYSTEM);
-    let available = |want: i32| {
-        let injectors = injectors.clone();
-        async move {
-            let d = injectors.get("sidecar-injector").await.ok()?;
-            let status = d.status?;
-            (status.available_replicas.unwrap_or(0) == want && status.replicas.unwrap_or(0) == want)
-                .then_some(())
-        }
-    };
+    let status = injectors.get("sidecar-injector").await.ok()?.status?;
+    (status.available_replicas.unwrap_or(0) == want && status.replicas.unwrap_or(0) == want)
+        .then_some(())
+}
+
+/// The webhook configuration's caBundle is `ca`.
+async fn bundle_is(client: &kube::Client, ca: &[u8]) -> Option<()> {
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let c = configurations.get("sidecar-injector").await.ok()?;
+    (c.webhooks?[0].client_config.ca_bundle.as_ref()?.0 == ca).then_some(())
+}
+
+/// Installs as the README says: deploy/ (the local image) through the test overlay, the Secret
+/// made from `certs`, and nothing else by hand; returns once 2 replicas are available and the
+/// caBundle is set. The folder holds the serving pair; the string is the CA bundle.
+async fn install(client: &kube::Client) -> (tempfile::TempDir, String) {
+    kubectl_ok(&["apply", "--validate=strict", "-k", "tests/realnode/overlay"]);
+    let tls = tempfile::tempdir().unwrap();
+    let ca_bundle = certs(tls.path());
+    let args = secret_args(tls.path());
+    kubectl_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     eventually(
         INSTALL,
         "2 injector replicas available (real probes)",
-        || available(2),
+        || injectors_available(client, 2),
     )
     .await;
-    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let ca = std::fs::read(tls.path().join("ca.crt")).unwrap();
-    let bundle_set = || {
-        let configurations = configurations.clone();
-        let ca = ca.clone();
-        async move {
-            let c = configurations.get("sidecar-injector").await.ok()?;
-            (c.webhooks?[0].client_config.ca_bundle.as_ref()?.0 == ca).then_some(())
-        }
-    };
-    eventually(DEADLINE, "the injectors set the caBundle", bundle_set).await;
+    eventually(DEADLINE, "the injectors set the caBundle", || {
+        bundle_is(client, &ca)
+    })
+    .await;
+    (tls, ca_bundle)
+}
+
+/// The team namespace, once its default ServiceAccount exists (pods need it).
+async fn team_namespace(client: &kube::Client) {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": TEAM}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually(
+        DEADLINE,
+        "the team namespace's default ServiceAccount",
+        || async {
+            let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                Api::namespaced(client.clone(), TEAM);
+            accounts.get_opt("default").await.ok().flatten()
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_containers() {
+    node();
+    let client = client().await;
+
+    let (tls, ca_bundle) = install(&client).await;
+    let tls_file = |name: &str| tls.path().join(name).display().to_string();
+    let secret_args = secret_args(tls.path());
+    let injectors: Api<Deployment> = Api::namespaced(client.clone(), SYSTEM);
+    let available = |want: i32| injectors_available(&client, want);
+    let ca = std::fs::read(tls.path().join("ca.crt")).unwrap();
+    let bundle_set = || bundle_is(&client, &ca);
 
     // A Tumblr Deployment runs `command: ["entrypoint.sh"]`: the image resolves it on PATH to
     // the binary, which serves with the script's defaults (here it only prints serve's help).
@@ -375,23 +417,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         .create(&PostParams::default(), &config("v1"))
         .await
         .unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": TEAM}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    eventually(
-        DEADLINE,
-        "the team namespace's default ServiceAccount",
-        || async {
-            let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-                Api::namespaced(client.clone(), TEAM);
-            accounts.get_opt("default").await.ok().flatten()
-        },
-    )
-    .await;
+    team_namespace(&client).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
     let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
     // The configs reach every replica through its ConfigMap watch: wait until both publish.
@@ -473,11 +499,11 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     // Renew the certificate as the README says: `certs` again in the same directory (the same
     // CA, so the same caBundle), the Secret replaced. Each replica reloads the new pair from
     // its volume (the kubelet's sync takes up to a minute or so), with no restart.
-    assert_eq!(certs(), ca_bundle, "a renewal keeps the caBundle");
+    assert_eq!(certs(tls.path()), ca_bundle, "a renewal keeps the caBundle");
     let renewed = std::fs::read(tls.path().join("tls.crt")).unwrap();
     let renewed_expiry =
         sidecar_injector::serve::tls::not_after(&renewed, "tls.crt").unwrap() as f64;
-    let mut replace_args = secret_args.clone();
+    let mut replace_args: Vec<&str> = secret_args.iter().map(String::as_str).collect();
     replace_args.extend(["--dry-run=client", "-o", "yaml"]);
     // (The README pipes it into `kubectl replace -f -`; a file is the same to kubectl.)
     std::fs::write(tls.path().join("secret.yaml"), kubectl_ok(&replace_args)).unwrap();
@@ -1242,6 +1268,28 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     native_migration(&client, &pods, &deployments, &configmaps).await;
     switch_to_policy_mode(&pods, &deployments).await;
     uninstall(&pods, &deployments).await;
+}
+
+/// The native-sidecar steps of the test above alone, on a node of another release: what the
+/// kubelet decides (init order, startup probes, stop order, in-place resize, a Job that
+/// completes) is checked on each release `scripts/test-matrix` builds. The test above runs
+/// them on the default release at every change; this one runs only when asked.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "scripts/test-matrix runs it on each release's node"]
+async fn native_sidecars_run_as_this_releases_kubelet_runs_them() {
+    node();
+    let client = client().await;
+    let version = client.apiserver_version().await.unwrap();
+    eprintln!("realnode: native sidecars on {}", version.git_version);
+    let _tls = install(&client).await;
+    team_namespace(&client).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM);
+    native_sidecar(&pods, &deployments, &configmaps).await;
+    native_stop_order(&pods, &configmaps).await;
+    native_in_place(&client, &pods, &deployments, &configmaps).await;
+    native_migration(&client, &pods, &deployments, &configmaps).await;
 }
 
 /// A pod that sets pod-level resources (Kubernetes 1.34+), its app requesting all of them:
