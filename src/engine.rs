@@ -80,8 +80,6 @@ pub(crate) struct EngineOptions {
     pub(crate) kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub(crate) reason_prefix: Option<String>,
-    /// How the command line spells what a person can do (`render::HINTS`).
-    pub(crate) hints: &'static rollout::Hints,
 }
 
 /// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
@@ -336,7 +334,7 @@ impl Engine {
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
         let mut step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
-        crate::render::hint_plan(&mut step.plan);
+        self.word(&mut step.plan);
         self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration
@@ -387,6 +385,14 @@ impl Engine {
         }
     }
 
+    /// The plan's sentences written (`render`), and the words of its pauses kept in the
+    /// book, which every later reader of a paused campaign shows.
+    fn word(&mut self, plan: &mut RolloutPlan) {
+        crate::render::hint_plan(plan);
+        crate::render::word_pauses(plan);
+        crate::render::keep_pause_words(plan, &mut self.state.book);
+    }
+
     /// The state machine's step on the index as it stands.
     fn step(
         &mut self,
@@ -411,7 +417,6 @@ impl Engine {
             kinds: self.options.kinds.as_ref(),
             selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
             bakes_changed,
-            hints: self.options.hints,
             served: Some(rollout::Served {
                 sidecars: in_force,
                 settings: &injection,
@@ -481,9 +486,12 @@ impl Engine {
             }
             Effect::Paused {
                 sidecar,
-                reason,
+                pause,
                 workloads,
-            } => self.announce_pause(&sidecar, &reason, workloads).await,
+            } => {
+                let reason = crate::render::pause_reason(&sidecar, &pause);
+                self.announce_pause(&sidecar, &reason, workloads).await;
+            }
             Effect::Say(line) => say(&line),
             Effect::Notify(notice) => {
                 if let Some(notifier) = &self.notifier {

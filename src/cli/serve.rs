@@ -212,7 +212,6 @@ fn rollout_options(
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
-                    hints: &crate::render::HINTS,
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,

@@ -77,7 +77,6 @@ pub(crate) fn plan_now(
         kinds: options.kinds.as_ref(),
         selection: live.as_ref().map(|(selection, live)| (*selection, &**live)),
         bakes_changed: &std::collections::BTreeSet::new(),
-        hints: options.hints,
         served: Some(crate::rollout::Served {
             sidecars: &in_force,
             settings: &injection,
@@ -93,5 +92,6 @@ pub(crate) fn plan_now(
         )
         .plan;
     crate::render::hint_plan(&mut plan);
+    crate::render::word_pauses(&mut plan);
     plan
 }

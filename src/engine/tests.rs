@@ -87,7 +87,6 @@ fn engine(client: Client) -> (Engine, Arc<Metrics>) {
         ignore_manual_policy: false,
         kinds: None,
         reason_prefix: None,
-        hints: &crate::render::HINTS,
     };
     let recorder = crate::cluster::events::recorder(client.clone(), Some("injector-0".into()));
     (
@@ -186,12 +185,12 @@ async fn act(engine: &mut Engine, plan: RolloutPlan, now: Timestamp) {
         stale_pods: &|_| Vec::new(),
         restart_reason: None,
         bakes_changed: &BTreeSet::new(),
-        hints: &crate::render::HINTS,
         served: None,
     };
-    let step = engine
+    let mut step = engine
         .state
         .carry(plan, &observed, now, Conduct::Act { record: false });
+    engine.word(&mut step.plan);
     for effect in step.effects {
         perform(engine, effect, now).await;
     }
@@ -281,8 +280,23 @@ async fn a_pause_is_announced_on_the_workloads_that_caused_it() {
         .book
         .campaigns
         .insert("logger:v1".into(), campaign);
+    let pause = crate::rollout::pause::Pause {
+        revision: "bbbbbbbbbbbb".into(),
+        failed: 2,
+        named: vec![
+            (
+                WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
+                "not rolled out within 5m".into(),
+            ),
+            (
+                WorkloadRef::new(WorkloadKind::Deployment, "team", "api"),
+                "not rolled out within 5m".into(),
+            ),
+        ],
+        new_pods: crate::rollout::pause::WhilePaused::NotHeld,
+    };
     let plan = RolloutPlan {
-        paused: vec![("logger:v1".into(), "paused".into())],
+        pauses: vec![("logger:v1".into(), pause.clone())],
         book: engine.state.book.clone(),
         ..RolloutPlan::default()
     };
@@ -307,6 +321,20 @@ async fn a_pause_is_announced_on_the_workloads_that_caused_it() {
             ("ConfigMap", "sidecar-injector-status")
         ],
         "the canary's failure was resumed: its pause was announced then"
+    );
+    // Each in the words of the pause, which the engine keeps in the book it writes.
+    let words = crate::render::pause_reason("logger:v1", &pause);
+    assert!(
+        sent.iter()
+            .filter(|s| s.body["reason"] == "SidecarRolloutPaused")
+            .all(|s| s.body["note"] == words.as_str()),
+        "{sent:#?}"
+    );
+    assert_eq!(
+        engine.state.book.campaigns["logger:v1"]
+            .pause_reason
+            .as_deref(),
+        Some(words.as_str())
     );
 }
 

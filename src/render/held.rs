@@ -7,7 +7,7 @@ use crate::config::SidecarSet;
 use crate::name::SidecarName;
 use crate::rollout::{CampaignBook, HeldWarning, NewPods};
 
-use super::HINTS;
+use super::RESUME;
 
 /// What new pods get (the core's one rule), with the webhook's warnings worded on `served`:
 /// what the webhook, the policy writer and the one-shot commands use.
@@ -31,12 +31,12 @@ pub(crate) fn held_warning(name: &SidecarName, warning: &HeldWarning) -> String 
         ),
         HeldWarning::HeldAfterFailure { held, revision } => format!(
             "sidecar {name} is held at its last good revision {held}: the rollout of {revision} failed; new pods get {held} until the config changes, {} or {}",
-            HINTS.resume,
+            RESUME,
             super::release_hold(&name.to_string())
         ),
         HeldWarning::Paused { revision, failures } => format!(
             "the rollout of sidecar {name} (revision {revision}) is paused after {failures} failed restart(s); this pod gets that revision: fix or revert the config, or {}",
-            HINTS.resume
+            RESUME
         ),
     }
 }

@@ -3,16 +3,16 @@
 //! flag or command a person uses about it.
 
 use crate::injection::Spelling;
+use crate::rollout::WaitReason;
 use crate::rollout::selection::NotSelected;
-use crate::rollout::{Hints, WaitReason};
 
-/// What the rollout engine's sentences say a person can do.
-pub(crate) static HINTS: Hints = Hints {
-    resume: "`sidecar-injector rollout --resume`",
-    roll_back: |sidecar| format!("`sidecar-injector rollout --to {sidecar}=previous`"),
-    bake: "--bake",
-    hold: "--on-campaign-failure=hold",
-};
+/// Resumes the paused campaigns.
+pub(crate) const RESUME: &str = "`sidecar-injector rollout --resume`";
+
+/// Rolls a sidecar back to its previous revision.
+pub(crate) fn roll_back(sidecar: &str) -> String {
+    format!("`sidecar-injector rollout --to {sidecar}=previous`")
+}
 
 /// Ends the hold of a sidecar's paused campaign.
 pub(crate) fn release_hold(sidecar: &str) -> String {
@@ -45,7 +45,7 @@ pub(crate) fn hint_plan(plan: &mut crate::rollout::RolloutPlan) {
         earlier.message = format!(
             "{}, or roll back with {}",
             earlier.message,
-            (HINTS.roll_back)(&earlier.sidecar)
+            roll_back(&earlier.sidecar)
         );
     }
 }
@@ -55,7 +55,7 @@ pub(crate) fn wait(reason: &WaitReason) -> Option<String> {
     Some(match reason {
         WaitReason::Settling { .. } => "--settle to change".to_owned(),
         WaitReason::Cooldown { .. } => "--cooldown to change".to_owned(),
-        WaitReason::CampaignPaused { .. } => HINTS.resume.to_owned(),
+        WaitReason::CampaignPaused { .. } => RESUME.to_owned(),
         WaitReason::AwaitingPromotion { sidecar } => promote(sidecar),
         WaitReason::RollingOut { .. } => "--rollout-timeout to change".to_owned(),
         WaitReason::MaxParallel { .. } => "--max-parallel".to_owned(),

@@ -8,12 +8,15 @@ use crate::rollout::notice::{Notice, NoticeEvent};
 /// The setting of how many failures pause a campaign.
 const MAX_FAILURES: &str = "--max-failures";
 
-/// The document POSTed: `text` first, then the notice's fields for generic receivers.
+/// The document POSTed: `text` first, then the notice's fields for generic receivers, and
+/// why it paused.
 #[derive(Debug, Serialize)]
 pub(crate) struct NoticePayload<'a> {
     pub(crate) text: String,
     #[serde(flatten)]
     pub(crate) notice: &'a Notice,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
 }
 
 impl<'a> NoticePayload<'a> {
@@ -21,8 +24,15 @@ impl<'a> NoticePayload<'a> {
         Self {
             text: notice_text(notice),
             notice,
+            reason: reason(notice),
         }
     }
+}
+
+/// Why `notice`'s campaign paused, in words.
+fn reason(notice: &Notice) -> Option<String> {
+    let pause = notice.pause.as_ref()?;
+    Some(super::pause_reason(&notice.sidecar, pause))
 }
 
 /// The one line a person reads of a notice.
@@ -36,14 +46,11 @@ pub(crate) fn notice_text(notice: &Notice) -> String {
         ),
         NoticeEvent::Paused => format!(
             "{what} paused: {}; {} succeeded, {} failed, {} not restarted (fix or revert the config, or {})",
-            notice.reason.as_deref().map_or_else(
-                || format!("failures reached {}", MAX_FAILURES),
-                str::to_owned
-            ),
+            reason(notice).unwrap_or_else(|| format!("failures reached {MAX_FAILURES}")),
             c.succeeded,
             c.failed,
             c.pending,
-            super::HINTS.resume
+            super::RESUME
         ),
         NoticeEvent::Completed => format!(
             "{what} completed: {} workload(s) restarted, {} failed",
@@ -56,9 +63,24 @@ pub(crate) fn notice_text(notice: &Notice) -> String {
 mod tests {
     use super::*;
     use crate::rollout::CampaignCounts;
+    use crate::rollout::pause::{Pause, WhilePaused};
+    use crate::workload::{WorkloadKind, WorkloadRef};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn notice(event: NoticeEvent, reason: Option<&str>) -> Notice {
+    /// A pause of one workload's failure, `why`.
+    fn pause(why: &str) -> Pause {
+        Pause {
+            revision: "bbbbbbbbbbbb".into(),
+            failed: 1,
+            named: vec![(
+                WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
+                why.to_owned(),
+            )],
+            new_pods: WhilePaused::NotHeld,
+        }
+    }
+
+    fn notice(event: NoticeEvent, why: Option<&str>) -> Notice {
         Notice {
             event,
             sidecar: "logger:v1".into(),
@@ -70,7 +92,7 @@ mod tests {
                 pending: 3,
                 rolling: 1,
             },
-            reason: reason.map(str::to_owned),
+            pause: why.map(pause),
             changes: None,
             at: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
         }
@@ -91,7 +113,13 @@ mod tests {
                 NoticeEvent::Paused,
                 Some("canary web not rolled out within 5m")
             )),
-            "sidecar-injector: campaign of logger:v1 (revision bbbbbbbbbbbb) paused: canary web not rolled out within 5m; 2 succeeded, 1 failed, 3 not restarted (fix or revert the config, or `sidecar-injector rollout --resume`)"
+            format!(
+                "sidecar-injector: campaign of logger:v1 (revision bbbbbbbbbbbb) paused: {}; 2 succeeded, 1 failed, 3 not restarted (fix or revert the config, or `sidecar-injector rollout --resume`)",
+                crate::render::pause_reason(
+                    "logger:v1",
+                    &pause("canary web not rolled out within 5m")
+                )
+            )
         );
         assert!(
             notice_text(&notice(NoticeEvent::Paused, None))
@@ -101,6 +129,7 @@ mod tests {
 
     #[test]
     fn the_payload_is_a_slack_message_with_the_notice_beside_it() {
+        let started = notice(NoticeEvent::Started, None);
         let notice = notice(NoticeEvent::Paused, Some("canary failed"));
         let json = serde_json::to_value(NoticePayload::of(&notice)).unwrap();
         assert_eq!(json["text"], notice_text(&notice));
@@ -108,7 +137,12 @@ mod tests {
         assert_eq!(json["sidecar"], "logger:v1");
         assert_eq!(json["previous"], "aaaaaaaaaaaa");
         assert_eq!(json["counts"]["failed"], 1);
-        assert_eq!(json["reason"], "canary failed");
+        assert_eq!(
+            json["reason"],
+            crate::render::pause_reason("logger:v1", &pause("canary failed"))
+        );
+        let json = serde_json::to_value(NoticePayload::of(&started)).unwrap();
+        assert!(json.get("reason").is_none(), "{json}");
         let text = serde_json::to_string(&NoticePayload::of(&notice)).unwrap();
         assert!(text.starts_with("{\"text\":"), "{text}");
     }

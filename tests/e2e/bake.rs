@@ -99,7 +99,7 @@ async fn a_crash_after_a_health_drop_within_the_bake_fails_the_canary_when_its_p
     assert_eq!(
         failures[0]["reason"],
         format!(
-            "within --bake (10m) of rolling out: pod {victim}: container tracer (restarted 1 time, CrashLoopBackOff, last exit: Error, code 3)"
+            "within the bake (10m) of rolling out: pod {victim}: container tracer (restarted 1 time, CrashLoopBackOff, last exit: Error, code 3)"
         ),
         "{book:#}"
     );

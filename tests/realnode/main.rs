@@ -682,8 +682,8 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     assert_eq!(failures[0]["workload"]["name"], "small", "{campaign:#}");
     let reason = failures[0]["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("within --bake (15s) of rolling out: pod small-")
-            || reason.starts_with("became unhealthy within --bake (15s)"),
+        reason.starts_with("within the bake (15s) of rolling out: pod small-")
+            || reason.starts_with("became unhealthy within the bake (15s)"),
         "{reason}"
     );
     assert!(reason.contains("container crash ("), "{reason}");

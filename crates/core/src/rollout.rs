@@ -20,6 +20,7 @@ pub mod journal;
 pub mod machine;
 pub mod notice;
 pub mod outcome;
+pub mod pause;
 mod plan;
 mod planner;
 pub mod promotion;
@@ -44,8 +45,8 @@ pub use instant::{from_now, to_the_second};
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use plan::{Bake, EvictionRestart, PlanInput, Rolling};
 pub use plan::{
-    FailedEarlier, Hints, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, Served,
-    SidecarTarget, WaitReason, Waiting,
+    FailedEarlier, OnCampaignFailure, Restart, RolloutPlan, RolloutSettings, Served, SidecarTarget,
+    WaitReason, Waiting,
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use planner::plan;

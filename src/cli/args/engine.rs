@@ -211,6 +211,5 @@ pub(crate) fn engine_options(
             Purpose::Explain => None,
             Purpose::Rollout(args) => args.rollout_reason.clone(),
         },
-        hints: &crate::render::HINTS,
     }
 }

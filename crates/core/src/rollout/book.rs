@@ -98,6 +98,8 @@ pub struct Campaign {
     /// Failures cleared by `rollout --resume`: only later ones count toward a pause.
     #[serde(default)]
     pub acknowledged_failures: usize,
+    /// Why it paused, in the words the shell wrote for the plan's [`crate::rollout::pause::Pause`]
+    /// (with what resumes or rolls it back): what `status`, `drift` and the history show.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -24,8 +24,7 @@ use super::journal::{Journal, Line};
 use super::notice::{Notice, NoticeTracker};
 use super::outcome::{PodlessOutcome, podless_outcomes};
 use super::plan::{
-    Bake, EvictionRestart, Hints, PlanInput, Restart, RolloutPlan, RolloutSettings, Served,
-    SidecarTarget,
+    Bake, EvictionRestart, PlanInput, Restart, RolloutPlan, RolloutSettings, Served, SidecarTarget,
 };
 use super::planner::plan;
 use super::selection::ContainerSelection;
@@ -89,8 +88,6 @@ pub struct Observed<'a> {
     pub restart_reason: Option<&'a dyn Fn(&WorkloadRef) -> String>,
     /// The bakes whose pods changed since they were last read, as the pod watch saw.
     pub bakes_changed: &'a BTreeSet<WorkloadRef>,
-    /// How the command line says what ends each wait.
-    pub hints: &'static Hints,
     /// What the webhook serves new pods, for the preflight.
     pub served: Option<Served<'a>>,
 }
@@ -108,7 +105,6 @@ pub struct OnIndex<'a> {
     /// by container name, of which these uids still exist, instead of revisions.
     pub selection: Option<(&'a ContainerSelection, &'a HashSet<String>)>,
     pub bakes_changed: &'a BTreeSet<WorkloadRef>,
-    pub hints: &'static Hints,
     pub served: Option<Served<'a>>,
 }
 
@@ -160,7 +156,6 @@ impl RolloutState {
                 .is_some()
                 .then_some(&reason as &dyn Fn(&WorkloadRef) -> String),
             bakes_changed: input.bakes_changed,
-            hints: input.hints,
             served: input.served,
         };
         self.step(&observed, now, conduct)
@@ -228,7 +223,7 @@ pub enum Effect {
     /// A campaign paused: said on the status ConfigMap and on each workload that caused it.
     Paused {
         sidecar: String,
-        reason: String,
+        pause: super::pause::Pause,
         workloads: Vec<WorkloadRef>,
     },
     Say(Line),
@@ -283,7 +278,6 @@ impl RolloutState {
             settings: observed.settings,
             history: observed.history,
             now,
-            hints: observed.hints,
             served: observed.served,
         });
         if let Some(reason) = observed.restart_reason {
@@ -461,7 +455,7 @@ impl RolloutState {
         let replacing = self.replace_pods(observed, now, step);
         self.blocked.retain(|w, _| replacing.contains(w));
         self.outcomes(observed, step);
-        for (sidecar, reason) in &step.plan.paused {
+        for (sidecar, pause) in &step.plan.pauses {
             let workloads = self
                 .book
                 .campaigns
@@ -475,7 +469,7 @@ impl RolloutState {
                 .unwrap_or_default();
             step.effects.push(Effect::Paused {
                 sidecar: sidecar.clone(),
-                reason: reason.clone(),
+                pause: pause.clone(),
                 workloads,
             });
         }

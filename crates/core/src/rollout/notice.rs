@@ -38,9 +38,9 @@ pub struct Notice {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous: Option<String>,
     pub counts: CampaignCounts,
-    /// Why it paused.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    /// Why it paused, as data: the shell words it (`render::NoticePayload`).
+    #[serde(skip)]
+    pub pause: Option<super::pause::Pause>,
     /// What changed in the sidecar, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<String>,
@@ -73,10 +73,10 @@ impl NoticeTracker {
                 .restarts
                 .iter()
                 .any(|r| r.changes.iter().any(|c| &c.sidecar == sidecar));
-            let paused = plan.paused.iter().find(|(s, _)| s == sidecar);
+            let paused = plan.pauses.iter().find(|(s, _)| s == sidecar);
             let worked = campaign.counts.succeeded + campaign.counts.failed > 0;
-            let event = if let Some((_, reason)) = paused {
-                Some((NoticeEvent::Paused, Some(reason.clone())))
+            let event = if let Some((_, pause)) = paused {
+                Some((NoticeEvent::Paused, Some(pause.clone())))
             } else if campaign.state == CampaignState::Complete
                 && was_open
                 && worked
@@ -90,7 +90,7 @@ impl NoticeTracker {
             };
             self.seen
                 .insert(sidecar.clone(), (campaign.revision.clone(), campaign.state));
-            let Some((event, reason)) = event else {
+            let Some((event, pause)) = event else {
                 continue;
             };
             self.announced
@@ -112,7 +112,7 @@ impl NoticeTracker {
                 revision: campaign.revision.clone(),
                 previous: campaign.previous.clone(),
                 counts,
-                reason,
+                pause,
                 changes: campaign.changes.clone(),
                 at: now.clone(),
             });

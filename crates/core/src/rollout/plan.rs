@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::book::{CampaignBook, FAILURE_DETAILS, Failure};
 use super::change::SidecarChange;
+pub use super::wait::WaitReason;
 pub(super) use super::wait::serialize_display;
-pub use super::wait::{Hints, WaitReason};
 use crate::config::RevisionStamp;
 use crate::drift::{DriftIndex, DriftReport};
 use crate::workload::WorkloadRef;
@@ -235,7 +235,11 @@ pub struct RolloutPlan {
     /// Workloads that failed in an earlier pass under the revision in force, left alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failed_earlier: Vec<FailedEarlier>,
-    /// Sidecars whose campaign paused in this pass, with the reason.
+    /// Sidecars whose campaign paused in this pass, with why, as data.
+    #[serde(skip)]
+    pub pauses: Vec<(String, super::pause::Pause)>,
+    /// The same in words, with what resumes or rolls back: written by the shell
+    /// (`render::word_pauses`), which also keeps them in the book.
     pub paused: Vec<(String, String)>,
     /// Finished rolling with pods still not current, inside the grace: the executor remembers
     /// since when and passes it back.
@@ -299,7 +303,6 @@ pub struct PlanInput<'a> {
     /// Each sidecar's remembered revisions: a paused campaign holds new pods at the last good.
     pub history: &'a super::history::RevisionHistory,
     pub now: Timestamp,
-    pub hints: &'static Hints,
     /// What the webhook serves new pods, for the preflight; `None`: no preflight.
     pub served: Option<Served<'a>>,
 }

@@ -99,21 +99,6 @@ impl WaitReason {
     }
 }
 
-/// How the command line spells what a person can do about what the rollout reports: the
-/// core composes its sentences with these and spells no flag or command itself. The one
-/// value is `render::HINTS`.
-#[derive(Debug)]
-pub struct Hints {
-    /// Resumes the paused campaigns.
-    pub resume: &'static str,
-    /// Rolls a sidecar back to its previous revision.
-    pub roll_back: fn(&str) -> String,
-    /// The setting a health bake lasts.
-    pub bake: &'static str,
-    /// The setting that holds new pods at the last good revision while a campaign is paused.
-    pub hold: &'static str,
-}
-
 impl WaitReason {
     /// What a person reads: times as "in 8m" (and the instant, to the second).
     pub fn describe(&self, now: Timestamp) -> String {

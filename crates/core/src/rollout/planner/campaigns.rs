@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold};
 use super::super::gates::after;
+use super::super::pause::{Pause, WhilePaused};
 use super::super::plan::{OnCampaignFailure, PlanInput, RolloutPlan, SidecarTarget};
 use super::super::promotion::{PromotionMode, gated_from_start, rolled_out_before};
 
@@ -54,44 +55,32 @@ pub(super) fn pause_campaigns(
             .then(|| input.history.last_good(sidecar, &campaign.revision))
             .flatten();
         let new_pods = match held {
-            Some(good) => format!(
-                "new pods get the last good revision {} meanwhile ({})",
-                good.revision, input.hints.hold
-            ),
+            Some(good) => WhilePaused::HeldAt(good.revision.clone()),
             None if settings.on_campaign_failure == OnCampaignFailure::Hold => {
-                "new pods still get this revision (no good revision of it is remembered to hold them at)"
-                    .to_owned()
+                WhilePaused::NoGoodRevision
             }
-            None => "new pods still get this revision".to_owned(),
+            None => WhilePaused::NotHeld,
         };
         campaign.held = held.map(|good| Hold {
             revision: good.revision.clone(),
             content: good.content.clone(),
             since: Time(input.now),
         });
-        let count = campaign.unacknowledged_failures();
-        let details = campaign.unacknowledged_details();
-        let mut names: Vec<String> = details
-            .iter()
-            .take(FAILURES_NAMED)
-            .map(|f| format!("{}: {}", f.workload, f.reason))
-            .collect();
-        if names.is_empty() {
-            // A book written by hand, or by an earlier version, may keep none.
-            names.push("their reasons are no longer kept".to_owned());
-        } else if count > names.len() {
-            names.push(format!("and {} more", count - names.len()));
-        }
-        let reason = format!(
-            "rollout of {sidecar} {} paused after {count} failed workload(s) ({}); {new_pods}: fix or revert the config, roll back with {}, or run {}",
-            campaign.revision,
-            names.join("; "),
-            (input.hints.roll_back)(sidecar),
-            input.hints.resume
-        );
+        let pause = Pause {
+            revision: campaign.revision.clone(),
+            failed: campaign.unacknowledged_failures(),
+            named: campaign
+                .unacknowledged_details()
+                .iter()
+                .take(FAILURES_NAMED)
+                .map(|f| (f.workload.clone(), f.reason.clone()))
+                .collect(),
+            new_pods,
+        };
         campaign.state = CampaignState::Paused;
-        campaign.pause_reason = Some(reason.clone());
-        out.paused.push((sidecar.clone(), reason));
+        // Worded by the shell, which writes the words here before the book is kept.
+        campaign.pause_reason = None;
+        out.pauses.push((sidecar.clone(), pause));
     }
 }
 

@@ -260,8 +260,7 @@ pub(super) fn bake(
     let bake_text = humantime::format_duration(length);
     if let Some(problem) = &state.problem {
         return BakeVerdict::Failed(format!(
-            "within {} ({bake_text}) of rolling out: {problem}",
-            input.hints.bake
+            "within the bake ({bake_text}) of rolling out: {problem}"
         ));
     }
     let ends = after(state.since, length);

@@ -42,7 +42,6 @@ impl World {
             stale_pods: &stale_pods,
             restart_reason: None,
             bakes_changed,
-            hints: &crate::test_fixtures::hints::HINTS,
             served: None,
         };
         self.state.step(&observed, self.now, conduct)
