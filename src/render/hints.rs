@@ -191,4 +191,47 @@ mod tests {
              `sidecar-injector rollout --to logger:v1=previous`"
         );
     }
+
+    #[test]
+    fn a_pod_left_out_for_want_of_a_flag_says_the_flag() {
+        assert_eq!(
+            excluded(crate::drift::BARE_POD),
+            "a bare pod (no controller; --evict-bare-pods to restart it)"
+        );
+        assert_eq!(
+            excluded("a Job's pod (runs to completion)"),
+            "a Job's pod (runs to completion)"
+        );
+        assert_eq!(
+            skipped(&NotSelected::BarePod),
+            "a bare pod (pass --evict-bare-pods to evict it)"
+        );
+        assert_eq!(
+            skipped(&NotSelected::Job("job".into())),
+            "owned by Job job, which is not restarted"
+        );
+    }
+
+    #[test]
+    fn the_webhooks_and_explains_sentences_name_the_settings_as_flags() {
+        use crate::injection::{InjectionSettings, SkipReason};
+        let settings = InjectionSettings {
+            spelling: &SPELLING,
+            ..Default::default()
+        };
+        assert_eq!(
+            SkipReason::IgnoredNamespace("kube-system".into())
+                .describe(&settings)
+                .as_deref(),
+            Some("namespace kube-system is ignored (--ignore-namespace)")
+        );
+        let missing = vec![crate::name::SidecarName::parse("logger:v9").unwrap()];
+        let nothing = SkipReason::NothingFound(missing).describe(&settings);
+        assert!(
+            nothing
+                .as_deref()
+                .is_some_and(|d| d.ends_with("let through by --on-missing-sidecar=allow")),
+            "{nothing:?}"
+        );
+    }
 }

@@ -109,8 +109,14 @@ pub fn loaded(text: &str) -> crate::config::LoadedSidecar {
     )
 }
 
-/// The command line's spelling of the flags the core's sentences name (`src/render/hints.rs`),
-/// compiled here too: the core's tests check those sentences whole.
+/// A spelling whose every entry is a marker naming its setting: the core's tests check that a
+/// sentence names the setting through the spelling it is given (the shell's is
+/// `render::SPELLING`, tested there).
 #[cfg(test)]
-#[path = "../../../src/render/hints.rs"]
-pub mod hints;
+pub const MARKED: crate::injection::Spelling = crate::injection::Spelling {
+    on_missing_sidecar_allow: "<on-missing-sidecar=allow>",
+    on_missing_sidecar_deny: "<on-missing-sidecar=deny>",
+    ignore_namespace: "<ignore-namespace>",
+    annotation_namespace: "<annotation-namespace>",
+    drift: "<drift>",
+};

@@ -165,11 +165,6 @@ fn every_state_by_precedence() {
         "a bare pod (no controller)"
     );
     assert_eq!(
-        crate::test_fixtures::hints::excluded(&workload(&report, "Pod", "g").reason),
-        "a bare pod (no controller; --evict-bare-pods to restart it)",
-        "the command line says which flag takes it in"
-    );
-    assert_eq!(
         workload(&report, "StatefulSet", "stale").reason,
         format!(
             "1 of 1 pods stale (000000000000 -> {})",

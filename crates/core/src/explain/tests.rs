@@ -14,7 +14,7 @@ fn sidecars() -> SidecarSet {
 
 fn settings(policy: MissingSidecarPolicy) -> InjectionSettings {
     InjectionSettings {
-        spelling: &crate::test_fixtures::hints::SPELLING,
+        spelling: &crate::test_fixtures::MARKED,
         keys: AnnotationKeys::new("injector"),
         ignored_namespaces: ["kube-system".to_owned()].into(),
         on_missing_sidecar: policy,
@@ -113,7 +113,7 @@ fn each_reason_to_skip_or_deny_is_the_failing_check_and_the_verdict() {
             Verdict::Skip,
             "request annotation",
             "injector.tumblr.com/request is set, but this injector reads the injector prefix",
-            "is --annotation-namespace right?",
+            "is <annotation-namespace> right?",
         ),
         (
             json!({"injector/request": "logger:v1", "injector/status": "injected"}),
@@ -158,7 +158,7 @@ fn each_reason_to_skip_or_deny_is_the_failing_check_and_the_verdict() {
             Verdict::Skip,
             "config logger:v9",
             "known: logger:v1",
-            "let through by --on-missing-sidecar=allow",
+            "let through by <on-missing-sidecar=allow>",
         ),
     ];
     for (annotations, namespace, policy, verdict, check, detail, message) in cases {
@@ -245,7 +245,7 @@ fn an_excluded_workload_is_said_to_be_left_out_for_its_reason_and_its_drift_line
             &RolloutPlan::default(),
             &web,
             &drift,
-            &crate::test_fixtures::hints::SPELLING
+            &crate::test_fixtures::MARKED
         ),
         WorkloadAction::Nothing {
             why: format!("the engine leaves its pods out: {why}")
@@ -309,7 +309,7 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         ..RolloutPlan::default()
     };
     assert_eq!(
-        workload_action(&plan, &web, &stale, &crate::test_fixtures::hints::SPELLING),
+        workload_action(&plan, &web, &stale, &crate::test_fixtures::MARKED),
         WorkloadAction::Restart {
             canary: true,
             reason: "sidecar logger:v1 changed".into(),
@@ -317,7 +317,7 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         }
     );
     assert_eq!(
-        workload_action(&plan, &api, &stale, &crate::test_fixtures::hints::SPELLING),
+        workload_action(&plan, &api, &stale, &crate::test_fixtures::MARKED),
         WorkloadAction::Waiting {
             message: "waits for the canary of logger:v1".into()
         }
@@ -335,28 +335,20 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         ..plan
     };
     assert_eq!(
-        workload_action(
-            &plan,
-            &failed,
-            &stale,
-            &crate::test_fixtures::hints::SPELLING
-        ),
+        workload_action(&plan, &failed, &stale, &crate::test_fixtures::MARKED),
         WorkloadAction::FailedEarlier {
             message: earlier.message
         },
         "a workload failed under the revision is not said to be excluded"
     );
-    let WorkloadAction::Nothing { why } = workload_action(
-        &plan,
-        &other,
-        &stale,
-        &crate::test_fixtures::hints::SPELLING,
-    ) else {
+    let WorkloadAction::Nothing { why } =
+        workload_action(&plan, &other, &stale, &crate::test_fixtures::MARKED)
+    else {
         panic!()
     };
     assert!(why.contains("not current"), "{why}");
     let WorkloadAction::Nothing { why } =
-        workload_action(&plan, &other, &[], &crate::test_fixtures::hints::SPELLING)
+        workload_action(&plan, &other, &[], &crate::test_fixtures::MARKED)
     else {
         panic!()
     };
@@ -527,7 +519,7 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
             unread,
             Some(&published),
             &manual,
-            &crate::test_fixtures::hints::SPELLING,
+            &crate::test_fixtures::MARKED,
         )
     };
     let explained = judged(json!({"injector/request": "logger:v1,metrics-agent:v1,tracer:v1"}));
@@ -535,7 +527,7 @@ fn configs_that_cannot_be_read_here_leave_the_decision_unknown_and_say_what_is_p
     assert_eq!(
         explained.message,
         format!(
-            "unknown here: the sidecar configs cannot be read ({unread}); the running injectors publish logger:v1 (revision 876339fe41bc), metrics-agent:v1 (revision 222e989f9b95), which the webhook injects unless the pod conflicts with its config; they publish no tracer:v1: the webhook denies the pod unless --on-missing-sidecar=allow"
+            "unknown here: the sidecar configs cannot be read ({unread}); the running injectors publish logger:v1 (revision 876339fe41bc), metrics-agent:v1 (revision 222e989f9b95), which the webhook injects unless the pod conflicts with its config; they publish no tracer:v1: the webhook denies the pod unless <on-missing-sidecar=allow>"
         )
     );
     let checks: Vec<(&str, bool, &str)> = explained
