@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 
-use super::args::*;
+use super::args::CertsArgs;
 use crate::serve::tls::{
     CA_CERT_FILE, CA_KEY_FILE, DevCa, DevCertificates, LEAF_CERT_FILE, LEAF_KEY_FILE,
     rfc3339 as date, subject_names, validity_from_now,

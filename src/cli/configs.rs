@@ -6,7 +6,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::args::*;
+use super::args::{
+    ConfigDirectoryArgs, ConfigMapArgs, DEFAULT_CONFIG_DIRECTORY, DEPLOYED_CONFIGMAP_LABELS,
+};
 use crate::config::{LoadReport, SidecarSet};
 use crate::sources::directory::load_config_directory;
 use crate::telemetry::notice;

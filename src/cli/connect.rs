@@ -7,7 +7,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::args::*;
+use super::args::{
+    ConfigDirectoryArgs, ConfigMapArgs, ConnectionArgs, DEFAULT_CONFIG_DIRECTORY, OneShotArgs,
+};
 use super::configs::{ConfigsUnread, one_shot_configs, print_config_problems};
 use crate::cluster::client::counted_client;
 use crate::cluster::status::InjectorState;

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Serialize;
 
-use super::args::*;
-use super::connect::*;
+use super::args::{ConnectionArgs, DriftArgs};
+use super::connect::{OneShot, revisions_in_force, status_of, status_refused};
 use super::fleet::{ClusterRead, ClusterState, InCluster};
 use crate::drift::{DriftReport, SidecarDrift, WorkloadDrift};
 use crate::telemetry::notice;

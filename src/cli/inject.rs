@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::args::*;
+use super::args::InjectArgs;
 use crate::annotations::AnnotationKeys;
 use crate::injection::InjectionSettings;
 use crate::injection::SkipReason;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::args::*;
+use super::args::{InjectionMode, ProcessEnv, ServeArgs};
 use crate::annotations::AnnotationKeys;
 use crate::cluster::client::{ClientMetrics, counted_client};
 use crate::engine::EngineMode;

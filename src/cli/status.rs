@@ -9,7 +9,7 @@ use anyhow::Context;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::args::*;
+use super::args::{ConnectionArgs, StatusArgs};
 use super::connect::one_shot_client;
 use crate::cluster::lease::{LeaseDecision, decide};
 use crate::cluster::status::{self, InjectorState, Publication, StateError};
@@ -330,6 +330,7 @@ fn campaign_row(sidecar: &str, c: &crate::rollout::Campaign, view: &StatusView) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args::{FleetArgs, OutputFormat};
 
     /// The state of `status` read, with no history and no Lease.
     fn state_of(status: k8s_openapi::api::core::v1::ConfigMap) -> InjectorState {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::args::*;
+use super::args::ValidateArgs;
 use crate::config::{LoadReport, Origin, configmap_origin, load_configmap_items, load_directory};
 use crate::sources::directory::{
     is_config_file_name, load_config_directory, read_config_directory, read_config_file,

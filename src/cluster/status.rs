@@ -15,12 +15,14 @@ mod publisher;
 mod snapshot;
 
 pub(crate) use crate::rollout::publication::*;
-pub(crate) use book_edits::*;
-pub(crate) use book_writer::*;
+pub(crate) use book_edits::{ResumeError, edit_book, read_book, resume_paused};
+pub(crate) use book_writer::{BookWrite, BookWriter};
 pub(crate) use codec::*;
-pub(crate) use history::*;
-pub(crate) use publisher::*;
-pub(crate) use snapshot::*;
+pub(crate) use history::{
+    HISTORY_CONFIGMAP, HISTORY_KEY, decode_history, history_object, read_history,
+};
+pub(crate) use publisher::{BookSignals, apply_book, run_publisher};
+pub(crate) use snapshot::{InjectorState, StateError, watch_status};
 
 #[cfg(test)]
 mod tests;

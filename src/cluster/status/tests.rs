@@ -2,6 +2,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use super::publisher::{after_failure, retry_delay};
 use super::*;
 use crate::config::RevisionsInForce;
 use crate::rollout::CampaignBook;
