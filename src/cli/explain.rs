@@ -33,7 +33,7 @@ use crate::workload::{PodWorkload, WorkloadKind, WorkloadRef, resource_name_and_
 
 mod controlled;
 mod live;
-use controlled::*;
+use controlled::{Owner, Via, pods_controlled};
 use live::Live;
 
 pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {

@@ -34,10 +34,10 @@ use tracing::Level;
 
 mod until_done;
 pub(crate) use super::args::LOOP_SAFETY_NET;
-use until_done::*;
+use until_done::act_until_done;
 
 mod standing;
-use standing::*;
+use standing::{CLI_LEASE_DURATION, LeaseHolder, Standing};
 
 mod waves;
 

@@ -550,5 +550,5 @@ fn what_changed(
 pub(super) mod campaigns;
 mod judge;
 
-use campaigns::*;
-use judge::*;
+use campaigns::{next_book, pause_campaigns, record_failures, settle_book};
+use judge::{Carrier, judge_carrier, replacement_progress, roll_or_fail, timeout_failure};
