@@ -1,7 +1,7 @@
 //! The sentences a person reads about what the core decided, with the flags and commands that
 //! act on it, written once here for the command line and for `serve` alike: drift's notes,
 //! the webhook's warnings on held sidecars, why a campaign paused, notices to `--notify-url`,
-//! what ends a wait. The core answers with data. (The webhook's and explain's sentences still
+//! what ends a wait, `status`'s table. The core answers with data. (The webhook's and explain's sentences still
 //! name the injector's settings through `SPELLING`.)
 
 mod drift_notes;
@@ -9,9 +9,11 @@ mod held;
 mod hints;
 mod notice;
 mod pause;
+mod status;
 
 pub(crate) use drift_notes::{ends, sidecar_note};
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;
 pub(crate) use notice::NoticePayload;
 pub(crate) use pause::{keep_pause_words, pause_reason, word_pauses};
+pub(crate) use status::{StatusView, campaign_row, status_view, write_status_table};
