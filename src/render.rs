@@ -9,6 +9,7 @@ mod held;
 mod hints;
 mod notice;
 mod pause;
+mod plan;
 mod status;
 
 pub(crate) use drift_notes::{ends, sidecar_note};
@@ -16,4 +17,5 @@ pub(crate) use held::new_pods;
 pub(crate) use hints::*;
 pub(crate) use notice::NoticePayload;
 pub(crate) use pause::{keep_pause_words, pause_reason, word_pauses};
+pub(crate) use plan::write_plan_table;
 pub(crate) use status::{StatusView, campaign_row, status_view, write_status_table};

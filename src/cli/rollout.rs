@@ -29,7 +29,6 @@ use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
 use crate::rollout::selection::{PodSummary, SelectionInput, select};
 use crate::telemetry::notice;
-use crate::workload::WorkloadRef;
 use tracing::Level;
 
 mod until_done;
@@ -591,50 +590,9 @@ fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow
     let mut out = std::io::stdout().lock();
     match output.document(plan)? {
         Some(document) => out.write_all(document.as_bytes())?,
-        None => {
-            writeln!(out, "{:<56} {:<8} REASON", "WORKLOAD", "ACTION")?;
-            for restart in &plan.restarts {
-                plan_row(
-                    &mut out,
-                    &restart.workload,
-                    restart.action(),
-                    &restart.reason,
-                )?;
-            }
-            for rolling in &plan.rolling {
-                writeln!(out, "{:<56} {:<8}", rolling.workload.to_string(), "rolling")?;
-            }
-            for waiting in &plan.waiting {
-                plan_row(&mut out, &waiting.workload, "wait", &waiting.message)?;
-            }
-            for earlier in &plan.failed_earlier {
-                plan_row(&mut out, &earlier.workload, "failed", &earlier.message)?;
-            }
-            if plan.restarts.is_empty() && plan.rolling.is_empty() && plan.waiting.is_empty() {
-                if plan.failed_earlier.is_empty() {
-                    writeln!(out, "{nothing}")?;
-                } else {
-                    writeln!(
-                        out,
-                        "nothing to restart: the workloads above failed under the revision in force"
-                    )?;
-                }
-            } else {
-                writeln!(out, "dry run: nothing restarted; pass --confirm to restart")?;
-            }
-        }
+        None => crate::render::write_plan_table(&mut out, plan, nothing)?,
     }
     Ok(())
-}
-
-/// A row of the plan's table: the workload, what is done to it, and why.
-fn plan_row(
-    out: &mut impl Write,
-    workload: &WorkloadRef,
-    action: &str,
-    reason: &str,
-) -> std::io::Result<()> {
-    writeln!(out, "{:<56} {action:<8} {reason}", workload.to_string())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use std::time::Instant;
 
 use super::*;
+use crate::workload::WorkloadRef;
 
 #[test]
 fn the_loop_wakes_at_the_soonest_moment_due_and_polls_nothing() {
