@@ -1,5 +1,5 @@
-//! Why a workload waits, as data, and the sentences that say it: the reason, how the command
-//! line spells what ends it ([`Hints`]), and the campaign book nearly full.
+//! Why a workload waits, as data, and the sentences that say it: the reason, and the
+//! campaign book nearly full. What ends each wait is said by the shell (`render::wait`).
 
 use std::fmt;
 
