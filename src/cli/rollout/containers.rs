@@ -1,0 +1,92 @@
+//! `rollout --sidecar-container-name`: the pods chosen by container name and start time,
+//! listed once and then watched, so that the run follows them as they are replaced.
+
+use super::*;
+
+/// `--sidecar-container-name`: the pod specs listed once (page by page, per included namespace
+/// when the run is limited to some), then a metadata watch that says which chosen pods remain.
+pub(super) async fn container_run(
+    client: &kube::Client,
+    args: &RolloutArgs,
+    options: &EngineOptions,
+    feed: &crate::cluster::drift_feed::DriftFeed,
+    started_before: Timestamp,
+) -> anyhow::Result<ContainerRun> {
+    let scopes: Vec<Api<Pod>> = if options.policy.include_namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        options
+            .policy
+            .include_namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    };
+    let mut pods = Vec::new();
+    for api in scopes {
+        let summaries = list_paged(&api, |pod| PodSummary::from_pod(&pod))
+            .await
+            .context("cannot list pods (with their specs) to find the named containers")?;
+        pods.extend(summaries);
+    }
+    let live = Arc::new(Mutex::new(HashSet::new()));
+    let mut listed = watch_live_pods(client.clone(), live.clone());
+    tokio::time::timeout(SYNC_DEADLINE, listed.wait_for(|l| *l))
+        .await
+        .context("the pods were not listed in time")?
+        .context("the pod watch stopped")?;
+    let selection = {
+        let index = feed.index.lock().expect("drift index lock");
+        let deployment_of = |ns: &str, rs: &str| index.deployment_of(ns, rs);
+        select(SelectionInput {
+            pods: &pods,
+            containers: &args.sidecar_container_name,
+            started_before,
+            policy: &options.policy,
+            deployment_of: &deployment_of,
+        })
+    };
+    Ok(ContainerRun { selection, live })
+}
+
+/// Keeps `live` equal to the uids of the pods that exist and are not terminating; the
+/// receiver turns true once the first list is in.
+fn watch_live_pods(
+    client: kube::Client,
+    live: Arc<Mutex<HashSet<String>>>,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let api: Api<PartialObjectMeta<Pod>> = Api::all(client);
+        // Terminating pods count as gone: they are on their way out.
+        let mut changes = watch(
+            api,
+            watcher::Config::default(),
+            "pod",
+            |pod: PartialObjectMeta<Pod>| {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                Some((uid, pod.metadata.deletion_timestamp.is_none()))
+            },
+        );
+        while let Some(change) = changes.next().await {
+            let mut live = live.lock().expect("live pods lock");
+            match change {
+                Change::Listed(pods) => {
+                    *live = pods
+                        .into_iter()
+                        .filter(|(_, running)| *running)
+                        .map(|(uid, _)| uid)
+                        .collect();
+                    let _ = listed_tx.send(true);
+                }
+                Change::Applied((uid, true)) => {
+                    live.insert(uid);
+                }
+                Change::Applied((uid, false)) | Change::Deleted((uid, _)) => {
+                    live.remove(&uid);
+                }
+            }
+        }
+    });
+    listed
+}
