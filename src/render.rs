@@ -4,7 +4,9 @@
 //! what ends a wait, `status`'s table. The core answers with data. (The webhook's and explain's sentences still
 //! name the injector's settings through `SPELLING`.)
 
+mod drift;
 mod drift_notes;
+mod fleet;
 mod held;
 mod hints;
 mod notice;
@@ -12,10 +14,14 @@ mod pause;
 mod plan;
 mod status;
 
+pub(crate) use drift::{fleet_document, write_drift_table};
 pub(crate) use drift_notes::{ends, sidecar_note};
+pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;
 pub(crate) use notice::NoticePayload;
 pub(crate) use pause::{keep_pause_words, pause_reason, word_pauses};
 pub(crate) use plan::write_plan_table;
-pub(crate) use status::{StatusView, campaign_row, status_view, write_status_table};
+pub(crate) use status::{
+    FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,
+};

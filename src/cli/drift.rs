@@ -5,12 +5,11 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use serde::Serialize;
 
 use super::args::{ConnectionArgs, DriftArgs};
 use super::connect::{OneShot, revisions_in_force, status_of, status_refused};
-use super::fleet::{ClusterRead, ClusterState, InCluster};
-use crate::drift::{DriftReport, SidecarDrift, WorkloadDrift};
+use crate::drift::DriftReport;
+use crate::render::{ClusterRead, fleet_document, write_drift_table};
 use crate::telemetry::notice;
 
 pub(crate) fn run(args: &DriftArgs) -> anyhow::Result<ExitCode> {
@@ -140,42 +139,6 @@ async fn cluster_report(
     Ok(report)
 }
 
-/// The report across clusters as `-o json` prints it: each cluster (with its error when it
-/// could not be read), then every sidecar and workload row, each naming its cluster.
-#[derive(Serialize)]
-struct FleetDrift<'a> {
-    clusters: Vec<ClusterState<'a>>,
-    sidecars: Vec<InCluster<'a, SidecarDrift>>,
-    workloads: Vec<InCluster<'a, WorkloadDrift>>,
-}
-
-fn fleet_document(reads: &[ClusterRead<DriftReport>]) -> FleetDrift<'_> {
-    let read = || {
-        reads
-            .iter()
-            .filter_map(|r| Some((r.cluster.as_str(), r.outcome.as_ref().ok()?)))
-    };
-    FleetDrift {
-        clusters: reads.iter().map(ClusterRead::state).collect(),
-        sidecars: read()
-            .flat_map(|(cluster, report)| {
-                report
-                    .sidecars
-                    .iter()
-                    .map(move |row| InCluster { cluster, row })
-            })
-            .collect(),
-        workloads: read()
-            .flat_map(|(cluster, report)| {
-                report
-                    .workloads
-                    .iter()
-                    .map(move |row| InCluster { cluster, row })
-            })
-            .collect(),
-    }
-}
-
 /// What an empty workload list means, said as kubectl says "No resources found in X
 /// namespace.": which namespaces were listed, and the filters that narrowed them.
 fn no_workload(args: &DriftArgs) -> String {
@@ -197,89 +160,6 @@ fn no_workload(args: &DriftArgs) -> String {
     } else {
         format!("(none {place} matches {})", filters.join(" and "))
     }
-}
-
-/// The report as a table: with a CLUSTER column first when `reads` are several clusters'
-/// (one that could not be read is a row with its error), without it for one cluster's.
-fn write_drift_table(out: &mut impl Write, reads: &[ClusterRead<DriftReport>]) -> io::Result<()> {
-    use crate::drift::DriftState;
-    let fleet = reads.len() > 1 || reads.iter().any(|r| !r.cluster.is_empty());
-    let width = super::fleet::cluster_width(reads);
-    let cluster = |name: &str| {
-        if fleet {
-            format!("{name:<width$} ")
-        } else {
-            String::new()
-        }
-    };
-    let counts = |pods: &crate::drift::StateCounts| {
-        DriftState::POD_STATES
-            .map(|s| format!("{:>10}", pods.get(s)))
-            .join(" ")
-    };
-    let header = DriftState::POD_STATES
-        .map(|s| format!("{:>10}", s.as_str().to_uppercase()))
-        .join(" ");
-    writeln!(
-        out,
-        "{}{:<24} {:<12} {header} {:>10} {:<9} NOTE",
-        cluster("CLUSTER"),
-        "SIDECAR",
-        "REVISION",
-        "NATIVE",
-        "CAMPAIGN"
-    )?;
-    for read in reads {
-        let report = match &read.outcome {
-            Ok(report) => report,
-            Err(err) => {
-                writeln!(out, "{}(not read) {err}", cluster(&read.cluster))?;
-                continue;
-            }
-        };
-        for sidecar in &report.sidecars {
-            let revision = sidecar.revision.as_deref().unwrap_or("(none)");
-            writeln!(
-                out,
-                "{}{:<24} {:<12} {} {:>10} {:<9} {}",
-                cluster(&read.cluster),
-                sidecar.name,
-                revision,
-                counts(&sidecar.pods),
-                sidecar.native,
-                sidecar.campaign.as_deref().unwrap_or("-"),
-                sidecar.note.as_deref().unwrap_or_default()
-            )?;
-        }
-    }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "{}{:<48} {:<20} {:<10} {:>4}  {:<7}  REASON",
-        cluster("CLUSTER"),
-        "WORKLOAD",
-        "SIDECAR",
-        "STATE",
-        "PODS",
-        "FORM"
-    )?;
-    for read in reads {
-        let Ok(report) = &read.outcome else { continue };
-        for w in &report.workloads {
-            let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
-            writeln!(
-                out,
-                "{}{workload:<48} {:<20} {:<10} {:>4}  {:<7}  {}",
-                cluster(&read.cluster),
-                w.sidecar,
-                w.state.as_str(),
-                w.pods.total(),
-                w.form.map_or("-", crate::drift::SidecarForm::as_str),
-                w.reason
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// Whether the status ConfigMap of `state` is there to be read for the report. Judged by the

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::Serialize;
 
 use super::args::{ConnectionArgs, FleetArgs};
+use crate::render::ClusterRead;
 
 /// The contexts to read, when the command reads several clusters (`None`: one, as before).
 pub(crate) fn contexts(
@@ -33,13 +33,6 @@ pub(crate) fn contexts(
         "--all-contexts: the kubeconfig has no context"
     );
     Ok(Some(names))
-}
-
-/// What was read of one cluster, or why it was not.
-#[derive(Debug)]
-pub(crate) struct ClusterRead<T> {
-    pub(crate) cluster: String,
-    pub(crate) outcome: Result<T, String>,
 }
 
 /// Reads every context's cluster with `read` (given the connection to that context alone),
@@ -77,31 +70,6 @@ where
     futures::future::join_all(reads).await
 }
 
-/// A row of a cluster's report, with the cluster named first (`-o json`).
-#[derive(Debug, Serialize)]
-pub(crate) struct InCluster<'a, T> {
-    pub(crate) cluster: &'a str,
-    #[serde(flatten)]
-    pub(crate) row: &'a T,
-}
-
-/// Each cluster of the report: read, or the error that kept it out.
-#[derive(Debug, Serialize)]
-pub(crate) struct ClusterState<'a> {
-    pub(crate) cluster: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<&'a str>,
-}
-
-impl<T> ClusterRead<T> {
-    pub(crate) fn state(&self) -> ClusterState<'_> {
-        ClusterState {
-            cluster: &self.cluster,
-            error: self.outcome.as_ref().err().map(String::as_str),
-        }
-    }
-}
-
 /// The exit status of a report across clusters: 0 when every cluster was read and nothing
 /// calls for attention; 1 when something is stale (as one cluster's report says it, with
 /// `--exit-code`); 3 when a cluster could not be read; 4 when both.
@@ -116,16 +84,6 @@ fn exit_code(stale: bool, unread: bool) -> u8 {
         (false, true) => 3,
         (true, true) => 4,
     }
-}
-
-/// The width of the CLUSTER column.
-pub(crate) fn cluster_width<T>(reads: &[ClusterRead<T>]) -> usize {
-    reads
-        .iter()
-        .map(|r| r.cluster.len())
-        .chain(["CLUSTER".len()])
-        .max()
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -6,12 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
 
 use super::args::{ConnectionArgs, StatusArgs};
 use super::connect::one_shot_client;
 use crate::cluster::status::{InjectorState, StateError};
-use crate::render::{StatusView, campaign_row, write_status_table};
+use crate::render::{FleetCluster, FleetStatus, StatusView, write_fleet_table, write_status_table};
 
 pub(crate) fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -63,84 +62,6 @@ async fn cluster_view(
     let client = one_shot_client(connection, "status").await?;
     let state = InjectorState::read(&client, &args.injector_namespace).await;
     view(&state, args, Timestamp::now())
-}
-
-/// `status` across clusters as `-o json` prints it: each cluster named, with its status or the
-/// error that kept it out.
-#[derive(Debug, Serialize)]
-struct FleetStatus<'a> {
-    clusters: Vec<FleetCluster<'a>>,
-}
-
-#[derive(Debug, Serialize)]
-struct FleetCluster<'a> {
-    #[serde(flatten)]
-    state: super::fleet::ClusterState<'a>,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    view: Option<&'a StatusView>,
-}
-
-/// Across clusters: who holds each cluster's Lease, then every campaign with its cluster
-/// first; a cluster that could not be read is a row with its error.
-fn write_fleet_table(
-    out: &mut impl Write,
-    reads: &[super::fleet::ClusterRead<StatusView>],
-    namespace: &str,
-) -> std::io::Result<()> {
-    let width = super::fleet::cluster_width(reads);
-    writeln!(
-        out,
-        "{:<width$} {:<9} ROLLOUT LEASE",
-        "CLUSTER", "INJECTORS"
-    )?;
-    for read in reads {
-        let cluster = &read.cluster;
-        match &read.outcome {
-            Err(err) => writeln!(out, "{cluster:<width$} (not read) {err}")?,
-            Ok(view) => {
-                let fresh = view.injectors.values().filter(|i| i.fresh).count();
-                let lease = match &view.lease.holder {
-                    Some(holder) => format!(
-                        "held by {holder} (mode {}) until {}",
-                        view.lease.mode.as_deref().unwrap_or("unknown"),
-                        view.lease.until.as_deref().unwrap_or_default()
-                    ),
-                    None => "free (no engine acts now)".to_owned(),
-                };
-                let injectors = format!("{fresh}/{}", view.injectors.len());
-                writeln!(out, "{cluster:<width$} {injectors:<9} {lease}")?;
-                if let Some(disagreement) = &view.disagreement {
-                    writeln!(out, "{cluster:<width$} warning: {disagreement}")?;
-                }
-            }
-        }
-    }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "{:<width$} {:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
-        "CLUSTER", "SIDECAR", "REVISION", "STATE", "PENDING", "ROLLING", "SUCCEEDED", "FAILED"
-    )?;
-    let mut none = true;
-    for read in reads {
-        let Ok(view) = &read.outcome else { continue };
-        for (sidecar, campaign) in &view.campaigns.campaigns {
-            none = false;
-            writeln!(
-                out,
-                "{:<width$} {}",
-                read.cluster,
-                campaign_row(sidecar, campaign, view)
-            )?;
-        }
-    }
-    if none {
-        writeln!(
-            out,
-            "(no rollout campaign recorded in {namespace} of any cluster read)"
-        )?;
-    }
-    Ok(())
 }
 
 /// `err`, and when the API server refused it (a user whose rights stop at a team's

@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use super::{ClusterRead, ClusterState, cluster_width};
 use crate::cluster::lease::{LeaseDecision, decide};
 use crate::cluster::status::{InjectorState, Publication, StateError, disagreeing};
 use crate::rollout::{BookOverflow, CampaignBook, to_the_second};
@@ -186,6 +187,84 @@ pub(crate) fn campaign_row(
         c.counts.failed,
         to_the_second(c.since.0)
     )
+}
+
+/// `status` across clusters as `-o json` prints it: each cluster named, with its status or the
+/// error that kept it out.
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetStatus<'a> {
+    pub(crate) clusters: Vec<FleetCluster<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetCluster<'a> {
+    #[serde(flatten)]
+    pub(crate) state: ClusterState<'a>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) view: Option<&'a StatusView>,
+}
+
+/// Across clusters: who holds each cluster's Lease, then every campaign with its cluster
+/// first; a cluster that could not be read is a row with its error.
+pub(crate) fn write_fleet_table(
+    out: &mut impl Write,
+    reads: &[ClusterRead<StatusView>],
+    namespace: &str,
+) -> std::io::Result<()> {
+    let width = cluster_width(reads);
+    writeln!(
+        out,
+        "{:<width$} {:<9} ROLLOUT LEASE",
+        "CLUSTER", "INJECTORS"
+    )?;
+    for read in reads {
+        let cluster = &read.cluster;
+        match &read.outcome {
+            Err(err) => writeln!(out, "{cluster:<width$} (not read) {err}")?,
+            Ok(view) => {
+                let fresh = view.injectors.values().filter(|i| i.fresh).count();
+                let lease = match &view.lease.holder {
+                    Some(holder) => format!(
+                        "held by {holder} (mode {}) until {}",
+                        view.lease.mode.as_deref().unwrap_or("unknown"),
+                        view.lease.until.as_deref().unwrap_or_default()
+                    ),
+                    None => "free (no engine acts now)".to_owned(),
+                };
+                let injectors = format!("{fresh}/{}", view.injectors.len());
+                writeln!(out, "{cluster:<width$} {injectors:<9} {lease}")?;
+                if let Some(disagreement) = &view.disagreement {
+                    writeln!(out, "{cluster:<width$} warning: {disagreement}")?;
+                }
+            }
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<width$} {:<24} {:<12} {:<9} {:>7} {:>7} {:>9} {:>6}  SINCE                 NOTE",
+        "CLUSTER", "SIDECAR", "REVISION", "STATE", "PENDING", "ROLLING", "SUCCEEDED", "FAILED"
+    )?;
+    let mut none = true;
+    for read in reads {
+        let Ok(view) = &read.outcome else { continue };
+        for (sidecar, campaign) in &view.campaigns.campaigns {
+            none = false;
+            writeln!(
+                out,
+                "{:<width$} {}",
+                read.cluster,
+                campaign_row(sidecar, campaign, view)
+            )?;
+        }
+    }
+    if none {
+        writeln!(
+            out,
+            "(no rollout campaign recorded in {namespace} of any cluster read)"
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

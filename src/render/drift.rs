@@ -1,0 +1,174 @@
+//! `drift`'s report as a table and, across a fleet, as one document.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::{ClusterRead, ClusterState, InCluster, cluster_width};
+use crate::drift::{DriftReport, SidecarDrift, WorkloadDrift};
+
+/// The report across clusters as `-o json` prints it: each cluster (with its error when it
+/// could not be read), then every sidecar and workload row, each naming its cluster.
+#[derive(Serialize)]
+pub(crate) struct FleetDrift<'a> {
+    clusters: Vec<ClusterState<'a>>,
+    sidecars: Vec<InCluster<'a, SidecarDrift>>,
+    workloads: Vec<InCluster<'a, WorkloadDrift>>,
+}
+
+pub(crate) fn fleet_document(reads: &[ClusterRead<DriftReport>]) -> FleetDrift<'_> {
+    let read = || {
+        reads
+            .iter()
+            .filter_map(|r| Some((r.cluster.as_str(), r.outcome.as_ref().ok()?)))
+    };
+    FleetDrift {
+        clusters: reads.iter().map(ClusterRead::state).collect(),
+        sidecars: read()
+            .flat_map(|(cluster, report)| {
+                report
+                    .sidecars
+                    .iter()
+                    .map(move |row| InCluster { cluster, row })
+            })
+            .collect(),
+        workloads: read()
+            .flat_map(|(cluster, report)| {
+                report
+                    .workloads
+                    .iter()
+                    .map(move |row| InCluster { cluster, row })
+            })
+            .collect(),
+    }
+}
+
+/// The report as a table: with a CLUSTER column first when `reads` are several clusters'
+/// (one that could not be read is a row with its error), without it for one cluster's.
+pub(crate) fn write_drift_table(
+    out: &mut impl Write,
+    reads: &[ClusterRead<DriftReport>],
+) -> io::Result<()> {
+    use crate::drift::DriftState;
+    let fleet = reads.len() > 1 || reads.iter().any(|r| !r.cluster.is_empty());
+    let width = cluster_width(reads);
+    let cluster = |name: &str| {
+        if fleet {
+            format!("{name:<width$} ")
+        } else {
+            String::new()
+        }
+    };
+    let counts = |pods: &crate::drift::StateCounts| {
+        DriftState::POD_STATES
+            .map(|s| format!("{:>10}", pods.get(s)))
+            .join(" ")
+    };
+    let header = DriftState::POD_STATES
+        .map(|s| format!("{:>10}", s.as_str().to_uppercase()))
+        .join(" ");
+    writeln!(
+        out,
+        "{}{:<24} {:<12} {header} {:>10} {:<9} NOTE",
+        cluster("CLUSTER"),
+        "SIDECAR",
+        "REVISION",
+        "NATIVE",
+        "CAMPAIGN"
+    )?;
+    for read in reads {
+        let report = match &read.outcome {
+            Ok(report) => report,
+            Err(err) => {
+                writeln!(out, "{}(not read) {err}", cluster(&read.cluster))?;
+                continue;
+            }
+        };
+        for sidecar in &report.sidecars {
+            let revision = sidecar.revision.as_deref().unwrap_or("(none)");
+            writeln!(
+                out,
+                "{}{:<24} {:<12} {} {:>10} {:<9} {}",
+                cluster(&read.cluster),
+                sidecar.name,
+                revision,
+                counts(&sidecar.pods),
+                sidecar.native,
+                sidecar.campaign.as_deref().unwrap_or("-"),
+                sidecar.note.as_deref().unwrap_or_default()
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{}{:<48} {:<20} {:<10} {:>4}  {:<7}  REASON",
+        cluster("CLUSTER"),
+        "WORKLOAD",
+        "SIDECAR",
+        "STATE",
+        "PODS",
+        "FORM"
+    )?;
+    for read in reads {
+        let Ok(report) = &read.outcome else { continue };
+        for w in &report.workloads {
+            let workload = format!("{}/{}/{}", w.kind, w.namespace, w.name);
+            writeln!(
+                out,
+                "{}{workload:<48} {:<20} {:<10} {:>4}  {:<7}  {}",
+                cluster(&read.cluster),
+                w.sidecar,
+                w.state.as_str(),
+                w.pods.total(),
+                w.form.map_or("-", crate::drift::SidecarForm::as_str),
+                w.reason
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(reads: &[ClusterRead<DriftReport>]) -> String {
+        let mut out = Vec::new();
+        write_drift_table(&mut out, reads).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn one_clusters_table_has_no_cluster_column_and_a_fleets_names_each_and_its_error() {
+        let one = table(&[ClusterRead {
+            cluster: String::new(),
+            outcome: Ok(DriftReport::default()),
+        }]);
+        assert!(one.starts_with("SIDECAR "), "{one}");
+        let fleet = table(&[
+            ClusterRead {
+                cluster: "prod-eu".into(),
+                outcome: Ok(DriftReport::default()),
+            },
+            ClusterRead {
+                cluster: "prod-us".into(),
+                outcome: Err("the cluster was not read within 30s".into()),
+            },
+        ]);
+        assert!(fleet.starts_with("CLUSTER SIDECAR "), "{fleet}");
+        assert!(
+            fleet.contains("prod-us (not read) the cluster was not read within 30s"),
+            "{fleet}"
+        );
+        let document = serde_json::to_value(fleet_document(&[ClusterRead {
+            cluster: "prod-us".into(),
+            outcome: Err("refused".into()),
+        }]))
+        .unwrap();
+        assert_eq!(
+            document["clusters"],
+            serde_json::json!([{"cluster": "prod-us", "error": "refused"}])
+        );
+    }
+}
