@@ -388,8 +388,7 @@ impl Engine {
     /// The plan's sentences written (`render`), and the words of its pauses kept in the
     /// book, which every later reader of a paused campaign shows.
     fn word(&mut self, plan: &mut RolloutPlan) {
-        crate::render::hint_plan(plan);
-        crate::render::word_pauses(plan);
+        crate::render::word_plan(plan);
         crate::render::keep_pause_words(plan, &mut self.state.book);
     }
 

@@ -20,8 +20,15 @@ pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;
 pub(crate) use notice::NoticePayload;
-pub(crate) use pause::{keep_pause_words, pause_reason, word_pauses};
+pub(crate) use pause::{keep_pause_words, pause_reason};
 pub(crate) use plan::write_plan_table;
 pub(crate) use status::{
     FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,
 };
+
+/// The plan's sentences, as everything that shows a plan reads them: what ends each wait, how
+/// a workload an earlier failure left stale is rolled back, why a campaign paused.
+pub(crate) fn word_plan(plan: &mut crate::rollout::RolloutPlan) {
+    hint_plan(plan);
+    pause::word_pauses(plan);
+}

@@ -12,7 +12,7 @@ use super::args::{
 };
 use super::configs::{ConfigsUnread, one_shot_configs, print_config_problems};
 use crate::cluster::client::counted_client;
-use crate::cluster::status::InjectorState;
+use crate::cluster::status::{InjectorState, StateError};
 use crate::config::SidecarSet;
 use crate::sources::directory::load_config_directory;
 use crate::telemetry::notice;
@@ -23,15 +23,19 @@ use tracing::Level;
 pub(crate) fn status_of(
     state: &InjectorState,
 ) -> anyhow::Result<Option<&k8s_openapi::api::core::v1::ConfigMap>> {
-    state.status().map_err(|err| {
-        let refused = err.refused();
-        let err = anyhow::Error::new(err);
-        if refused {
-            err.context(StatusRefused)
-        } else {
-            err
-        }
-    })
+    state
+        .status()
+        .map_err(|err| with_refusal_hint(err, StatusRefused))
+}
+
+/// `err`, with `hint` (who can grant it, and how) when the API server refused the read.
+pub(crate) fn with_refusal_hint<H>(err: StateError, hint: H) -> anyhow::Error
+where
+    H: std::fmt::Display + std::fmt::Debug + Send + Sync + 'static,
+{
+    let refused = err.refused();
+    let err = anyhow::Error::new(err);
+    if refused { err.context(hint) } else { err }
 }
 
 /// The status ConfigMap was refused: what it is for, and how a platform admin lets every user
@@ -56,9 +60,9 @@ pub(crate) fn injectors_of(
 }
 
 /// The campaign book of `state` (empty: none yet); unread or malformed, an error.
-pub(crate) fn book_of(state: &InjectorState) -> anyhow::Result<crate::rollout::CampaignBook> {
+pub(crate) fn book_of(state: &InjectorState) -> anyhow::Result<&crate::rollout::CampaignBook> {
     status_of(state)?;
-    Ok(state.book()?.clone())
+    Ok(state.book()?)
 }
 
 /// The revisions pods are judged and restarted by, under the `--revisions-from` rule: what
@@ -320,7 +324,7 @@ pub(crate) fn manifest_configs(
             );
         }
         let state = InjectorState::read(&client, injector_namespace).await;
-        let new_pods = crate::render::new_pods(&book_of(&state)?, &sidecars);
+        let new_pods = crate::render::new_pods(book_of(&state)?, &sidecars);
         warn_where_the_webhook_differs(status_of(&state)?, &new_pods.pinned, published_max_age);
         Ok(new_pods.served)
     })

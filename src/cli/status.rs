@@ -8,8 +8,8 @@ use anyhow::Context;
 use k8s_openapi::jiff::Timestamp;
 
 use super::args::{ConnectionArgs, StatusArgs};
-use super::connect::one_shot_client;
-use crate::cluster::status::{InjectorState, StateError};
+use super::connect::{one_shot_client, with_refusal_hint};
+use crate::cluster::status::InjectorState;
 use crate::render::{FleetCluster, FleetStatus, StatusView, write_fleet_table, write_status_table};
 
 pub(crate) fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
@@ -64,18 +64,6 @@ async fn cluster_view(
     view(&state, args, Timestamp::now())
 }
 
-/// `err`, and when the API server refused it (a user whose rights stop at a team's
-/// namespaces), who can grant it and how.
-fn refused_hint(err: StateError) -> anyhow::Error {
-    let refused = err.refused();
-    let err = anyhow::Error::new(err);
-    if refused {
-        err.context(StatusObjectsRefused)
-    } else {
-        err
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 #[error(
     "the injector's status ConfigMap and rollout Lease are refused to you: a platform admin can let every user read them (deploy/components/status-readers)"
@@ -84,8 +72,9 @@ struct StatusObjectsRefused;
 
 /// The status view of `state`; the status ConfigMap or the Lease refused, who can grant them.
 fn view(state: &InjectorState, args: &StatusArgs, now: Timestamp) -> anyhow::Result<StatusView> {
-    state.status().map_err(refused_hint)?;
-    state.lease().map_err(refused_hint)?;
+    let refused = |err| with_refusal_hint(err, StatusObjectsRefused);
+    state.status().map_err(refused)?;
+    state.lease().map_err(refused)?;
     Ok(crate::render::status_view(
         state,
         args.published_max_age,

@@ -91,7 +91,6 @@ pub(crate) fn plan_now(
             },
         )
         .plan;
-    crate::render::hint_plan(&mut plan);
-    crate::render::word_pauses(&mut plan);
+    crate::render::word_plan(&mut plan);
     plan
 }

@@ -41,7 +41,7 @@ impl Live {
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
         let book = crate::cli::connect::book_of(&state)?;
-        let served = crate::render::new_pods(&book, &sidecars).served;
+        let served = crate::render::new_pods(book, &sidecars).served;
         let served = crate::cli::connect::for_the_nodes(&client, served).await;
         let injectors = crate::cli::connect::injectors_of(&state)?;
         let published = revisions_in_force(injectors, &args.cluster, &configs_unread)?;

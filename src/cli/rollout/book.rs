@@ -208,7 +208,7 @@ async fn pin_revision(
         pin,
     } = crate::rollout::book_commands::pin_request(
         history,
-        &book,
+        book,
         spec,
         published.as_ref(),
         sidecars,
