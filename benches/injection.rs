@@ -111,9 +111,7 @@ fn bench_pod(c: &mut Criterion, label: &str, bytes: &[u8], sidecars: &SidecarSet
     }))
     .unwrap();
     group.bench_function("review: body in, reply out", |b| {
-        b.iter(|| {
-            sidecar_injector::admission::review(black_box(&review), sidecars, &settings).unwrap()
-        })
+        b.iter(|| sidecar_injector::serve::review(black_box(&review), sidecars, &settings).unwrap())
     });
     // What reading the body costs at the least: every byte scanned, nothing kept.
     group.bench_function("baseline: skim the review (IgnoredAny)", |b| {

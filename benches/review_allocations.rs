@@ -16,7 +16,7 @@ fn main() {
     let body = review::review_body();
     let sidecars = review::sidecars();
     let settings = sidecar_injector::injection::InjectionSettings::default();
-    let answer = || sidecar_injector::admission::review(&body, &sidecars, &settings).unwrap();
+    let answer = || sidecar_injector::serve::review(&body, &sidecars, &settings).unwrap();
     // The first review fills what is built once (lazy statics), not per request.
     let first = answer();
     assert_eq!(

@@ -325,7 +325,7 @@ fn floor_server(cert: &Path, key: &Path, answer: FloorAnswer) {
                     "/mutate",
                     post(move |body: axum::body::Bytes| async move {
                         let answer =
-                            sidecar_injector::admission::review(&body, &sidecars, &settings)
+                            sidecar_injector::serve::review(&body, &sidecars, &settings)
                                 .unwrap();
                         ([("content-type", "application/json")], answer.body)
                     }),

@@ -1,11 +1,13 @@
 //! The sentences a person reads about what the core decided, with the flags and commands that
 //! act on it, written once here for the command line and for `serve` alike: drift's notes,
 //! the webhook's warnings on held sidecars, why a campaign paused, notices to `--notify-url`,
-//! what ends a wait, `status`'s table. The core answers with data. (The webhook's and explain's sentences still
-//! name the injector's settings through `SPELLING`.)
+//! what ends a wait, `status`'s table, the webhook's warnings and refusals, `explain`'s answer.
+//! The core answers with data.
 
+mod admission;
 mod drift;
 mod drift_notes;
+mod explain;
 mod fleet;
 mod held;
 mod hints;
@@ -14,8 +16,10 @@ mod pause;
 mod plan;
 mod status;
 
+pub(crate) use admission::admission_message;
 pub(crate) use drift::{fleet_document, write_drift_table};
 pub(crate) use drift_notes::{ends, sidecar_note};
+pub(crate) use explain::{Document as ExplanationDocument, Page as ExplanationPage, skip_reason};
 pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;

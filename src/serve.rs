@@ -17,6 +17,7 @@ mod certificates;
 use certificates::{record_expiry, spawn_certificate_reloader, tls_files};
 pub(crate) mod connection;
 pub(crate) mod http;
+mod review;
 pub mod tls;
 
 use crate::cluster::events::recorder;
@@ -28,6 +29,7 @@ use crate::sources::{
 };
 use acceptor::WrapAcceptor;
 pub(crate) use http::{Readiness, ReadinessStep, WebhookState, lifecycle_router, webhook_router};
+pub use review::review;
 use tls::{DevCertificates, not_after, server_config_from_files};
 
 /// What a flag that works on the cluster is told when `serve` has no connection to one.

@@ -15,9 +15,10 @@ use base64::Engine;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use serde_json::Value;
-use sidecar_injector::admission::{AdmissionResult, review};
+use sidecar_injector::admission::AdmissionResult;
 use sidecar_injector::config::{LoadedSidecar, SidecarSet, parse_config};
 use sidecar_injector::injection::InjectionSettings;
+use sidecar_injector::serve::review;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -10,7 +10,6 @@ use std::path::Path;
 
 use base64::Engine;
 use serde_json::{Value, json};
-use sidecar_injector::admission;
 use sidecar_injector::annotations::AnnotationKeys;
 use sidecar_injector::config::{
     LoadReport, Unreadable, configmap_origin, load_configmap_items, load_directory,
@@ -181,8 +180,12 @@ fn pods_come_out_as_tumblrs_injector_makes_them() {
                 "object": pod,
             }
         });
-        let answer = admission::review(&serde_json::to_vec(&review).unwrap(), &sidecars, &settings)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let answer = sidecar_injector::serve::review(
+            &serde_json::to_vec(&review).unwrap(),
+            &sidecars,
+            &settings,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         let reply: Value = serde_json::from_slice(&answer.body).unwrap();
         let response = &reply["response"];
         let expect = &case["expect"];

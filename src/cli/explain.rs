@@ -21,6 +21,7 @@ use super::connect::{ClusterListRefused, OneShot, revisions_in_force, synced_fee
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::NamespaceReach;
 use crate::config::SidecarSet;
+use crate::render::{ExplanationDocument, ExplanationPage};
 
 use crate::explain::{
     Explanation, InjectionExplanation, PodState, SidecarDrift, WorkloadAction, WorkloadPods,
@@ -51,11 +52,16 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     // One answer is the object itself; several are listed as kubectl lists several objects.
     #[derive(serde::Serialize)]
     struct Items<'a> {
-        items: &'a [Explanation],
+        items: Vec<ExplanationDocument<'a>>,
     }
     let document = match explanations.as_slice() {
-        [one] => args.cluster.output.document(one)?,
-        items => args.cluster.output.document(&Items { items })?,
+        [one] => args
+            .cluster
+            .output
+            .document(&ExplanationDocument::of(one))?,
+        items => args.cluster.output.document(&Items {
+            items: items.iter().map(ExplanationDocument::of).collect(),
+        })?,
     };
     match document {
         Some(document) => out.write_all(document.as_bytes())?,
@@ -64,7 +70,7 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
                 if position > 0 {
                     writeln!(out)?;
                 }
-                write!(out, "{explanation}")?;
+                write!(out, "{}", ExplanationPage(explanation))?;
             }
         }
     }
@@ -80,7 +86,6 @@ fn policy(args: &ExplainArgs) -> crate::drift::DriftPolicy {
 
 fn settings(args: &ExplainArgs) -> InjectionSettings {
     InjectionSettings {
-        spelling: &crate::render::SPELLING,
         keys: AnnotationKeys::new(&args.cluster.annotation_namespace),
         ignored_namespaces: args.cluster.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar.0,

@@ -20,7 +20,6 @@ use tracing::Level;
 pub(crate) fn run(args: &InjectArgs) -> anyhow::Result<ExitCode> {
     let sidecars = args.source.sidecars("inject")?;
     let settings = InjectionSettings {
-        spelling: &crate::render::SPELLING,
         keys: AnnotationKeys::new(&args.annotation_namespace),
         ignored_namespaces: args.ignore_namespaces.namespaces(),
         on_missing_sidecar: args.on_missing_sidecar.0,
@@ -105,12 +104,13 @@ fn skip_message(
     match reason {
         SkipReason::NoRequest => {
             let other = other_request_key(document, &settings.keys.request)?;
-            Some(format!(
-                "no {} annotation, but {other} is set: is {} right?",
-                settings.keys.request, settings.spelling.annotation_namespace
-            ))
+            let reason = SkipReason::OtherAnnotationNamespace {
+                key: other,
+                ours: settings.keys.request.clone(),
+            };
+            crate::render::skip_reason(&reason, &settings.keys)
         }
-        _ => reason.describe(settings),
+        _ => crate::render::skip_reason(reason, &settings.keys),
     }
 }
 

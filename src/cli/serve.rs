@@ -77,7 +77,6 @@ pub(crate) fn run(args: ServeArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode>
         default_tls_key_file: PathBuf::from(DEFAULT_TLS_KEY_FILE),
         config_directory: args.configs.config_directory,
         settings: InjectionSettings {
-            spelling: &crate::render::SPELLING,
             keys: AnnotationKeys::new(&args.annotation_namespace),
             ignored_namespaces: ignored,
             on_missing_sidecar: args.on_missing_sidecar.0,

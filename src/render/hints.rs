@@ -2,7 +2,6 @@
 //! spells them. The core names a wait, a pause or an exclusion; only here is it said which
 //! flag or command a person uses about it.
 
-use crate::injection::Spelling;
 use crate::rollout::WaitReason;
 use crate::rollout::selection::NotSelected;
 
@@ -106,15 +105,6 @@ pub(crate) fn skipped(why: &NotSelected) -> String {
     }
 }
 
-/// How the webhook's and `explain`'s sentences name the injector's settings.
-pub(crate) static SPELLING: Spelling = Spelling {
-    on_missing_sidecar_allow: "--on-missing-sidecar=allow",
-    on_missing_sidecar_deny: "--on-missing-sidecar=deny",
-    ignore_namespace: "--ignore-namespace",
-    annotation_namespace: "--annotation-namespace",
-    drift: "`sidecar-injector drift`",
-};
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,29 +199,6 @@ mod tests {
         assert_eq!(
             skipped(&NotSelected::Job("job".into())),
             "owned by Job job, which is not restarted"
-        );
-    }
-
-    #[test]
-    fn the_webhooks_and_explains_sentences_name_the_settings_as_flags() {
-        use crate::injection::{InjectionSettings, SkipReason};
-        let settings = InjectionSettings {
-            spelling: &SPELLING,
-            ..Default::default()
-        };
-        assert_eq!(
-            SkipReason::IgnoredNamespace("kube-system".into())
-                .describe(&settings)
-                .as_deref(),
-            Some("namespace kube-system is ignored (--ignore-namespace)")
-        );
-        let missing = vec![crate::name::SidecarName::parse("logger:v9").unwrap()];
-        let nothing = SkipReason::NothingFound(missing).describe(&settings);
-        assert!(
-            nothing
-                .as_deref()
-                .is_some_and(|d| d.ends_with("let through by --on-missing-sidecar=allow")),
-            "{nothing:?}"
         );
     }
 }

@@ -403,7 +403,7 @@ async fn answer(
     };
     let review = if bytes.len() <= INLINE_REVIEW_BYTES {
         let sidecars = state.sidecars.borrow().clone();
-        admission::review(&bytes, &sidecars, &state.settings)
+        super::review(&bytes, &sidecars, &state.settings)
     } else {
         review_off_workers(state.clone(), bytes).await?
     };
@@ -442,7 +442,7 @@ async fn review_off_workers(
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let sidecars = shared.sidecars.borrow().clone();
-            admission::review(&bytes, &sidecars, &shared.settings)
+            super::review(&bytes, &sidecars, &shared.settings)
         })
         .await
     };
@@ -572,7 +572,11 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
         RequestResult::Answered(answer.result),
         started.elapsed().as_secs_f64(),
     );
-    let message = answer.message.as_deref().unwrap_or_default();
+    let message = answer
+        .message
+        .as_ref()
+        .map(crate::render::admission_message)
+        .unwrap_or_default();
     let (uid, namespace, pod) = (&answer.uid, &answer.namespace, &answer.pod);
     let result = answer.result.as_str();
     match answer.result {

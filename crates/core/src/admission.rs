@@ -92,8 +92,8 @@ pub struct Answer {
     pub pod: String,
     /// Per requested sidecar: the label for the metric and what happened to it.
     pub sidecars: Vec<(String, SidecarResult)>,
-    /// The denial message or the warning, when there is one.
-    pub message: Option<String>,
+    /// The denial or the warning, when there is one.
+    pub message: Option<AdmissionMessage>,
     /// Warnings beside the message (an injected sidecar whose campaign is paused).
     pub warnings: Vec<String>,
     /// The pod requested sidecars under another annotation namespace than ours.
@@ -153,11 +153,51 @@ const MAX_ERROR_CHARS: usize = 1024;
 /// becomes a label value of its own.
 pub const UNKNOWN_SIDECAR_LABEL: &str = "(unknown)";
 
-/// Answers one AdmissionReview body.
+/// What the webhook tells the pod's creator (a warning) or the API server (a refusal), as
+/// data: the webhook's edge words it, naming the settings as its deployment spells them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmissionMessage {
+    /// Sidecars a Job's (or CronJob's) pods would run as regular containers, which keep them
+    /// from completing.
+    ClassicInJob {
+        sidecars: Vec<String>,
+        kind: String,
+    },
+    /// The request is not for a core Pod.
+    NotAPodRequest {
+        group_version: String,
+        kind: String,
+    },
+    /// The object in the request is not a Pod.
+    NotAPod {
+        kind: String,
+    },
+    /// The pod cannot be read (the parser's words, bounded), or the request carries none.
+    Unreadable(Option<String>),
+    /// Requested sidecars no config defines, let through by the missing-sidecar policy.
+    Missing(Vec<crate::name::SidecarName>),
+    /// The request annotation does not parse, let through by the missing-sidecar policy.
+    InvalidRequest {
+        annotation: String,
+        error: crate::name::NameError,
+    },
+    /// No request under our annotation (`ours`), but one under another prefix (`key`).
+    OtherAnnotationNamespace {
+        key: String,
+        ours: String,
+    },
+    Denied(Denial),
+}
+
+/// How the webhook's edge words a message.
+pub type Words = fn(&AdmissionMessage) -> String;
+
+/// Answers one AdmissionReview body, its message worded by `words`.
 pub fn review(
     body: &[u8],
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
+    words: Words,
 ) -> Result<Answer, ReviewError> {
     // The whole body is checked for UTF-8 at once: read from a `str`, the parser does not
     // check each string it keeps again (about 1 µs of the 8 KB review's 13).
@@ -170,11 +210,11 @@ pub fn review(
     // One pass over the body in the normal case. Only when it fails is the body read again,
     // with the object kept raw, to tell a broken envelope from a broken (or non-Pod) object.
     match serde_json::from_str::<ReviewIn<'_, PodView<'_>>>(body) {
-        Ok(review) => review.answer(Ok, sidecars, settings),
+        Ok(review) => review.answer(Ok, sidecars, settings, words),
         Err(_) => {
             let review: ReviewIn<'_, &RawValue> =
                 serde_json::from_str(body).map_err(|e| ReviewError::Unreadable(e.to_string()))?;
-            review.answer(read_raw_pod, sidecars, settings)
+            review.answer(read_raw_pod, sidecars, settings, words)
         }
     }
 }
@@ -194,12 +234,20 @@ impl<'a, O> ReviewIn<'a, O> {
         read_object: impl FnOnce(Option<O>) -> PodParse<'a>,
         sidecars: &SidecarSet,
         settings: &InjectionSettings,
+        words: Words,
     ) -> Result<Answer, ReviewError> {
         let request = self.request.map(|r| {
             let (envelope, object) = r.into_parts();
             (envelope, read_object(object))
         });
-        answer_review(self.api_version, self.kind, request, sidecars, settings)
+        answer_review(
+            self.api_version,
+            self.kind,
+            request,
+            sidecars,
+            settings,
+            words,
+        )
     }
 }
 
@@ -231,6 +279,7 @@ fn answer_review(
     request: Option<(RequestEnvelope<'_>, PodParse<'_>)>,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
+    words: Words,
 ) -> Result<Answer, ReviewError> {
     let api_version = api_version.as_deref().unwrap_or_default();
     let kind = kind.as_deref().unwrap_or_default();
@@ -256,7 +305,8 @@ fn answer_review(
     PATCH_SCRATCH.with_borrow_mut(|patch| {
         patch.clear();
         let outcome = decide_outcome(&request, object, &mut answer, sidecars, settings, patch);
-        answer.body = encode_reply(api_version, &answer, outcome, patch);
+        let message = answer.message.as_ref().map(words);
+        answer.body = encode_reply(api_version, &answer, message.as_deref(), outcome, patch);
         // A huge patch (up to MAX_PATCH_BYTES) is not kept for the thread's lifetime.
         if patch.capacity() > KEPT_PATCH_CAPACITY {
             *patch = Vec::new();
@@ -321,16 +371,15 @@ fn decide_outcome(
         // serde quotes the values it could not read: a pod's creator chooses their size.
         Err(err) => {
             let error = crate::name::elided(&err.to_string(), MAX_ERROR_CHARS);
-            return invalid_pod(answer, format!("cannot read the pod: {error}"));
+            return invalid_pod(answer, Some(error));
         }
-        Ok(None) => return invalid_pod(answer, "the request carries no pod".to_owned()),
+        Ok(None) => return invalid_pod(answer, None),
     };
     if let Some(kind) = pod.kind.as_deref().filter(|kind| *kind != "Pod") {
         answer.result = AdmissionResult::NotAPod;
-        answer.message = Some(format!(
-            "sidecar-injector only mutates Pods; this object is a {}, let through unchanged",
-            crate::name::quoted(kind)
-        ));
+        answer.message = Some(AdmissionMessage::NotAPod {
+            kind: kind.to_owned(),
+        });
         return allow;
     }
     // Unvalidated yet (the API server validates after mutating admission): bounded as the
@@ -350,7 +399,7 @@ fn decide_outcome(
         );
     }
     match decide(&pod, &answer.namespace, sidecars, settings) {
-        Decision::Skip(reason) => skipped(answer, &reason, settings),
+        Decision::Skip(reason) => skipped(answer, &reason),
         Decision::Inject(injection) => injected(answer, &injection, sidecars, patch),
         Decision::Deny(denial) => denied(answer, &denial),
     }
@@ -364,7 +413,7 @@ fn classic_in_job(
     namespace: &str,
     sidecars: &SidecarSet,
     settings: &InjectionSettings,
-) -> Option<String> {
+) -> Option<AdmissionMessage> {
     let spec = job.spec.as_ref()?;
     let template = match (&spec.template, &spec.job_template) {
         (Some(template), _) => template,
@@ -379,17 +428,14 @@ fn classic_in_job(
         ..crate::injection::NativeFor::of(template, &settings.keys, sidecars.nodes())
     };
     let classic = pod.keeping_the_job_running(&injection, sidecars);
-    (!classic.is_empty()).then(|| {
-        format!(
-            "sidecar(s) {} would be injected into this {}'s pods as regular containers, which keep running after the Job's own containers exit: the Job never completes; `nativeSidecars: true` in the config injects them as native sidecars (Kubernetes 1.29+), which stop with the Job",
-            classic.join(", "),
-            job.kind.as_deref().unwrap_or("Job")
-        )
+    (!classic.is_empty()).then(|| AdmissionMessage::ClassicInJob {
+        sidecars: classic,
+        kind: job.kind.as_deref().unwrap_or("Job").to_owned(),
     })
 }
 
 /// The warning for a request that is not for a core Pod, which passes unchanged.
-fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<String> {
+fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<AdmissionMessage> {
     if object_kind.kind == "Pod" && object_kind.group.is_empty() {
         return None;
     }
@@ -398,13 +444,13 @@ fn not_a_pod_request(object_kind: &KindIn<'_>) -> Option<String> {
     } else {
         format!("{}/{}", object_kind.group, object_kind.version)
     };
-    Some(format!(
-        "sidecar-injector only mutates Pods; this request is for {group_version} {}, let through unchanged",
-        object_kind.kind
-    ))
+    Some(AdmissionMessage::NotAPodRequest {
+        group_version,
+        kind: object_kind.kind.to_string(),
+    })
 }
 
-fn skipped(answer: &mut Answer, reason: &SkipReason, settings: &InjectionSettings) -> Outcome {
+fn skipped(answer: &mut Answer, reason: &SkipReason) -> Outcome {
     answer.tumblr_reason = match reason {
         SkipReason::NoRequest | SkipReason::OtherAnnotationNamespace { .. } => "no_annotation",
         SkipReason::AlreadyInjected => "already_injected",
@@ -417,21 +463,21 @@ fn skipped(answer: &mut Answer, reason: &SkipReason, settings: &InjectionSetting
                 .iter()
                 .map(|_| (UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound))
                 .collect();
-            answer.message = Some(missing_message(missing));
+            answer.message = Some(AdmissionMessage::Missing(missing.clone()));
         }
         SkipReason::InvalidRequest { annotation, error } => {
             answer.sidecars = vec![(UNKNOWN_SIDECAR_LABEL.to_owned(), SidecarResult::NotFound)];
-            answer.message = Some(format!(
-                "annotation {annotation}: {error}; not injected, let through by {}",
-                settings.spelling.on_missing_sidecar_allow
-            ));
+            answer.message = Some(AdmissionMessage::InvalidRequest {
+                annotation: annotation.clone(),
+                error: error.clone(),
+            });
         }
         SkipReason::OtherAnnotationNamespace { key, ours } => {
             answer.other_annotation_namespace = true;
-            answer.message = Some(format!(
-                "not injected: the pod requests sidecars with {key}, but this injector reads {ours}; is {} right?",
-                settings.spelling.annotation_namespace
-            ));
+            answer.message = Some(AdmissionMessage::OtherAnnotationNamespace {
+                key: key.clone(),
+                ours: ours.clone(),
+            });
         }
         _ => {}
     }
@@ -470,7 +516,7 @@ fn injected(
         )
         .collect();
     if !injection.missing.is_empty() {
-        answer.message = Some(missing_message(&injection.missing));
+        answer.message = Some(AdmissionMessage::Missing(injection.missing.clone()));
     }
     answer.warnings = injection
         .injected
@@ -533,21 +579,26 @@ fn denied(answer: &mut Answer, denial: &Denial) -> Outcome {
         | Denial::TooManyContainers { .. }
         | Denial::PatchTooLarge => Vec::new(),
     };
-    answer.message = Some(denial.to_string());
+    answer.message = Some(AdmissionMessage::Denied(denial.clone()));
     Outcome::Refuse { code: 403 }
 }
 
-fn invalid_pod(answer: &mut Answer, message: String) -> Outcome {
+fn invalid_pod(answer: &mut Answer, message: Option<String>) -> Outcome {
     answer.result = AdmissionResult::InvalidPod;
     answer.tumblr_reason = "unmarshal_error";
-    answer.message = Some(message);
+    answer.message = Some(AdmissionMessage::Unreadable(message));
     Outcome::Refuse { code: 400 }
 }
 
 /// The AdmissionReview reply: the uid echoed, the request's apiVersion, and the outcome. A
 /// message goes in the status of a refusal and in the warnings of an allowed request.
-fn encode_reply(api_version: &str, answer: &Answer, outcome: Outcome, patch: &[u8]) -> Vec<u8> {
-    let message = answer.message.as_deref();
+fn encode_reply(
+    api_version: &str,
+    answer: &Answer,
+    message: Option<&str>,
+    outcome: Outcome,
+    patch: &[u8],
+) -> Vec<u8> {
     let (allowed, patch, status, warnings) = match outcome {
         Outcome::Allow { patched } => (
             true,
@@ -611,15 +662,3 @@ struct StatusOut<'a> {
     code: u16,
     message: &'a str,
 }
-
-fn missing_message(missing: &[crate::name::SidecarName]) -> String {
-    let names: Vec<String> = missing
-        .iter()
-        .map(|n| format!("\"{}\"", crate::name::quoted(&n.to_string())))
-        .collect();
-    format!("sidecar(s) not found, not injected: {}", names.join(", "))
-}
-
-#[cfg(test)]
-#[allow(clippy::too_many_lines)] // a test reads as one scenario
-mod tests;

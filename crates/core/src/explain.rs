@@ -1,10 +1,9 @@
-//! `explain`'s answer, from values (no I/O): why a pod, or the pods of a workload's template,
-//! are or are not injected, the drift state of each sidecar a live pod asks for, and what the
-//! rollout engine plans for its workload. The command gathers the values (a file, or the
-//! cluster) and prints this.
+//! `explain`'s answer as data, from values (no I/O, no sentences): why a pod, or the pods of
+//! a workload's template, are or are not injected, the drift state of each sidecar a live pod
+//! asks for, and what the rollout engine plans for its workload. The command gathers the
+//! values (a file, or the cluster); the rendering layer words this.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::Serialize;
 
@@ -13,9 +12,10 @@ use crate::config::revision::stamp_items;
 use crate::config::{RevisionsInForce, SidecarSet};
 use crate::drift::{DriftState, sidecar_state};
 use crate::injection::{
-    Decision, InjectionSettings, MissingSidecarPolicy, PodView, Spelling, decide,
+    Decision, Denial, InjectionSettings, MissingSidecarPolicy, PodView, SkipReason, decide,
 };
 use crate::name::SidecarName;
+use crate::nodes::NativeSupport;
 use crate::rollout::RolloutPlan;
 use crate::workload::WorkloadRef;
 pub use resources::{PodResourcesChange, RequestsChange};
@@ -24,11 +24,61 @@ use resources::{patched, pod_resources_change, requests_change};
 mod resources;
 
 /// One check of the webhook's, in the order it makes them, with what it found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
-    pub check: String,
     pub passed: bool,
-    pub detail: String,
+    pub finding: Finding,
+}
+
+/// What one check looked at, as values; the rendering layer words it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    /// Whether the API server calls the webhook for the pod, and what selects it or leaves
+    /// it out.
+    WebhookCalled(String),
+    /// The request annotation (`key`): its value, or the request annotation of another
+    /// prefix set instead (`other`).
+    Request {
+        key: String,
+        value: Option<String>,
+        other: Option<String>,
+    },
+    /// The status annotation (`key`) and its value.
+    NotInjectedYet {
+        key: String,
+        status: Option<String>,
+    },
+    Namespace {
+        namespace: String,
+        ignored: bool,
+    },
+    /// The sidecars the request names, or why it does not parse.
+    RequestParses(Result<Vec<String>, String>),
+    /// A requested sidecar's config.
+    Config {
+        name: String,
+        found: ConfigFound,
+    },
+    /// The missing-sidecar policy, consulted when a requested sidecar is missing.
+    Policy(MissingSidecarPolicy),
+}
+
+/// What stands behind a requested sidecar's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigFound {
+    Loaded {
+        revision: String,
+        origin: String,
+        containers: Vec<String>,
+        manual: bool,
+    },
+    /// No config defines it; the names of those that exist.
+    Missing { known: Vec<String> },
+    /// The configs cannot be read here: the revision the running injectors publish of it.
+    Published {
+        revision: Option<String>,
+        manual: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -41,21 +91,84 @@ pub enum Verdict {
     Unknown,
 }
 
+/// The webhook's outcome on the pod, with what it rests on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Inject(Injected),
+    /// Skipped for `reason`, told with the annotations the webhook reads (`keys`).
+    Skip {
+        reason: SkipReason,
+        keys: Box<AnnotationKeys>,
+    },
+    Deny(Denial),
+    /// The API server never calls the webhook for these pods.
+    NotCalled(NotCalled),
+    /// The configs cannot be read here (`unread` says why): the sidecars the running
+    /// injectors publish (name and revision), and those they do not.
+    Unknown {
+        unread: String,
+        publishes: Vec<(String, String)>,
+        missing: Vec<String>,
+    },
+}
+
+impl Outcome {
+    pub fn verdict(&self) -> Verdict {
+        match self {
+            Outcome::Inject(_) => Verdict::Inject,
+            Outcome::Skip { .. } | Outcome::NotCalled(_) => Verdict::Skip,
+            Outcome::Deny(_) => Verdict::Deny,
+            Outcome::Unknown { .. } => Verdict::Unknown,
+        }
+    }
+}
+
+/// What an injection puts in the pod, and what it warns of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injected {
+    pub sidecars: Vec<InjectedSidecar>,
+    /// Sidecars that run as regular containers in a Job's pod and keep it from completing.
+    pub keeping_the_job_running: Vec<String>,
+    /// What the webhook warns the pod's creator of (a hold, a promotion gate).
+    pub warnings: Vec<String>,
+    /// Requested but not found, let through by the missing-sidecar policy.
+    pub missing: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InjectedSidecar {
+    pub name: String,
+    pub revision: String,
+    pub native: bool,
+    /// `nativeSidecars: auto` chose the form, by what the nodes run.
+    pub auto: Option<NativeSupport>,
+}
+
+/// Whose pods the API server never sends to the webhook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotCalled {
+    Namespace(String),
+    Labels,
+}
+
 /// What the webhook does with a pod: its checks up to the one that decides, and the outcome
 /// (taken from the webhook's own decision, so the two cannot disagree).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InjectionExplanation {
     pub checks: Vec<Check>,
-    pub verdict: Verdict,
-    pub message: String,
+    pub outcome: Outcome,
     /// The pod's effective requests before and after injection, when it is injected and
     /// requests anything.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub requests: Option<RequestsChange>,
     /// The pod-level resources (`spec.resources`) before and after injection, when the pod
     /// sets them.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_resources: Option<PodResourcesChange>,
+}
+
+impl InjectionExplanation {
+    pub fn verdict(&self) -> Verdict {
+        self.outcome.verdict()
+    }
 }
 
 /// The webhook's decision on `pod` (in `namespace`), explained.
@@ -68,67 +181,13 @@ pub fn injection(
 ) -> InjectionExplanation {
     let keys = &settings.keys;
     let decision = decide(pod, namespace, sidecars, settings);
-    let (verdict, message) = match &decision {
-        Decision::Inject(injection) => {
-            let native_for = crate::injection::NativeFor::of(pod, keys, sidecars.nodes());
-            let form = |name: &crate::name::SidecarName| {
-                sidecars.get(name).map_or(String::new(), |s| {
-                    let native = native_for.native(&s.config);
-                    let auto = s.config.native_sidecars() == crate::config::NativeSidecars::Auto
-                        && !native_for.kept_classic;
-                    match (native, auto) {
-                        (true, false) => ", as native sidecars".to_owned(),
-                        (true, true) => format!(", as native sidecars: auto, {}", native_for.nodes),
-                        (false, true) => format!(", classic: auto, {}", native_for.nodes),
-                        (false, false) => String::new(),
-                    }
-                })
-            };
-            let injected: Vec<String> = injection
-                .injected
-                .iter()
-                .map(|(name, revision)| format!("{name} (revision {revision}{})", form(name)))
-                .collect();
-            let mut message = format!("injects {}", injected.join(", "));
-            let classic = if native_for.job_pod {
-                native_for.keeping_the_job_running(injection, sidecars)
-            } else {
-                Vec::new()
-            };
-            if !classic.is_empty() {
-                message.push_str(&format!(
-                    "; {} run as regular containers and keep this Job from completing (`nativeSidecars: true` or `jobs` in the config makes them native sidecars)",
-                    classic.join(", ")
-                ));
-            }
-            // A hold or a promotion gate: what the webhook warns the pod's creator of.
-            for (name, _) in &injection.injected {
-                if let Some(warning) = sidecars.warning(name) {
-                    message.push_str(&format!("; {warning}"));
-                }
-            }
-            if !injection.missing.is_empty() {
-                let missing: Vec<String> = injection
-                    .missing
-                    .iter()
-                    .map(|n| crate::name::quoted(&n.to_string()))
-                    .collect();
-                message.push_str(&format!(
-                    "; {} not found, let through by {}",
-                    missing.join(", "),
-                    settings.spelling.on_missing_sidecar_allow
-                ));
-            }
-            (Verdict::Inject, message)
-        }
-        Decision::Skip(reason) => (
-            Verdict::Skip,
-            reason.describe(settings).map_or_else(
-                || format!("not injected: it asks for no sidecar (no {})", keys.request),
-                |why| format!("not injected: {why}"),
-            ),
-        ),
-        Decision::Deny(denial) => (Verdict::Deny, format!("denied: {denial}")),
+    let outcome = match &decision {
+        Decision::Inject(injection) => Outcome::Inject(injected(pod, keys, injection, sidecars)),
+        Decision::Skip(reason) => Outcome::Skip {
+            reason: reason.clone(),
+            keys: Box::new(keys.clone()),
+        },
+        Decision::Deny(denial) => Outcome::Deny(denial.clone()),
     };
     let patched = match (&decision, json) {
         (Decision::Inject(injection), Some(json)) => patched(json, &injection.patch),
@@ -137,34 +196,71 @@ pub fn injection(
     let after = patched.as_ref().zip(json);
     InjectionExplanation {
         checks: checks(pod, namespace, sidecars, settings),
-        verdict,
-        message,
+        outcome,
         requests: after.and_then(|(patched, pod)| requests_change(pod, patched)),
         pod_resources: after.and_then(|(patched, pod)| pod_resources_change(pod, patched)),
+    }
+}
+
+fn injected(
+    pod: &PodView<'_>,
+    keys: &AnnotationKeys,
+    injection: &crate::injection::Injection<'_>,
+    sidecars: &SidecarSet,
+) -> Injected {
+    let native_for = crate::injection::NativeFor::of(pod, keys, sidecars.nodes());
+    let injected = injection
+        .injected
+        .iter()
+        .map(|(name, revision)| {
+            let config = sidecars.get(name).map(|s| &s.config);
+            let auto = config.is_some_and(|c| {
+                c.native_sidecars() == crate::config::NativeSidecars::Auto
+                    && !native_for.kept_classic
+            });
+            InjectedSidecar {
+                name: name.to_string(),
+                revision: revision.to_string(),
+                native: config.is_some_and(|c| native_for.native(c)),
+                auto: auto.then(|| native_for.nodes.clone()),
+            }
+        })
+        .collect();
+    Injected {
+        sidecars: injected,
+        keeping_the_job_running: if native_for.job_pod {
+            native_for.keeping_the_job_running(injection, sidecars)
+        } else {
+            Vec::new()
+        },
+        warnings: injection
+            .injected
+            .iter()
+            .filter_map(|(name, _)| sidecars.warning(name).map(str::to_owned))
+            .collect(),
+        missing: injection.missing.iter().map(ToString::to_string).collect(),
     }
 }
 
 /// What the webhook does with a pod of `namespace`, which the API server never sends to it
 /// (`why`): nothing.
 pub fn not_sent(namespace: &str, why: String) -> InjectionExplanation {
-    not_called(format!("pods of namespace {namespace}"), why)
+    not_called(NotCalled::Namespace(namespace.to_owned()), why)
 }
 
 /// The webhook is never called for these pods: an objectSelector leaves out their labels
 /// (`why`).
 pub fn not_sent_by_labels(why: String) -> InjectionExplanation {
-    not_called("pods labelled as these".to_owned(), why)
+    not_called(NotCalled::Labels, why)
 }
 
-fn not_called(whom: String, why: String) -> InjectionExplanation {
+fn not_called(whom: NotCalled, why: String) -> InjectionExplanation {
     InjectionExplanation {
         checks: vec![Check {
-            check: WEBHOOK_CALLED.to_owned(),
             passed: false,
-            detail: why,
+            finding: Finding::WebhookCalled(why),
         }],
-        verdict: Verdict::Skip,
-        message: format!("not injected: the API server never calls the webhook for {whom}"),
+        outcome: Outcome::NotCalled(whom),
         requests: None,
         pod_resources: None,
     }
@@ -175,18 +271,12 @@ pub fn sent(mut explanation: InjectionExplanation, selected_by: String) -> Injec
     explanation.checks.insert(
         0,
         Check {
-            check: WEBHOOK_CALLED.to_owned(),
             passed: true,
-            detail: selected_by,
+            finding: Finding::WebhookCalled(selected_by),
         },
     );
     explanation
 }
-
-const WEBHOOK_CALLED: &str = "webhook called";
-/// The check of a requested sidecar's config: this, then its name.
-const CONFIG_CHECK: &str = "config ";
-const POLICY_CHECK: &str = "policy";
 
 /// `explanation`, judged against no config because the configs cannot be read here (`unread`
 /// says why), told as what it is: the decision is unknown here, and each requested sidecar's
@@ -198,57 +288,35 @@ pub fn without_configs(
     unread: &str,
     published: Option<&RevisionsInForce>,
     manual: &std::collections::BTreeSet<String>,
-    spelling: &Spelling,
 ) -> InjectionExplanation {
     let mut publishes = Vec::new();
     let mut missing = Vec::new();
     for check in &mut explanation.checks {
-        let Some(name) = check.check.strip_prefix(CONFIG_CHECK) else {
+        let Finding::Config { name, found } = &mut check.finding else {
             continue;
         };
         let revision = published.and_then(|p| p.get(name));
         check.passed = revision.is_some();
-        check.detail = match revision {
-            Some(revision) => {
-                publishes.push(format!("{name} (revision {revision})"));
-                format!(
-                    "revision {revision}, as the running injectors publish it{}",
-                    if manual.contains(name) {
-                        " (rollout: manual)"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            None => {
-                missing.push(name.to_owned());
-                "the running injectors publish no revision of it".to_owned()
-            }
+        match revision {
+            Some(revision) => publishes.push((name.clone(), revision.to_string())),
+            None => missing.push(name.clone()),
+        }
+        *found = ConfigFound::Published {
+            revision: revision.map(ToString::to_string),
+            manual: manual.contains(name.as_str()),
         };
     }
     if publishes.is_empty() && missing.is_empty() {
         return explanation;
     }
-    explanation.checks.retain(|c| c.check != POLICY_CHECK);
-    let mut parts = vec![format!(
-        "unknown here: the sidecar configs cannot be read ({unread})"
-    )];
-    if !publishes.is_empty() {
-        parts.push(format!(
-            "the running injectors publish {}, which the webhook injects unless the pod conflicts with its config",
-            publishes.join(", ")
-        ));
-    }
-    if !missing.is_empty() {
-        parts.push(format!(
-            "they publish no {}: the webhook denies the pod unless {}",
-            missing.join(", "),
-            spelling.on_missing_sidecar_allow
-        ));
-    }
-    let message = parts.join("; ");
-    explanation.verdict = Verdict::Unknown;
-    explanation.message = message;
+    explanation
+        .checks
+        .retain(|c| !matches!(c.finding, Finding::Policy(_)));
+    explanation.outcome = Outcome::Unknown {
+        unread: unread.to_owned(),
+        publishes,
+        missing,
+    };
     explanation
 }
 
@@ -263,142 +331,98 @@ fn checks(
     let annotations = pod.metadata.annotations.as_ref();
     let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(AsRef::as_ref);
     let mut checks = Vec::new();
-    let mut check = |check: &str, passed: bool, detail: String| {
-        checks.push(Check {
-            check: check.to_owned(),
-            passed,
-            detail,
-        });
+    let mut check = |passed: bool, finding: Finding| {
+        checks.push(Check { passed, finding });
         passed
     };
-    let Some(request) = annotation(&keys.request) else {
-        check("request annotation", false, no_request(pod, settings));
+    let request = annotation(&keys.request);
+    let other = annotations.and_then(|a| {
+        a.keys()
+            .find(|k| k.ends_with("/request") && k.as_ref() != keys.request)
+    });
+    let Some(request) = request else {
+        check(
+            false,
+            Finding::Request {
+                key: keys.request.clone(),
+                value: None,
+                other: other.map(|k| k.to_string()),
+            },
+        );
         return checks;
     };
     check(
-        "request annotation",
         true,
-        format!("{}: {request:?}", keys.request),
+        Finding::Request {
+            key: keys.request.clone(),
+            value: Some(request.to_owned()),
+            other: None,
+        },
     );
     let status = annotation(&keys.status);
     if !check(
-        "not injected yet",
         status != Some(crate::annotations::STATUS_INJECTED),
-        match status {
-            Some(value) => format!("{}: {value:?}", keys.status),
-            None => format!("{} is not set", keys.status),
+        Finding::NotInjectedYet {
+            key: keys.status.clone(),
+            status: status.map(str::to_owned),
         },
     ) {
         return checks;
     }
     let ignored = settings.ignored_namespaces.contains(namespace);
     if !check(
-        "namespace",
         !ignored,
-        if ignored {
-            format!(
-                "{namespace} is ignored ({})",
-                settings.spelling.ignore_namespace
-            )
-        } else {
-            format!("{namespace} is not ignored")
+        Finding::Namespace {
+            namespace: namespace.to_owned(),
+            ignored,
         },
     ) {
         return checks;
     }
     let parsed = SidecarName::parse_list(request);
     let mut settled = check(
-        "request parses",
         parsed.is_ok(),
-        match &parsed {
-            Ok(names) => {
-                let list: Vec<String> = names.iter().map(ToString::to_string).collect();
-                format!("asks for {}", list.join(", "))
-            }
-            Err(error) => error.to_string(),
-        },
+        Finding::RequestParses(match &parsed {
+            Ok(names) => Ok(names.iter().map(ToString::to_string).collect()),
+            Err(error) => Err(error.to_string()),
+        }),
     );
     for name in parsed.iter().flatten() {
-        let found = sidecars.get(name).is_some();
-        settled &= found;
+        let found = config_found(name, sidecars);
+        settled &= !matches!(found, ConfigFound::Missing { .. });
         check(
-            &format!("{CONFIG_CHECK}{name}"),
-            found,
-            config_detail(name, sidecars),
+            !matches!(found, ConfigFound::Missing { .. }),
+            Finding::Config {
+                name: name.to_string(),
+                found,
+            },
         );
     }
     if !settled {
         check(
-            POLICY_CHECK,
             settings.on_missing_sidecar == MissingSidecarPolicy::Allow,
-            policy_detail(settings),
+            Finding::Policy(settings.on_missing_sidecar),
         );
     }
     checks
 }
 
-/// Why there is no request: none at all, or one under another annotation namespace.
-fn no_request(pod: &PodView<'_>, settings: &InjectionSettings) -> String {
-    let keys = &settings.keys;
-    let other = pod.metadata.annotations.as_ref().and_then(|a| {
-        a.keys()
-            .find(|k| k.ends_with("/request") && k.as_ref() != keys.request)
-    });
-    match other {
-        Some(other) => format!(
-            "no {} annotation; {other} is set, but this injector reads the {} prefix ({})",
-            keys.request,
-            keys.request.trim_end_matches("/request"),
-            settings.spelling.annotation_namespace
-        ),
-        None => format!(
-            "no {} annotation: the pod asks for no sidecar",
-            keys.request
-        ),
-    }
-}
-
 /// What a requested sidecar's config is, or that none defines it.
-fn config_detail(name: &SidecarName, sidecars: &SidecarSet) -> String {
+fn config_found(name: &SidecarName, sidecars: &SidecarSet) -> ConfigFound {
     let Some(sidecar) = sidecars.get(name) else {
-        let known: Vec<String> = sidecars.names().map(ToString::to_string).collect();
-        return format!(
-            "no config defines it; known: {}",
-            if known.is_empty() {
-                "(none loaded)".to_owned()
-            } else {
-                known.join(", ")
-            }
-        );
+        return ConfigFound::Missing {
+            known: sidecars.names().map(ToString::to_string).collect(),
+        };
     };
-    let containers: Vec<&str> = sidecar
-        .config
-        .injected_containers()
-        .map(|c| c.name.as_str())
-        .collect();
-    format!(
-        "revision {} from {} (containers: {}; rollout: {})",
-        sidecar.revision,
-        sidecar.origin,
-        containers.join(", "),
-        match sidecar.config.rollout_mode() {
-            crate::config::RolloutMode::Auto => "auto",
-            crate::config::RolloutMode::Manual => "manual",
-        }
-    )
-}
-
-fn policy_detail(settings: &InjectionSettings) -> String {
-    let spelling = settings.spelling;
-    match settings.on_missing_sidecar {
-        MissingSidecarPolicy::Deny => format!(
-            "{}: a pod asking for what does not exist is refused",
-            spelling.on_missing_sidecar_deny
-        ),
-        MissingSidecarPolicy::Allow => format!(
-            "{}: what exists is injected, the pod is let through",
-            spelling.on_missing_sidecar_allow
-        ),
+    ConfigFound::Loaded {
+        revision: sidecar.revision.to_string(),
+        origin: sidecar.origin.to_string(),
+        containers: sidecar
+            .config
+            .injected_containers()
+            .map(|c| c.name.clone())
+            .collect(),
+        manual: sidecar.config.rollout_mode() == crate::config::RolloutMode::Manual,
     }
 }
 
@@ -522,8 +546,7 @@ impl WorkloadPods {
 }
 
 /// What the engine plans for a workload now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "action", rename_all = "kebab-case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkloadAction {
     /// Restarted by the next plan.
     Restart {
@@ -541,8 +564,15 @@ pub enum WorkloadAction {
     Failed { reason: String },
     /// Its restart failed earlier under the revision in force: not restarted again under it.
     FailedEarlier { message: String },
-    /// Nothing to do.
+    /// Nothing to do, for what the command found (no pods, no sidecar asked for...).
     Nothing { why: String },
+    /// Nothing to do: the engine leaves its pods out, for this reason.
+    LeftOut { why: String },
+    /// Its pods are not current, yet the engine plans nothing for it: its namespace, kind or
+    /// its sidecar's manual rollout policy leaves it out.
+    StaleUnplanned,
+    /// Nothing to do: its pods run the revisions in force.
+    Current,
     /// Not planned here: what planning needs cannot be read.
     Unplanned { why: String },
 }
@@ -551,7 +581,6 @@ pub fn workload_action(
     plan: &RolloutPlan,
     workload: &WorkloadRef,
     sidecars: &[SidecarDrift],
-    spelling: &Spelling,
 ) -> WorkloadAction {
     if let Some(restart) = plan.restarts.iter().find(|r| &r.workload == workload) {
         return WorkloadAction::Restart {
@@ -584,71 +613,19 @@ pub fn workload_action(
         return WorkloadAction::Succeeded;
     }
     if let Some(why) = sidecars.iter().find_map(|s| s.excluded.as_deref()) {
-        return WorkloadAction::Nothing {
-            why: format!("the engine leaves its pods out: {why}"),
+        return WorkloadAction::LeftOut {
+            why: why.to_owned(),
         };
     }
-    let needs = sidecars.iter().any(|s| s.state.needs_restart(false));
-    WorkloadAction::Nothing {
-        why: if needs {
-            format!(
-                "its pods are not current, but the engine plans nothing for it (excluded by its namespace, kind or the sidecar's manual rollout policy: see {})",
-                spelling.drift
-            )
-        } else {
-            "its pods run the revisions in force".to_owned()
-        },
-    }
-}
-
-impl WorkloadAction {
-    /// The action in a line of the text form.
-    fn describe(&self) -> String {
-        match self {
-            WorkloadAction::Restart {
-                canary,
-                reason,
-                pods,
-            } => format!(
-                "restarted by the next plan{} ({pods} pod(s)): {reason}",
-                if *canary {
-                    ", as its campaign's canary"
-                } else {
-                    ""
-                }
-            ),
-            WorkloadAction::Rolling { target } => format!("restarted, rolling out to {target}"),
-            WorkloadAction::Waiting { message } => format!("waits: {message}"),
-            WorkloadAction::Succeeded => "restarted and rolled out".to_owned(),
-            WorkloadAction::Failed { reason } => format!("its restart failed: {reason}"),
-            WorkloadAction::FailedEarlier { message } => message.clone(),
-            WorkloadAction::Nothing { why } => format!("nothing to do: {why}"),
-            WorkloadAction::Unplanned { why } => format!("not planned here: {why}"),
-        }
-    }
-}
-
-/// `3 (1 stale, 2 current)`, or `none`.
-impl fmt::Display for WorkloadPods {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.count == 0 {
-            return f.write_str("none");
-        }
-        let mut states: Vec<String> = self
-            .states
-            .iter()
-            .map(|(state, n)| format!("{n} {}", state.as_str()))
-            .collect();
-        let asking = self.states.values().sum::<usize>();
-        if asking < self.count {
-            states.push(format!("{} asking for no sidecar", self.count - asking));
-        }
-        write!(f, "{} ({})", self.count, states.join(", "))
+    if sidecars.iter().any(|s| s.state.needs_restart(false)) {
+        WorkloadAction::StaleUnplanned
+    } else {
+        WorkloadAction::Current
     }
 }
 
 /// The whole answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Explanation {
     /// `Pod team-a/web-7d9f` or the file's object.
     pub subject: String,
@@ -657,96 +634,11 @@ pub struct Explanation {
     pub judged: String,
     pub injection: InjectionExplanation,
     /// Asked about a workload: its pods, and which one `pod` and `sidecars` describe.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub workload_pods: Option<WorkloadPods>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodState>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sidecars: Vec<SidecarDrift>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<WorkloadAction>,
-}
-
-impl fmt::Display for Explanation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}", self.subject)?;
-        writeln!(f, "\nInjection ({}):", self.judged)?;
-        for check in &self.injection.checks {
-            let mark = if check.passed { "ok " } else { "NO " };
-            writeln!(f, "  {mark} {:<22} {}", check.check, check.detail)?;
-        }
-        writeln!(f, "  =>  {}", self.injection.message)?;
-        if let Some(requests) = &self.injection.requests {
-            writeln!(f, "      effective requests: {requests}")?;
-        }
-        if let Some(pod_level) = &self.injection.pod_resources {
-            writeln!(f, "      pod-level resources: {pod_level}")?;
-        }
-        if let Some(pods) = &self.workload_pods {
-            writeln!(f, "\nIts pods: {pods}")?;
-        }
-        if let Some(pod) = &self.pod {
-            match self
-                .workload_pods
-                .as_ref()
-                .and_then(|p| Some((p.count, p.shown.as_ref()?)))
-            {
-                Some((1, name)) => writeln!(f, "\nPod {name}, its only pod:")?,
-                Some((_, name)) => writeln!(f, "\nPod {name}, the first in the worst state:")?,
-                None => writeln!(f, "\nThis pod:")?,
-            }
-            if pod.injected {
-                let revisions: Vec<String> = pod
-                    .revisions
-                    .iter()
-                    .map(|(s, r)| format!("{s}={r}"))
-                    .collect();
-                writeln!(
-                    f,
-                    "  injected: {}",
-                    if revisions.is_empty() {
-                        "yes (no revision recorded: injected by an older injector)".to_owned()
-                    } else {
-                        revisions.join(", ")
-                    }
-                )?;
-            } else {
-                writeln!(f, "  not injected")?;
-            }
-            writeln!(f, "  containers: {}", pod.containers.join(", "))?;
-            if !pod.native_sidecars.is_empty() {
-                writeln!(f, "  native sidecars: {}", pod.native_sidecars.join(", "))?;
-            }
-        }
-        if !self.sidecars.is_empty() {
-            writeln!(f, "\nDrift:")?;
-            for sidecar in &self.sidecars {
-                write!(
-                    f,
-                    "  {:<24} {:<10} carries {}, in force {}",
-                    sidecar.sidecar,
-                    sidecar.state.as_str(),
-                    sidecar.carried.as_deref().unwrap_or("-"),
-                    sidecar.wanted.as_deref().unwrap_or("- (no config)")
-                )?;
-                match &sidecar.excluded {
-                    Some(why) => writeln!(f, ": {why}")?,
-                    None => writeln!(f)?,
-                }
-            }
-        }
-        if let Some(workload) = &self.workload {
-            writeln!(f, "\nRollout of {workload}:")?;
-            let line = self
-                .rollout
-                .as_ref()
-                .map_or_else(|| "not planned here".to_owned(), WorkloadAction::describe);
-            writeln!(f, "  {line}")?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

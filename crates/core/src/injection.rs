@@ -54,31 +54,6 @@ pub struct InjectionSettings {
     pub keys: AnnotationKeys,
     pub ignored_namespaces: BTreeSet<String>,
     pub on_missing_sidecar: MissingSidecarPolicy,
-    /// How the webhook's and `explain`'s sentences name these settings.
-    pub spelling: &'static Spelling,
-}
-
-/// How the sentences of the webhook and of `explain` name the settings and commands they
-/// mention: the command line spells them as its flags (`render::SPELLING`); a caller
-/// with no command line gets [`Spelling::PLAIN`], in words.
-#[derive(Debug)]
-pub struct Spelling {
-    pub on_missing_sidecar_allow: &'static str,
-    pub on_missing_sidecar_deny: &'static str,
-    pub ignore_namespace: &'static str,
-    pub annotation_namespace: &'static str,
-    /// The command that shows the drift report.
-    pub drift: &'static str,
-}
-
-impl Spelling {
-    pub const PLAIN: Spelling = Spelling {
-        on_missing_sidecar_allow: "the missing-sidecar policy allow",
-        on_missing_sidecar_deny: "the missing-sidecar policy deny",
-        ignore_namespace: "the injector's ignored namespaces",
-        annotation_namespace: "the injector's annotation namespace",
-        drift: "the drift report",
-    };
 }
 
 impl InjectionSettings {
@@ -102,7 +77,6 @@ impl Default for InjectionSettings {
                 .map(|ns| (*ns).to_owned())
                 .collect(),
             on_missing_sidecar: MissingSidecarPolicy::Deny,
-            spelling: &Spelling::PLAIN,
         }
     }
 }
@@ -137,43 +111,6 @@ pub enum SkipReason {
         key: String,
         ours: String,
     },
-}
-
-impl SkipReason {
-    /// Why a pod that asks for sidecars (or looks as if it does) was let through unchanged, in
-    /// a person's words; `None` for a pod that asks for nothing.
-    pub fn describe(&self, settings: &InjectionSettings) -> Option<String> {
-        let (keys, spelling) = (&settings.keys, settings.spelling);
-        match self {
-            SkipReason::NoRequest => None,
-            SkipReason::AlreadyInjected => {
-                Some(format!("already injected ({} is set)", keys.status))
-            }
-            SkipReason::IgnoredNamespace(namespace) => Some(format!(
-                "namespace {namespace} is ignored ({})",
-                spelling.ignore_namespace
-            )),
-            SkipReason::NothingFound(missing) => {
-                let names: Vec<String> = missing
-                    .iter()
-                    .map(|n| format!("\"{}\"", crate::name::quoted(&n.to_string())))
-                    .collect();
-                Some(format!(
-                    "no requested sidecar exists ({}); let through by {}",
-                    names.join(", "),
-                    spelling.on_missing_sidecar_allow
-                ))
-            }
-            SkipReason::InvalidRequest { annotation, error } => Some(format!(
-                "annotation {annotation}: {error}; let through by {}",
-                spelling.on_missing_sidecar_allow
-            )),
-            SkipReason::OtherAnnotationNamespace { key, ours } => Some(format!(
-                "no {ours} annotation, but {key} is set: is {} right?",
-                spelling.annotation_namespace
-            )),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

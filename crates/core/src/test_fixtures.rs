@@ -108,15 +108,3 @@ pub fn loaded(text: &str) -> crate::config::LoadedSidecar {
         "test.yaml",
     )
 }
-
-/// A spelling whose every entry is a marker naming its setting: the core's tests check that a
-/// sentence names the setting through the spelling it is given (the shell's is
-/// `render::SPELLING`, tested there).
-#[cfg(test)]
-pub const MARKED: crate::injection::Spelling = crate::injection::Spelling {
-    on_missing_sidecar_allow: "<on-missing-sidecar=allow>",
-    on_missing_sidecar_deny: "<on-missing-sidecar=deny>",
-    ignore_namespace: "<ignore-namespace>",
-    annotation_namespace: "<annotation-namespace>",
-    drift: "<drift>",
-};

@@ -91,7 +91,6 @@ impl Live {
                             .as_ref()
                             .map_or(&BTreeSet::new(), |p| &p.manual),
                     ),
-                    &crate::render::SPELLING,
                 ),
                 None => explained,
             }
@@ -179,12 +178,7 @@ impl Live {
         // The engine plans nothing for pods it leaves out: no need to list the cluster to
         // say so.
         if drift.iter().all(|sidecar| sidecar.excluded.is_some()) {
-            return Ok(workload_action(
-                &RolloutPlan::default(),
-                workload,
-                drift,
-                &crate::render::SPELLING,
-            ));
+            return Ok(workload_action(&RolloutPlan::default(), workload, drift));
         }
         let plan = plan_now(
             &self.client,
@@ -196,12 +190,7 @@ impl Live {
         )
         .await;
         match plan {
-            Ok(plan) => Ok(workload_action(
-                &plan,
-                workload,
-                drift,
-                &crate::render::SPELLING,
-            )),
+            Ok(plan) => Ok(workload_action(&plan, workload, drift)),
             // The rest of the answer stands without it.
             Err(err) => match err.downcast::<ClusterListRefused>() {
                 Ok(refused) => Ok(WorkloadAction::Unplanned {

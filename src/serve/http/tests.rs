@@ -26,7 +26,6 @@ fn state_with(limits: Limits) -> Arc<WebhookState> {
         sidecars,
         // As `serve` builds them: the sentences name its flags.
         InjectionSettings {
-            spelling: &crate::render::SPELLING,
             ..Default::default()
         },
         Arc::new(Metrics::new()),

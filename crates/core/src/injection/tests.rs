@@ -858,31 +858,5 @@ fn injection_is_idempotent() {
     );
 }
 
-#[test]
-fn a_skip_names_the_setting_as_the_spelling_given_says_and_in_words_without_one() {
-    let ignored = SkipReason::IgnoredNamespace("kube-system".into());
-    let plain = InjectionSettings::default();
-    assert_eq!(
-        ignored.describe(&plain).as_deref(),
-        Some("namespace kube-system is ignored (the injector's ignored namespaces)")
-    );
-    let cli = InjectionSettings {
-        spelling: &crate::test_fixtures::MARKED,
-        ..Default::default()
-    };
-    assert_eq!(
-        ignored.describe(&cli).as_deref(),
-        Some("namespace kube-system is ignored (<ignore-namespace>)")
-    );
-    let nothing = SkipReason::NothingFound(vec![SidecarName::parse("logger:v9").unwrap()]);
-    assert!(
-        nothing
-            .describe(&cli)
-            .is_some_and(|d| d.ends_with("let through by <on-missing-sidecar=allow>")),
-        "{:?}",
-        nothing.describe(&cli)
-    );
-}
-
 mod native;
 mod pod_resources;

@@ -2,6 +2,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::admission::{AdmissionResult, SidecarResult, UNKNOWN_SIDECAR_LABEL};
 use crate::config::{LoadedSidecar, parse_config};
 
 fn sidecars() -> SidecarSet {
@@ -15,7 +16,7 @@ fn sidecars() -> SidecarSet {
 
 fn fixture(name: &str) -> Value {
     let path = format!(
-        "{}/../../tests/fixtures/admission/{name}",
+        "{}/tests/fixtures/admission/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -334,7 +335,9 @@ fn the_reply_is_json_whatever_the_uid_and_messages_hold() {
     assert_eq!(body["response"]["uid"], uid);
     assert_eq!(
         body["response"]["warnings"],
-        json!([reply.message.clone().unwrap()])
+        json!([crate::render::admission_message(
+            reply.message.as_ref().unwrap()
+        )])
     );
 
     let mut denied = fixture("bare-pod.json");
@@ -346,7 +349,7 @@ fn the_reply_is_json_whatever_the_uid_and_messages_hold() {
     assert_eq!(refusal.result, AdmissionResult::Denied);
     assert_eq!(
         body["response"],
-        json!({"uid": uid, "allowed": false, "status": {"code": 403, "message": refusal.message.unwrap()}})
+        json!({"uid": uid, "allowed": false, "status": {"code": 403, "message": crate::render::admission_message(refusal.message.as_ref().unwrap())}})
     );
 
     // Patches of every length modulo 3 (the base64 padding), each decoding to what was built:
