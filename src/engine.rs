@@ -334,7 +334,7 @@ impl Engine {
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
         let mut step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
-        self.word(&mut step.plan);
+        self.word(&mut step.plan, now);
         self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration
@@ -387,8 +387,8 @@ impl Engine {
 
     /// The plan's sentences written (`render`), and the words of its pauses kept in the
     /// book, which every later reader of a paused campaign shows.
-    fn word(&mut self, plan: &mut RolloutPlan) {
-        crate::render::word_plan(plan);
+    fn word(&mut self, plan: &mut RolloutPlan, now: Timestamp) {
+        crate::render::word_plan(plan, now);
         crate::render::keep_pause_words(plan, &mut self.state.book);
     }
 
@@ -705,7 +705,7 @@ fn say(line: &rollout::journal::Line) {
         sidecar = line.sidecar.as_deref(),
         workload = workload.as_deref(),
         "{}",
-        line.message
+        crate::render::journal_line(line)
     );
 }
 

@@ -11,10 +11,12 @@ mod explain;
 mod fleet;
 mod held;
 mod hints;
+mod journal;
 mod notice;
 mod pause;
 mod plan;
 mod status;
+mod wait;
 
 pub(crate) use admission::admission_message;
 pub(crate) use drift::{fleet_document, write_drift_table};
@@ -23,16 +25,21 @@ pub(crate) use explain::{Document as ExplanationDocument, Page as ExplanationPag
 pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;
+pub(crate) use journal::journal_line;
 pub(crate) use notice::NoticePayload;
 pub(crate) use pause::{keep_pause_words, pause_reason};
 pub(crate) use plan::write_plan_table;
 pub(crate) use status::{
     FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,
 };
+pub(crate) use wait::{book_full, wait_message, wait_reason};
 
 /// The plan's sentences, as everything that shows a plan reads them: what ends each wait, how
 /// a workload an earlier failure left stale is rolled back, why a campaign paused.
-pub(crate) fn word_plan(plan: &mut crate::rollout::RolloutPlan) {
+pub(crate) fn word_plan(plan: &mut crate::rollout::RolloutPlan, now: k8s_openapi::jiff::Timestamp) {
+    for waiting in &mut plan.waiting {
+        waiting.message = wait_message(&waiting.reason, now);
+    }
     hint_plan(plan);
     pause::word_pauses(plan);
 }

@@ -91,6 +91,6 @@ pub(crate) fn plan_now(
             },
         )
         .plan;
-    crate::render::word_plan(&mut plan);
+    crate::render::word_plan(&mut plan, now);
     plan
 }

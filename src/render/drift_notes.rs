@@ -48,8 +48,8 @@ pub(crate) fn sidecar_note(sidecar: &str, note: &SidecarNote) -> String {
             super::RUN_ROLLOUT
         ),
         SidecarNote::BookFull(overflow) => match release(overflow) {
-            Some(release) => format!("{overflow}, {release}"),
-            None => overflow.to_string(),
+            Some(release) => format!("{}, {release}", super::book_full(overflow)),
+            None => super::book_full(overflow),
         },
         SidecarNote::OutsideWindow {
             windows,
@@ -175,14 +175,15 @@ mod tests {
         };
         assert_eq!(
             sidecar_note(LOGGER, &SidecarNote::BookFull(overflow.clone())),
-            overflow.to_string()
+            "the status ConfigMap is nearly full: the campaign book takes 950000 bytes, over its budget of 900000, most of it for logger:v1 (3 failed workloads); no restart starts until it shrinks, as it does when logger:v1 gets a new revision (fix or revert its config)"
         );
         overflow.held_and_pinned_bytes = 250_000;
         assert_eq!(
             sidecar_note(LOGGER, &SidecarNote::BookFull(overflow.clone())),
             format!(
-                "{overflow}, or with `sidecar-injector rollout --release-hold logger:v1` and \
-                 `sidecar-injector rollout --unpin logger:v1`"
+                "{}, or with `sidecar-injector rollout --release-hold logger:v1` and \
+                 `sidecar-injector rollout --unpin logger:v1`",
+                crate::render::book_full(&overflow)
             )
         );
     }

@@ -117,7 +117,7 @@ mod tests {
         Waiting {
             workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
             sidecars: vec!["logger:v1".into()],
-            message: reason.to_string(),
+            message: crate::render::wait_reason(&reason),
             reason,
         }
     }

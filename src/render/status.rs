@@ -154,7 +154,7 @@ pub(crate) fn write_status_table(
         writeln!(out, "{}", campaign_row(sidecar, campaign, view))?;
     }
     if let Some(overflow) = &view.book_full {
-        writeln!(out, "warning: {overflow}")?;
+        writeln!(out, "warning: {}", super::book_full(overflow))?;
     }
     Ok(())
 }

@@ -184,6 +184,7 @@ pub struct Waiting {
     pub sidecars: Vec<String>,
     #[serde(flatten)]
     pub reason: WaitReason,
+    /// The reason in words, with what ends it: written by the shell (`render::word_plan`).
     pub message: String,
 }
 

@@ -446,7 +446,7 @@ fn schedule(
             Err(reason) => out.waiting.push(Waiting {
                 workload: candidate.group.workload.clone(),
                 sidecars,
-                message: reason.describe(input.now),
+                message: String::new(),
                 reason,
             }),
             Ok(admitted) => {

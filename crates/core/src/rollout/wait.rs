@@ -1,13 +1,10 @@
-//! Why a workload waits, as data, and the sentences that say it: the reason, and the
-//! campaign book nearly full. What ends each wait is said by the shell (`render::wait`).
+//! Why a workload waits, as data: the reason, and the campaign book nearly full. The shell
+//! says them (`render::wait_message`), with what ends each wait.
 
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-
-use super::instant::{from_now, to_the_second};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
@@ -99,126 +96,6 @@ impl WaitReason {
     }
 }
 
-impl WaitReason {
-    /// What a person reads: times as "in 8m" (and the instant, to the second).
-    pub fn describe(&self, now: Timestamp) -> String {
-        match self {
-            WaitReason::Settling { until } => format!(
-                "settling: the revision is too new ({})",
-                from_now(until.0, now)
-            ),
-            WaitReason::Cooldown { until } => format!(
-                "restarted recently; cooldown ends {} ({})",
-                from_now(until.0, now),
-                to_the_second(until.0)
-            ),
-            WaitReason::CampaignPaused { sidecar } => format!(
-                "the campaign of {sidecar} is paused: fix or revert the config, or resume it"
-            ),
-            WaitReason::DeploymentPaused => {
-                "the Deployment is paused (`kubectl rollout resume` to let it roll)".to_owned()
-            }
-            WaitReason::Partition { partition } => format!(
-                "partition {partition} holds pods back; not overridden (lower the partition to roll them)"
-            ),
-            WaitReason::RollingOut { until } => format!(
-                "its last restart is still rolling out; restarted again once that is done, or {} if it is stuck",
-                from_now(until.0, now)
-            ),
-            WaitReason::OutsideMaintenanceWindow {
-                windows,
-                opens: Some(opens),
-            } => format!(
-                "outside maintenance window (opens {}, at {}; {windows})",
-                from_now(opens.0, now),
-                to_the_second(opens.0)
-            ),
-            other => other.to_string(),
-        }
-    }
-}
-
-impl fmt::Display for WaitReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WaitReason::Settling { until } => write!(
-                f,
-                "settling: the revision is too new (until {})",
-                to_the_second(until.0)
-            ),
-            WaitReason::Canary { sidecar } => {
-                write!(f, "waiting for the canary of {sidecar} to become healthy")
-            }
-            WaitReason::MaxParallel { limit } => {
-                write!(f, "{limit} workloads already rolling")
-            }
-            WaitReason::MaxParallelInNamespace { namespace, limit } => write!(
-                f,
-                "{limit} workloads of namespace {namespace} already rolling"
-            ),
-            WaitReason::RateLimit { per_minute } => {
-                write!(f, "{per_minute} restarts in the last minute")
-            }
-            WaitReason::Cooldown { until } => write!(
-                f,
-                "restarted recently; cooldown until {}",
-                to_the_second(until.0)
-            ),
-            WaitReason::CampaignPaused { sidecar } => {
-                write!(f, "the campaign of {sidecar} is paused")
-            }
-            WaitReason::AwaitingPromotion { sidecar } => {
-                write!(f, "the revision of {sidecar} waits for promotion")
-            }
-            WaitReason::Manual { sidecar } => write!(f, "{sidecar} has rollout policy manual"),
-            WaitReason::DeploymentPaused => write!(f, "the Deployment is paused"),
-            WaitReason::Partition { partition } => {
-                write!(f, "partition {partition} holds pods back; not overridden")
-            }
-            WaitReason::NotKnownYet => write!(f, "the workload is not in the index yet"),
-            WaitReason::Downtime { why } => write!(
-                f,
-                "a restart would take it down: {}",
-                match why {
-                    crate::drift::Downtime::Recreate =>
-                        "strategy Recreate stops every pod before starting new ones",
-                    crate::drift::Downtime::SingleReplicaMaxUnavailable =>
-                        "one replica, and maxUnavailable lets it go before its replacement is ready",
-                }
-            ),
-            WaitReason::RollingOut { until } => write!(
-                f,
-                "its last restart is still rolling out (until {} at most)",
-                to_the_second(until.0)
-            ),
-            WaitReason::OutsideMaintenanceWindow { windows, opens } => match opens {
-                Some(opens) => write!(
-                    f,
-                    "outside maintenance window (opens at {}; {windows})",
-                    to_the_second(opens.0)
-                ),
-                None => write!(
-                    f,
-                    "outside maintenance window, and none opens within a week ({windows})"
-                ),
-            },
-            WaitReason::Unhealthy { progress } => write!(
-                f,
-                "not healthy before its restart ({progress}); restarted once it is, and not counted as a failure"
-            ),
-            WaitReason::MaintenanceWindowInvalid { error } => write!(
-                f,
-                "its NS/maintenance-window annotation is invalid, so it waits: {error}"
-            ),
-            WaitReason::BookFull(overflow) => write!(f, "{overflow}"),
-            WaitReason::PodsWouldBeRefused { denial } => write!(
-                f,
-                "not restarted: the webhook would refuse its new pods ({denial})"
-            ),
-        }
-    }
-}
-
 /// A book over [`BOOK_BUDGET_BYTES`]: past 1 MiB no status write succeeds, so a pause, a hold
 /// or a failure could no longer be recorded for the next leader.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -231,34 +108,6 @@ pub struct BookOverflow {
     pub sidecar: String,
     pub failed_workloads: usize,
     pub held_and_pinned_bytes: usize,
-}
-
-impl std::fmt::Display for BookOverflow {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sidecar = &self.sidecar;
-        write!(
-            f,
-            "the status ConfigMap is nearly full: the campaign book takes {} bytes, over its budget of {}, most of it for {sidecar} (",
-            self.bytes, self.budget
-        )?;
-        if self.held_and_pinned_bytes == 0 || self.failed_workloads > 0 {
-            write!(f, "{} failed workloads", self.failed_workloads)?;
-        }
-        if self.held_and_pinned_bytes > 0 {
-            if self.failed_workloads > 0 {
-                f.write_str(", ")?;
-            }
-            write!(
-                f,
-                "{} bytes of held and pinned configs",
-                self.held_and_pinned_bytes
-            )?;
-        }
-        write!(
-            f,
-            "); no restart starts until it shrinks, as it does when {sidecar} gets a new revision (fix or revert its config)"
-        )
-    }
 }
 
 /// A field a person reads, in JSON as its text.

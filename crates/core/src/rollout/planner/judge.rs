@@ -44,7 +44,7 @@ pub(super) fn judge_carrier<'g, 'r>(
         progress: said,
     } = carrier;
     let workload = &group.workload;
-    if judged_by_its_campaign(input, book, (workload, active, stale), survey, out) {
+    if judged_by_its_campaign(book, (workload, active, stale), survey, out) {
         return;
     }
     let on_delete = entry.update_strategy == UpdateStrategy::OnDelete;
@@ -117,7 +117,6 @@ pub(super) fn judge_carrier<'g, 'r>(
 /// A carrier whose campaign settled it already: failed under it earlier (left alone), or held
 /// back while it is paused; `false` when it is to be judged.
 pub(super) fn judged_by_its_campaign(
-    input: &PlanInput<'_>,
     book: &CampaignBook,
     (workload, active, stale): (&WorkloadRef, &[&str], &[&WorkloadDrift]),
     survey: &mut Survey<'_, '_>,
@@ -144,14 +143,13 @@ pub(super) fn judged_by_its_campaign(
     if let Some(sidecar) = held_back(book, stale) {
         survey.count(active, |c| c.pending += 1);
         out.waiting
-            .push(waiting_for_campaign(input, book, workload, active, sidecar));
+            .push(waiting_for_campaign(book, workload, active, sidecar));
         return true;
     }
     false
 }
 
 pub(super) fn waiting_for_campaign(
-    input: &PlanInput<'_>,
     book: &CampaignBook,
     workload: &WorkloadRef,
     active: &[&str],
@@ -166,7 +164,7 @@ pub(super) fn waiting_for_campaign(
     Waiting {
         workload: workload.clone(),
         sidecars: active.iter().map(|s| (*s).to_owned()).collect(),
-        message: reason.describe(input.now),
+        message: String::new(),
         reason,
     }
 }

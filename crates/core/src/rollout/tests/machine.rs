@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::drift::PodToReplace;
 use crate::rollout::eviction::BlockNews;
+use crate::rollout::journal::Said;
 use crate::rollout::machine::{Conduct, Effect, Observed, Step};
 use crate::workload::RestartMethod;
 
@@ -343,7 +344,10 @@ fn only_a_process_that_acts_carries_the_book_forward_and_only_a_dry_run_says_its
     assert!(
         step.effects
             .iter()
-            .all(|e| matches!(e, Effect::Say(line) if line.message.starts_with("dry run: "))),
+            .all(|e| matches!(e, Effect::Say(line) if matches!(
+                line.said,
+                Said::DryRunChanged { .. } | Said::WouldRestart { .. } | Said::WouldWait(_)
+            ))),
         "{:#?}",
         step.effects
     );
