@@ -19,7 +19,7 @@ mod status;
 mod wait;
 
 pub(crate) use admission::admission_message;
-pub(crate) use drift::{fleet_document, write_drift_table};
+pub(crate) use drift::{fleet_document, word_drift, write_drift_table};
 pub(crate) use drift_notes::{ends, sidecar_note};
 pub(crate) use explain::{Document as ExplanationDocument, Page as ExplanationPage, skip_reason};
 pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};

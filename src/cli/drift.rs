@@ -133,9 +133,7 @@ async fn cluster_report(
             .get(&row.name)
             .map(|note| crate::render::sidecar_note(&row.name, note));
     }
-    for row in &mut report.workloads {
-        row.reason = crate::render::excluded(&row.reason);
-    }
+    crate::render::word_drift(&mut report);
     Ok(report)
 }
 

@@ -384,7 +384,8 @@ async fn explain_batch(
     let template = &template;
     let pods = pods_controlled(client, namespace, &selector, &uid, via, &label).await?;
     // A CronJob's pods are its Jobs' pods too.
-    let job_pod = crate::drift::owner_exclusion(&PodWorkload::Job(name));
+    let job_pod = crate::drift::owner_exclusion(&PodWorkload::Job(name))
+        .map(|why| crate::render::exclusion(&why));
     let (summary, pod, drift) = live.pods_of(pods, job_pod.as_deref()).await?;
     Ok(Explanation {
         subject: label.clone(),
@@ -458,7 +459,7 @@ impl WorkloadSpec {
     /// Why the engine leaves the workload's pods out, when it does.
     fn owner_exclusion(&self) -> Option<String> {
         self.rollout_disabled
-            .then(|| crate::drift::ROLLOUT_DISABLED.to_owned())
+            .then(|| crate::render::exclusion(&crate::drift::Exclusion::RolloutDisabled))
     }
 
     /// The workload's pods, as metadata: those its selector matches and it controls (through

@@ -5,7 +5,53 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{ClusterRead, ClusterState, InCluster, cluster_width};
-use crate::drift::{DriftReport, SidecarDrift, WorkloadDrift};
+use crate::drift::{DriftReport, DriftState, RowReason, SidecarDrift, WorkloadDrift};
+
+/// The report's workload rows in words (`reason`).
+pub(crate) fn word_drift(report: &mut DriftReport) {
+    for row in &mut report.workloads {
+        row.reason = row_reason(row);
+    }
+}
+
+/// Why a workload row is in its state.
+fn row_reason(row: &WorkloadDrift) -> String {
+    let pods = &row.pods;
+    let total = pods.total();
+    match &row.why {
+        RowReason::Excluded(why) => super::exclusion(why),
+        RowReason::Orphaned => format!("sidecar {} no longer exists", row.sidecar),
+        RowReason::Stale { from, to } => {
+            format!("{} of {total} pods stale ({from} -> {to})", pods.stale)
+        }
+        RowReason::RequestUnparsed { request, error } => format!(
+            "no pods: its template's request {request:?} does not parse ({error}); the webhook denies its pods"
+        ),
+        RowReason::NoConfig => format!(
+            "no pods: its template requests {}, which no config defines; the webhook denies its pods",
+            row.sidecar
+        ),
+        RowReason::StartedBefore {
+            container,
+            before,
+            total,
+        } => format!(
+            "{} of {total} pods started before {before} still run container {container}",
+            pods.stale
+        ),
+        RowReason::Counts => match row.state {
+            DriftState::Uninjected => format!("{} of {total} pods never injected", pods.uninjected),
+            DriftState::Unknown => {
+                format!(
+                    "{} of {total} pods injected without a revision",
+                    pods.unknown
+                )
+            }
+            DriftState::Current => format!("all {total} pods current"),
+            state => format!("{} of {total} pods {}", pods.get(state), state.as_str()),
+        },
+    }
+}
 
 /// The report across clusters as `-o json` prints it: each cluster (with its error when it
 /// could not be read), then every sidecar and workload row, each naming its cluster.
@@ -49,7 +95,6 @@ pub(crate) fn write_drift_table(
     out: &mut impl Write,
     reads: &[ClusterRead<DriftReport>],
 ) -> io::Result<()> {
-    use crate::drift::DriftState;
     let fleet = reads.len() > 1 || reads.iter().any(|r| !r.cluster.is_empty());
     let width = cluster_width(reads);
     let cluster = |name: &str| {
@@ -132,6 +177,99 @@ pub(crate) fn write_drift_table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::too_many_lines)] // one case a reason
+    fn each_row_reason_is_said_with_the_rows_counts_and_sidecar() {
+        use crate::drift::{Exclusion, StateCounts};
+        let said = |state: DriftState, pods: StateCounts, why: RowReason| {
+            row_reason(&WorkloadDrift {
+                kind: crate::workload::OwnerKind::Workload(
+                    crate::workload::WorkloadKind::Deployment,
+                ),
+                namespace: "team".into(),
+                name: "web".into(),
+                sidecar: "logger:v9".into(),
+                state,
+                reason: String::new(),
+                why,
+                pods,
+                form: None,
+                native: 0,
+                needs_restart: false,
+            })
+        };
+        let none = StateCounts::default;
+        let stale = StateCounts {
+            stale: 2,
+            current: 3,
+            ..StateCounts::default()
+        };
+        let stale_from = RowReason::Stale {
+            from: "000000000000".into(),
+            to: "876339fe41bc".into(),
+        };
+        let cases = [
+            (
+                said(DriftState::Stale, stale, stale_from),
+                "2 of 5 pods stale (000000000000 -> 876339fe41bc)",
+            ),
+            (
+                said(
+                    DriftState::Excluded,
+                    none(),
+                    RowReason::Excluded(Exclusion::BarePod),
+                ),
+                "a bare pod (no controller; --evict-bare-pods to restart it)",
+            ),
+            (
+                said(
+                    DriftState::Excluded,
+                    none(),
+                    RowReason::Excluded(Exclusion::ReplicaSetNotKnown),
+                ),
+                "its ReplicaSet is not known yet",
+            ),
+            (
+                said(
+                    DriftState::Excluded,
+                    none(),
+                    RowReason::Excluded(Exclusion::RolloutDisabled),
+                ),
+                "rollout disabled by annotation",
+            ),
+            (
+                said(DriftState::Denied, none(), RowReason::NoConfig),
+                "no pods: its template requests logger:v9, which no config defines; the webhook denies its pods",
+            ),
+            (
+                said(
+                    DriftState::Uninjected,
+                    StateCounts {
+                        uninjected: 1,
+                        ..StateCounts::default()
+                    },
+                    RowReason::Counts,
+                ),
+                "1 of 1 pods never injected",
+            ),
+            (
+                said(
+                    DriftState::Stale,
+                    stale,
+                    RowReason::StartedBefore {
+                        container: "istio-proxy".into(),
+                        before: "2026-12-01T00:00:00Z".into(),
+                        total: 5,
+                    },
+                ),
+                "2 of 5 pods started before 2026-12-01T00:00:00Z still run container istio-proxy",
+            ),
+        ];
+        for (words, expected) in cases {
+            assert_eq!(words, expected);
+        }
+    }
 
     fn table(reads: &[ClusterRead<DriftReport>]) -> String {
         let mut out = Vec::new();

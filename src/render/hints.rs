@@ -2,6 +2,7 @@
 //! spells them. The core names a wait, a pause or an exclusion; only here is it said which
 //! flag or command a person uses about it.
 
+use crate::drift::Exclusion;
 use crate::rollout::WaitReason;
 use crate::rollout::selection::NotSelected;
 
@@ -89,11 +90,19 @@ pub(crate) fn release(overflow: &crate::rollout::wait::BookOverflow) -> Option<S
 }
 
 /// Why the engine leaves a workload's pods out, with the flag that would take them in.
-pub(crate) fn excluded(why: &str) -> String {
-    if why == crate::drift::BARE_POD {
-        "a bare pod (no controller; --evict-bare-pods to restart it)".to_owned()
-    } else {
-        why.to_owned()
+pub(crate) fn exclusion(why: &Exclusion) -> String {
+    match why {
+        Exclusion::Namespace(words) => words.clone(),
+        Exclusion::ReplicaSetWithoutDeployment => {
+            "owned by a ReplicaSet without a Deployment".to_owned()
+        }
+        Exclusion::ReplicaSetNotKnown => "its ReplicaSet is not known yet".to_owned(),
+        Exclusion::JobPod => "a Job's pod (runs to completion)".to_owned(),
+        Exclusion::BarePod => {
+            "a bare pod (no controller; --evict-bare-pods to restart it)".to_owned()
+        }
+        Exclusion::OwnedBy(kind) => format!("owned by a {kind}"),
+        Exclusion::RolloutDisabled => "rollout disabled by annotation".to_owned(),
     }
 }
 
@@ -185,11 +194,11 @@ mod tests {
     #[test]
     fn a_pod_left_out_for_want_of_a_flag_says_the_flag() {
         assert_eq!(
-            excluded(crate::drift::BARE_POD),
+            exclusion(&Exclusion::BarePod),
             "a bare pod (no controller; --evict-bare-pods to restart it)"
         );
         assert_eq!(
-            excluded("a Job's pod (runs to completion)"),
+            exclusion(&Exclusion::JobPod),
             "a Job's pod (runs to completion)"
         );
         assert_eq!(

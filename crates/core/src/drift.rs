@@ -191,29 +191,67 @@ impl DriftPolicy {
     }
 }
 
-/// Why the engine leaves out the pods of `owner`, as the drift report says it; `None` for the
-/// pods of a workload it restarts (unless the workload opted out: [`ROLLOUT_DISABLED`]).
-pub fn owner_exclusion(owner: &PodWorkload<'_>) -> Option<String> {
+/// Why the engine leaves out the pods of `owner`; `None` for the pods of a workload it
+/// restarts (unless the workload opted out: [`Exclusion::RolloutDisabled`]).
+pub fn owner_exclusion(owner: &PodWorkload<'_>) -> Option<Exclusion> {
     match owner {
         PodWorkload::Workload(..) => None,
-        PodWorkload::ReplicaSetWithoutDeployment(_) => Some(REPLICASET_WITHOUT_DEPLOYMENT),
-        PodWorkload::ReplicaSetNotKnown(_) => Some(REPLICASET_NOT_KNOWN),
-        PodWorkload::Job(_) => Some(JOB_POD),
-        PodWorkload::Other { kind, .. } => return Some(owned_by(kind)),
-        PodWorkload::BarePod => Some(BARE_POD),
+        PodWorkload::ReplicaSetWithoutDeployment(_) => Some(Exclusion::ReplicaSetWithoutDeployment),
+        PodWorkload::ReplicaSetNotKnown(_) => Some(Exclusion::ReplicaSetNotKnown),
+        PodWorkload::Job(_) => Some(Exclusion::JobPod),
+        PodWorkload::Other { kind, .. } => Some(Exclusion::OwnedBy((*kind).to_owned())),
+        PodWorkload::BarePod => Some(Exclusion::BarePod),
     }
-    .map(str::to_owned)
 }
 
-const REPLICASET_WITHOUT_DEPLOYMENT: &str = "owned by a ReplicaSet without a Deployment";
-const REPLICASET_NOT_KNOWN: &str = "its ReplicaSet is not known yet";
-const JOB_POD: &str = "a Job's pod (runs to completion)";
-pub const BARE_POD: &str = "a bare pod (no controller)";
-/// Why the pods of a workload annotated `NS/rollout: disabled` are left out.
-pub const ROLLOUT_DISABLED: &str = "rollout disabled by annotation";
+/// Why the engine leaves a workload's pods out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exclusion {
+    /// Their namespace or their labels, in the words of the namespace filters or of what the
+    /// webhook selects.
+    Namespace(String),
+    ReplicaSetWithoutDeployment,
+    /// Their ReplicaSet is not in the index yet.
+    ReplicaSetNotKnown,
+    /// A Job's pods run to completion.
+    JobPod,
+    /// No controller recreates them.
+    BarePod,
+    /// Owned by a controller of this kind, which the engine does not restart.
+    OwnedBy(String),
+    /// The workload is annotated `NS/rollout: disabled`.
+    RolloutDisabled,
+}
 
-fn owned_by(kind: &str) -> String {
-    format!("owned by a {kind}")
+/// Why a workload row of the report is in its state, as data: the shell words it (with the
+/// row's state, pod counts and sidecar).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RowReason {
+    /// Its pods' counts in its state say it.
+    #[default]
+    Counts,
+    Excluded(Exclusion),
+    /// Its sidecar's config no longer exists.
+    Orphaned,
+    /// Its stale pods carry `from`; the revision in force is `to`.
+    Stale {
+        from: String,
+        to: String,
+    },
+    /// No pods: its template's request does not parse (`error`), so the webhook denies them.
+    RequestUnparsed {
+        request: String,
+        error: String,
+    },
+    /// No pods: its template requests a sidecar no config defines, so the webhook denies them.
+    NoConfig,
+    /// Chosen by container (`rollout --sidecar-container-name`): of its `total` pods started
+    /// before `before`, the stale ones still run `container`.
+    StartedBefore {
+        container: String,
+        before: String,
+        total: usize,
+    },
 }
 
 fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> {
@@ -324,7 +362,10 @@ pub struct WorkloadDrift {
     pub name: String,
     pub sidecar: String,
     pub state: DriftState,
+    /// `why` in words: written by the shell (`render::word_drift`).
     pub reason: String,
+    #[serde(skip)]
+    pub why: RowReason,
     pub pods: StateCounts,
     /// How its injected pods run the sidecar; absent when none was injected.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -335,9 +376,16 @@ pub struct WorkloadDrift {
     /// `--restart-unknown`).
     #[serde(skip)]
     pub needs_restart: bool,
+}
+
+impl WorkloadDrift {
     /// For a stale workload, the revision its stale pods carry.
-    #[serde(skip)]
-    pub from_revision: Option<String>,
+    pub fn from_revision(&self) -> Option<&str> {
+        match &self.why {
+            RowReason::Stale { from, .. } => Some(from),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -167,7 +167,9 @@ impl Owner {
     /// a workload the engine restarts, or one that opted out.
     pub(super) fn exclusion(&self, pod: &Pod, evict_bare_pods: bool) -> Option<String> {
         if self.workload.is_some() && self.rollout_disabled {
-            return Some(crate::drift::ROLLOUT_DISABLED.to_owned());
+            return Some(crate::render::exclusion(
+                &crate::drift::Exclusion::RolloutDisabled,
+            ));
         }
         let controller = controller_of(pod).map(|r| (r.kind.as_str(), r.name.as_str()));
         let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -177,7 +179,7 @@ impl Owner {
                 None => ReplicaSetOwner::NoDeployment,
             }
         });
-        crate::drift::owner_exclusion(&owner).map(|why| crate::render::excluded(&why))
+        crate::drift::owner_exclusion(&owner).map(|why| crate::render::exclusion(&why))
     }
 
     pub(super) async fn of_replicaset(

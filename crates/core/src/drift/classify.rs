@@ -15,9 +15,8 @@ use super::entries::{PodEntry, parse_revisions};
 use super::index::DriftIndex;
 use super::interner::{Labels, intern};
 use super::{
-    BARE_POD, DriftPolicy, DriftReport, DriftState, JOB_POD, REPLICASET_NOT_KNOWN,
-    REPLICASET_WITHOUT_DEPLOYMENT, ROLLOUT_DISABLED, SidecarDrift, SidecarForm, StateCounts,
-    WorkloadDrift, owned_by, sidecar_state,
+    DriftPolicy, DriftReport, DriftState, Exclusion, RowReason, SidecarDrift, SidecarForm,
+    StateCounts, WorkloadDrift, sidecar_state,
 };
 
 /// A pod's workload (kind, name) and, when its owner excludes it, why.
@@ -127,36 +126,32 @@ impl DriftIndex {
                     if entry.replicas == Some(0) || with_pods.contains(&(kind, namespace, name)) {
                         continue;
                     }
-                    let row = |sidecar: String, reason: String| WorkloadDrift {
+                    let row = |sidecar: String, why: RowReason| WorkloadDrift {
                         kind: OwnerKind::Workload(kind),
                         namespace: namespace.to_string(),
                         name: name.to_string(),
                         sidecar,
                         state: DriftState::Denied,
-                        reason,
+                        reason: String::new(),
+                        why,
                         pods: StateCounts::default(),
                         form: None,
                         native: 0,
                         needs_restart: false,
-                        from_revision: None,
                     };
                     match SidecarName::parse_list(request) {
                         Err(err) => rows.push(row(
                             request.to_owned(),
-                            format!(
-                                "no pods: its template's request {request:?} does not parse ({err}); the webhook denies its pods"
-                            ),
+                            RowReason::RequestUnparsed {
+                                request: request.to_owned(),
+                                error: err.to_string(),
+                            },
                         )),
                         Ok(list) => rows.extend(
                             list.iter()
                                 .map(ToString::to_string)
                                 .filter(|sidecar| !current.contains_key(sidecar))
-                                .map(|sidecar| {
-                                    let reason = format!(
-                                        "no pods: its template requests {sidecar}, which no config defines; the webhook denies its pods"
-                                    );
-                                    row(sidecar, reason)
-                                }),
+                                .map(|sidecar| row(sidecar, RowReason::NoConfig)),
                         ),
                     }
                 }
@@ -195,7 +190,7 @@ impl DriftIndex {
             let exclusion: Option<Detail<'_>> = distinct.exclusions
                 [&exclusion_key(namespace, pod, labels_matter)]
                 .as_deref()
-                .map(Detail::Text)
+                .map(Detail::Namespace)
                 .or(owner_exclusion);
             let carried = pod.revision.as_ref().map(|r| &distinct.revisions[&ptr(r)]);
             let native = pod.native.as_ref().map(|n| &distinct.natives[&ptr(n)]);
@@ -219,7 +214,7 @@ impl DriftIndex {
                         });
                         let want = current.get(sidecar).copied();
                         let state = sidecar_state(pod.injected, have, want);
-                        (state, Detail::of(state, sidecar, have, want))
+                        (state, Detail::of(state, have, want))
                     }
                 };
                 let row = tally
@@ -317,22 +312,22 @@ impl DriftIndex {
             }
             PodWorkload::Workload(kind, name) => (kind, name),
             PodWorkload::ReplicaSetWithoutDeployment(rs) => {
-                let why = Detail::Text(REPLICASET_WITHOUT_DEPLOYMENT);
+                let why = Detail::Owner(Exclusion::ReplicaSetWithoutDeployment);
                 return (RowKind::ReplicaSet, rs, Some(why));
             }
             PodWorkload::ReplicaSetNotKnown(rs) => {
-                let why = Detail::Text(REPLICASET_NOT_KNOWN);
+                let why = Detail::Owner(Exclusion::ReplicaSetNotKnown);
                 return (RowKind::ReplicaSet, rs, Some(why));
             }
             PodWorkload::Job(name) => {
-                let why = Detail::Text(JOB_POD);
+                let why = Detail::Owner(Exclusion::JobPod);
                 return (RowKind::Job, name, Some(why));
             }
             PodWorkload::Other { kind, name } => {
                 return (RowKind::Other(kind), name, Some(Detail::OwnedBy(kind)));
             }
             PodWorkload::BarePod => {
-                let why = Detail::Text(BARE_POD);
+                let why = Detail::Owner(Exclusion::BarePod);
                 return (RowKind::Workload(WorkloadKind::Pod), pod_name, Some(why));
             }
         };
@@ -343,7 +338,7 @@ impl DriftIndex {
         (
             RowKind::Workload(kind),
             name,
-            disabled.then_some(Detail::Text(ROLLOUT_DISABLED)),
+            disabled.then_some(Detail::Owner(Exclusion::RolloutDisabled)),
         )
     }
 }
@@ -524,18 +519,14 @@ fn workload_rows(
         .map(|tally| {
             let (name, namespace, kind, sidecar) = tally.names;
             let state = tally.worst.unwrap_or(DriftState::Current);
-            let from_revision = match &tally.detail {
-                Detail::Stale { from, .. } => Some((*from).to_owned()),
-                _ => None,
-            };
             WorkloadDrift {
-                from_revision,
                 kind: kind.owner_kind(),
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
                 sidecar: sidecar.to_owned(),
                 state,
-                reason: reason(state, &tally.pods, &tally.detail),
+                reason: String::new(),
+                why: reason(&tally.detail),
                 pods: tally.pods,
                 form: tally.form.kind(),
                 native: tally.form.native,
@@ -561,9 +552,12 @@ fn workload_rows(
 enum Detail<'a> {
     #[default]
     None,
-    Text(&'a str),
+    /// Left out by its namespace or labels, in these words.
+    Namespace(&'a str),
+    /// Left out by its owner (never `Namespace` or `OwnedBy`, which borrow here).
+    Owner(Exclusion),
     OwnedBy(&'a str),
-    Orphaned(&'a str),
+    Orphaned,
     Stale {
         from: &'a str,
         to: &'a str,
@@ -572,38 +566,26 @@ enum Detail<'a> {
 
 impl<'a> Detail<'a> {
     /// What the report says about a state the staleness rule gave.
-    fn of(
-        state: DriftState,
-        sidecar: &'a str,
-        have: Option<&'a str>,
-        want: Option<&'a str>,
-    ) -> Self {
+    fn of(state: DriftState, have: Option<&'a str>, want: Option<&'a str>) -> Self {
         match (state, have, want) {
-            (DriftState::Orphaned, _, _) => Detail::Orphaned(sidecar),
+            (DriftState::Orphaned, _, _) => Detail::Orphaned,
             (DriftState::Stale, Some(from), Some(to)) => Detail::Stale { from, to },
             _ => Detail::None,
         }
     }
 }
 
-fn reason(state: DriftState, pods: &StateCounts, detail: &Detail<'_>) -> String {
-    let total = pods.total();
-    match (state, detail) {
-        (_, Detail::Text(text)) => (*text).to_owned(),
-        (_, Detail::OwnedBy(kind)) => owned_by(kind),
-        (_, Detail::Orphaned(sidecar)) => format!("sidecar {sidecar} no longer exists"),
-        (DriftState::Stale, Detail::Stale { from, to }) => {
-            format!("{} of {total} pods stale ({from} -> {to})", pods.stale)
-        }
-        (DriftState::Uninjected, _) => {
-            format!("{} of {total} pods never injected", pods.uninjected)
-        }
-        (DriftState::Unknown, _) => format!(
-            "{} of {total} pods injected without a revision",
-            pods.unknown
-        ),
-        (DriftState::Current, _) => format!("all {total} pods current"),
-        (state, _) => format!("{} of {total} pods {}", pods.get(state), state.as_str()),
+fn reason(detail: &Detail<'_>) -> RowReason {
+    match detail {
+        Detail::None => RowReason::Counts,
+        Detail::Namespace(words) => RowReason::Excluded(Exclusion::Namespace((*words).to_owned())),
+        Detail::Owner(exclusion) => RowReason::Excluded(exclusion.clone()),
+        Detail::OwnedBy(kind) => RowReason::Excluded(Exclusion::OwnedBy((*kind).to_owned())),
+        Detail::Orphaned => RowReason::Orphaned,
+        Detail::Stale { from, to } => RowReason::Stale {
+            from: (*from).to_owned(),
+            to: (*to).to_owned(),
+        },
     }
 }
 

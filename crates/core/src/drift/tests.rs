@@ -161,15 +161,19 @@ fn every_state_by_precedence() {
     assert_eq!(orphan.revision, None);
     assert_eq!((orphan.pods.orphaned, orphan.pods.excluded), (1, 1));
     assert_eq!(
-        workload(&report, "Pod", "g").reason,
-        "a bare pod (no controller)"
+        workload(&report, "Pod", "g").why,
+        RowReason::Excluded(Exclusion::BarePod)
     );
     assert_eq!(
-        workload(&report, "StatefulSet", "stale").reason,
-        format!(
-            "1 of 1 pods stale (000000000000 -> {})",
-            set.get(&"logger:v1".parse().unwrap()).unwrap().revision
-        )
+        workload(&report, "StatefulSet", "stale").why,
+        RowReason::Stale {
+            from: "000000000000".into(),
+            to: set
+                .get(&"logger:v1".parse().unwrap())
+                .unwrap()
+                .revision
+                .to_string()
+        }
     );
     assert!(workload(&report, "StatefulSet", "stale").needs_restart);
     assert!(workload(&report, "StatefulSet", "uninjected").needs_restart);
@@ -192,8 +196,11 @@ fn a_pod_whose_replicaset_arrives_later_resolves_to_its_deployment() {
     let before = index.classify(&set, &DriftPolicy::default());
     let pending = workload(&before, "ReplicaSet", "web-1");
     assert_eq!(
-        (pending.state, pending.reason.as_str()),
-        (DriftState::Excluded, "its ReplicaSet is not known yet")
+        (pending.state, &pending.why),
+        (
+            DriftState::Excluded,
+            &RowReason::Excluded(Exclusion::ReplicaSetNotKnown)
+        )
     );
     index.apply_replicaset(&rs("team", "web-1", Some("web")));
     let after = index.classify(&set, &DriftPolicy::default());
@@ -429,8 +436,8 @@ fn policy_filters_opt_out_bare_pods_and_unknown() {
         DriftState::Uninjected
     );
     assert_eq!(
-        state_of(&report, "b", "StatefulSet", "s").reason,
-        "namespace b is not included"
+        state_of(&report, "b", "StatefulSet", "s").why,
+        RowReason::Excluded(Exclusion::Namespace("namespace b is not included".into()))
     );
     let exclude_b = DriftPolicy {
         exclude_namespaces: ["b".to_owned()].into(),
@@ -440,12 +447,12 @@ fn policy_filters_opt_out_bare_pods_and_unknown() {
     };
     let report = index.classify(&set, &exclude_b);
     assert_eq!(
-        state_of(&report, "b", "StatefulSet", "s").reason,
-        "namespace b is excluded"
+        state_of(&report, "b", "StatefulSet", "s").why,
+        RowReason::Excluded(Exclusion::Namespace("namespace b is excluded".into()))
     );
     assert_eq!(
-        state_of(&report, "c", "StatefulSet", "s").reason,
-        "rollout disabled by annotation"
+        state_of(&report, "c", "StatefulSet", "s").why,
+        RowReason::Excluded(Exclusion::RolloutDisabled)
     );
     let bare = state_of(&report, "c", "Pod", "bare");
     assert_eq!(
@@ -791,7 +798,7 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         form: None,
         native: 0,
         needs_restart: false,
-        from_revision: None,
+        why: RowReason::Counts,
     };
     let report = DriftReport {
         sidecars: vec![sidecar("logger:latest"), sidecar("tracer:v1")],
@@ -876,23 +883,20 @@ fn a_workload_whose_pods_are_all_denied_shows_from_its_template() {
         ..Default::default()
     };
     let report = index.classify(&set, &policy);
-    let denied: Vec<(&str, &str, &str)> = report
+    let denied: Vec<(&str, &str, &RowReason)> = report
         .workloads
         .iter()
         .filter(|w| w.state == DriftState::Denied)
-        .map(|w| (w.name.as_str(), w.sidecar.as_str(), w.reason.as_str()))
+        .map(|w| (w.name.as_str(), w.sidecar.as_str(), &w.why))
         .collect();
     assert_eq!(denied.len(), 2, "{denied:#?}");
     assert_eq!(denied[0].0, "garbled");
-    assert!(denied[0].2.contains("does not parse"), "{}", denied[0].2);
-    assert_eq!(
-        denied[1],
-        (
-            "missing",
-            "logger:v9",
-            "no pods: its template requests logger:v9, which no config defines; the webhook denies its pods"
-        )
+    assert!(
+        matches!(denied[0].2, RowReason::RequestUnparsed { .. }),
+        "{:?}",
+        denied[0].2
     );
+    assert_eq!(denied[1], ("missing", "logger:v9", &RowReason::NoConfig));
     assert_eq!(
         workload(&report, "Deployment", "running").state,
         DriftState::Orphaned
@@ -944,11 +948,11 @@ fn pods_classified_alike_are_counted_once_each() {
     );
     assert_eq!(web.state, DriftState::Stale);
     assert_eq!(
-        web.reason,
-        format!(
-            "2 of 5 pods stale (000000000000 -> {})",
-            current.trim_start_matches("logger:v1=")
-        )
+        web.why,
+        RowReason::Stale {
+            from: "000000000000".into(),
+            to: current.trim_start_matches("logger:v1=").into()
+        }
     );
     for name in ["bare-a", "bare-b"] {
         let bare = workload(&report, "Pod", name);
@@ -996,12 +1000,12 @@ fn pods_of_namespaces_the_webhook_configuration_leaves_out_are_excluded_not_unin
             }],
         }))
         .unwrap();
-    let states = |index: &DriftIndex| -> Vec<(String, DriftState, String)> {
+    let states = |index: &DriftIndex| -> Vec<(String, DriftState, RowReason)> {
         index
             .classify_revisions(&wanted, &DriftPolicy::default())
             .workloads
             .into_iter()
-            .map(|w| (w.namespace, w.state, w.reason))
+            .map(|w| (w.namespace, w.state, w.why))
             .collect()
     };
     let mut gauge = DriftGauge::new(DriftPolicy::default());
@@ -1024,10 +1028,12 @@ fn pods_of_namespaces_the_webhook_configuration_leaves_out_are_excluded_not_unin
     assert_eq!(now[0].0, "legacy");
     assert_eq!(now[0].1, DriftState::Excluded);
     assert!(
-        now[0]
-            .2
-            .contains("namespace legacy is not sent to the webhook (MutatingWebhookConfiguration sidecar-injector"),
-        "{}",
+        matches!(
+            &now[0].2,
+            RowReason::Excluded(Exclusion::Namespace(why))
+                if why.contains("namespace legacy is not sent to the webhook (MutatingWebhookConfiguration sidecar-injector")
+        ),
+        "{:?}",
         now[0].2
     );
     assert_eq!(
@@ -1110,12 +1116,12 @@ fn pods_an_object_selector_leaves_out_are_excluded_by_their_labels() {
     let opt_out = configuration(json!({"matchExpressions": [
         {"key": "sidecars", "operator": "NotIn", "values": ["off"]},
     ]}));
-    let states = |index: &DriftIndex| -> Vec<(String, DriftState, u32, String)> {
+    let states = |index: &DriftIndex| -> Vec<(String, DriftState, u32, RowReason)> {
         index
             .classify_revisions(&wanted, &DriftPolicy::default())
             .workloads
             .into_iter()
-            .map(|w| (w.name, w.state, w.pods.total(), w.reason))
+            .map(|w| (w.name, w.state, w.pods.total(), w.why))
             .collect()
     };
     let mut gauge = DriftGauge::new(DriftPolicy::default());
@@ -1134,19 +1140,19 @@ fn pods_an_object_selector_leaves_out_are_excluded_by_their_labels() {
                 "api".to_owned(),
                 DriftState::Uninjected,
                 1,
-                "1 of 1 pods never injected".to_owned()
+                RowReason::Counts
             ),
             (
                 "db".to_owned(),
                 DriftState::Excluded,
                 2,
-                left_out.to_owned()
+                RowReason::Excluded(Exclusion::Namespace(left_out.to_owned()))
             ),
             (
                 "web".to_owned(),
                 DriftState::Excluded,
                 2,
-                left_out.to_owned()
+                RowReason::Excluded(Exclusion::Namespace(left_out.to_owned()))
             ),
         ],
         "{:#?}",

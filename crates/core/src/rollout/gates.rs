@@ -259,9 +259,8 @@ fn carries_failed_revision(
 ) -> bool {
     let named = candidate.restart_for.iter().any(|row| {
         let campaign = book.campaigns.get(&row.sidecar);
-        row.from_revision
-            .as_ref()
-            .is_some_and(|from| campaign.is_some_and(|c| c.failed_before.contains(from)))
+        row.from_revision()
+            .is_some_and(|from| campaign.is_some_and(|c| c.failed_before.iter().any(|f| f == from)))
     });
     if named {
         return true;

@@ -364,7 +364,7 @@ fn in_place(
                 sidecar: row.sidecar.clone(),
             }));
         }
-        let Some(from) = row.from_revision.as_deref() else {
+        let Some(from) = row.from_revision() else {
             return Some(Err(NotInPlace::NoRevisionToUpgradeFrom {
                 sidecar: row.sidecar.clone(),
             }));
@@ -485,9 +485,9 @@ fn restart(
             SidecarChange {
                 sidecar: r.sidecar.clone(),
                 state: r.state,
-                from: r.from_revision.clone(),
+                from: r.from_revision().map(str::to_owned),
                 to: target.revision.clone(),
-                what: what_changed(book, target, &r.sidecar, r.from_revision.as_deref()),
+                what: what_changed(book, target, &r.sidecar, r.from_revision()),
             }
         })
         .collect();

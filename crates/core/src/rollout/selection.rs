@@ -251,17 +251,17 @@ impl ContainerSelection {
                     name: workload.name.clone(),
                     sidecar: selection_key(container),
                     state,
-                    reason: format!(
-                        "{remaining} of {} pods started before {} still run container {container}",
-                        with.len(),
-                        self.revision()
-                    ),
+                    reason: String::new(),
+                    why: crate::drift::RowReason::StartedBefore {
+                        container: container.clone(),
+                        before: self.revision(),
+                        total: with.len(),
+                    },
                     pods,
                     // Chosen by container name, not by config: no form to tell.
                     form: None,
                     native: 0,
                     needs_restart: remaining > 0,
-                    from_revision: None,
                 });
             }
         }

@@ -175,7 +175,7 @@ pub(super) fn held_back(book: &CampaignBook, stale: &[&WorkloadDrift]) -> Option
     let held = |row: &&WorkloadDrift| {
         let campaign = book.campaigns.get(&row.sidecar)?;
         let hold = campaign.holding()?;
-        (row.from_revision.as_deref() == Some(hold.revision.as_str())
+        (row.from_revision() == Some(hold.revision.as_str())
             && row.pods.uninjected + row.pods.unknown == 0)
             .then(|| row.sidecar.clone())
     };
