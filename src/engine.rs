@@ -334,7 +334,7 @@ impl Engine {
         let bakes_changed = self.bakes_changed(feed);
         let now = Timestamp::now();
         let mut step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
-        self.word(&mut step.plan, now);
+        self.word(&mut step, now);
         self.last_plan = planning.elapsed();
         self.metrics
             .rollout_plan_duration
@@ -385,11 +385,17 @@ impl Engine {
         }
     }
 
-    /// The plan's sentences written (`render`), and the words of its pauses kept in the
-    /// book, which every later reader of a paused campaign shows.
-    fn word(&mut self, plan: &mut RolloutPlan, now: Timestamp) {
-        crate::render::word_plan(plan, now);
-        crate::render::keep_pause_words(plan, &mut self.state.book);
+    /// The step's sentences written (`render`), and the words of its failures and pauses
+    /// kept in the book, which it stores and every later reader shows.
+    fn word(&mut self, step: &mut rollout::machine::Step, now: Timestamp) {
+        crate::render::word_plan(&mut step.plan, now);
+        crate::render::keep_pause_words(&step.plan, &mut self.state.book);
+        crate::render::word_book(&mut self.state.book);
+        for effect in &mut step.effects {
+            if let rollout::machine::Effect::Failed { failure, .. } = effect {
+                crate::render::word_failure(failure);
+            }
+        }
     }
 
     /// The state machine's step on the index as it stands.
@@ -572,7 +578,8 @@ impl Engine {
     /// A failed rollout is said in a log line and a Warning Event, and counted as this
     /// process's failure only when it made the restart.
     async fn report_failure(&mut self, failure: rollout::Failure, ours: bool) {
-        error!(workload = %failure.workload, reason = %failure.reason, "rollout failed");
+        let reason = crate::render::failure_reason(&failure.reason);
+        error!(workload = %failure.workload, reason, "rollout failed");
         if ours {
             self.metrics
                 .record_rollout(failure.workload.kind, RolloutResult::Failed);
@@ -584,7 +591,7 @@ impl Engine {
             EventType::Warning,
             "SidecarRolloutFailed",
             "RolloutFailed",
-            &failure.reason,
+            &reason,
         )
         .await;
     }

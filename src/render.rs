@@ -8,6 +8,7 @@ mod admission;
 mod drift;
 mod drift_notes;
 mod explain;
+mod failure;
 mod fleet;
 mod held;
 mod hints;
@@ -22,6 +23,7 @@ pub(crate) use admission::admission_message;
 pub(crate) use drift::{fleet_document, word_drift, write_drift_table};
 pub(crate) use drift_notes::{ends, sidecar_note};
 pub(crate) use explain::{Document as ExplanationDocument, Page as ExplanationPage, skip_reason};
+pub(crate) use failure::{failure_reason, word_book, word_failure};
 pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;
@@ -40,6 +42,8 @@ pub(crate) fn word_plan(plan: &mut crate::rollout::RolloutPlan, now: k8s_openapi
     for waiting in &mut plan.waiting {
         waiting.message = wait_message(&waiting.reason, now);
     }
+    failure::word_failures(plan);
+    word_book(&mut plan.book);
     hint_plan(plan);
     pause::word_pauses(plan);
 }

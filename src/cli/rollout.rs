@@ -240,7 +240,12 @@ fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<(
                 writeln!(out, "restarted  {workload}")?;
             }
             for failure in &summary.failed {
-                writeln!(out, "failed     {}: {}", failure.workload, failure.reason)?;
+                writeln!(
+                    out,
+                    "failed     {}: {}",
+                    failure.workload,
+                    crate::render::failure_reason(&failure.reason)
+                )?;
             }
             for earlier in &summary.failed_earlier {
                 writeln!(out, "failed     {}: {}", earlier.workload, earlier.message)?;

@@ -190,7 +190,7 @@ async fn act(engine: &mut Engine, plan: RolloutPlan, now: Timestamp) {
     let mut step = engine
         .state
         .carry(plan, &observed, now, Conduct::Act { record: false });
-    engine.word(&mut step.plan, now);
+    engine.word(&mut step, now);
     for effect in step.effects {
         perform(engine, effect, now).await;
     }

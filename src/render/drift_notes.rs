@@ -38,7 +38,9 @@ pub(crate) fn sidecar_note(sidecar: &str, note: &SidecarNote) -> String {
             reason.as_deref().unwrap_or("its campaign paused")
         ),
         SidecarNote::Paused { reason } => reason.clone(),
-        SidecarNote::Reverted { from, reason } => format!("reverted from {from} ({reason})"),
+        SidecarNote::Reverted { from, reason } => {
+            format!("reverted from {from} ({})", super::failure_reason(reason))
+        }
         SidecarNote::Pinned { revision, by, over } => format!(
             "pinned at {revision} by {by} (the config says {over}): {} or a config change ends it",
             super::unpin(sidecar)

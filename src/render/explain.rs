@@ -236,7 +236,9 @@ fn action_line(action: &WorkloadAction) -> String {
         WorkloadAction::Rolling { target } => format!("restarted, rolling out to {target}"),
         WorkloadAction::Waiting { message } => format!("waits: {message}"),
         WorkloadAction::Succeeded => "restarted and rolled out".to_owned(),
-        WorkloadAction::Failed { reason } => format!("its restart failed: {reason}"),
+        WorkloadAction::Failed { reason } => {
+            format!("its restart failed: {}", super::failure_reason(reason))
+        }
         WorkloadAction::FailedEarlier { message } => message.clone(),
         WorkloadAction::Unplanned { why } => format!("not planned here: {why}"),
         WorkloadAction::Nothing { .. }
@@ -413,7 +415,7 @@ enum ActionDocument<'a> {
     },
     Succeeded,
     Failed {
-        reason: &'a str,
+        reason: String,
     },
     FailedEarlier {
         message: &'a str,
@@ -473,7 +475,9 @@ fn action_document(action: &WorkloadAction) -> ActionDocument<'_> {
         WorkloadAction::Rolling { target } => ActionDocument::Rolling { target },
         WorkloadAction::Waiting { message } => ActionDocument::Waiting { message },
         WorkloadAction::Succeeded => ActionDocument::Succeeded,
-        WorkloadAction::Failed { reason } => ActionDocument::Failed { reason },
+        WorkloadAction::Failed { reason } => ActionDocument::Failed {
+            reason: super::failure_reason(reason),
+        },
         WorkloadAction::FailedEarlier { message } => ActionDocument::FailedEarlier { message },
         WorkloadAction::Unplanned { why } => ActionDocument::Unplanned { why },
         WorkloadAction::Nothing { .. }

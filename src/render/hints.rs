@@ -178,10 +178,11 @@ mod tests {
                 WorkloadRef::new(WorkloadKind::Deployment, "team", "canary"),
                 "logger:v1",
                 "bbbbbbbbbbbb",
-                Some("not rolled out within 5m"),
+                Some(&"not rolled out within 5m".into()),
             )],
             ..RolloutPlan::default()
         };
+        super::super::failure::word_failures(&mut plan);
         hint_plan(&mut plan);
         assert_eq!(
             plan.failed_earlier[0].message,

@@ -74,7 +74,7 @@ mod tests {
             failed: 1,
             named: vec![(
                 WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
-                why.to_owned(),
+                why.into(),
             )],
             new_pods: WhilePaused::NotHeld,
         }

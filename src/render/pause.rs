@@ -25,7 +25,7 @@ pub(crate) fn pause_reason(sidecar: &str, pause: &Pause) -> String {
     let mut named: Vec<String> = pause
         .named
         .iter()
-        .map(|(workload, reason)| format!("{workload}: {reason}"))
+        .map(|(workload, reason)| format!("{workload}: {}", super::failure_reason(reason)))
         .collect();
     if named.is_empty() {
         named.push("their reasons are no longer kept".to_owned());
@@ -73,10 +73,7 @@ mod tests {
                 .map(|i| {
                     let workload =
                         WorkloadRef::new(WorkloadKind::Deployment, "team", &format!("web-{i}"));
-                    (
-                        workload,
-                        "not rolled out within 5m (0 of 1 updated)".to_owned(),
-                    )
+                    (workload, "not rolled out within 5m (0 of 1 updated)".into())
                 })
                 .collect(),
             new_pods,

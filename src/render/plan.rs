@@ -75,15 +75,16 @@ mod tests {
              nothing to restart: no workload runs a stale sidecar\n"
         );
         let canary = WorkloadRef::new(WorkloadKind::Deployment, "team", "canary");
-        let plan = RolloutPlan {
+        let mut plan = RolloutPlan {
             failed_earlier: vec![crate::rollout::FailedEarlier::new(
                 canary,
                 "logger:v1",
                 "bbbbbbbbbbbb",
-                Some("not rolled out within 5m"),
+                Some(&"not rolled out within 5m".into()),
             )],
             ..RolloutPlan::default()
         };
+        super::super::failure::word_failures(&mut plan);
         let failed = table(&plan);
         assert!(
             failed.contains("Deployment/team/canary")

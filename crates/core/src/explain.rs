@@ -561,7 +561,9 @@ pub enum WorkloadAction {
     /// Restarted and rolled out; current.
     Succeeded,
     /// Its restart failed.
-    Failed { reason: String },
+    Failed {
+        reason: crate::rollout::FailureReason,
+    },
     /// Its restart failed earlier under the revision in force: not restarted again under it.
     FailedEarlier { message: String },
     /// Nothing to do, for what the command found (no pods, no sidecar asked for...).

@@ -32,7 +32,8 @@ pub mod waves;
 
 pub use book::{
     BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState,
-    Failure, HeldWarning, NewPods, Pin, Resumed, Reversion, UpstreamWait,
+    FAILURE_DETAILS, Failure, FailureCause, FailureReason, HeldWarning, NewPods, Pin, Resumed,
+    Reversion, UpstreamWait,
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use book::{Hold, MaintenanceStatus, Promotion, Resumption};

@@ -310,7 +310,7 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         failed.clone(),
         "logger:v1",
         "bbb",
-        Some("not rolled out within 5m"),
+        Some(&"not rolled out within 5m".into()),
     );
     let plan = RolloutPlan {
         failed_earlier: vec![earlier.clone()],

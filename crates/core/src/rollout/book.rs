@@ -69,8 +69,68 @@ pub struct CampaignCounts {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     pub workload: WorkloadRef,
-    pub reason: String,
+    pub reason: FailureReason,
     pub at: Time,
+}
+
+/// Why a restart failed: the cause as this process found it, or its words as the book keeps
+/// them. The book stores words (what every release reads): the shell words a found cause
+/// (`render::word_book`) right after the pass that found it, before the book is written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FailureReason {
+    Said(String),
+    Found(FailureCause),
+}
+
+/// What failed a restart, with the values that say it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "kebab-case")]
+pub enum FailureCause {
+    /// Not rolled out within the rollout timeout: how far it got.
+    NotRolledOut {
+        timeout: std::time::Duration,
+        progress: String,
+    },
+    /// A container problem found within the health bake after it rolled out.
+    Bake {
+        bake: std::time::Duration,
+        problem: String,
+    },
+    /// Finished rolling, twice, with `uninjected` of `total` pods created without `sidecar`:
+    /// the webhook was bypassed.
+    Bypassed {
+        uninjected: u32,
+        total: u32,
+        sidecar: String,
+    },
+    /// Finished rolling with `not_current` of `total` pods not running `sidecar` `revision`.
+    NotCurrent {
+        not_current: u32,
+        total: u32,
+        sidecar: String,
+        revision: String,
+    },
+    /// An in-place upgrade of one of its pods failed.
+    InPlace { reason: String },
+    /// A campaign that failed with no failure kept to say why.
+    CampaignFailed,
+}
+
+impl From<&str> for FailureReason {
+    fn from(words: &str) -> Self {
+        FailureReason::Said(words.to_owned())
+    }
+}
+
+impl FailureReason {
+    /// The words a book read from the cluster keeps (`None` for a cause found here).
+    pub fn stored(&self) -> Option<&str> {
+        match self {
+            FailureReason::Said(words) => Some(words),
+            FailureReason::Found(_) => None,
+        }
+    }
 }
 
 /// One sidecar's campaign: bringing every pod requesting it to `revision`. Persisted in the
@@ -194,7 +254,7 @@ pub enum HeldWarning {
 pub struct Reversion {
     /// The revision whose campaign failed.
     pub from: String,
-    pub reason: String,
+    pub reason: FailureReason,
 }
 
 /// Who resumed a paused campaign, and when: written by `rollout --resume` into the status
@@ -214,12 +274,12 @@ impl Campaign {
     }
 
     /// Why `workload` failed under this revision, while the reason is still kept.
-    pub(super) fn failure_reason(&self, workload: &WorkloadRef) -> Option<&str> {
+    pub(super) fn failure_reason(&self, workload: &WorkloadRef) -> Option<&FailureReason> {
         self.failures
             .iter()
             .rev()
             .find(|f| &f.workload == workload)
-            .map(|f| f.reason.as_str())
+            .map(|f| &f.reason)
     }
 
     /// The revision new pods get instead of this one: its hold while it is paused or gated.

@@ -31,7 +31,10 @@ pub enum SidecarNote {
     /// Its campaign paused, for this reason.
     Paused { reason: String },
     /// Its campaign undoes the failed revision `from`.
-    Reverted { from: String, reason: String },
+    Reverted {
+        from: String,
+        reason: super::book::FailureReason,
+    },
     /// `rollout --to` pinned it at `revision` over the config's `over`.
     Pinned {
         revision: String,

@@ -685,7 +685,7 @@ impl RolloutState {
             }
             UpgradeProgress::Failed(reason) => {
                 if let Some(restart) = self.evicting.get_mut(workload) {
-                    restart.problem = Some(format!("in-place upgrade failed: {reason}"));
+                    restart.problem = Some(reason.clone());
                 }
                 UpgradeNews::Failed(reason)
             }

@@ -13,7 +13,7 @@ pub struct Pause {
     pub failed: usize,
     /// The first of them, each with why it failed; empty when the book keeps none (written by
     /// hand, or by an earlier version).
-    pub named: Vec<(WorkloadRef, String)>,
+    pub named: Vec<(WorkloadRef, super::book::FailureReason)>,
     /// What new pods get while it is paused.
     pub new_pods: WhilePaused,
 }

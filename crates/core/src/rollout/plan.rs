@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::book::{CampaignBook, FAILURE_DETAILS, Failure};
+use super::book::{CampaignBook, Failure};
 use super::change::SidecarChange;
 pub use super::wait::WaitReason;
 pub(super) use super::wait::serialize_display;
@@ -197,29 +197,24 @@ pub struct FailedEarlier {
     pub revision: String,
     /// Its failure's reason, while the campaign still keeps it (the latest few).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<super::book::FailureReason>,
+    /// In words, with what to do about it: written by the shell (`render::word_plan`).
     pub message: String,
 }
 
 impl FailedEarlier {
-    pub fn new(workload: WorkloadRef, sidecar: &str, revision: &str, reason: Option<&str>) -> Self {
-        let why = reason.map_or_else(
-            || {
-                format!(
-                    "its reason is no longer kept: the campaign keeps the latest {FAILURE_DETAILS}"
-                )
-            },
-            str::to_owned,
-        );
-        let message = format!(
-            "its restart to {sidecar} {revision} failed ({why}); it is not restarted again under this revision: fix or revert the config"
-        );
+    pub fn new(
+        workload: WorkloadRef,
+        sidecar: &str,
+        revision: &str,
+        reason: Option<&super::book::FailureReason>,
+    ) -> Self {
         Self {
             workload,
             sidecar: sidecar.to_owned(),
             revision: revision.to_owned(),
-            reason: reason.map(str::to_owned),
-            message,
+            reason: reason.cloned(),
+            message: String::new(),
         }
     }
 }

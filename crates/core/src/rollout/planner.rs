@@ -2,6 +2,7 @@
 //! settings and `now`, in phases: survey every workload, record failures, pause campaigns,
 //! schedule candidates through the gates, settle the book. No I/O, no clock.
 
+use crate::rollout::FailureCause;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -226,7 +227,8 @@ fn survey_carrier<'g, 'r>(
     let upgrade = input.evicting.get(workload).filter(|e| e.target == target);
     if let Some(problem) = upgrade.and_then(|e| e.problem.clone()) {
         let still = (workload, &active[..]);
-        roll_or_fail(input, survey, out, still, target, true, Some(problem));
+        let cause = FailureCause::InPlace { reason: problem };
+        roll_or_fail(input, survey, out, still, target, true, Some(cause));
         return;
     }
     let said = || replacement_progress(upgrade, workload, entry, relevant);

@@ -115,8 +115,9 @@ pub fn progress(
     }
     if campaign.state == CampaignState::Paused || campaign.unacknowledged_failures() > 0 {
         let failure = campaign.unacknowledged_details().last();
+        // Read from the cluster, the book keeps its failures' words.
         let reason = failure
-            .map(|f| f.reason.clone())
+            .and_then(|f| f.reason.stored().map(str::to_owned))
             .or_else(|| campaign.pause_reason.clone())
             .unwrap_or_else(|| "the campaign is paused".to_owned());
         return Progress::Failed {

@@ -1,6 +1,7 @@
 //! The campaigns of a plan: failures recorded, campaigns paused, the book settled and
 //! carried to the revisions in force.
 
+use crate::rollout::{FailureCause, FailureReason};
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -159,8 +160,9 @@ pub(in crate::rollout) fn reversion(
             reason: previous
                 .pause_reason
                 .clone()
+                .map(FailureReason::Said)
                 .or_else(|| previous.failures.first().map(|f| f.reason.clone()))
-                .unwrap_or_else(|| "its campaign failed".to_owned()),
+                .unwrap_or(FailureReason::Found(FailureCause::CampaignFailed)),
         }
     })
 }

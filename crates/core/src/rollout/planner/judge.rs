@@ -3,7 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::super::book::{Campaign, CampaignBook, Failure};
+use super::super::book::{Campaign, CampaignBook, Failure, FailureCause, FailureReason};
 use super::super::gates::{Candidate, Group, after};
 use super::super::health::{progress, rolled_out};
 use super::super::plan::{FailedEarlier, PlanInput, Rolling, RolloutPlan, WaitReason, Waiting};
@@ -191,14 +191,14 @@ pub(super) fn roll_or_fail(
     (workload, active): (&WorkloadRef, &[&str]),
     target: RevisionStamp,
     on_delete: bool,
-    failure: Option<String>,
+    failure: Option<FailureCause>,
 ) {
     match failure {
-        Some(reason) => {
+        Some(cause) => {
             survey.count(active, |c| c.failed += 1);
             let failure = Failure {
                 workload: workload.clone(),
-                reason,
+                reason: FailureReason::Found(cause),
                 at: Time(input.now),
             };
             let sidecars = active.iter().map(|s| (*s).to_owned()).collect();
@@ -219,7 +219,7 @@ pub(super) fn roll_or_fail(
 pub(super) enum BakeVerdict {
     Passed,
     Baking,
-    Failed(String),
+    Failed(FailureCause),
 }
 
 /// The health bake of a workload rolled out to the target with every pod current: it
@@ -255,11 +255,11 @@ pub(super) fn bake(
         survey.wakes.push(after(input.now, length));
         return BakeVerdict::Baking;
     };
-    let bake_text = humantime::format_duration(length);
     if let Some(problem) = &state.problem {
-        return BakeVerdict::Failed(format!(
-            "within the bake ({bake_text}) of rolling out: {problem}"
-        ));
+        return BakeVerdict::Failed(FailureCause::Bake {
+            bake: length,
+            problem: problem.clone(),
+        });
     }
     let ends = after(state.since, length);
     if input.now >= ends {
@@ -297,25 +297,24 @@ pub(super) fn finish_grace_end(input: &PlanInput<'_>, workload: &WorkloadRef) ->
 }
 
 /// Finished rolling, past the grace, with pods still not current.
-pub(super) fn not_current_failure(input: &PlanInput<'_>, stale: &[&WorkloadDrift]) -> String {
+pub(super) fn not_current_failure(input: &PlanInput<'_>, stale: &[&WorkloadDrift]) -> FailureCause {
     let row = stale[0];
     let revision = &input.targets[&row.sidecar].revision;
     // New pods with no sidecar at all say nothing against the revision: the webhook never saw
     // them. Said as such, so that whoever reads the pause looks at the webhook.
     if row.pods.uninjected > 0 && row.pods.stale + row.pods.unknown == 0 {
-        return format!(
-            "finished rolling, twice, but {} of {} pods were created without {} (the webhook was bypassed: down, unreachable or too slow, with failurePolicy Ignore)",
-            row.pods.uninjected,
-            row.pods.total(),
-            row.sidecar
-        );
+        return FailureCause::Bypassed {
+            uninjected: row.pods.uninjected,
+            total: row.pods.total(),
+            sidecar: row.sidecar.clone(),
+        };
     }
-    format!(
-        "finished rolling but {} of {} pods still do not run {} {revision}",
-        row.pods.stale + row.pods.uninjected + row.pods.unknown,
-        row.pods.total(),
-        row.sidecar,
-    )
+    FailureCause::NotCurrent {
+        not_current: row.pods.stale + row.pods.uninjected + row.pods.unknown,
+        total: row.pods.total(),
+        sidecar: row.sidecar.clone(),
+        revision: revision.clone(),
+    }
 }
 
 /// Still rolling after `--rollout-timeout` from the restart (or the campaign's start); if not
@@ -325,7 +324,7 @@ pub(super) fn timeout_failure(
     book: &CampaignBook,
     (entry, active): (&WorkloadEntry, &[&str]),
     progress: impl FnOnce() -> String,
-) -> (Option<String>, Option<Timestamp>) {
+) -> (Option<FailureCause>, Option<Timestamp>) {
     let started = entry.rolled_at.or_else(|| {
         active
             .iter()
@@ -340,12 +339,11 @@ pub(super) fn timeout_failure(
     if deadline > input.now {
         return (None, Some(deadline));
     }
-    let reason = format!(
-        "not rolled out within {} ({})",
-        humantime::format_duration(timeout),
-        progress()
-    );
-    (Some(reason), None)
+    let cause = FailureCause::NotRolledOut {
+        timeout,
+        progress: progress(),
+    };
+    (Some(cause), None)
 }
 
 /// How far a restart got, as its timeout says it: the workload's status for a template

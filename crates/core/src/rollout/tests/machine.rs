@@ -446,7 +446,7 @@ fn an_upgrade_in_place_under_way_holds_its_workload_until_read_done_then_the_nex
     assert!(world.state.upgrades.is_empty());
     let step = world.machine(ACT);
     assert!(
-        step.effects.iter().any(|e| matches!(e, Effect::Failed { failure, ours: true } if failure.reason.contains("in-place upgrade failed"))),
+        step.effects.iter().any(|e| matches!(e, Effect::Failed { failure, ours: true } if matches!(failure.reason, FailureReason::Found(FailureCause::InPlace { .. })))),
         "{:#?}",
         step.effects
     );

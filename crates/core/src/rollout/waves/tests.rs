@@ -110,7 +110,7 @@ fn a_failure_names_its_workload_and_reason_until_resumed() {
         book_with(NEW, CampaignState::Running, |c| {
             c.record_failure(Failure {
                 workload: web(),
-                reason: "pods not ready within 60s".into(),
+                reason: crate::rollout::FailureReason::Said("pods not ready within 60s".into()),
                 at: Time(at(1)),
             });
             c.acknowledged_failures = acknowledged;
