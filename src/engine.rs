@@ -392,8 +392,13 @@ impl Engine {
         crate::render::keep_pause_words(&step.plan, &mut self.state.book);
         crate::render::word_book(&mut self.state.book);
         for effect in &mut step.effects {
-            if let rollout::machine::Effect::Failed { failure, .. } = effect {
-                crate::render::word_failure(failure);
+            use rollout::machine::Effect;
+            match effect {
+                Effect::Failed { failure, .. } => crate::render::word_failure(failure),
+                Effect::PatchTemplate(restart)
+                | Effect::EvictBarePod(restart)
+                | Effect::PodByPodStarted(restart) => crate::render::word_restart(restart),
+                _ => {}
             }
         }
     }

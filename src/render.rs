@@ -16,6 +16,7 @@ mod journal;
 mod notice;
 mod pause;
 mod plan;
+mod restart;
 mod status;
 mod wait;
 
@@ -31,6 +32,7 @@ pub(crate) use journal::journal_line;
 pub(crate) use notice::NoticePayload;
 pub(crate) use pause::{keep_pause_words, pause_reason};
 pub(crate) use plan::write_plan_table;
+pub(crate) use restart::{restart_reason, word_restart};
 pub(crate) use status::{
     FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,
 };
@@ -42,6 +44,7 @@ pub(crate) fn word_plan(plan: &mut crate::rollout::RolloutPlan, now: k8s_openapi
     for waiting in &mut plan.waiting {
         waiting.message = wait_message(&waiting.reason, now);
     }
+    plan.restarts.iter_mut().for_each(word_restart);
     failure::word_failures(plan);
     word_book(&mut plan.book);
     hint_plan(plan);

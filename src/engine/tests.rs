@@ -109,21 +109,26 @@ fn restart_of_web() -> Restart {
         to: "bbbbbbbbbbbb".into(),
         what: Some(r#"containers[shipper].image "1.0" -> "2.0""#.into()),
     }];
-    Restart {
+    let mut restart = Restart {
         workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
         target: Some(crate::config::RevisionStamp::sorted([(
             "logger:v1",
             "bbbbbbbbbbbb",
         )])),
-        reason: crate::rollout::rollout_reason(&changes),
+        reason: String::new(),
         changes,
         canary: true,
         on_delete: false,
         heal: false,
         method: crate::workload::RestartMethod::Template,
         reverted: false,
+        missed: 0,
+        not_in_place: None,
+        selected: None,
         pods: 2,
-    }
+    };
+    crate::render::word_restart(&mut restart);
+    restart
 }
 
 fn answer_ok(method: &str, path: &str) -> (StatusCode, Value) {

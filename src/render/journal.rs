@@ -24,9 +24,11 @@ pub(crate) fn journal_line(line: &Line) -> String {
         } => format!(
             "dry run: the plan changed: {restarts} restart(s) now, {waiting} waiting, {rolling} rolling; nothing is restarted in dry-run mode"
         ),
-        Said::WouldRestart { action, reason } => {
-            format!("dry run: would {action} {workload}: {reason}")
-        }
+        Said::WouldRestart(restart) => format!(
+            "dry run: would {} {workload}: {}",
+            restart.action(),
+            super::restart_reason(restart)
+        ),
         Said::WouldWait(reason) => {
             format!("dry run: would wait {workload}: {}", wait_reason(reason))
         }

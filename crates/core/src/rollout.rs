@@ -37,8 +37,9 @@ pub use book::{
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use book::{Hold, MaintenanceStatus, Promotion, Resumption};
+pub use change::SidecarChange;
 #[cfg(any(test, feature = "test-fixtures"))]
-pub use change::{SidecarChange, describe_changes, rollout_reason};
+pub use change::describe_changes;
 pub use gates::after;
 pub use health::container_problems_since;
 pub use health::rolled_out;

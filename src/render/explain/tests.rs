@@ -279,6 +279,9 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
             heal: false,
             method: crate::workload::RestartMethod::Template,
             reverted: false,
+            missed: 0,
+            not_in_place: None,
+            selected: None,
         }],
         waiting: vec![Waiting {
             workload: api.clone(),

@@ -120,13 +120,22 @@ fn the_dry_run_plan_is_said_whole_and_once_per_change() {
     let restart = crate::rollout::Restart {
         workload: deployment("canary"),
         target: None,
-        reason: "sidecar tracer:v1 changed".into(),
-        changes: Vec::new(),
+        reason: String::new(),
+        changes: vec![crate::rollout::SidecarChange {
+            sidecar: "tracer:v1".into(),
+            state: crate::drift::DriftState::Stale,
+            from: Some("aaaaaaaaaaaa".into()),
+            to: "bbbbbbbbbbbb".into(),
+            what: None,
+        }],
         canary: true,
         on_delete: false,
         heal: false,
         method: crate::workload::RestartMethod::Template,
         reverted: false,
+        missed: 0,
+        not_in_place: None,
+        selected: None,
         pods: 1,
     };
     let plan = RolloutPlan {
@@ -152,7 +161,7 @@ fn the_dry_run_plan_is_said_whole_and_once_per_change() {
         lines,
         [
             "dry run: the plan changed: 1 restart(s) now, 2 waiting, 0 rolling; nothing is restarted in dry-run mode",
-            "dry run: would restart (canary) Deployment/team/canary: sidecar tracer:v1 changed",
+            "dry run: would restart (canary) Deployment/team/canary: sidecar tracer:v1 aaaaaaaaaaaa -> bbbbbbbbbbbb",
             "dry run: would wait Deployment/team/web: waiting for the canary of tracer:v1 to become healthy",
             "dry run: would wait Deployment/team/api: waiting for the canary of tracer:v1 to become healthy",
         ]

@@ -1,4 +1,5 @@
-//! What a restart changes, in words: `NS/rollout-reason`, change-cause and Event text.
+//! What a restart changes: each sidecar's revisions, what differs between their contents, and
+//! the Event's action.
 
 use std::collections::BTreeSet;
 
@@ -37,27 +38,6 @@ pub fn restart_action(changes: &[SidecarChange]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// `NS/rollout-reason`, e.g. `sidecar logger:v1 3f2a9c1e7b0d -> 77b0d2aa41c9: containers[logger].image "1.0" -> "2.0"`.
-pub fn rollout_reason(changes: &[SidecarChange]) -> String {
-    changes
-        .iter()
-        .map(|c| {
-            let from = match (&c.from, c.state) {
-                (Some(revision), _) => revision.as_str(),
-                (None, DriftState::Unknown) => "(injected without a revision)",
-                (None, _) => "(not injected)",
-            };
-            let mut text = format!("sidecar {} {from} -> {}", c.sidecar, c.to);
-            if let Some(what) = &c.what {
-                text.push_str(": ");
-                text.push_str(what);
-            }
-            text
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// What differs between two injected contents, as at most three `path: old -> new` items.

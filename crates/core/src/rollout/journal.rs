@@ -29,11 +29,8 @@ pub enum Said {
         waiting: usize,
         rolling: usize,
     },
-    /// Dry run: the restart the engine would make (what it does, and why).
-    WouldRestart {
-        action: &'static str,
-        reason: String,
-    },
+    /// Dry run: the restart the engine would make.
+    WouldRestart(Box<super::plan::Restart>),
     /// Dry run: a workload that would wait.
     WouldWait(WaitReason),
     /// Why a campaign's workloads wait now (none: nothing waits any more).
@@ -90,13 +87,7 @@ impl Journal {
         let lines: Vec<Line> = plan
             .restarts
             .iter()
-            .map(|r| {
-                let said = Said::WouldRestart {
-                    action: r.action(),
-                    reason: r.reason.clone(),
-                };
-                Line::of(&r.workload, said)
-            })
+            .map(|r| Line::of(&r.workload, Said::WouldRestart(Box::new(r.clone()))))
             .chain(
                 plan.waiting
                     .iter()

@@ -84,8 +84,8 @@ pub struct Observed<'a> {
     /// The stale pods of a rolling OnDelete (or in-place) workload, sorted: from the index, or
     /// from the one-shot CLI's selection by container name.
     pub stale_pods: &'a dyn Fn(&WorkloadRef) -> Vec<PodToReplace>,
-    /// The reason a restart gives, when not the planner's (the selection by container name).
-    pub restart_reason: Option<&'a dyn Fn(&WorkloadRef) -> String>,
+    /// The pods a restart is for, when chosen by container name rather than by config.
+    pub restart_reason: Option<&'a dyn Fn(&WorkloadRef) -> super::selection::SelectedPods>,
     /// The bakes whose pods changed since they were last read, as the pod watch saw.
     pub bakes_changed: &'a BTreeSet<WorkloadRef>,
     /// What the webhook serves new pods, for the preflight.
@@ -142,7 +142,8 @@ impl RolloutState {
         let reason = |workload: &WorkloadRef| {
             input
                 .selection
-                .map_or_else(String::new, |(selection, _)| selection.reason(workload))
+                .map(|(selection, _)| selection.selected(workload))
+                .unwrap_or_default()
         };
         let observed = Observed {
             report: &report,
@@ -154,7 +155,7 @@ impl RolloutState {
             restart_reason: input
                 .selection
                 .is_some()
-                .then_some(&reason as &dyn Fn(&WorkloadRef) -> String),
+                .then_some(&reason as &dyn Fn(&WorkloadRef) -> super::selection::SelectedPods),
             bakes_changed: input.bakes_changed,
             served: input.served,
         };
@@ -282,7 +283,7 @@ impl RolloutState {
         });
         if let Some(reason) = observed.restart_reason {
             for restart in &mut plan.restarts {
-                restart.reason = reason(&restart.workload);
+                restart.selected = Some(reason(&restart.workload));
             }
         }
         self.carry(plan, observed, now, conduct)

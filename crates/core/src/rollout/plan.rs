@@ -116,7 +116,8 @@ pub struct Restart {
     pub workload: WorkloadRef,
     /// The `NS/rollout-revision` to write; `None` for a bare pod, which is evicted.
     pub target: Option<RevisionStamp>,
-    /// The `NS/rollout-reason` to write.
+    /// The `NS/rollout-reason` to write: why, in words, from the fields below; written by the
+    /// shell (`render::word_plan`).
     pub reason: String,
     pub changes: Vec<SidecarChange>,
     pub canary: bool,
@@ -132,6 +133,16 @@ pub struct Restart {
     /// The template stamp this engine set for this very target is gone while the pods stayed
     /// (a GitOps controller reverted it): restarted by eviction instead.
     pub reverted: bool,
+    /// For a heal: how many of its pods were created without the sidecar.
+    #[serde(skip)]
+    pub missed: u32,
+    /// Why it is restarted rather than upgraded in place, when in-place upgrades are on.
+    #[serde(skip)]
+    pub not_in_place: Option<super::in_place::NotInPlace>,
+    /// Chosen by container (`rollout --sidecar-container-name`): which pods, not a config's
+    /// change, are why.
+    #[serde(skip)]
+    pub selected: Option<super::selection::SelectedPods>,
 }
 
 /// A workload in its health bake: since when, and what the last read of its pods found.

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::book::{
     BookOverflow, CampaignBook, CampaignCounts, CampaignState, Failure, MaintenanceStatus,
 };
-use super::change::{SidecarChange, rollout_reason};
+use super::change::SidecarChange;
 use super::gates::{Candidate, Group, Pace, admit, after};
 use super::in_place::{InPlaceMode, NotInPlace};
 use super::plan::{PlanInput, Restart, RolloutPlan, SidecarTarget, WaitReason, Waiting};
@@ -493,29 +493,14 @@ fn restart(
             }
         })
         .collect();
-    let reason = if candidate.reverted {
-        format!(
-            "the template stamp this engine set ({}) was reverted while the pods stayed (a GitOps controller's self-heal?); restarting by eviction instead, the template untouched: {}",
-            candidate.target,
-            rollout_reason(&changes)
-        )
-    } else if candidate.heal {
-        let missed: u32 = candidate
+    let missed = if candidate.heal {
+        candidate
             .restart_for
             .iter()
             .map(|r| r.pods.uninjected)
-            .sum();
-        format!(
-            "{missed} pod(s) were created while the webhook was bypassed (down, unreachable or too slow, with failurePolicy Ignore); restarted once more: {}",
-            rollout_reason(&changes)
-        )
+            .sum()
     } else {
-        rollout_reason(&changes)
-    };
-    let reason = match (&candidate.not_in_place, candidate.method) {
-        (_, RestartMethod::InPlace) => format!("in place: {reason}"),
-        (Some(why), _) => format!("{reason} (restarted, not upgraded in place: {why})"),
-        _ => reason,
+        0
     };
     Restart {
         pods: candidate.pods(),
@@ -523,7 +508,10 @@ fn restart(
         method: candidate.method,
         reverted: candidate.reverted,
         target: workload.kind.is_controller().then_some(candidate.target),
-        reason,
+        reason: String::new(),
+        missed,
+        not_in_place: candidate.not_in_place.clone(),
+        selected: None,
         changes,
         canary,
         on_delete,

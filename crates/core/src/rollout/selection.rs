@@ -292,7 +292,7 @@ impl ContainerSelection {
     }
 
     /// The `NS/rollout-reason` of a restart.
-    pub fn reason(&self, workload: &WorkloadRef) -> String {
+    pub fn selected(&self, workload: &WorkloadRef) -> SelectedPods {
         let pods = self
             .workloads
             .get(workload)
@@ -302,13 +302,20 @@ impl ContainerSelection {
             .iter()
             .flat_map(|p| p.containers.iter().map(String::as_str))
             .collect();
-        format!(
-            "container {} in {} pod(s) started before {}",
-            containers.into_iter().collect::<Vec<_>>().join(", "),
-            pods.len(),
-            self.revision()
-        )
+        SelectedPods {
+            containers: containers.into_iter().map(str::to_owned).collect(),
+            pods: pods.len(),
+            started_before: self.revision(),
+        }
     }
+}
+
+/// The pods of a workload chosen by container name: why it is restarted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SelectedPods {
+    pub containers: Vec<String>,
+    pub pods: usize,
+    pub started_before: String,
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::*;
 use crate::annotations::AnnotationKeys;
 use crate::config::{RevisionStamp, RevisionsInForce};
-use crate::drift::DriftPolicy;
 use crate::drift::{DriftIndex, WorkloadEntry};
+use crate::drift::{DriftPolicy, DriftState};
 use crate::rollout::drift_notes::SidecarNote;
 use crate::test_fixtures::PodMeta;
 use crate::workload::{UpdateStrategy, WorkloadKind, WorkloadRef};
@@ -273,8 +273,8 @@ fn only_workloads_owning_stale_or_uninjected_pods_are_planned() {
     );
     assert_eq!(stale.workload.kind, WorkloadKind::Deployment);
     assert_eq!(
-        stale.reason,
-        format!("sidecar {LOGGER} {OLD} -> {NEW}: containers[logger].image \"l:1\" -> \"l:2\"")
+        stale.changes[0].what.as_deref(),
+        Some("containers[logger].image \"l:1\" -> \"l:2\"")
     );
     assert!(plan.waiting.is_empty(), "{:?}", plan.waiting);
 
@@ -732,31 +732,42 @@ fn restarts_are_described_from_what_the_pods_actually_run() {
         .deployment("unknown", 1, Some(""))
         .deployment("uninjected", 1, None);
     let plan = world.plan();
-    let reason = |name: &str| {
-        plan.restarts
+    let change = |name: &str| {
+        let restart = plan
+            .restarts
             .iter()
             .find(|r| r.workload.name == name)
-            .unwrap_or_else(|| panic!("{name} not planned"))
-            .reason
-            .clone()
+            .unwrap_or_else(|| panic!("{name} not planned"));
+        let c = &restart.changes[0];
+        (c.state, c.from.clone(), c.to.clone(), c.what.clone())
     };
     // A revision this process never saw: its change is not known, and the latest change
     // (from OLD) is not it.
     assert_eq!(
-        reason("behind"),
-        format!("sidecar {LOGGER} eeeeeeeeeeee -> {NEW}")
+        change("behind"),
+        (
+            DriftState::Stale,
+            Some("eeeeeeeeeeee".into()),
+            NEW.into(),
+            None
+        )
     );
     assert_eq!(
-        reason("stale"),
-        format!("sidecar {LOGGER} {OLD} -> {NEW}: containers[logger].image \"l:1\" -> \"l:2\"")
+        change("stale"),
+        (
+            DriftState::Stale,
+            Some(OLD.into()),
+            NEW.into(),
+            Some("containers[logger].image \"l:1\" -> \"l:2\"".into())
+        )
     );
     assert_eq!(
-        reason("unknown"),
-        format!("sidecar {LOGGER} (injected without a revision) -> {NEW}")
+        change("unknown"),
+        (DriftState::Unknown, None, NEW.into(), None)
     );
     assert_eq!(
-        reason("uninjected"),
-        format!("sidecar {LOGGER} (not injected) -> {NEW}")
+        change("uninjected"),
+        (DriftState::Uninjected, None, NEW.into(), None)
     );
     let stale = plan
         .restarts
@@ -999,12 +1010,10 @@ fn pods_a_restart_created_while_the_webhook_was_bypassed_get_one_more_restart_th
     assert!(heal.heal);
     let target = heal.target.clone().unwrap();
     assert_eq!(target.as_str(), format!("{LOGGER}={NEW}"));
-    assert!(
-        heal.reason.starts_with(
-            "1 pod(s) were created while the webhook was bypassed (down, unreachable or too slow, with failurePolicy Ignore); restarted once more: sidecar logger:v1 (not injected) -> "
-        ),
-        "{}",
-        heal.reason
+    assert_eq!(heal.missed, 1, "{heal:?}");
+    assert_eq!(
+        (heal.changes[0].state, heal.changes[0].from.as_deref()),
+        (DriftState::Uninjected, None)
     );
 
     // The heal is marked on the template; its pods missed the webhook again: now a failure
@@ -1527,12 +1536,9 @@ fn a_reverted_stamp_switches_the_workload_to_eviction_and_the_eviction_rolls_it(
         (restart.method, restart.reverted, restart.on_delete),
         (RestartMethod::Evict, true, true)
     );
-    assert!(
-        restart.reason.starts_with(
-            "the template stamp this engine set (logger:v1=bbbbbbbbbbbb) was reverted"
-        ),
-        "{}",
-        restart.reason
+    assert_eq!(
+        restart.target.as_ref().map(RevisionStamp::as_str),
+        Some("logger:v1=bbbbbbbbbbbb")
     );
 
     // The executor began it: rolling, by eviction, until the pods are current.
@@ -2155,11 +2161,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
     assert_eq!(restart.method, crate::workload::RestartMethod::InPlace);
     assert!(restart.on_delete, "pod by pod");
     assert_eq!(restart.action(), "upgrade in place (canary)");
-    assert!(
-        restart.reason.starts_with("in place: sidecar logger:v1"),
-        "{}",
-        restart.reason
-    );
+    assert_eq!(restart.changes[0].sidecar, LOGGER);
 
     // The executor began it: rolling pod by pod; a failed pod upgrade fails the restart.
     let web = plan.restarts[0].workload.clone();
@@ -2232,12 +2234,15 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
         plan.restarts[0].method,
         crate::workload::RestartMethod::Template
     );
-    assert!(
+    assert_eq!(
         plan.restarts[0]
-            .reason
-            .ends_with("(restarted, not upgraded in place: logger:v1: env changed: only a change of injected containers' images is made in place)"),
-        "{}",
-        plan.restarts[0].reason
+            .not_in_place
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some(
+            "logger:v1: env changed: only a change of injected containers' images is made in place"
+        )
     );
 
     // The sidecar's config opts out; maxUnavailable 0 leaves no room; --in-place=off.
@@ -2258,11 +2263,15 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
             crate::workload::RestartMethod::Template,
             "{case}"
         );
-        let reason = &plan.restarts[0].reason;
+        let reason = plan.restarts[0]
+            .not_in_place
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         match case {
             "config" => assert!(reason.contains("rollout: {inPlace: false}"), "{reason}"),
             "budget" => assert!(reason.contains("maxUnavailable 0"), "{reason}"),
-            _ => assert!(!reason.contains("in place"), "{reason}"),
+            _ => assert!(reason.is_empty(), "{reason}"),
         }
     }
 }

@@ -249,7 +249,11 @@ fn the_reason_names_the_container_the_pods_and_the_time() {
         .build()];
     let selection = choose(&pods, &DriftPolicy::default(), 200);
     assert_eq!(
-        selection.reason(&WorkloadRef::new(WorkloadKind::StatefulSet, "shop", "db")),
-        "container istio-proxy in 1 pod(s) started before 2023-11-14T22:16:40Z"
+        selection.selected(&WorkloadRef::new(WorkloadKind::StatefulSet, "shop", "db")),
+        SelectedPods {
+            containers: vec!["istio-proxy".into()],
+            pods: 1,
+            started_before: "2023-11-14T22:16:40Z".into()
+        }
     );
 }
