@@ -2,7 +2,6 @@
 //! commands start from in [`connect`] (the cluster, the injector's state read once) and
 //! [`configs`] (the configs judged by). This file only dispatches.
 
-mod allocator;
 mod args;
 mod certs;
 mod completion;
@@ -20,7 +19,7 @@ mod validate;
 
 use std::process::ExitCode;
 
-use crate::serve::tls;
+use crate::serve::{allocator, tls};
 use crate::telemetry;
 pub use args::Cli;
 pub(crate) use args::{Command, ProcessEnv};

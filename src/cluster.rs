@@ -7,6 +7,7 @@ pub(crate) mod events;
 pub(crate) mod lease;
 pub(crate) mod list;
 pub(crate) mod nodes;
+pub(crate) mod owners;
 pub(crate) mod policy_writer;
 pub(crate) mod status;
 pub(crate) mod upstream_gate;

@@ -23,7 +23,9 @@ mod wait;
 pub(crate) use admission::admission_message;
 pub(crate) use drift::{fleet_document, word_drift, write_drift_table};
 pub(crate) use drift_notes::{ends, sidecar_note};
-pub(crate) use explain::{Document as ExplanationDocument, Page as ExplanationPage, skip_reason};
+pub(crate) use explain::{
+    Document as ExplanationDocument, Page as ExplanationPage, controller, skip_reason,
+};
 pub(crate) use failure::{failure_reason, word_book, word_failure};
 pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
 pub(crate) use held::new_pods;

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 pub(crate) mod acceptor;
+pub(crate) mod allocator;
 mod certificates;
 use certificates::{record_expiry, spawn_certificate_reloader, tls_files};
 pub(crate) mod connection;

@@ -32,9 +32,8 @@ use crate::injection::{InjectionSettings, PodView};
 use crate::rollout::RolloutPlan;
 use crate::workload::{PodWorkload, WorkloadKind, WorkloadRef, resource_name_and_group};
 
-mod controlled;
 mod live;
-use controlled::{Owner, Via, pods_controlled};
+use crate::cluster::owners::{Owner, Via, pods_controlled};
 use live::Live;
 
 pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
@@ -277,19 +276,27 @@ async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Res
     let owner = Owner::of(&live.client, namespace, &pod, evict_bare_pods, &live.keys).await?;
     let (judged, template) = match &owner.template {
         Some(template) => (
-            format!("new pods of {}", owner.controller),
+            format!(
+                "new pods of {}",
+                crate::render::controller(&owner.controller)
+            ),
             serde_json::to_value(template)?,
         ),
         None => ("this pod".to_owned(), serde_json::to_value(&pod)?),
     };
-    let owner_exclusion = owner.exclusion(&pod, evict_bare_pods);
+    let owner_exclusion = owner
+        .exclusion(&pod, evict_bare_pods)
+        .map(|why| crate::render::exclusion(&why));
     let drift = live.drift(&pod.metadata, owner_exclusion.as_deref());
     let rollout = match &owner.workload {
         Some(workload) if !drift.is_empty() => Some(live.rollout(args, workload, &drift).await?),
         _ => None,
     };
     Ok(Explanation {
-        subject: format!("Pod {namespace}/{name} ({})", owner.controller),
+        subject: format!(
+            "Pod {namespace}/{name} ({})",
+            crate::render::controller(&owner.controller)
+        ),
         judged,
         injection: live.injection(args, &template)?,
         workload_pods: None,

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::annotations::AnnotationKeys;
+use crate::cluster::owners::Controller;
 use crate::explain::{
     Check, ConfigFound, Explanation, Finding, InjectedSidecar, InjectionExplanation, NotCalled,
     Outcome, PodResourcesChange, PodState, RequestsChange, SidecarDrift, Verdict, WorkloadAction,
@@ -44,6 +45,31 @@ pub(crate) fn skip_reason(reason: &SkipReason, keys: &AnnotationKeys) -> Option<
         SkipReason::OtherAnnotationNamespace { key, ours } => Some(format!(
             "no {ours} annotation, but {key} is set: is {ANNOTATION_NAMESPACE} right?"
         )),
+    }
+}
+
+/// A pod's controller, and whether anything restarts it.
+pub(crate) fn controller(controller: &Controller) -> String {
+    match controller {
+        Controller::BarePod { evicted: true } => {
+            "a bare pod: --evict-bare-pods has the engine evict it".to_owned()
+        }
+        Controller::BarePod { evicted: false } => {
+            "a bare pod: nothing restarts it but --evict-bare-pods".to_owned()
+        }
+        Controller::StatefulSet(name) => format!("StatefulSet {name}"),
+        Controller::DaemonSet(name) => format!("DaemonSet {name}"),
+        Controller::ReplicaSet {
+            name,
+            deployment: Some(deployment),
+        } => format!("ReplicaSet {name} of Deployment {deployment}"),
+        Controller::ReplicaSet {
+            name,
+            deployment: None,
+        } => format!("ReplicaSet {name}, with no Deployment: nothing rolls it"),
+        Controller::Other { kind, name } => {
+            format!("{kind} {name}: the engine does not restart it")
+        }
     }
 }
 

@@ -603,3 +603,44 @@ fn a_jobs_pod_is_told_which_sidecars_keep_it_running_and_which_are_native() {
         "{unknown}"
     );
 }
+
+#[test]
+fn a_pods_controller_says_whether_anything_restarts_it() {
+    use crate::cluster::owners::Controller;
+    use crate::workload::OwnerKind;
+    let cases = [
+        (
+            Controller::BarePod { evicted: false },
+            "a bare pod: nothing restarts it but --evict-bare-pods",
+        ),
+        (
+            Controller::BarePod { evicted: true },
+            "a bare pod: --evict-bare-pods has the engine evict it",
+        ),
+        (
+            Controller::ReplicaSet {
+                name: "web-5d9".into(),
+                deployment: Some("web".into()),
+            },
+            "ReplicaSet web-5d9 of Deployment web",
+        ),
+        (
+            Controller::ReplicaSet {
+                name: "plain-77f".into(),
+                deployment: None,
+            },
+            "ReplicaSet plain-77f, with no Deployment: nothing rolls it",
+        ),
+        (Controller::StatefulSet("db".into()), "StatefulSet db"),
+        (
+            Controller::Other {
+                kind: OwnerKind::parse("Job"),
+                name: "nightly".into(),
+            },
+            "Job nightly: the engine does not restart it",
+        ),
+    ];
+    for (owner, words) in cases {
+        assert_eq!(controller(&owner), words);
+    }
+}

@@ -1,7 +1,9 @@
-//! The pods a workload, a Job or a CronJob controls, found through their owners.
+//! The pods a workload, a Job or a CronJob controls, and the controller of a pod, read
+//! through their owners.
 
 use crate::annotations::AnnotationKeys;
 use crate::cluster::list::list_selected;
+use crate::drift::Exclusion;
 use crate::workload::{OwnerKind, ReplicaSetOwner, WorkloadKind, WorkloadRef, resolve_pod_owner};
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -15,7 +17,7 @@ use std::collections::BTreeSet;
 
 /// What stands between a workload and its pods, when something does.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Via {
+pub(crate) enum Via {
     /// A Deployment's ReplicaSets.
     ReplicaSets,
     /// A CronJob's Jobs.
@@ -26,7 +28,7 @@ pub(super) enum Via {
 /// controls: directly, or through the objects `via` it controls (listed by the same
 /// selector), so another workload's pods that happen to match are left out. `label` names the
 /// owner in errors.
-pub(super) async fn pods_controlled(
+pub(crate) async fn pods_controlled(
     client: &kube::Client,
     namespace: &str,
     selector: &Selector,
@@ -59,7 +61,7 @@ pub(super) async fn pods_controlled(
 
 /// The metadata of the objects of a kind in `namespace` that `selector` matches
 /// and one of `owners` (by uid) controls, listed page by page.
-pub(super) async fn controlled<K>(
+pub(crate) async fn controlled<K>(
     client: &kube::Client,
     namespace: &str,
     selector: &Selector,
@@ -86,18 +88,39 @@ where
     .await
 }
 
-/// Who controls a pod: the words for it, the workload the engine restarts (if any), and the
-/// template new pods are made from.
-pub(super) struct Owner {
-    pub(super) controller: String,
-    pub(super) workload: Option<WorkloadRef>,
-    pub(super) template: Option<PodTemplateSpec>,
+/// Who controls a pod: what it is, the workload the engine restarts (if any), and the template
+/// new pods are made from.
+pub(crate) struct Owner {
+    pub(crate) controller: Controller,
+    pub(crate) workload: Option<WorkloadRef>,
+    pub(crate) template: Option<PodTemplateSpec>,
     /// The workload is annotated `NS/rollout: disabled`.
-    pub(super) rollout_disabled: bool,
+    pub(crate) rollout_disabled: bool,
+}
+
+/// A pod's controller, as its owner references and the objects they name say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Controller {
+    /// No controller: with `--evict-bare-pods` the engine evicts it, else nothing restarts it.
+    BarePod {
+        evicted: bool,
+    },
+    StatefulSet(String),
+    DaemonSet(String),
+    /// A ReplicaSet, and the Deployment that owns it, if one does.
+    ReplicaSet {
+        name: String,
+        deployment: Option<String>,
+    },
+    /// A kind the engine does not restart.
+    Other {
+        kind: OwnerKind,
+        name: String,
+    },
 }
 
 impl Owner {
-    pub(super) async fn of(
+    pub(crate) async fn of(
         client: &kube::Client,
         namespace: &str,
         pod: &Pod,
@@ -106,20 +129,14 @@ impl Owner {
     ) -> anyhow::Result<Self> {
         let Some(controller) = controller_of(pod) else {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
-            return Ok(if evict_bare_pods {
-                Self {
-                    controller: "a bare pod: --evict-bare-pods has the engine evict it".to_owned(),
-                    workload: Some(WorkloadRef::new(WorkloadKind::Pod, namespace, name)),
-                    template: None,
-                    rollout_disabled: false,
-                }
-            } else {
-                Self {
-                    controller: "a bare pod: nothing restarts it but --evict-bare-pods".to_owned(),
-                    workload: None,
-                    template: None,
-                    rollout_disabled: false,
-                }
+            return Ok(Self {
+                controller: Controller::BarePod {
+                    evicted: evict_bare_pods,
+                },
+                workload: evict_bare_pods
+                    .then(|| WorkloadRef::new(WorkloadKind::Pod, namespace, name)),
+                template: None,
+                rollout_disabled: false,
             });
         };
         let name = controller.name.as_str();
@@ -133,7 +150,7 @@ impl Owner {
                     .await
                     .with_context(|| format!("cannot read StatefulSet {namespace}/{name}"))?;
                 Self {
-                    controller: format!("StatefulSet {name}"),
+                    controller: Controller::StatefulSet(name.to_owned()),
                     workload: workload(WorkloadKind::StatefulSet),
                     template: set.spec.map(|s| s.template),
                     rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
@@ -146,30 +163,29 @@ impl Owner {
                     .await
                     .with_context(|| format!("cannot read DaemonSet {namespace}/{name}"))?;
                 Self {
-                    controller: format!("DaemonSet {name}"),
+                    controller: Controller::DaemonSet(name.to_owned()),
                     workload: workload(WorkloadKind::DaemonSet),
                     template: set.spec.map(|s| s.template),
                     rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
                 }
             }
             kind => Self {
-                controller: format!("{kind} {name}: the engine does not restart it"),
+                controller: Controller::Other {
+                    kind,
+                    name: name.to_owned(),
+                },
                 workload: None,
                 template: None,
                 rollout_disabled: false,
             },
         })
     }
-}
 
-impl Owner {
-    /// Why the engine leaves out `pod`, which this owns, as `drift` says it: its owner is not
-    /// a workload the engine restarts, or one that opted out.
-    pub(super) fn exclusion(&self, pod: &Pod, evict_bare_pods: bool) -> Option<String> {
+    /// Why the engine leaves out `pod`, which this owns, as `drift` judges it: its owner is
+    /// not a workload the engine restarts, or one that opted out.
+    pub(crate) fn exclusion(&self, pod: &Pod, evict_bare_pods: bool) -> Option<Exclusion> {
         if self.workload.is_some() && self.rollout_disabled {
-            return Some(crate::render::exclusion(
-                &crate::drift::Exclusion::RolloutDisabled,
-            ));
+            return Some(Exclusion::RolloutDisabled);
         }
         let controller = controller_of(pod).map(|r| (r.kind.as_str(), r.name.as_str()));
         let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -179,10 +195,10 @@ impl Owner {
                 None => ReplicaSetOwner::NoDeployment,
             }
         });
-        crate::drift::owner_exclusion(&owner).map(|why| crate::render::exclusion(&why))
+        crate::drift::owner_exclusion(&owner)
     }
 
-    pub(super) async fn of_replicaset(
+    async fn of_replicaset(
         client: &kube::Client,
         namespace: &str,
         name: &str,
@@ -204,6 +220,10 @@ impl Owner {
             })
             .map(|r| r.name.clone());
         let template = replicaset.spec.and_then(|s| s.template);
+        let controller = Controller::ReplicaSet {
+            name: name.to_owned(),
+            deployment: deployment.clone(),
+        };
         Ok(match deployment {
             Some(deployment) => {
                 let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
@@ -212,7 +232,7 @@ impl Owner {
                     .await
                     .with_context(|| format!("cannot read Deployment {namespace}/{deployment}"))?;
                 Self {
-                    controller: format!("ReplicaSet {name} of Deployment {deployment}"),
+                    controller,
                     workload: Some(WorkloadRef::new(
                         WorkloadKind::Deployment,
                         namespace,
@@ -223,7 +243,7 @@ impl Owner {
                 }
             }
             None => Self {
-                controller: format!("ReplicaSet {name}, with no Deployment: nothing rolls it"),
+                controller,
                 workload: None,
                 template,
                 rollout_disabled: false,
@@ -233,7 +253,7 @@ impl Owner {
 }
 
 /// The owner reference of `pod`'s controller, if it has one.
-pub(super) fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+pub(crate) fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
     pod.metadata
         .owner_references
         .iter()
