@@ -16,6 +16,7 @@ mod journal;
 mod notice;
 mod pause;
 mod plan;
+mod publication;
 mod restart;
 mod status;
 mod wait;
@@ -34,6 +35,7 @@ pub(crate) use journal::journal_line;
 pub(crate) use notice::NoticePayload;
 pub(crate) use pause::{keep_pause_words, pause_reason};
 pub(crate) use plan::write_plan_table;
+pub(crate) use publication::{configs_why, neither_why, preview_warning, published_why};
 pub(crate) use restart::{restart_reason, word_restart};
 pub(crate) use status::{
     FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,

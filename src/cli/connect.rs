@@ -90,6 +90,7 @@ pub(crate) fn revisions_in_force(
     };
     Ok(match choice {
         RevisionsChoice::Published { publication, why } => {
+            let why = crate::render::published_why(&why);
             notice(
                 Level::INFO,
                 &format!("{why}{asked}"),
@@ -98,6 +99,7 @@ pub(crate) fn revisions_in_force(
             Some(publication)
         }
         RevisionsChoice::Configs { why, over_stale } => {
+            let why = crate::render::configs_why(&why);
             let instead = if over_stale {
                 " (--revisions-from=published to use it anyway)"
             } else {
@@ -111,7 +113,8 @@ pub(crate) fn revisions_in_force(
             None
         }
         RevisionsChoice::Neither { why } => anyhow::bail!(
-            "there is nothing to judge the pods by: {why}{asked}, and the sidecar configs cannot be read here ({}); every pod would read as orphaned",
+            "there is nothing to judge the pods by: {}{asked}, and the sidecar configs cannot be read here ({}); every pod would read as orphaned",
+            crate::render::neither_why(&why),
             configs.0.as_deref().unwrap_or_default()
         ),
     })
@@ -340,12 +343,12 @@ fn warn_where_the_webhook_differs(
     let Some(configmap) = status else {
         return;
     };
-    for line in crate::cluster::status::preview_warnings_of(
+    for warning in crate::cluster::status::preview_warnings_of(
         configmap,
         &pinned.revisions_in_force(),
         k8s_openapi::jiff::Timestamp::now(),
         max_age,
     ) {
-        notice(Level::WARN, &line, &[]);
+        notice(Level::WARN, &crate::render::preview_warning(&warning), &[]);
     }
 }

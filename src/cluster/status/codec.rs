@@ -222,12 +222,12 @@ pub(crate) fn preview_warnings_of(
     here: &RevisionsInForce,
     now: k8s_openapi::jiff::Timestamp,
     max_age: std::time::Duration,
-) -> Vec<String> {
+) -> Vec<PreviewWarning> {
     match decode_injectors(status) {
         Ok(injectors) => preview_warnings(here, &injectors, now, max_age),
-        Err(err) => vec![format!(
-            "{}/{STATUS_CONFIGMAP} item {STATUS_INJECTORS_KEY} is malformed ({err}): whether the running injectors inject these revisions is unknown",
-            status.metadata.namespace.as_deref().unwrap_or_default()
-        )],
+        Err(err) => vec![PreviewWarning::Malformed {
+            namespace: status.metadata.namespace.clone().unwrap_or_default(),
+            error: err.to_string(),
+        }],
     }
 }

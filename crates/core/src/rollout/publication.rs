@@ -1,6 +1,6 @@
 //! The publication rules: which revisions the one-shot commands judge pods by, and what a
 //! preview made with the configs read here must warn of, from what the serving replicas
-//! publish in the status ConfigMap. Pure: publications in, a choice and its words out.
+//! publish in the status ConfigMap. Pure: publications in, a choice and its reasons out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -62,21 +62,79 @@ pub enum RevisionsSource {
     Configs,
 }
 
-/// Which revisions a one-shot command judges pods by, and the one line that says why.
+/// Which revisions a one-shot command judges pods by, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RevisionsChoice {
     /// The publication that judges (its revisions, and its sidecars of manual rollout).
     Published {
         publication: Publication,
-        why: String,
+        why: PublishedWhy,
     },
     Configs {
-        why: String,
+        why: ConfigsWhy,
         /// Chosen over a publication that is stale, which the caller could ask for anyway.
         over_stale: bool,
     },
     /// Nothing to judge pods by: no publication, and the configs cannot be read here.
-    Neither { why: String },
+    Neither { why: NeitherWhy },
+}
+
+/// Who published the newest publication, and how long ago.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Published {
+    pub by: String,
+    pub age: std::time::Duration,
+}
+
+/// Two fresh publications that differ: the first fresh one and the first that differs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreement {
+    pub first: (String, RevisionsInForce),
+    pub other: (String, RevisionsInForce),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishedWhy {
+    /// `--revisions-from=published`: the newest.
+    AsAsked(Published),
+    /// The configs cannot be read here: the newest, though it is stale (older than
+    /// `max_age`).
+    UnreadableConfigsStale {
+        newest: Published,
+        max_age: std::time::Duration,
+    },
+    /// The configs cannot be read here: the newest of injectors that disagree.
+    UnreadableConfigsDisagreeing {
+        newest: Published,
+        disagreement: Disagreement,
+    },
+    /// Fresh and in agreement: the injectors that published them, the newest `age` ago.
+    Fresh {
+        by: Vec<String>,
+        age: std::time::Duration,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigsWhy {
+    /// `--revisions-from=configs`.
+    AsAsked,
+    /// The newest publication is older than `max_age`.
+    Stale {
+        newest: Published,
+        max_age: std::time::Duration,
+    },
+    Disagreeing(Disagreement),
+    /// No injector has published, and the publication was asked for.
+    NonePublishedAsked,
+    NonePublished,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NeitherWhy {
+    /// `--revisions-from=configs`, and they cannot be read here.
+    ConfigsAsked,
+    NonePublished,
 }
 
 /// Whether the one-shot command could read the sidecar configs itself.
@@ -88,10 +146,17 @@ pub enum ConfigsHere {
     Unreadable,
 }
 
+fn disagreement([(first, one), (other, another)]: [(&String, &Publication); 2]) -> Disagreement {
+    Disagreement {
+        first: (first.clone(), one.revisions.clone()),
+        other: (other.clone(), another.revisions.clone()),
+    }
+}
+
 /// The rule of `--revisions-from`: a publication is fresh when renewed within `max_age`; fresh
 /// publications that agree are what new pods get; when they disagree, or none is fresh, the
-/// configs read here are the better guess, and the line says so. Configs that cannot be read
-/// here are no guess at all: the newest publication, however old, is the better one.
+/// configs read here are the better guess, and the choice says so. Configs that cannot be
+/// read here are no guess at all: the newest publication, however old, is the better one.
 pub fn choose_revisions(
     injectors: &BTreeMap<String, Publication>,
     source: RevisionsSource,
@@ -99,17 +164,16 @@ pub fn choose_revisions(
     max_age: std::time::Duration,
     configs: ConfigsHere,
 ) -> RevisionsChoice {
-    let describe = |p: &Publication| humantime::format_duration(p.age(now)).to_string() + " ago";
     let newest = injectors.iter().max_by_key(|(_, p)| p.at.0);
     let unreadable = configs == ConfigsHere::Unreadable;
     if source == RevisionsSource::Configs {
         return if unreadable {
             RevisionsChoice::Neither {
-                why: "the configs were asked for".into(),
+                why: NeitherWhy::ConfigsAsked,
             }
         } else {
             RevisionsChoice::Configs {
-                why: "revisions from the configs read here, as asked".into(),
+                why: ConfigsWhy::AsAsked,
                 over_stale: false,
             }
         };
@@ -117,65 +181,49 @@ pub fn choose_revisions(
     let Some((newest_by, newest_publication)) = newest else {
         return unpublished(source, configs);
     };
+    let newest = Published {
+        by: newest_by.clone(),
+        age: newest_publication.age(now),
+    };
     let fresh: Vec<(&String, &Publication)> = injectors
         .iter()
         .filter(|(_, p)| p.is_fresh(now, max_age))
         .collect();
-    if source == RevisionsSource::Published {
-        return RevisionsChoice::Published {
-            publication: newest_publication.clone(),
-            why: format!(
-                "revisions as {newest_by} published them {}, as asked",
-                describe(newest_publication)
-            ),
-        };
-    }
-    // Where the configs read here would stand in, but none could be read.
-    let newest_instead = |though: String| RevisionsChoice::Published {
+    let published = |why| RevisionsChoice::Published {
         publication: newest_publication.clone(),
-        why: format!(
-            "the sidecar configs cannot be read here: revisions as {newest_by} published them {}, {though}",
-            describe(newest_publication)
-        ),
+        why,
     };
+    if source == RevisionsSource::Published {
+        return published(PublishedWhy::AsAsked(newest));
+    }
     if fresh.is_empty() && unreadable {
-        return newest_instead(format!(
-            "though stale (older than {}: is the injector running?)",
-            humantime::format_duration(max_age)
-        ));
+        return published(PublishedWhy::UnreadableConfigsStale { newest, max_age });
     }
     if fresh.is_empty() {
         return RevisionsChoice::Configs {
-            why: format!(
-                "the injectors' publication is stale (last from {newest_by}, {}; older than {}): using the configs read here",
-                describe(newest_publication),
-                humantime::format_duration(max_age)
-            ),
+            why: ConfigsWhy::Stale { newest, max_age },
             over_stale: true,
         };
     }
-    if let Some([(first, one), (other, another)]) = disagreeing(injectors, now, max_age) {
-        let (one, another) = (summary(&one.revisions), summary(&another.revisions));
+    if let Some(pair) = disagreeing(injectors, now, max_age) {
+        let disagreement = disagreement(pair);
         if unreadable {
-            return newest_instead(format!(
-                "the newest of injectors that disagree ({first} publishes {one}, {other} publishes {another})"
-            ));
+            return published(PublishedWhy::UnreadableConfigsDisagreeing {
+                newest,
+                disagreement,
+            });
         }
         return RevisionsChoice::Configs {
-            why: format!(
-                "running injectors disagree ({first} publishes {one}, {other} publishes {another}): using the configs read here"
-            ),
+            why: ConfigsWhy::Disagreeing(disagreement),
             over_stale: false,
         };
     }
-    let names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
     RevisionsChoice::Published {
         publication: fresh[0].1.clone(),
-        why: format!(
-            "revisions as the running injector(s) {} published them ({})",
-            names.join(", "),
-            describe(newest_publication)
-        ),
+        why: PublishedWhy::Fresh {
+            by: fresh.iter().map(|(n, _)| (*n).clone()).collect(),
+            age: newest.age,
+        },
     }
 }
 
@@ -183,25 +231,57 @@ pub fn choose_revisions(
 fn unpublished(source: RevisionsSource, configs: ConfigsHere) -> RevisionsChoice {
     match (configs, source) {
         (ConfigsHere::Unreadable, _) => RevisionsChoice::Neither {
-            why: "no running injector has published its revisions".into(),
+            why: NeitherWhy::NonePublished,
         },
         (ConfigsHere::Read, RevisionsSource::Published) => RevisionsChoice::Configs {
-            why: "no running injector has published its revisions; using the configs read here"
-                .into(),
+            why: ConfigsWhy::NonePublishedAsked,
             over_stale: false,
         },
         (ConfigsHere::Read, _) => RevisionsChoice::Configs {
-            why: "revisions from the configs read here (no running injector has published any)"
-                .into(),
+            why: ConfigsWhy::NonePublished,
             over_stale: false,
         },
     }
 }
 
+/// What a preview made with the configs read here must warn of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreviewWarning {
+    /// Fresh publications disagree: new pods get what the replica that answers serves.
+    Disagreeing(Disagreement),
+    /// The config read here is revision `here`, the injectors inject `injected`.
+    OtherRevision {
+        sidecar: String,
+        here: String,
+        injected: String,
+        by: Injectors,
+    },
+    /// Read here, not injected by them.
+    NotInjected {
+        sidecar: String,
+        here: String,
+        by: Injectors,
+    },
+    /// Injected by them (sidecar, revision), with no config read here.
+    NotReadHere {
+        sidecars: Vec<(String, String)>,
+        by: Injectors,
+    },
+    /// The status ConfigMap's publications cannot be read (its namespace, and why).
+    Malformed { namespace: String, error: String },
+}
+
+/// The fresh injectors a preview is compared with, and how long ago the newest published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injectors {
+    pub names: Vec<String>,
+    pub age: std::time::Duration,
+}
+
 /// What a preview made with the configs read here (`inject -f`, `explain -f` outside a
-/// checkout) must warn of, one line each: a sidecar whose revision here (pins applied) is not
-/// the one the fresh, agreeing publications say the webhook injects (it has not loaded the
-/// edit yet, or it refused the config and keeps the last good one), or fresh publications
+/// checkout) must warn of, one warning each: a sidecar whose revision here (pins applied) is
+/// not the one the fresh, agreeing publications say the webhook injects (it has not loaded
+/// the edit yet, or it refused the config and keeps the last good one), or fresh publications
 /// that disagree. A preview cannot take a publication's revisions instead (it holds no
 /// content), so it says where it may differ. Nothing when no publication is fresh: the
 /// configs read here are then the best guess there is.
@@ -210,13 +290,9 @@ pub fn preview_warnings(
     injectors: &BTreeMap<String, Publication>,
     now: k8s_openapi::jiff::Timestamp,
     max_age: std::time::Duration,
-) -> Vec<String> {
-    if let Some([(first, one), (other, another)]) = disagreeing(injectors, now, max_age) {
-        return vec![format!(
-            "running injectors disagree ({first} publishes {}, {other} publishes {}): new pods get what the replica that answers serves; shown with the configs read here",
-            summary(&one.revisions),
-            summary(&another.revisions)
-        )];
+) -> Vec<PreviewWarning> {
+    if let Some(pair) = disagreeing(injectors, now, max_age) {
+        return vec![PreviewWarning::Disagreeing(disagreement(pair))];
     }
     let fresh: Vec<(&String, &Publication)> = injectors
         .iter()
@@ -225,49 +301,43 @@ pub fn preview_warnings(
     let Some((_, published)) = fresh.iter().max_by_key(|(_, p)| p.at.0) else {
         return Vec::new();
     };
-    let by = format!(
-        "the running injector(s) {} (published {} ago)",
-        fresh
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        humantime::format_duration(published.age(now))
-    );
+    let by = Injectors {
+        names: fresh.iter().map(|(n, _)| (*n).clone()).collect(),
+        age: published.age(now),
+    };
     let names: BTreeSet<&str> = here
         .iter()
         .chain(published.revisions.iter())
         .map(|(name, _)| name)
         .collect();
     let mut warnings = Vec::new();
-    // Sidecars no config here defines, said in one line: a preview of one Deployment is
-    // not to be buried under every sidecar the cluster serves.
+    // Sidecars no config here defines, in one warning: a preview of one Deployment is not to
+    // be buried under every sidecar the cluster serves.
     let mut unread = Vec::new();
     for name in names {
         match (here.get(name), published.revisions.get(name)) {
-            (Some(ours), Some(theirs)) if ours != theirs => warnings.push(format!(
-                "{name}: the config read here is revision {ours}, but {by} inject revision {theirs}: the webhook has not loaded this config yet, or refused it and keeps its last good one (its log says why); shown with the config read here"
-            )),
-            (Some(ours), None) => warnings.push(format!(
-                "{name}: revision {ours} is read here, but {by} do not inject it: the webhook has not loaded this config yet, or refused it (its log says why); shown with it all the same"
-            )),
-            (None, Some(theirs)) => unread.push(format!("{name} ({theirs})")),
+            (Some(ours), Some(theirs)) if ours != theirs => {
+                warnings.push(PreviewWarning::OtherRevision {
+                    sidecar: name.to_owned(),
+                    here: ours.to_owned(),
+                    injected: theirs.to_owned(),
+                    by: by.clone(),
+                });
+            }
+            (Some(ours), None) => warnings.push(PreviewWarning::NotInjected {
+                sidecar: name.to_owned(),
+                here: ours.to_owned(),
+                by: by.clone(),
+            }),
+            (None, Some(theirs)) => unread.push((name.to_owned(), theirs.to_owned())),
             _ => {}
         }
     }
     if !unread.is_empty() {
-        warnings.push(format!(
-            "{by} also inject {}, but no config for them is read here: a pod that asks for one is shown without it",
-            unread.join(", ")
-        ));
+        warnings.push(PreviewWarning::NotReadHere {
+            sidecars: unread,
+            by,
+        });
     }
     warnings
-}
-
-fn summary(revisions: &RevisionsInForce) -> String {
-    revisions
-        .iter()
-        .map(|(s, r)| format!("{s}={r}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
