@@ -108,3 +108,18 @@ pub fn loaded(text: &str) -> crate::config::LoadedSidecar {
         "test.yaml",
     )
 }
+
+/// A live pod's drift, one sidecar (`sidecar-N:v1`) in each of `states`.
+pub fn drift_of(states: &[crate::drift::DriftState]) -> Vec<crate::explain::SidecarDrift> {
+    states
+        .iter()
+        .enumerate()
+        .map(|(i, state)| crate::explain::SidecarDrift {
+            sidecar: format!("sidecar-{i}:v1"),
+            carried: None,
+            wanted: None,
+            state: *state,
+            excluded: None,
+        })
+        .collect()
+}

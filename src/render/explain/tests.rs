@@ -10,6 +10,7 @@ use crate::explain::PodState;
 use crate::explain::{injection, not_sent, sent, sidecar_drift, without_configs, workload_action};
 use crate::injection::{InjectionSettings, PodView};
 use crate::rollout::{Restart, RolloutPlan, WaitReason, Waiting};
+use crate::test_fixtures::drift_of;
 use crate::workload::{WorkloadKind, WorkloadRef};
 
 fn sidecars() -> SidecarSet {
@@ -339,20 +340,6 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
         document,
         json!({"action": "nothing", "why": "its pods run the revisions in force"})
     );
-}
-
-fn drift_of(states: &[DriftState]) -> Vec<SidecarDrift> {
-    states
-        .iter()
-        .enumerate()
-        .map(|(i, state)| SidecarDrift {
-            sidecar: format!("sidecar-{i}:v1"),
-            carried: None,
-            wanted: None,
-            state: *state,
-            excluded: None,
-        })
-        .collect()
 }
 
 #[test]

@@ -3,6 +3,7 @@ use serde_json::json;
 
 use super::*;
 use crate::config::{LoadedSidecar, parse_config};
+use crate::test_fixtures::drift_of;
 
 fn settings(policy: MissingSidecarPolicy) -> InjectionSettings {
     InjectionSettings {
@@ -10,20 +11,6 @@ fn settings(policy: MissingSidecarPolicy) -> InjectionSettings {
         ignored_namespaces: ["kube-system".to_owned()].into(),
         on_missing_sidecar: policy,
     }
-}
-
-fn drift_of(states: &[DriftState]) -> Vec<SidecarDrift> {
-    states
-        .iter()
-        .enumerate()
-        .map(|(i, state)| SidecarDrift {
-            sidecar: format!("sidecar-{i}:v1"),
-            carried: None,
-            wanted: None,
-            state: *state,
-            excluded: None,
-        })
-        .collect()
 }
 
 #[test]
