@@ -10,7 +10,6 @@ pub(crate) mod nodes;
 pub(crate) mod owners;
 pub(crate) mod policy_writer;
 pub(crate) mod status;
-pub(crate) mod upstream_gate;
 pub(crate) mod watch;
 pub(crate) mod webhook_ca;
 

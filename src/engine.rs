@@ -755,6 +755,7 @@ mod health_bake;
 mod plan_now;
 mod revisions;
 mod run;
+pub(crate) mod upstream_gate;
 mod writes;
 
 pub(crate) use plan_now::{Aim, plan_now};

@@ -20,6 +20,7 @@ mod publication;
 mod restart;
 mod status;
 mod wait;
+mod waves;
 
 pub(crate) use admission::admission_message;
 pub(crate) use drift::{fleet_document, word_drift, write_drift_table};
@@ -41,6 +42,7 @@ pub(crate) use status::{
     FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,
 };
 pub(crate) use wait::{book_full, wait_message, wait_reason};
+pub(crate) use waves::{promoted_by, standing, upstream_verdict, upstream_waiting};
 
 /// The plan's sentences, as everything that shows a plan reads them: what ends each wait, how
 /// a workload an earlier failure left stale is rolled back, why a campaign paused.

@@ -104,7 +104,7 @@ pub(crate) struct RolloutOptions {
     /// `--notify-url`: where campaign notices go.
     pub(crate) notify: Option<crate::notifier::NotifierOptions>,
     /// `--promote-after`: the upstream clusters whose completed campaigns promote here.
-    pub(crate) upstream: Option<crate::cluster::upstream_gate::UpstreamGateOptions>,
+    pub(crate) upstream: Option<crate::engine::upstream_gate::UpstreamGateOptions>,
 }
 
 #[derive(Clone)]
@@ -494,7 +494,7 @@ fn start_rollout(
         ));
     }
     if let Some(upstream) = &rollout.upstream {
-        tokio::spawn(crate::cluster::upstream_gate::run(
+        tokio::spawn(crate::engine::upstream_gate::run(
             client.clone(),
             rollout.engine.namespace.clone(),
             upstream.clone(),

@@ -289,7 +289,7 @@ fn upstream_gate(
     args: &ServeArgs,
     namespace: &str,
     runtime: &tokio::runtime::Runtime,
-) -> anyhow::Result<Option<crate::cluster::upstream_gate::UpstreamGateOptions>> {
+) -> anyhow::Result<Option<crate::engine::upstream_gate::UpstreamGateOptions>> {
     if args.promote_after.is_empty() {
         return Ok(None);
     }
@@ -334,7 +334,7 @@ fn upstream_gate(
         })?;
         clusters.push((context.clone(), client));
     }
-    Ok(Some(crate::cluster::upstream_gate::UpstreamGateOptions {
+    Ok(Some(crate::engine::upstream_gate::UpstreamGateOptions {
         clusters,
         namespace: args
             .upstream_injector_namespace

@@ -345,10 +345,7 @@ impl Fleet<'_> {
 }
 
 fn describe(progress: &Result<Progress, String>) -> String {
-    match progress {
-        Ok(p) => p.to_string(),
-        Err(err) => format!("not read: {err}"),
-    }
+    crate::render::standing(progress)
 }
 
 /// Every cluster of the wave read at once.

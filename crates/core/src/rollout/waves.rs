@@ -3,7 +3,6 @@
 //! does next. No I/O, no clock: the books and the time come in, and the state lives in the
 //! clusters, so a second run decides from where the first stopped.
 
-use std::fmt;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -44,55 +43,6 @@ pub enum Progress {
 impl Progress {
     pub fn is_done(&self) -> bool {
         *self == Progress::Done
-    }
-}
-
-impl fmt::Display for Progress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Progress::NoCampaign => write!(
-                f,
-                "no campaign of the sidecar (is its config there, and serve --rollout=auto running?)"
-            ),
-            Progress::OtherRevision { revision } => write!(
-                f,
-                "its campaign is of revision {revision} (the config there is another one)"
-            ),
-            Progress::Gated { promoted: false } => write!(f, "waits for promotion"),
-            Progress::Gated { promoted: true } => {
-                write!(
-                    f,
-                    "promotion written; the Lease holder starts the campaign at its next plan"
-                )
-            }
-            Progress::Rolling {
-                state,
-                pending,
-                rolling,
-            } => write!(
-                f,
-                "{}: {pending} workload(s) to restart, {rolling} rolling",
-                state.as_str()
-            ),
-            Progress::Manual => write!(
-                f,
-                "its rollout policy is manual: it restarts when `rollout --confirm` runs there"
-            ),
-            Progress::Failed {
-                workload: Some(workload),
-                reason,
-            } => write!(f, "failed: {workload}: {reason}"),
-            Progress::Failed {
-                workload: None,
-                reason,
-            } => write!(f, "failed: {reason}"),
-            Progress::Baking { until } => write!(
-                f,
-                "complete, baking until {}",
-                super::instant::to_the_second(*until)
-            ),
-            Progress::Done => write!(f, "complete and baked"),
-        }
     }
 }
 
@@ -243,10 +193,14 @@ pub fn fleet_revision(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamVerdict {
     /// Every upstream cluster completed and baked the revision: promote it, `by` them.
-    Promote { by: String },
-    /// Not yet, and why: each upstream cluster not done, with where it stands.
-    Wait(String),
+    Promote { by: Vec<String> },
+    /// Not yet: each upstream cluster not done, with where it stands or why it was not read
+    /// (none: there is no upstream cluster).
+    Wait(Vec<(String, Standing)>),
 }
+
+/// Where a cluster's campaign stands, or why its book could not be read.
+pub type Standing = Result<Progress, String>;
 
 /// Whether `revision` of `sidecar` may be promoted here: only once every upstream cluster was
 /// read and its campaign of that same revision is complete and baked. A cluster not read, or
@@ -264,22 +218,18 @@ pub fn upstream_verdict(
             Ok(book) => {
                 let p = progress(book, sidecar, revision, bake, now);
                 if !p.is_done() {
-                    waiting.push(format!("{cluster}: {p}"));
+                    waiting.push((cluster.clone(), Ok(p)));
                 }
             }
-            Err(err) => waiting.push(format!("{cluster}: not read: {err}")),
+            Err(err) => waiting.push((cluster.clone(), Err(err.clone()))),
         }
     }
-    if upstream.is_empty() {
-        return UpstreamVerdict::Wait("no upstream cluster".to_owned());
-    }
-    if waiting.is_empty() {
-        let names: Vec<&str> = upstream.iter().map(|(c, _)| c.as_str()).collect();
+    if waiting.is_empty() && !upstream.is_empty() {
         UpstreamVerdict::Promote {
-            by: format!("upstream {}", names.join(", ")),
+            by: upstream.iter().map(|(c, _)| c.clone()).collect(),
         }
     } else {
-        UpstreamVerdict::Wait(waiting.join("; "))
+        UpstreamVerdict::Wait(waiting)
     }
 }
 

@@ -44,10 +44,6 @@ fn a_campaign_is_done_only_once_complete_and_baked() {
         progress(&complete, LOGGER, NEW, BAKE, at(1_600)),
         Progress::Done
     );
-    assert_eq!(
-        progress(&complete, LOGGER, NEW, BAKE, at(1_599)).to_string(),
-        "complete, baking until 1970-01-01T00:26:40Z"
-    );
     // A book written before `completed` was kept: the bake counts from now.
     let unknown = book_with(NEW, CampaignState::Complete, |_| {});
     assert_eq!(
@@ -137,8 +133,11 @@ fn a_failure_names_its_workload_and_reason_until_resumed() {
         c.pause_reason = Some("the maintenance window closed".into())
     });
     assert_eq!(
-        progress(&paused, LOGGER, NEW, BAKE, at(2)).to_string(),
-        "failed: the maintenance window closed"
+        progress(&paused, LOGGER, NEW, BAKE, at(2)),
+        Progress::Failed {
+            workload: None,
+            reason: "the maintenance window closed".into()
+        }
     );
 }
 
@@ -260,7 +259,7 @@ fn an_upstream_gate_opens_only_once_every_upstream_cluster_completed_and_baked()
             at(600)
         ),
         UpstreamVerdict::Promote {
-            by: "upstream staging, qa".into()
+            by: vec!["staging".into(), "qa".into()]
         }
     );
     assert_eq!(
@@ -271,11 +270,21 @@ fn an_upstream_gate_opens_only_once_every_upstream_cluster_completed_and_baked()
             BAKE,
             at(600)
         ),
-        UpstreamVerdict::Wait("qa: running: 2 workload(s) to restart, 0 rolling".into())
+        UpstreamVerdict::Wait(vec![(
+            "qa".into(),
+            Ok(Progress::Rolling {
+                state: CampaignState::Running,
+                pending: 2,
+                rolling: 0
+            })
+        )])
     );
     assert_eq!(
         upstream_verdict(LOGGER, NEW, &[("staging".into(), baked())], BAKE, at(599)),
-        UpstreamVerdict::Wait("staging: complete, baking until 1970-01-01T00:10:00Z".into())
+        UpstreamVerdict::Wait(vec![(
+            "staging".into(),
+            Ok(Progress::Baking { until: at(600) })
+        )])
     );
     assert_eq!(
         upstream_verdict(
@@ -285,7 +294,7 @@ fn an_upstream_gate_opens_only_once_every_upstream_cluster_completed_and_baked()
             BAKE,
             at(600)
         ),
-        UpstreamVerdict::Wait("staging: not read: forbidden".into())
+        UpstreamVerdict::Wait(vec![("staging".into(), Err("forbidden".into()))])
     );
     // Upstream completed another revision: not this one's proof.
     assert_eq!(
@@ -296,12 +305,15 @@ fn an_upstream_gate_opens_only_once_every_upstream_cluster_completed_and_baked()
             BAKE,
             at(600)
         ),
-        UpstreamVerdict::Wait(format!(
-            "staging: its campaign is of revision {NEW} (the config there is another one)"
-        ))
+        UpstreamVerdict::Wait(vec![(
+            "staging".into(),
+            Ok(Progress::OtherRevision {
+                revision: NEW.into()
+            })
+        )])
     );
     assert_eq!(
         upstream_verdict(LOGGER, NEW, &[], BAKE, at(600)),
-        UpstreamVerdict::Wait("no upstream cluster".into())
+        UpstreamVerdict::Wait(Vec::new())
     );
 }

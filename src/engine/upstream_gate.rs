@@ -14,7 +14,7 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tracing::Level;
 
-use super::status;
+use crate::cluster::status;
 use crate::rollout::waves::{UpstreamVerdict, upstream_verdict};
 use crate::rollout::{CampaignBook, CampaignState, UpstreamWait};
 use crate::telemetry::notice;
@@ -58,7 +58,7 @@ pub(crate) async fn run(
     let mut said: BTreeMap<String, String> = BTreeMap::new();
     loop {
         tokio::time::sleep(EVERY).await;
-        if !super::lease::may_act(&grant) {
+        if !crate::cluster::lease::may_act(&grant) {
             continue;
         }
         let Ok(Some(book)) = read_book(&api).await else {
@@ -79,10 +79,7 @@ pub(crate) async fn run(
                 Timestamp::now(),
             );
             let key = format!("{sidecar}={revision}");
-            let text = match &verdict {
-                UpstreamVerdict::Promote { by } => format!("promoted: complete and baked in {by}"),
-                UpstreamVerdict::Wait(why) => format!("waits for {why}"),
-            };
+            let text = crate::render::upstream_verdict(&verdict);
             if said.get(&key) != Some(&text) {
                 notice(
                     Level::INFO,
@@ -117,7 +114,7 @@ fn waiting(book: &CampaignBook) -> Vec<(String, String)> {
 async fn read_book(api: &Api<ConfigMap>) -> Result<Option<CampaignBook>, String> {
     status::read_book(api, READ_TIMEOUT)
         .await
-        .map_err(|e| super::error_text(&e))
+        .map_err(|e| crate::cluster::error_text(&e))
 }
 
 async fn read_upstream(
@@ -147,14 +144,15 @@ async fn record(
         }
         match &verdict {
             UpstreamVerdict::Promote { by } => {
-                book.promote(sidecar, revision, by, Time(Timestamp::now()));
+                let by = crate::render::promoted_by(by);
+                book.promote(sidecar, revision, &by, Time(Timestamp::now()));
                 book.upstream.remove(sidecar);
             }
             UpstreamVerdict::Wait(why) => {
                 let wait = UpstreamWait {
                     revision: revision.to_owned(),
                     after: after.clone(),
-                    waiting: why.clone(),
+                    waiting: crate::render::upstream_waiting(why),
                 };
                 if book.upstream.get(sidecar) == Some(&wait) {
                     return None;
