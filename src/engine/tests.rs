@@ -102,30 +102,19 @@ fn engine(client: Client) -> (Engine, Arc<Metrics>) {
 }
 
 fn restart_of_web() -> Restart {
-    let changes = vec![SidecarChange {
-        sidecar: "logger:v1".into(),
-        state: crate::drift::DriftState::Stale,
-        from: Some("aaaaaaaaaaaa".into()),
-        to: "bbbbbbbbbbbb".into(),
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
+    let change = SidecarChange {
         what: Some(r#"containers[shipper].image "1.0" -> "2.0""#.into()),
-    }];
+        ..crate::test_fixtures::stale_change("logger:v1", "aaaaaaaaaaaa", "bbbbbbbbbbbb")
+    };
     let mut restart = Restart {
-        workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
         target: Some(crate::config::RevisionStamp::sorted([(
             "logger:v1",
             "bbbbbbbbbbbb",
         )])),
-        reason: String::new(),
-        changes,
         canary: true,
-        on_delete: false,
-        heal: false,
-        method: crate::workload::RestartMethod::Template,
-        reverted: false,
-        missed: 0,
-        not_in_place: None,
-        selected: None,
         pods: 2,
+        ..crate::test_fixtures::restart(web, vec![change])
     };
     crate::render::word_restart(&mut restart);
     restart

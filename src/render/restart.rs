@@ -74,20 +74,11 @@ mod tests {
     use crate::workload::{WorkloadKind, WorkloadRef};
 
     fn restart(changes: Vec<SidecarChange>) -> Restart {
+        let web = WorkloadRef::new(WorkloadKind::Deployment, "team", "web");
         Restart {
-            workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
             target: Some(RevisionStamp::sorted([("logger:v1", "bbbbbbbbbbbb")])),
-            reason: String::new(),
-            changes,
-            canary: false,
-            on_delete: false,
             pods: 2,
-            heal: false,
-            method: RestartMethod::Template,
-            reverted: false,
-            missed: 0,
-            not_in_place: None,
-            selected: None,
+            ..crate::test_fixtures::restart(web, changes)
         }
     }
 

@@ -123,3 +123,37 @@ pub fn drift_of(states: &[crate::drift::DriftState]) -> Vec<crate::explain::Side
         })
         .collect()
 }
+
+/// A template restart of `workload` for `changes`: not a canary, one pod, no target; the
+/// fields a test cares about are set over it (`Restart { canary: true, ..restart(..) }`).
+pub fn restart(
+    workload: crate::workload::WorkloadRef,
+    changes: Vec<crate::rollout::SidecarChange>,
+) -> crate::rollout::Restart {
+    crate::rollout::Restart {
+        workload,
+        target: None,
+        reason: String::new(),
+        changes,
+        canary: false,
+        on_delete: false,
+        pods: 1,
+        heal: false,
+        method: crate::workload::RestartMethod::Template,
+        reverted: false,
+        missed: 0,
+        not_in_place: None,
+        selected: None,
+    }
+}
+
+/// `sidecar`'s stale pods going from revision `from` to `to`, with no content change known.
+pub fn stale_change(sidecar: &str, from: &str, to: &str) -> crate::rollout::SidecarChange {
+    crate::rollout::SidecarChange {
+        sidecar: sidecar.to_owned(),
+        state: crate::drift::DriftState::Stale,
+        from: Some(from.to_owned()),
+        to: to.to_owned(),
+        what: None,
+    }
+}

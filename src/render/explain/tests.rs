@@ -270,19 +270,10 @@ fn the_workload_action_is_what_the_plan_says_for_it() {
     }];
     let plan = RolloutPlan {
         restarts: vec![Restart {
-            workload: web.clone(),
-            target: None,
             reason: "sidecar logger:v1 changed".into(),
-            changes: Vec::new(),
             canary: true,
-            on_delete: false,
             pods: 2,
-            heal: false,
-            method: crate::workload::RestartMethod::Template,
-            reverted: false,
-            missed: 0,
-            not_in_place: None,
-            selected: None,
+            ..crate::test_fixtures::restart(web.clone(), Vec::new())
         }],
         waiting: vec![Waiting {
             workload: api.clone(),

@@ -118,25 +118,15 @@ fn many_waiting_workloads_are_named_up_to_three() {
 fn the_dry_run_plan_is_said_whole_and_once_per_change() {
     let mut journal = Journal::default();
     let restart = crate::rollout::Restart {
-        workload: deployment("canary"),
-        target: None,
-        reason: String::new(),
-        changes: vec![crate::rollout::SidecarChange {
-            sidecar: "tracer:v1".into(),
-            state: crate::drift::DriftState::Stale,
-            from: Some("aaaaaaaaaaaa".into()),
-            to: "bbbbbbbbbbbb".into(),
-            what: None,
-        }],
         canary: true,
-        on_delete: false,
-        heal: false,
-        method: crate::workload::RestartMethod::Template,
-        reverted: false,
-        missed: 0,
-        not_in_place: None,
-        selected: None,
-        pods: 1,
+        ..crate::test_fixtures::restart(
+            deployment("canary"),
+            vec![crate::test_fixtures::stale_change(
+                "tracer:v1",
+                "aaaaaaaaaaaa",
+                "bbbbbbbbbbbb",
+            )],
+        )
     };
     let plan = RolloutPlan {
         restarts: vec![restart],
