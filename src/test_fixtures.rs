@@ -16,3 +16,20 @@ pub(crate) async fn within(
     }
     None
 }
+
+/// A status ConfigMap holding `injectors` as its publications item, or none.
+pub(crate) fn status_with_injectors(
+    injectors: Option<&str>,
+) -> k8s_openapi::api::core::v1::ConfigMap {
+    k8s_openapi::api::core::v1::ConfigMap {
+        data: injectors.map(|text| {
+            [(
+                crate::cluster::status::STATUS_INJECTORS_KEY.to_owned(),
+                text.to_owned(),
+            )]
+            .into_iter()
+            .collect()
+        }),
+        ..Default::default()
+    }
+}

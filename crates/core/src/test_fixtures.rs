@@ -157,3 +157,15 @@ pub fn stale_change(sidecar: &str, from: &str, to: &str) -> crate::rollout::Side
         what: None,
     }
 }
+
+/// A replica's publication of `logger:v1` at `revision`, renewed `seconds_ago` before
+/// 1,800,000,000 s (the publication tests' now).
+pub fn publication(revision: &str, seconds_ago: i64) -> crate::rollout::publication::Publication {
+    crate::rollout::publication::Publication {
+        revisions: [("logger:v1".to_owned(), revision.to_owned())]
+            .into_iter()
+            .collect(),
+        manual: std::collections::BTreeSet::new(),
+        at: Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 - seconds_ago).unwrap()),
+    }
+}

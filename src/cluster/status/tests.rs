@@ -1,21 +1,11 @@
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::publisher::{after_failure, retry_delay};
 use super::*;
 use crate::rollout::CampaignBook;
-
-fn status(item: Option<&str>) -> ConfigMap {
-    ConfigMap {
-        data: item.map(|text| {
-            [(STATUS_INJECTORS_KEY.to_owned(), text.to_owned())]
-                .into_iter()
-                .collect()
-        }),
-        ..Default::default()
-    }
-}
+use crate::test_fixtures::{publication, status_with_injectors};
 
 #[test]
 fn the_book_reads_back_what_is_encoded() {
@@ -51,19 +41,7 @@ fn the_book_reads_back_what_is_encoded() {
     assert_ne!(kept[STATUS_CAMPAIGNS_KEY], existing[STATUS_CAMPAIGNS_KEY]);
     assert_eq!(configmap.metadata.name.as_deref(), Some(STATUS_CONFIGMAP));
     assert_eq!(decode_book(&configmap).unwrap(), Some(book));
-    assert_eq!(decode_book(&status(None)).unwrap(), None);
-}
-
-fn publication(revision: &str, seconds_ago: i64) -> Publication {
-    Publication {
-        revisions: [("logger:v1".to_owned(), revision.to_owned())]
-            .into_iter()
-            .collect(),
-        manual: BTreeSet::new(),
-        at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 - seconds_ago).unwrap(),
-        ),
-    }
+    assert_eq!(decode_book(&status_with_injectors(None)).unwrap(), None);
 }
 
 #[test]
@@ -135,8 +113,12 @@ fn a_publication_names_its_manual_rollouts_and_reads_one_that_names_none() {
 
 #[test]
 fn an_absent_item_is_none_and_a_malformed_one_an_error() {
-    assert!(decode_injectors(&status(None)).unwrap().is_empty());
-    assert!(decode_injectors(&status(Some("[1, 2]"))).is_err());
+    assert!(
+        decode_injectors(&status_with_injectors(None))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(decode_injectors(&status_with_injectors(Some("[1, 2]"))).is_err());
 }
 
 #[test]

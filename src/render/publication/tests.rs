@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -7,29 +7,7 @@ use crate::cluster::status::{
     ConfigsHere, Publication, RevisionsChoice, RevisionsSource, choose_revisions, preview_warnings,
     preview_warnings_of,
 };
-
-fn status(item: Option<&str>) -> ConfigMap {
-    ConfigMap {
-        data: item.map(|text| {
-            [(STATUS_INJECTORS_KEY.to_owned(), text.to_owned())]
-                .into_iter()
-                .collect()
-        }),
-        ..Default::default()
-    }
-}
-
-fn publication(revision: &str, seconds_ago: i64) -> Publication {
-    Publication {
-        revisions: [("logger:v1".to_owned(), revision.to_owned())]
-            .into_iter()
-            .collect(),
-        manual: BTreeSet::new(),
-        at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 - seconds_ago).unwrap(),
-        ),
-    }
-}
+use crate::test_fixtures::{publication, status_with_injectors};
 
 /// The choice as the one-shot command says it.
 fn words(choice: &RevisionsChoice) -> String {
@@ -222,11 +200,11 @@ fn a_preview_warns_where_its_configs_differ_from_what_the_running_injectors_inje
             .map(preview_warning)
             .collect()
     };
-    let from_status = said_of(&status(Some(&published)));
+    let from_status = said_of(&status_with_injectors(Some(&published)));
     assert_eq!(from_status.len(), 1, "{from_status:?}");
     assert!(from_status[0].contains("inject revision bbbbbbbbbbbb"));
-    assert!(said_of(&status(None)).is_empty());
-    let mut broken = status(Some("{not json"));
+    assert!(said_of(&status_with_injectors(None)).is_empty());
+    let mut broken = status_with_injectors(Some("{not json"));
     broken.metadata.namespace = Some("injector-system".into());
     let said = said_of(&broken);
     assert_eq!(said.len(), 1, "{said:?}");
