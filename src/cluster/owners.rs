@@ -102,21 +102,16 @@ pub(crate) struct Owner {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Controller {
     /// No controller: with `--evict-bare-pods` the engine evicts it, else nothing restarts it.
-    BarePod {
-        evicted: bool,
-    },
-    StatefulSet(String),
-    DaemonSet(String),
+    BarePod { evicted: bool },
+    /// A StatefulSet or a DaemonSet.
+    Workload { kind: WorkloadKind, name: String },
     /// A ReplicaSet, and the Deployment that owns it, if one does.
     ReplicaSet {
         name: String,
         deployment: Option<String>,
     },
     /// A kind the engine does not restart.
-    Other {
-        kind: OwnerKind,
-        name: String,
-    },
+    Other { kind: OwnerKind, name: String },
 }
 
 impl Owner {
@@ -143,30 +138,22 @@ impl Owner {
         let workload = |kind| Some(WorkloadRef::new(kind, namespace, name));
         Ok(match OwnerKind::parse(&controller.kind) {
             OwnerKind::ReplicaSet => Self::of_replicaset(client, namespace, name, keys).await?,
-            OwnerKind::Workload(WorkloadKind::StatefulSet) => {
-                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-                let set = api
-                    .get(name)
-                    .await
-                    .with_context(|| format!("cannot read StatefulSet {namespace}/{name}"))?;
+            OwnerKind::Workload(kind @ (WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)) => {
+                let (metadata, template) = if kind == WorkloadKind::StatefulSet {
+                    let set: StatefulSet = read(client, namespace, name, kind).await?;
+                    (set.metadata, set.spec.map(|s| s.template))
+                } else {
+                    let set: DaemonSet = read(client, namespace, name, kind).await?;
+                    (set.metadata, set.spec.map(|s| s.template))
+                };
                 Self {
-                    controller: Controller::StatefulSet(name.to_owned()),
-                    workload: workload(WorkloadKind::StatefulSet),
-                    template: set.spec.map(|s| s.template),
-                    rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
-                }
-            }
-            OwnerKind::Workload(WorkloadKind::DaemonSet) => {
-                let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
-                let set = api
-                    .get(name)
-                    .await
-                    .with_context(|| format!("cannot read DaemonSet {namespace}/{name}"))?;
-                Self {
-                    controller: Controller::DaemonSet(name.to_owned()),
-                    workload: workload(WorkloadKind::DaemonSet),
-                    template: set.spec.map(|s| s.template),
-                    rollout_disabled: crate::drift::rollout_disabled(&set.metadata, keys),
+                    controller: Controller::Workload {
+                        kind,
+                        name: name.to_owned(),
+                    },
+                    workload: workload(kind),
+                    template,
+                    rollout_disabled: crate::drift::rollout_disabled(&metadata, keys),
                 }
             }
             kind => Self {
@@ -250,6 +237,26 @@ impl Owner {
             },
         })
     }
+}
+
+/// The controller named `name`, of `kind`, read whole.
+async fn read<K>(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    kind: WorkloadKind,
+) -> anyhow::Result<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .with_context(|| format!("cannot read {kind} {namespace}/{name}"))
 }
 
 /// The owner reference of `pod`'s controller, if it has one.

@@ -57,8 +57,7 @@ pub(crate) fn controller(controller: &Controller) -> String {
         Controller::BarePod { evicted: false } => {
             "a bare pod: nothing restarts it but --evict-bare-pods".to_owned()
         }
-        Controller::StatefulSet(name) => format!("StatefulSet {name}"),
-        Controller::DaemonSet(name) => format!("DaemonSet {name}"),
+        Controller::Workload { kind, name } => format!("{kind} {name}"),
         Controller::ReplicaSet {
             name,
             deployment: Some(deployment),

@@ -609,7 +609,20 @@ fn a_pods_controller_says_whether_anything_restarts_it() {
             },
             "ReplicaSet plain-77f, with no Deployment: nothing rolls it",
         ),
-        (Controller::StatefulSet("db".into()), "StatefulSet db"),
+        (
+            Controller::Workload {
+                kind: crate::workload::WorkloadKind::StatefulSet,
+                name: "db".into(),
+            },
+            "StatefulSet db",
+        ),
+        (
+            Controller::Workload {
+                kind: crate::workload::WorkloadKind::DaemonSet,
+                name: "agent".into(),
+            },
+            "DaemonSet agent",
+        ),
         (
             Controller::Other {
                 kind: OwnerKind::parse("Job"),
