@@ -52,7 +52,6 @@ pub(crate) fn word_plan(plan: &mut crate::rollout::RolloutPlan, now: k8s_openapi
     }
     plan.restarts.iter_mut().for_each(word_restart);
     failure::word_failures(plan);
-    word_book(&mut plan.book);
     hint_plan(plan);
     pause::word_pauses(plan);
 }
