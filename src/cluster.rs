@@ -9,6 +9,7 @@ pub(crate) mod list;
 pub(crate) mod nodes;
 pub(crate) mod owners;
 pub(crate) mod policy_writer;
+pub(crate) mod standing;
 pub(crate) mod status;
 pub(crate) mod watch;
 pub(crate) mod webhook_ca;

@@ -40,6 +40,8 @@ pub(crate) const PLAN_DEBOUNCE: Duration = Duration::from_millis(100);
 pub(crate) const PLAN_DUTY: u32 = 4;
 /// The longest the quiet time grows to, however long plans take.
 pub(crate) const PLAN_DEBOUNCE_MAX: Duration = Duration::from_secs(1);
+/// The longest the one-shot loop waits with nothing due.
+pub(crate) const LOOP_SAFETY_NET: Duration = Duration::from_secs(60);
 /// A failed action, or an eviction a PodDisruptionBudget refused, is tried again this long
 /// after (or sooner, if something watched changes).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -751,10 +753,13 @@ async fn with_timeout<T>(
     crate::cluster::with_timeout(REQUEST_TIMEOUT, request).await
 }
 
+pub(crate) mod container_run;
+pub(crate) mod fleet;
 mod health_bake;
 mod plan_now;
 mod revisions;
 mod run;
+pub(crate) mod until_done;
 pub(crate) mod upstream_gate;
 mod writes;
 

@@ -42,7 +42,10 @@ pub(crate) use status::{
     FleetCluster, FleetStatus, StatusView, status_view, write_fleet_table, write_status_table,
 };
 pub(crate) use wait::{book_full, wait_message, wait_reason};
-pub(crate) use waves::{promoted_by, standing, upstream_verdict, upstream_waiting};
+pub(crate) use waves::{
+    fleet_stopped, promoted_by, standing, upstream_verdict, upstream_waiting, wave_heading,
+    wave_timed_out,
+};
 
 /// The plan's sentences, as everything that shows a plan reads them: what ends each wait, how
 /// a workload an earlier failure left stale is rolled back, why a campaign paused.

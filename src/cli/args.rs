@@ -18,9 +18,7 @@ mod serve;
 pub(crate) mod settings_file;
 mod values;
 pub(crate) use argv::*;
-pub(crate) use engine::{
-    DriftPolicyArgs, LOOP_SAFETY_NET, Purpose, RolloutSafetyArgs, engine_options,
-};
+pub(crate) use engine::{DriftPolicyArgs, Purpose, RolloutSafetyArgs, engine_options};
 pub(crate) use serve::*;
 
 #[derive(Debug, Parser)]

@@ -2,52 +2,34 @@
 //! cluster as `serve` does, plans with the same planner, prints the plan (dry run), or acts and
 //! waits until every planned workload is done.
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use anyhow::Context;
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
-use kube::runtime::watcher;
 
 use super::args::{OutputFormat, ProcessEnv, Purpose, RolloutArgs, engine_options};
 use super::connect::{OneShot, book_of, injectors_of, revisions_in_force, synced_feed};
+use crate::cluster::standing::{LeaseHolder, Standing};
 use crate::engine::Aim;
+use crate::engine::container_run::container_run;
+use crate::engine::until_done::act_until_done;
 
 use crate::cluster::drift_feed::DriftFeed;
-use crate::cluster::list::list_paged;
 use crate::cluster::status::InjectorState;
-use crate::cluster::watch::{Change, watch};
-use crate::engine::{ContainerRun, Engine, EngineOptions, RunSummary};
+use crate::engine::{Engine, EngineOptions, RunSummary};
 use crate::metrics::Metrics;
 use crate::rollout::RolloutPlan;
-use crate::rollout::selection::{PodSummary, SelectionInput, select};
 use crate::telemetry::notice;
 use tracing::Level;
-
-mod until_done;
-pub(crate) use super::args::LOOP_SAFETY_NET;
-use until_done::act_until_done;
-
-mod standing;
-use standing::{CLI_LEASE_DURATION, LeaseHolder, Standing};
 
 mod waves;
 
 mod book;
 use book::{overrides, promotion_spec, resume_campaigns};
-
-mod containers;
-use containers::container_run;
-
-/// How long the watches may take to list the cluster.
-const SYNC_DEADLINE: Duration = Duration::from_secs(120);
 
 pub(crate) fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCode> {
     if args.force {
@@ -135,6 +117,22 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         )?;
         return Ok(ExitCode::SUCCESS);
     };
+    act(args, env, &one_shot, options, &feed, aim, standing).await
+}
+
+/// `--confirm`: the engine run until nothing is rolling, under `standing`, and its summary.
+async fn act(
+    args: &RolloutArgs,
+    env: &ProcessEnv,
+    one_shot: &OneShot,
+    options: EngineOptions,
+    feed: &DriftFeed,
+    aim: Aim,
+    standing: Standing,
+) -> anyhow::Result<ExitCode> {
+    let OneShot {
+        client, sidecars, ..
+    } = one_shot;
     let recorder = crate::cluster::events::recorder(client.clone(), env.pod_name.clone());
     let mut engine = Engine::new(
         client.clone(),
@@ -153,7 +151,15 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
             }
         }
     }
-    let acted = act_until_done(&mut engine, &feed, sidecars, args, &standing).await;
+    let acted = act_until_done(
+        &mut engine,
+        feed,
+        sidecars,
+        &standing,
+        args.safety.rollout_timeout,
+        args.cluster.output == OutputFormat::Table,
+    )
+    .await;
     standing.give_up().await;
     acted?;
     print_summary(args.cluster.output, engine.summary())?;
@@ -171,7 +177,14 @@ async fn aim(
 ) -> anyhow::Result<Aim> {
     let client = &one_shot.client;
     if !args.sidecar_container_name.is_empty() {
-        let run = container_run(client, args, options, feed, started_before).await?;
+        let run = container_run(
+            client,
+            &args.sidecar_container_name,
+            options,
+            feed,
+            started_before,
+        )
+        .await?;
         for skipped in &run.selection.skipped {
             let pod = format!("{}/{}", skipped.namespace, skipped.name);
             let reason = crate::render::skipped(&skipped.reason);
@@ -262,21 +275,6 @@ fn print_summary(output: OutputFormat, summary: &RunSummary) -> anyhow::Result<(
         }
     }
     Ok(())
-}
-
-fn print_plan_summary(plan: &RolloutPlan) {
-    for restart in &plan.restarts {
-        let workload = restart.workload.to_string();
-        notice(
-            Level::INFO,
-            &format!("{} {workload}: {}", restart.action(), restart.reason),
-            &[
-                ("workload", &workload),
-                ("action", restart.action()),
-                ("reason", &restart.reason),
-            ],
-        );
-    }
 }
 
 fn print_plan(output: OutputFormat, plan: &RolloutPlan, nothing: &str) -> anyhow::Result<()> {

@@ -870,3 +870,29 @@ async fn a_moment_a_plan_asked_for_is_kept_while_plans_are_spaced_out() {
         "passes {gaps:?} apart, each asking for the next 200 ms after it"
     );
 }
+
+#[test]
+fn the_loop_wakes_at_the_soonest_moment_due_and_polls_nothing() {
+    let now = std::time::Instant::now();
+    let at = |s: u64| now + std::time::Duration::from_secs(s);
+    let wake = |moments: [Option<std::time::Instant>; 3]| {
+        soonest_wake(now, crate::engine::LOOP_SAFETY_NET, moments)
+    };
+    assert_eq!(
+        wake([None, None, None]),
+        now + crate::engine::LOOP_SAFETY_NET,
+        "nothing due: only the safety net"
+    );
+    assert_eq!(
+        wake([Some(at(15)), Some(at(7)), Some(at(300))]),
+        at(7),
+        "the soonest"
+    );
+    assert_eq!(wake([Some(at(15)), None, None]), at(15));
+    assert_eq!(
+        wake([Some(at(3_600)), None, None]),
+        now + crate::engine::LOOP_SAFETY_NET,
+        "never past the net"
+    );
+    assert_eq!(wake([None, Some(now), None]), now, "due now: at once");
+}

@@ -81,6 +81,63 @@ pub(crate) fn upstream_waiting(waiting: &[(String, Standing)]) -> String {
         .join("; ")
 }
 
+/// The heading of wave `n` (from 0) of `waves`.
+pub(crate) fn wave_heading(
+    n: usize,
+    waves: &[Vec<String>],
+    sidecar: &str,
+    revision: &str,
+) -> String {
+    format!(
+        "wave {}/{} ({}): {sidecar} revision {revision}",
+        n + 1,
+        waves.len(),
+        waves[n].join(", "),
+    )
+}
+
+/// The fleet stopped at `cluster`'s failure, with the waves `left` unstarted.
+pub(crate) fn fleet_stopped(
+    left: &[Vec<String>],
+    cluster: &str,
+    sidecar: &str,
+    revision: &str,
+    workload: Option<&str>,
+    reason: &str,
+) -> String {
+    let workload = workload.map(|w| format!("{w}: ")).unwrap_or_default();
+    let left = if left.is_empty() {
+        String::new()
+    } else {
+        let waves: Vec<String> = left.iter().map(|w| w.join(",")).collect();
+        format!(" (waves not started: {})", waves.join(" then "))
+    };
+    format!(
+        "the fleet stops: {cluster}: {sidecar} revision {revision} failed: {workload}{reason}; nothing further is promoted{left}. Fix or resume it there, then run this again: it goes on from here"
+    )
+}
+
+/// Wave `n` (from 0) of `count` past `timeout`, with each cluster not done.
+pub(crate) fn wave_timed_out(
+    n: usize,
+    count: usize,
+    timeout: std::time::Duration,
+    progress: &[(String, Standing)],
+    exit: u8,
+) -> String {
+    let waiting: Vec<String> = progress
+        .iter()
+        .filter(|(_, p)| !p.as_ref().is_ok_and(Progress::is_done))
+        .map(|(cluster, p)| format!("{cluster}: {}", standing(p)))
+        .collect();
+    format!(
+        "wave {}/{count} not done within --wave-timeout {}: {}; nothing further is promoted (run this again to go on watching); exit status {exit}",
+        n + 1,
+        humantime::format_duration(timeout),
+        waiting.join("; "),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::jiff::Timestamp;
@@ -144,6 +201,42 @@ mod tests {
         assert_eq!(
             upstream_verdict(&promoted),
             "promoted: complete and baked in upstream staging, qa"
+        );
+    }
+
+    #[test]
+    fn a_fleet_run_says_its_wave_where_it_stopped_and_what_it_still_waits_for() {
+        let waves = vec![
+            vec!["staging".to_owned()],
+            vec!["prod-eu".to_owned(), "prod-us".to_owned()],
+            vec!["prod-ap".to_owned()],
+        ];
+        assert_eq!(
+            wave_heading(1, &waves, "tracer:v1", "aaaaaaaaaaaa"),
+            "wave 2/3 (prod-eu, prod-us): tracer:v1 revision aaaaaaaaaaaa"
+        );
+        assert_eq!(
+            fleet_stopped(
+                &waves[1..],
+                "staging",
+                "tracer:v1",
+                "aaaaaaaaaaaa",
+                Some("Deployment/team/web"),
+                "not rolled out"
+            ),
+            "the fleet stops: staging: tracer:v1 revision aaaaaaaaaaaa failed: Deployment/team/web: not rolled out; nothing further is promoted (waves not started: prod-eu,prod-us then prod-ap). Fix or resume it there, then run this again: it goes on from here"
+        );
+        assert!(
+            fleet_stopped(&[], "prod-ap", "tracer:v1", "aaaaaaaaaaaa", None, "x")
+                .contains("failed: x; nothing further is promoted. Fix")
+        );
+        let progress = vec![
+            ("prod-eu".to_owned(), Ok(Progress::Done)),
+            ("prod-us".to_owned(), Err("forbidden".to_owned())),
+        ];
+        assert_eq!(
+            wave_timed_out(1, 3, std::time::Duration::from_secs(600), &progress, 3),
+            "wave 2/3 not done within --wave-timeout 10m: prod-us: not read: forbidden; nothing further is promoted (run this again to go on watching); exit status 3"
         );
     }
 }

@@ -146,9 +146,6 @@ impl RolloutSafetyArgs {
     }
 }
 
-/// The longest the one-shot loop waits with nothing due.
-pub(crate) const LOOP_SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// What a one-shot command plans for, the only way its engine options differ.
 pub(crate) enum Purpose<'a> {
     /// `explain`: the plan `serve`'s engine would make now (manual sidecars wait for a
@@ -203,7 +200,7 @@ pub(crate) fn engine_options(
         keys: crate::annotations::AnnotationKeys::new(&cluster.annotation_namespace),
         policy,
         namespace: cluster.injector_namespace.clone(),
-        replan_every: LOOP_SAFETY_NET,
+        replan_every: crate::engine::LOOP_SAFETY_NET,
         // `rollout` is the person a manual policy waits for.
         ignore_manual_policy: matches!(purpose, Purpose::Rollout(_)),
         kinds: Some(kinds),

@@ -1,8 +1,7 @@
 //! `rollout --confirm`: plans and acts until nothing is rolling, with its progress on stderr.
 
-use super::super::args::{OutputFormat, RolloutArgs};
-use super::*;
 use crate::cluster::drift_feed::DriftFeed;
+use crate::cluster::standing::{CLI_LEASE_DURATION, Standing};
 use crate::config::SidecarSet;
 use crate::engine::{Authority, Conductor, Engine, LoopStopped, RunSummary};
 use crate::rollout::RolloutPlan;
@@ -16,22 +15,22 @@ use std::time::{Duration, Instant};
 use tracing::Level;
 
 /// Plans and acts until nothing is rolling and nothing waits for what clears by itself.
-pub(super) async fn act_until_done(
+/// The progress bar is drawn when `bar` says so (a table for output), and then only on a
+/// terminal that carries text.
+pub(crate) async fn act_until_done(
     engine: &mut Engine,
     feed: &DriftFeed,
     sidecars: &SidecarSet,
-    args: &RolloutArgs,
     standing: &Standing,
-) -> anyhow::Result<()> {
-    // The bar is drawn only on a terminal, and only when stderr carries text.
-    let terminal = std::io::stderr().is_terminal()
-        && args.cluster.output == OutputFormat::Table
-        && crate::telemetry::text_on_stderr();
+    rollout_timeout: Duration,
+    bar: bool,
+) -> Result<(), LoopStopped> {
+    let terminal = bar && std::io::stderr().is_terminal() && crate::telemetry::text_on_stderr();
     let mut conductor = UntilDone {
         sidecars: Arc::new(sidecars.clone()),
         standing,
         grant: standing.grant(),
-        rollout_timeout: args.safety.rollout_timeout,
+        rollout_timeout,
         terminal,
         progress: None,
         acting: false,
@@ -122,7 +121,7 @@ impl Conductor for UntilDone<'_> {
     }
 
     fn safety_net(&self) -> Duration {
-        LOOP_SAFETY_NET
+        crate::engine::LOOP_SAFETY_NET
     }
 
     async fn changed(&mut self) -> Result<(), LoopStopped> {
@@ -132,7 +131,7 @@ impl Conductor for UntilDone<'_> {
 }
 
 /// Resolves when the Lease's grant changes; never without a Lease, or once its task is gone.
-pub(super) async fn grant_changed(
+pub(crate) async fn grant_changed(
     grant: &mut Option<tokio::sync::watch::Receiver<Option<Instant>>>,
 ) {
     let renewed = match grant {
@@ -145,13 +144,13 @@ pub(super) async fn grant_changed(
 }
 
 /// What this run planned, and which of those workloads it has reported done.
-pub(super) struct Progress {
-    pub(super) planned: BTreeSet<WorkloadRef>,
-    pub(super) reported: BTreeSet<WorkloadRef>,
+pub(crate) struct Progress {
+    pub(crate) planned: BTreeSet<WorkloadRef>,
+    pub(crate) reported: BTreeSet<WorkloadRef>,
 }
 
 impl Progress {
-    pub(super) fn of(plan: &RolloutPlan) -> Self {
+    pub(crate) fn of(plan: &RolloutPlan) -> Self {
         // What this run restarts now or once its wait ends; a workload already rolling from
         // an earlier run is not this run's to count.
         let planned = plan
@@ -168,7 +167,7 @@ impl Progress {
 
     /// A `done KIND/ns/name (3/10)` line per workload of the plan as it ends (on a terminal or
     /// not), and on a terminal a bar that never runs past the plan.
-    pub(super) fn report(&mut self, summary: &RunSummary, terminal: bool, plan: &RolloutPlan) {
+    pub(crate) fn report(&mut self, summary: &RunSummary, terminal: bool, plan: &RolloutPlan) {
         let total = self.planned.len();
         let ended = summary
             .succeeded
@@ -206,5 +205,20 @@ impl Progress {
                 plan.waiting.len()
             );
         }
+    }
+}
+
+fn print_plan_summary(plan: &RolloutPlan) {
+    for restart in &plan.restarts {
+        let workload = restart.workload.to_string();
+        notice(
+            Level::INFO,
+            &format!("{} {workload}: {}", restart.action(), restart.reason),
+            &[
+                ("workload", &workload),
+                ("action", restart.action()),
+                ("reason", &restart.reason),
+            ],
+        );
     }
 }

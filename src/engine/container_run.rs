@@ -1,17 +1,45 @@
 //! `rollout --sidecar-container-name`: the pods chosen by container name and start time,
 //! listed once and then watched, so that the run follows them as they are replaced.
 
-use super::*;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
+
+use crate::cluster::drift_feed::DriftFeed;
+use crate::cluster::list::list_paged;
+use crate::cluster::watch::{Change, watch};
+use crate::engine::{ContainerRun, EngineOptions};
+use crate::rollout::selection::{PodSummary, SelectionInput, select};
+
+/// How long the pod watch may take to list the cluster.
+const SYNC_DEADLINE: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ContainerRunError {
+    #[error("cannot list pods (with their specs) to find the named containers: {0}")]
+    List(#[source] kube::Error),
+    #[error("the pods were not listed within {SYNC_DEADLINE:?}")]
+    NotListed,
+    #[error("the pod watch stopped")]
+    WatchStopped,
+}
 
 /// `--sidecar-container-name`: the pod specs listed once (page by page, per included namespace
 /// when the run is limited to some), then a metadata watch that says which chosen pods remain.
-pub(super) async fn container_run(
+pub(crate) async fn container_run(
     client: &kube::Client,
-    args: &RolloutArgs,
+    containers: &[String],
     options: &EngineOptions,
-    feed: &crate::cluster::drift_feed::DriftFeed,
+    feed: &DriftFeed,
     started_before: Timestamp,
-) -> anyhow::Result<ContainerRun> {
+) -> Result<ContainerRun, ContainerRunError> {
     let scopes: Vec<Api<Pod>> = if options.policy.include_namespaces.is_empty() {
         vec![Api::all(client.clone())]
     } else {
@@ -26,21 +54,21 @@ pub(super) async fn container_run(
     for api in scopes {
         let summaries = list_paged(&api, |pod| PodSummary::from_pod(&pod))
             .await
-            .context("cannot list pods (with their specs) to find the named containers")?;
+            .map_err(ContainerRunError::List)?;
         pods.extend(summaries);
     }
     let live = Arc::new(Mutex::new(HashSet::new()));
     let mut listed = watch_live_pods(client.clone(), live.clone());
     tokio::time::timeout(SYNC_DEADLINE, listed.wait_for(|l| *l))
         .await
-        .context("the pods were not listed in time")?
-        .context("the pod watch stopped")?;
+        .map_err(|_| ContainerRunError::NotListed)?
+        .map_err(|_| ContainerRunError::WatchStopped)?;
     let selection = {
         let index = feed.index.lock().expect("drift index lock");
         let deployment_of = |ns: &str, rs: &str| index.deployment_of(ns, rs);
         select(SelectionInput {
             pods: &pods,
-            containers: &args.sidecar_container_name,
+            containers,
             started_before,
             policy: &options.policy,
             deployment_of: &deployment_of,

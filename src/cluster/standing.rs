@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use tracing::Level;
 
 /// Whoever holds the rollout Lease, live, other than this run.
-pub(super) struct LeaseHolder {
-    pub(super) name: String,
-    pub(super) mode: Option<String>,
-    pub(super) until: Timestamp,
+pub(crate) struct LeaseHolder {
+    pub(crate) name: String,
+    pub(crate) mode: Option<String>,
+    pub(crate) until: Timestamp,
 }
 
 impl LeaseHolder {
-    pub(super) fn of(state: &InjectorState) -> anyhow::Result<Option<Self>> {
+    pub(crate) fn of(state: &InjectorState) -> anyhow::Result<Option<Self>> {
         let lease = state.lease().context("cannot read the rollout Lease")?;
         Ok(match decide(lease, "", Timestamp::now()) {
             LeaseDecision::HeldBy {
@@ -33,19 +33,19 @@ impl LeaseHolder {
     }
 
     /// A `serve --rollout=auto` (or another `rollout --confirm`): it restarts workloads.
-    pub(super) fn restarts(&self) -> bool {
+    pub(crate) fn restarts(&self) -> bool {
         matches!(self.mode.as_deref(), Some("auto" | CLI_MODE))
     }
 }
 
 /// The mode a `rollout --confirm` writes on the Lease it holds.
-pub(super) const CLI_MODE: &str = "cli";
+pub(crate) const CLI_MODE: &str = "cli";
 /// How long the Lease this run holds lasts without renewal.
-pub(super) const CLI_LEASE_DURATION: Duration = Duration::from_secs(15);
+pub(crate) const CLI_LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// How `--confirm` may act: holding the rollout Lease itself (so no `serve` replica acts
 /// meanwhile), or beside a holder that never restarts anything (`serve --rollout=dry-run`).
-pub(super) enum Standing {
+pub(crate) enum Standing {
     Holding {
         grant: tokio::sync::watch::Receiver<Option<std::time::Instant>>,
         stop: tokio::sync::watch::Sender<bool>,
@@ -57,7 +57,7 @@ pub(super) enum Standing {
 impl Standing {
     /// Never beside a live holder that restarts workloads: two actors would restart (or
     /// evict) the same workloads at once.
-    pub(super) async fn take(
+    pub(crate) async fn take(
         client: &kube::Client,
         namespace: &str,
         identity: &str,
@@ -115,7 +115,7 @@ impl Standing {
         Ok(Self::Holding { grant, stop, task })
     }
 
-    pub(super) fn may_act(&self) -> bool {
+    pub(crate) fn may_act(&self) -> bool {
         match self {
             Self::Holding { grant, .. } => may_act(grant),
             Self::BesidePlanner => true,
@@ -123,7 +123,7 @@ impl Standing {
     }
 
     /// When the Lease held runs out unless renewed (beside a planner: never).
-    pub(super) fn grant_ends(&self) -> Option<Instant> {
+    pub(crate) fn grant_ends(&self) -> Option<Instant> {
         match self {
             Self::Holding { grant, .. } => *grant.borrow(),
             Self::BesidePlanner => None,
@@ -131,7 +131,7 @@ impl Standing {
     }
 
     /// The renewals of the Lease held, to wake on (beside a planner: none).
-    pub(super) fn grant(&self) -> Option<tokio::sync::watch::Receiver<Option<Instant>>> {
+    pub(crate) fn grant(&self) -> Option<tokio::sync::watch::Receiver<Option<Instant>>> {
         match self {
             Self::Holding { grant, .. } => Some(grant.clone()),
             Self::BesidePlanner => None,
@@ -139,7 +139,7 @@ impl Standing {
     }
 
     /// Gives the Lease up (when held), so that a `serve` replica acts at once.
-    pub(super) async fn give_up(self) {
+    pub(crate) async fn give_up(self) {
         if let Self::Holding { stop, task, .. } = self {
             let _ = stop.send(true);
             let _ = task.await;
