@@ -120,46 +120,6 @@ pub(crate) fn revisions_in_force(
     })
 }
 
-/// How long the cluster may take to be listed by a one-shot command.
-const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The drift feed (pods, ReplicaSets, workloads), once the cluster has been listed. A list
-/// the API server refuses ends the wait at once ([`ClusterListRefused`]): no retry mends it.
-pub(crate) async fn synced_feed(
-    client: &kube::Client,
-    keys: crate::annotations::AnnotationKeys,
-    webhook_configuration: Option<String>,
-) -> anyhow::Result<crate::cluster::drift_feed::DriftFeed> {
-    let feed = crate::cluster::drift_feed::start(
-        client.clone(),
-        keys,
-        webhook_configuration.map(crate::cluster::drift_feed::Reach::WebhookConfiguration),
-    );
-    let (mut synced, mut refused) = (feed.synced.clone(), feed.refused.clone());
-    let listed = async {
-        tokio::select! {
-            synced = synced.wait_for(|s| *s) => synced.map(|_| None),
-            refused = refused.wait_for(Option::is_some) => refused.map(|r| r.clone()),
-        }
-    };
-    let refusal = tokio::time::timeout(SYNC_DEADLINE, listed)
-        .await
-        .context("the cluster was not listed in time")?
-        .context("the watches stopped")?;
-    match refusal {
-        Some(refusal) => Err(anyhow::Error::new(ClusterListRefused(refusal))),
-        None => Ok(feed),
-    }
-}
-
-/// Listing the cluster's pods, ReplicaSets or workloads, which planning a rollout needs
-/// across every namespace, is refused (a user whose rights stop at a team's namespaces).
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the rollout plan needs the pods, ReplicaSets and workloads of every namespace, and listing them is refused to you: {0}"
-)]
-pub(crate) struct ClusterListRefused(pub String);
-
 /// What every one-shot command starts from: the cluster, the annotation keys, and the
 /// configs as `serve` would load them.
 pub(crate) struct OneShot {
@@ -199,32 +159,6 @@ impl OneShot {
             configs_unread,
             state,
         })
-    }
-}
-
-/// `sidecars` for the cluster's nodes, when a config chooses its form by them
-/// (`nativeSidecars: auto`): listed once; a refusal is said, and leaves them unknown (those
-/// configs judged classic), as the webhook does while it cannot list them.
-pub(crate) async fn for_the_nodes(client: &kube::Client, sidecars: SidecarSet) -> SidecarSet {
-    let by_nodes = sidecars
-        .iter()
-        .any(|s| s.config.native_sidecars() == crate::config::NativeSidecars::Auto);
-    if !by_nodes {
-        return sidecars;
-    }
-    match crate::cluster::nodes::list_nodes(client).await {
-        Ok(nodes) => sidecars.with_nodes(std::sync::Arc::new(nodes)),
-        Err(err) => {
-            notice(
-                tracing::Level::WARN,
-                &format!(
-                    "cannot list the nodes, so `nativeSidecars: auto` configs are judged classic, as the webhook injects them while it cannot list nodes either: {}",
-                    crate::cluster::error_text(&err)
-                ),
-                &[],
-            );
-            sidecars
-        }
     }
 }
 

@@ -6,8 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -17,8 +16,9 @@ use serde_json::Value;
 
 use super::args::ExplainArgs;
 use super::configs::ConfigsUnread;
-use super::connect::{ClusterListRefused, OneShot, revisions_in_force, synced_feed};
+use super::connect::{OneShot, revisions_in_force};
 use crate::annotations::AnnotationKeys;
+use crate::cluster::drift_feed::ListError;
 use crate::cluster::list::NamespaceReach;
 use crate::config::SidecarSet;
 use crate::render::{ExplanationDocument, ExplanationPage};
@@ -33,7 +33,7 @@ use crate::rollout::RolloutPlan;
 use crate::workload::{PodWorkload, WorkloadKind, WorkloadRef, resource_name_and_group};
 
 mod live;
-use crate::cluster::owners::{Owner, Via, pods_controlled};
+use crate::cluster::owners::{Owner, Via, WorkloadSpec, pods_controlled};
 use live::Live;
 
 pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
@@ -320,9 +320,10 @@ async fn explain_workload(
 ) -> anyhow::Result<Explanation> {
     let spec = WorkloadSpec::read(&live.client, &workload, &live.keys).await?;
     let pods = spec.pods(&live.client, &workload).await?;
-    let (summary, pod, drift) = live
-        .pods_of(pods, spec.owner_exclusion().as_deref())
-        .await?;
+    let owner_exclusion = spec
+        .rollout_disabled
+        .then(|| crate::render::exclusion(&crate::drift::Exclusion::RolloutDisabled));
+    let (summary, pod, drift) = live.pods_of(pods, owner_exclusion.as_deref()).await?;
     let rollout = if summary.count == 0 {
         WorkloadAction::Nothing {
             why: "it has no pods to restart".to_owned(),
@@ -421,94 +422,6 @@ async fn read_batch(
     api.get_opt(name).await
 }
 
-/// What `explain` needs of a workload: its uid (to know its pods by their owners), the
-/// selector its pods carry, and the template new pods are made from.
-struct WorkloadSpec {
-    uid: String,
-    selector: LabelSelector,
-    template: PodTemplateSpec,
-    /// Annotated `NS/rollout: disabled`.
-    rollout_disabled: bool,
-}
-
-impl WorkloadSpec {
-    async fn read(
-        client: &kube::Client,
-        workload: &WorkloadRef,
-        keys: &AnnotationKeys,
-    ) -> anyhow::Result<Self> {
-        let (metadata, selector, template) = match workload.kind {
-            WorkloadKind::Deployment => {
-                let object: Deployment = get_object(client, workload).await?;
-                let spec = object.spec.unwrap_or_default();
-                (object.metadata, spec.selector, spec.template)
-            }
-            WorkloadKind::StatefulSet => {
-                let object: StatefulSet = get_object(client, workload).await?;
-                let spec = object.spec.unwrap_or_default();
-                (object.metadata, spec.selector, spec.template)
-            }
-            WorkloadKind::DaemonSet => {
-                let object: DaemonSet = get_object(client, workload).await?;
-                let spec = object.spec.unwrap_or_default();
-                (object.metadata, spec.selector, spec.template)
-            }
-            WorkloadKind::Pod => anyhow::bail!("a pod is not a workload with a template"),
-        };
-        Ok(Self {
-            rollout_disabled: crate::drift::rollout_disabled(&metadata, keys),
-            uid: metadata.uid.unwrap_or_default(),
-            selector,
-            template,
-        })
-    }
-
-    /// Why the engine leaves the workload's pods out, when it does.
-    fn owner_exclusion(&self) -> Option<String> {
-        self.rollout_disabled
-            .then(|| crate::render::exclusion(&crate::drift::Exclusion::RolloutDisabled))
-    }
-
-    /// The workload's pods, as metadata: those its selector matches and it controls (through
-    /// a ReplicaSet it controls, for a Deployment), so another workload's pods that happen to
-    /// match are left out.
-    async fn pods(
-        &self,
-        client: &kube::Client,
-        workload: &WorkloadRef,
-    ) -> anyhow::Result<Vec<ObjectMeta>> {
-        let selector = Selector::try_from(self.selector.clone())
-            .with_context(|| format!("{workload}: its selector cannot be used to list its pods"))?;
-        let via = (workload.kind == WorkloadKind::Deployment).then_some(Via::ReplicaSets);
-        pods_controlled(
-            client,
-            &workload.namespace,
-            &selector,
-            &self.uid,
-            via,
-            workload,
-        )
-        .await
-    }
-}
-
-/// A workload (or pod) read whole, or an error saying it does not exist.
-async fn get_object<K>(client: &kube::Client, workload: &WorkloadRef) -> anyhow::Result<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let (kind, namespace, name) = (workload.kind, &workload.namespace, &workload.name);
-    Api::<K>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .with_context(|| format!("cannot read {kind} {namespace}/{name}"))?
-        .with_context(|| format!("{kind} {namespace}/{name} not found"))
-}
-
 /// The plan the engine would make now (as `rollout` plans it): the cluster listed once, the
 /// campaigns of the status ConfigMap, the revisions in force.
 async fn plan_now(
@@ -521,7 +434,9 @@ async fn plan_now(
 ) -> anyhow::Result<RolloutPlan> {
     let options =
         super::args::engine_options(&args.cluster, &args.safety, &super::args::Purpose::Explain);
-    let feed = synced_feed(client, keys, args.cluster.webhook_configuration()).await?;
+    let feed =
+        crate::cluster::drift_feed::listed(client, keys, args.cluster.webhook_configuration())
+            .await?;
     let aim = crate::engine::Aim::Revisions(published);
     Ok(crate::engine::plan_now(
         state, &options, &feed, sidecars, &aim,

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 
 use super::args::{OutputFormat, ProcessEnv, Purpose, RolloutArgs, engine_options};
-use super::connect::{OneShot, book_of, injectors_of, revisions_in_force, synced_feed};
+use super::connect::{OneShot, book_of, injectors_of, revisions_in_force};
 use crate::cluster::standing::{LeaseHolder, Standing};
 use crate::engine::Aim;
 use crate::engine::container_run::container_run;
@@ -106,7 +106,12 @@ async fn run_async(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitC
         None
     };
     let options = engine_options(&args.cluster, &args.safety, &Purpose::Rollout(args));
-    let feed = synced_feed(client, keys.clone(), args.cluster.webhook_configuration()).await?;
+    let feed = crate::cluster::drift_feed::listed(
+        client,
+        keys.clone(),
+        args.cluster.webhook_configuration(),
+    )
+    .await?;
     let aim = aim(args, &one_shot, &options, &feed, started_before).await?;
     let Some(standing) = standing else {
         let plan = crate::engine::plan_now(state, &options, &feed, sidecars, &aim);

@@ -408,6 +408,53 @@ pub(crate) enum Reach {
     PolicyBindings(crate::drift::WebhookReach),
 }
 
+/// How long the cluster may take to be listed by a one-shot command.
+const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Why a one-shot command's feed was not listed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ListError {
+    #[error("the cluster was not listed within {SYNC_DEADLINE:?}")]
+    NotInTime,
+    #[error("the watches stopped")]
+    Stopped,
+    /// Listing the cluster's pods, ReplicaSets or workloads, which planning a rollout needs
+    /// across every namespace, is refused (a user whose rights stop at a team's namespaces).
+    #[error(
+        "the rollout plan needs the pods, ReplicaSets and workloads of every namespace, and listing them is refused to you: {0}"
+    )]
+    Refused(String),
+}
+
+/// The drift feed (pods, ReplicaSets, workloads), once the cluster has been listed. A list
+/// the API server refuses ends the wait at once ([`ListError::Refused`]): no retry mends it.
+pub(crate) async fn listed(
+    client: &Client,
+    keys: AnnotationKeys,
+    webhook_configuration: Option<String>,
+) -> Result<DriftFeed, ListError> {
+    let feed = start(
+        client.clone(),
+        keys,
+        webhook_configuration.map(Reach::WebhookConfiguration),
+    );
+    let (mut synced, mut refused) = (feed.synced.clone(), feed.refused.clone());
+    let listed = async {
+        tokio::select! {
+            synced = synced.wait_for(|s| *s) => synced.map(|_| None),
+            refused = refused.wait_for(Option::is_some) => refused.map(|r| r.clone()),
+        }
+    };
+    let refusal = tokio::time::timeout(SYNC_DEADLINE, listed)
+        .await
+        .map_err(|_| ListError::NotInTime)?
+        .map_err(|_| ListError::Stopped)?;
+    match refusal {
+        Some(refusal) => Err(ListError::Refused(refusal)),
+        None => Ok(feed),
+    }
+}
+
 /// Starts the watches; they run until the process ends.
 ///
 /// With `reach`, the namespaces (and a webhook configuration) are followed as well, so that

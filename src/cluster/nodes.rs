@@ -96,3 +96,29 @@ pub(crate) async fn list_nodes(client: &Client) -> Result<NodeKubelets, kube::Er
     }
     Ok(of_listed(&listed))
 }
+
+/// `sidecars` for the cluster's nodes, when a config chooses its form by them
+/// (`nativeSidecars: auto`): listed once; a refusal is said, and leaves them unknown (those
+/// configs judged classic), as the webhook does while it cannot list them.
+pub(crate) async fn for_the_nodes(client: &Client, sidecars: SidecarSet) -> SidecarSet {
+    let by_nodes = sidecars
+        .iter()
+        .any(|s| s.config.native_sidecars() == crate::config::NativeSidecars::Auto);
+    if !by_nodes {
+        return sidecars;
+    }
+    match list_nodes(client).await {
+        Ok(nodes) => sidecars.with_nodes(std::sync::Arc::new(nodes)),
+        Err(err) => {
+            crate::telemetry::notice(
+                tracing::Level::WARN,
+                &format!(
+                    "cannot list the nodes, so `nativeSidecars: auto` configs are judged classic, as the webhook injects them while it cannot list nodes either: {}",
+                    crate::cluster::error_text(&err)
+                ),
+                &[],
+            );
+            sidecars
+        }
+    }
+}

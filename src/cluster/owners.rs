@@ -9,7 +9,7 @@ use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::{ListParams, PartialObjectMeta};
 use kube::core::Selector;
@@ -239,8 +239,8 @@ impl Owner {
     }
 }
 
-/// The controller named `name`, of `kind`, read whole.
-async fn read<K>(
+/// The object named `name`, of `kind`, read whole, or an error saying it does not exist.
+pub(crate) async fn read<K>(
     client: &kube::Client,
     namespace: &str,
     name: &str,
@@ -254,9 +254,10 @@ where
     K::DynamicType: Default,
 {
     Api::<K>::namespaced(client.clone(), namespace)
-        .get(name)
+        .get_opt(name)
         .await
-        .with_context(|| format!("cannot read {kind} {namespace}/{name}"))
+        .with_context(|| format!("cannot read {kind} {namespace}/{name}"))?
+        .with_context(|| format!("{kind} {namespace}/{name} not found"))
 }
 
 /// The owner reference of `pod`'s controller, if it has one.
@@ -266,4 +267,72 @@ pub(crate) fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
         .iter()
         .flatten()
         .find(|r| r.controller == Some(true))
+}
+
+/// What is known of a workload by its spec: its uid (to know its pods by their owners), the
+/// selector its pods carry, and the template new pods are made from.
+pub(crate) struct WorkloadSpec {
+    uid: String,
+    selector: LabelSelector,
+    pub(crate) template: PodTemplateSpec,
+    /// Annotated `NS/rollout: disabled`.
+    pub(crate) rollout_disabled: bool,
+}
+
+impl WorkloadSpec {
+    pub(crate) async fn read(
+        client: &kube::Client,
+        workload: &WorkloadRef,
+        keys: &AnnotationKeys,
+    ) -> anyhow::Result<Self> {
+        let (metadata, selector, template) = match workload.kind {
+            WorkloadKind::Deployment => {
+                let object: Deployment =
+                    read(client, &workload.namespace, &workload.name, workload.kind).await?;
+                let spec = object.spec.unwrap_or_default();
+                (object.metadata, spec.selector, spec.template)
+            }
+            WorkloadKind::StatefulSet => {
+                let object: StatefulSet =
+                    read(client, &workload.namespace, &workload.name, workload.kind).await?;
+                let spec = object.spec.unwrap_or_default();
+                (object.metadata, spec.selector, spec.template)
+            }
+            WorkloadKind::DaemonSet => {
+                let object: DaemonSet =
+                    read(client, &workload.namespace, &workload.name, workload.kind).await?;
+                let spec = object.spec.unwrap_or_default();
+                (object.metadata, spec.selector, spec.template)
+            }
+            WorkloadKind::Pod => anyhow::bail!("a pod is not a workload with a template"),
+        };
+        Ok(Self {
+            rollout_disabled: crate::drift::rollout_disabled(&metadata, keys),
+            uid: metadata.uid.unwrap_or_default(),
+            selector,
+            template,
+        })
+    }
+
+    /// The workload's pods, as metadata: those its selector matches and it controls (through
+    /// a ReplicaSet it controls, for a Deployment), so another workload's pods that happen to
+    /// match are left out.
+    pub(crate) async fn pods(
+        &self,
+        client: &kube::Client,
+        workload: &WorkloadRef,
+    ) -> anyhow::Result<Vec<ObjectMeta>> {
+        let selector = Selector::try_from(self.selector.clone())
+            .with_context(|| format!("{workload}: its selector cannot be used to list its pods"))?;
+        let via = (workload.kind == WorkloadKind::Deployment).then_some(Via::ReplicaSets);
+        pods_controlled(
+            client,
+            &workload.namespace,
+            &selector,
+            &self.uid,
+            via,
+            workload,
+        )
+        .await
+    }
 }

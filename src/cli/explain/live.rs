@@ -42,7 +42,7 @@ impl Live {
             .unwrap_or_else(|| client.default_namespace().to_owned());
         let book = crate::cli::connect::book_of(&state)?;
         let served = crate::render::new_pods(book, &sidecars).served;
-        let served = crate::cli::connect::for_the_nodes(&client, served).await;
+        let served = crate::cluster::nodes::for_the_nodes(&client, served).await;
         let injectors = crate::cli::connect::injectors_of(&state)?;
         let published = revisions_in_force(injectors, &args.cluster, &configs_unread)?;
         let reach = match args.cluster.webhook_configuration() {
@@ -192,18 +192,18 @@ impl Live {
         match plan {
             Ok(plan) => Ok(workload_action(&plan, workload, drift)),
             // The rest of the answer stands without it.
-            Err(err) => match err.downcast::<ClusterListRefused>() {
-                Ok(refused) => Ok(WorkloadAction::Unplanned {
+            Err(err) => match err.downcast::<ListError>() {
+                Ok(refused @ ListError::Refused(_)) => Ok(WorkloadAction::Unplanned {
                     why: refused.to_string(),
                 }),
+                Ok(err) => Err(err.into()),
                 Err(err) => Err(err),
             },
         }
     }
 
     pub(super) async fn read_pod(&self, name: &str) -> anyhow::Result<Pod> {
-        let pod = WorkloadRef::new(WorkloadKind::Pod, &self.namespace, name);
-        get_object(&self.client, &pod).await
+        crate::cluster::owners::read(&self.client, &self.namespace, name, WorkloadKind::Pod).await
     }
 
     /// A workload's pods (as metadata): counted by the worst state of the sidecars each asks
