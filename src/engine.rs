@@ -82,6 +82,8 @@ pub(crate) struct EngineOptions {
     pub(crate) kinds: Option<BTreeSet<WorkloadKind>>,
     /// The CLI's --rollout-reason, put before the engine's own reason.
     pub(crate) reason_prefix: Option<String>,
+    /// What the bakes' metric checks are evaluated against (`--prometheus-url`).
+    pub(crate) prometheus: Option<crate::prometheus::Prometheus>,
 }
 
 /// The one-shot CLI's `--sidecar-container-name`: what to restart comes from a selection of
@@ -449,6 +451,7 @@ impl Engine {
         match effect {
             Effect::BakeStarted(workload) => self.bake_started(&workload, followed, authority),
             Effect::ReadBake { workload, pods } => self.read_bake(workload, pods, followed).await,
+            Effect::EvaluateCheck(query) => self.evaluate_check(query).await,
             Effect::PatchTemplate(restart) => {
                 let patched = self.patch(&restart, now).await;
                 self.restarted(&restart, patched).await;

@@ -16,7 +16,8 @@
 //! - The I/O shell: [`cluster`] (client, watches, lists, the status and history ConfigMaps,
 //!   Events, the Lease), [`sources`] (the directory and ConfigMap config sources behind one
 //!   snapshot), [`engine`] (the rollout executor: performs the state machine's effects),
-//!   [`notifier`] (campaign notices to `--notify-url`), [`serve`] (HTTPS, readiness,
+//!   [`notifier`] (campaign notices to `--notify-url`), `prometheus` (the metric checks'
+//!   queries), [`serve`] (HTTPS, readiness,
 //!   certificate reload), [`metrics`], [`telemetry`] and [`cli`] (arguments, one file per
 //!   subcommand).
 //! - The rendering layer, `render`: the sentences a person reads about what the core
@@ -47,6 +48,7 @@ pub mod cluster;
 pub mod engine;
 pub mod metrics;
 pub mod notifier;
+pub(crate) mod prometheus;
 pub(crate) mod render;
 pub mod serve;
 pub mod sources;

@@ -141,6 +141,14 @@ impl NotificationResult {
 }
 label_value!(NotificationResult);
 
+/// A metric check's evaluation (`sidecar_injector_metric_checks_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CheckLabels {
+    /// `SIDECAR/CHECK`.
+    pub(crate) check: String,
+    pub(crate) outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct NotificationLabels {
     pub(crate) event: &'static str,
@@ -267,6 +275,7 @@ pub(crate) struct Metrics {
     /// 1 for the rollout mode this replica runs in (off when it has no engine).
     pub(crate) rollout_mode: Family<ModeLabels, Gauge>,
     pub(crate) notifications: Family<NotificationLabels, Counter>,
+    pub(crate) metric_checks: Family<CheckLabels, Counter>,
     pub(crate) rollout_api_requests: Family<CallLabels, Counter>,
     pub(crate) rollout_api_errors: Family<CallLabels, Counter>,
     pub(crate) kube_requests: Family<VerbLabels, Counter>,
@@ -321,6 +330,7 @@ impl Metrics {
             rollout_book: Gauge::default(),
             rollout_mode: Family::<ModeLabels, Gauge>::default(),
             notifications: Family::<NotificationLabels, Counter>::default(),
+            metric_checks: Family::<CheckLabels, Counter>::default(),
             rollout_api_requests: Family::<CallLabels, Counter>::default(),
             rollout_api_errors: Family::<CallLabels, Counter>::default(),
             kube_requests: Family::<VerbLabels, Counter>::default(),
@@ -472,6 +482,11 @@ impl Metrics {
             "Campaign notices for --notify-url by event (started, paused, completed) and result (sent, failed after every retry, dropped from a full queue)",
             self.notifications.clone(),
         );
+        registry.register(
+            "metric_checks",
+            "Evaluations of the bakes' metric checks by check (SIDECAR/CHECK) and outcome (pass; fail: the threshold crossed, or no value with whenUnknown: fail; unknown: no value)",
+            self.metric_checks.clone(),
+        );
     }
 
     /// The API client's series, the engine's timings and the build.
@@ -582,6 +597,21 @@ impl Metrics {
             .get_or_create(&RolloutLabels {
                 kind: Label(kind),
                 result,
+            })
+            .inc();
+    }
+
+    pub(crate) fn record_check(&self, check: &str, outcome: crate::rollout::analysis::Outcome) {
+        use crate::rollout::analysis::Outcome;
+        let outcome = match outcome {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "fail",
+            Outcome::Unknown => "unknown",
+        };
+        self.metric_checks
+            .get_or_create(&CheckLabels {
+                check: check.to_owned(),
+                outcome,
             })
             .inc();
     }

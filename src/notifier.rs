@@ -72,9 +72,10 @@ impl Notifier {
     }
 }
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(crate) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
-fn client() -> HttpClient<Connector, Full<Bytes>> {
+/// An HTTP(S) client that trusts the system's roots, else Mozilla's.
+pub(crate) fn client() -> HttpClient<Connector, Full<Bytes>> {
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
     let connector = match builder.with_native_roots() {
         Ok(native) => native,

@@ -211,6 +211,7 @@ fn rollout_options(
                     ignore_manual_policy: false,
                     kinds: None,
                     reason_prefix: None,
+                    prometheus: args.safety.prometheus(),
                 },
                 lease: crate::cluster::lease::LeaseSettings {
                     namespace,

@@ -12,6 +12,7 @@ use tracing::{debug, info};
 use super::{Authority, Engine};
 use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
 use crate::rollout;
+use crate::rollout::analysis::{MetricQuery, Outcome, Reading};
 use crate::workload::WorkloadRef;
 
 /// A baked workload's pods as last read: those the index listed then, each as read. They stay
@@ -144,6 +145,43 @@ impl Engine {
         {
             self.wake_at(wake);
         }
+    }
+}
+
+impl Engine {
+    /// Evaluates a metric check of a bake against `--prometheus-url` and hands the reading to
+    /// the state for the next plan (which follows at once); without a Prometheus to ask, the
+    /// check has no value, and says so.
+    pub(super) async fn evaluate_check(&mut self, query: MetricQuery) {
+        let now = Timestamp::now();
+        let reading = match &self.options.prometheus {
+            Some(prometheus) => prometheus.query(&query.query, now).await,
+            None => {
+                Reading::Unknown("no --prometheus-url is given to evaluate it against".to_owned())
+            }
+        };
+        let outcome = query.check.judge(&reading);
+        self.metrics.record_check(&query.key, outcome);
+        let said = crate::render::check_reading(&query.check, &reading);
+        match outcome {
+            Outcome::Pass => {
+                debug!(workload = %query.workload, check = %query.key, "metric check passed: {said}");
+            }
+            Outcome::Fail | Outcome::Unknown => {
+                info!(workload = %query.workload, check = %query.key, query = %query.query, "metric check {}: {said}", outcome_word(outcome));
+            }
+        }
+        if let Some(wake) = self.state.on_check_read(&query, reading, now) {
+            self.wake_at(wake);
+        }
+    }
+}
+
+fn outcome_word(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Pass => "passed",
+        Outcome::Fail => "failed",
+        Outcome::Unknown => "has no value",
     }
 }
 

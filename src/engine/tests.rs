@@ -87,6 +87,7 @@ fn engine(client: Client) -> (Engine, Arc<Metrics>) {
         ignore_manual_policy: false,
         kinds: None,
         reason_prefix: None,
+        prometheus: None,
     };
     let recorder = crate::cluster::events::recorder(client.clone(), Some("injector-0".into()));
     (

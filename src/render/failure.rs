@@ -39,6 +39,14 @@ fn failure_cause(cause: &FailureCause) -> String {
             "finished rolling but {not_current} of {total} pods still do not run {sidecar} {revision}"
         ),
         FailureCause::InPlace { reason } => format!("in-place upgrade failed: {reason}"),
+        FailureCause::Metric {
+            check,
+            query,
+            threshold,
+            reading,
+            failures,
+            tolerated,
+        } => super::check_failure(check, query, *threshold, reading, (*failures, *tolerated)),
         FailureCause::CampaignFailed => "its campaign failed".to_owned(),
     }
 }

@@ -18,7 +18,12 @@ pub(crate) fn write_plan_table(
         plan_row(out, &restart.workload, restart.action(), &restart.reason)?;
     }
     for rolling in &plan.rolling {
-        writeln!(out, "{:<56} {:<8}", rolling.workload.to_string(), "rolling")?;
+        if rolling.checks.is_empty() {
+            writeln!(out, "{:<56} {:<8}", rolling.workload.to_string(), "rolling")?;
+        } else {
+            let checks = super::checks_standing(&rolling.checks);
+            plan_row(out, &rolling.workload, "rolling", &checks)?;
+        }
     }
     for waiting in &plan.waiting {
         plan_row(out, &waiting.workload, "wait", &waiting.message)?;

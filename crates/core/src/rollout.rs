@@ -5,6 +5,7 @@
 //! function of what is observed, so recomputing it after a crash or a leader change repeats
 //! nothing and loses nothing.
 
+pub mod analysis;
 mod book;
 pub mod book_commands;
 pub mod change;

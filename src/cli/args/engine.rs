@@ -116,9 +116,24 @@ pub(crate) struct RolloutSafetyArgs {
     /// restarting the workload; `off`: always restart. Per sidecar: `rollout: {inPlace: false}`.
     #[arg(long, value_enum, default_value_t = crate::cli::args::values::Flag(crate::rollout::in_place::InPlaceMode::Auto))]
     pub(crate) in_place: crate::cli::args::values::Flag<crate::rollout::in_place::InPlaceMode>,
+    /// Prometheus's URL (its root), against which the bakes' metric checks (a sidecar
+    /// config's `rollout.checks`) are evaluated. Without it a check has no value, and follows
+    /// its `whenUnknown` (by default the bake waits, and says why).
+    #[arg(long, value_parser = crate::prometheus::parse_prometheus_url)]
+    pub(crate) prometheus_url: Option<http::Uri>,
+    /// How long one metric check's query may take before it counts as unknown.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub(crate) prometheus_timeout: Duration,
 }
 
 impl RolloutSafetyArgs {
+    /// The Prometheus the metric checks ask, when there is one.
+    pub(crate) fn prometheus(&self) -> Option<crate::prometheus::Prometheus> {
+        self.prometheus_url
+            .as_ref()
+            .map(|url| crate::prometheus::Prometheus::new(url, self.prometheus_timeout))
+    }
+
     pub(crate) fn settings(&self, settle: Duration) -> crate::rollout::RolloutSettings {
         crate::rollout::RolloutSettings {
             max_parallel: self.max_parallel,
@@ -208,5 +223,6 @@ pub(crate) fn engine_options(
             Purpose::Explain => None,
             Purpose::Rollout(args) => args.rollout_reason.clone(),
         },
+        prometheus: safety.prometheus(),
     }
 }

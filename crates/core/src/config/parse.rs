@@ -176,6 +176,17 @@ pub fn parse_config(origin: impl Into<Origin>, text: &str) -> Result<ParsedConfi
         pod_resources: fields.take("podResources")?,
     };
     check_container_names(&config, text).map_err(|(line, kind)| error(line, kind))?;
+    if let Some(rollout) = &config.rollout {
+        crate::rollout::analysis::validate(&rollout.checks).map_err(|err| {
+            error(
+                top_level_key_line(text, "rollout"),
+                ConfigErrorKind::InvalidField {
+                    path: "rollout.checks".to_owned(),
+                    message: err.to_string(),
+                },
+            )
+        })?;
+    }
     let mut warnings = fields.warnings;
     let startup =
         check_restart_policies(&config, text).map_err(|(line, kind)| error(line, kind))?;

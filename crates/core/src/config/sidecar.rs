@@ -120,7 +120,7 @@ pub enum RolloutMode {
     Manual,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutPolicy {
     #[serde(default)]
@@ -129,6 +129,9 @@ pub struct RolloutPolicy {
     /// never upgrading pods in place.
     #[serde(default, rename = "inPlace", skip_serializing_if = "Option::is_none")]
     pub in_place: Option<bool>,
+    /// Metric checks that each restarted workload's bake must pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<crate::rollout::analysis::MetricCheck>,
 }
 
 /// One sidecar as it will be injected (after inheritance once resolved).
@@ -157,7 +160,7 @@ pub struct SidecarConfig {
 
 impl SidecarConfig {
     pub fn rollout_mode(&self) -> RolloutMode {
-        self.rollout.map(|r| r.policy).unwrap_or_default()
+        self.rollout.as_ref().map(|r| r.policy).unwrap_or_default()
     }
 
     /// Whether its sidecars are injected as native sidecars into every pod.
@@ -198,7 +201,25 @@ impl SidecarConfig {
 
     /// Whether its pods may be upgraded in place (`rollout: {inPlace: false}` says no).
     pub fn in_place_allowed(&self) -> bool {
-        self.rollout.and_then(|r| r.in_place).unwrap_or(true)
+        self.rollout
+            .as_ref()
+            .and_then(|r| r.in_place)
+            .unwrap_or(true)
+    }
+
+    /// The metric checks each restarted workload's bake must pass (`rollout: {checks: ...}`).
+    pub fn metric_checks(&self) -> &[crate::rollout::analysis::MetricCheck] {
+        self.rollout.as_ref().map_or(&[], |r| r.checks.as_slice())
+    }
+
+    /// The names of the containers it injects, init containers included.
+    pub fn container_names(&self) -> Vec<String> {
+        self.prepend_containers
+            .iter()
+            .chain(&self.containers)
+            .chain(&self.init_containers)
+            .map(|c| c.name.clone())
+            .collect()
     }
 
     /// Every container this config injects, in the order the pod will list them.
@@ -243,7 +264,7 @@ impl SidecarConfig {
             service_account_name: self
                 .service_account_name
                 .or_else(|| parent.service_account_name.clone()),
-            rollout: self.rollout.or(parent.rollout),
+            rollout: self.rollout.or_else(|| parent.rollout.clone()),
             native_sidecars: self.native_sidecars.or(parent.native_sidecars),
             native_placement: self.native_placement.or(parent.native_placement),
             pod_resources: self.pod_resources.or(parent.pod_resources),

@@ -113,6 +113,16 @@ pub enum FailureCause {
     },
     /// An in-place upgrade of one of its pods failed.
     InPlace { reason: String },
+    /// A metric check of the bake failed more often than it tolerates: the last reading.
+    Metric {
+        /// `SIDECAR/CHECK`.
+        check: String,
+        query: String,
+        threshold: super::analysis::Threshold,
+        reading: super::analysis::Reading,
+        failures: u32,
+        tolerated: u32,
+    },
     /// A campaign that failed with no failure kept to say why.
     CampaignFailed,
 }

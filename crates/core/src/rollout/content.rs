@@ -37,7 +37,7 @@ pub fn sidecar_with_content(
     let parsed = crate::config::parse_config(like.origin.clone(), &text)
         .map_err(|e| error(e.to_string()))?;
     let config = SidecarConfig {
-        rollout: like.config.rollout,
+        rollout: like.config.rollout.clone(),
         ..parsed.config
     };
     let sidecar = LoadedSidecar::new(config, like.origin.clone());

@@ -188,6 +188,9 @@ pub enum Effect {
         workload: WorkloadRef,
         pods: Vec<String>,
     },
+    /// Evaluate a metric check of a bake; the reading comes back by
+    /// [`RolloutState::on_check_read`].
+    EvaluateCheck(super::analysis::MetricQuery),
     /// Patch the template's stamps; [`RolloutState::on_restarted`] once patched.
     PatchTemplate(Restart),
     /// Evict a bare pod (its restart); [`RolloutState::on_restarted`] once evicted.
@@ -392,6 +395,9 @@ impl RolloutState {
                 pods,
             });
         }
+        for query in &plan.metric_checks {
+            step.effects.push(Effect::EvaluateCheck(query.clone()));
+        }
     }
 
     /// Whether the bake of `workload` is still open: its pods are followed until it is not.
@@ -415,6 +421,19 @@ impl RolloutState {
             bake.problem = Some(problems.join("; "));
         }
         Some(read_at)
+    }
+
+    /// What an evaluation of a bake's metric check read at `at`: counted, and judged at the
+    /// next plan, which comes at once.
+    pub fn on_check_read(
+        &mut self,
+        query: &super::analysis::MetricQuery,
+        reading: super::analysis::Reading,
+        at: Timestamp,
+    ) -> Option<Timestamp> {
+        let bake = self.baking.get_mut(&query.workload)?;
+        super::analysis::record(&mut bake.checks, &query.key, &query.check, reading, at);
+        Some(at)
     }
 
     /// The restart counts a pod's containers had once upgraded in place, which its bake counts

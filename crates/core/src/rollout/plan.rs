@@ -108,6 +108,10 @@ pub struct SidecarTarget {
     /// What changed from each older revision this process saw, by that revision: a pod
     /// several revisions behind is described from the revision it runs.
     pub changes_from: BTreeMap<String, String>,
+    /// The metric checks its config's rollout policy names, for each workload's bake.
+    pub checks: Vec<super::analysis::MetricCheck>,
+    /// Its containers' names (a check's `{{containers}}`).
+    pub containers: Vec<String>,
 }
 
 /// A restart the executor should make now.
@@ -160,6 +164,8 @@ pub struct Bake {
     /// Its pods changed since they were last read, as the pod watch saw (a container state, a
     /// pod come or gone); the executor says, before each plan.
     pub pods_changed: bool,
+    /// Its metric checks' evaluations so far.
+    pub checks: super::analysis::CheckRecords,
 }
 
 /// A restart by eviction this engine began: the target its pods are brought to, and since
@@ -187,6 +193,9 @@ pub struct Rolling {
     pub workload: WorkloadRef,
     pub target: RevisionStamp,
     pub on_delete: bool,
+    /// Where the metric checks of its bake stand, while it bakes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<super::analysis::CheckStanding>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -267,6 +276,9 @@ pub struct RolloutPlan {
     /// health dropped) and pass back.
     #[serde(skip)]
     pub bake_checks: Vec<WorkloadRef>,
+    /// Metric checks of bakes to evaluate now.
+    #[serde(skip)]
+    pub metric_checks: Vec<super::analysis::MetricQuery>,
 }
 
 impl Restart {

@@ -215,6 +215,8 @@ impl ContainerSelection {
                         in_place: false,
                         changes: None,
                         changes_from: BTreeMap::new(),
+                        checks: Vec::new(),
+                        containers: Vec::new(),
                     },
                 )
             })

@@ -95,6 +95,8 @@ impl ContentHistory {
                     in_place: sidecar.config.in_place_allowed(),
                     changes,
                     changes_from,
+                    checks: sidecar.config.metric_checks().to_vec(),
+                    containers: sidecar.config.container_names(),
                 },
             );
         }
@@ -147,6 +149,10 @@ pub fn published_targets(
                 in_place: own.is_none_or(|s| s.config.in_place_allowed()),
                 changes: None,
                 changes_from: BTreeMap::new(),
+                checks: own
+                    .map(|s| s.config.metric_checks().to_vec())
+                    .unwrap_or_default(),
+                containers: own.map(|s| s.config.container_names()).unwrap_or_default(),
             };
             (name.to_owned(), target)
         })

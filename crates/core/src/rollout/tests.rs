@@ -97,6 +97,8 @@ impl World {
                     OLD.to_owned(),
                     "containers[logger].image \"l:1\" -> \"l:2\"".to_owned(),
                 )]),
+                checks: Vec::new(),
+                containers: vec!["logger".to_owned()],
             },
         );
         self
@@ -453,6 +455,7 @@ fn a_workload_carrying_the_target_is_waited_on_not_patched_again() {
             workload: WorkloadRef::new(WorkloadKind::Deployment, "team", "web"),
             target: RevisionStamp::from_annotation(format!("{LOGGER}={NEW}")),
             on_delete: false,
+            checks: Vec::new(),
         }]
     );
     world.rolled("web", 2);

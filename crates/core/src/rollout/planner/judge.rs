@@ -3,10 +3,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use super::super::analysis::{self, CheckStanding, MetricCheck, Reading};
 use super::super::book::{Campaign, CampaignBook, Failure, FailureCause, FailureReason};
 use super::super::gates::{Candidate, Group, after};
 use super::super::health::{progress, rolled_out};
-use super::super::plan::{FailedEarlier, PlanInput, Rolling, RolloutPlan, WaitReason, Waiting};
+use super::super::plan::{
+    FailedEarlier, PlanInput, Rolling, RolloutPlan, SidecarTarget, WaitReason, Waiting,
+};
 use crate::config::RevisionStamp;
 use crate::drift::{WorkloadDrift, WorkloadEntry};
 use crate::workload::{RestartMethod, UpdateStrategy, WorkloadRef};
@@ -52,14 +55,22 @@ pub(super) fn judge_carrier<'g, 'r>(
     // Current: rolled out (or was, and bakes), it succeeds once its bake passed.
     let current = stale.is_empty() && (finished || input.baking.contains_key(workload));
     let mut bake_failure = None;
+    let mut checks = Vec::new();
     if current {
-        match bake(input, (workload, &target), entry, finished, survey, out) {
+        match bake(
+            input,
+            (workload, &target, active),
+            entry,
+            finished,
+            survey,
+            out,
+        ) {
             BakeVerdict::Passed => {
                 survey.count(active, |c| c.succeeded += 1);
                 out.succeeded.push(workload.clone());
                 return;
             }
-            BakeVerdict::Baking => {}
+            BakeVerdict::Baking(standing) => checks = standing,
             BakeVerdict::Failed(reason) => bake_failure = Some(reason),
         }
     }
@@ -68,6 +79,9 @@ pub(super) fn judge_carrier<'g, 'r>(
     // the workload is up again by then.
     if bake_failure.is_some() || current {
         roll_or_fail(input, survey, out, still, target, on_delete, bake_failure);
+        if let Some(rolling) = out.rolling.last_mut().filter(|r| &r.workload == workload) {
+            rolling.checks = checks;
+        }
         return;
     }
     if finished && let Some(ends) = finish_grace_end(input, workload) {
@@ -211,6 +225,7 @@ pub(super) fn roll_or_fail(
                 workload: workload.clone(),
                 target,
                 on_delete,
+                checks: Vec::new(),
             });
         }
     }
@@ -218,42 +233,48 @@ pub(super) fn roll_or_fail(
 
 pub(super) enum BakeVerdict {
     Passed,
-    Baking,
+    /// Still baking, with where its metric checks stand.
+    Baking(Vec<CheckStanding>),
     Failed(FailureCause),
 }
 
 /// The health bake of a workload rolled out to the target with every pod current: it
-/// passes once `--bake` has gone by and a read of its pods at the end found no container
-/// restarted, backing off or killed; it fails when a read finds one, at the end or while its
+/// passes once `--bake` has gone by, a read of its pods at the end found no container
+/// restarted, backing off or killed, and its metric checks (the rollout policy's of the
+/// sidecars it requests) passed; it fails when a read finds one, at the end or while its
 /// health is down within the bake (the executor reads the pods when the plan asks, in
-/// `bake_checks`, and passes what it found back).
+/// `bake_checks`, and passes what it found back), or when a check fails more often than it
+/// tolerates. A workload with checks bakes even with `--bake 0s`: its checks are evaluated
+/// once.
 pub(super) fn bake(
     input: &PlanInput<'_>,
-    (workload, target): (&WorkloadRef, &RevisionStamp),
+    (workload, target, active): (&WorkloadRef, &RevisionStamp, &[&str]),
     entry: &WorkloadEntry,
     healthy: bool,
     survey: &mut Survey<'_, '_>,
     out: &mut RolloutPlan,
 ) -> BakeVerdict {
     let length = input.settings.bake;
+    let checks = checks_of(input, active);
     let state = input.baking.get(workload).filter(|b| &b.target == target);
     // Restarted longer ago than a rollout and a bake can take, it baked whether or not this
     // process saw it (a process that starts does not bake every done workload again).
     let long_done = entry
         .rolled_at
         .is_none_or(|at| after(after(at, input.settings.rollout_timeout), length) <= input.now);
-    let unbaked = length.is_zero() || workload.kind == crate::workload::WorkloadKind::Pod;
+    let unbaked = (length.is_zero() && checks.is_empty())
+        || workload.kind == crate::workload::WorkloadKind::Pod;
     if unbaked || state.is_some_and(|b| b.passed) || (state.is_none() && long_done) {
         return if healthy {
             BakeVerdict::Passed
         } else {
-            BakeVerdict::Baking
+            BakeVerdict::Baking(Vec::new())
         };
     }
     let Some(state) = state else {
         out.bakes_started.push((workload.clone(), target.clone()));
         survey.wakes.push(after(input.now, length));
-        return BakeVerdict::Baking;
+        return BakeVerdict::Baking(Vec::new());
     };
     if let Some(problem) = &state.problem {
         return BakeVerdict::Failed(FailureCause::Bake {
@@ -262,10 +283,18 @@ pub(super) fn bake(
         });
     }
     let ends = after(state.since, length);
+    let metrics = metric_checks(input, workload, &checks, state, ends, out);
+    if let Some(failed) = metrics.failed {
+        return BakeVerdict::Failed(failed);
+    }
+    survey.wakes.extend(metrics.next);
     if input.now >= ends {
         if state.read_at.is_none_or(|read| read < ends) {
             out.bake_checks.push(workload.clone());
-            return BakeVerdict::Baking;
+            return BakeVerdict::Baking(metrics.standing);
+        }
+        if !metrics.passed {
+            return BakeVerdict::Baking(metrics.standing);
         }
         return BakeVerdict::Passed;
     }
@@ -279,10 +308,126 @@ pub(super) fn bake(
         } else {
             survey.wakes.push(ends);
         }
-        return BakeVerdict::Baking;
+        return BakeVerdict::Baking(metrics.standing);
     }
     survey.wakes.push(ends);
-    BakeVerdict::Baking
+    BakeVerdict::Baking(metrics.standing)
+}
+
+/// The metric checks of the sidecars in force that `active` names, by `SIDECAR/CHECK`, with
+/// the sidecar's target.
+fn checks_of<'i>(
+    input: &'i PlanInput<'_>,
+    active: &[&str],
+) -> Vec<(String, &'i MetricCheck, &'i SidecarTarget)> {
+    active
+        .iter()
+        .filter_map(|sidecar| input.targets.get_key_value(*sidecar))
+        .flat_map(|(sidecar, target)| {
+            target
+                .checks
+                .iter()
+                .map(move |check| (format!("{sidecar}/{}", check.name), check, target))
+        })
+        .collect()
+}
+
+/// What a bake's metric checks say.
+struct MetricsVerdict {
+    failed: Option<FailureCause>,
+    next: Option<Timestamp>,
+    passed: bool,
+    standing: Vec<CheckStanding>,
+}
+
+/// The checks of a bake judged; those due are asked of the executor, filled in for the
+/// workload's pods now.
+fn metric_checks(
+    input: &PlanInput<'_>,
+    workload: &WorkloadRef,
+    checks: &[(String, &MetricCheck, &SidecarTarget)],
+    state: &super::super::plan::Bake,
+    ends: Timestamp,
+    out: &mut RolloutPlan,
+) -> MetricsVerdict {
+    if checks.is_empty() {
+        return MetricsVerdict {
+            failed: None,
+            next: None,
+            passed: true,
+            standing: Vec::new(),
+        };
+    }
+    let pods = workload
+        .controller_kind()
+        .map(|kind| {
+            input
+                .index
+                .pod_names(kind, &workload.namespace, &workload.name)
+        })
+        .unwrap_or_default();
+    let query = |check: &MetricCheck, target: &SidecarTarget| {
+        analysis::fill(
+            check,
+            &analysis::Subject {
+                workload,
+                pods: &pods,
+                containers: &target.containers,
+            },
+        )
+    };
+    let verdict = analysis::judge_checks(
+        checks.iter().map(|(key, check, _)| (key.clone(), *check)),
+        &state.checks,
+        ends,
+        input.now,
+    );
+    let mut standing = Vec::new();
+    for (key, check, target) in checks {
+        let query = query(check, target);
+        if verdict.due.contains(key) {
+            out.metric_checks.push(analysis::MetricQuery {
+                workload: workload.clone(),
+                key: key.clone(),
+                check: (*check).clone(),
+                query: query.clone(),
+            });
+        }
+        let record = state.checks.get(key);
+        standing.push(CheckStanding {
+            key: key.clone(),
+            query,
+            threshold: check.threshold(),
+            last: record
+                .and_then(|r| r.last.as_ref())
+                .map(|(_, reading)| reading.clone()),
+            failures: record.map_or(0, |r| r.failures),
+            tolerated: check.failures_tolerated,
+        });
+    }
+    let failed = verdict.failed.map(|(key, record)| {
+        let check = checks
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, check, target)| (*check, *target));
+        let (check, target) = check.expect("a failed check is one of the checks judged");
+        FailureCause::Metric {
+            check: key,
+            query: query(check, target),
+            threshold: check.threshold(),
+            reading: record
+                .last
+                .map_or(Reading::Unknown("never evaluated".to_owned()), |(_, r)| r),
+            failures: record.failures,
+            tolerated: check.failures_tolerated,
+        }
+    });
+    MetricsVerdict {
+        failed,
+        next: verdict.next,
+        passed: verdict.passed,
+        standing,
+    }
 }
 
 /// Finished rolling with pods still not current, within the grace that pod deletions get to

@@ -451,3 +451,120 @@ fn an_upgrade_in_place_under_way_holds_its_workload_until_read_done_then_the_nex
         step.effects
     );
 }
+
+fn evaluations(step: &Step) -> Vec<&crate::rollout::analysis::MetricQuery> {
+    step.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::EvaluateCheck(query) => Some(query),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A world whose logger config has an error-ratio check, its canary `web` and `api` after it,
+/// with `web` rolled out and its bake (of `bake`) begun at 7210.
+fn baking_with_a_check(bake: u64, check: &str) -> World {
+    let mut world = World::new();
+    world.settings.bake = Duration::from_secs(bake);
+    let target = world.targets.get_mut(LOGGER).unwrap();
+    target.checks = vec![serde_yaml::from_str(check).unwrap()];
+    world
+        .deployment("web", 1, Some(OLD))
+        .deployment("worker", 1, Some(OLD));
+    let restart = patches(&world.machine(ACT))[0].clone();
+    assert_eq!(restart.workload, web(), "web is the canary");
+    world.state.on_restarted(&restart);
+    world.patched("web", at(7200));
+    world.now = at(7210);
+    world.rolled("web", 1);
+    let step = world.machine(ACT);
+    assert!(step.effects.contains(&Effect::BakeStarted(web())));
+    world
+}
+
+#[test]
+fn a_canary_whose_metric_check_fails_within_its_bake_fails_and_pauses_the_campaign() {
+    let mut world = baking_with_a_check(
+        60,
+        "{name: errors, query: 'max(errors{pod=~\"{{pods}}\"})', max: 0.05, interval: 10s}",
+    );
+    // The bake began: the check is evaluated at once, for the canary's pods.
+    let step = world.machine(ACT);
+    let queries = evaluations(&step);
+    assert_eq!(queries.len(), 1, "{:#?}", step.effects);
+    assert_eq!(queries[0].key, format!("{LOGGER}/errors"));
+    assert_eq!(queries[0].query, r#"max(errors{pod=~"web-rs2-0"})"#);
+    let query = queries[0].clone();
+    let rolling = &step.plan.rolling[0];
+    assert_eq!((rolling.workload.clone(), rolling.checks.len()), (web(), 1));
+    use crate::rollout::analysis::{Reading, Value};
+    assert_eq!(
+        world
+            .state
+            .on_check_read(&query, Reading::Value(Value(0.01)), at(7210)),
+        Some(at(7210))
+    );
+    let step = world.machine(ACT);
+    assert!(evaluations(&step).is_empty(), "not due before its interval");
+    assert_eq!(step.plan.wake_at, Some(at(7220)));
+    assert_eq!(
+        step.plan.rolling[0].checks[0].last,
+        Some(Reading::Value(Value(0.01)))
+    );
+
+    // Ten seconds on, the canary's error ratio is 0.31: it fails, the campaign pauses before
+    // worker, and the failure names the check, its value, its max and its query.
+    world.now = at(7220);
+    let query = evaluations(&world.machine(ACT))[0].clone();
+    world
+        .state
+        .on_check_read(&query, Reading::Value(Value(0.31)), at(7220));
+    let step = world.machine(ACT);
+    assert_eq!(step.plan.failed.len(), 1, "{:#?}", step.plan);
+    assert_eq!(
+        step.plan.failed[0].reason,
+        FailureReason::Found(FailureCause::Metric {
+            check: format!("{LOGGER}/errors"),
+            query: r#"max(errors{pod=~"web-rs2-0"})"#.into(),
+            threshold: crate::rollout::analysis::Threshold::Max(Value(0.05)),
+            reading: Reading::Value(Value(0.31)),
+            failures: 1,
+            tolerated: 0,
+        })
+    );
+    assert!(
+        step.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Paused { workloads, .. } if workloads == &[web()]))
+    );
+    assert!(patches(&step).is_empty(), "worker is never restarted");
+}
+
+#[test]
+fn a_canary_whose_checks_pass_to_the_end_succeeds_and_one_with_no_value_waits() {
+    use crate::rollout::analysis::{Reading, Value};
+    // Checks bake a workload even with --bake 0s: once, at once.
+    let mut world = baking_with_a_check(0, "{name: errors, query: up, max: 0.05}");
+    let step = world.machine(ACT);
+    let query = evaluations(&step)[0].clone();
+    assert!(step.plan.succeeded.is_empty());
+    world.state.on_bake_read(&web(), &[], at(7210));
+    world.state.on_check_read(
+        &query,
+        Reading::Unknown("Prometheus is unreachable".into()),
+        at(7210),
+    );
+    // No value, and whenUnknown waits: still baking, asked again after its interval.
+    let step = world.machine(ACT);
+    assert!(step.plan.succeeded.is_empty() && step.plan.failed.is_empty());
+    assert_eq!(step.plan.wake_at, Some(at(7240)));
+    world.now = at(7240);
+    let query = evaluations(&world.machine(ACT))[0].clone();
+    world
+        .state
+        .on_check_read(&query, Reading::Value(Value(0.0)), at(7240));
+    let step = world.machine(ACT);
+    assert_eq!(step.plan.succeeded, [web()], "{:#?}", step.plan);
+    assert_eq!(patches(&step).len(), 1, "worker is restarted next");
+}
