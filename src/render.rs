@@ -24,7 +24,7 @@ mod wait;
 mod waves;
 
 pub(crate) use admission::admission_message;
-pub(crate) use checks::{check_failure, check_reading, checks_standing};
+pub(crate) use checks::{campaign_checks, check_failure, check_reading, checks_standing};
 pub(crate) use drift::{fleet_document, word_drift, write_drift_table};
 pub(crate) use drift_notes::{ends, sidecar_note};
 pub(crate) use explain::{

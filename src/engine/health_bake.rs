@@ -163,25 +163,18 @@ impl Engine {
         let outcome = query.check.judge(&reading);
         self.metrics.record_check(&query.key, outcome);
         let said = crate::render::check_reading(&query.check, &reading);
+        let key = &query.key;
         match outcome {
             Outcome::Pass => {
-                debug!(workload = %query.workload, check = %query.key, "metric check passed: {said}");
+                debug!(workload = %query.workload, check = %key, "metric check {key}: {said}");
             }
             Outcome::Fail | Outcome::Unknown => {
-                info!(workload = %query.workload, check = %query.key, query = %query.query, "metric check {}: {said}", outcome_word(outcome));
+                info!(workload = %query.workload, check = %key, query = %query.query, "metric check {key}: {said}");
             }
         }
         if let Some(wake) = self.state.on_check_read(&query, reading, now) {
             self.wake_at(wake);
         }
-    }
-}
-
-fn outcome_word(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Pass => "passed",
-        Outcome::Fail => "failed",
-        Outcome::Unknown => "has no value",
     }
 }
 

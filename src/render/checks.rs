@@ -55,14 +55,38 @@ pub(crate) fn check_failure(
 
 /// Where a bake's checks stand, for the plan's table: `logger:v1/errors 0.01 (max 0.05)`.
 pub(crate) fn checks_standing(checks: &[CheckStanding]) -> String {
+    format!("baking; metric checks: {}", each_check(checks))
+}
+
+fn each_check(checks: &[CheckStanding]) -> String {
     let each: Vec<String> = checks
         .iter()
-        .map(|c| match &c.last {
-            Some(reading) => format!("{} {}", c.key, reading_words(c.threshold, reading)),
-            None => format!("{} not evaluated yet", c.key),
+        .map(|c| {
+            let failures = if c.failures == 0 {
+                String::new()
+            } else {
+                format!(", failed {} of {} tolerated", c.failures, c.tolerated)
+            };
+            match &c.last {
+                Some(reading) => format!(
+                    "{} {}{failures}",
+                    c.key,
+                    reading_words(c.threshold, reading)
+                ),
+                None => format!("{} not evaluated yet", c.key),
+            }
         })
         .collect();
-    format!("baking; metric checks: {}", each.join("; "))
+    each.join("; ")
+}
+
+/// `status`'s lines under a campaign: each of its baking workloads' checks.
+pub(crate) fn campaign_checks(campaign: &crate::rollout::Campaign) -> Vec<String> {
+    campaign
+        .checks
+        .iter()
+        .map(|bake| format!("  baking {}: {}", bake.workload, each_check(&bake.checks)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -71,6 +95,7 @@ mod tests {
     use crate::rollout::analysis::Value;
 
     #[test]
+    #[allow(clippy::too_many_lines)] // a test reads as one scenario
     fn a_check_says_its_value_against_its_threshold_and_why_it_has_none() {
         let max = Threshold::Max(Value(0.05));
         assert_eq!(
@@ -130,6 +155,31 @@ mod tests {
         assert_eq!(
             checks_standing(&standing),
             "baking; metric checks: logger:v1/errors 0.01 (max 0.05); logger:v1/p99 not evaluated yet"
+        );
+        let mut tolerated = standing[0].clone();
+        tolerated.failures = 1;
+        tolerated.tolerated = 2;
+        tolerated.last = Some(Reading::Value(Value(0.2)));
+        let mut campaign = crate::test_fixtures::campaign(
+            "bbbbbbbbbbbb",
+            crate::rollout::CampaignState::Running,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        );
+        campaign.checks = vec![crate::rollout::BakeChecks {
+            workload: crate::workload::WorkloadRef::new(
+                crate::workload::WorkloadKind::Deployment,
+                "shop",
+                "web",
+            ),
+            checks: vec![tolerated],
+        }];
+        assert_eq!(
+            campaign_checks(&campaign),
+            [
+                "  baking Deployment/shop/web: logger:v1/errors 0.2, above the max 0.05, failed 1 of 2 tolerated"
+            ]
         );
     }
 }

@@ -258,7 +258,13 @@ fn action_line(action: &WorkloadAction) -> String {
                 ""
             }
         ),
-        WorkloadAction::Rolling { target } => format!("restarted, rolling out to {target}"),
+        WorkloadAction::Rolling { target, checks } if checks.is_empty() => {
+            format!("restarted, rolling out to {target}")
+        }
+        WorkloadAction::Rolling { target, checks } => format!(
+            "restarted, rolled out to {target}, {}",
+            super::checks_standing(checks)
+        ),
         WorkloadAction::Waiting { message } => format!("waits: {message}"),
         WorkloadAction::Succeeded => "restarted and rolled out".to_owned(),
         WorkloadAction::Failed { reason } => {
@@ -434,6 +440,8 @@ enum ActionDocument<'a> {
     },
     Rolling {
         target: &'a str,
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        checks: &'a [crate::rollout::analysis::CheckStanding],
     },
     Waiting {
         message: &'a str,
@@ -497,7 +505,7 @@ fn action_document(action: &WorkloadAction) -> ActionDocument<'_> {
             reason,
             pods: *pods,
         },
-        WorkloadAction::Rolling { target } => ActionDocument::Rolling { target },
+        WorkloadAction::Rolling { target, checks } => ActionDocument::Rolling { target, checks },
         WorkloadAction::Waiting { message } => ActionDocument::Waiting { message },
         WorkloadAction::Succeeded => ActionDocument::Succeeded,
         WorkloadAction::Failed { reason } => ActionDocument::Failed {

@@ -152,6 +152,9 @@ pub(crate) fn write_status_table(
     )?;
     for (sidecar, campaign) in &view.campaigns.campaigns {
         writeln!(out, "{}", campaign_row(sidecar, campaign, view))?;
+        for line in super::campaign_checks(campaign) {
+            writeln!(out, "{line}")?;
+        }
     }
     if let Some(overflow) = &view.book_full {
         writeln!(out, "warning: {}", super::book_full(overflow))?;

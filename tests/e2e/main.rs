@@ -8,6 +8,7 @@
 mod support;
 
 mod bake;
+mod canary_metrics;
 mod configmaps;
 mod deploy;
 mod drift;

@@ -83,6 +83,13 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(target: SocketAddr) -> Self {
+        Self::start_scraping(&[target])
+    }
+
+    /// A Prometheus scraping each of `targets` every second.
+    pub fn start_scraping(targets: &[SocketAddr]) -> Self {
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let targets = targets.join(", ");
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rules.yaml"), rule_file(true)).unwrap();
         std::fs::write(
@@ -91,7 +98,7 @@ impl Prometheus {
                 "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
                  rule_files: [rules.yaml]\n\
                  scrape_configs:\n\
-                 - job_name: sidecar-injector\n  static_configs: [{{targets: ['{target}']}}]\n"
+                 - job_name: sidecar-injector\n  static_configs: [{{targets: [{targets}]}}]\n"
             ),
         )
         .unwrap();
@@ -162,6 +169,48 @@ impl Drop for Prometheus {
         if std::thread::panicking() {
             eprintln!("--- prometheus log ---\n{}\n---", self.log());
         }
+    }
+}
+
+/// A scrape target whose exposition the test sets: the metrics of "the workloads" a canary
+/// check reads.
+pub struct Exporter {
+    pub addr: SocketAddr,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Exporter {
+    /// Serves `/metrics` (any path) on loopback, empty until [`Exporter::set`].
+    pub fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let served = text.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte) {
+                        Ok(1) => request.push(byte[0]),
+                        _ => break,
+                    }
+                }
+                let body = served.lock().unwrap().clone();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Self { addr, text }
+    }
+
+    /// What the next scrapes read, in the text exposition format.
+    pub fn set(&self, text: &str) {
+        *self.text.lock().unwrap() = text.to_owned();
     }
 }
 

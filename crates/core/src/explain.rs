@@ -554,8 +554,11 @@ pub enum WorkloadAction {
         reason: String,
         pods: u32,
     },
-    /// Restarted already, rolling out.
-    Rolling { target: String },
+    /// Restarted already, rolling out (or baking, with where its metric checks stand).
+    Rolling {
+        target: String,
+        checks: Vec<crate::rollout::analysis::CheckStanding>,
+    },
     /// Stale, waiting (the message says for what, and until when).
     Waiting { message: String },
     /// Restarted and rolled out; current.
@@ -594,6 +597,7 @@ pub fn workload_action(
     if let Some(rolling) = plan.rolling.iter().find(|r| &r.workload == workload) {
         return WorkloadAction::Rolling {
             target: rolling.target.as_str().to_owned(),
+            checks: rolling.checks.clone(),
         };
     }
     if let Some(waiting) = plan.waiting.iter().find(|w| &w.workload == workload) {

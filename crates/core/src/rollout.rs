@@ -32,9 +32,9 @@ pub mod wait;
 pub mod waves;
 
 pub use book::{
-    BOOK_BUDGET_BYTES, BookOverflow, Campaign, CampaignBook, CampaignCounts, CampaignState,
-    FAILURE_DETAILS, Failure, FailureCause, FailureReason, HeldWarning, NewPods, Pin, Resumed,
-    Reversion, UpstreamWait,
+    BOOK_BUDGET_BYTES, BakeChecks, BookOverflow, Campaign, CampaignBook, CampaignCounts,
+    CampaignState, FAILURE_DETAILS, Failure, FailureCause, FailureReason, HeldWarning, NewPods,
+    Pin, Resumed, Reversion, UpstreamWait,
 };
 #[cfg(any(test, feature = "test-fixtures"))]
 pub use book::{Hold, MaintenanceStatus, Promotion, Resumption};

@@ -77,6 +77,7 @@ pub fn campaign(
         resumed: None,
         reverted: None,
         failed_before: Vec::new(),
+        checks: Vec::new(),
         held: None,
         expected_end: None,
         completed: None,

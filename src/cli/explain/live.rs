@@ -190,7 +190,18 @@ impl Live {
         )
         .await;
         match plan {
-            Ok(plan) => Ok(workload_action(&plan, workload, drift)),
+            Ok(plan) => Ok(match workload_action(&plan, workload, drift) {
+                // This process has not baked it: the engine's bake is in the book it writes.
+                WorkloadAction::Rolling { target, checks } if checks.is_empty() => {
+                    let checks = self
+                        .state
+                        .book()
+                        .map(|book| book.bake_checks(workload))
+                        .unwrap_or_default();
+                    WorkloadAction::Rolling { target, checks }
+                }
+                action => action,
+            }),
             // The rest of the answer stands without it.
             Err(err) => match err.downcast::<ListError>() {
                 Ok(refused @ ListError::Refused(_)) => Ok(WorkloadAction::Unplanned {

@@ -346,15 +346,17 @@ pub struct MetricQuery {
 }
 
 /// Where a check of a baking workload stands, for the plan, `status` and `explain`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckStanding {
     /// `SIDECAR/CHECK`.
     pub key: String,
+    /// Filled in (empty where the book keeps it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub query: String,
     pub threshold: Threshold,
     /// The last evaluation's reading, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<Reading>,
     pub failures: u32,
     pub tolerated: u32,

@@ -66,6 +66,13 @@ pub struct CampaignCounts {
     pub failed: u32,
 }
 
+/// The metric checks of one baking workload, as the book keeps them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BakeChecks {
+    pub workload: WorkloadRef,
+    pub checks: Vec<super::analysis::CheckStanding>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     pub workload: WorkloadRef,
@@ -181,6 +188,10 @@ pub struct Campaign {
     /// was reverted): which revision failed, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reverted: Option<Reversion>,
+    /// Where the metric checks of its workloads baking now stand (their queries left out:
+    /// the plan and the log have them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<BakeChecks>,
     /// Revisions of this sidecar whose campaigns failed before this one (the last few): pods
     /// still carrying one are broken by it, so their workload's ill health is no reason to
     /// hold its restart.
@@ -444,6 +455,18 @@ fn encoded_len(value: &impl Serialize) -> usize {
     let mut count = ByteCount(0);
     serde_json::to_writer_pretty(&mut count, value).expect("the book serializes");
     count.0
+}
+
+impl CampaignBook {
+    /// Where the metric checks of `workload`'s bake stand, as the engine last wrote them.
+    pub fn bake_checks(&self, workload: &WorkloadRef) -> Vec<super::analysis::CheckStanding> {
+        self.campaigns
+            .values()
+            .flat_map(|c| &c.checks)
+            .filter(|bake| &bake.workload == workload)
+            .flat_map(|bake| bake.checks.iter().cloned())
+            .collect()
+    }
 }
 
 impl CampaignBook {

@@ -79,7 +79,7 @@ pub fn plan(input: PlanInput<'_>) -> RolloutPlan {
     pause_campaigns(&mut book, &input, &mut out);
     let overflow = book.overflow();
     schedule(&input, &book, overflow.as_ref(), &mut survey, &mut out);
-    settle_book(&mut book, &input, &survey.counts);
+    settle_book(&mut book, &input, &survey.counts, &out.rolling);
     book.maintenance = MaintenanceStatus::of(&input.settings.maintenance_windows, input.now);
     out.wake_at = wake_at(&input, &book, &survey, &out);
     out.book = book;

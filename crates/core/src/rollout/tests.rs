@@ -1862,6 +1862,7 @@ fn a_campaign_back_to_the_revision_a_failed_one_left_is_a_reversion() {
     assert!(super::planner::campaigns::failed_before(&completed).is_empty());
     let many = Campaign {
         failed_before: (0..10).map(|i| format!("old{i:09}")).collect(),
+        checks: Vec::new(),
         ..failed.clone()
     };
     let remembered = super::planner::campaigns::failed_before(&many);

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::super::book::{Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold};
+use super::super::book::{
+    BakeChecks, Campaign, CampaignBook, CampaignCounts, CampaignState, Failure, Hold,
+};
 use super::super::gates::after;
 use super::super::pause::{Pause, WhilePaused};
 use super::super::plan::{OnCampaignFailure, PlanInput, RolloutPlan, SidecarTarget};
@@ -90,9 +92,11 @@ pub(super) fn settle_book(
     book: &mut CampaignBook,
     input: &PlanInput<'_>,
     counts: &BTreeMap<String, CampaignCounts>,
+    rolling: &[super::super::plan::Rolling],
 ) {
     for (sidecar, campaign) in &mut book.campaigns {
         let c = counts.get(sidecar).cloned().unwrap_or_default();
+        campaign.checks = bake_checks(sidecar, rolling);
         campaign.state = match campaign.state {
             CampaignState::Paused => CampaignState::Paused,
             CampaignState::Gated => CampaignState::Gated,
@@ -118,6 +122,29 @@ pub(super) fn settle_book(
             campaign.completed = Some(Time(input.now));
         }
     }
+}
+
+/// The metric checks of `sidecar` in the bakes of `rolling`, as the book keeps them.
+fn bake_checks(sidecar: &str, rolling: &[super::super::plan::Rolling]) -> Vec<BakeChecks> {
+    let prefix = format!("{sidecar}/");
+    rolling
+        .iter()
+        .filter_map(|r| {
+            let checks: Vec<_> = r
+                .checks
+                .iter()
+                .filter(|c| c.key.starts_with(&prefix))
+                .map(|c| crate::rollout::analysis::CheckStanding {
+                    query: String::new(),
+                    ..c.clone()
+                })
+                .collect();
+            (!checks.is_empty()).then(|| BakeChecks {
+                workload: r.workload.clone(),
+                checks,
+            })
+        })
+        .collect()
 }
 
 /// The earliest a campaign in `state` with `counts` left can end by the restart budget: its
@@ -200,6 +227,7 @@ pub(super) fn next_book(
                     previous: previous.and_then(rolled_out_before),
                     reverted: previous.and_then(|c| reversion(c, &target.revision)),
                     failed_before: previous.map(failed_before).unwrap_or_default(),
+                    checks: Vec::new(),
                     since: Time(now),
                     state: if gated_from_start(promotion, previous, &target.revision) {
                         CampaignState::Gated
