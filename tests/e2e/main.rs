@@ -9,6 +9,7 @@ mod support;
 
 mod bake;
 mod canary_metrics;
+mod chart;
 mod configmaps;
 mod deploy;
 mod drift;

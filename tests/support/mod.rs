@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod cluster;
 pub mod e2e;
+pub mod helm;
 pub mod https;
 pub mod injector;
 pub mod kubelet;
