@@ -124,9 +124,10 @@ async fn passing_checks_let_the_campaign_complete_and_an_unreachable_prometheus_
         wait_pods_at(&ctx, app, 1, &v2, DEADLINE).await;
     }
     let injector = ctx.injector.as_ref().unwrap();
-    // Each bake evaluates its check at its start and at its end at least.
+    // Each bake passed on an evaluation at or after its end (on a busy machine the first may
+    // come that late, and be the only one).
     assert!(
-        checks(injector, "pass") >= 4.0,
+        checks(injector, "pass") >= 2.0,
         "{}",
         checks(injector, "pass")
     );
