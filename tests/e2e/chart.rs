@@ -53,7 +53,7 @@ fn the_chart_renders_what_deploy_renders_and_its_schema_refuses_a_wrong_value() 
     assert!(lint.contains("0 chart(s) failed"), "{lint}");
     // Each overlay of deploy/ and the values that give the same objects. The namespace is
     // deploy/'s only with createNamespace (helm's --create-namespace makes it otherwise).
-    let variants: [(&str, &[&str]); 5] = [
+    let variants: [(&str, &[&str]); 8] = [
         ("deploy", &["createNamespace=true"]),
         (
             "deploy/overlays/cert-manager",
@@ -70,6 +70,18 @@ fn the_chart_renders_what_deploy_renders_and_its_schema_refuses_a_wrong_value() 
         (
             "deploy/overlays/status-readers",
             &["createNamespace=true", "statusReaders=true"],
+        ),
+        (
+            "deploy/overlays/policy-mode",
+            &["createNamespace=true", "injection=policy"],
+        ),
+        (
+            "deploy/overlays/promote-after",
+            &["createNamespace=true", "promotion.promoteAfter={staging}"],
+        ),
+        (
+            "deploy/overlays/upstream-reader",
+            &["createNamespace=true", "upstreamReader=true"],
         ),
     ];
     for (overlay, set) in variants {
@@ -125,6 +137,14 @@ fn the_chart_renders_what_deploy_renders_and_its_schema_refuses_a_wrong_value() 
             "at '/extraArgs/0': 'bake=2m' does not match pattern",
         ),
         ("colour=blue", "additional properties 'colour' not allowed"),
+        (
+            "injection=sidecar",
+            "at '/injection': value must be one of 'webhook', 'policy'",
+        ),
+        (
+            "promotion.promoteBake=soon",
+            "at '/promotion/promoteBake': 'soon' does not match pattern",
+        ),
     ] {
         let output = helm(&["template", "sidecar-injector", &chart(), "--set", set]);
         let stderr = String::from_utf8_lossy(&output.stderr);

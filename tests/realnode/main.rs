@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ContainerState, ContainerStatus, Nam
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use node::{client, eventually, injector_command, kubectl_ok, node, realnode};
+use node::{client, eventually, helm_ok, injector_command, kubectl_ok, node, realnode};
 
 const INSTALL: Duration = Duration::from_secs(180);
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -1268,6 +1268,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     native_migration(&client, &pods, &deployments, &configmaps).await;
     switch_to_policy_mode(&pods, &deployments).await;
     uninstall(&pods, &deployments).await;
+    helm_lifecycle(&client).await;
 }
 
 /// The native-sidecar steps of the test above alone, on a node of another release: what the
@@ -2128,6 +2129,202 @@ async fn uninstall(pods: &Api<Pod>, deployments: &Api<Deployment>) {
     assert!(
         gone.is_empty(),
         "containers restarted or gone since the uninstall: {gone:?}"
+    );
+}
+
+/// Installed again, with Helm as a platform team installs it: the chart, the local image, a
+/// certificate the chart generates, the sidecar config as a value. A workload gets its
+/// sidecar; a second upgrade with the same values changes nothing; a config edit through
+/// `helm upgrade` restarts exactly the workload running it; `helm uninstall` takes every object
+/// of the chart away and leaves running pods as they are.
+async fn helm_lifecycle(client: &kube::Client) {
+    const CHARTED: &str = "charted";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("shipper.yaml");
+    std::fs::write(&config, shipper("v1")).unwrap();
+    let config_value = format!("sidecarConfigs.shipper\\.yaml={}", config.display());
+    // The real-node overlay's pace; the engine restarts only in this test's namespace.
+    let args = [
+        "upgrade",
+        "--install",
+        "sidecar-injector",
+        "charts/sidecar-injector",
+        "-n",
+        SYSTEM,
+        "--create-namespace",
+        "--set",
+        "certificate.source=generate",
+        "--set",
+        "image.repository=localhost/sidecar-injector",
+        "--set",
+        "image.tag=dev",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        "extraArgs={--settle=2s,--bake=15s,--lease-duration=6s,--publish-interval=5s,--include-namespace=charted}",
+        "--set-file",
+        &config_value,
+    ];
+    helm_ok(&args);
+    eventually(INSTALL, "2 injector replicas installed by helm", || {
+        injectors_available(client, 2)
+    })
+    .await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), SYSTEM);
+    let ca = secrets
+        .get("sidecar-injector-tls")
+        .await
+        .unwrap()
+        .data
+        .unwrap()["ca.crt"]
+        .0
+        .clone();
+    eventually(DEADLINE, "the injectors trust the generated CA", || {
+        bundle_is(client, &ca)
+    })
+    .await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM);
+    wait_both_publish(&configmaps, "shipper:v1").await;
+
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": CHARTED}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually(
+        DEADLINE,
+        "the charted namespace's default ServiceAccount",
+        || async {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), CHARTED)
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), CHARTED);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), CHARTED);
+    for (name, request) in [("logs", Some("shipper:v1")), ("quiet", None)] {
+        deployments
+            .create(&PostParams::default(), &deployment(name, 1, request))
+            .await
+            .unwrap();
+    }
+    let logs = wait_running(&pods, "logs", 1, &["app", "shipper"], Some("shipper:v1=")).await;
+    let quiet = wait_running(&pods, "quiet", 1, &["app"], None).await;
+    let v1 = stamp(&logs[0]).unwrap().to_owned();
+
+    // The same values again: no object of the chart changes.
+    let versions = || {
+        kubectl_ok(&[
+            "get",
+            "-n",
+            SYSTEM,
+            "deployment/sidecar-injector",
+            "configmap/sidecar-configs",
+            "secret/sidecar-injector-tls",
+            "service/sidecar-injector",
+            "mutatingwebhookconfiguration/sidecar-injector",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}",
+        ])
+    };
+    // The caBundle the replicas wrote is theirs: helm's three-way merge leaves it.
+    let before = versions();
+    helm_ok(&args);
+    assert_eq!(versions(), before, "a second upgrade with the same values");
+    eventually(DEADLINE, "the caBundle kept", || bundle_is(client, &ca)).await;
+
+    // The config edited through helm: exactly the workload running it is restarted.
+    std::fs::write(&config, shipper("v2")).unwrap();
+    helm_ok(&args);
+    let logs = eventually(
+        DEADLINE,
+        "logs restarted onto the edited sidecar",
+        || async {
+            let list = pods_of(&pods, "logs").await;
+            (list.len() == 1
+                && ready(&list[0])
+                && running(&list[0]).len() == 2
+                && stamp(&list[0]).is_some_and(|s| s.starts_with("shipper:v1=") && s != v1))
+            .then_some(list)
+        },
+    )
+    .await;
+    let shipped = kubectl_ok(&[
+        "-n",
+        CHARTED,
+        "logs",
+        logs[0].metadata.name.as_deref().unwrap(),
+        "-c",
+        "shipper",
+    ]);
+    assert_eq!(shipped.trim(), "shipper v2");
+    assert_eq!(
+        pod_names(&pods_of(&pods, "quiet").await),
+        pod_names(&quiet),
+        "quiet requests nothing: untouched"
+    );
+
+    // Uninstalled: nothing of the chart is left, and the running pods are as they were.
+    let settled = || async {
+        let items = pods.list(&ListParams::default()).await.ok()?.items;
+        (items.len() == 2 && items.iter().all(ready)).then_some(items)
+    };
+    let listed = eventually(DEADLINE, "the replaced pod gone", settled).await;
+    let running_before = containers(listed.iter());
+    helm_ok(&[
+        "uninstall",
+        "sidecar-injector",
+        "-n",
+        SYSTEM,
+        "--wait",
+        "--timeout=180s",
+    ]);
+    let left = kubectl_ok(&[
+        "get",
+        "mutatingwebhookconfigurations,clusterroles,clusterrolebindings",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !left.contains("sidecar-injector"),
+        "cluster-wide objects left: {left}"
+    );
+    // The namespace stays, as helm leaves the namespaces it made, with the engine's memory
+    // (the status and history ConfigMaps, which the replicas wrote): nothing of the chart.
+    let left = kubectl_ok(&[
+        "get",
+        "-n",
+        SYSTEM,
+        "deployments,services,configmaps,secrets,roles,rolebindings,serviceaccounts,poddisruptionbudgets",
+        "-o",
+        "name",
+    ]);
+    let left: BTreeSet<&str> = left.lines().collect();
+    assert_eq!(
+        left,
+        BTreeSet::from([
+            "configmap/kube-root-ca.crt",
+            "configmap/sidecar-injector-history",
+            "configmap/sidecar-injector-status",
+            "serviceaccount/default",
+        ]),
+        "left in {SYSTEM} after helm uninstall"
+    );
+    let running_after = containers(
+        pods.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter(),
+    );
+    assert_eq!(
+        running_after, running_before,
+        "running pods untouched by the uninstall"
     );
 }
 

@@ -111,6 +111,29 @@ pub fn kubectl(args: &[&str]) -> Output {
         .expect("kubectl runs")
 }
 
+/// `helm ARGS` against the node (helm built by testbed/helm.sh, or $HELM_BIN's), which must
+/// succeed; its stdout.
+pub fn helm_ok(args: &[&str]) -> String {
+    let dir = last_line(
+        "testbed/helm.sh",
+        Command::new("bash").arg(Path::new(ROOT).join("testbed/helm.sh")),
+    )
+    .expect("helm is built");
+    let output = Command::new(Path::new(&dir).join("helm"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&node().kubeconfig)
+        .current_dir(ROOT)
+        .output()
+        .expect("helm runs");
+    assert!(
+        output.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// `kubectl ARGS`, which must succeed; its stdout.
 pub fn kubectl_ok(args: &[&str]) -> String {
     let output = kubectl(args);
