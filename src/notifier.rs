@@ -39,12 +39,18 @@ pub(crate) struct Notifier {
 /// `--notify-url`'s parser: an http or https URL. The URL itself is never quoted in errors
 /// or logs: a Slack webhook's path is its secret.
 pub(crate) fn parse_notify_url(text: &str) -> Result<http::Uri, String> {
+    parse_http_url(text, "notified")
+}
+
+/// An http or https URL with a host; `done` says what is done with it in the refusal of
+/// another scheme ("only http and https URLs can be {done}").
+pub(crate) fn parse_http_url(text: &str, done: &str) -> Result<http::Uri, String> {
     let url: http::Uri = text.parse().map_err(|err| format!("not a URL ({err})"))?;
     match url.scheme_str() {
         Some("http" | "https") if url.host().is_some() => Ok(url),
         Some("http" | "https") => Err("the URL has no host".to_owned()),
         Some(other) => Err(format!(
-            "only http and https URLs can be notified, not {other}"
+            "only http and https URLs can be {done}, not {other}"
         )),
         None => Err("the URL has no scheme (http:// or https://)".to_owned()),
     }

@@ -34,7 +34,7 @@ impl std::fmt::Debug for Prometheus {
 /// `--prometheus-url`'s parser: an http or https URL, the server's root (or the path a proxy
 /// serves it under).
 pub(crate) fn parse_prometheus_url(text: &str) -> Result<http::Uri, String> {
-    crate::notifier::parse_notify_url(text)
+    crate::notifier::parse_http_url(text, "queried")
 }
 
 impl Prometheus {
@@ -101,4 +101,22 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         cause = current.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prometheus_url_is_http_or_https_with_a_host() {
+        assert!(parse_prometheus_url("http://prometheus.monitoring:9090").is_ok());
+        assert_eq!(
+            parse_prometheus_url("ftp://prometheus").unwrap_err(),
+            "only http and https URLs can be queried, not ftp"
+        );
+        assert_eq!(
+            parse_prometheus_url("prometheus:9090").unwrap_err(),
+            "the URL has no scheme (http:// or https://)"
+        );
+    }
 }

@@ -405,22 +405,19 @@ fn metric_checks(
             tolerated: check.failures_tolerated,
         });
     }
-    let failed = verdict.failed.map(|(key, record)| {
-        let check = checks
-            .iter()
-            .find(|(k, _, _)| *k == key)
-            .map(|(_, check, target)| (*check, *target));
-        let (check, target) = check.expect("a failed check is one of the checks judged");
-        FailureCause::Metric {
-            check: key,
-            query: query(check, target),
-            threshold: check.threshold(),
+    // The failed check's query and limits as its standing says them: filled once.
+    let failed = verdict.failed.and_then(|(key, record)| {
+        let standing = standing.iter().find(|s| s.key == key)?;
+        Some(FailureCause::Metric {
+            query: standing.query.clone(),
+            threshold: standing.threshold,
             reading: record
                 .last
                 .map_or(Reading::Unknown("never evaluated".to_owned()), |(_, r)| r),
             failures: record.failures,
-            tolerated: check.failures_tolerated,
-        }
+            tolerated: standing.tolerated,
+            check: key,
+        })
     });
     MetricsVerdict {
         failed,
