@@ -4,6 +4,7 @@
 
 mod args;
 mod certs;
+mod check;
 mod completion;
 mod configs;
 mod connect;
@@ -72,6 +73,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Rollout(args) => rollout::run(&args, &env),
         Command::Status(args) => status::run(&args),
         Command::Explain(args) => explain::run(&args),
+        Command::Check(args) => check::run(&args),
         Command::Completion(args) => completion::completion(&args),
         Command::Man(args) => completion::man(&args),
     };

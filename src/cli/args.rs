@@ -116,6 +116,11 @@ pub(crate) enum Command {
     /// and what the rollout engine plans for the workload and when. `-f` judges a manifest's
     /// pods and pod templates against the configs `inject` reads.
     Explain(Box<ExplainArgs>),
+    /// Prove the injector works: ask the API server to create a pod that requests sidecars,
+    /// as a server-side dry run (every webhook and admission policy runs; nothing is created),
+    /// and say whether each was injected, with its revision; exit status 1 when one was not.
+    /// The chart's `helm test` runs it.
+    Check(CheckArgs),
     /// Print a shell completion script generated from these commands' definitions, e.g.
     /// `source <(sidecar-injector completion bash)`.
     Completion(CompletionArgs),
@@ -531,6 +536,26 @@ pub(crate) const DEFAULT_PUBLISHED_MAX_AGE: &str = "90s";
 /// The label of the sidecar ConfigMaps deploy/ installs and its injector serves: what the
 /// one-shot commands read when the default directory is not where they run.
 pub(crate) const DEPLOYED_CONFIGMAP_LABELS: &str = "sidecar-injector.io/config=true";
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The sidecars the pod requests, as its annotation would (`logger:v1,tracer:v2`).
+    #[arg(long, value_name = "NAME:VERSION,...")]
+    pub(crate) request: String,
+    /// The namespace the pod would be created in; injection must reach it (not the injector's
+    /// own) [default: the kubeconfig context's].
+    #[arg(short = 'n', long = "namespace")]
+    pub(crate) namespace: Option<String>,
+    /// Ask again until the sidecars are injected or this much time has passed (a replica
+    /// still starting): `0s` asks once.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub(crate) wait: Duration,
+    /// Prefix of every annotation key (a Tumblr deployment passes injector.tumblr.com).
+    #[arg(long, env = "ANNOTATION_NAMESPACE", default_value = DEFAULT_ANNOTATION_NAMESPACE)]
+    pub(crate) annotation_namespace: String,
+    #[command(flatten)]
+    pub(crate) connection: ConnectionArgs,
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct InjectArgs {

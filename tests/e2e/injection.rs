@@ -312,3 +312,62 @@ async fn a_native_sidecar_keeps_its_restart_policy_through_admission() {
     assert_eq!(proxy.restart_policy.as_deref(), Some("Always"));
     assert_eq!(annotation(&created, "injector/status"), Some("injected"));
 }
+
+/// `sidecar-injector check ARGS` against the shared control plane.
+fn check_command(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("check")
+        .arg("--kubeconfig")
+        .arg(&support::cluster::control_plane().kubeconfig)
+        .args(args)
+        .output()
+        .expect("check runs")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_proves_the_webhook_injects_and_says_why_when_it_does_not() {
+    let ctx = TestContext::new("check", &[]).await;
+    let ns = ctx.namespace.as_str();
+    let stamp = logger_v1_stamp();
+    let revision = stamp.strip_prefix("logger:v1=").unwrap();
+    let passed = check_command(&["-n", ns, "--request", "logger:v1", "--wait", "60s"]);
+    let stdout = String::from_utf8_lossy(&passed.stdout);
+    assert!(
+        passed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&passed.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "logger:v1: injected, revision {revision}, into a dry-run pod in namespace {ns}"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("containers as the API server answered: app, log-shipper"),
+        "{stdout}"
+    );
+    let left = ctx.api::<Pod>().list(&Default::default()).await.unwrap();
+    assert!(left.items.is_empty(), "a dry run creates no pod");
+
+    // No injector selects the namespace: exit status 1, and the reason.
+    let unreached = check_command(&["-n", "default", "--request", "logger:v1"]);
+    let stderr = String::from_utf8_lossy(&unreached.stderr);
+    assert_eq!(unreached.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("logger:v1: not injected into a dry-run pod in namespace default"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no injector reached the pod"), "{stderr}");
+
+    // A sidecar the injector has no config for: the webhook's denial, as the API server said it.
+    let denied = check_command(&["-n", ns, "--request", "tracer:v9"]);
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert_eq!(denied.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the API server refused the dry-run pod in namespace {ns}"
+        )) && stderr.contains("tracer:v9"),
+        "{stderr}"
+    );
+}

@@ -2162,6 +2162,8 @@ async fn helm_lifecycle(client: &kube::Client) {
         "image.pullPolicy=Never",
         "--set",
         "extraArgs={--settle=2s,--bake=15s,--lease-duration=6s,--publish-interval=5s,--include-namespace=charted}",
+        "--set",
+        "test.namespace=charted",
         "--set-file",
         &config_value,
     ];
@@ -2216,6 +2218,21 @@ async fn helm_lifecycle(client: &kube::Client) {
     let logs = wait_running(&pods, "logs", 1, &["app", "shipper"], Some("shipper:v1=")).await;
     let quiet = wait_running(&pods, "quiet", 1, &["app"], None).await;
     let v1 = stamp(&logs[0]).unwrap().to_owned();
+
+    // `helm test`: its pod, on the node, has the API server dry-run a pod that requests the
+    // first config and passes once it comes back injected; then nothing of it is left.
+    let tested = helm_ok(&["test", "sidecar-injector", "-n", SYSTEM, "--timeout=180s"]);
+    assert!(
+        tested.contains("sidecar-injector-check") && tested.contains("Succeeded"),
+        "{tested}"
+    );
+    let hooks = kubectl_ok(&["get", "pods,serviceaccounts", "-n", SYSTEM, "-o", "name"]);
+    assert!(!hooks.contains("sidecar-injector-check"), "left: {hooks}");
+    assert_eq!(
+        pod_names(&pods.list(&ListParams::default()).await.unwrap().items).len(),
+        2,
+        "the dry run created no pod in {CHARTED}"
+    );
 
     // The same values again: no object of the chart changes.
     let versions = || {

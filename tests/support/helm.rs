@@ -46,7 +46,8 @@ pub fn helm_ok(args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-/// The objects `helm template` renders of the chart in `namespace` with `set` values.
+/// The objects `helm template` renders of the chart in `namespace` with `set` values, its
+/// `helm test` hooks left out (an install does not create them).
 pub fn template(namespace: &str, set: &[&str]) -> Vec<Value> {
     let chart = chart();
     let mut args = vec![
@@ -55,6 +56,7 @@ pub fn template(namespace: &str, set: &[&str]) -> Vec<Value> {
         chart.as_str(),
         "-n",
         namespace,
+        "--skip-tests",
     ];
     for value in set {
         args.extend(["--set", value]);

@@ -7,12 +7,13 @@
 //! JSON patch), [`admission`] (an AdmissionReview in, a reply out), [`drift`] (the index and
 //! its classification), [`nodes`] (what the nodes' kubelets run), [`maintenance`] (when
 //! restarts may start), [`policy`] (the configs as admission policies), [`explain`] (the checks
-//! of `explain`) and [`rollout`] (the state machine, the planner, campaigns, health, change
+//! of `explain`), [`check`] (the proof an injector injects) and [`rollout`] (the state machine, the planner, campaigns, health, change
 //! text, the publication rules).
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod annotations;
+pub mod check;
 pub mod config;
 pub mod drift;
 pub mod explain;
