@@ -35,7 +35,13 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(_) => telemetry::LogLevel(tracing::Level::INFO),
         _ => telemetry::LogLevel(tracing::Level::WARN),
     });
-    telemetry::init(level, cli.log_format);
+    let _traces = match init_telemetry(&cli, level) {
+        Ok(guard) => guard,
+        Err(err) => {
+            telemetry::error_notice(&err, &[]);
+            return ExitCode::FAILURE;
+        }
+    };
     if let Some(defaults) = &cli.entrypoint_defaults {
         tracing::info!(
             "run as Tumblr's {}: {}",
@@ -83,6 +89,40 @@ pub fn run(cli: Cli) -> ExitCode {
             telemetry::error_notice(&one_line(&err), &[]);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logging, and the traces `serve --otlp-endpoint` sends: their guard sends the last batch
+/// when the command is done.
+#[cfg(feature = "otlp")]
+fn init_telemetry(
+    cli: &Cli,
+    level: telemetry::LogLevel,
+) -> Result<Option<telemetry::TracesGuard>, String> {
+    let traces = match &cli.command {
+        Command::Serve(args) => {
+            args.otlp_endpoint
+                .clone()
+                .map(|endpoint| telemetry::TraceSettings {
+                    endpoint,
+                    sampling_ratio: args.otlp_sampling_ratio,
+                    instance: std::env::var("POD_NAME").ok(),
+                })
+        }
+        _ => None,
+    };
+    telemetry::init(level, cli.log_format, traces.as_ref()).map_err(|err| err.to_string())
+}
+
+#[cfg(not(feature = "otlp"))]
+fn init_telemetry(cli: &Cli, level: telemetry::LogLevel) -> Result<Option<()>, String> {
+    telemetry::init(level, cli.log_format);
+    match &cli.command {
+        Command::Serve(args) if args.otlp_endpoint.is_some() => Err(
+            "--otlp-endpoint: this binary was built without traces (the otlp cargo feature)"
+                .to_owned(),
+        ),
+        _ => Ok(None),
     }
 }
 

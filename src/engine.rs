@@ -14,7 +14,7 @@ use kube::Client;
 use kube::api::Api;
 use kube::runtime::events::{EventType, Recorder};
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, warn};
 
 use crate::annotations::AnnotationKeys;
 use crate::cluster::drift_feed::{DriftFeed, FollowedPods, PodRead};
@@ -340,9 +340,10 @@ impl Engine {
         let mut step = self.step(feed, (&targets, &in_force), &bakes_changed, now, conduct);
         self.word(&mut step, now);
         self.last_plan = planning.elapsed();
-        self.metrics
-            .rollout_plan_duration
-            .observe(self.last_plan.as_secs_f64());
+        self.metrics.record_plan(
+            self.last_plan.as_secs_f64(),
+            crate::telemetry::sampled_trace_id(&tracing::Span::current()),
+        );
         self.wake_at = step.wake_at;
         self.metrics
             .rollouts_in_flight
@@ -361,7 +362,10 @@ impl Engine {
             self.metrics.record_campaigns(&self.state.book);
         }
         for effect in step.effects {
+            // A restart and a pod's upgrade or eviction are spans of their own, in the plan's.
+            let span = spans::of_effect(&effect);
             self.perform(effect, &feed.followed, authority, &in_force, now)
+                .instrument(span)
                 .await;
         }
         // A bake that passed or failed reads nothing more: its pods are no longer followed.
@@ -762,6 +766,7 @@ mod health_bake;
 mod plan_now;
 mod revisions;
 mod run;
+mod spans;
 pub(crate) mod until_done;
 pub(crate) mod upstream_gate;
 mod writes;

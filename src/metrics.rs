@@ -5,6 +5,7 @@ use std::sync::Mutex;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -207,6 +208,12 @@ impl EngineCall {
 }
 label_value!(EngineCall);
 
+/// An exemplar's label: the trace of the request or plan observed (`serve --otlp-endpoint`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TraceLabels {
+    pub(crate) trace_id: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ResultLabels {
     pub(crate) result: RequestResult,
@@ -245,7 +252,7 @@ struct BuildLabels {
 pub(crate) struct Metrics {
     registry: Registry,
     pub(crate) admission_requests: Family<ResultLabels, Counter>,
-    pub(crate) admission_duration: Family<ResultLabels, Histogram>,
+    pub(crate) admission_duration: Family<ResultLabels, HistogramWithExemplars<TraceLabels>>,
     pub(crate) injections: Family<InjectionLabels, Counter>,
     pub(crate) config_reloads: Family<ReloadLabels, Counter>,
     pub(crate) configs_loaded: Family<SourceLabels, Gauge>,
@@ -282,7 +289,7 @@ pub(crate) struct Metrics {
     /// Each API request's wait for the client-side rate limit.
     pub(crate) kube_rate_limiter_wait: Histogram,
     /// Each plan of the rollout engine, from the index to its decisions.
-    pub(crate) rollout_plan_duration: Histogram,
+    pub(crate) rollout_plan_duration: HistogramWithExemplars<TraceLabels>,
     /// Each update of the drift gauge from the index's changes.
     pub(crate) drift_gauge_update_duration: Family<GaugeUpdateLabels, Histogram>,
     /// Tumblr's series too, with `serve --tumblr-metrics`.
@@ -307,9 +314,10 @@ impl Metrics {
             admission_requests: Family::<ResultLabels, Counter>::default(),
             // 50 µs to about 6.6 s: a decision takes microseconds; the tail shows trouble, up to
             // past the API server's webhook timeout (deploy/ sets 5 s), which an alert compares to.
-            admission_duration: Family::<ResultLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
-            }),
+            admission_duration:
+                Family::<ResultLabels, HistogramWithExemplars<TraceLabels>>::new_with_constructor(
+                    || HistogramWithExemplars::new(exponential_buckets(0.000_05, 2.0, 18)),
+                ),
             injections: Family::<InjectionLabels, Counter>::default(),
             config_reloads: Family::<ReloadLabels, Counter>::default(),
             configs_loaded: Family::<SourceLabels, Gauge>::default(),
@@ -335,7 +343,7 @@ impl Metrics {
             rollout_api_errors: Family::<CallLabels, Counter>::default(),
             kube_requests: Family::<VerbLabels, Counter>::default(),
             kube_rate_limiter_wait: rate_limiter_histogram(),
-            rollout_plan_duration: Histogram::new(INDEX_HOLD_BUCKETS),
+            rollout_plan_duration: HistogramWithExemplars::new(INDEX_HOLD_BUCKETS.into_iter()),
             drift_gauge_update_duration:
                 Family::<GaugeUpdateLabels, Histogram>::new_with_constructor(|| {
                     Histogram::new(INDEX_HOLD_BUCKETS)
@@ -695,12 +703,30 @@ impl Metrics {
         out
     }
 
-    pub(crate) fn record_admission(&self, result: RequestResult, seconds: f64) {
+    /// A review answered in `seconds`; `trace_id`, when its trace is sampled, becomes the
+    /// bucket's exemplar.
+    pub(crate) fn record_admission(
+        &self,
+        result: RequestResult,
+        seconds: f64,
+        trace_id: Option<String>,
+    ) {
         let labels = ResultLabels { result };
         self.admission_requests.get_or_create(&labels).inc();
-        self.admission_duration
-            .get_or_create(&labels)
-            .observe(seconds);
+        self.admission_duration.get_or_create(&labels).observe(
+            seconds,
+            trace_id.map(|trace_id| TraceLabels { trace_id }),
+            None,
+        );
+    }
+
+    /// A plan of the rollout engine made in `seconds`, as [`Metrics::record_admission`].
+    pub(crate) fn record_plan(&self, seconds: f64, trace_id: Option<String>) {
+        self.rollout_plan_duration.observe(
+            seconds,
+            trace_id.map(|trace_id| TraceLabels { trace_id }),
+            None,
+        );
     }
 
     pub(crate) fn record_injection(&self, sidecar: &str, result: SidecarResult) {

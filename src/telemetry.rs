@@ -7,6 +7,21 @@ use std::str::FromStr;
 use tracing::Level;
 use tracing_subscriber::EnvFilter;
 
+#[cfg(feature = "otlp")]
+mod traces;
+#[cfg(feature = "otlp")]
+pub(crate) use traces::{continue_trace, sampled_trace_id};
+
+/// Without traces, no span has a parent from elsewhere.
+#[cfg(not(feature = "otlp"))]
+pub(crate) fn continue_trace(_span: &tracing::Span, _headers: &http::HeaderMap) {}
+
+/// Without traces, nothing is an exemplar.
+#[cfg(not(feature = "otlp"))]
+pub(crate) fn sampled_trace_id(_span: &tracing::Span) -> Option<String> {
+    None
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum LogFormat {
     #[default]
@@ -122,8 +137,52 @@ pub(crate) fn text_on_stderr() -> bool {
     FORMAT.get().copied().unwrap_or_default() == LogFormat::Text
 }
 
+/// Where traces go, when `serve --otlp-endpoint` asks for them.
+#[cfg(feature = "otlp")]
+pub(crate) use traces::{TraceSettings, TracesError, TracesGuard};
+
+/// Installs the global subscriber, and with `traces` the layer that sends spans to a
+/// collector (its guard sends the last batch when dropped). Other crates log at warn and
+/// above unless tracing.
+#[cfg(feature = "otlp")]
+pub(crate) fn init(
+    level: LogLevel,
+    format: LogFormat,
+    traces: Option<&TraceSettings>,
+) -> Result<Option<TracesGuard>, TracesError> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (traces, guard) = match traces {
+        Some(settings) => {
+            let (layer, guard) = traces::layer(settings)?;
+            (Some(layer), Some(guard))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(log_layer(level, format))
+        .with(traces)
+        .try_init();
+    Ok(guard)
+}
+
 /// Installs the global subscriber. Other crates log at warn and above unless tracing.
+#[cfg(not(feature = "otlp"))]
 pub(crate) fn init(level: LogLevel, format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = tracing_subscriber::registry()
+        .with(log_layer(level, format))
+        .try_init();
+}
+
+/// The log lines on stderr, filtered by `level` on their own (spans the log leaves out may
+/// still be traced).
+fn log_layer<S>(level: LogLevel, format: LogFormat) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    use tracing_subscriber::Layer;
     let _ = FORMAT.set(format);
     let others = if level.0 == Level::TRACE {
         "debug"
@@ -141,14 +200,13 @@ pub(crate) fn init(level: LogLevel, format: LogFormat) {
     let filter = EnvFilter::new(format!(
         "{others},kube_runtime::watcher={watcher},sidecar_injector={level}"
     ));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
+    match format {
+        LogFormat::Text => layer.with_filter(filter).boxed(),
+        LogFormat::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 # stored and controllers act on them, but nothing runs them (a test "kubelet" has to mark them Ready).
 #   usage: up.sh STATE_DIR [BIN_DIR]
 #   K8S_TESTBED_CM_QPS (default 200) is the controller-manager's --kube-api-qps, its burst twice that.
+#   K8S_TESTBED_APISERVER_ARGS: further kube-apiserver flags (a test tracing the API server).
 # Writes STATE_DIR/kubeconfig (cluster-admin token), STATE_DIR/pki/ca.{crt,key} (a CA the tests can use
 # to sign a webhook's serving certificate), logs and pid files; down.sh STATE_DIR stops it.
 set -euo pipefail
@@ -35,7 +36,7 @@ echo $! > "$S/etcd.pid"
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
   --service-account-signing-key-file="$P/sa.key" --api-audiences=https://kubernetes.default.svc \
   --service-cluster-ip-range=10.96.0.0/24 --authorization-mode=Node,RBAC --allow-privileged=true \
-  --cert-dir="$S/certs" >"$S/apiserver.log" 2>&1 &
+  --cert-dir="$S/certs" ${K8S_TESTBED_APISERVER_ARGS:-} >"$S/apiserver.log" 2>&1 &
 echo $! > "$S/apiserver.pid"
 cat > "$S/kubeconfig" <<EOK
 apiVersion: v1

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{Instrument, debug, info};
 
 use super::{Authority, Engine, PLAN_DEBOUNCE, PLAN_DEBOUNCE_MAX, PLAN_DUTY};
 use crate::cluster::drift_feed::DriftFeed;
@@ -103,7 +103,12 @@ pub(crate) async fn control_loop(
         changes.borrow_and_update();
         if let Some(authority) = conductor.before_pass(engine)? {
             let set = conductor.sidecars();
-            let plan = engine.tick(feed, &set, authority).await;
+            let span = super::spans::plan();
+            let plan = engine
+                .tick(feed, &set, authority)
+                .instrument(span.clone())
+                .await;
+            super::spans::record_plan(&span, &plan);
             if conductor.after_pass(engine, &plan).is_break() {
                 return Ok(());
             }

@@ -3,7 +3,11 @@ use super::*;
 #[test]
 fn exposition_has_the_prefix_units_and_build_info() {
     let metrics = Metrics::new();
-    metrics.record_admission(RequestResult::Answered(AdmissionResult::Injected), 0.000_2);
+    metrics.record_admission(
+        RequestResult::Answered(AdmissionResult::Injected),
+        0.000_2,
+        None,
+    );
     metrics.record_injection("logger:v1", SidecarResult::Injected);
     metrics.record_config_reload("directory", false, 3);
     let text = metrics.encode();
@@ -133,8 +137,8 @@ fn plan_and_gauge_times_have_a_bound_at_10_ms() {
     // An update of 9.9 ms meets a 10 ms objective, one of 10.1 ms does not: a scrape tells them
     // apart.
     let metrics = Metrics::new();
-    metrics.rollout_plan_duration.observe(0.0099);
-    metrics.rollout_plan_duration.observe(0.0101);
+    metrics.record_plan(0.0099, None);
+    metrics.record_plan(0.0101, None);
     metrics
         .drift_gauge_update_duration
         .get_or_create(&GaugeUpdateLabels { update: "pods" })
@@ -148,4 +152,34 @@ fn plan_and_gauge_times_have_a_bound_at_10_ms() {
     ] {
         assert!(text.contains(line), "no {line} in {text}");
     }
+}
+
+#[test]
+fn a_traced_review_or_plan_is_an_exemplar_of_its_bucket() {
+    let metrics = Metrics::new();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    metrics.record_admission(
+        RequestResult::Answered(AdmissionResult::Injected),
+        0.000_15,
+        Some(trace.to_owned()),
+    );
+    metrics.record_admission(
+        RequestResult::Answered(AdmissionResult::Skipped),
+        0.000_15,
+        None,
+    );
+    metrics.record_plan(0.003, Some(trace.to_owned()));
+    let text = metrics.encode();
+    for line in [
+        "sidecar_injector_admission_duration_seconds_bucket{le=\"0.0002\",result=\"injected\"} 1 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} 0.00015",
+        "sidecar_injector_rollout_plan_duration_seconds_bucket{le=\"0.005\"} 1 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} 0.003",
+    ] {
+        assert!(text.contains(line), "no {line} in {text}");
+    }
+    assert!(
+        text.contains(
+            "sidecar_injector_admission_duration_seconds_bucket{le=\"0.0002\",result=\"skipped\"} 1\n"
+        ),
+        "an untraced review has no exemplar: {text}"
+    );
 }

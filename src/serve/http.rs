@@ -297,21 +297,29 @@ impl IntoResponse for Rejection {
 
 async fn mutate(State(state): State<Arc<WebhookState>>, request: Request<Body>) -> Response {
     let started = Instant::now();
-    // Debug level: creating and filling a span per request is not free at info.
+    // Debug level: creating and filling a span per request is not free at info. With
+    // `--otlp-endpoint` every review has it, in the trace the API server sent.
     let span = debug_span!(
-        "admission",
+        "admission review",
+        otel.kind = "server",
         uid = field::Empty,
         namespace = field::Empty,
-        pod = field::Empty
+        pod = field::Empty,
+        result = field::Empty,
     );
+    crate::telemetry::continue_trace(&span, request.headers());
     async move {
         let (parts, mut body) = request.into_parts();
         match answer(state.clone(), &parts.headers, &mut body).await {
             Ok(answer) => respond(&state, started, answer),
             Err(rejection) => {
-                state
-                    .metrics
-                    .record_admission(rejection.result, started.elapsed().as_secs_f64());
+                let span = tracing::Span::current();
+                span.record("result", rejection.result.as_str());
+                state.metrics.record_admission(
+                    rejection.result,
+                    started.elapsed().as_secs_f64(),
+                    crate::telemetry::sampled_trace_id(&span),
+                );
                 // Tumblr counted a body that is no review as an unmarshal error.
                 if let Some(tumblr) = &state.metrics.tumblr
                     && rejection.status == StatusCode::BAD_REQUEST
@@ -562,6 +570,7 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
     span.record("uid", answer.uid.as_str());
     span.record("namespace", answer.namespace.as_str());
     span.record("pod", answer.pod.as_str());
+    span.record("result", answer.result.as_str());
     for (sidecar, result) in &answer.sidecars {
         state.metrics.record_injection(sidecar, *result);
     }
@@ -571,6 +580,7 @@ fn respond(state: &WebhookState, started: Instant, answer: Answer) -> Response {
     state.metrics.record_admission(
         RequestResult::Answered(answer.result),
         started.elapsed().as_secs_f64(),
+        crate::telemetry::sampled_trace_id(&span),
     );
     let message = answer
         .message

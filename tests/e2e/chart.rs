@@ -145,6 +145,14 @@ fn the_chart_renders_what_deploy_renders_and_its_schema_refuses_a_wrong_value() 
             "promotion.promoteBake=soon",
             "at '/promotion/promoteBake': 'soon' does not match pattern",
         ),
+        (
+            "traces.samplingRatio=2",
+            "at '/traces/samplingRatio': maximum: got 2, want 1",
+        ),
+        (
+            "test.wait=soon",
+            "at '/test/wait': 'soon' does not match pattern",
+        ),
     ] {
         let output = helm(&["template", "sidecar-injector", &chart(), "--set", set]);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -169,6 +177,8 @@ fn the_chart_renders_what_deploy_renders_and_its_schema_refuses_a_wrong_value() 
         &format!("sidecarConfigs.tracer\\.yaml={}", tracer.display()),
         "--set",
         "extraArgs={--rollout=dry-run,--bake=2m}",
+        "--set",
+        "traces.otlpEndpoint=http://otel-collector.observability:4318",
     ]));
     let configs = rendered
         .iter()
@@ -187,7 +197,40 @@ fn the_chart_renders_what_deploy_renders_and_its_schema_refuses_a_wrong_value() 
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(&args[args.len() - 2..], ["--rollout=dry-run", "--bake=2m"]);
+    assert_eq!(
+        &args[args.len() - 4..],
+        [
+            "--otlp-endpoint=http://otel-collector.observability:4318",
+            "--otlp-sampling-ratio=1",
+            "--rollout=dry-run",
+            "--bake=2m"
+        ]
+    );
+
+    // `helm test`'s hook: it dry-runs a pod requesting the first config, in test.namespace.
+    let hooks = documents(&helm_ok(&[
+        "template",
+        "sidecar-injector",
+        &chart,
+        "-n",
+        "injector-system",
+        "--show-only",
+        "templates/tests/check.yaml",
+        "--set",
+        "test.namespace=team-a",
+    ]));
+    let pod = of_kind(&hooks, "Pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"],
+        json!([
+            "check",
+            "--namespace=team-a",
+            "--request=logger:v1",
+            "--wait=2m"
+        ])
+    );
+    assert_eq!(of_kind(&hooks, "Role")["metadata"]["namespace"], "team-a");
 }
 
 /// Every object the chart renders in `namespace` by its kind and name, with its

@@ -28,6 +28,7 @@ mod policy_mode;
 mod promotion;
 mod rollout_command;
 mod toolbox;
+mod traces;
 
 use std::time::Duration;
 

@@ -46,9 +46,14 @@ pub fn control_plane() -> &'static ControlPlane {
 pub static CONTROLLER_QPS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 fn run_script(script: &str, args: &[&str]) -> Result<String, String> {
+    run_script_with(script, args, &[])
+}
+
+fn run_script_with(script: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
     let output = Command::new("bash")
         .arg(Path::new(ROOT).join("testbed").join(script))
         .args(args)
+        .envs(env.iter().copied())
         .env(
             "K8S_TESTBED_CM_QPS",
             CONTROLLER_QPS.get().copied().unwrap_or(200).to_string(),
@@ -150,6 +155,11 @@ pub struct OtherControlPlane {
 
 impl OtherControlPlane {
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, "")
+    }
+
+    /// As [`OtherControlPlane::start`], kube-apiserver run with `apiserver_args` too.
+    pub fn start_with(name: &str, apiserver_args: &str) -> Self {
         control_plane();
         let state_dir = std::env::temp_dir().join(format!(
             "sidecar-injector-e2e-{}-{name}",
@@ -158,8 +168,12 @@ impl OtherControlPlane {
         let state = state_dir.to_str().expect("a UTF-8 temp dir").to_owned();
         spawn_reaper(&state).expect("a reaper");
         let bin_dir = std::env::var("K8S_TESTBED_BIN").unwrap_or_default();
-        let kubeconfig = run_script("up.sh", &[&state, &bin_dir])
-            .unwrap_or_else(|err| panic!("control plane {name}: {err}"));
+        let kubeconfig = run_script_with(
+            "up.sh",
+            &[&state, &bin_dir],
+            &[("K8S_TESTBED_APISERVER_ARGS", apiserver_args)],
+        )
+        .unwrap_or_else(|err| panic!("control plane {name}: {err}"));
         Self {
             plane: ControlPlane {
                 state_dir,

@@ -7,4 +7,5 @@ pub mod helm;
 pub mod https;
 pub mod injector;
 pub mod kubelet;
+pub mod otelcol;
 pub mod prometheus;

@@ -50,6 +50,17 @@ pub(crate) struct ServeArgs {
     /// keep working during a migration.
     #[arg(long, env = "TUMBLR_METRICS", help_heading = "Webhook")]
     pub(crate) tumblr_metrics: bool,
+    /// Send traces to this OpenTelemetry collector, over OTLP/HTTP (protobuf): its base URL
+    /// (`http://otel-collector.observability:4318`) or its `/v1/traces` URL. A span for each
+    /// admission review (continuing the trace the API server sends when its tracing is on),
+    /// each rollout plan and each restart; their trace ids become exemplars of the latency
+    /// histograms. Needs a build with the `otlp` cargo feature (the default).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_parser = parse_otlp_endpoint, help_heading = "Traces")]
+    pub(crate) otlp_endpoint: Option<http::Uri>,
+    /// The share of the traces begun here (plans, restarts, reviews sent with no trace) that
+    /// are kept, from 0 to 1; a review in a trace the API server began keeps its decision.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_ratio, help_heading = "Traces")]
+    pub(crate) otlp_sampling_ratio: f64,
     /// Address both ports listen on.
     #[arg(long, default_value = "0.0.0.0", help_heading = "Webhook")]
     pub(crate) bind_address: IpAddr,
@@ -249,4 +260,17 @@ pub(crate) struct CertsArgs {
     /// second run renews the serving certificate with the same CA, so the caBundle stays.
     #[arg(long)]
     pub(crate) new_ca: bool,
+}
+
+fn parse_otlp_endpoint(text: &str) -> Result<http::Uri, String> {
+    crate::notifier::parse_http_url(text, "exported to")
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!(
+            "{text:?} is not a ratio from 0 to 1 (0.1 keeps one trace in ten)"
+        )),
+    }
 }

@@ -358,7 +358,6 @@ impl SourceState {
         self.by_origin.len()
     }
 
-    #[cfg(any(test, feature = "test-fixtures"))]
     pub fn is_empty(&self) -> bool {
         self.by_origin.is_empty()
     }
