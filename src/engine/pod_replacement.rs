@@ -169,6 +169,7 @@ impl Engine {
                 // Read again once the watch sees a version other than the patch's own.
                 self.upgrade_reads
                     .insert(workload.clone(), PodRead::of(Some(&patched), seen_at_patch));
+                let upgrade = upgrade.patched(patched.metadata.generation);
                 self.state.on_upgrade_started(workload, upgrade);
             }
             // The pod changed since it was read (the test of its uid or a container failed):

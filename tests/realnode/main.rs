@@ -2657,6 +2657,14 @@ async fn in_place_upgrade(
         let (sidecar_restarts, _) = container_status(pod, "patcher").unwrap();
         assert_eq!(app_restarts, 0, "the app container never restarted");
         assert!(sidecar_restarts >= 1, "the kubelet restarted the sidecar");
+        // The signal the engine judged the upgrade by: the kubelet observed the generation
+        // the patch made.
+        let generation = pod.metadata.generation.unwrap_or_default();
+        let observed = pod.status.as_ref().and_then(|s| s.observed_generation);
+        assert!(
+            generation >= 2 && observed == Some(generation),
+            "pod generation {generation}, observed by the kubelet {observed:?}"
+        );
     }
     let timeline = timeline.lock().unwrap().clone();
     println!(

@@ -318,6 +318,9 @@ pub struct InPlaceUpgrade {
     /// Its workload's `minReadySeconds`: how long the pod must be Ready again to count as
     /// available, as its controller counts it.
     pub min_ready: Duration,
+    /// The pod's `metadata.generation` once patched: a kubelet that reports
+    /// `status.observedGeneration` (1.35+) says when its status is of the patched spec.
+    pub generation: Option<i64>,
 }
 
 /// How an in-place upgrade is going.
@@ -373,7 +376,13 @@ impl InPlaceUpgrade {
                 .map(|s| (s.name.clone(), s.restart_count))
                 .collect(),
             min_ready,
+            generation: None,
         }
+    }
+
+    /// The upgrade once its patch is applied: the pod's generation as the patch left it.
+    pub fn patched(self, generation: Option<i64>) -> Self {
+        Self { generation, ..self }
     }
 
     /// What the upgrade waits for, with the pod as last read (`None`: not read since the
@@ -428,6 +437,15 @@ impl InPlaceUpgrade {
                 ));
             }
         }
+        // Where the kubelet reports the generation it observed, a status older than our patch
+        // says nothing of the upgrade: neither done nor failed.
+        let observed = self
+            .generation
+            .zip(pod.status.as_ref().and_then(|s| s.observed_generation))
+            .map(|(patched, observed)| observed >= patched);
+        if observed == Some(false) {
+            return UpgradeProgress::Pending;
+        }
         let mut done = true;
         for (container, (image_before, restarts_before)) in &self.upgraded {
             let Some(status) = statuses.iter().find(|s| &s.name == container) else {
@@ -440,7 +458,9 @@ impl InPlaceUpgrade {
             let waiting = waiting_reason(status)
                 .filter(|r| r != "ContainerCreating" && r != "PodInitializing");
             // A pod healed from a back-off (an image it could not pull, a crash loop) says so
-            // until the kubelet acts on the new spec: that state is the old revision's.
+            // until the kubelet acts on the new spec: that state is the old revision's. (A
+            // kubelet that observed our generation may not have acted on it yet: its first
+            // status of the new generation still shows the old container.)
             let as_before = status.container_id == id_before
                 && status.image == *image_before
                 && waiting == waiting_before;

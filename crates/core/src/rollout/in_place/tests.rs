@@ -403,3 +403,70 @@ fn a_native_sidecar_is_upgraded_in_place_in_the_init_containers() {
     let problem = crate::rollout::container_problems_since(&after, Some(&baseline)).unwrap();
     assert!(problem.contains("container shipper"), "{problem}");
 }
+
+#[test]
+fn where_the_kubelet_reports_its_generation_a_status_is_judged_only_once_it_observed_the_patch() {
+    // The pod the broken revision left backing off, as read before its patch (generation 3).
+    let mut broken: Value = serde_json::to_value(pod("logger:v1=aaaaaaaaaaaa")).unwrap();
+    broken["metadata"]["generation"] = json!(3);
+    broken["status"]["observedGeneration"] = json!(3);
+    broken["status"]["containerStatuses"][1] = json!({"name": "shipper", "ready": false,
+        "restartCount": 4, "image": "s:1", "imageID": "", "containerID": "containerd://old-4",
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
+    let broken: Pod = serde_json::from_value(broken).unwrap();
+    let target = RevisionStamp::from_annotation("logger:v1=bbbbbbbbbbbb");
+    let patch = pod_patch(&broken, &AnnotationKeys::default(), &target, &history()).unwrap();
+    let upgrade = InPlaceUpgrade::of(&broken, &patch, Duration::ZERO).patched(Some(4));
+    let now = Timestamp::UNIX_EPOCH;
+    let status = |observed: i64, shipper: Value| -> Pod {
+        let mut pod: Value = serde_json::to_value(&broken).unwrap();
+        pod["metadata"]["generation"] = json!(4);
+        pod["status"]["observedGeneration"] = json!(observed);
+        pod["status"]["containerStatuses"][1] = shipper;
+        serde_json::from_value(pod).unwrap()
+    };
+    // The old container crashed once more under the old spec (another container id, the back-off
+    // again): the kubelet has not observed generation 4, so that is no failure of the upgrade.
+    // Without the generation, the new container id would read as the upgrade failing.
+    let old_crash = json!({"name": "shipper", "ready": false, "restartCount": 5, "image": "s:1",
+        "imageID": "", "containerID": "containerd://old-5",
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
+    assert_eq!(
+        upgrade.progress(Some(&status(3, old_crash.clone())), now),
+        UpgradeProgress::Pending
+    );
+    assert!(matches!(
+        upgrade
+            .clone()
+            .patched(None)
+            .progress(Some(&status(3, old_crash)), now),
+        UpgradeProgress::Failed(_)
+    ));
+    // Observed, the first status of the new generation may still show the old container as
+    // it was: not judged yet.
+    let as_before =
+        serde_json::to_value(&broken).unwrap()["status"]["containerStatuses"][1].clone();
+    assert_eq!(
+        upgrade.progress(Some(&status(4, as_before)), now),
+        UpgradeProgress::Pending
+    );
+    // Observed, and the new container waits: the upgrade failed, for that reason.
+    let pulling = json!({"name": "shipper", "ready": false, "restartCount": 4, "image": "s:2",
+        "imageID": "", "containerID": "containerd://old-4",
+        "state": {"waiting": {"reason": "ErrImagePull"}}});
+    assert_eq!(
+        upgrade.progress(Some(&status(4, pulling)), now),
+        UpgradeProgress::Failed(
+            "pod web-1: upgraded container shipper is waiting (ErrImagePull)".into()
+        )
+    );
+    // Observed, and the new image runs ready: done.
+    let running = json!({"name": "shipper", "ready": true, "restartCount": 5, "image": "s:2",
+        "imageID": "", "containerID": "containerd://new", "state": {"running": {}}});
+    let mut healed = status(4, running);
+    healed.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
+    assert!(matches!(
+        upgrade.progress(Some(&healed), now),
+        UpgradeProgress::Done(_)
+    ));
+}

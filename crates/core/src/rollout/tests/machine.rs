@@ -392,6 +392,7 @@ fn an_upgrade_in_place_under_way_holds_its_workload_until_read_done_then_the_nex
         before: BTreeMap::new(),
         others: BTreeMap::new(),
         min_ready: Duration::ZERO,
+        generation: None,
     };
     let upgrades = |step: &Step| -> Vec<String> {
         step.effects
