@@ -4,10 +4,16 @@
 //! is built. It shares the static binary the hostile and real-node tests build (cargo's release
 //! profile; a real release uses the image profile).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+// helm as the chart's tests run it, and the documents of a YAML stream.
+#[allow(dead_code)]
+#[path = "support/helm.rs"]
+mod helm;
+use helm::{documents, helm_bin};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -45,23 +51,6 @@ fn locked_version(package: &str) -> String {
     let entry = format!("name = \"{package}\"\nversion = \"");
     let start = lock.find(&entry).expect("locked") + entry.len();
     lock[start..].split('"').next().unwrap().to_owned()
-}
-
-fn helm() -> PathBuf {
-    match std::env::var_os("HELM_BIN") {
-        Some(dir) => PathBuf::from(dir).join("helm"),
-        None => {
-            let built = run("bash", &["testbed/helm.sh"], Path::new(ROOT));
-            PathBuf::from(built.lines().last().unwrap().trim()).join("helm")
-        }
-    }
-}
-
-fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|d: &Value| !d.is_null())
-        .collect()
 }
 
 fn deployment_image(objects: &[Value]) -> &str {
@@ -199,7 +188,7 @@ fn the_image_says_its_version(image: &Path) {
 fn the_chart_and_install_yaml_install_the_version(chart: &Path, install: &Path) {
     let chart = chart.to_str().unwrap();
     let here = Path::new(ROOT);
-    let helm = helm();
+    let helm = helm_bin();
     let helm = helm.to_str().unwrap();
     let shown: Value = serde_yaml::from_str(&run(helm, &["show", "chart", chart], here)).unwrap();
     assert_eq!(shown["version"], VERSION);
