@@ -346,21 +346,21 @@ async fn install(client: &kube::Client) -> (tempfile::TempDir, String) {
     (tls, ca_bundle)
 }
 
-/// The team namespace, once its default ServiceAccount exists (pods need it).
-async fn team_namespace(client: &kube::Client) {
+/// A namespace `name` made, once its default ServiceAccount exists (pods need it).
+async fn team_namespace(client: &kube::Client, name: &str) {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": TEAM}})).unwrap(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
         )
         .await
         .unwrap();
     eventually(
         DEADLINE,
-        "the team namespace's default ServiceAccount",
+        &format!("the {name} namespace's default ServiceAccount"),
         || async {
             let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-                Api::namespaced(client.clone(), TEAM);
+                Api::namespaced(client.clone(), name);
             accounts.get_opt("default").await.ok().flatten()
         },
     )
@@ -417,7 +417,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
         .create(&PostParams::default(), &config("v1"))
         .await
         .unwrap();
-    team_namespace(&client).await;
+    team_namespace(&client, TEAM).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
     let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
     // The configs reach every replica through its ConfigMap watch: wait until both publish.
@@ -1283,7 +1283,7 @@ async fn native_sidecars_run_as_this_releases_kubelet_runs_them() {
     let version = client.apiserver_version().await.unwrap();
     eprintln!("realnode: native sidecars on {}", version.git_version);
     let _tls = install(&client).await;
-    team_namespace(&client).await;
+    team_namespace(&client, TEAM).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), TEAM);
     let pods: Api<Pod> = Api::namespaced(client.clone(), TEAM);
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM);
@@ -2188,25 +2188,7 @@ async fn helm_lifecycle(client: &kube::Client) {
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM);
     wait_both_publish(&configmaps, "shipper:v1").await;
 
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": CHARTED}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    eventually(
-        DEADLINE,
-        "the charted namespace's default ServiceAccount",
-        || async {
-            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), CHARTED)
-                .get_opt("default")
-                .await
-                .ok()
-                .flatten()
-        },
-    )
-    .await;
+    team_namespace(client, CHARTED).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), CHARTED);
     let pods: Api<Pod> = Api::namespaced(client.clone(), CHARTED);
     for (name, request) in [("logs", Some("shipper:v1")), ("quiet", None)] {
