@@ -135,6 +135,12 @@ pub(crate) enum ActionError {
         pod: String,
         source: kube::Error,
     },
+    #[error("cannot resize pod {namespace}/{pod}: {source}")]
+    ResizePod {
+        namespace: String,
+        pod: String,
+        source: kube::Error,
+    },
     #[error("cannot read pod {namespace}/{pod}: {source}")]
     ReadPod {
         namespace: String,
@@ -155,6 +161,7 @@ impl ActionError {
             }
             ActionError::ReadPod { .. } => EngineCall::ReadPod,
             ActionError::PatchPod { .. } => EngineCall::PatchPod,
+            ActionError::ResizePod { .. } => EngineCall::ResizePod,
         }
     }
 }

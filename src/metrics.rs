@@ -192,6 +192,7 @@ pub(crate) enum EngineCall {
     ReadPod,
     /// Patching a pod's sidecar images in place.
     PatchPod,
+    ResizePod,
 }
 
 impl EngineCall {
@@ -203,6 +204,7 @@ impl EngineCall {
             EngineCall::Status => "status",
             EngineCall::ReadPod => "read_pod",
             EngineCall::PatchPod => "patch_pod",
+            EngineCall::ResizePod => "resize_pod",
         }
     }
 }

@@ -21,6 +21,31 @@ use crate::rollout::in_place::{self, InPlaceUpgrade};
 use crate::rollout::machine::{Effect, RolloutState, UpgradeNews};
 use crate::workload::WorkloadRef;
 
+/// What an in-place patch changes: `logger -> l:2, shipper resized to requests.memory 128Mi`.
+fn described(patch: &in_place::InPlacePatch) -> String {
+    let images = patch.upgraded.iter().map(|(c, i)| format!("{c} -> {i}"));
+    let resized = patch.resized.iter().map(|(c, figures)| {
+        let figures: Vec<String> = figures.iter().map(ToString::to_string).collect();
+        format!("{c} resized to {}", figures.join(", "))
+    });
+    images.chain(resized).collect::<Vec<_>>().join(", ")
+}
+
+/// Whether a 404 is the API server's (it serves no `resize` subresource), not the pod's.
+fn no_resize_subresource(e: &kube::core::Status) -> bool {
+    e.message.contains("could not find the requested resource")
+}
+
+/// How a resize request went.
+enum Resized {
+    /// Accepted; the pod's generation after it.
+    Yes(Option<i64>),
+    /// Refused for what it asks.
+    Refused(in_place::ResizeRefusal),
+    /// Not now (the pod changed, or the request failed): a later plan tries again.
+    Later,
+}
+
 impl Engine {
     /// Reads again each pod being upgraded in place once the pod watch saw it change (its
     /// container states are not in the index, but each change comes through the watch and
@@ -66,7 +91,7 @@ impl Engine {
                 }
                 UpgradeNews::Done => {
                     info!(workload = %workload, pod = name, "upgraded in place: {} running and ready, the pod Ready, no other container restarted",
-                        upgrade.upgraded.keys().cloned().collect::<Vec<_>>().join(", "));
+                        upgrade.images.keys().chain(upgrade.resized.keys()).cloned().collect::<Vec<_>>().join(", "));
                 }
                 UpgradeNews::Failed(reason) => {
                     warn!(workload = %workload, pod = name, "in-place upgrade failed: {reason}");
@@ -131,17 +156,7 @@ impl Engine {
             Ok(patch) => patch,
             Err(why) => {
                 info!(workload = %workload, pod = next.name, "not upgradable in place ({why}); evicting it instead");
-                let now = Timestamp::now();
-                match self
-                    .state
-                    .next_eviction(workload, std::slice::from_ref(next), healthy, now)
-                {
-                    Ok(Effect::EvictPod { pod, heal, .. }) => {
-                        self.evict_pod(workload, pod, heal).await
-                    }
-                    Err(Some(spaced)) => self.wake_at(spaced),
-                    _ => {}
-                }
+                self.evict_instead(workload, next, healthy).await;
                 return;
             }
         };
@@ -153,6 +168,21 @@ impl Engine {
         // already, by its workload's bake, what the watch saw of it then is no news either).
         followed.follow(namespace, &next.name);
         let seen_at_patch = followed.seen(namespace, &next.name);
+        let resized = match &patch.resize {
+            None => None,
+            Some(resize) => match self.resize(&api, workload, next, resize, followed).await {
+                Resized::Yes(generation) => generation,
+                Resized::Refused(refusal) => {
+                    followed.forget(namespace, &next.name);
+                    let containers: Vec<&String> = patch.resized.keys().collect();
+                    let failure = refusal.failure(&next.name, &containers);
+                    self.resize_refused(workload, next, healthy, &refusal, failure)
+                        .await;
+                    return;
+                }
+                Resized::Later => return,
+            },
+        };
         self.metrics.record_api_request(EngineCall::PatchPod);
         match with_timeout(api.patch(
             &next.name,
@@ -162,14 +192,14 @@ impl Engine {
         .await
         {
             Ok(patched) => {
-                info!(workload = %workload, pod = next.name, revision = patch.revision, "upgrading in place: {}",
-                    patch.upgraded.iter().map(|(c, i)| format!("{c} -> {i}")).collect::<Vec<_>>().join(", "));
+                let changes = described(&patch);
+                info!(workload = %workload, pod = next.name, revision = patch.revision, "upgrading in place: {changes}");
                 self.metrics
                     .record_rollout(workload.kind, RolloutResult::UpgradedInPlace);
                 // Read again once the watch sees a version other than the patch's own.
                 self.upgrade_reads
                     .insert(workload.clone(), PodRead::of(Some(&patched), seen_at_patch));
-                let upgrade = upgrade.patched(patched.metadata.generation);
+                let upgrade = upgrade.patched(patched.metadata.generation.max(resized));
                 self.state.on_upgrade_started(workload, upgrade);
             }
             // The pod changed since it was read (the test of its uid or a container failed):
@@ -187,6 +217,105 @@ impl Engine {
                 });
                 self.retry_later();
             }
+        }
+    }
+
+    /// Resizes `next` through its `resize` subresource (the first of its two patches): the
+    /// pod's generation after it, or a refusal of the resize itself, or, when the pod changed
+    /// since it was read (or the request failed), nothing until a later plan.
+    async fn resize(
+        &mut self,
+        api: &Api<Pod>,
+        workload: &WorkloadRef,
+        next: &PodToReplace,
+        resize: &crate::injection::json_patch::JsonPatch<'static>,
+        followed: &FollowedPods,
+    ) -> Resized {
+        self.metrics.record_api_request(EngineCall::ResizePod);
+        let patch = Patch::<()>::Json(resize.to_json_patch());
+        match with_timeout(api.patch_subresource(
+            "resize",
+            &next.name,
+            &PatchParams::default(),
+            &patch,
+        ))
+        .await
+        {
+            Ok(resized) => Resized::Yes(resized.metadata.generation),
+            // A failed test of the uid or a container's name: the pod changed since it was read
+            // (or is gone).
+            Err(kube::Error::Api(e))
+                if e.code == 409
+                    || (e.code == 404 && !no_resize_subresource(&e))
+                    || e.message.contains("test failed") =>
+            {
+                followed.forget(&workload.namespace, &next.name);
+                self.wake_at(rollout::after(Timestamp::now(), Duration::from_secs(1)));
+                Resized::Later
+            }
+            // Invalid (a node without resize, a figure above its limit), not allowed (no
+            // `patch` on `pods/resize`) or not served (an API server without resize): no later
+            // try would be accepted either.
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 403 || e.code == 404 => {
+                Resized::Refused(in_place::ResizeRefusal {
+                    code: e.code,
+                    message: e.message.clone(),
+                    causes: e
+                        .details
+                        .iter()
+                        .flat_map(|d| d.causes.iter())
+                        .map(|c| c.reason.clone())
+                        .collect(),
+                })
+            }
+            Err(source) => {
+                followed.forget(&workload.namespace, &next.name);
+                self.failed(&ActionError::ResizePod {
+                    namespace: workload.namespace.clone(),
+                    pod: next.name.clone(),
+                    source,
+                });
+                self.retry_later();
+                Resized::Later
+            }
+        }
+    }
+
+    /// After the API server refused to resize `next`: its workload's restart fails where the
+    /// node cannot fit the resize (`failure`), else the pod is evicted instead.
+    async fn resize_refused(
+        &mut self,
+        workload: &WorkloadRef,
+        next: &PodToReplace,
+        healthy: bool,
+        refusal: &in_place::ResizeRefusal,
+        failure: Option<String>,
+    ) {
+        match failure {
+            Some(reason) => {
+                warn!(workload = %workload, pod = next.name, "in-place upgrade failed: {reason}");
+                self.metrics
+                    .record_rollout(workload.kind, RolloutResult::InPlaceFailed);
+                self.state.on_upgrade_refused(workload, reason);
+                self.wake_at(Timestamp::now());
+            }
+            None => {
+                info!(workload = %workload, pod = next.name, "the API server refused to resize it ({} ({})); evicting it instead", refusal.message, refusal.code);
+                self.evict_instead(workload, next, healthy).await;
+            }
+        }
+    }
+
+    /// Evicts `next` of a workload upgraded in place, when it cannot be: as its next eviction.
+    async fn evict_instead(&mut self, workload: &WorkloadRef, next: &PodToReplace, healthy: bool) {
+        let now = Timestamp::now();
+        match self
+            .state
+            .next_eviction(workload, std::slice::from_ref(next), healthy, now)
+        {
+            Ok(Effect::EvictPod { pod, heal, .. }) => self.evict_pod(workload, pod, heal).await,
+            Err(Some(spaced)) => self.wake_at(spaced),
+            _ => {}
         }
     }
 

@@ -204,29 +204,40 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
     // A broken image fails its in-place upgrade at the canary's first pod: the campaign
     // pauses, no other pod is touched.
     let broken = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:broken', env: [{name: LEVEL, value: debug}]}]\n";
-    put_config(&ctx, "tracing", "tracer.yaml", broken).await;
-    wait_campaign_paused(injector, "tracer:v1").await;
-    let book = wait_book_paused(&ctx, "tracer:v1").await;
-    let failures = book["campaigns"]["tracer:v1"]["failures"]
-        .as_array()
-        .unwrap();
-    assert_eq!(failures.len(), 1, "{book:#}");
-    let reason = failures[0]["reason"].as_str().unwrap();
+    let (reason, touched) = failing_edit(&ctx, broken).await;
     assert!(
         reason.starts_with("in-place upgrade failed: pod canary-")
             && reason.contains("upgraded container tracer is waiting (CrashLoopBackOff)"),
         "{reason}"
     );
-    let broken_stamp = stamp_of(broken);
+    assert_eq!(touched, 1, "one pod of the canary, nothing else");
+}
+
+/// Puts `config`, whose rollout fails, and waits for its campaign to pause: the one failure's
+/// reason, and how many pods of `canary` and `web` took the config.
+async fn failing_edit(ctx: &TestContext, config: &str) -> (String, usize) {
+    put_config(ctx, "tracing", "tracer.yaml", config).await;
+    wait_campaign_paused(ctx.injector.as_ref().unwrap(), "tracer:v1").await;
+    let book = wait_book_paused(ctx, "tracer:v1").await;
+    let failures = book["campaigns"]["tracer:v1"]["failures"]
+        .as_array()
+        .unwrap();
+    assert_eq!(failures.len(), 1, "{book:#}");
+    let stamp = stamp_of(config);
     let mut touched = 0;
     for app in ["canary", "web"] {
-        for pod in pods_of(&ctx, app).await {
-            if annotation(&pod, "injector/revision") == Some(broken_stamp.as_str()) {
+        for pod in pods_of(ctx, app).await {
+            if annotation(&pod, "injector/revision") == Some(stamp.as_str()) {
                 touched += 1;
             }
+            assert_eq!(
+                container(&pod, "app").unwrap().1,
+                0,
+                "the app never restarted"
+            );
         }
     }
-    assert_eq!(touched, 1, "one pod of the canary, nothing else");
+    (failures[0]["reason"].as_str().unwrap().to_owned(), touched)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -367,4 +378,131 @@ async fn a_fix_after_a_failed_in_place_upgrade_heals_the_broken_pod_first_and_co
         },
     )
     .await;
+}
+
+/// The memory request `pod`'s tracer container runs with, as its status reports it.
+fn reported_memory(pod: &Pod) -> Option<String> {
+    let status = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == "tracer")?;
+    Some(
+        status
+            .resources
+            .as_ref()?
+            .requests
+            .as_ref()?
+            .get("memory")?
+            .0
+            .clone(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_memory_change_resizes_pods_in_place_and_one_the_node_cannot_fit_fails_with_its_reason() {
+    let flags = [PATIENT_FAILURE, &["--in-place", "auto", "--cooldown", "1s"]].concat();
+    let ctx = engine_context("in-place-resize", &flags).await;
+    let v1 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1', resources: {requests: {memory: 64Mi}}}]\n";
+    put_config(&ctx, "tracing", "tracer.yaml", v1).await;
+    wait_published(&ctx, &stamp_of(v1)).await;
+    for name in ["canary", "web"] {
+        create_deployment(&ctx, name, 4, template(name, Some("tracer:v1"))).await;
+    }
+    for app in ["canary", "web"] {
+        wait_pods_at(&ctx, app, 4, &stamp_of(v1), DEADLINE).await;
+    }
+    let before = [uids(&ctx, "canary").await, uids(&ctx, "web").await];
+
+    // Only the memory request changes: each pod is resized where it runs.
+    let v2 = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1', resources: {requests: {memory: 128Mi}}}]\n";
+    let v2_stamp = stamp_of(v2);
+    put_config(&ctx, "tracing", "tracer.yaml", v2).await;
+    for app in ["canary", "web"] {
+        eventually(
+            Duration::from_secs(90),
+            &format!("{app}: 4 pods at {v2_stamp} running with 128Mi"),
+            || async {
+                let pods = pods_of(&ctx, app).await;
+                (pods.len() == 4
+                    && pods.iter().all(|p| {
+                        annotation(p, "injector/revision") == Some(v2_stamp.as_str())
+                            && reported_memory(p).as_deref() == Some("128Mi")
+                    }))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    assert_eq!(
+        [uids(&ctx, "canary").await, uids(&ctx, "web").await],
+        before,
+        "the very same pods"
+    );
+    for app in ["canary", "web"] {
+        for pod in pods_of(&ctx, app).await {
+            let spec = pod.spec.as_ref().unwrap();
+            let tracer = spec.containers.iter().find(|c| c.name == "tracer").unwrap();
+            let requests = tracer
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap();
+            assert_eq!(requests["memory"].0, "128Mi", "the spec resized");
+            assert_eq!(
+                container(&pod, "app").unwrap().1,
+                0,
+                "the app never restarted"
+            );
+            assert_eq!(
+                container(&pod, "tracer").unwrap().1,
+                0,
+                "resizePolicy NotRequired: the sidecar runs on"
+            );
+        }
+        assert_eq!(
+            replicaset_count(&ctx, app).await,
+            1,
+            "{app}: no new ReplicaSet"
+        );
+    }
+    let injector = ctx.injector.as_ref().unwrap();
+    eventually(DEADLINE, "the campaign complete", || async {
+        (injector
+            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        injector.metric("sidecar_injector_rollout_api_requests_total{verb=\"resize_pod\"}"),
+        8.0,
+        "one resize per pod"
+    );
+    let events = events_for(&ctx, "web", "SidecarRestart").await;
+    assert!(
+        events.iter().any(|e| e
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(": in place: sidecar tracer:v1")),
+        "{events:?}"
+    );
+
+    // More memory than a node has: the kubelet leaves the resize pending, Infeasible. The
+    // canary's first pod fails with that reason, the campaign pauses, no other pod is touched.
+    let huge = "name: tracer:v1\ncontainers: [{name: tracer, image: 'tracer:1', resources: {requests: {memory: 64Gi}}}]\n";
+    let (reason, touched) = failing_edit(&ctx, huge).await;
+    assert!(
+        reason.starts_with("in-place upgrade failed: pod canary-")
+            && reason.contains(
+                "the kubelet did not resize tracer: PodResizePending Infeasible: Node didn't have enough capacity: memory"
+            ),
+        "{reason}"
+    );
+    assert_eq!(touched, 1, "one pod of the canary, nothing else");
 }

@@ -5,6 +5,7 @@
 #![allow(clippy::too_many_lines)] // a test reads as one scenario
 
 mod node;
+mod resize;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -1262,6 +1263,7 @@ async fn the_injector_installed_by_kubectl_apply_k_injects_and_rolls_out_real_co
     }
 
     in_place_upgrade(&client, &pods, &deployments, &configmaps).await;
+    resize::resize_in_place(&client, &pods, &deployments, &configmaps).await;
     native_sidecar(&pods, &deployments, &configmaps).await;
     native_stop_order(&pods, &configmaps).await;
     native_in_place(&client, &pods, &deployments, &configmaps).await;

@@ -4,6 +4,9 @@
 //! A container whose image is changed in a running pod (an in-place upgrade) is restarted as a
 //! kubelet would: its restart count goes up and its status takes the new image (a `:broken`
 //! one backs off and the pod turns not Ready).
+//! A container whose CPU or memory is resized (the pod's `resize` subresource) reports its new
+//! figures, and restarts if its `resizePolicy` says so, unless it asks more than a node has:
+//! then the resize stays pending, `Infeasible`, as a kubelet says it.
 //! A pod annotated `e2e.kubelet/unready` is reported running but not Ready, as a failing
 //! readiness probe makes it, and a pod with a container backing off (CrashLoopBackOff, as a test
 //! reports it) is left as it is: neither is made Ready again.
@@ -255,6 +258,137 @@ async fn patch_status(client: kube::Client, namespace: &str, name: &str, status:
         .await;
 }
 
+/// A node's allocatable CPU and memory, in millicores and bytes (as [`node_status`] says).
+const ALLOCATABLE: [(&str, f64); 2] =
+    [("cpu", 8000.0), ("memory", 32.0 * 1024.0 * 1024.0 * 1024.0)];
+
+/// A quantity in millicores (cpu) or bytes (memory), enough for the figures tests write.
+fn amount(resource: &str, quantity: &str) -> f64 {
+    let units = [
+        ("Ki", 1024f64),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("m", 0.001),
+    ];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(suffix, scale)| quantity.strip_suffix(suffix).map(|n| (n, *scale)))
+        .unwrap_or((quantity, 1.0));
+    let value = number.parse::<f64>().unwrap_or_default() * scale;
+    if resource == "cpu" {
+        value * 1000.0
+    } else {
+        value
+    }
+}
+
+/// The CPU and memory figures of a container's resources, as JSON.
+fn cpu_memory(resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>) -> Value {
+    let pick = |list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >|
+     -> Value {
+        list.into_iter()
+            .flatten()
+            .filter(|(name, _)| name.as_str() == "cpu" || name.as_str() == "memory")
+            .map(|(name, q)| (name.clone(), json!(q.0)))
+            .collect::<serde_json::Map<String, Value>>()
+            .into()
+    };
+    json!({"requests": pick(resources.and_then(|r| r.requests.as_ref())),
+           "limits": pick(resources.and_then(|r| r.limits.as_ref()))})
+}
+
+/// The containers whose spec's CPU or memory differs from what their status reports.
+fn changed_resources(pod: &Pod) -> Vec<String> {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter(|c| {
+            statuses.iter().any(|s| {
+                s.name == c.name
+                    && s.resources.is_some()
+                    && cpu_memory(s.resources.as_ref()) != cpu_memory(c.resources.as_ref())
+            })
+        })
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+fn resize_pending(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodResizePending"))
+}
+
+/// An in-place resize: the resized containers report their new figures (restarted where their
+/// resizePolicy says RestartContainer for a resource that changed), or, when one asks more
+/// than a node has, the resize stays pending as Infeasible.
+async fn resize_changed(client: kube::Client, pod: Pod, delay: Duration) {
+    tokio::time::sleep(delay).await;
+    let (Some(name), Some(namespace)) = (pod.metadata.name.clone(), pod.metadata.namespace.clone())
+    else {
+        return;
+    };
+    let changed = changed_resources(&pod);
+    let specs: Vec<&k8s_openapi::api::core::v1::Container> =
+        pod.spec.iter().flat_map(|s| s.containers.iter()).collect();
+    let too_big = specs.iter().filter(|c| changed.contains(&c.name)).find_map(|c| {
+        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        ALLOCATABLE.iter().find_map(|(resource, capacity)| {
+            let asked = amount(resource, &requests?.get(*resource)?.0);
+            (asked > *capacity).then(|| format!(
+                "Node didn't have enough capacity: {resource}, requested: {asked}, capacity: {capacity}"
+            ))
+        })
+    });
+    let mut conditions = conditions(is_ready(&pod));
+    let statuses = match too_big {
+        Some(message) => {
+            conditions.as_array_mut().unwrap().push(json!({"type": "PodResizePending",
+                "status": "True", "reason": "Infeasible", "message": message, "lastTransitionTime": now()}));
+            container_statuses(&pod, |_, _| {})
+        }
+        None => container_statuses(&pod, |s, status| {
+            let Some(spec) = specs
+                .iter()
+                .find(|c| c.name == s.name && changed.contains(&c.name))
+            else {
+                return;
+            };
+            let before = cpu_memory(s.resources.as_ref());
+            let after = cpu_memory(spec.resources.as_ref());
+            status["resources"] = after.clone();
+            let restarts = spec.resize_policy.iter().flatten().any(|policy| {
+                policy.restart_policy == "RestartContainer"
+                    && ["requests", "limits"].iter().any(|list| {
+                        before[list].get(&policy.resource_name)
+                            != after[list].get(&policy.resource_name)
+                    })
+            });
+            if restarts {
+                status["restartCount"] = json!(s.restart_count + 1);
+                status["containerID"] = json!(format!("test://{}-{}", s.name, s.restart_count + 1));
+                status["state"] = container_state(false, &now());
+            }
+        }),
+    };
+    let status = json!({"status": {
+        "conditions": conditions,
+        "containerStatuses": statuses,
+    }});
+    patch_status(client, &namespace, &name, status).await;
+}
+
 async fn run_pods(client: kube::Client, delay: Duration) {
     let pods: Api<Pod> = Api::all(client.clone());
     let mut events = watcher(pods, watcher::Config::default())
@@ -267,6 +401,10 @@ async fn run_pods(client: kube::Client, delay: Duration) {
         }
         if is_running(&pod) && !changed_images(&pod).is_empty() {
             tokio::spawn(restart_changed(client.clone(), pod, delay));
+            continue;
+        }
+        if is_running(&pod) && !resize_pending(&pod) && !changed_resources(&pod).is_empty() {
+            tokio::spawn(resize_changed(client.clone(), pod, delay));
             continue;
         }
         if backing_off(&pod) {
@@ -300,7 +438,8 @@ async fn run_pods(client: kube::Client, delay: Duration) {
                 .flat_map(|s| s.containers.iter())
                 .map(|c| {
                     json!({"name": c.name, "image": c.image, "imageID": "", "ready": !broken,
-                           "restartCount": 0, "started": !broken, "state": container_state(broken, &now)})
+                           "restartCount": 0, "started": !broken, "state": container_state(broken, &now),
+                           "resources": cpu_memory(c.resources.as_ref())})
                 })
                 .collect();
             let status = json!({"status": {

@@ -1,7 +1,8 @@
 //! In-place upgrades: when a new revision of a sidecar differs from the one a pod runs only in
-//! the images of its injected regular containers, those images are patched in the live pod (the
-//! kubelet restarts just those containers) instead of restarting the workload. Pure: which
-//! revisions qualify, the JSON patch of one pod, and how an upgrade under way is going.
+//! the images, CPU and memory of its injected containers, the live pod is patched (the kubelet
+//! restarts just the containers whose image changed, and resizes the others as their
+//! `resizePolicy` says) instead of restarting the workload. Pure: which revisions qualify, the
+//! patches of one pod, and how an upgrade under way is going.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,10 +18,14 @@ use crate::config::revision::stamp_items;
 use crate::drift::PodToReplace;
 use crate::injection::json_patch::JsonPatch;
 
+mod resize;
+
+pub use resize::{Figure, QosClass, ResizeRefusal, qos_class};
+
 /// Whether the engine may upgrade sidecars in place (`--in-place`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum InPlaceMode {
-    /// In place whenever only images of injected containers change (and the sidecar's config
+    /// In place whenever only images, CPU and memory of injected containers change (and the sidecar's config
     /// does not say `rollout: {inPlace: false}`).
     #[default]
     Auto,
@@ -34,10 +39,26 @@ pub enum InPlaceMode {
 pub enum NotInPlace {
     #[error("a container's image was removed")]
     ImageRemoved,
-    #[error("containers changed beyond their images: {ONLY_IMAGES}")]
+    #[error("containers changed beyond their images, CPU and memory: {ONLY_IN_PLACE}")]
     BeyondImages,
-    #[error("{} changed: {ONLY_IMAGES}", fields.join(", "))]
+    #[error("{} changed: {ONLY_IN_PLACE}", fields.join(", "))]
     FieldsChanged { fields: Vec<String> },
+    #[error("the resources of {container} changed beyond requests and limits: {ONLY_IN_PLACE}")]
+    ResourcesBeyondCpuMemory { container: String },
+    #[error("{resource} of {container} changed: only CPU and memory are resized in place")]
+    NotResizable { container: String, resource: String },
+    #[error("{figure} of {container} is removed, which no resize can do")]
+    ResourceRemoved { container: String, figure: String },
+    #[error(
+        "the pod sets pod-level resources, which a sidecar's resize would change and which are not resized in place"
+    )]
+    PodLevelResources,
+    #[error("resizing {container} would change the pod's QoS class from {from} to {to}")]
+    QosClassWouldChange {
+        container: String,
+        from: QosClass,
+        to: QosClass,
+    },
     #[error("nothing to change")]
     NothingToChange,
     #[error("revision {revision} of {sidecar} is not in the history")]
@@ -69,15 +90,26 @@ pub enum NotInPlace {
     NoSuchContainer { container: String },
 }
 
-const ONLY_IMAGES: &str = "only a change of injected containers' images is made in place";
+const ONLY_IN_PLACE: &str =
+    "only a change of injected containers' images, CPU and memory is made in place";
 
-/// The lists of the injected content whose containers may change image in place.
+/// The lists of the injected content whose containers may change in place.
 const REGULAR: [&str; 2] = ["containers", "prependContainers"];
 
-/// The new image of each injected regular container whose image differs from `from` to `to`,
-/// when nothing else differs; else why not, as a person reads it.
-pub fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String>, NotInPlace> {
-    let mut changes = BTreeMap::new();
+/// What changes in one injected container: its image, its CPU and memory figures, or both.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerChange {
+    pub image: Option<String>,
+    pub resources: Vec<Figure>,
+}
+
+/// What changes in each injected container whose image, CPU or memory differs from `from` to
+/// `to`, when nothing else differs; else why not.
+pub fn container_changes(
+    from: &Value,
+    to: &Value,
+) -> Result<BTreeMap<String, ContainerChange>, NotInPlace> {
+    let mut changes: BTreeMap<String, ContainerChange> = BTreeMap::new();
     let mut from = from.clone();
     for list in REGULAR {
         let Some(new) = to.get(list).and_then(Value::as_array) else {
@@ -95,13 +127,23 @@ pub fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String
             else {
                 continue;
             };
+            let Some(name) = name else { continue };
             if own.get("image") != image {
-                match (name, image.and_then(Value::as_str)) {
-                    (Some(name), Some(image)) => {
-                        changes.insert(name.to_owned(), image.to_owned());
-                        own["image"] = Value::String(image.to_owned());
+                let Some(image) = image.and_then(Value::as_str) else {
+                    return Err(NotInPlace::ImageRemoved);
+                };
+                changes.entry(name.to_owned()).or_default().image = Some(image.to_owned());
+                own["image"] = Value::String(image.to_owned());
+            }
+            let resources = container.get("resources");
+            if own.get("resources") != resources {
+                let figures = resize::figures(name, own.get("resources"), resources)?;
+                changes.entry(name.to_owned()).or_default().resources = figures;
+                match resources {
+                    Some(resources) => own["resources"] = resources.clone(),
+                    None => {
+                        own.as_object_mut().map(|o| o.remove("resources"));
                     }
-                    _ => return Err(NotInPlace::ImageRemoved),
                 }
             }
         }
@@ -134,13 +176,13 @@ pub fn image_changes(from: &Value, to: &Value) -> Result<BTreeMap<String, String
     Ok(changes)
 }
 
-/// Why `sidecar` cannot go from `from` to `to` in place, or the images to set.
+/// Why `sidecar` cannot go from `from` to `to` in place, or what changes in each container.
 pub fn sidecar_changes(
     history: &RevisionHistory,
     sidecar: &str,
     from: &str,
     to: &str,
-) -> Result<BTreeMap<String, String>, NotInPlace> {
+) -> Result<BTreeMap<String, ContainerChange>, NotInPlace> {
     let content = |revision: &str| {
         history
             .entries(sidecar)
@@ -152,26 +194,43 @@ pub fn sidecar_changes(
                 revision: revision.to_owned(),
             })
     };
-    image_changes(content(from)?, content(to)?).map_err(|why| NotInPlace::OfSidecar {
+    container_changes(content(from)?, content(to)?).map_err(|why| NotInPlace::OfSidecar {
         sidecar: sidecar.to_owned(),
         why: Box::new(why),
     })
 }
 
-/// The JSON patch that upgrades one pod in place, and the containers it upgrades.
+/// The patches that upgrade one pod in place, and what they change.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InPlacePatch {
+    /// The pod's own patch: images and `NS/revision`.
     pub patch: JsonPatch<'static>,
+    /// The patch of the pod's `resize` subresource, sent first, when CPU or memory changes: the
+    /// API server takes container resources through it alone, and drops anything else it holds.
+    pub resize: Option<JsonPatch<'static>>,
     /// The containers whose image it sets, with the image.
     pub upgraded: BTreeMap<String, String>,
+    /// The containers it resizes, with the figures it sets.
+    pub resized: BTreeMap<String, Vec<Figure>>,
     /// The pod's `NS/revision` after the patch.
     pub revision: String,
 }
 
-/// The patch that brings `pod` to `target` in place: each of its sidecars whose revision
-/// differs goes through [`sidecar_changes`]; the images are replaced (each guarded by a test
-/// of the container's name, and the whole by the pod's uid, so a pod changed or replaced since
-/// it was read is not patched) and `NS/revision` is set in the same patch.
+impl InPlacePatch {
+    /// Every container the upgrade changes.
+    pub fn containers(&self) -> impl Iterator<Item = &String> {
+        let resized_only = self
+            .resized
+            .keys()
+            .filter(|c| !self.upgraded.contains_key(*c));
+        self.upgraded.keys().chain(resized_only)
+    }
+}
+
+/// The patches that bring `pod` to `target` in place: each of its sidecars whose revision
+/// differs goes through [`sidecar_changes`]. Each patch is guarded by a test of the pod's uid
+/// and of each container's name, so a pod changed or replaced since it was read is not
+/// patched; `NS/revision` is set with the images, after the resize.
 pub fn pod_patch(
     pod: &Pod,
     keys: &AnnotationKeys,
@@ -190,7 +249,7 @@ pub fn pod_patch(
     let mut items: Vec<(String, String)> = stamp_items(carried)
         .map(|(s, r)| (s.to_owned(), r.to_owned()))
         .collect();
-    let mut upgraded = BTreeMap::new();
+    let mut changes: BTreeMap<String, ContainerChange> = BTreeMap::new();
     for (sidecar, to) in target.items() {
         let Some(item) = items.iter_mut().find(|(s, _)| s == sidecar) else {
             return Err(NotInPlace::NeverInjected {
@@ -198,36 +257,51 @@ pub fn pod_patch(
             });
         };
         if item.1 != to {
-            upgraded.extend(sidecar_changes(history, sidecar, &item.1, to)?);
+            changes.extend(sidecar_changes(history, sidecar, &item.1, to)?);
             item.1 = to.to_owned();
         }
     }
-    if upgraded.is_empty() {
+    if changes.is_empty() {
         return Err(NotInPlace::PodCurrent);
     }
-    let spec = pod.spec.as_ref();
-    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-    // A native sidecar is an init container; its image can change in place too, and the
-    // kubelet restarts only it.
-    let natives = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default();
+    let mut spec = pod.spec.clone().unwrap_or_default();
     let mut patch = JsonPatch::default();
     patch.test(&["metadata", "uid"], json!(uid).into());
-    for (name, image) in &upgraded {
-        let (list, index) = match containers.iter().position(|c| &c.name == name) {
-            Some(index) => ("containers", index),
-            None => natives
-                .iter()
-                .position(|c| &c.name == name && crate::config::is_native_sidecar(c))
-                .map(|index| ("initContainers", index))
-                .ok_or_else(|| NotInPlace::NoSuchContainer {
-                    container: name.clone(),
-                })?,
+    let mut resize = JsonPatch::default();
+    resize.test(&["metadata", "uid"], json!(uid).into());
+    let (mut upgraded, mut resized) = (BTreeMap::new(), BTreeMap::new());
+    let qos_before = qos_class(&spec);
+    for (name, change) in changes {
+        let (list, index) = container_position(&spec, &name)?;
+        let at = index.to_string();
+        if let Some(image) = change.image {
+            patch.test(&["spec", list, &at, "name"], json!(name).into());
+            patch.set(&["spec", list, &at, "image"], true, json!(image).into());
+            upgraded.insert(name.clone(), image);
+        }
+        if change.resources.is_empty() {
+            continue;
+        }
+        if resize::has_pod_level_resources(&spec) {
+            return Err(NotInPlace::PodLevelResources);
+        }
+        let container = match list {
+            "containers" => &mut spec.containers[index],
+            _ => &mut spec.init_containers.get_or_insert_default()[index],
         };
-        let index = index.to_string();
-        patch.test(&["spec", list, &index, "name"], json!(name).into());
-        patch.set(&["spec", list, &index, "image"], true, json!(image).into());
+        let resources = resize::resized(container, &change.resources);
+        container.resources = serde_json::from_value(resources.clone()).ok();
+        let qos_after = qos_class(&spec);
+        if qos_after != qos_before {
+            return Err(NotInPlace::QosClassWouldChange {
+                container: name,
+                from: qos_before,
+                to: qos_after,
+            });
+        }
+        resize.test(&["spec", list, &at, "name"], json!(name).into());
+        resize.set(&["spec", list, &at, "resources"], true, resources.into());
+        resized.insert(name, change.resources);
     }
     let revision = items
         .iter()
@@ -241,9 +315,31 @@ pub fn pod_patch(
     );
     Ok(InPlacePatch {
         patch,
+        resize: (!resized.is_empty()).then_some(resize),
         upgraded,
+        resized,
         revision,
     })
+}
+
+/// Where an injected container is in a pod: a regular container, or a native sidecar (an init
+/// container, which the kubelet upgrades and resizes alone too).
+fn container_position(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    name: &str,
+) -> Result<(&'static str, usize), NotInPlace> {
+    if let Some(index) = spec.containers.iter().position(|c| c.name == name) {
+        return Ok(("containers", index));
+    }
+    spec.init_containers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .position(|c| c.name == name && crate::config::is_native_sidecar(c))
+        .map(|index| ("initContainers", index))
+        .ok_or_else(|| NotInPlace::NoSuchContainer {
+            container: name.to_owned(),
+        })
 }
 
 /// The pod [`next_upgrade`] or [`super::eviction::next_eviction`] picks, and whether only because
@@ -310,6 +406,8 @@ pub struct InPlaceUpgrade {
     pub upgraded: BTreeMap<String, (String, i32)>,
     /// The image each upgraded container is patched to.
     pub images: BTreeMap<String, String>,
+    /// The CPU and memory figures each resized container is patched to.
+    pub resized: BTreeMap<String, Vec<Figure>>,
     /// Each upgraded container's id and waiting reason when read before the patch: a pod healed
     /// from a back-off reports that state until the kubelet acts on the new spec.
     pub before: BTreeMap<String, (Option<String>, Option<String>)>,
@@ -359,9 +457,9 @@ impl InPlaceUpgrade {
                 })
                 .collect(),
             images: patch.upgraded.clone(),
+            resized: patch.resized.clone(),
             before: patch
-                .upgraded
-                .keys()
+                .containers()
                 .filter_map(|name| {
                     let status = statuses.iter().find(|s| &s.name == name)?;
                     Some((
@@ -372,7 +470,9 @@ impl InPlaceUpgrade {
                 .collect(),
             others: statuses
                 .iter()
-                .filter(|s| !patch.upgraded.contains_key(&s.name))
+                .filter(|s| {
+                    !patch.upgraded.contains_key(&s.name) && !patch.resized.contains_key(&s.name)
+                })
                 .map(|s| (s.name.clone(), s.restart_count))
                 .collect(),
             min_ready,
@@ -385,20 +485,43 @@ impl InPlaceUpgrade {
         Self { generation, ..self }
     }
 
+    /// Every container the upgrade changes.
+    fn containers(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .images
+            .keys()
+            .chain(self.resized.keys())
+            .cloned()
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     /// What the upgrade waits for, with the pod as last read (`None`: not read since the
-    /// patch): each upgraded container to run its new image and be ready, then the pod Ready.
-    /// Said when the restart times out.
+    /// patch): each upgraded container to run its new image (or figures) and be ready, then
+    /// the pod Ready. Said when the restart times out.
     pub fn awaiting(&self, pod: Option<&Pod>) -> String {
         let statuses = pod.map(super::health::running_statuses).unwrap_or_default();
         let containers: Vec<String> = self
-            .images
+            .containers()
             .iter()
-            .map(|(container, image)| {
+            .map(|container| {
                 let now = match statuses.iter().find(|s| &s.name == container) {
                     None => "no status yet".to_owned(),
                     Some(status) => container_state(status),
                 };
-                format!("container {container} to run {image} and be ready (it is {now})")
+                let mut goal: Vec<String> = Vec::new();
+                if let Some(image) = self.images.get(container) {
+                    goal.push(image.clone());
+                }
+                for figure in self.resized.get(container).into_iter().flatten() {
+                    goal.push(figure.to_string());
+                }
+                format!(
+                    "container {container} to run {} and be ready (it is {now})",
+                    goal.join(", ")
+                )
             })
             .collect();
         let pod_state = match pod {
@@ -433,7 +556,7 @@ impl InPlaceUpgrade {
                 return UpgradeProgress::Failed(format!(
                     "pod {name}: container {} restarted during the in-place upgrade of {}",
                     status.name,
-                    self.upgraded.keys().cloned().collect::<Vec<_>>().join(", ")
+                    self.containers().join(", ")
                 ));
             }
         }
@@ -446,7 +569,43 @@ impl InPlaceUpgrade {
         if observed == Some(false) {
             return UpgradeProgress::Pending;
         }
+        if !self.resized.is_empty()
+            && let Some(refusal) = resize::refusal(pod)
+        {
+            let containers: Vec<&String> = self.resized.keys().collect();
+            return UpgradeProgress::Failed(format!(
+                "pod {name}: the kubelet did not resize {}: {refusal}",
+                containers
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         let mut done = true;
+        // A kubelet that observed the resize and says no resize is pending or in progress has
+        // made it (a runtime may report a CPU figure rounded through its cgroup's shares).
+        let settled = observed == Some(true) && !resize::in_flight(pod);
+        // A container resized alone runs on (or is restarted by the kubelet, as its
+        // resizePolicy says): done once its status reports the new figures, running and ready.
+        for (container, figures) in &self.resized {
+            let Some(status) = statuses.iter().find(|s| &s.name == container) else {
+                done = false;
+                continue;
+            };
+            let (id_before, waiting_before) =
+                self.before.get(container).cloned().unwrap_or_default();
+            let waiting = waiting_reason(status)
+                .filter(|r| r != "ContainerCreating" && r != "PodInitializing");
+            let as_before = status.container_id == id_before && waiting == waiting_before;
+            if let Some(reason) = waiting.as_ref().filter(|_| !as_before) {
+                return UpgradeProgress::Failed(format!(
+                    "pod {name}: resized container {container} is waiting ({reason})"
+                ));
+            }
+            let running = status.state.as_ref().is_some_and(|s| s.running.is_some());
+            done &= (settled || resize::applied(status, figures)) && running && status.ready;
+        }
         for (container, (image_before, restarts_before)) in &self.upgraded {
             let Some(status) = statuses.iter().find(|s| &s.name == container) else {
                 done = false;

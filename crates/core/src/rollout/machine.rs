@@ -665,6 +665,14 @@ impl RolloutState {
         self.upgrades.insert(workload.clone(), under_way);
     }
 
+    /// An upgrade that failed before it began (the API server refused its resize for a node
+    /// that cannot fit it): its restart fails with `reason` at the next plan.
+    pub fn on_upgrade_refused(&mut self, workload: &WorkloadRef, reason: String) {
+        if let Some(restart) = self.evicting.get_mut(workload) {
+            restart.problem = Some(reason);
+        }
+    }
+
     /// Whether the upgrade under way of `workload` is due to be judged at `now` by time alone
     /// (its minReadySeconds are up), whatever the pod watch saw.
     pub fn upgrade_available(&self, workload: &WorkloadRef, now: Timestamp) -> bool {

@@ -371,10 +371,18 @@ fn in_place(
                 sidecar: row.sidecar.clone(),
             }));
         };
-        if let Err(why) =
-            super::in_place::sidecar_changes(input.history, &row.sidecar, from, &target.revision)
+        match super::in_place::sidecar_changes(input.history, &row.sidecar, from, &target.revision)
         {
-            return Some(Err(why));
+            Err(why) => return Some(Err(why)),
+            // Pod-level requests must cover the containers' (part of the webhook's rule), and
+            // the API server resizes no pod that sets them.
+            Ok(changes)
+                if entry.template.is_some()
+                    && changes.values().any(|c| !c.resources.is_empty()) =>
+            {
+                return Some(Err(NotInPlace::PodLevelResources));
+            }
+            Ok(_) => {}
         }
     }
     // What changes allows it; the workload's budget must too.

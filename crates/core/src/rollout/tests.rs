@@ -2131,11 +2131,14 @@ fn the_webhook_serves_a_pin_over_its_config_and_a_hold_over_the_failed_revision(
 /// A history where OLD and NEW of logger:v1 differ in `what` (`image` or `env`).
 fn history_old_new(what: &str) -> crate::rollout::history::RevisionHistory {
     use crate::rollout::history::{HistoryEntry, Outcome};
-    let content = |image: &str, env: &str| serde_json::json!({"containers": [{"name": "logger", "image": image}], "env": [{"name": "E", "value": env}]});
-    let new = if what == "image" {
-        content("l:2", "a")
-    } else {
-        content("l:1", "b")
+    let content = |image: &str, env: &str, memory: &str| {
+        serde_json::json!({"containers": [{"name": "logger", "image": image,
+        "resources": {"requests": {"memory": memory}}}], "env": [{"name": "E", "value": env}]})
+    };
+    let new = match what {
+        "image" => content("l:2", "a", "64Mi"),
+        "memory" => content("l:1", "a", "128Mi"),
+        _ => content("l:1", "b", "64Mi"),
     };
     let entry = |revision: &str, content| HistoryEntry {
         revision: revision.into(),
@@ -2147,10 +2150,47 @@ fn history_old_new(what: &str) -> crate::rollout::history::RevisionHistory {
     crate::rollout::history::RevisionHistory {
         sidecars: [(
             LOGGER.to_owned(),
-            vec![entry(OLD, content("l:1", "a")), entry(NEW, new)],
+            vec![entry(OLD, content("l:1", "a", "64Mi")), entry(NEW, new)],
         )]
         .into(),
     }
+}
+
+#[test]
+fn a_memory_change_is_made_in_place_unless_the_pods_set_pod_level_resources() {
+    let mut world = World::new();
+    world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+    world.history = history_old_new("memory");
+    world.deployment("web", 2, Some(OLD));
+    let plan = world.step();
+    assert_eq!(
+        plan.restarts[0].method,
+        crate::workload::RestartMethod::InPlace,
+        "{:?}",
+        plan.restarts[0].not_in_place
+    );
+
+    // The same change where the template sets pod-level resources: restarted, and the plan
+    // says why.
+    let mut world = World::new();
+    world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+    world.history = history_old_new("memory");
+    let entry = WorkloadEntry {
+        template: Some(std::sync::Arc::from(
+            r#"{"spec":{"resources":{"requests":{"memory":"1Gi"}},"containers":[]}}"#,
+        )),
+        ..healthy(2)
+    };
+    world.deployment_with("web", 2, Some(OLD), entry);
+    let plan = world.step();
+    assert_eq!(
+        plan.restarts[0].method,
+        crate::workload::RestartMethod::Template
+    );
+    assert_eq!(
+        plan.restarts[0].not_in_place,
+        Some(crate::rollout::in_place::NotInPlace::PodLevelResources)
+    );
 }
 
 #[test]
@@ -2245,7 +2285,7 @@ fn an_image_only_change_upgrades_in_place_and_anything_else_restarts_with_the_re
             .map(ToString::to_string)
             .as_deref(),
         Some(
-            "logger:v1: env changed: only a change of injected containers' images is made in place"
+            "logger:v1: env changed: only a change of injected containers' images, CPU and memory is made in place"
         )
     );
 

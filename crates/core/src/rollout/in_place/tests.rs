@@ -71,28 +71,37 @@ fn content(image: &str, env: &str) -> Value {
 
 #[test]
 fn only_an_image_change_of_injected_containers_is_made_in_place() {
-    let changes = image_changes(&content("s:1", "a"), &content("s:2", "a")).unwrap();
-    assert_eq!(changes, BTreeMap::from([("shipper".into(), "s:2".into())]));
-    let err = image_changes(&content("s:1", "a"), &content("s:2", "b")).unwrap_err();
+    let changes = container_changes(&content("s:1", "a"), &content("s:2", "a")).unwrap();
+    assert_eq!(
+        changes,
+        BTreeMap::from([(
+            "shipper".into(),
+            ContainerChange {
+                image: Some("s:2".into()),
+                resources: vec![]
+            }
+        )])
+    );
+    let err = container_changes(&content("s:1", "a"), &content("s:2", "b")).unwrap_err();
     assert_eq!(err, NotInPlace::BeyondImages);
     assert!(
         err.to_string()
-            .starts_with("containers changed beyond their images"),
+            .starts_with("containers changed beyond their images, CPU and memory"),
         "{err}"
     );
     let mut with_env = content("s:1", "a");
     with_env["env"] = json!([{"name": "X", "value": "1"}]);
-    let err = image_changes(&content("s:1", "a"), &with_env).unwrap_err();
+    let err = container_changes(&content("s:1", "a"), &with_env).unwrap_err();
     assert!(err.to_string().starts_with("env changed"), "{err}");
     let mut init = content("s:2", "a");
     init["initContainers"] = json!([{"name": "setup", "image": "i:1"}]);
-    let err = image_changes(&content("s:1", "a"), &init).unwrap_err();
+    let err = container_changes(&content("s:1", "a"), &init).unwrap_err();
     assert!(
         err.to_string().starts_with("initContainers changed"),
         "{err}"
     );
     assert_eq!(
-        image_changes(&content("s:1", "a"), &content("s:1", "a")).unwrap_err(),
+        container_changes(&content("s:1", "a"), &content("s:1", "a")).unwrap_err(),
         NotInPlace::NothingToChange
     );
 }

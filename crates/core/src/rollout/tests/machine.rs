@@ -389,6 +389,7 @@ fn an_upgrade_in_place_under_way_holds_its_workload_until_read_done_then_the_nex
         uid: uid.into(),
         upgraded: BTreeMap::new(),
         images: BTreeMap::new(),
+        resized: BTreeMap::new(),
         before: BTreeMap::new(),
         others: BTreeMap::new(),
         min_ready: Duration::ZERO,
@@ -448,6 +449,34 @@ fn an_upgrade_in_place_under_way_holds_its_workload_until_read_done_then_the_nex
     let step = world.machine(ACT);
     assert!(
         step.effects.iter().any(|e| matches!(e, Effect::Failed { failure, ours: true } if matches!(failure.reason, FailureReason::Found(FailureCause::InPlace { .. })))),
+        "{:#?}",
+        step.effects
+    );
+}
+
+#[test]
+fn a_resize_the_api_server_refuses_for_the_node_fails_the_restart_and_no_other_pod_goes() {
+    let mut world = World::new();
+    world.settings.canary = 0;
+    world.settings.in_place = crate::rollout::in_place::InPlaceMode::Auto;
+    world.history = history_old_new("memory");
+    world.deployment("web", 2, Some(OLD));
+    world.machine(ACT);
+    assert!(world.state.evicting[&web()].in_place);
+    let reason = "pod web-rs-1: the API server refused to resize logger: node didn't have enough allocatable resources";
+    world.state.on_upgrade_refused(&web(), reason.into());
+    let step = world.machine(ACT);
+    assert!(
+        step.effects.iter().any(|e| matches!(e, Effect::Failed { failure, ours: true }
+            if failure.reason == FailureReason::Found(FailureCause::InPlace { reason: reason.into() }))),
+        "{:#?}",
+        step.effects
+    );
+    assert!(
+        !step
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::UpgradePod { .. } | Effect::EvictPod { .. })),
         "{:#?}",
         step.effects
     );
