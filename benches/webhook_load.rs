@@ -532,8 +532,14 @@ fn drive(
         String::from_utf8_lossy(&reply).contains("\"patch\""),
         "the real server must inject"
     );
+    if let Some(baseline) = &baseline {
+        answer_of(baseline);
+    }
     std::thread::sleep(Duration::from_millis(300));
     let idle_rss = rss_mib(real.child.id(), "VmRSS:");
+    let baseline_idle_rss = baseline
+        .as_ref()
+        .map(|server| rss_mib(server.child.id(), "VmRSS:"));
     let reply_path = dir.path().join("reply.json");
     std::fs::write(&reply_path, &reply).unwrap();
     let floor_with_reply = start_floor(&cert, &key, &FloorAnswer::File(reply_path.clone()));
@@ -670,15 +676,29 @@ fn drive(
         );
         if !baseline_ratios.is_empty() {
             let baseline = Spread::of(&mut baseline_ratios);
+            let p99 = Spread::of(&mut baseline_p99_ratios);
+            let cpu = Spread::of(&mut baseline_cpu_ratios);
             println!(
-                "concurrency {concurrency}: real/baseline req/s {baseline}; p99 {}; server CPU per review {}",
-                Spread::of(&mut baseline_p99_ratios),
-                Spread::of(&mut baseline_cpu_ratios)
+                "concurrency {concurrency}: real/baseline req/s {baseline}; p99 {p99}; server CPU per review {cpu}"
+            );
+            // One line for scripts/perf-guard to read: the medians.
+            println!(
+                "guard concurrency={concurrency} rps={:.3} p99={:.3} cpu={:.3}",
+                baseline.median, p99.median, cpu.median
             );
         }
     }
     let peak_rss = rss_mib(real.child.id(), "VmHWM:");
     println!("real server RSS: idle {idle_rss:.1} MiB, peak {peak_rss:.1} MiB");
+    if let (Some(server), Some(idle)) = (&baseline, baseline_idle_rss) {
+        let peak = rss_mib(server.child.id(), "VmHWM:");
+        println!("baseline server RSS: idle {idle:.1} MiB, peak {peak:.1} MiB");
+        println!(
+            "guard idle_rss={:.3} peak_rss={:.3}",
+            idle_rss / idle,
+            peak_rss / peak
+        );
+    }
     if concurrencies.len() < 2 {
         return;
     }
