@@ -91,7 +91,7 @@ impl Engine {
                 }
                 UpgradeNews::Done => {
                     info!(workload = %workload, pod = name, "upgraded in place: {} running and ready, the pod Ready, no other container restarted",
-                        upgrade.images.keys().chain(upgrade.resized.keys()).cloned().collect::<Vec<_>>().join(", "));
+                        upgrade.containers().join(", "));
                 }
                 UpgradeNews::Failed(reason) => {
                     warn!(workload = %workload, pod = name, "in-place upgrade failed: {reason}");

@@ -111,13 +111,7 @@ async fn the_engine_restarts_exactly_the_stale_workloads_once_after_a_configmap_
             .then_some(())
     })
     .await;
-    eventually(DEADLINE, "campaign complete", || async {
-        (injector
-            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign(injector, "tracer:v1", "complete", DEADLINE).await;
     // One line says so.
     let complete = wait_logged(
         injector,

@@ -44,6 +44,28 @@ async fn wait_upgraded(ctx: &TestContext, app: &str, count: usize, stamp: &str, 
     .await;
 }
 
+/// Every pod of `app` never restarted its app container and restarted its tracer
+/// `tracer_restarts` times (`why`), and `app` has one ReplicaSet: upgraded in place.
+async fn assert_upgraded_in_place(ctx: &TestContext, app: &str, tracer_restarts: i32, why: &str) {
+    for pod in pods_of(ctx, app).await {
+        assert_eq!(
+            container(&pod, "app").unwrap().1,
+            0,
+            "the app never restarted"
+        );
+        assert_eq!(
+            container(&pod, "tracer").unwrap().1,
+            tracer_restarts,
+            "{why}"
+        );
+    }
+    assert_eq!(
+        replicaset_count(ctx, app).await,
+        1,
+        "{app}: no new ReplicaSet"
+    );
+}
+
 use std::collections::BTreeMap;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -117,23 +139,7 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
         "web has no minReadySeconds to wait out: {waited:?}"
     );
     for app in ["canary", "web"] {
-        for pod in pods_of(&ctx, app).await {
-            assert_eq!(
-                container(&pod, "app").unwrap().1,
-                0,
-                "the app never restarted"
-            );
-            assert_eq!(
-                container(&pod, "tracer").unwrap().1,
-                1,
-                "the sidecar restarted once"
-            );
-        }
-        assert_eq!(
-            replicaset_count(&ctx, app).await,
-            1,
-            "{app}: no new ReplicaSet"
-        );
+        assert_upgraded_in_place(&ctx, app, 1, "the sidecar restarted once").await;
         let deployment = ctx.api::<Deployment>().get(app).await.unwrap();
         assert!(
             template_annotation(
@@ -144,13 +150,7 @@ async fn an_image_only_change_upgrades_pods_in_place_and_an_env_change_restarts_
             "{app}: the template is untouched"
         );
     }
-    eventually(DEADLINE, "the campaign complete", || async {
-        (injector
-            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign(injector, "tracer:v1", "complete", DEADLINE).await;
     assert_eq!(
         injector.metric(
             "sidecar_injector_rollouts_total{kind=\"Deployment\",result=\"upgraded_in_place\"}"
@@ -453,31 +453,17 @@ async fn a_memory_change_resizes_pods_in_place_and_one_the_node_cannot_fit_fails
                 .as_ref()
                 .unwrap();
             assert_eq!(requests["memory"].0, "128Mi", "the spec resized");
-            assert_eq!(
-                container(&pod, "app").unwrap().1,
-                0,
-                "the app never restarted"
-            );
-            assert_eq!(
-                container(&pod, "tracer").unwrap().1,
-                0,
-                "resizePolicy NotRequired: the sidecar runs on"
-            );
         }
-        assert_eq!(
-            replicaset_count(&ctx, app).await,
-            1,
-            "{app}: no new ReplicaSet"
-        );
+        assert_upgraded_in_place(
+            &ctx,
+            app,
+            0,
+            "resizePolicy NotRequired: the sidecar runs on",
+        )
+        .await;
     }
     let injector = ctx.injector.as_ref().unwrap();
-    eventually(DEADLINE, "the campaign complete", || async {
-        (injector
-            .metric("sidecar_injector_rollout_campaign{sidecar=\"tracer:v1\",state=\"complete\"}")
-            == 1.0)
-            .then_some(())
-    })
-    .await;
+    wait_campaign(injector, "tracer:v1", "complete", DEADLINE).await;
     assert_eq!(
         injector.metric("sidecar_injector_rollout_api_requests_total{verb=\"resize_pod\"}"),
         8.0,

@@ -507,11 +507,24 @@ pub const PATIENT_FAILURE: &[&str] = &[
 
 /// Waits until the injector's engine reports the campaign of `sidecar` paused.
 pub async fn wait_campaign_paused(injector: &super::injector::Injector, sidecar: &str) {
+    wait_campaign(injector, sidecar, "paused", Duration::from_secs(60)).await;
+}
+
+/// Waits up to `deadline` until the injector's engine reports the campaign of `sidecar` in
+/// `state` (`paused`, `complete`).
+pub async fn wait_campaign(
+    injector: &super::injector::Injector,
+    sidecar: &str,
+    state: &str,
+    deadline: Duration,
+) {
     let sample =
-        format!("sidecar_injector_rollout_campaign{{sidecar=\"{sidecar}\",state=\"paused\"}}");
-    eventually(Duration::from_secs(60), "the campaign pauses", || async {
-        (injector.metric(&sample) == 1.0).then_some(())
-    })
+        format!("sidecar_injector_rollout_campaign{{sidecar=\"{sidecar}\",state=\"{state}\"}}");
+    eventually(
+        deadline,
+        &format!("the campaign of {sidecar} {state}"),
+        || async { (injector.metric(&sample) == 1.0).then_some(()) },
+    )
     .await;
 }
 

@@ -141,8 +141,11 @@ fn conditions(ready: bool) -> Value {
     ])
 }
 
-/// The containers whose spec image differs from the image their status reports.
-fn changed_images(pod: &Pod) -> Vec<String> {
+/// The containers whose spec differs from what their status reports, as `differs` judges.
+fn changed_containers(
+    pod: &Pod,
+    differs: impl Fn(&ContainerStatus, &k8s_openapi::api::core::v1::Container) -> bool,
+) -> Vec<String> {
     let statuses = pod
         .status
         .as_ref()
@@ -151,13 +154,14 @@ fn changed_images(pod: &Pod) -> Vec<String> {
     pod.spec
         .iter()
         .flat_map(|s| s.containers.iter())
-        .filter(|c| {
-            statuses
-                .iter()
-                .any(|s| s.name == c.name && Some(&s.image) != c.image.as_ref())
-        })
+        .filter(|c| statuses.iter().any(|s| s.name == c.name && differs(s, c)))
         .map(|c| c.name.clone())
         .collect()
+}
+
+/// The containers whose spec image differs from the image their status reports.
+fn changed_images(pod: &Pod) -> Vec<String> {
+    changed_containers(pod, |s, c| Some(&s.image) != c.image.as_ref())
 }
 
 /// An in-place image change: the changed containers restart with their new image.
@@ -304,23 +308,10 @@ fn cpu_memory(resources: Option<&k8s_openapi::api::core::v1::ResourceRequirement
 
 /// The containers whose spec's CPU or memory differs from what their status reports.
 fn changed_resources(pod: &Pod) -> Vec<String> {
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default();
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .filter(|c| {
-            statuses.iter().any(|s| {
-                s.name == c.name
-                    && s.resources.is_some()
-                    && cpu_memory(s.resources.as_ref()) != cpu_memory(c.resources.as_ref())
-            })
-        })
-        .map(|c| c.name.clone())
-        .collect()
+    changed_containers(pod, |s, c| {
+        s.resources.is_some()
+            && cpu_memory(s.resources.as_ref()) != cpu_memory(c.resources.as_ref())
+    })
 }
 
 fn resize_pending(pod: &Pod) -> bool {

@@ -486,7 +486,7 @@ impl InPlaceUpgrade {
     }
 
     /// Every container the upgrade changes.
-    fn containers(&self) -> Vec<String> {
+    pub fn containers(&self) -> Vec<String> {
         let mut all: Vec<String> = self
             .images
             .keys()
