@@ -5,6 +5,7 @@ pub(crate) mod client;
 pub(crate) mod drift_feed;
 pub(crate) mod dry_run;
 pub(crate) mod events;
+pub(crate) mod foreign;
 pub(crate) mod lease;
 pub(crate) mod list;
 pub(crate) mod nodes;

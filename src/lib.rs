@@ -39,8 +39,8 @@ pub const COMMIT: &str = env!("SIDECAR_INJECTOR_COMMIT");
 pub(crate) mod token_bucket;
 
 pub use sidecar_injector_core::{
-    admission, annotations, check, config, drift, explain, injection, maintenance, name, nodes,
-    policy, rollout, workload,
+    admission, annotations, check, config, drift, explain, foreign, injection, maintenance, name,
+    nodes, policy, rollout, workload,
 };
 
 pub mod cli;

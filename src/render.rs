@@ -11,6 +11,7 @@ mod drift_notes;
 mod explain;
 mod failure;
 mod fleet;
+mod foreign;
 mod held;
 mod hints;
 mod injection_check;
@@ -33,6 +34,7 @@ pub(crate) use explain::{
 };
 pub(crate) use failure::{failure_reason, word_book, word_failure};
 pub(crate) use fleet::{ClusterRead, ClusterState, InCluster, cluster_width};
+pub(crate) use foreign::foreign_changes;
 pub(crate) use held::new_pods;
 pub(crate) use hints::*;
 pub(crate) use injection_check::check_lines;

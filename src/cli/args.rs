@@ -494,6 +494,17 @@ pub(crate) struct DriftArgs {
     /// stale, current.
     #[arg(long = "state", value_name = "STATE")]
     pub(crate) states: Vec<crate::drift::DriftState>,
+    /// Sidecars other injectors add, by container name (repeatable or comma-separated:
+    /// `istio-proxy`, `linkerd-proxy`, `vault-agent`): each workload whose pods run one is
+    /// compared with what a dry-run create of its template gets now (needs `create` on pods).
+    #[arg(
+        long = "foreign-sidecar",
+        value_name = "CONTAINER",
+        value_delimiter = ',',
+        env = "FOREIGN_SIDECARS",
+        help_heading = "Other injectors"
+    )]
+    pub(crate) foreign_sidecars: Vec<String>,
     /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron;
     /// across several clusters, 4 when one could not be read as well).
     #[arg(long)]

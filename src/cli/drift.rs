@@ -125,6 +125,15 @@ async fn cluster_report(
         );
     }
     let mut report = report.filtered(&args.sidecars, &args.states);
+    if !args.foreign_sidecars.is_empty() {
+        let (sidecars, workloads) = foreign_rows(&client, args).await?;
+        report.sidecars.extend(sidecars);
+        report.workloads.extend(
+            workloads
+                .into_iter()
+                .filter(|w| args.states.is_empty() || args.states.contains(&w.state)),
+        );
+    }
     let manual =
         sidecars.manual_rollouts_with(published.as_ref().map_or(&BTreeSet::new(), |p| &p.manual));
     let notes = book.notes(&mut report, &manual, k8s_openapi::jiff::Timestamp::now());
@@ -135,6 +144,59 @@ async fn cluster_report(
     }
     crate::render::word_drift(&mut report);
     Ok(report)
+}
+
+/// The rows of the sidecars other injectors add (`--foreign-sidecar`): each workload whose
+/// pods run one, against what a dry-run create of its template gets now. A dry run that
+/// fails leaves its workloads unknown and is said once.
+async fn foreign_rows(
+    client: &kube::Client,
+    args: &DriftArgs,
+) -> anyhow::Result<(
+    Vec<crate::drift::SidecarDrift>,
+    Vec<crate::drift::WorkloadDrift>,
+)> {
+    let names = crate::foreign::ForeignSidecars::new(&args.foreign_sidecars)
+        .context("--foreign-sidecar")?;
+    let carriers = crate::cluster::foreign::carriers(client, &args.namespaces, &names)
+        .await
+        .context("cannot list the pods and workloads that run a --foreign-sidecar")?;
+    let answers = crate::cluster::foreign::ask(client, &carriers, &names).await;
+    let errors: Vec<Option<String>> = answers
+        .iter()
+        .map(|answer| answer.as_ref().err().map(dry_run_error))
+        .collect();
+    for error in errors.iter().flatten().collect::<BTreeSet<_>>() {
+        notice(tracing::Level::WARN, error, &[]);
+    }
+    let workloads: Vec<crate::drift::ForeignWorkload<'_>> = carriers
+        .iter()
+        .zip(&answers)
+        .zip(&errors)
+        .map(|((carrier, answer), error)| crate::drift::ForeignWorkload {
+            kind: carrier.kind,
+            namespace: &carrier.namespace,
+            name: &carrier.name,
+            expected: match (answer, error) {
+                (Ok(expected), _) => Ok(expected),
+                (Err(_), error) => Err(error.as_deref().unwrap_or_default()),
+            },
+            pods: carrier.pods.iter().collect(),
+        })
+        .collect();
+    Ok(crate::drift::foreign_rows(&workloads, &names))
+}
+
+/// A failed dry run as `drift` says it: a refusal with what the account needs.
+fn dry_run_error(err: &crate::cluster::foreign::DryRunError) -> String {
+    match err {
+        crate::cluster::foreign::DryRunError::Refused { .. } => format!(
+            "{err}; --foreign-sidecar needs `create` on pods (a dry run stores nothing); its workloads are unknown"
+        ),
+        crate::cluster::foreign::DryRunError::Failed { .. } => {
+            format!("{err}; its workloads are unknown")
+        }
+    }
 }
 
 /// What an empty workload list means, said as kubectl says "No resources found in X

@@ -57,6 +57,7 @@ fn drift_of(sidecars: &[&str]) -> crate::drift::DriftReport {
                 campaign: None,
                 expected_end: None,
                 note: None,
+                foreign: false,
             })
             .collect(),
         workloads: Vec::new(),

@@ -39,6 +39,16 @@ fn row_reason(row: &WorkloadDrift) -> String {
             "{} of {total} pods started before {before} still run container {container}",
             pods.stale
         ),
+        RowReason::Foreign { changes, .. } => {
+            let differing = pods.stale + pods.uninjected;
+            format!(
+                "{differing} of {total} pods differ from what a new pod gets: {}",
+                super::foreign_changes(changes)
+            )
+        }
+        RowReason::ForeignNotAsked { error } => {
+            format!("what a new pod gets is not known: {error}")
+        }
         RowReason::Counts => match row.state {
             DriftState::Uninjected => format!("{} of {total} pods never injected", pods.uninjected),
             DriftState::Unknown => {

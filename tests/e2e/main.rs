@@ -17,6 +17,7 @@ mod engine;
 mod evictions;
 mod fleet;
 mod fleet_rollout;
+mod foreign;
 mod history;
 mod in_place;
 mod injection;

@@ -643,6 +643,19 @@ pub async fn service_account_kubeconfig(
     account: &str,
     dir: &Path,
 ) -> PathBuf {
+    service_account_kubeconfig_of(&control_plane().kubeconfig, client, namespace, account, dir)
+        .await
+}
+
+/// As [`service_account_kubeconfig`], in the control plane `admin` (its up.sh kubeconfig)
+/// names.
+pub async fn service_account_kubeconfig_of(
+    admin: &Path,
+    client: &Client,
+    namespace: &str,
+    account: &str,
+    dir: &Path,
+) -> PathBuf {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request: TokenRequest = serde_json::from_value(json!({
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -662,7 +675,7 @@ pub async fn service_account_kubeconfig(
         },
     )
     .await;
-    let admin = std::fs::read_to_string(&control_plane().kubeconfig).unwrap();
+    let admin = std::fs::read_to_string(admin).unwrap();
     let as_account = admin.replace("token: admin-token", &format!("token: {token}"));
     assert_ne!(
         admin, as_account,

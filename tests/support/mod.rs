@@ -7,5 +7,6 @@ pub mod helm;
 pub mod https;
 pub mod injector;
 pub mod kubelet;
+pub mod kyverno;
 pub mod otelcol;
 pub mod prometheus;

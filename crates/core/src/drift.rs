@@ -5,6 +5,7 @@
 
 mod classify;
 mod entries;
+mod foreign_rows;
 mod gauge;
 mod index;
 mod interner;
@@ -12,6 +13,7 @@ mod reach;
 
 pub use entries::WorkloadEntry;
 pub use entries::{Downtime, PodToReplace, rollout_disabled};
+pub use foreign_rows::{ForeignWorkload, foreign_rows};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
 pub use reach::{NotSent, WebhookReach};
@@ -129,7 +131,7 @@ pub struct StateCounts {
 }
 
 impl StateCounts {
-    fn add_many(&mut self, state: DriftState, pods: u32) {
+    pub(crate) fn add_many(&mut self, state: DriftState, pods: u32) {
         *self.get_mut(state) += pods;
     }
 
@@ -252,6 +254,18 @@ pub enum RowReason {
         before: String,
         total: usize,
     },
+    /// A sidecar another injector adds (`--foreign-sidecar`): one of its pods (whose foreign
+    /// part digests to `from`) differs from what a new pod gets (`to`) by `changes`.
+    Foreign {
+        from: String,
+        to: String,
+        changes: Vec<crate::foreign::ForeignChange>,
+    },
+    /// A sidecar another injector adds, whose workload's dry run failed with `error`: what a
+    /// new pod gets is not known.
+    ForeignNotAsked {
+        error: String,
+    },
 }
 
 fn namespace_exclusion(namespace: &str, policy: &DriftPolicy) -> Option<String> {
@@ -333,6 +347,15 @@ pub struct SidecarDrift {
     /// policy is manual.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A container another injector adds (`--foreign-sidecar`), named as the container is:
+    /// what a new pod gets is read per workload from a dry-run create, so it has no one
+    /// revision.
+    #[serde(skip_serializing_if = "is_false")]
+    pub foreign: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// How the injected pods of a workload run a sidecar: as a regular container, as a native

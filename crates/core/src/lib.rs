@@ -17,6 +17,7 @@ pub mod check;
 pub mod config;
 pub mod drift;
 pub mod explain;
+pub mod foreign;
 pub mod injection;
 pub mod maintenance;
 pub mod name;

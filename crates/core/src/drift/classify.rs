@@ -489,6 +489,7 @@ fn sidecar_rows(
             campaign: None,
             expected_end: None,
             note: None,
+            foreign: false,
         })
         .chain(
             by_sidecar
@@ -502,6 +503,7 @@ fn sidecar_rows(
                     campaign: None,
                     expected_end: None,
                     note: None,
+                    foreign: false,
                 }),
         )
         .collect();

@@ -318,6 +318,7 @@ impl DriftGauge {
             campaign: None,
             expected_end: None,
             note: None,
+            foreign: false,
         };
         let mut rows: Vec<SidecarDrift> = wanted
             .iter()

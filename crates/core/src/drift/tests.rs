@@ -786,6 +786,7 @@ fn a_report_filters_by_sidecar_and_state_and_says_when_anything_needs_a_restart(
         campaign: None,
         expected_end: None,
         note: None,
+        foreign: false,
     };
     let row = |name: &str, sidecar: &str, state: DriftState| WorkloadDrift {
         kind: crate::workload::OwnerKind::Workload(WorkloadKind::Deployment),
