@@ -156,6 +156,8 @@ pub(crate) struct ExplainArgs {
     pub(crate) on_missing_sidecar: crate::cli::args::values::Flag<MissingSidecarPolicy>,
     #[command(flatten)]
     pub(crate) cluster: OneShotArgs,
+    #[command(flatten)]
+    pub(crate) foreign: ForeignSidecarArgs,
     /// The engine's limits the plan is made with (as `rollout` takes them: pass those your
     /// `serve --rollout=auto` runs with).
     #[command(flatten)]
@@ -494,6 +496,21 @@ pub(crate) struct DriftArgs {
     /// stale, current.
     #[arg(long = "state", value_name = "STATE")]
     pub(crate) states: Vec<crate::drift::DriftState>,
+    #[command(flatten)]
+    pub(crate) foreign: ForeignSidecarArgs,
+    /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron;
+    /// across several clusters, 4 when one could not be read as well).
+    #[arg(long)]
+    pub(crate) exit_code: bool,
+    #[command(flatten)]
+    pub(crate) cluster: OneShotArgs,
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
+}
+
+/// Sidecars other injectors add (`drift`, `explain`).
+#[derive(Debug, Args)]
+pub(crate) struct ForeignSidecarArgs {
     /// Sidecars other injectors add, by container name (repeatable or comma-separated:
     /// `istio-proxy`, `linkerd-proxy`, `vault-agent`): each workload whose pods run one is
     /// compared with what a dry-run create of its template gets now (needs `create` on pods).
@@ -505,14 +522,14 @@ pub(crate) struct DriftArgs {
         help_heading = "Other injectors"
     )]
     pub(crate) foreign_sidecars: Vec<String>,
-    /// Exit with status 1 when a listed workload is stale or uninjected (for CI and cron;
-    /// across several clusters, 4 when one could not be read as well).
-    #[arg(long)]
-    pub(crate) exit_code: bool,
-    #[command(flatten)]
-    pub(crate) cluster: OneShotArgs,
-    #[command(flatten)]
-    pub(crate) fleet: FleetArgs,
+}
+
+impl ForeignSidecarArgs {
+    /// The names given, checked; empty when none was.
+    pub(crate) fn names(&self) -> anyhow::Result<crate::foreign::ForeignSidecars> {
+        crate::foreign::ForeignSidecars::new(&self.foreign_sidecars)
+            .map_err(|err| anyhow::anyhow!("--foreign-sidecar: {err}"))
+    }
 }
 
 /// Several clusters in one report (`drift`, `status`).

@@ -125,7 +125,7 @@ async fn cluster_report(
         );
     }
     let mut report = report.filtered(&args.sidecars, &args.states);
-    if !args.foreign_sidecars.is_empty() {
+    if !args.foreign.foreign_sidecars.is_empty() {
         let (sidecars, workloads) = foreign_rows(&client, args).await?;
         report.sidecars.extend(sidecars);
         report.workloads.extend(
@@ -156,8 +156,7 @@ async fn foreign_rows(
     Vec<crate::drift::SidecarDrift>,
     Vec<crate::drift::WorkloadDrift>,
 )> {
-    let names = crate::foreign::ForeignSidecars::new(&args.foreign_sidecars)
-        .context("--foreign-sidecar")?;
+    let names = args.foreign.names()?;
     let carriers = crate::cluster::foreign::carriers(client, &args.namespaces, &names)
         .await
         .context("cannot list the pods and workloads that run a --foreign-sidecar")?;
@@ -188,7 +187,7 @@ async fn foreign_rows(
 }
 
 /// A failed dry run as `drift` says it: a refusal with what the account needs.
-fn dry_run_error(err: &crate::cluster::foreign::DryRunError) -> String {
+pub(crate) fn dry_run_error(err: &crate::cluster::foreign::DryRunError) -> String {
     match err {
         crate::cluster::foreign::DryRunError::Refused { .. } => format!(
             "{err}; --foreign-sidecar needs `create` on pods (a dry run stores nothing); its workloads are unknown"

@@ -178,6 +178,7 @@ fn explain_object(
         sidecars: Vec::new(),
         workload: None,
         rollout: None,
+        foreign: Vec::new(),
     })
 }
 
@@ -307,6 +308,7 @@ async fn explain_pod(args: &ExplainArgs, live: &Live, name: &str) -> anyhow::Res
             .as_ref()
             .map(|w| format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name)),
         rollout,
+        foreign: Vec::new(),
     })
 }
 
@@ -320,6 +322,7 @@ async fn explain_workload(
 ) -> anyhow::Result<Explanation> {
     let spec = WorkloadSpec::read(&live.client, &workload, &live.keys).await?;
     let pods = spec.pods(&live.client, &workload).await?;
+    let foreign = foreign_findings(args, live, &workload, &spec.template, &pods).await?;
     let owner_exclusion = spec
         .rollout_disabled
         .then(|| crate::render::exclusion(&crate::drift::Exclusion::RolloutDisabled));
@@ -345,7 +348,49 @@ async fn explain_workload(
         sidecars: drift,
         workload: Some(format!("{kind} {}/{name}", workload.namespace)),
         rollout: Some(rollout),
+        foreign,
     })
+}
+
+/// With `--foreign-sidecar`: what a new pod of `workload` gets of each named sidecar (two
+/// dry-run creates of its template) and each of its pods against it.
+async fn foreign_findings(
+    args: &ExplainArgs,
+    live: &Live,
+    workload: &WorkloadRef,
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    pods: &[ObjectMeta],
+) -> anyhow::Result<Vec<crate::explain::ForeignFindings>> {
+    let names = args.foreign.names()?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let api: Api<Pod> = Api::namespaced(live.client.clone(), &workload.namespace);
+    let mut specs = Vec::new();
+    for name in pods.iter().filter_map(|p| p.name.as_deref()) {
+        // A pod gone since it was listed is no longer the workload's.
+        if let Some(pod) = api.get_opt(name).await? {
+            specs.push((name.to_owned(), pod.spec.unwrap_or_default()));
+        }
+    }
+    let answer = crate::cluster::foreign::expected(
+        &live.client,
+        &workload.namespace,
+        &workload.name,
+        template,
+        &names,
+    )
+    .await;
+    let error = answer.as_ref().err().map(super::drift::dry_run_error);
+    Ok(crate::explain::foreign_findings(
+        workload.kind,
+        (&workload.namespace, &workload.name),
+        answer
+            .as_ref()
+            .map_err(|_| error.as_deref().unwrap_or_default()),
+        &specs,
+        &names,
+    ))
 }
 
 /// A Job or CronJob: the decision on what its next pods get (its template), how many of its
@@ -406,6 +451,7 @@ async fn explain_batch(
         rollout: Some(WorkloadAction::Nothing {
             why: kind.never_restarted().to_owned(),
         }),
+        foreign: Vec::new(),
     })
 }
 

@@ -1,6 +1,7 @@
 //! `explain`'s answer in words: each check of the webhook's, its outcome, the pods' drift and
 //! the engine's plan for the workload, as a page and as the JSON or YAML document.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -8,9 +9,9 @@ use serde::Serialize;
 use crate::annotations::AnnotationKeys;
 use crate::cluster::owners::Controller;
 use crate::explain::{
-    Check, ConfigFound, Explanation, Finding, InjectedSidecar, InjectionExplanation, NotCalled,
-    Outcome, PodResourcesChange, PodState, RequestsChange, SidecarDrift, Verdict, WorkloadAction,
-    WorkloadPods,
+    Check, ConfigFound, Explanation, Finding, ForeignFindings, InjectedSidecar,
+    InjectionExplanation, NotCalled, Outcome, PodResourcesChange, PodState, RequestsChange,
+    SidecarDrift, Verdict, WorkloadAction, WorkloadPods,
 };
 use crate::injection::{MissingSidecarPolicy, SkipReason};
 
@@ -351,6 +352,7 @@ impl fmt::Display for Page<'_> {
                 }
             }
         }
+        write_foreign(f, &answer.foreign)?;
         if let Some(workload) = &answer.workload {
             writeln!(f, "\nRollout of {workload}:")?;
             let line = answer
@@ -361,6 +363,46 @@ impl fmt::Display for Page<'_> {
         }
         Ok(())
     }
+}
+
+/// The sidecars other injectors add: what a new pod gets, the fields ignored, each pod.
+fn write_foreign(f: &mut fmt::Formatter<'_>, foreign: &[ForeignFindings]) -> fmt::Result {
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        f,
+        "\nSidecars other injectors add (a dry-run create of the template, asked twice):"
+    )?;
+    for sidecar in foreign {
+        match (&sidecar.expected, &sidecar.unknown) {
+            (Some(expected), _) => {
+                writeln!(f, "  {}: a new pod gets {expected}", sidecar.container)?
+            }
+            (None, unknown) => writeln!(
+                f,
+                "  {}: what a new pod gets is not known: {}",
+                sidecar.container,
+                unknown.as_deref().unwrap_or_default()
+            )?,
+        }
+        if !sidecar.ignored.is_empty() {
+            writeln!(
+                f,
+                "    ignored (they differ at each admission): {}",
+                sidecar.ignored.join(", ")
+            )?;
+        }
+        for pod in &sidecar.pods {
+            write!(f, "    {:<40} {:<10}", pod.pod, pod.state.as_str())?;
+            if pod.changes.is_empty() {
+                writeln!(f)?;
+            } else {
+                writeln!(f, " {}", super::foreign_changes(&pod.changes))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn write_pod(f: &mut fmt::Formatter<'_>, pod: &PodState, of: Option<&WorkloadPods>) -> fmt::Result {
@@ -410,6 +452,16 @@ pub(crate) struct Document<'a> {
     workload: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rollout: Option<ActionDocument<'a>>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    foreign: Vec<ForeignDocument<'a>>,
+}
+
+/// A sidecar another injector adds, with each pod's changes in words.
+#[derive(Serialize)]
+struct ForeignDocument<'a> {
+    #[serde(flatten)]
+    findings: &'a ForeignFindings,
+    reasons: BTreeMap<&'a str, String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -472,6 +524,19 @@ impl<'a> Document<'a> {
             sidecars: &answer.sidecars,
             workload: answer.workload.as_deref(),
             rollout: answer.rollout.as_ref().map(action_document),
+            foreign: answer
+                .foreign
+                .iter()
+                .map(|findings| ForeignDocument {
+                    findings,
+                    reasons: findings
+                        .pods
+                        .iter()
+                        .filter(|p| !p.changes.is_empty())
+                        .map(|p| (p.pod.as_str(), super::foreign_changes(&p.changes)))
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }

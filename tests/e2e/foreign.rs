@@ -176,6 +176,65 @@ async fn drift_names_exactly_the_workloads_running_another_injectors_old_sidecar
         ]
     );
 
+    // explain says what a new pod gets, which fields it left out and why each pod differs.
+    let explain = |output: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+            .arg("explain")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "deployment/cart",
+                "-n",
+                NAMESPACE,
+                "--foreign-sidecar",
+                "mesh-proxy",
+            ])
+            .args(["-o", output])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("explain runs");
+        assert!(
+            out.status.success(),
+            "explain: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let answer: Value = serde_json::from_str(&explain("json")).unwrap();
+    let found = &answer["foreign"][0];
+    assert_eq!(found["container"], "mesh-proxy", "{answer}");
+    assert_eq!(
+        found["ignored"],
+        json!([
+            "addedVolumes[1].name",
+            "mesh-proxy.env[0].value",
+            "mesh-proxy.volumeMounts[1].name"
+        ]),
+        "the nonce, and the generated name of the token volume and of its mount: {answer}"
+    );
+    let states: Vec<&str> = found["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["stale", "stale"]);
+    let reasons: Vec<&Value> = found["reasons"].as_object().unwrap().values().collect();
+    assert_eq!(
+        reasons,
+        [
+            &json!("mesh-proxy image mesh/proxy:1.27 -> mesh/proxy:1.28"),
+            &json!("mesh-proxy image mesh/proxy:1.27 -> mesh/proxy:1.28")
+        ]
+    );
+    let page = explain("table");
+    assert!(
+        page.contains(
+            "ignored (they differ at each admission): addedVolumes[1].name, mesh-proxy.env[0].value"
+        ),
+        "{page}"
+    );
+
     // web's pod replaced: it runs the new sidecar, cart still the old one.
     for pod in pods_in(&pods, "web").await {
         pods.delete(pod.metadata.name.as_deref().unwrap(), &Default::default())

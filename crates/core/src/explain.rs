@@ -18,9 +18,11 @@ use crate::name::SidecarName;
 use crate::nodes::NativeSupport;
 use crate::rollout::RolloutPlan;
 use crate::workload::WorkloadRef;
+pub use foreign::{ForeignFindings, ForeignPodFinding, foreign_findings};
 pub use resources::{PodResourcesChange, RequestsChange};
 use resources::{patched, pod_resources_change, requests_change};
 
+mod foreign;
 mod resources;
 
 /// One check of the webhook's, in the order it makes them, with what it found.
@@ -645,6 +647,8 @@ pub struct Explanation {
     pub sidecars: Vec<SidecarDrift>,
     pub workload: Option<String>,
     pub rollout: Option<WorkloadAction>,
+    /// Asked with `--foreign-sidecar` about a workload: the sidecars other injectors add.
+    pub foreign: Vec<ForeignFindings>,
 }
 
 #[cfg(test)]

@@ -246,6 +246,7 @@ fn an_excluded_workload_is_said_to_be_left_out_for_its_reason_and_its_drift_line
         rollout: Some(WorkloadAction::Nothing {
             why: "the engine leaves its pods out".into(),
         }),
+        foreign: Vec::new(),
     };
     let text = Page(&explanation).to_string();
     assert!(text.contains("Its pods: 1 (1 excluded)"), "{text}");
@@ -359,6 +360,7 @@ fn a_workload_answer_names_its_pods_and_the_one_it_describes() {
         sidecars: pods[shown.unwrap()].1.clone(),
         workload: Some("Deployment team/web".to_owned()),
         rollout: None,
+        foreign: Vec::new(),
     };
     let page = Page(&answer).to_string();
     assert!(

@@ -96,10 +96,10 @@ fn workload_rows(
                     let changes: Vec<ForeignChange> = judgement
                         .changes
                         .iter()
-                        .filter(|c| concerns(c, &container))
+                        .filter(|c| c.concerns(&container))
                         .cloned()
                         .collect();
-                    let state = pod_state(&changes, &container);
+                    let state = foreign_pod_state(&changes, &container);
                     if state != DriftState::Current && first_stale.is_none() {
                         first_stale = Some((judgement.revision.clone(), changes));
                     }
@@ -145,23 +145,9 @@ fn workload_rows(
     }
 }
 
-/// Whether `change` is about `container`: its own, or what was added beside the sidecars.
-fn concerns(change: &ForeignChange, container: &str) -> bool {
-    match change {
-        ForeignChange::Missing { container: c }
-        | ForeignChange::NoLongerInjected { container: c }
-        | ForeignChange::Form { container: c, .. }
-        | ForeignChange::Position { container: c, .. }
-        | ForeignChange::Image { container: c, .. }
-        | ForeignChange::Entries { container: c, .. }
-        | ForeignChange::Field { container: c, .. } => c == container,
-        ForeignChange::Volumes(_) | ForeignChange::InitContainers(_) => true,
-    }
-}
-
 /// A pod without a sidecar that a new pod gets was never injected with it; any other
 /// difference makes it stale.
-fn pod_state(changes: &[ForeignChange], container: &str) -> DriftState {
+pub fn foreign_pod_state(changes: &[ForeignChange], container: &str) -> DriftState {
     if changes.is_empty() {
         DriftState::Current
     } else if changes

@@ -44,6 +44,22 @@ pub enum ForeignChange {
     InitContainers(EntryChanges),
 }
 
+impl ForeignChange {
+    /// Whether it is about `container`: its own, or what was added beside the sidecars.
+    pub fn concerns(&self, container: &str) -> bool {
+        match self {
+            ForeignChange::Missing { container: c }
+            | ForeignChange::NoLongerInjected { container: c }
+            | ForeignChange::Form { container: c, .. }
+            | ForeignChange::Position { container: c, .. }
+            | ForeignChange::Image { container: c, .. }
+            | ForeignChange::Entries { container: c, .. }
+            | ForeignChange::Field { container: c, .. } => c == container,
+            ForeignChange::Volumes(_) | ForeignChange::InitContainers(_) => true,
+        }
+    }
+}
+
 /// Entries of a list by their key: those a new pod gets that the running pod lacks
 /// (`added`), the reverse (`removed`), and those both have with other contents (`changed`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -349,3 +349,57 @@ fn rows_count_each_workloads_pods_and_name_one_stale_pods_changes() {
         (2, 2, 1)
     );
 }
+
+#[test]
+fn explain_findings_list_each_pod_and_the_fields_left_out() {
+    use crate::explain::foreign_findings;
+    let expected = expected(
+        injected("proxy:1.28", "kube-api-access-a", "r1"),
+        injected("proxy:1.28", "kube-api-access-b", "r2"),
+    );
+    let pods = [
+        (
+            "cart-1".to_owned(),
+            spec(injected("proxy:1.27", "kube-api-access-c", "r3")),
+        ),
+        (
+            "cart-2".to_owned(),
+            spec(injected("proxy:1.28", "kube-api-access-d", "r4")),
+        ),
+    ];
+    let kind = crate::workload::WorkloadKind::Deployment;
+    let found = foreign_findings(kind, ("shop", "cart"), Ok(&expected), &pods, &names());
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].container, "mesh-proxy");
+    assert_eq!(found[0].expected.as_deref(), Some(expected.revision()));
+    assert_eq!(
+        found[0].ignored,
+        [
+            "addedVolumes[1].name",
+            "mesh-proxy.env[1].value",
+            "mesh-proxy.volumeMounts[1].name"
+        ]
+    );
+    let states: Vec<(&str, DriftState, usize)> = found[0]
+        .pods
+        .iter()
+        .map(|p| (p.pod.as_str(), p.state, p.changes.len()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("cart-1", DriftState::Stale, 1),
+            ("cart-2", DriftState::Current, 0)
+        ]
+    );
+
+    let unknown = foreign_findings(kind, ("shop", "cart"), Err("refused"), &pods, &names());
+    assert_eq!(unknown[0].unknown.as_deref(), Some("refused"));
+    assert_eq!(unknown[0].expected, None);
+    assert!(
+        unknown[0]
+            .pods
+            .iter()
+            .all(|p| p.state == DriftState::Unknown)
+    );
+}
