@@ -320,6 +320,8 @@ pub(crate) struct RolloutArgs {
     #[command(flatten)]
     pub(crate) cluster: OneShotArgs,
     #[command(flatten)]
+    pub(crate) foreign: ForeignSidecarArgs,
+    #[command(flatten)]
     pub(crate) safety: RolloutSafetyArgs,
     /// Only these namespaces, as kubectl's -n (repeatable; the same as --include-namespace):
     /// planned, listed and restarted in them alone.

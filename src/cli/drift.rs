@@ -180,7 +180,7 @@ async fn foreign_rows(
                 (Ok(expected), _) => Ok(expected),
                 (Err(_), error) => Err(error.as_deref().unwrap_or_default()),
             },
-            pods: carrier.pods.iter().collect(),
+            pods: carrier.pods.iter().map(|p| &p.spec).collect(),
         })
         .collect();
     Ok(crate::drift::foreign_rows(&workloads, &names))

@@ -39,19 +39,26 @@ pub(crate) fn run(args: &RolloutArgs, env: &ProcessEnv) -> anyhow::Result<ExitCo
              (the Lease holder acts on it); to act from here, run serve with --rollout=dry-run or off"
         );
     }
-    if !args.sidecar_container_name.is_empty()
+    let by_container =
+        !args.sidecar_container_name.is_empty() || !args.foreign.foreign_sidecars.is_empty();
+    if !args.sidecar_container_name.is_empty() && !args.foreign.foreign_sidecars.is_empty() {
+        anyhow::bail!(
+            "--sidecar-container-name restarts every pod started before a time; --foreign-sidecar only those that differ from what a new pod gets: give one"
+        );
+    }
+    if by_container
         && (args.to.is_some()
             || args.unpin.is_some()
             || args.release_hold.is_some()
             || args.promote.is_some())
     {
         anyhow::bail!(
-            "--to, --unpin, --release-hold and --promote act on revisions; a --sidecar-container-name run keeps none"
+            "--to, --unpin, --release-hold and --promote act on revisions; a --sidecar-container-name or --foreign-sidecar run keeps none"
         );
     }
-    if !args.sidecar_container_name.is_empty() && args.resume {
+    if by_container && args.resume {
         anyhow::bail!(
-            "--resume clears paused revision campaigns; a --sidecar-container-name run keeps no campaign to resume"
+            "--resume clears paused revision campaigns; a --sidecar-container-name or --foreign-sidecar run keeps no campaign to resume"
         );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -181,15 +188,17 @@ async fn aim(
     started_before: Timestamp,
 ) -> anyhow::Result<Aim> {
     let client = &one_shot.client;
-    if !args.sidecar_container_name.is_empty() {
-        let run = container_run(
-            client,
-            &args.sidecar_container_name,
-            options,
-            feed,
-            started_before,
-        )
-        .await?;
+    let foreign = foreign_choice(args, client).await?;
+    if !args.sidecar_container_name.is_empty() || foreign.is_some() {
+        let (containers, only) = match &foreign {
+            Some((names, choice)) => (names.clone(), Some(&choice.pods)),
+            None => (args.sidecar_container_name.clone(), None),
+        };
+        let mut run =
+            container_run(client, &containers, options, feed, started_before, only).await?;
+        if let Some((_, choice)) = foreign {
+            run.selection.reasons = choice.reasons;
+        }
         for skipped in &run.selection.skipped {
             let pod = format!("{}/{}", skipped.namespace, skipped.name);
             let reason = crate::render::skipped(&skipped.reason);
@@ -208,8 +217,37 @@ async fn aim(
     Ok(Aim::Revisions(published))
 }
 
+/// `--foreign-sidecar`: the names given, and the pods that differ from what a new pod of
+/// their workload gets (each failed dry run said: its workloads are left alone).
+async fn foreign_choice(
+    args: &RolloutArgs,
+    client: &kube::Client,
+) -> anyhow::Result<Option<(Vec<String>, crate::cluster::foreign::ForeignChoice)>> {
+    let names = args.foreign.names()?;
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let choice = crate::cluster::foreign::choose(client, &args.namespaces, &names)
+        .await
+        .context("cannot list the pods and workloads that run a --foreign-sidecar")?;
+    for error in choice
+        .errors
+        .iter()
+        .map(super::drift::dry_run_error)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        notice(Level::WARN, &error, &[]);
+    }
+    Ok(Some((names.names().map(str::to_owned).collect(), choice)))
+}
+
 fn nothing_planned(args: &RolloutArgs, started_before: Timestamp) -> String {
-    if args.sidecar_container_name.is_empty() {
+    if !args.foreign.foreign_sidecars.is_empty() {
+        format!(
+            "nothing to restart: every pod runs what a new pod gets of {}",
+            args.foreign.foreign_sidecars.join(", ")
+        )
+    } else if args.sidecar_container_name.is_empty() {
         "nothing to restart: no workload runs a stale sidecar".to_owned()
     } else {
         format!(

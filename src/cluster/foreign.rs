@@ -12,21 +12,29 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::{Client, Resource};
 
 use super::list::list_paged;
+use crate::drift::{ForeignWorkload, RowReason, foreign_pods_to_replace, foreign_rows};
 use crate::foreign::{Expected, ForeignSidecars};
-use crate::workload::{OwnerKind, WorkloadKind};
+use crate::workload::{OwnerKind, WorkloadKind, WorkloadRef};
 
 /// Dry runs in flight at once: each runs every mutating webhook of the cluster, so a
 /// cluster-wide ask is paced below what one `kubectl apply` of many pods would send.
 const DRY_RUNS_IN_FLIGHT: usize = 4;
 
-/// A workload whose running pods carry a named sidecar: its template and those pods' specs.
+/// A workload whose running pods carry a named sidecar: its template and those pods.
 #[derive(Clone, Debug)]
 pub(crate) struct Carrier {
     pub(crate) kind: WorkloadKind,
     pub(crate) namespace: String,
     pub(crate) name: String,
     pub(crate) template: PodTemplateSpec,
-    pub(crate) pods: Vec<PodSpec>,
+    pub(crate) pods: Vec<CarriedPod>,
+}
+
+/// A running pod that carries a named sidecar.
+#[derive(Clone, Debug)]
+pub(crate) struct CarriedPod {
+    pub(crate) uid: String,
+    pub(crate) spec: PodSpec,
 }
 
 /// Why a dry run said nothing.
@@ -87,7 +95,7 @@ pub(crate) async fn carriers(
         .await?
         .into_iter()
         .collect();
-    let mut by_workload: BTreeMap<(WorkloadKind, String, String), Vec<PodSpec>> = BTreeMap::new();
+    let mut by_workload: BTreeMap<WorkloadKey, Vec<CarriedPod>> = BTreeMap::new();
     for (meta, spec) in pods {
         let namespace = meta.namespace.clone().unwrap_or_default();
         let Some((kind, owner)) = controller(&meta) else {
@@ -106,7 +114,10 @@ pub(crate) async fn carriers(
             by_workload
                 .entry((kind, namespace, name))
                 .or_default()
-                .push(spec);
+                .push(CarriedPod {
+                    uid: meta.uid.clone().unwrap_or_default(),
+                    spec,
+                });
         }
     }
     let templates = templates(client, namespaces, &by_workload).await?;
@@ -269,4 +280,54 @@ pub(crate) async fn expected(
     let second = spec_of(super::dry_run::create_pod(client, namespace, &pod).await)?;
     let template = template.spec.clone().unwrap_or_default();
     Ok(Expected::from_answers(&template, &first, &second, names))
+}
+
+/// `rollout --foreign-sidecar`: the pods (by uid) that differ from what a new pod of their
+/// workload gets, why each workload and container is chosen, and the dry runs that failed
+/// (their workloads are left out: nothing is restarted on a guess).
+#[derive(Debug, Default)]
+pub(crate) struct ForeignChoice {
+    pub(crate) pods: std::collections::HashSet<String>,
+    pub(crate) reasons: BTreeMap<(WorkloadRef, String), RowReason>,
+    pub(crate) errors: Vec<DryRunError>,
+}
+
+pub(crate) async fn choose(
+    client: &Client,
+    namespaces: &[String],
+    names: &ForeignSidecars,
+) -> Result<ForeignChoice, kube::Error> {
+    let carriers = carriers(client, namespaces, names).await?;
+    let answers = ask(client, &carriers, names).await;
+    let mut choice = ForeignChoice::default();
+    for (carrier, answer) in carriers.iter().zip(answers) {
+        let expected = match answer {
+            Ok(expected) => expected,
+            Err(err) => {
+                choice.errors.push(err);
+                continue;
+            }
+        };
+        let pods: Vec<&PodSpec> = carrier.pods.iter().map(|p| &p.spec).collect();
+        for i in foreign_pods_to_replace(&expected, &pods, names) {
+            choice.pods.insert(carrier.pods[i].uid.clone());
+        }
+        let (_, rows) = foreign_rows(
+            &[ForeignWorkload {
+                kind: carrier.kind,
+                namespace: &carrier.namespace,
+                name: &carrier.name,
+                expected: Ok(&expected),
+                pods,
+            }],
+            names,
+        );
+        let workload = WorkloadRef::new(carrier.kind, &carrier.namespace, &carrier.name);
+        for row in rows.into_iter().filter(|r| r.needs_restart) {
+            choice
+                .reasons
+                .insert((workload.clone(), row.sidecar), row.why);
+        }
+    }
+    Ok(choice)
 }

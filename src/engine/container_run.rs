@@ -1,5 +1,6 @@
-//! `rollout --sidecar-container-name`: the pods chosen by container name and start time,
-//! listed once and then watched, so that the run follows them as they are replaced.
+//! `rollout --sidecar-container-name`: the pods chosen by container name and start time
+//! (with `--foreign-sidecar`, those of them that differ from what a new pod gets), listed once
+//! and then watched, so that the run follows them as they are replaced.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,7 @@ pub(crate) async fn container_run(
     options: &EngineOptions,
     feed: &DriftFeed,
     started_before: Timestamp,
+    only: Option<&HashSet<String>>,
 ) -> Result<ContainerRun, ContainerRunError> {
     let scopes: Vec<Api<Pod>> = if options.policy.include_namespaces.is_empty() {
         vec![Api::all(client.clone())]
@@ -55,7 +57,12 @@ pub(crate) async fn container_run(
         let summaries = list_paged(&api, |pod| PodSummary::from_pod(&pod))
             .await
             .map_err(ContainerRunError::List)?;
-        pods.extend(summaries);
+        // `--foreign-sidecar`: only the pods that differ from what a new pod gets.
+        pods.extend(
+            summaries
+                .into_iter()
+                .filter(|p| only.is_none_or(|only| only.contains(&p.uid))),
+        );
     }
     let live = Arc::new(Mutex::new(HashSet::new()));
     let mut listed = watch_live_pods(client.clone(), live.clone());

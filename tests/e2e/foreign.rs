@@ -31,6 +31,42 @@ fn drift(kubeconfig: &std::path::Path, extra: &[&str]) -> std::process::Output {
         .expect("drift runs")
 }
 
+/// `rollout --foreign-sidecar mesh-proxy` in the test's namespace (its Lease there too).
+fn rollout(kubeconfig: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sidecar-injector"))
+        .arg("rollout")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "--include-namespace",
+            NAMESPACE,
+            "--injector-namespace",
+            NAMESPACE,
+        ])
+        .args([
+            "--foreign-sidecar",
+            "mesh-proxy",
+            "--bake",
+            "1s",
+            "--in-place",
+            "off",
+        ])
+        .args(extra)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("rollout runs")
+}
+
+fn succeeded_ok(output: &std::process::Output) -> Vec<u8> {
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout.clone()
+}
+
 fn report(kubeconfig: &std::path::Path) -> Value {
     let output = drift(kubeconfig, &[]);
     assert!(
@@ -94,6 +130,8 @@ async fn wait_pods(pods: &Api<Pod>, app: &str, replicas: usize, image: Option<&s
 #[tokio::test(flavor = "multi_thread")]
 async fn drift_names_exactly_the_workloads_running_another_injectors_old_sidecar() {
     let plane = OtherControlPlane::start("foreign");
+    // Pods turn Ready, so that restarts roll and finish.
+    support::kubelet::start(&plane.plane.kubeconfig, Duration::from_millis(300));
     let client = plane.client().await;
     let kubeconfig = plane.plane.kubeconfig.clone();
     let mut kyverno = Kyverno::start(&plane.plane);
@@ -251,6 +289,63 @@ async fn drift_names_exactly_the_workloads_running_another_injectors_old_sidecar
         [("cart", "stale"), ("web", "current")]
     );
 
+    // A workload made after the change already runs what a new pod gets.
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "fresh"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "fresh"}},
+                     "template": mesh_template("fresh", "on")}
+        }),
+    )
+    .await;
+    wait_pods(&pods, "fresh", 1, Some("mesh/proxy:1.28")).await;
+    let uids = |listed: Vec<Pod>| -> Vec<String> {
+        let mut uids: Vec<String> = listed.into_iter().filter_map(|p| p.metadata.uid).collect();
+        uids.sort();
+        uids
+    };
+    let mut untouched = Vec::new();
+    for app in ["web", "fresh", "plain"] {
+        untouched.extend(uids(pods_in(&pods, app).await));
+    }
+
+    // The one-shot engine plans exactly the workload whose pods differ, then restarts it with
+    // its safety (canary, bake), and touches nothing else.
+    let plan = rollout(&kubeconfig, &["-o", "json"]);
+    let plan: Value = serde_json::from_slice(&succeeded_ok(&plan)).unwrap();
+    assert_eq!(planned_workloads(&plan), ["Deployment/cart"], "{plan:#}");
+    let acted = rollout(&kubeconfig, &["--confirm"]);
+    let stdout = String::from_utf8(succeeded_ok(&acted)).unwrap();
+    assert!(
+        stdout.contains("restarted  Deployment/shop/cart"),
+        "{stdout}"
+    );
+    wait_pods(&pods, "cart", 2, Some("mesh/proxy:1.28")).await;
+    let states: Vec<(String, String)> = rows(&report(&kubeconfig))
+        .into_iter()
+        .map(|r| (r.0, r.1))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("cart".into(), "current".into()),
+            ("fresh".into(), "current".into()),
+            ("web".into(), "current".into())
+        ]
+    );
+    let mut now = Vec::new();
+    for app in ["web", "fresh", "plain"] {
+        now.extend(uids(pods_in(&pods, app).await));
+    }
+    assert_eq!(now, untouched, "web, fresh and plain kept their pods");
+    let nothing = rollout(&kubeconfig, &[]);
+    let stdout = String::from_utf8(succeeded_ok(&nothing)).unwrap();
+    assert!(
+        stdout.contains("nothing to restart: every pod runs what a new pod gets of mesh-proxy"),
+        "{stdout}"
+    );
+
     // An account that may read but not create pods: the dry run is refused, said once, and
     // every workload is unknown (never stale on a guess).
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
@@ -291,6 +386,7 @@ async fn drift_names_exactly_the_workloads_running_another_injectors_old_sidecar
         states,
         [
             ("cart".into(), "unknown".into()),
+            ("fresh".into(), "unknown".into()),
             ("web".into(), "unknown".into())
         ]
     );

@@ -2,34 +2,18 @@
 //! cache), run beside a control plane as an out-of-cluster webhook: a real injector that is
 //! not ours, adding a sidecar by a ClusterPolicy, for the tests of `--foreign-sidecar`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::cluster::ControlPlane;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const DEADLINE: Duration = Duration::from_secs(120);
 
 /// The folder holding `kyverno` and `crds/` ($KYVERNO_BIN, else built and cached by
 /// testbed/kyverno.sh).
 fn bin_dir() -> PathBuf {
-    let output = Command::new("bash")
-        .arg(Path::new(ROOT).join("testbed/kyverno.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs testbed/kyverno.sh");
-    assert!(output.status.success(), "testbed/kyverno.sh failed");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    PathBuf::from(stdout.lines().last().expect("a folder").trim())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::testbed_folder("kyverno.sh")
 }
 
 pub struct Kyverno {
@@ -66,7 +50,7 @@ impl Kyverno {
         kubectl(&["create", "namespace", "kyverno"]);
         let dir = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(dir.path().join("kyverno.log")).unwrap();
-        let port = free_port();
+        let port = super::free_port();
         let child = Command::new(bin.join("kyverno"))
             .arg("--kubeconfig")
             .arg(&kubeconfig)

@@ -3,31 +3,13 @@
 //! receives written to its log by the debug exporter, which [`Collector::spans`] reads back.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::Duration;
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The folder holding `otelcol` ($OTELCOL_BIN, else built and cached by testbed/otelcol.sh).
 fn bin_dir() -> PathBuf {
-    let output = Command::new("bash")
-        .arg(Path::new(ROOT).join("testbed/otelcol.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs testbed/otelcol.sh");
-    assert!(output.status.success(), "testbed/otelcol.sh failed");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    PathBuf::from(stdout.lines().last().expect("a folder").trim())
-}
-
-fn free_port() -> u16 {
-    // Bound, then released for the collector (its config takes no port 0).
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::testbed_folder("otelcol.sh")
 }
 
 /// One span as the collector received it.
@@ -55,7 +37,7 @@ pub struct Collector {
 impl Collector {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (grpc, http) = (free_port(), free_port());
+        let (grpc, http) = (super::free_port(), super::free_port());
         std::fs::write(
             dir.path().join("config.yaml"),
             format!(

@@ -13,14 +13,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The folder holding `prometheus` and `promtool` ($PROMETHEUS_BIN, else fetched and cached).
 pub fn bin_dir() -> PathBuf {
-    let output = Command::new("bash")
-        .arg(Path::new(ROOT).join("testbed/prometheus.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs testbed/prometheus.sh");
-    assert!(output.status.success(), "testbed/prometheus.sh failed");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    PathBuf::from(stdout.lines().last().expect("a folder").trim())
+    super::testbed_folder("prometheus.sh")
 }
 
 /// The PrometheusRule of deploy/monitoring.

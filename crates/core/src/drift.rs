@@ -13,7 +13,7 @@ mod reach;
 
 pub use entries::WorkloadEntry;
 pub use entries::{Downtime, PodToReplace, rollout_disabled};
-pub use foreign_rows::{ForeignWorkload, foreign_pod_state, foreign_rows};
+pub use foreign_rows::{ForeignWorkload, foreign_pod_state, foreign_pods_to_replace, foreign_rows};
 pub use gauge::DriftGauge;
 pub use index::DriftIndex;
 pub use reach::{NotSent, WebhookReach};

@@ -145,6 +145,20 @@ fn workload_rows(
     }
 }
 
+/// Which of a workload's `pods` differ from what a new pod gets of the named sidecars (by
+/// index): those a restart replaces.
+pub fn foreign_pods_to_replace(
+    expected: &Expected,
+    pods: &[&PodSpec],
+    names: &ForeignSidecars,
+) -> Vec<usize> {
+    pods.iter()
+        .enumerate()
+        .filter(|(_, pod)| !expected.judge(pod, names).is_current())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// A pod without a sidecar that a new pod gets was never injected with it; any other
 /// difference makes it stale.
 pub fn foreign_pod_state(changes: &[ForeignChange], container: &str) -> DriftState {

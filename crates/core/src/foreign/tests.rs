@@ -403,3 +403,18 @@ fn explain_findings_list_each_pod_and_the_fields_left_out() {
             .all(|p| p.state == DriftState::Unknown)
     );
 }
+
+#[test]
+fn only_the_pods_that_differ_are_to_be_replaced() {
+    let expected = expected(
+        injected("proxy:1.28", "kube-api-access-a", "r1"),
+        injected("proxy:1.28", "kube-api-access-b", "r2"),
+    );
+    let old = spec(injected("proxy:1.27", "kube-api-access-c", "r3"));
+    let new = spec(injected("proxy:1.28", "kube-api-access-d", "r4"));
+    let plain = spec(template());
+    assert_eq!(
+        crate::drift::foreign_pods_to_replace(&expected, &[&new, &old, &plain, &new], &names()),
+        [1, 2]
+    );
+}

@@ -106,6 +106,10 @@ pub struct ContainerSelection {
     pub started_before: Timestamp,
     pub workloads: BTreeMap<WorkloadRef, Vec<SelectedPod>>,
     pub skipped: Vec<SkippedPod>,
+    /// Why each (workload, container) was chosen, when not by start time alone: the foreign
+    /// sidecar's changes of `rollout --foreign-sidecar`.
+    #[serde(skip)]
+    pub reasons: BTreeMap<(WorkloadRef, String), crate::drift::RowReason>,
 }
 
 pub struct SelectionInput<'a> {
@@ -190,6 +194,7 @@ pub fn select(input: SelectionInput<'_>) -> ContainerSelection {
         started_before,
         workloads,
         skipped,
+        reasons: BTreeMap::new(),
     }
 }
 
@@ -254,11 +259,15 @@ impl ContainerSelection {
                     sidecar: selection_key(container),
                     state,
                     reason: String::new(),
-                    why: crate::drift::RowReason::StartedBefore {
-                        container: container.clone(),
-                        before: self.revision(),
-                        total: with.len(),
-                    },
+                    why: self
+                        .reasons
+                        .get(&(workload.clone(), container.clone()))
+                        .cloned()
+                        .unwrap_or_else(|| crate::drift::RowReason::StartedBefore {
+                            container: container.clone(),
+                            before: self.revision(),
+                            total: with.len(),
+                        }),
                     pods,
                     // Chosen by container name, not by config: no form to tell.
                     form: None,

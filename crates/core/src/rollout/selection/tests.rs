@@ -257,3 +257,46 @@ fn the_reason_names_the_container_the_pods_and_the_time() {
         }
     );
 }
+
+#[test]
+fn a_foreign_reason_words_the_row_instead_of_the_start_time() {
+    let pods = [
+        pod("shop", "web-5d9-a")
+            .owned_by("ReplicaSet", "web-5d9")
+            .with_container("istio-proxy")
+            .build(),
+        pod("shop", "db-0")
+            .owned_by("StatefulSet", "db")
+            .with_container("istio-proxy")
+            .build(),
+    ];
+    let mut selection = choose(&pods, &DriftPolicy::default(), 200);
+    let web = WorkloadRef::new(WorkloadKind::Deployment, "shop", "web");
+    let foreign = crate::drift::RowReason::Foreign {
+        from: "aaa".into(),
+        to: "bbb".into(),
+        changes: vec![crate::foreign::ForeignChange::Image {
+            container: "istio-proxy".into(),
+            running: "proxyv2:1.27.1".into(),
+            expected: "proxyv2:1.28.0".into(),
+        }],
+    };
+    selection
+        .reasons
+        .insert((web.clone(), "istio-proxy".into()), foreign.clone());
+    let live: HashSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
+    let report = selection.report(&live);
+    let why = |name: &str| {
+        report
+            .workloads
+            .iter()
+            .find(|w| w.name == name)
+            .map(|w| w.why.clone())
+            .unwrap()
+    };
+    assert_eq!(why("web"), foreign);
+    assert!(matches!(
+        why("db"),
+        crate::drift::RowReason::StartedBefore { .. }
+    ));
+}
