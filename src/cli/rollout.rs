@@ -188,7 +188,7 @@ async fn aim(
     started_before: Timestamp,
 ) -> anyhow::Result<Aim> {
     let client = &one_shot.client;
-    let foreign = foreign_choice(args, client).await?;
+    let foreign = foreign_choice(args, client, options).await?;
     if !args.sidecar_container_name.is_empty() || foreign.is_some() {
         let (containers, only) = match &foreign {
             Some((names, choice)) => (names.clone(), Some(&choice.pods)),
@@ -222,12 +222,15 @@ async fn aim(
 async fn foreign_choice(
     args: &RolloutArgs,
     client: &kube::Client,
+    options: &EngineOptions,
 ) -> anyhow::Result<Option<(Vec<String>, crate::cluster::foreign::ForeignChoice)>> {
     let names = args.foreign.names()?;
     if names.is_empty() {
         return Ok(None);
     }
-    let choice = crate::cluster::foreign::choose(client, &args.namespaces, &names)
+    // The namespaces the run restarts in (-n and --include-namespace), asked once.
+    let namespaces: Vec<String> = options.policy.include_namespaces.iter().cloned().collect();
+    let choice = crate::cluster::foreign::choose(client, &namespaces, &names)
         .await
         .context("cannot list the pods and workloads that run a --foreign-sidecar")?;
     for error in choice

@@ -390,4 +390,76 @@ async fn drift_names_exactly_the_workloads_running_another_injectors_old_sidecar
             ("web".into(), "unknown".into())
         ]
     );
+
+    // A webhook that never answers, in front of pods of namespace `slow`: each dry run there
+    // times out. Said, its workload unknown, nothing restarted; the other namespace is judged.
+    create(&namespaces, json!({"metadata": {"name": "slow"}})).await;
+    let slow_deployments: Api<Deployment> = Api::namespaced(client.clone(), "slow");
+    create(
+        &slow_deployments,
+        json!({
+            "metadata": {"name": "queue"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "queue"}},
+                     "template": mesh_template("queue", "on")}
+        }),
+    )
+    .await;
+    let slow_pods: Api<Pod> = Api::namespaced(client.clone(), "slow");
+    wait_pods(&slow_pods, "queue", 1, Some("mesh/proxy:1.28")).await;
+    // Accepted by the kernel, never read: the API server's TLS handshake waits in vain.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client.clone());
+    create(
+        &webhooks,
+        json!({
+            "metadata": {"name": "silent"},
+            "webhooks": [{
+                "name": "silent.example.org",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "slow"}},
+                "failurePolicy": "Fail", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "timeoutSeconds": 1
+            }]
+        }),
+    )
+    .await;
+    let timed_out = drift(&kubeconfig, &["-n", "slow"]);
+    let stderr = String::from_utf8_lossy(&timed_out.stderr);
+    assert!(timed_out.status.success(), "drift: {stderr}");
+    assert!(
+        stderr.contains("a dry-run create of a pod in namespace slow failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("its workloads are unknown"), "{stderr}");
+    let report: Value = serde_json::from_slice(&timed_out.stdout).unwrap();
+    let states: Vec<(String, String)> = rows(&report).into_iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        states,
+        [
+            ("cart".into(), "current".into()),
+            ("fresh".into(), "current".into()),
+            ("queue".into(), "unknown".into()),
+            ("web".into(), "current".into())
+        ]
+    );
+    kyverno.inject_mesh_proxy("mesh/proxy:1.29");
+    kyverno.wait_injects(NAMESPACE, "mesh/proxy:1.29");
+    let queue_pods = uids(pods_in(&slow_pods, "queue").await);
+    // shop's workloads are stale again and planned; queue, whose dry run times out, is not.
+    let plan = rollout(&kubeconfig, &["-n", "slow", "-o", "json"]);
+    let plan: Value = serde_json::from_slice(&succeeded_ok(&plan)).unwrap();
+    assert_eq!(
+        planned_workloads(&plan),
+        ["Deployment/cart", "Deployment/fresh", "Deployment/web"],
+        "{plan:#}"
+    );
+    assert!(
+        String::from_utf8_lossy(&rollout(&kubeconfig, &["-n", "slow"]).stderr)
+            .contains("a dry-run create of a pod in namespace slow failed")
+    );
+    assert_eq!(uids(pods_in(&slow_pods, "queue").await), queue_pods);
+    drop(silent);
 }
