@@ -8,10 +8,11 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PartialObjectMeta};
-use kube::{Client, Resource};
+use kube::Client;
+use kube::api::PartialObjectMeta;
 
-use super::list::list_paged;
+use super::list::list_in_namespaces;
+use super::owners::controller_of;
 use crate::drift::{ForeignWorkload, RowReason, foreign_pods_to_replace, foreign_rows};
 use crate::foreign::{Expected, ForeignSidecars};
 use crate::workload::{OwnerKind, WorkloadKind, WorkloadRef};
@@ -74,7 +75,7 @@ pub(crate) async fn carriers(
     namespaces: &[String],
     names: &ForeignSidecars,
 ) -> Result<Vec<Carrier>, kube::Error> {
-    let pods: Vec<(ObjectMeta, PodSpec)> = in_namespaces(client, namespaces, |pod: Pod| {
+    let pods: Vec<(ObjectMeta, PodSpec)> = list_in_namespaces(client, namespaces, |pod: Pod| {
         let spec = pod.spec?;
         let carries = !names.carried_by(&spec).is_empty();
         (carries && pod.metadata.deletion_timestamp.is_none()).then_some((pod.metadata, spec))
@@ -84,12 +85,12 @@ pub(crate) async fn carriers(
         return Ok(Vec::new());
     }
     let replicasets: HashMap<(String, String), String> =
-        in_namespaces(client, namespaces, |rs: PartialObjectMeta<ReplicaSet>| {
+        list_in_namespaces(client, namespaces, |rs: PartialObjectMeta<ReplicaSet>| {
             let meta = rs.metadata;
-            let deployment = controller(&meta)
-                .filter(|(kind, _)| *kind == WorkloadKind::Deployment.as_str())?
-                .1
-                .to_owned();
+            let deployment = controller_of(&meta)
+                .filter(|o| o.kind == WorkloadKind::Deployment.as_str())?
+                .name
+                .clone();
             Some(((meta.namespace?, meta.name?), deployment))
         })
         .await?
@@ -98,10 +99,11 @@ pub(crate) async fn carriers(
     let mut by_workload: BTreeMap<WorkloadKey, Vec<CarriedPod>> = BTreeMap::new();
     for (meta, spec) in pods {
         let namespace = meta.namespace.clone().unwrap_or_default();
-        let Some((kind, owner)) = controller(&meta) else {
+        let Some(controller) = controller_of(&meta) else {
             continue;
         };
-        let workload = match OwnerKind::parse(kind) {
+        let owner = controller.name.as_str();
+        let workload = match OwnerKind::parse(&controller.kind) {
             OwnerKind::ReplicaSet => replicasets
                 .get(&(namespace.clone(), owner.to_owned()))
                 .map(|d| (WorkloadKind::Deployment, d.clone())),
@@ -152,7 +154,7 @@ async fn templates<T>(
     };
     let mut templates = HashMap::new();
     templates.extend(
-        in_namespaces(client, namespaces, |d: Deployment| {
+        list_in_namespaces(client, namespaces, |d: Deployment| {
             keep(
                 WorkloadKind::Deployment,
                 d.metadata,
@@ -162,7 +164,7 @@ async fn templates<T>(
         .await?,
     );
     templates.extend(
-        in_namespaces(client, namespaces, |s: StatefulSet| {
+        list_in_namespaces(client, namespaces, |s: StatefulSet| {
             keep(
                 WorkloadKind::StatefulSet,
                 s.metadata,
@@ -172,7 +174,7 @@ async fn templates<T>(
         .await?,
     );
     templates.extend(
-        in_namespaces(client, namespaces, |d: DaemonSet| {
+        list_in_namespaces(client, namespaces, |d: DaemonSet| {
             keep(
                 WorkloadKind::DaemonSet,
                 d.metadata,
@@ -182,37 +184,6 @@ async fn templates<T>(
         .await?,
     );
     Ok(templates)
-}
-
-fn controller(meta: &ObjectMeta) -> Option<(&str, &str)> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| (o.kind.as_str(), o.name.as_str()))
-}
-
-async fn in_namespaces<K, T>(
-    client: &Client,
-    namespaces: &[String],
-    keep: impl FnMut(K) -> Option<T>,
-) -> Result<Vec<T>, kube::Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let mut keep = keep;
-    if namespaces.is_empty() {
-        return list_paged(&Api::<K>::all(client.clone()), &mut keep).await;
-    }
-    let mut kept = Vec::new();
-    for namespace in namespaces {
-        kept.extend(list_paged(&Api::<K>::namespaced(client.clone(), namespace), &mut keep).await?);
-    }
-    Ok(kept)
 }
 
 /// What a new pod of each carrier gets, in the carriers' order: two dry-run creates per

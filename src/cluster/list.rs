@@ -54,8 +54,28 @@ where
     }
 }
 
-/// Every object's metadata (a metadata-only list: never specs), cluster-wide or, for a user
-/// whose rights stop at some namespaces, in exactly those.
+/// Every object of a kind `keep` keeps, cluster-wide or, for a user whose rights stop at some
+/// namespaces, in exactly those (`namespaces` empty: cluster-wide), page by page.
+pub(crate) async fn list_in_namespaces<K, T>(
+    client: &Client,
+    namespaces: &[String],
+    mut keep: impl FnMut(K) -> Option<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    if namespaces.is_empty() {
+        return list_paged(&Api::<K>::all(client.clone()), &mut keep).await;
+    }
+    let mut kept = Vec::new();
+    for namespace in namespaces {
+        kept.extend(list_paged(&Api::<K>::namespaced(client.clone(), namespace), &mut keep).await?);
+    }
+    Ok(kept)
+}
+
+/// Every object's metadata (a metadata-only list: never specs), as [`list_in_namespaces`].
 async fn list_metadata<K>(
     client: &Client,
     namespaces: &[String],
@@ -64,16 +84,10 @@ where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
 {
-    if namespaces.is_empty() {
-        let api: Api<PartialObjectMeta<K>> = Api::all(client.clone());
-        return list_paged(&api, |o| Some(o.metadata)).await;
-    }
-    let mut metas = Vec::new();
-    for namespace in namespaces {
-        let api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), namespace);
-        metas.extend(list_paged(&api, |o| Some(o.metadata)).await?);
-    }
-    Ok(metas)
+    list_in_namespaces(client, namespaces, |o: PartialObjectMeta<K>| {
+        Some(o.metadata)
+    })
+    .await
 }
 
 /// Every object of a kind (cluster-wide, or in each of `namespaces`), page by page, each
@@ -87,22 +101,15 @@ where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
 {
-    let project = |object: K| {
+    list_in_namespaces(client, namespaces, |object: K| {
         let meta = object.meta();
         Some((
             meta.namespace.clone().unwrap_or_default(),
             meta.name.clone().unwrap_or_default(),
             entry(&object),
         ))
-    };
-    if namespaces.is_empty() {
-        return list_paged(&Api::<K>::all(client.clone()), project).await;
-    }
-    let mut all = Vec::new();
-    for namespace in namespaces {
-        all.extend(list_paged(&Api::<K>::namespaced(client.clone(), namespace), project).await?);
-    }
-    Ok(all)
+    })
+    .await
 }
 
 /// The drift index from one round of lists; `namespaces` empty means cluster-wide.

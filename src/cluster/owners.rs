@@ -122,7 +122,7 @@ impl Owner {
         evict_bare_pods: bool,
         keys: &AnnotationKeys,
     ) -> anyhow::Result<Self> {
-        let Some(controller) = controller_of(pod) else {
+        let Some(controller) = controller_of(&pod.metadata) else {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
             return Ok(Self {
                 controller: Controller::BarePod {
@@ -174,7 +174,7 @@ impl Owner {
         if self.workload.is_some() && self.rollout_disabled {
             return Some(Exclusion::RolloutDisabled);
         }
-        let controller = controller_of(pod).map(|r| (r.kind.as_str(), r.name.as_str()));
+        let controller = controller_of(&pod.metadata).map(|r| (r.kind.as_str(), r.name.as_str()));
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let owner = resolve_pod_owner(controller, name, evict_bare_pods, |_| {
             match &self.workload {
@@ -260,10 +260,9 @@ where
         .with_context(|| format!("{kind} {namespace}/{name} not found"))
 }
 
-/// The owner reference of `pod`'s controller, if it has one.
-pub(crate) fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
+/// The owner reference of an object's controller, if it has one.
+pub(crate) fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
         .iter()
         .flatten()
         .find(|r| r.controller == Some(true))
